@@ -1,0 +1,63 @@
+"""The one error hierarchy. Only tasks/ turns these into exit codes."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+
+class RigsmithError(Exception):
+    """Base for every error a user can act on. ``str(err)`` is the whole message."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(message if hint is None else f"{message}\n  hint: {hint}")
+
+
+class SpecError(RigsmithError):
+    """A deployment spec is invalid. Carries every problem, each with its field path."""
+
+    def __init__(self, source: str, problems: Sequence[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        lines = [f"{source}: {len(self.problems)} problem(s) in the deployment spec"]
+        lines += [f"  {path}: {msg}" for path, msg in self.problems]
+        super().__init__("\n".join(lines))
+
+
+class RecipeError(RigsmithError):
+    """A recipe (URL, file, command text) cannot be imported as it stands."""
+
+
+class ConsentError(RigsmithError):
+    """A write would change a file the user has, and consent was not given."""
+
+
+class DriftError(RigsmithError):
+    """``--check``: the generated files on disk differ from what would be rendered."""
+
+
+class LockError(RigsmithError):
+    """``rigsmith.lock`` lacks a pin a step needs, or is unreadable."""
+
+
+class PreflightError(RigsmithError):
+    """A host check failed before any side effect."""
+
+
+class AdapterError(RigsmithError):
+    """An external system (engine, registry, Hub, HTTP, subprocess) failed."""
+
+
+class CommandError(AdapterError):
+    """A subprocess exited non-zero: quoted command, exit code and the tail of stderr."""
+
+    def __init__(self, argv: Sequence[str], code: int, stderr: str, *, hint: str | None = None) -> None:
+        self.argv = list(argv)
+        self.code = code
+        tail = "\n".join(stderr.strip().splitlines()[-15:])
+        msg = f"command failed (exit {code}): {shlex.join(self.argv)}"
+        if tail:
+            msg += "\n" + "\n".join(f"  | {line}" for line in tail.splitlines())
+        super().__init__(msg, hint=hint)

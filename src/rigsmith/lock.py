@@ -1,0 +1,112 @@
+"""``rigsmith.lock``: the resolved facts. Written only by pin / fetch-model / build.
+
+JSON with sorted keys (diff-friendly), updated under a file lock so concurrent steps do not lose each
+other's entries: ``with locked(path) as lock: lock.images[ref] = ...`` reads, lets you change, writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from filelock import FileLock
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rigsmith.errors import LockError
+from rigsmith.writer import write_one
+
+LOCK_VERSION = 1
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LockedFile(_M):
+    """One file of a model snapshot as the Hub describes it."""
+
+    size: int
+    sha256: str | None = None  # LFS files
+    git_sha1: str | None = None  # small (non-LFS) files: git blob sha1
+
+
+class LockedPatch(_M):
+    """A checkpoint config patch applied after verification."""
+
+    file: str
+    original_sha256: str
+    patched_sha256: str
+
+
+class LockedModel(_M):
+    """A model repo at an exact commit."""
+
+    repo: str
+    requested: str | None = None  # what the spec asked for (branch, tag or sha)
+    commit: str
+    files: dict[str, LockedFile] = Field(default_factory=dict)
+    patches: list[LockedPatch] = Field(default_factory=list)
+
+
+class LockedImage(_M):
+    """An image tag resolved to a registry digest."""
+
+    digest: str
+    media_type: str | None = None
+
+
+class LockedBuild(_M):
+    """An image rigsmith built."""
+
+    ref: str  # repository the digest belongs to, e.g. 127.0.0.1:5000/vllm-3x3090
+    image_id: str
+    digest: str | None = None  # registry digest after a push
+    base: str  # name@sha256:…
+    patches: dict[str, str] = Field(default_factory=dict)  # patch file → sha256
+    inputs_sha256: str | None = None
+
+    @property
+    def pinned_ref(self) -> str:
+        """name@sha256:… when pushed, else the local image ID."""
+        return f"{self.ref}@{self.digest}" if self.digest else self.image_id
+
+
+class Lock(_M):
+    """The whole lock file."""
+
+    version: int = LOCK_VERSION
+    models: dict[str, LockedModel] = Field(default_factory=dict)  # key: deployment name
+    images: dict[str, LockedImage] = Field(default_factory=dict)  # key: image reference as written
+    builds: dict[str, LockedBuild] = Field(default_factory=dict)  # key: images/<name>
+
+
+def read(path: Path) -> Lock:
+    """The lock at ``path``, empty if there is none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Lock()
+    try:
+        return Lock.model_validate_json(text)
+    except ValidationError as err:
+        raise LockError(
+            f"{path} is not a valid rigsmith lock: {err.errors()[0]['msg']}",
+            hint="restore it from git, or delete it and re-run `invoke pin`",
+        ) from None
+
+
+def dumps(lock: Lock) -> str:
+    """Stable JSON text."""
+    return json.dumps(lock.model_dump(mode="json", exclude_none=True), indent=2, sort_keys=True) + "\n"
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[Lock]:
+    """Read-modify-write the lock under a cross-process file lock."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".flock", timeout=600):
+        lock = read(path)
+        yield lock
+        write_one(path, dumps(lock))

@@ -1,0 +1,192 @@
+"""From spec + lock to a RunPlan: the target-independent facts every artifact carries.
+
+Every target renders from a RunPlan, so GPU devices, shm, memlock, stop grace, env, mounts, argv and
+readiness are decided once, here. Pure: no filesystem, no engine, no network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rigsmith import lock as lockmod
+from rigsmith import spec as specmod
+from rigsmith.errors import LockError, RigsmithError, SpecError
+
+
+@dataclass(frozen=True)
+class PlanMount:
+    """A bind mount, host path as the user wrote it (``~/`` allowed)."""
+
+    host: str
+    container: str
+    readonly: bool
+    kind: Literal["dir", "file"]
+    sparse_size: int | None = None
+    role: Literal["model", "extra"] = "extra"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What any target must express for one deployment."""
+
+    name: str
+    spec_path: str
+    image: str
+    image_pinned: bool
+    entrypoint: str
+    command: tuple[str, ...]
+    devices: tuple[str, ...]
+    gpu_indices: tuple[str, ...]
+    shm_size: str
+    shm_bytes: int
+    memlock: Literal["unlimited"] | int
+    stop_timeout: int
+    shutdown_timeout: int | None
+    env: tuple[tuple[str, str], ...]
+    secret_env: tuple[str, ...]
+    mounts: tuple[PlanMount, ...]
+    network_mode: Literal["host", "none"]
+    host: str
+    port: int
+    health_path: str
+    log_lines: tuple[str, ...]
+    kv_cache_tokens: int | None
+    startup_seconds: int
+    spec_sha256: str
+    labels: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def health_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}{self.health_path}"
+
+    @property
+    def memlock_ulimit(self) -> str:
+        """podman ``--ulimit`` value."""
+        v = "-1" if self.memlock == "unlimited" else str(self.memlock)
+        return f"memlock={v}:{v}"
+
+    def podman_options(self) -> list[str]:
+        """``podman run`` options (everything between ``run`` and the image), as argv.
+
+        The podman target writes exactly these; the quadlet, compose and kube tests compare the argv
+        their real consumers produce against them.
+        """
+        opts = ["--name", self.name, "--init", "--network", self.network_mode]
+        for d in self.devices:
+            opts += ["--device", d]
+        opts += ["--shm-size", self.shm_size, "--ulimit", self.memlock_ulimit]
+        opts += ["--stop-timeout", str(self.stop_timeout)]
+        for k, v in self.labels:
+            opts += ["--label", f"{k}={v}"]
+        for k, v in self.env:
+            opts += ["--env", f"{k}={v}"]
+        for k in self.secret_env:
+            opts += ["--env", k]
+        opts += ["--entrypoint", self.entrypoint]
+        return opts
+
+
+def _image(spec: specmod.Deployment, lock: lockmod.Lock, override: str | None) -> tuple[str, bool]:
+    ref = override or spec.engine.image
+    if ref:
+        if "@sha256:" in ref:
+            return ref, True
+        locked = lock.images.get(ref)
+        if locked:
+            return f"{ref.rsplit(':', 1)[0] if _has_tag(ref) else ref}@{locked.digest}", True
+        return ref, False
+    if spec.engine.build:
+        built = lock.builds.get(spec.engine.build)
+        if built is None:
+            raise LockError(
+                f"deployment {spec.name!r} runs image build {spec.engine.build!r}, which has no entry in "
+                "rigsmith.lock",
+                hint=f"run `invoke build --image {spec.engine.build}` first, or pass --image REF",
+            )
+        return built.pinned_ref, built.digest is not None
+    raise RigsmithError(
+        f"deployment {spec.name!r} names no container image (engine.image and engine.build are empty; "
+        "the recipe ran vLLM from a venv)",
+        hint="pass --image REF to deploy (or import-recipe), set engine.image in the spec, "
+        "or set engine.build to an images/<name> definition and run `invoke build`",
+    )
+
+
+def _has_tag(ref: str) -> bool:
+    last = ref.rsplit("/", 1)[-1]
+    return ":" in last
+
+
+def make(
+    spec: specmod.Deployment,
+    lock: lockmod.Lock,
+    *,
+    spec_path: str,
+    image: str | None = None,
+    memlock: Literal["unlimited"] | int | None = None,
+) -> RunPlan:
+    """Decide the run plan. Refuses unfilled placeholders and a missing image, naming each."""
+    missing = spec.unfilled_placeholders()
+    if missing:
+        raise SpecError(
+            spec_path,
+            [
+                (
+                    "placeholders",
+                    f"{tok!r} has no value; set `placeholders: {{{tok!r}: VALUE}}` in the spec "
+                    "(it is used by the recipe's args or env)",
+                )
+                for tok in missing
+            ],
+        )
+    ref, pinned = _image(spec, lock, image)
+    mounts = [
+        PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
+        *(PlanMount(m.host, m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
+    ]
+    gpus = spec.resources.gpus
+    indices = tuple(d.split("=", 1)[1] for d in gpus.cdi_devices)
+    grace = spec.resources.stop_grace_seconds
+    shutdown = spec.shutdown_timeout
+    if shutdown is not None and shutdown >= grace:
+        raise SpecError(
+            spec_path,
+            [
+                (
+                    "resources.stop_grace_seconds",
+                    f"is {grace}s but vLLM --shutdown-timeout is {shutdown}s; the container would be killed "
+                    f"mid-drain. Set it above {shutdown} (e.g. {shutdown + 10})",
+                )
+            ],
+        )
+    digest = hashlib.sha256(specmod.dump(spec).encode()).hexdigest()
+    return RunPlan(
+        name=spec.name,
+        spec_path=spec_path,
+        image=ref,
+        image_pinned=pinned,
+        entrypoint=spec.engine.executable,
+        command=tuple(spec.fill(a) for a in spec.engine.container_argv(spec.model)),
+        devices=gpus.cdi_devices,
+        gpu_indices=indices,
+        shm_size=spec.resources.shm_size,
+        shm_bytes=spec.resources.shm_bytes,
+        memlock=memlock if memlock is not None else spec.resources.memlock,
+        stop_timeout=grace,
+        shutdown_timeout=shutdown,
+        env=tuple((e.name, spec.fill(e.value)) for e in spec.active_env() if not e.secret),
+        secret_env=tuple(e.name for e in spec.active_env() if e.secret),
+        mounts=tuple(mounts),
+        network_mode=spec.network.mode,
+        host=spec.network.host,
+        port=spec.network.port,
+        health_path=spec.readiness.health_path,
+        log_lines=spec.readiness.log_lines,
+        kv_cache_tokens=spec.readiness.kv_cache_tokens,
+        startup_seconds=spec.readiness.startup_seconds,
+        spec_sha256=digest,
+        labels=(("io.rigsmith.deployment", spec.name), ("io.rigsmith.spec-sha256", digest[:16])),
+    )

@@ -1,0 +1,70 @@
+"""The checkout as the user's homelab config repo: where specs, lock and generated files live."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rigsmith import spec as specmod
+from rigsmith.errors import RigsmithError
+
+TARGETS = ("podman", "quadlet", "compose", "lxc", "kube")
+
+
+@dataclass(frozen=True)
+class Project:
+    """Paths of one rigsmith checkout."""
+
+    root: Path
+
+    @property
+    def deployments(self) -> Path:
+        return self.root / "deployments"
+
+    @property
+    def images(self) -> Path:
+        return self.root / "images"
+
+    @property
+    def templates(self) -> Path:
+        return self.root / "templates"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "rigsmith.lock"
+
+    def spec_path(self, name: str) -> Path:
+        return self.deployments / f"{name}.yaml"
+
+    def deployment_names(self) -> list[str]:
+        return sorted(p.stem for p in self.deployments.glob("*.yaml"))
+
+    def resolve_name(self, name: str | None) -> str:
+        """The deployment a task acts on: the one named, or the only one there is."""
+        names = self.deployment_names()
+        if name:
+            if name not in names:
+                raise RigsmithError(
+                    f"no deployment {name!r} in {self.deployments}",
+                    hint=f"known: {', '.join(names) or 'none'}; import one with `invoke import-recipe SOURCE`",
+                )
+            return name
+        if len(names) == 1:
+            return names[0]
+        raise RigsmithError(
+            f"{len(names)} deployments in {self.deployments}; say which one",
+            hint=f"pass --deployment NAME (one of: {', '.join(names) or 'none yet'})",
+        )
+
+    def load(self, name: str | None) -> specmod.Deployment:
+        """Load and validate the named (or only) deployment."""
+        return specmod.load(self.spec_path(self.resolve_name(name)))
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The nearest directory upward holding tasks/ or deployments/ (the checkout), else ``start``."""
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "deployments").is_dir() and ((d / "tasks").is_dir() or (d / "pyproject.toml").is_file()):
+            return d
+    return here

@@ -1,0 +1,438 @@
+"""The deployment spec: ``deployments/NAME.yaml`` as frozen, validated models.
+
+Everything a target renders comes from here (plus ``rigsmith.lock``). The models reject unknown fields,
+collect every validation problem with its field path, and round-trip: ``load(dump(x)) == x``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rigsmith.errors import SpecError
+
+SPEC_VERSION = 1
+
+#: A placeholder token in a recipe value: ``<repo>``, ``<vllm tree>``, ``<n_of_tokens>``.
+PLACEHOLDER_RE = re.compile(r"<[A-Za-z_][A-Za-z0-9_ .-]*>")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmgt]?)(i?b?)$", re.IGNORECASE)
+CDI_RE = re.compile(r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+=[A-Za-z0-9_.:-]+$")
+SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a podman-style size (``8g``, ``1GB``, ``512m``, ``102400491520``); binary units."""
+    m = SIZE_RE.match(text.strip())
+    if not m:
+        raise ValueError(f"{text!r} is not a size; write it like 8g, 512m or a byte count")
+    num, unit = float(m.group(1)), m.group(2).lower()
+    return int(num * 1024 ** "_kmgt".index(unit)) if unit else int(num)
+
+
+class Frozen(BaseModel):
+    """Base of every spec model: immutable, no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class ConfigPatch(Frozen):
+    """A change to a JSON file of the checkpoint, applied after the download is verified."""
+
+    file: str = Field("config.json", description="File in the model dir, relative.")
+    key: str = Field(description="Dotted path inside the JSON, e.g. text_config.ple_embedding_dtype.")
+    value: Any = Field(description="Value to set.")
+    note: str | None = None
+
+    @field_validator("file")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if v.startswith("/") or ".." in Path(v).parts:
+            raise ValueError("must be a path inside the model dir (no leading /, no ..)")
+        return v
+
+
+class ModelSpec(Frozen):
+    """The checkpoint: where it comes from on the Hub and where it lives on the host."""
+
+    repo: str = Field(description="Hugging Face repo id, owner/name.")
+    revision: str | None = Field(
+        None, description="40-hex commit (pinned) or a branch/tag that `invoke pin` resolves into the lock."
+    )
+    local_dir: str = Field(description="Host directory the checkpoint is downloaded to (may start with ~/).")
+    container_path: str = Field("/model", description="Where local_dir is mounted inside the container.")
+    size_bytes: int | None = Field(None, ge=0, description="Expected total size, for the disk check.")
+    allow_patterns: tuple[str, ...] = ()
+    ignore_patterns: tuple[str, ...] = ()
+    config_patches: tuple[ConfigPatch, ...] = ()
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*", v):
+            raise ValueError(f"{v!r} is not a Hub repo id; write it as owner/name")
+        return v
+
+    @field_validator("container_path")
+    @classmethod
+    def _abs(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("must be an absolute path inside the container")
+        return v
+
+    @property
+    def pinned(self) -> bool:
+        """True when the revision is already a full commit sha."""
+        return self.revision is not None and bool(SHA1_RE.match(self.revision))
+
+
+class EngineSpec(Frozen):
+    """How vLLM is started: the recipe argv, kept exact, plus the explicit model-path mapping."""
+
+    runtime: Literal["container", "venv"] = "container"
+    image: str | None = Field(
+        None, description="Container image reference; prefer name@sha256:… (see `invoke build`/`pin`)."
+    )
+    build: str | None = Field(None, description="Name under images/ whose locked build digest is the image.")
+    venv: str | None = Field(None, description="venv directory when runtime is venv.")
+    recipe_executable: str = Field("vllm", description="The executable as the recipe wrote it.")
+    executable: str = Field("vllm", description="What runs inside the container (its entrypoint).")
+    subcommand: tuple[str, ...] = Field(("serve",), description="argv between executable and args.")
+    args: tuple[str, ...] = Field(description="The recipe's argv after the subcommand, byte for byte.")
+    model_arg: int | None = Field(
+        None, description="Index in args of the model path, replaced by model.container_path in the container."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineSpec:
+        if self.model_arg is not None and not 0 <= self.model_arg < len(self.args):
+            raise ValueError(f"model_arg {self.model_arg} is outside args (0..{len(self.args) - 1})")
+        if self.image is not None and self.build is not None:
+            raise ValueError("set image or build, not both")
+        return self
+
+    def container_argv(self, model: ModelSpec) -> list[str]:
+        """The exact command the container runs: subcommand + args, model path mapped."""
+        args = list(self.args)
+        if self.model_arg is not None:
+            args[self.model_arg] = model.container_path
+        return [*self.subcommand, *args]
+
+    def flag_value(self, flag: str) -> str | None:
+        """Value of ``--flag V`` or ``--flag=V`` (last one wins, as argparse does)."""
+        found: str | None = None
+        for i, a in enumerate(self.args):
+            if a == flag and i + 1 < len(self.args):
+                found = self.args[i + 1]
+            elif a.startswith(flag + "="):
+                found = a.split("=", 1)[1]
+        return found
+
+
+class EnvVar(Frozen):
+    """One environment variable of the recipe."""
+
+    name: str
+    value: str
+    note: str | None = Field(None, description="The recipe's annotation, verbatim.")
+    opt_in: bool = Field(False, description="Published as optional; off unless enabled.")
+    enabled: bool = Field(True, description="Opt-in variables start disabled; set true to pass them.")
+    secret: bool = Field(False, description="Never written into a generated file; read from an env file.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not ENV_NAME_RE.match(v):
+            raise ValueError(f"{v!r} is not an environment variable name")
+        return v
+
+    @property
+    def active(self) -> bool:
+        """Passed to the container."""
+        return self.enabled
+
+
+class GpuSpec(Frozen):
+    """The GPUs the recipe needs and the CDI names that give them to a container."""
+
+    count: int = Field(ge=0)
+    model: str | None = Field(None, description="e.g. RTX 3090")
+    arch: str | None = Field(None, description="e.g. sm_86")
+    vram_gib: float | None = Field(None, ge=0, description="Per GPU.")
+    cdi_devices: tuple[str, ...] = Field(description="Fully qualified CDI names, e.g. nvidia.com/gpu=0.")
+    p2p: Literal["required", "recommended", "not-needed", "unknown"] = "unknown"
+    nvlink: bool | None = None
+
+    @field_validator("cdi_devices")
+    @classmethod
+    def _cdi(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [d for d in v if not CDI_RE.match(d)]
+        if bad:
+            raise ValueError(f"{bad} are not CDI names; write vendor.com/class=name, e.g. nvidia.com/gpu=0")
+        return v
+
+
+class Resources(Frozen):
+    """Host resources and container limits."""
+
+    gpus: GpuSpec
+    host_ram_gib: float | None = Field(None, ge=0)
+    disk_gib: float | None = Field(None, ge=0)
+    shm_size: str = Field("8g", description="/dev/shm size for the container (podman --shm-size syntax).")
+    memlock: Literal["unlimited"] | int = Field("unlimited", description="RLIMIT_MEMLOCK, bytes or unlimited.")
+    stop_grace_seconds: int = Field(70, gt=0, description="Container stop timeout (SIGTERM → SIGKILL).")
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm(cls, v: str) -> str:
+        parse_size(v)
+        return v
+
+    @property
+    def shm_bytes(self) -> int:
+        """shm_size in bytes."""
+        return parse_size(self.shm_size)
+
+
+class Mount(Frozen):
+    """A host path made visible inside the container."""
+
+    host: str
+    container: str
+    readonly: bool = False
+    kind: Literal["dir", "file"] = "dir"
+    sparse_size: int | None = Field(
+        None, ge=1, description="File mounts: must pre-exist at exactly this size; created sparse if missing."
+    )
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Mount:
+        if not self.container.startswith("/"):
+            raise ValueError("container must be an absolute path")
+        if self.sparse_size is not None and self.kind != "file":
+            raise ValueError("sparse_size needs kind: file")
+        return self
+
+
+class Readiness(Frozen):
+    """When the deployment counts as up: the recipe's gates."""
+
+    health_path: str = "/health"
+    log_lines: tuple[str, ...] = ("Application startup complete",)
+    kv_cache_tokens: int | None = Field(None, ge=0, description="Published 'GPU KV cache size: N tokens'.")
+    kv_cache_tolerance: float = Field(0.02, ge=0, le=1, description="Relative tolerance on kv_cache_tokens.")
+    startup_seconds: int = Field(600, gt=0, description="Expected first-boot time; timeouts derive from it.")
+    warm_startup_seconds: int | None = Field(None, gt=0)
+
+
+class Network(Frozen):
+    """Where the OpenAI-compatible server listens."""
+
+    mode: Literal["host", "none"] = "host"
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+
+
+class Benchmark(Frozen):
+    """A published number the deployment is qualified against."""
+
+    name: str = Field(description="e.g. decode_1stream")
+    streams: int = Field(1, ge=1)
+    tokens_per_second: float = Field(gt=0)
+    tolerance: float = Field(0.1, ge=0, le=1)
+
+
+class Provenance(Frozen):
+    """Where an imported recipe came from."""
+
+    source: str
+    sha256: str
+    title: str | None = None
+    recipe_id: str | None = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{64}", v):
+            raise ValueError("must be 64 lowercase hex digits")
+        return v
+
+
+class Proxy(Frozen):
+    """Registration with a model-switching proxy (llama-swap, a seed's multi-proxy)."""
+
+    family: str | None = None
+    port: int | None = Field(None, ge=1, le=65535)
+    backend_managed: bool = False
+
+
+class Deployment(Frozen):
+    """A deployment spec, as stored in ``deployments/NAME.yaml``."""
+
+    version: Literal[1] = SPEC_VERSION
+    name: str
+    description: str | None = None
+    model: ModelSpec
+    engine: EngineSpec
+    env: tuple[EnvVar, ...] = ()
+    env_notes: tuple[str, ...] = Field((), description="Free-text annotations of the recipe's env, verbatim.")
+    placeholders: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="Placeholder tokens found in the recipe (e.g. '<repo>') and the user's values; "
+        "deploy refuses while any is null.",
+    )
+    resources: Resources
+    mounts: tuple[Mount, ...] = ()
+    readiness: Readiness = Readiness()
+    network: Network = Network()
+    benchmarks: tuple[Benchmark, ...] = ()
+    proxy: Proxy | None = None
+    podman_version: str | None = Field(None, description="Target host's podman version, e.g. 4.9.3.")
+    notes: tuple[str, ...] = Field((), description="What the recipe said that has no field, verbatim.")
+    provenance: Provenance | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"{v!r}: use lowercase letters, digits, '.', '_' or '-' (max 63), start alnum")
+        return v
+
+    @model_validator(mode="after")
+    def _cross(self) -> Deployment:
+        names = [e.name for e in self.env if e.active]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"env: {dup} set more than once among enabled variables")
+        targets = [m.container for m in self.mounts] + [self.model.container_path]
+        dupm = sorted({t for t in targets if targets.count(t) > 1})
+        if dupm:
+            raise ValueError(f"mounts: container paths {dupm} used twice (model.container_path counts)")
+        return self
+
+    # -- derived facts -----------------------------------------------------------------------------
+
+    def active_env(self) -> list[EnvVar]:
+        """Variables passed to the engine, in recipe order."""
+        return [e for e in self.env if e.active]
+
+    def unfilled_placeholders(self) -> list[str]:
+        """Placeholder tokens still used by an active value and without a user value."""
+        used: set[str] = set()
+        for text in [*self.engine.args, *(e.value for e in self.active_env())]:
+            used.update(PLACEHOLDER_RE.findall(text))
+        return sorted(t for t in used if not self.placeholders.get(t))
+
+    def fill(self, text: str) -> str:
+        """Replace filled placeholder tokens in ``text``."""
+        for token, value in self.placeholders.items():
+            if value:
+                text = text.replace(token, value)
+        return text
+
+    @property
+    def shutdown_timeout(self) -> int | None:
+        """vLLM's own ``--shutdown-timeout`` from the args, if set."""
+        v = self.engine.flag_value("--shutdown-timeout")
+        return int(v) if v is not None and v.isdigit() else None
+
+
+# -- I/O ---------------------------------------------------------------------------------------------
+
+_HINTS = {
+    "extra_forbidden": "unknown field; check the spelling against schema/deployment.schema.json",
+    "missing": "required field; add it",
+}
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("function-after", "function-before") or "[" in str(part):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def problems_from(err: ValidationError) -> list[tuple[str, str]]:
+    """Turn a pydantic error into (field path, message with hint) pairs, all of them."""
+    out = []
+    for e in err.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        hint = _HINTS.get(e["type"])
+        out.append((_loc(tuple(e["loc"])), f"{msg} ({hint})" if hint else msg))
+    return out
+
+
+def from_data(data: Any, source: str = "<spec>") -> Deployment:
+    """Validate plain data into a Deployment; every problem in one SpecError."""
+    if not isinstance(data, dict):
+        raise SpecError(source, [("(top level)", "must be a mapping (YAML object)")])
+    try:
+        return Deployment.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(source, problems_from(err)) from None
+
+
+def to_data(spec: Deployment) -> dict[str, Any]:
+    """Plain data for YAML, defaults left out so the user's file stays short."""
+    data: dict[str, Any] = json.loads(spec.model_dump_json(exclude_defaults=True))
+    data = {"version": SPEC_VERSION, **data}
+    return data
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_presenter)
+
+
+def dump(spec: Deployment) -> str:
+    """The spec as YAML text (stable key order, unicode kept)."""
+    return yaml.dump(to_data(spec), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+
+
+def loads(text: str, source: str = "<spec>") -> Deployment:
+    """Parse YAML text into a Deployment."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise SpecError(source, [("(file)", f"not valid YAML: {err}")]) from None
+    return from_data(data, source)
+
+
+def load(path: Path) -> Deployment:
+    """Read and validate ``deployments/NAME.yaml``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(str(path), [("(file)", f"cannot read: {err.strerror}")]) from None
+    spec = loads(text, str(path))
+    if spec.name != path.stem:
+        raise SpecError(str(path), [("name", f"is {spec.name!r} but the file is {path.name}; make them match")])
+    return spec
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of the spec, for editors."""
+    schema = Deployment.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "rigsmith deployment"
+    return schema
+

@@ -1,0 +1,14 @@
+"""rigsmith's Invoke tasks. Wiring only: flags in, library call, RigsmithError out as Exit.
+
+Each area lives in its own module; this collection puts their tasks at the top level so the CLI
+names are flat (`invoke deploy`, `invoke fetch-model`, …).
+"""
+
+from invoke import Collection
+
+from tasks import deploy, images, models, ops, recipes
+
+ns = Collection()
+for _module in (recipes, deploy, models, images, ops):
+    for _task in Collection.from_module(_module).tasks.values():
+        ns.add_task(_task)

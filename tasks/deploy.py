@@ -1,0 +1,56 @@
+"""invoke deploy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke import task
+
+from rigsmith import deploy as deploymod
+from tasks._common import confirm, echo, project, user_errors
+
+
+def _memlock(value: str | None) -> int | str | None:
+    if value is None:
+        return None
+    return "unlimited" if value in ("unlimited", "-1") else int(value)
+
+
+@task(
+    help={
+        "target": "podman | quadlet | compose | lxc | kube",
+        "deployment": "deployments/NAME.yaml to render (optional when there is only one)",
+        "image": "container image reference, overriding the spec and the lock",
+        "out": "write under DIR/<target>/… instead of the checkout",
+        "yes": "change existing files without asking",
+        "check": "write nothing; fail if the files on disk differ from what would be rendered",
+        "memlock": "override the memlock limit in bytes (for hosts that cannot grant unlimited)",
+        "podman_version": "target host's podman version (quadlet keys depend on it)",
+    }
+)
+@user_errors
+def deploy(
+    c,
+    target,
+    deployment=None,
+    image=None,
+    out=None,
+    yes=False,
+    check=False,
+    memlock=None,
+    podman_version=None,
+):
+    """Render run artifacts for one target from the spec and the lock."""
+    deploymod.deploy(
+        project(),
+        target,
+        deployment=deployment,
+        image=image,
+        out=Path(out) if out else None,
+        yes=yes,
+        check=check,
+        confirm=confirm(),
+        echo=echo,
+        memlock=_memlock(memlock),  # type: ignore[arg-type]
+        podman_version=podman_version,
+    )

@@ -1,0 +1,1 @@
+"""Tasks of this area (filled in by its issue)."""
