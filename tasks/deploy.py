@@ -13,7 +13,9 @@ from tasks._common import confirm, echo, project, user_errors
 def _memlock(value: str | None) -> int | str | None:
     if value is None:
         return None
-    return "unlimited" if value in ("unlimited", "-1") else int(value)
+    if value in ("unlimited", "-1", "host"):
+        return "host" if value == "host" else "unlimited"
+    return int(value)
 
 
 @task(
@@ -24,7 +26,7 @@ def _memlock(value: str | None) -> int | str | None:
         "out": "write under DIR/<target>/… instead of the checkout",
         "yes": "change existing files without asking",
         "check": "write nothing; fail if the files on disk differ from what would be rendered",
-        "memlock": "override the memlock limit in bytes (for hosts that cannot grant unlimited)",
+        "memlock": "override memlock: unlimited, bytes, or host (set no limit; for hosts that cannot raise it)",
         "podman_version": "target host's podman version (quadlet keys depend on it)",
     }
 )

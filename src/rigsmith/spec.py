@@ -185,7 +185,11 @@ class Resources(Frozen):
     host_ram_gib: float | None = Field(None, ge=0)
     disk_gib: float | None = Field(None, ge=0)
     shm_size: str = Field("8g", description="/dev/shm size for the container (podman --shm-size syntax).")
-    memlock: Literal["unlimited"] | int = Field("unlimited", description="RLIMIT_MEMLOCK, bytes or unlimited.")
+    memlock: Literal["unlimited", "host"] | int = Field(
+        "unlimited",
+        description="RLIMIT_MEMLOCK: unlimited, bytes, or host (inherit the runtime's limit, set nothing; for "
+        "hosts such as unprivileged LXC that cannot raise it).",
+    )
     stop_grace_seconds: int = Field(70, gt=0, description="Container stop timeout (SIGTERM → SIGKILL).")
 
     @field_validator("shm_size")
