@@ -26,7 +26,7 @@ def _memlock(value: str | None) -> int | str | None:
         "out": "write under DIR/<target>/… instead of the checkout",
         "yes": "change existing files without asking",
         "check": "write nothing; fail if the files on disk differ from what would be rendered",
-        "memlock": "override memlock: unlimited, bytes, or host (set no limit; for hosts that cannot raise it)",
+        "memlock": "override memlock: unlimited, bytes, or host (set none; hosts that cannot raise it)",
         "podman_version": "target host's podman version (quadlet keys depend on it)",
     }
 )
