@@ -402,7 +402,14 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = "|" if "\n" in value else None
+    # Double quotes for anything YAML would fold or normalise (control chars, NEL, U+2028/9, BOM,
+    # trailing blanks); literal blocks only for plain multi-line text.
+    style: str | None = None
+    if any(not (c.isprintable() or c == "\n") or c == "\ufeff" for c in value):
+        style = '"'
+    elif "\n" in value:
+        plain_lines = all(line == line.strip(" \t") or not line.strip() for line in value.split("\n"))
+        style = "|" if plain_lines and not value.startswith((" ", "\n")) else '"'
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
