@@ -56,3 +56,22 @@ def deploy(
         memlock=_memlock(memlock),  # type: ignore[arg-type]
         podman_version=podman_version,
     )
+
+
+@task(help={"check": "write nothing; fail if the committed schema is stale"})
+@user_errors
+def schema(c, check=False):
+    """Write schema/deployment.schema.json (the spec's JSON Schema, for editors)."""
+    import json
+
+    from rigsmith import spec, writer
+
+    root = project().root
+    text = json.dumps(spec.json_schema(), indent=2, sort_keys=True) + "\n"
+    writer.write(
+        [writer.Artifact(root / "schema/deployment.schema.json", text)],
+        yes=True,
+        check=check,
+        echo=echo,
+        root=root,
+    )

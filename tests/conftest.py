@@ -228,12 +228,19 @@ FAKE_CDI_SPEC = {
 
 @pytest.fixture(scope="session")
 def fake_cdi() -> Iterator[Path]:
-    """A fake CDI vendor spec in /etc/cdi (podman 4.x reads only the default dirs)."""
+    """A fake CDI vendor spec in /etc/cdi (podman < 5.5 reads only the default dirs).
+
+    Left in place after the run: concurrent test sessions (several checkouts) share it, and a second file
+    defining the same devices would make podman's CDI registry refuse both. Vendor example.com is inert.
+    """
     path = Path("/etc/cdi/rigsmith-test-example-gpu.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(FAKE_CDI_SPEC, indent=1))
+    text = json.dumps(FAKE_CDI_SPEC, indent=1)
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
     yield path
-    path.unlink(missing_ok=True)
 
 
 #: The stand-in engine: records argv (hex, one per line), env (hex of `env -0`), /dev/shm, memlock and
