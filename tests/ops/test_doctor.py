@@ -192,6 +192,27 @@ def test_cdi_version_newer_than_podman_reads_is_no_go() -> None:
     assert quad.verdict == "no-go" and "quadlet needs ≥ 4.4.0" in quad.detail
 
 
+def test_same_device_in_two_specs_of_one_directory_is_no_go() -> None:
+    spec = seed(SEED000)
+    f = facts("3x3090-squatter", spec)
+    copy = dataclasses.replace(f.cdi[0], path="/etc/cdi/nvidia-old.yaml")
+    f.cdi.append(copy)
+    cdi = next(c for c in doctor.evaluate(spec, f) if c.name == "CDI devices")
+    assert cdi.verdict == "no-go" and "defined twice" in cdi.detail and "podman refuses both" in cdi.detail
+    f.cdi[-1] = dataclasses.replace(copy, path="/var/run/cdi/nvidia.yaml")  # other dir: later one wins
+    assert next(c for c in doctor.evaluate(spec, f) if c.name == "CDI devices").verdict == "go"
+
+
+def test_cdi_edits_list_nodes_and_env_per_device_with_common_edits() -> None:
+    y = probes.parse_cdi(
+        "/etc/cdi/nvidia.yaml", (DATA / "3x3090-squatter/files/etc/cdi/nvidia.yaml").read_text()
+    )
+    nodes, env = y.edits["1"]
+    assert nodes[0] == "/dev/nvidia1" and "/dev/nvidiactl" in nodes
+    assert env == ("NVIDIA_VISIBLE_DEVICES=void",)
+    assert y.directory == "/etc/cdi"
+
+
 def test_doctor_tables_match_golden(update_golden: bool) -> None:
     out = {}
     for case, name in (("3x3090-squatter", SEED000), ("4x3090-idle", SEED003), ("no-driver", SEED003)):

@@ -167,12 +167,28 @@ def _provider(dev: str, specs: list[CdiSpec]) -> CdiSpec | None:
     return found
 
 
+def conflicts(specs: list[CdiSpec]) -> dict[str, list[str]]:
+    """Devices defined by two spec files in one directory: podman's CDI registry refuses both (seen here:
+    "conflicting device ... (specs a, b)" then "unresolvable CDI devices")."""
+    where: dict[tuple[str, str], list[str]] = {}
+    for s in specs:
+        if not s.error:
+            for dev in s.qualified():
+                where.setdefault((s.directory, dev), []).append(s.path)
+    return {dev: paths for (_d, dev), paths in where.items() if len(paths) > 1}
+
+
 def _check_cdi(spec: Deployment, facts: HostFacts) -> Check:
     problems: list[str] = []
     hints: list[str] = []
     ok: list[str] = []
+    clash = conflicts(facts.cdi)
     readable = max_cdi_version(facts.podman_version) if facts.podman_version else None
     for dev in spec.resources.gpus.cdi_devices:
+        if dev in clash:
+            problems.append(f"{dev} is defined twice ({', '.join(clash[dev])}); podman refuses both")
+            hints.append("remove the stale copy (keep one spec per vendor per directory)")
+            continue
         s = _provider(dev, facts.cdi)
         if s is None:
             problems.append(f"no CDI spec provides {dev}")

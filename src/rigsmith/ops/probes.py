@@ -266,6 +266,12 @@ class CdiSpec:
     devices: tuple[str, ...]
     driver_version: str | None = None  # from the versioned driver libraries it mounts (NVIDIA specs)
     error: str | None = None
+    #: device name → (container device node paths, "K=V" env) its edits inject, common edits included
+    edits: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+
+    @property
+    def directory(self) -> str:
+        return self.path.rsplit("/", 1)[0]
 
     def qualified(self) -> list[str]:
         """Fully qualified device names: vendor/class=name."""
@@ -283,16 +289,30 @@ def parse_cdi(path: str, text: str) -> CdiSpec:
         return CdiSpec(path, "", "", (), error=f"not valid YAML/JSON: {err}")
     if not isinstance(data, dict):
         return CdiSpec(path, "", "", (), error="not a mapping")
-    devices = tuple(str(d.get("name")) for d in data.get("devices") or [] if isinstance(d, dict))
+    devs = [d for d in data.get("devices") or [] if isinstance(d, dict)]
+    common_nodes, common_env = _edits(data.get("containerEdits"))
+    edits = {}
+    for d in devs:
+        nodes, env = _edits(d.get("containerEdits"))
+        edits[str(d.get("name"))] = (nodes + common_nodes, env + common_env)
     m = _LIB_VERSION.search(text)
     return CdiSpec(
         path,
         str(data.get("cdiVersion", "")),
         str(data.get("kind", "")),
-        devices,
+        tuple(edits),
         m.group(1) if m else None,
         None if data.get("cdiVersion") and data.get("kind") else "missing cdiVersion or kind",
+        edits,
     )
+
+
+def _edits(ce: object) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if not isinstance(ce, dict):
+        return (), ()
+    nodes = tuple(str(n["path"]) for n in ce.get("deviceNodes") or [] if isinstance(n, dict) and "path" in n)
+    env = tuple(str(e) for e in ce.get("env") or [])
+    return nodes, env
 
 
 # -- results ------------------------------------------------------------------------------------------
