@@ -301,3 +301,98 @@ def compare(
                     )
                 )
     return out
+
+
+# -- the whole run ------------------------------------------------------------------------------------
+
+
+def stream_counts(spec: specmod.Deployment, extra: Sequence[int] = ()) -> list[int]:
+    """1 stream, every stream count the recipe publishes a number for, and any asked for."""
+    return sorted({1, *(b.streams for b in spec.benchmarks), *extra})
+
+
+def prompt_of(words: int) -> str:
+    """A deterministic plain-word prompt."""
+    vocab = ("the", "rig", "serves", "tokens", "from", "four", "cards", "over", "pcie", "quickly")
+    return " ".join(vocab[i % len(vocab)] for i in range(words))
+
+
+def run(
+    url: str,
+    model: str,
+    counts: Sequence[int],
+    max_tokens: int,
+    prompt_words: int = DEFAULT_PROMPT_WORDS,
+    chat: bool = False,
+    echo: Any = print,
+) -> list[Summary]:
+    """Run each stream count once (after a one-request warm-up) and summarise."""
+    prompt = prompt_of(prompt_words)
+    run_streams(url, model, 1, min(max_tokens, 8), prompt, chat)  # warm-up: connection, caches
+    out = []
+    for n in counts:
+        results, wall = run_streams(url, model, n, max_tokens, prompt, chat)
+        s = summarize(results, wall)
+        echo(
+            f"bench {n} stream(s): decode {s.mean_stream_decode_tps:.1f} tok/s per stream, aggregate "
+            f"{s.aggregate_decode_tps:.1f} tok/s, TTFT {s.ttft_mean_s * 1000:.0f} ms, prefill "
+            f"{s.prefill_tps:.0f} tok/s"
+        )
+        out.append(s)
+    return out
+
+
+def results_path(root: Path) -> Path:
+    """Where bench results accumulate in a checkout."""
+    return root / ".rigsmith" / "bench.jsonl"
+
+
+def comparison_lines(comparisons: Sequence[Comparison]) -> list[str]:
+    """Human lines for --compare."""
+    out = []
+    for c in comparisons:
+        verdict = (
+            "" if c.passed is None else ("  PASS" if c.passed else f"  BELOW (tolerance {c.tolerance:.0%})")
+        )
+        out.append(
+            f"{c.label:<48} {c.streams} stream(s): {c.measured:8.1f} vs {c.reference:8.1f} tok/s "
+            f"= {c.ratio:6.3f}x{verdict}"
+        )
+    return out
+
+
+def bench_deployment(
+    project: Any,
+    deployment: str | None = None,
+    *,
+    url: str | None = None,
+    model: str | None = None,
+    streams: Sequence[int] = (),
+    max_tokens: int = 256,
+    prompt_words: int = DEFAULT_PROMPT_WORDS,
+    chat: bool = False,
+    show_compare: bool = True,
+    when: str | None = None,
+    echo: Any = print,
+) -> tuple[list[Summary], list[Comparison]]:
+    """Benchmark a running deployment, append the result keyed by the lock hash, compare."""
+    from datetime import UTC, datetime
+
+    spec = project.load(deployment)
+    lock_text = project.lock_path.read_text(encoding="utf-8") if project.lock_path.exists() else ""
+    key = lock_key(lock_text, spec)
+    url = url or base_url(spec)
+    if model is None:
+        with httpx.Client(timeout=10) as c:
+            model = served_model(c, url)
+    summaries = run(url, model, stream_counts(spec, streams), max_tokens, prompt_words, chat, echo)
+    path = results_path(project.root)
+    earlier = history(path, spec.name)
+    stamp = when or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    append(path, record(spec, key, url, model, max_tokens, summaries, stamp))
+    echo(f"bench: appended to {path} (lock key {key})")
+    comparisons = compare(spec, summaries, earlier, key)
+    if show_compare:
+        for line in comparison_lines(comparisons):
+            echo(line)
+    return summaries, comparisons
