@@ -72,3 +72,18 @@ def standin_server(tmp_path: Path) -> Iterator[Standin]:
     )
     with Standin(cfg, port=free_port()) as s:
         yield s
+
+
+@pytest.fixture(autouse=True)
+def _fake_cdi_present(request: pytest.FixtureRequest) -> None:
+    """Re-create the shared fake CDI spec if a concurrent test session (another checkout) removed it."""
+    if "fake_cdi" in request.fixturenames:
+        from tests.conftest import FAKE_CDI_SPEC
+
+        path: Path = request.getfixturevalue("fake_cdi")
+        if not path.exists():
+            import json
+
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(FAKE_CDI_SPEC, indent=1))
+            tmp.replace(path)
