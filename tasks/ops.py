@@ -1,1 +1,227 @@
-"""Tasks of this area (filled in by its issue)."""
+"""Operations: doctor, up, down, status, logs, wait, bench, proxy-entry. Wiring only (see rigsmith.ops)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from invoke import Exit, task
+
+from rigsmith import writer
+from rigsmith.errors import RigsmithError
+from rigsmith.ops import bench as benchmod
+from rigsmith.ops import doctor as doctormod
+from rigsmith.ops import lifecycle, proxy
+from rigsmith.ops import wait as waitmod
+from rigsmith.ops.host import LocalHost, gather
+from tasks._common import confirm, echo, project, user_errors
+from tasks.deploy import _memlock
+
+_DEP = "deployments/NAME.yaml to act on (optional when there is only one)"
+_TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
+_OUT = "where the target's artifacts live: DIR/<target>/… (default: the checkout)"
+
+
+def _ops(target: str, out: str | None) -> lifecycle.Ops:
+    return lifecycle.Ops(
+        project(), target=target, out=Path(out) if out else None, env=dict(os.environ), echo=echo
+    )
+
+
+def _int(flag: str, value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        raise RigsmithError(f"{flag} {value!r} is not a whole number", hint=f"e.g. {flag} 2") from None
+
+
+@task(help={"deployment": _DEP, "target": _TARGET})
+@user_errors
+def doctor(c, deployment=None, target="podman"):
+    """Preflight: one go/no-go table of this host against the deployment's needs."""
+    from rich.console import Console
+
+    p = project()
+    spec = p.load(deployment)
+    checks = doctormod.evaluate(spec, gather(LocalHost(), model_dir=spec.model.local_dir), target)
+    Console().print(doctormod.table(checks, f"doctor: {spec.name} ({target})"))
+    bad = [ch.name for ch in checks if ch.verdict == "no-go"]
+    if bad:
+        raise Exit(
+            f"doctor: NO-GO — {len(bad)} check(s) failed: {', '.join(bad)} (hints in the table)", code=1
+        )
+    echo("doctor: GO")
+
+
+@task(
+    help={
+        "deployment": _DEP,
+        "target": _TARGET,
+        "image": "container image reference, overriding the spec and the lock",
+        "memlock": "override memlock: unlimited, bytes, or host (set none; for hosts that cannot raise it)",
+        "out": _OUT,
+        "yes": "change existing generated files without asking",
+        "dry_run": "print what would change and be started; do nothing",
+    }
+)
+@user_errors
+def up(c, deployment=None, target="podman", image=None, memlock=None, out=None, yes=False, dry_run=False):
+    """Start the deployment (render-check, start if needed, verify devices and env arrived)."""
+    lifecycle.up(
+        _ops(target, out),
+        deployment=deployment,
+        image=image,
+        memlock=_memlock(memlock),  # type: ignore[arg-type]
+        yes=yes,
+        confirm=confirm(),
+        dry_run=dry_run,
+    )
+
+
+@task(help={"deployment": _DEP, "target": _TARGET, "out": _OUT})
+@user_errors
+def down(c, deployment=None, target="podman", out=None):
+    """Stop the deployment with its grace, then confirm no process of it holds a GPU."""
+    lifecycle.down(_ops(target, out), deployment=deployment)
+
+
+@task(help={"deployment": _DEP, "target": _TARGET, "out": _OUT})
+@user_errors
+def status(c, deployment=None, target="podman", out=None):
+    """Show the deployment's container state, whether it runs the current spec, and /health."""
+    st = lifecycle.status(_ops(target, out), deployment=deployment, health=waitmod.http_health_url)
+    spec = {
+        True: "current spec",
+        False: "STALE spec (run `invoke down` then `invoke up`)",
+        None: "spec unknown",
+    }
+    health = {True: "healthy", False: "not answering /health", None: "-"}
+    echo(
+        f"{st.name}: {st.state}"
+        + (f" since {st.started}" if st.started else "")
+        + (f"; {st.image}; {spec[st.spec_current]}; {health[st.healthy]}" if st.state != "absent" else "")
+    )
+    if st.service:
+        echo("  service: " + ", ".join(f"{k}={v}" for k, v in st.service.items()))
+
+
+@task(
+    help={
+        "deployment": _DEP,
+        "target": _TARGET,
+        "out": _OUT,
+        "follow": "keep following new lines",
+        "tail": "show only the last N lines",
+    }
+)
+@user_errors
+def logs(c, deployment=None, target="podman", out=None, follow=False, tail=None):
+    """Show the deployment's engine log (podman logs / journalctl)."""
+    argv = lifecycle.logs_argv(
+        _ops(target, out),
+        deployment=deployment,
+        follow=follow,
+        tail=_int("--tail", tail) if tail is not None else None,
+    )
+    try:
+        code = subprocess.run(argv, check=False).returncode
+    except FileNotFoundError:
+        raise RigsmithError(
+            f"{argv[0]} is not installed", hint="install it, or use the other --target"
+        ) from None
+    if code:
+        raise Exit(f"logs: `{' '.join(argv)}` exited {code}", code=code)
+
+
+@task(
+    help={
+        "deployment": _DEP,
+        "target": _TARGET,
+        "out": _OUT,
+        "timeout": "seconds before giving up (default: 2x the recipe's first-boot time)",
+        "log_file": "follow this log file instead of the container's log",
+        "url": "health URL (default: the deployment's host, port and readiness.health_path)",
+    }
+)
+@user_errors
+def wait(c, deployment=None, target="podman", out=None, timeout=None, log_file=None, url=None):
+    """Wait until the recipe's readiness gates pass (log lines, KV-cache size, /health)."""
+    ops = _ops(target, out)
+    spec = ops.project.load(deployment)
+    if log_file:
+        follower = waitmod.LogFollower(path=Path(log_file))
+    else:
+        follower = waitmod.LogFollower(argv=lifecycle.logs_argv(ops, deployment=spec.name, follow=True))
+    health = url or f"{benchmod.base_url(spec)}{spec.readiness.health_path}"
+    secs = float(timeout) if timeout is not None else waitmod.timeout_for(spec)
+    res = waitmod.wait(
+        waitmod.Gates.from_spec(spec), follower, waitmod.http_health(health), timeout=secs, echo=echo
+    )
+    echo(
+        f"wait: {spec.name} ready after {res.seconds:.0f}s"
+        + (f" (GPU KV cache {res.kv_seen:,} tokens)" if res.kv_seen is not None else "")
+    )
+
+
+@task(
+    help={
+        "deployment": _DEP,
+        "url": "OpenAI API base URL (default: the deployment's host and port)",
+        "model": "model name to request (default: the first one /v1/models lists)",
+        "streams": "comma-separated extra stream counts (1 and the recipe's published counts always run)",
+        "max_tokens": "tokens generated per request",
+        "prompt_words": "prompt length in words",
+        "chat": "use /v1/chat/completions instead of /v1/completions",
+        "compare": "print the comparison with earlier runs and the recipe's published numbers",
+    }
+)
+@user_errors
+def bench(
+    c,
+    deployment=None,
+    url=None,
+    model=None,
+    streams="",
+    max_tokens=256,
+    prompt_words=512,
+    chat=False,
+    compare=False,
+):
+    """Measure decode tok/s (1 and N streams), TTFT and prefill; append results keyed by the lock hash."""
+    counts = [_int("--streams", s) for s in str(streams).split(",") if s.strip()]
+    benchmod.bench_deployment(
+        project(),
+        deployment,
+        url=url,
+        model=model,
+        streams=counts,
+        max_tokens=_int("--max-tokens", max_tokens),
+        prompt_words=_int("--prompt-words", prompt_words),
+        chat=chat,
+        show_compare=compare,
+        echo=echo,
+    )
+
+
+@task(
+    help={
+        "deployment": _DEP,
+        "target": _TARGET,
+        "write": "write proxy/NAME/llama-swap.yaml and family.json instead of printing them",
+        "yes": "change existing files without asking (with --write)",
+    }
+)
+@user_errors
+def proxy_entry(c, deployment=None, target="podman", write=False, yes=False):
+    """Emit a llama-swap model entry and the proxy family record for the deployment."""
+    p = project()
+    spec = p.load(deployment)
+    if write:
+        writer.write(
+            proxy.artifacts(spec, p.root, target), yes=yes, confirm=confirm(), echo=echo, root=p.root
+        )
+        return
+    for name, text in proxy.render(spec, target).items():
+        echo(f"# ---- {name}")
+        echo(text.rstrip("\n"))

@@ -414,8 +414,8 @@ def table(checks: list[Check], title: str) -> Table:
     t = Table(title=title, show_lines=False, expand=False)
     t.add_column("check", no_wrap=True)
     t.add_column("result", no_wrap=True)
-    t.add_column("detail")
-    t.add_column("what to do")
+    t.add_column("detail", overflow="fold")
+    t.add_column("what to do", overflow="fold")
     for c in checks:
         t.add_row(c.name, f"[{_STYLE[c.verdict]}]{c.verdict}[/]", c.detail, c.hint or "")
     return t

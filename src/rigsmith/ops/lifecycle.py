@@ -253,6 +253,11 @@ class Ops:
     host: Host = field(default_factory=LocalHost)
 
     def __post_init__(self) -> None:
+        if self.target not in OPS_TARGETS:
+            raise RigsmithError(
+                f"up/down/status/logs drive the podman and quadlet targets, not {self.target!r}",
+                hint="use --target podman or --target quadlet",
+            )
         if isinstance(self.host, LocalHost) and self.host.env is None and self.env is not None:
             self.host = LocalHost(self.env)
 
