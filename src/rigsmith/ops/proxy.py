@@ -53,8 +53,8 @@ def _commands(spec: Deployment, target: str) -> tuple[str, str]:
         return shlex.join(["podman", "wait", name]), "true"
     if target == "quadlet":
         unit = f"{name}.service"
-        start = ["/bin/sh", "-c", 'systemctl start "$0" && exec podman wait "$1"', unit, name]
-        return shlex.join(start), shlex.join(["systemctl", "stop", unit])
+        argv = ["/bin/sh", "-c", 'systemctl start "$0" && exec podman wait "$1"', unit, name]
+        return shlex.join(argv), shlex.join(["systemctl", "stop", unit])
     run = f"{ROOT_MACRO}/podman/{name}/run.sh"
     stop = f"{ROOT_MACRO}/podman/{name}/stop.sh"
     start = shlex.join(["/bin/sh", "-c", '"$0" && exec podman wait "$1"']) + f" {run} {shlex.quote(name)}"
