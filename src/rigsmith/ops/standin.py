@@ -68,6 +68,14 @@ class _Server(ThreadingHTTPServer):
     ready: threading.Event
     write_log: Callable[[str], None]
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        # A client that goes away mid-stream (a benchmark's last read, a killed wait) is not an error here.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
