@@ -93,7 +93,13 @@ def fetch_url(
         stop=stop_after_attempt(attempts),
         wait=wait_exponential_jitter(multiplier=0.5, max=wait_max, jitter=0.5),
         retry=retry_if_exception_type(
-            (_Transient, httpx.ConnectError, httpx.TimeoutException, httpx.ReadError, httpx.RemoteProtocolError)
+            (
+                _Transient,
+                httpx.ConnectError,
+                httpx.TimeoutException,
+                httpx.ReadError,
+                httpx.RemoteProtocolError,
+            )
         ),
         reraise=True,
     )
@@ -131,7 +137,9 @@ def load_source(source: str, *, root: Path | None = None, **http: object) -> Fet
         return fetch_url(source, **http)  # type: ignore[arg-type]
     scheme = urlsplit(source).scheme
     if scheme and len(scheme) > 1:
-        raise RecipeError(f"{source}: unsupported scheme {scheme!r}", hint="use an http(s) URL or a file path")
+        raise RecipeError(
+            f"{source}: unsupported scheme {scheme!r}", hint="use an http(s) URL or a file path"
+        )
     path = Path(source).expanduser()
     if root is not None and not path.is_absolute():
         path = root / path
@@ -155,7 +163,7 @@ def decode(fetched: Fetched) -> str:
         return fetched.data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise RecipeError(
-            f"{fetched.source}: not UTF-8 text (byte {err.start}: {fetched.data[err.start:err.start + 1]!r})",
+            f"{fetched.source}: not UTF-8 text (at byte {err.start})",
             hint="a recipe is JSON, compose YAML or command text in UTF-8",
         ) from None
 
@@ -211,7 +219,8 @@ def next_steps(dep: specmod.Deployment) -> list[str]:
     missing = [t for t, v in dep.placeholders.items() if not v]
     if missing:
         out.append(
-            f"fill in before deploy: {', '.join(missing)} — set `placeholders:` in deployments/{dep.name}.yaml"
+            f"fill in before deploy: {', '.join(missing)} — set `placeholders:` in "
+            f"deployments/{dep.name}.yaml"
         )
     if dep.engine.image is None and dep.engine.build is None:
         out.append(

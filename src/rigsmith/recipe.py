@@ -44,6 +44,11 @@ from rigsmith.errors import RecipeError
 
 # -- knowledge tables ---------------------------------------------------------------------------------
 
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 #: vLLM flags whose value is JSON (argparse ``type=json.loads``-like); a bad value is refused.
 JSON_FLAGS = frozenset(
     {
@@ -79,20 +84,26 @@ FLAG_ALIASES: Mapping[str, tuple[str, ...]] = {
 }
 
 #: ``docker run`` / ``podman run`` options that take a value (so the image is found correctly).
-DOCKER_VALUE_OPTS = frozenset(
-    "--gpus --device -p --publish -v --volume -e --env --env-file --name --ipc --shm-size --ulimit "
-    "--runtime --restart --network --net -w --workdir --entrypoint --mount --security-opt --cap-add "
-    "--cap-drop -u --user -l --label --hostname --platform --pull -m --memory --cpus --pid --log-opt "
-    "--log-driver --add-host --group-add --stop-timeout --stop-signal --health-cmd --tmpfs "
-    "--cgroupns --userns --uts".split()
+DOCKER_VALUE_OPTS = _words(
+    """
+    --gpus --device -p --publish -v --volume -e --env --env-file --name --ipc --shm-size --ulimit
+    --runtime --restart --network --net -w --workdir --entrypoint --mount --security-opt --cap-add
+    --cap-drop -u --user -l --label --hostname --platform --pull -m --memory --cpus --pid --log-opt
+    --log-driver --add-host --group-add --stop-timeout --stop-signal --health-cmd --tmpfs --cgroupns
+    --userns --uts
+    """
 )
-DOCKER_BOOL_OPTS = frozenset(
-    "-d --detach --rm -i --interactive -t --tty -it -ti -dit --privileged --init --read-only".split()
+DOCKER_BOOL_OPTS = _words(
+    """
+    -d --detach --rm -i --interactive -t --tty -it -ti -dit --privileged --init --read-only
+    """
 )
 #: Options rigsmith decides per target; importing drops them and says so.
-DOCKER_DROPPED = frozenset(
-    "--name --restart --rm -d --detach -i -t -it -ti -dit --interactive --tty --runtime --network --net "
-    "-p --publish --privileged --init --pull --platform --log-opt --log-driver --hostname".split()
+DOCKER_DROPPED = _words(
+    """
+    --name --restart --rm -d --detach -i -t -it -ti -dit --interactive --tty --runtime --network
+    --net -p --publish --privileged --init --pull --platform --log-opt --log-driver --hostname
+    """
 )
 
 #: Launchers: executable basename → (executable inside the container, subcommand it needs).
@@ -106,7 +117,11 @@ _PYTHON_RE = re.compile(r"^python3?(\.\d+)?$")
 #: The vLLM images' entrypoint (vllm/vllm-openai runs ``vllm serve`` with the container command as args).
 IMAGE_ENTRYPOINT = ("vllm", ("serve",))
 
-SHELL_KEYWORDS = frozenset("if then else elif fi for while until do done case esac function select { }".split())
+SHELL_KEYWORDS = _words(
+    """
+    if then else elif fi for while until do done case esac function select { }
+    """
+)
 
 #: GPU name → (VRAM GiB per card, CUDA arch).
 GPUS: Mapping[str, tuple[float, str]] = {
@@ -278,15 +293,15 @@ def _from_json(text: str, source: str) -> tuple[Launch, Meta]:
     except json.JSONDecodeError as err:
         raise RecipeError(
             f"{source}: not valid JSON: {err.msg} at line {err.lineno} column {err.colno}",
-            hint="a recipe JSON needs at least a \"command\" string",
+            hint='a recipe JSON needs at least a "command" string',
         ) from None
     if not isinstance(data, dict):
-        raise RecipeError(f"{source}: the recipe JSON must be an object with a \"command\" string")
+        raise RecipeError(f'{source}: the recipe JSON must be an object with a "command" string')
     problems = []
     for key in ("id", "title", "command", "notes"):
         if key in data and data[key] is not None and not isinstance(data[key], str):
             problems.append(f"{key}: must be a string, got {type(data[key]).__name__}")
-    if not isinstance(data.get("command"), str) or not data["command"].strip():
+    if "command" not in data or (isinstance(data["command"], str) and not data["command"].strip()):
         problems.append("command: missing or empty; the recipe must give the vLLM command as a string")
     env = data.get("env")
     env_text: str | None = None
@@ -353,7 +368,9 @@ def _from_shell(text: str) -> Launch:
             for w in cmd.words[1:]:
                 m = _ASSIGN_RE.match(w.text)
                 if not m:
-                    launch.problems.append(f"line {cmd.line}: 'export {w.text}' sets no value; write NAME=value")
+                    launch.problems.append(
+                        f"line {cmd.line}: 'export {w.text}' sets no value; write NAME=value"
+                    )
                     continue
                 exported.append(_env_var(m.group(1), m.group(2), cmd.comment, launch, f"line {cmd.line}"))
         elif all(_is_assignment(a) for a in argv):
@@ -362,10 +379,10 @@ def _from_shell(text: str) -> Launch:
                 "without export (not passed to vLLM): not imported"
             )
         elif argv[0].startswith("-") and candidates:
-            prev = candidates[-1]
             launch.problems.append(
-                f"line {cmd.line} starts with the option {argv[0]!r} but line {prev.line} does not end with "
-                "'\\', so a shell runs it as a separate command; add the missing '\\' line continuations"
+                f"line {cmd.line} starts with the option {argv[0]!r}, but the line before it does not "
+                "continue with '\\', so a shell runs it as a separate command; add the missing '\\' line "
+                "continuations"
             )
         else:
             candidates.append(cmd)
@@ -452,7 +469,9 @@ def _launcher(words: Sequence[shellwords.Word], launch: Launch, line: int) -> No
 def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None:
     tool = PurePosixPath(words[0].text).name
     if len(words) < 2 or words[1].text != "run":
-        launch.problems.append(f"line {line}: '{tool} {words[1].text if len(words) > 1 else ''}' is not '{tool} run'")
+        launch.problems.append(
+            f"line {line}: '{tool} {words[1].text if len(words) > 1 else ''}' is not '{tool} run'"
+        )
         return
     rest = list(words[2:])
     i = 0
@@ -505,7 +524,11 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
     elif texts and PurePosixPath(texts[0]).name == "vllm" and texts[1:2] == ["serve"]:
         launch.recipe_executable = texts[0]
         after = after[2:]
-    elif texts and _PYTHON_RE.match(PurePosixPath(texts[0]).name) and texts[1:3] == ["-m", LAUNCHERS["python"][1][1]]:
+    elif (
+        texts
+        and _PYTHON_RE.match(PurePosixPath(texts[0]).name)
+        and texts[1:3] == ["-m", LAUNCHERS["python"][1][1]]
+    ):
         launch.recipe_executable = texts[0]
         launch.executable, launch.subcommand = LAUNCHERS["python"]
         launch.first_arg_positional_ok = False
@@ -610,7 +633,9 @@ def _volume(val: str, launch: Launch, where: str) -> None:
         for path, msg in specmod.problems_from(err):
             launch.problems.append(f"{where} {val!r}: {path}: {msg}")
     if "$" in host:
-        launch.notes.append(f"{where} {val}: the host path holds shell syntax, kept literally; set a real path")
+        launch.notes.append(
+            f"{where} {val}: the host path holds shell syntax, kept literally; set a real path"
+        )
 
 
 def _env_var(name: str, value: str, note: str | None, launch: Launch, where: str) -> specmod.EnvVar:
@@ -644,7 +669,9 @@ def _merge_env(env: Sequence[specmod.EnvVar], launch: Launch) -> list[specmod.En
     for e in env:
         old = out.get(e.name)
         if old is not None:
-            same = "with the same value" if old.value == e.value else f"({old.value!r} → {e.value!r}, last wins)"
+            same = (
+                "with the same value" if old.value == e.value else f"({old.value!r} → {e.value!r}, last wins)"
+            )
             launch.notes.append(f"env {e.name} is set twice {same}")
             if e.note is None and old.note is not None:
                 e = e.model_copy(update={"note": old.note})
@@ -704,14 +731,20 @@ def _from_compose(data: dict[str, Any]) -> Launch:
     where = f"services.{name}"
     entry = svc.get("entrypoint")
     entry_list = _compose_words(entry, f"{where}.entrypoint", launch) if entry is not None else None
-    if entry_list and PurePosixPath(entry_list[0]).name in ("bash", "sh", "dash", "zsh") and "-c" in entry_list:
+    if (
+        entry_list
+        and PurePosixPath(entry_list[0]).name in ("bash", "sh", "dash", "zsh")
+        and "-c" in entry_list
+    ):
         launch.problems.append(
             f"{where}.entrypoint: runs a shell script ({entry_list[0]} -c …); rigsmith runs vLLM's "
             "argv directly and does not import scripts — replace it with the vllm serve command it runs"
         )
     seen = list(_interpolations(svc, where))
     if seen:
-        shown = "; ".join(f"{p}: {v}" for p, v in seen[:6]) + (f"; … {len(seen) - 6} more" if len(seen) > 6 else "")
+        shown = "; ".join(f"{p}: {v}" for p, v in seen[:6]) + (
+            f"; … {len(seen) - 6} more" if len(seen) > 6 else ""
+        )
         launch.problems.append(
             f"compose interpolation is not imported (rigsmith would have to guess each value): {shown}. "
             "Replace each ${VAR:-default} with the value you run"
@@ -766,7 +799,9 @@ def _from_compose(data: dict[str, Any]) -> Launch:
     if isinstance(ulimits, dict) and "memlock" in ulimits:
         ml = ulimits["memlock"]
         soft = ml.get("soft") if isinstance(ml, dict) else ml
-        launch.memlock = "unlimited" if str(soft) in ("-1", "unlimited") else _int(str(soft), launch, f"{where}.ulimits")
+        launch.memlock = (
+            "unlimited" if str(soft) in ("-1", "unlimited") else _int(str(soft), launch, f"{where}.ulimits")
+        )
     if "stop_grace_period" in svc:
         launch.stop_grace = _duration(str(svc["stop_grace_period"]), launch, f"{where}.stop_grace_period")
     for idx, vol in enumerate(svc.get("volumes") or []):
@@ -774,8 +809,18 @@ def _from_compose(data: dict[str, Any]) -> Launch:
             _volume(vol, launch, f"{where}.volumes[{idx}]")
         else:
             launch.notes.append(f"{where}.volumes[{idx}]: long syntax not imported: {json.dumps(vol)}")
-    known = {"image", "command", "entrypoint", "environment", "devices", "deploy", "shm_size", "ulimits",
-             "stop_grace_period", "volumes"}
+    known = {
+        "image",
+        "command",
+        "entrypoint",
+        "environment",
+        "devices",
+        "deploy",
+        "shm_size",
+        "ulimits",
+        "stop_grace_period",
+        "volumes",
+    }
     dropped = sorted(set(svc) - known)
     if dropped:
         launch.notes.append(
@@ -815,13 +860,13 @@ def _compose_env(value: Any, where: str, launch: Launch) -> None:
         items = [(str(k), None if v is None else str(v)) for k, v in value.items()]
     elif value is not None:
         launch.problems.append(f"{where}: must be a list or a mapping")
-    for k, v in items:
+    for k, val in items:
         if not specmod.ENV_NAME_RE.match(k):
             launch.problems.append(f"{where}: {k!r} is not an environment variable name")
-        elif v is None:
+        elif val is None:
             launch.env.append(_passthrough(k, launch, where))
         else:
-            launch.env.append(_env_var(k, _unescape(v), None, launch, where))
+            launch.env.append(_env_var(k, _unescape(val), None, launch, where))
     launch.env = _merge_env(launch.env, launch)
 
 
@@ -878,12 +923,16 @@ def parse_env_text(text: str) -> tuple[list[specmod.EnvVar], list[str], list[str
         found = _ENV_TOKEN_RE.findall(bare)
         leftover = _ENV_TOKEN_RE.sub("", bare).strip()
         if leftover:
-            problems.append(f"env segment {idx + 1} ({segment.strip()!r}): cannot read {leftover!r}; write NAME=value")
+            problems.append(
+                f"env segment {idx + 1} ({segment.strip()!r}): cannot read {leftover!r}; write NAME=value"
+            )
         note = "; ".join(annotations) if annotations and len(found) == 1 else None
         if annotations and len(found) != 1:
             notes.extend(annotations)
         for name, value in found:
-            out.append(specmod.EnvVar(name=name, value=value, note=note, secret=bool(_SECRET_NAME_RE.search(name))))
+            out.append(
+                specmod.EnvVar(name=name, value=value, note=note, secret=bool(_SECRET_NAME_RE.search(name)))
+            )
     if sep:
         items = [s.strip() for s in tail.split(";") if s.strip()]
         for idx, item in enumerate(items):
@@ -895,35 +944,41 @@ def parse_env_text(text: str) -> tuple[list[specmod.EnvVar], list[str], list[str
                 continue
             out.append(
                 specmod.EnvVar(
-                    name=m.group(1), value=m.group(2), note=m.group(3).strip() or None, opt_in=True, enabled=False
+                    name=m.group(1),
+                    value=m.group(2),
+                    note=m.group(3).strip() or None,
+                    opt_in=True,
+                    enabled=False,
                 )
             )
     return out, notes, problems
 
 
-def _parens(text: str) -> list[str]:
-    out, depth, start = [], 0, 0
+def _annotation_spans(text: str) -> list[tuple[int, int]]:
+    """Spans of ``(annotation)``: a ``(`` that starts a word (so ``$(id)`` in a value is not one)."""
+    spans, depth, start = [], 0, 0
     for i, ch in enumerate(text):
-        if ch == "(":
+        if ch == "(" and (depth or i == 0 or text[i - 1].isspace()):
             if depth == 0:
-                start = i + 1
+                start = i
             depth += 1
         elif ch == ")" and depth:
             depth -= 1
             if depth == 0:
-                out.append(text[start:i])
-    return out
+                spans.append((start, i + 1))
+    return spans
+
+
+def _parens(text: str) -> list[str]:
+    return [text[a + 1 : b - 1] for a, b in _annotation_spans(text)]
 
 
 def _strip_parens(text: str) -> str:
-    out, depth = [], 0
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")" and depth:
-            depth -= 1
-        elif depth == 0:
-            out.append(ch)
+    out, last = [], 0
+    for a, b in _annotation_spans(text):
+        out.append(text[last:a])
+        last = b
+    out.append(text[last:])
     return "".join(out)
 
 
@@ -984,7 +1039,9 @@ _FACT_READERS: Mapping[str, Callable[[NoteFacts, re.Match[str]], None]] = {
     "warm": lambda f, m: setattr(f, "warm", _upper_minutes(m)),
     "patch": lambda f, m: f.patches.append(
         specmod.ConfigPatch(
-            key=f"{m.group('parent')}.{m.group('key')}", value=_note_value(m.group("value")), note=m.group("note")
+            key=f"{m.group('parent')}.{m.group('key')}",
+            value=_note_value(m.group("value")),
+            note=m.group("note"),
         )
     ),
 }
@@ -1009,9 +1066,9 @@ def note_facts(text: str) -> NoteFacts:
             for m in pattern.finditer(text):
                 _FACT_READERS[key](facts, m)
             continue
-        m = pattern.search(text)
-        if m:
-            _FACT_READERS[key](facts, m)
+        found = pattern.search(text)
+        if found:
+            _FACT_READERS[key](facts, found)
     return facts
 
 
@@ -1144,7 +1201,7 @@ def _gpus(launch: Launch, facts: NoteFacts, vendor: str) -> specmod.GpuSpec:
         arch=facts.gpu_arch,
         vram_gib=vram,
         cdi_devices=cdi,
-        p2p=facts.p2p or "unknown",  # type: ignore[arg-type]
+        p2p=facts.p2p or "unknown",
         nvlink=facts.nvlink,
     )
 
@@ -1188,15 +1245,17 @@ def build(
             if not specmod.ENV_NAME_RE.match(k):
                 problems.append(f"env: {k!r} is not an environment variable name")
             else:
-                env.append(_passthrough(k, launch, "env") if v is None else _env_var(k, v, None, launch, "env"))
+                env.append(
+                    _passthrough(k, launch, "env") if v is None else _env_var(k, v, None, launch, "env")
+                )
     env = _merge_env(env, launch)
     facts = note_facts(meta.notes_text or "")
     problems += _json_problems(launch.args)
     model = _model(launch, facts, problems) if not launch.problems else None
     if name is not None and not specmod.NAME_RE.match(name):
         problems.append(
-            f"--name {name!r}: use lowercase letters, digits, '.', '_' or '-' (max 63), starting with a letter "
-            "or digit"
+            f"--name {name!r}: use lowercase letters, digits, '.', '_' or '-' (max 63), starting with a "
+            "letter or digit"
         )
     if image is not None and (not image.strip() or any(ch.isspace() for ch in image)):
         problems.append(f"--image {image!r}: not an image reference (e.g. localhost/vllm:1 or name@sha256:…)")
@@ -1206,15 +1265,16 @@ def build(
     for i, a in enumerate(launch.args):
         if launch.arg_expands[i] if i < len(launch.arg_expands) else False:
             notes.append(f"args[{i}] {a!r} holds shell syntax that a shell would expand; kept literally")
-    if not PurePosixPath(launch.args[model_idx]).is_absolute() and not launch.args[model_idx].startswith("~"):
-        if _REPO_RE.match(launch.args[model_idx]) and launch.args[model_idx] == repo:
-            notes.append(
-                f"the model argument {repo} is replaced by the downloaded copy at model.container_path; "
-                "set --served-model-name if clients must see the repo id"
-            )
+    if launch.args[model_idx] == repo:
+        notes.append(
+            f"the model argument {repo} is replaced by the downloaded copy at model.container_path; "
+            "set --served-model-name if clients must see the repo id"
+        )
     for i, a in enumerate(launch.args):
         if a.startswith("./") and i != model_idx:
-            notes.append(f"args[{i}] {a!r} is a path relative to where the recipe ran; mount it and fix the path")
+            notes.append(
+                f"args[{i}] {a!r} is a path relative to where the recipe ran; mount it and fix the path"
+            )
     basename = PurePosixPath(local_dir.rstrip("/")).name or PurePosixPath(repo).name
     final_image = image or launch.image
     if image and launch.image and image != launch.image:
@@ -1258,7 +1318,11 @@ def build(
             "host_ram_gib": facts.host_ram_gib,
             "disk_gib": facts.disk_gib,
             **({"shm_size": s} if (s := launch.shm_size or facts.shm_size) else {}),
-            **({"memlock": m} if (m := launch.memlock if launch.memlock is not None else facts.memlock) else {}),
+            **(
+                {"memlock": m}
+                if (m := launch.memlock if launch.memlock is not None else facts.memlock)
+                else {}
+            ),
             **({"stop_grace_seconds": g} if (g := launch.stop_grace or facts.stop_grace) else {}),
         },
         "readiness": {

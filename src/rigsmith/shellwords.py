@@ -60,7 +60,7 @@ def _line_end(text: str, i: int) -> int:
     return len(text) if j < 0 else j
 
 
-def scan(text: str) -> Script:  # noqa: C901 - one state machine reads best in one place
+def scan(text: str) -> Script:
     """Split ``text`` into commands and words like a POSIX shell would, expanding nothing.
 
     Line continuations (``\\`` + newline) join lines; CRLF line ends count as LF outside quotes; a
@@ -149,8 +149,13 @@ def scan(text: str) -> Script:  # noqa: C901 - one state machine reads best in o
                 if line != first_blank:
                     blank_after.append(first_blank - 1)
                 nxt_char = text[i : i + 1]
-                if cur is not None and before not in _BLANKS and nxt_char and nxt_char not in _BLANKS + "\r\n":
-                    glued = "".join(cur) + text[i:_line_end(text, i)].split(" ", 1)[0]
+                if (
+                    cur is not None
+                    and before not in _BLANKS
+                    and nxt_char
+                    and nxt_char not in _BLANKS + "\r\n"
+                ):
+                    glued = "".join(cur) + text[i : _line_end(text, i)].split(" ", 1)[0]
                     out.problems.append(
                         f"line {line - 1}: no space before the '\\' and line {line} starts at column 0, so a "
                         f"shell glues them into one word ({glued!r}); add a space before the '\\'"
@@ -204,7 +209,7 @@ def scan(text: str) -> Script:  # noqa: C901 - one state machine reads best in o
                 buf.append(ch)
                 k += 1
             if not closed:
-                out.problems.append(f"line {line}: a double quote (\") is never closed")
+                out.problems.append(f'line {line}: a double quote (") is never closed')
                 break
             i = k + 1
             continue
@@ -241,7 +246,7 @@ def scan(text: str) -> Script:  # noqa: C901 - one state machine reads best in o
             )
             i += 1
             continue
-        if c == "$" and text.startswith("(", i + 1) or c == "`":
+        if (c == "$" and text.startswith("(", i + 1)) or c == "`":
             close = ")" if c == "$" else "`"
             k = i + (2 if c == "$" else 1)
             depth = 1

@@ -49,8 +49,9 @@ class RecipeServer:
     base: str
     routes: dict[str, Route] = field(default_factory=dict)
 
-    def route(self, path: str, *responses: tuple[int, bytes], delay: float = 0.0,
-              declare_length: int | None = None) -> str:
+    def route(
+        self, path: str, *responses: tuple[int, bytes], delay: float = 0.0, declare_length: int | None = None
+    ) -> str:
         self.routes[path] = Route(list(responses), delay, 0, declare_length)
         return self.base + path
 
@@ -60,7 +61,7 @@ def recipe_server() -> Iterator[RecipeServer]:
     server_state: dict[str, RecipeServer] = {}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             srv = server_state["srv"]
             route = srv.routes.get(self.path)
             if route is None:
@@ -73,7 +74,10 @@ def recipe_server() -> Iterator[RecipeServer]:
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(route.declare_length or len(body)))
+                if (
+                    route.declare_length != -1
+                ):  # -1: no Content-Length, the body ends when the connection closes
+                    self.send_header("Content-Length", str(route.declare_length or len(body)))
                 self.end_headers()
                 self.wfile.write(body)
             except (BrokenPipeError, ConnectionResetError):

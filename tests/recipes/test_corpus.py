@@ -85,7 +85,9 @@ def test_corpus_case(case: dict[str, Any]) -> None:
     assert want.get("args") is not None or "oracle_skip" not in want
 
 
-_ORACLE = [c for c in CASES if EXPECTED[c["id"]]["outcome"] == "imported" and "oracle_skip" not in EXPECTED[c["id"]]]
+_ORACLE = [
+    c for c in CASES if EXPECTED[c["id"]]["outcome"] == "imported" and "oracle_skip" not in EXPECTED[c["id"]]
+]
 
 
 @pytest.mark.parametrize("case", _ORACLE, ids=[c["id"] for c in _ORACLE])
@@ -95,7 +97,12 @@ def test_imported_argv_is_what_bash_parses(case: dict[str, Any], tmp_path: Path)
     env = {"PATH": os.environ["PATH"], "ARGV_OUT": str(out), "HOME": str(tmp_path)}
     proc = subprocess.run(
         [bash, "--noprofile", "--norc", "-c", _STUBS + case["raw"]],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30, check=False,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     shell_argv = out.read_bytes().decode().split("\0")[:-1]

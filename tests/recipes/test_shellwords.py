@@ -9,9 +9,7 @@ from hypothesis import strategies as st
 
 from rigsmith import shellwords
 
-_ARG = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
-)
+_ARG = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
 
 
 @given(st.lists(_ARG, min_size=1, max_size=12))
@@ -33,7 +31,7 @@ def test_double_quotes_drop_the_backslash_before_dollar_as_posix_does() -> None:
 
 
 def test_nothing_is_expanded_and_expansions_are_marked() -> None:
-    script = shellwords.scan('run "$HOME/x" $(pwd) `id` \'$lit\'')
+    script = shellwords.scan("run \"$HOME/x\" $(pwd) `id` '$lit'")
     words = script.commands[0].words
     assert [w.text for w in words] == ["run", "$HOME/x", "$(pwd)", "`id`", "$lit"]
     assert [w.expands for w in words] == [False, True, True, True, False]
