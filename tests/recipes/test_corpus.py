@@ -58,7 +58,7 @@ def test_corpus_case(case: dict[str, Any]) -> None:
         return
     dep = _import(case)
     eng = dep.engine
-    assert eng.model_arg == want["model_arg"]
+    assert eng.model_arg is not None and eng.model_arg == want["model_arg"]
     assert dep.model.repo == case["model"], "the corpus' own model field"
     assert eng.args[eng.model_arg] in (case["model"], dep.model.local_dir)
     assert eng.executable == want.get("executable", "vllm")

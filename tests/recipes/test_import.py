@@ -74,13 +74,18 @@ def test_declined_prompt_changes_nothing_and_accepted_prompt_updates(empty_proje
     path.write_text(path.read_text(encoding="utf-8") + "# mine\n", encoding="utf-8")
     before = path.read_text(encoding="utf-8")
     asked: list[str] = []
+
+    def decline(question: str) -> bool:
+        asked.append(question)
+        return False
+
     with pytest.raises(ConsentError, match="not changed"):
         importer.import_recipe(
             empty_project,
             str(SEED_RECIPE),
             name=NAME,
             echo=Echo(),
-            confirm=lambda q: asked.append(q) is not None,
+            confirm=decline,
         )
     assert path.read_text(encoding="utf-8") == before and len(asked) == 1
     echo = Echo()

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from rigsmith import shellwords
 
-_ARG = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
+_ARG = st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=40)
 
 
 @given(st.lists(_ARG, min_size=1, max_size=12))
