@@ -146,6 +146,8 @@ _SECRET_NAME_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY)", re.I
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SELF_REF_RE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SERVICES_RE = re.compile(r"^services:[ \t]*(#.*)?$", re.MULTILINE)
 _COMPOSE_VAR_RE = re.compile(r"(?<!\$)\$(\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*)")
 
 #: Facts the recipe notes state in prose: (fact, pattern). The named groups are read by ``_note_facts``.
@@ -684,8 +686,10 @@ def _merge_env(env: Sequence[specmod.EnvVar], launch: Launch) -> list[specmod.En
 
 def _compose_data(text: str) -> dict[str, Any] | None:
     """The compose mapping if ``text`` is YAML with ``services``, else None (then it is shell text)."""
+    if not _SERVICES_RE.search(text):
+        return None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_YAML_LOADER)  # a safe loader (libyaml's when present)
     except yaml.YAMLError:
         return None
     if isinstance(data, dict) and isinstance(data.get("services"), dict):
