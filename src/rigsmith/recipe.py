@@ -303,7 +303,8 @@ def _from_json(text: str, source: str) -> tuple[Launch, Meta]:
     for key in ("id", "title", "command", "notes"):
         if key in data and data[key] is not None and not isinstance(data[key], str):
             problems.append(f"{key}: must be a string, got {type(data[key]).__name__}")
-    if "command" not in data or (isinstance(data["command"], str) and not data["command"].strip()):
+    command = data.get("command")
+    if command is None or (isinstance(command, str) and not command.strip()):
         problems.append("command: missing or empty; the recipe must give the vLLM command as a string")
     env = data.get("env")
     env_text: str | None = None

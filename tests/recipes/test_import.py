@@ -289,3 +289,90 @@ def test_cli_import_recipe_exit_codes_and_messages(tmp_path: Path) -> None:
 
     r = _cli(root, str(tmp_path / "missing.json"))
     assert r.returncode == 1 and "no such file" in r.stderr and "Traceback" not in r.stderr
+
+
+_LEAF = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 10**6),
+    st.text(max_size=20),
+    st.sampled_from(
+        [
+            "vllm serve x/y",
+            "--model",
+            "a/b",
+            "nvidia.com/gpu=all",
+            "8g",
+            "-1",
+            "70s",
+            "/a:/b:ro",
+            "K=V",
+            "${X:-1}",
+            "$$x",
+            "bash",
+            "-c",
+            "vllm/vllm-openai:1",
+        ]
+    ),
+)
+_VALUE = st.recursive(
+    _LEAF,
+    lambda ch: st.one_of(
+        st.lists(ch, max_size=4),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "soft",
+                    "resources",
+                    "reservations",
+                    "devices",
+                    "driver",
+                    "count",
+                    "device_ids",
+                    "memlock",
+                    "x",
+                ]
+            ),
+            ch,
+            max_size=3,
+        ),
+    ),
+    max_leaves=8,
+)
+_SERVICE = st.dictionaries(
+    st.sampled_from(
+        [
+            "image",
+            "command",
+            "entrypoint",
+            "environment",
+            "devices",
+            "deploy",
+            "shm_size",
+            "ulimits",
+            "stop_grace_period",
+            "volumes",
+            "ports",
+        ]
+    ),
+    _VALUE,
+    max_size=8,
+)
+
+
+@given(st.dictionaries(st.sampled_from(["vllm", "other"]), _SERVICE, min_size=1, max_size=2))
+@settings(max_examples=300, deadline=None)
+def test_any_compose_structure_imports_or_is_refused_never_a_traceback(services: dict[str, object]) -> None:
+    import yaml
+
+    with contextlib.suppress(RigsmithError):
+        recipe.parse(yaml.safe_dump({"services": services}), source="fuzz", sha256="0" * 64)
+
+
+@given(
+    st.dictionaries(st.sampled_from(["id", "title", "command", "env", "notes", "extra"]), _VALUE, max_size=6)
+)
+@settings(max_examples=300, deadline=None)
+def test_any_recipe_json_imports_or_is_refused_never_a_traceback(data: dict[str, object]) -> None:
+    with contextlib.suppress(RigsmithError):
+        recipe.parse(json.dumps(data), source="fuzz", sha256="0" * 64)
