@@ -23,7 +23,8 @@ Decisions (each is a corpus case in tests/recipes/corpus_expected.yaml):
 - Compose ``${VAR:-default}`` interpolation is refused (rigsmith would have to guess the value); ``$$``
   is compose's escape for a literal ``$``.
 - GPUs: explicit device ids win, then a count in the notes, then tensor × pipeline × data parallel
-  sizes; CDI names ``nvidia.com/gpu=0..N-1`` (``amd.com/gpu`` when the env is ROCm's).
+  sizes; CDI names ``nvidia.com/gpu=0..N-1`` (``amd.com/gpu`` when the env is ROCm's). ``--gpus all`` and
+  ``VENDOR=all`` are pinned to ``VENDOR=0..N-1`` so every target carries the same explicit devices.
 """
 
 from __future__ import annotations
@@ -1188,11 +1189,14 @@ def _gpus(launch: Launch, facts: NoteFacts, vendor: str) -> specmod.GpuSpec:
     parallel = size("--tensor-parallel-size") * size("--pipeline-parallel-size")
     dp_local = flag_values(launch.args, "--data-parallel-size-local")
     parallel *= size("--data-parallel-size-local") if dp_local else size("--data-parallel-size")
-    if launch.gpu_cdi:
+    if launch.gpu_cdi and not any(c.endswith("=all") for c in launch.gpu_cdi):
         cdi = tuple(launch.gpu_cdi)
+        count = len(cdi)
+    elif launch.gpu_cdi:
+        # "=all" is pinned to 0..N-1 so every target carries the same explicit devices.
         count = facts.gpu_count or launch.gpu_count or parallel
-        if any(c.endswith("=all") for c in cdi):
-            cdi = tuple(f"{vendor}={i}" for i in range(count))
+        vendor = launch.gpu_cdi[0].split("=", 1)[0]
+        cdi = tuple(f"{vendor}={i}" for i in range(count))
     elif launch.gpu_indices:
         cdi = tuple(f"{vendor}={i}" for i in launch.gpu_indices)
         count = len(cdi)

@@ -376,3 +376,27 @@ def test_any_compose_structure_imports_or_is_refused_never_a_traceback(services:
 def test_any_recipe_json_imports_or_is_refused_never_a_traceback(data: dict[str, object]) -> None:
     with contextlib.suppress(RigsmithError):
         recipe.parse(json.dumps(data), source="fuzz", sha256="0" * 64)
+
+
+@pytest.mark.parametrize(
+    ("options", "count", "cdi"),
+    [
+        ("--gpus all", 2, ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]),
+        ("--gpus 3", 3, ["nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=2"]),
+        ("--gpus '\"device=2,3\"'", 2, ["nvidia.com/gpu=2", "nvidia.com/gpu=3"]),
+        ("--device nvidia.com/gpu=1 --device nvidia.com/gpu=3", 2, ["nvidia.com/gpu=1", "nvidia.com/gpu=3"]),
+        ("--device example.com/gpu=all", 2, ["example.com/gpu=0", "example.com/gpu=1"]),
+    ],
+)
+def test_docker_gpu_requests_become_pinned_cdi_devices(options: str, count: int, cdi: list[str]) -> None:
+    text = (
+        f"docker run {options} --shm-size 16g --ulimit memlock=-1:-1 --stop-timeout 90 img/vllm:1 org/m -tp 2"
+    )
+    dep = recipe.parse(text, source="t", sha256="0" * 64)
+    assert dep.resources.gpus.count == count
+    assert list(dep.resources.gpus.cdi_devices) == cdi
+    assert (dep.resources.shm_size, dep.resources.memlock, dep.resources.stop_grace_seconds) == (
+        "16g",
+        "unlimited",
+        90,
+    )
