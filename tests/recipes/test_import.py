@@ -361,7 +361,7 @@ _SERVICE = st.dictionaries(
 
 
 @given(st.dictionaries(st.sampled_from(["vllm", "other"]), _SERVICE, min_size=1, max_size=2))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_any_compose_structure_imports_or_is_refused_never_a_traceback(services: dict[str, object]) -> None:
     import yaml
 
