@@ -21,8 +21,6 @@ sys.path[:0] = [str(ROOT / "src")]
 from rigsmith import recipe, shellwords  # noqa: E402
 from rigsmith.errors import RigsmithError  # noqa: E402
 
-SHARED = Path("/work/shared")
-
 
 def _best(fn: Callable[[], object], rounds: int = 7, inner: int = 20) -> float:
     best = float("inf")
@@ -35,9 +33,11 @@ def _best(fn: Callable[[], object], rounds: int = 7, inner: int = 20) -> float:
 
 
 def main() -> None:
-    cases = json.loads((SHARED / "corpus" / "vllm-commands.json").read_text(encoding="utf-8"))
+    cases = json.loads(
+        (ROOT / "tests" / "recipes" / "data" / "vllm-commands.json").read_text(encoding="utf-8")
+    )
     shell = [c["raw"] for c in cases if c["kind"] != "compose"]
-    seed = next((SHARED / "recipes").glob("*.json")).read_text(encoding="utf-8")
+    seed = next((ROOT / "examples" / "recipes").glob("*.json")).read_text(encoding="utf-8")
     seed_cmd = json.loads(seed)["command"]
 
     def baseline() -> None:

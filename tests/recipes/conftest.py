@@ -16,9 +16,12 @@ import yaml
 
 from rigsmith.project import Project
 
-SHARED = Path("/work/shared")
-CORPUS = SHARED / "corpus" / "vllm-commands.json"
-SEED_RECIPE = SHARED / "recipes" / "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
+REPO = Path(__file__).resolve().parents[2]
+#: The 40 published commands (a verbatim copy of the project's shared corpus, so CI needs nothing else).
+CORPUS = Path(__file__).with_name("data") / "vllm-commands.json"
+SEED_RECIPE = (
+    REPO / "examples" / "recipes" / "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
+)
 EXPECTED = Path(__file__).with_name("corpus_expected.yaml")
 
 

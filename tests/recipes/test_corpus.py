@@ -1,4 +1,5 @@
-"""Every case of shared/corpus/vllm-commands.json: imported with its argv exact, or refused with a reason.
+"""Every case of the corpus (tests/recipes/data/vllm-commands.json, a verbatim copy of shared/corpus):
+imported with its argv exact, or refused with a reason.
 
 The expected outcome per case is data (corpus_expected.yaml). Where bash can parse the published text
 the way the author meant, bash itself is the oracle for the argv: the text runs under ``bash`` with
