@@ -49,9 +49,16 @@ class _Transient(Exception):
         self.status = status
 
 
+def _scheme(source: str) -> str:
+    try:
+        return urlsplit(source).scheme
+    except ValueError:
+        return source.split(":", 1)[0] if "://" in source else ""
+
+
 def is_url(source: str) -> bool:
     """True for http(s) URLs."""
-    return urlsplit(source).scheme in ("http", "https")
+    return _scheme(source) in ("http", "https")
 
 
 def fetch_url(
@@ -116,6 +123,8 @@ def fetch_url(
             f"GET {url} timed out after {attempts} attempt(s)",
             hint="check the network, or download the recipe and import the file",
         ) from None
+    except httpx.InvalidURL as err:
+        raise RecipeError(f"{url}: not a valid URL ({err})", hint="check the URL") from None
     except httpx.HTTPError as err:
         raise AdapterError(
             f"GET {url} failed after {attempts} attempt(s): {type(err).__name__}: {err}",
@@ -135,7 +144,7 @@ def load_source(source: str, *, root: Path | None = None, **http: object) -> Fet
     """The bytes of SOURCE: an http(s) URL or a file path (relative to ``root`` if given)."""
     if is_url(source):
         return fetch_url(source, **http)  # type: ignore[arg-type]
-    scheme = urlsplit(source).scheme
+    scheme = _scheme(source)
     if scheme and len(scheme) > 1:
         raise RecipeError(
             f"{source}: unsupported scheme {scheme!r}", hint="use an http(s) URL or a file path"

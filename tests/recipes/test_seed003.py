@@ -212,3 +212,26 @@ def test_connection_refused_is_retried_then_reported() -> None:
         port = s.getsockname()[1]
     with pytest.raises(AdapterError, match="after 2 attempt"):
         importer.fetch_url(f"http://127.0.0.1:{port}/x.json", attempts=2, wait_max=0.0)
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("http://[::1", "not a valid URL"),
+        ("http://", "UnsupportedProtocol"),
+        ("ftp://127.0.0.1/x.json", "unsupported scheme 'ftp'"),
+        ("/nonexistent/recipe.json", "no such file"),
+        ("/", "not a file"),
+    ],
+)
+def test_bad_sources_are_clear_errors(empty_project: Project, source: str, fragment: str) -> None:
+    with pytest.raises((RecipeError, AdapterError)) as err:
+        importer.import_recipe(empty_project, source, echo=_quiet, attempts=1, wait_max=0.0)
+    assert fragment in str(err.value)
+
+
+def test_non_utf8_recipe_is_refused(empty_project: Project, tmp_path: Path) -> None:
+    src = tmp_path / "latin1.txt"
+    src.write_bytes("vllm serve org/m --served-model-name caf\xe9".encode("latin-1"))
+    with pytest.raises(RecipeError, match="not UTF-8 text"):
+        importer.import_recipe(empty_project, str(src), echo=_quiet)
