@@ -24,9 +24,19 @@ from rigsmith.project import Project
 
 #: Largest recipe accepted (a recipe is a page of text; anything bigger is not one).
 MAX_BYTES = 1024 * 1024
-TIMEOUT = httpx.Timeout(15.0, connect=5.0)
 ATTEMPTS = 4
 _TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """How recipes are fetched over HTTP (tests shorten the waits)."""
+
+    timeout: float = 15.0
+    connect_timeout: float = 5.0
+    max_bytes: int = MAX_BYTES
+    attempts: int = ATTEMPTS
+    wait_max: float = 8.0
 
 
 @dataclass(frozen=True)
@@ -61,20 +71,14 @@ def is_url(source: str) -> bool:
     return _scheme(source) in ("http", "https")
 
 
-def fetch_url(
-    url: str,
-    *,
-    timeout: httpx.Timeout | float = TIMEOUT,
-    max_bytes: int = MAX_BYTES,
-    attempts: int = ATTEMPTS,
-    wait_max: float = 8.0,
-    transport: httpx.BaseTransport | None = None,
-) -> Fetched:
-    """GET ``url`` with retries on transient failures only; refuse more than ``max_bytes``."""
+def fetch_url(url: str, options: HttpOptions = HttpOptions()) -> Fetched:
+    """GET ``url`` with retries on transient failures only; refuse more than ``options.max_bytes``."""
+    timeout = httpx.Timeout(options.timeout, connect=min(options.connect_timeout, options.timeout))
+    max_bytes, attempts = options.max_bytes, options.attempts
 
     def once() -> bytes:
         with (
-            httpx.Client(timeout=timeout, follow_redirects=True, transport=transport) as client,
+            httpx.Client(timeout=timeout, follow_redirects=True) as client,
             client.stream("GET", url, headers={"Accept": "application/json, text/plain, */*"}) as resp,
         ):
             if resp.status_code in _TRANSIENT_STATUS:
@@ -98,7 +102,7 @@ def fetch_url(
 
     retrying = Retrying(
         stop=stop_after_attempt(attempts),
-        wait=wait_exponential_jitter(multiplier=0.5, max=wait_max, jitter=0.5),
+        wait=wait_exponential_jitter(multiplier=0.5, max=options.wait_max, jitter=0.5),
         retry=retry_if_exception_type(
             (
                 _Transient,
@@ -140,10 +144,10 @@ def _too_big(source: str, max_bytes: int, why: str) -> RecipeError:
     )
 
 
-def load_source(source: str, *, root: Path | None = None, **http: object) -> Fetched:
+def load_source(source: str, *, root: Path | None = None, http: HttpOptions = HttpOptions()) -> Fetched:
     """The bytes of SOURCE: an http(s) URL or a file path (relative to ``root`` if given)."""
     if is_url(source):
-        return fetch_url(source, **http)  # type: ignore[arg-type]
+        return fetch_url(source, http)
     scheme = _scheme(source)
     if scheme and len(scheme) > 1:
         raise RecipeError(
@@ -156,8 +160,8 @@ def load_source(source: str, *, root: Path | None = None, **http: object) -> Fet
         size = path.stat().st_size
         if not path.is_file():
             raise RecipeError(f"{source}: not a file", hint="pass a recipe file or an http(s) URL")
-        if size > MAX_BYTES:
-            raise _too_big(source, MAX_BYTES, f"the file has {size} bytes")
+        if size > http.max_bytes:
+            raise _too_big(source, http.max_bytes, f"the file has {size} bytes")
         data = path.read_bytes()
     except FileNotFoundError:
         raise RecipeError(f"{source}: no such file", hint="pass a recipe file or an http(s) URL") from None
@@ -186,7 +190,7 @@ def import_recipe(
     dry_run: bool = False,
     confirm: Callable[[str], bool] | None = None,
     echo: Callable[[str], None] = print,
-    **http: object,
+    http: HttpOptions = HttpOptions(),
 ) -> specmod.Deployment:
     """Import SOURCE into ``deployments/NAME.yaml`` (asking before changing an existing file).
 
@@ -199,9 +203,9 @@ def import_recipe(
         dry_run: print what would be written; write nothing.
         confirm: asks the user; None means there is no terminal.
         echo: where messages go.
-        http: passed to :func:`fetch_url` (timeouts, limits; for tests).
+        http: timeouts, size limit and retries for URLs (and the size limit for files).
     """
-    fetched = load_source(source, root=None, **http)
+    fetched = load_source(source, http=http)
     text = decode(fetched)
     dep = recipemod.parse(text, source=fetched.source, sha256=fetched.sha256, name=name, image=image)
     path = project.spec_path(dep.name)

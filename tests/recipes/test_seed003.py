@@ -11,6 +11,7 @@ import pytest
 from rigsmith import importer, recipe
 from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, RecipeError, SpecError
+from rigsmith.importer import HttpOptions
 from rigsmith.lock import Lock
 from rigsmith.plan import make
 from rigsmith.project import Project
@@ -166,13 +167,13 @@ def test_bad_name_is_refused(empty_project: Project, bad: str) -> None:
 def test_http_404_is_not_retried(recipe_server: RecipeServer, empty_project: Project) -> None:
     url = recipe_server.route("/gone.json", (404, b"no"))
     with pytest.raises(AdapterError, match="HTTP 404"):
-        importer.import_recipe(empty_project, url, echo=_quiet, wait_max=0.0)
+        importer.import_recipe(empty_project, url, echo=_quiet, http=HttpOptions(wait_max=0.0))
     assert recipe_server.routes["/gone.json"].hits == 1
 
 
 def test_http_503_then_200_is_retried(recipe_server: RecipeServer, empty_project: Project) -> None:
     url = recipe_server.route("/flaky.json", (503, b"busy"), (429, b"slow down"), (200, SEED_BYTES))
-    dep = importer.import_recipe(empty_project, url, name=NAME, echo=_quiet, wait_max=0.0)
+    dep = importer.import_recipe(empty_project, url, name=NAME, echo=_quiet, http=HttpOptions(wait_max=0.0))
     assert recipe_server.routes["/flaky.json"].hits == 3
     assert dep.provenance is not None and dep.provenance.sha256 == hashlib.sha256(SEED_BYTES).hexdigest()
 
@@ -180,7 +181,7 @@ def test_http_503_then_200_is_retried(recipe_server: RecipeServer, empty_project
 def test_http_5xx_gives_up_after_the_attempts(recipe_server: RecipeServer, empty_project: Project) -> None:
     url = recipe_server.route("/down.json", (500, b"down"))
     with pytest.raises(AdapterError, match="HTTP 500 after 3 attempt"):
-        importer.import_recipe(empty_project, url, echo=_quiet, attempts=3, wait_max=0.0)
+        importer.import_recipe(empty_project, url, echo=_quiet, http=HttpOptions(attempts=3, wait_max=0.0))
     assert recipe_server.routes["/down.json"].hits == 3
     assert list(empty_project.deployments.iterdir()) == []
 
@@ -189,18 +190,18 @@ def test_oversize_recipe_is_refused_streamed_and_declared(recipe_server: RecipeS
     big = b"x" * (importer.MAX_BYTES + 1)
     url = recipe_server.route("/big.json", (200, big))
     with pytest.raises(RecipeError, match="larger than 1048576 bytes"):
-        importer.fetch_url(url, wait_max=0.0)
+        importer.fetch_url(url, HttpOptions(wait_max=0.0))
     # a body without a declared length is counted while streaming and cut off
     url2 = recipe_server.route("/nolength.json", (200, b"x" * 300), declare_length=-1)
     with pytest.raises(RecipeError, match="it sent more"):
-        importer.fetch_url(url2, max_bytes=250, wait_max=0.0)
+        importer.fetch_url(url2, HttpOptions(max_bytes=250, wait_max=0.0))
     assert recipe_server.routes["/nolength.json"].hits == 1
 
 
 def test_timeout_is_retried_then_reported(recipe_server: RecipeServer) -> None:
     url = recipe_server.route("/slow.json", (200, SEED_BYTES), delay=1.5)
     with pytest.raises(AdapterError, match="timed out after 2 attempt"):
-        importer.fetch_url(url, timeout=0.3, attempts=2, wait_max=0.0)
+        importer.fetch_url(url, HttpOptions(timeout=0.3, attempts=2, wait_max=0.0))
     assert recipe_server.routes["/slow.json"].hits == 2
 
 
@@ -211,7 +212,7 @@ def test_connection_refused_is_retried_then_reported() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(AdapterError, match="after 2 attempt"):
-        importer.fetch_url(f"http://127.0.0.1:{port}/x.json", attempts=2, wait_max=0.0)
+        importer.fetch_url(f"http://127.0.0.1:{port}/x.json", HttpOptions(attempts=2, wait_max=0.0))
 
 
 @pytest.mark.parametrize(
@@ -226,7 +227,7 @@ def test_connection_refused_is_retried_then_reported() -> None:
 )
 def test_bad_sources_are_clear_errors(empty_project: Project, source: str, fragment: str) -> None:
     with pytest.raises((RecipeError, AdapterError)) as err:
-        importer.import_recipe(empty_project, source, echo=_quiet, attempts=1, wait_max=0.0)
+        importer.import_recipe(empty_project, source, echo=_quiet, http=HttpOptions(attempts=1, wait_max=0.0))
     assert fragment in str(err.value)
 
 
