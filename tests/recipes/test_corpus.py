@@ -116,3 +116,28 @@ def test_imported_argv_is_what_bash_parses(case: dict[str, Any], tmp_path: Path)
         shell_args = shell_argv[1 + len(eng.subcommand) :]
         assert shell_argv[0] == eng.recipe_executable
     assert list(eng.args) == shell_args
+
+
+_IMPORTED = [c for c in CASES if EXPECTED[c["id"]]["outcome"] == "imported"]
+
+
+@pytest.mark.parametrize("case", _IMPORTED, ids=[c["id"] for c in _IMPORTED])
+def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any], tmp_path: Path) -> None:
+    from rigsmith import deploy
+    from rigsmith import spec as specmod
+    from rigsmith.project import Project
+
+    dep = _import(case)
+    filled = dep.model_copy(
+        update={
+            "placeholders": {t: f"/filled/{i}" for i, t in enumerate(dep.placeholders)},
+            "engine": dep.engine.model_copy(update={"image": dep.engine.image or "localhost/vllm:1"}),
+        }
+    )
+    project = Project(tmp_path)
+    project.spec_path(dep.name).parent.mkdir()
+    project.spec_path(dep.name).write_text(specmod.dump(filled), encoding="utf-8")
+    plan, files = deploy.artifacts(project, "podman", deployment=dep.name)
+    assert plan.command == tuple(filled.fill(a) for a in filled.engine.container_argv(filled.model))
+    assert plan.devices == dep.resources.gpus.cdi_devices
+    assert files

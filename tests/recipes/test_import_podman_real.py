@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import Literal, cast
 
 import yaml
 
@@ -60,7 +61,14 @@ def test_imported_hostile_recipe_runs_with_its_exact_argv_in_real_podman(
     spec = specmod.load(path)
 
     out = tmp_path / "out"
-    deploy.deploy(project, "podman", deployment=NAME, out=out, memlock=HOST_MEMLOCK, echo=lambda _m: None)
+    deploy.deploy(
+        project,
+        "podman",
+        deployment=NAME,
+        out=out,
+        memlock=cast(Literal["host"], HOST_MEMLOCK),
+        echo=lambda _m: None,
+    )
     proc = run_script(out / "podman" / NAME / "run.sh", podman.env)
     try:
         assert proc.returncode == 0, proc.stderr
