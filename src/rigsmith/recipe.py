@@ -628,6 +628,11 @@ def _volume(val: str, launch: Launch, where: str) -> None:
         return
     host, container = parts[0], parts[1]
     opts = parts[2].split(",") if len(parts) > 2 else []
+    home = re.match(r"^(\$HOME|\$\{HOME\})(/|$)", host)
+    if home:
+        # `$HOME/x` and `~/x` name the same directory; the spec's mounts understand `~/`.
+        launch.notes.append(f"{where} {val}: {home.group(1)} written as ~ in the mount")
+        host = "~" + host[len(home.group(1)) :]
     if not host.startswith(("/", "~", "./", "../", "$")) and host not in (".", ".."):
         launch.notes.append(f"{where} {val}: named volume, not imported (use a host directory)")
         return

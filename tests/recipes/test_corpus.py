@@ -141,3 +141,18 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
     assert plan.command == tuple(filled.fill(a) for a in filled.engine.container_argv(filled.model))
     assert plan.devices == dep.resources.gpus.cdi_devices
     assert files
+
+
+def test_imported_specs_match_golden(update_golden: bool) -> None:
+    """The generated artifact of import-recipe is deployments/NAME.yaml: one golden file per imported case."""
+    from rigsmith import spec as specmod
+    from tests.conftest import GOLDEN, compare_tree
+    from tests.recipes.conftest import SEED_RECIPE
+
+    actual = {f"{c['id']}.yaml": specmod.dump(_import(c)) for c in _IMPORTED}
+    seed = SEED_RECIPE.read_bytes()
+    dep = recipe.parse(
+        seed.decode(), source="examples/recipes/" + SEED_RECIPE.name, sha256=hashlib.sha256(seed).hexdigest()
+    )
+    actual["seed-003-recipe.yaml"] = specmod.dump(dep)
+    compare_tree(actual, GOLDEN / "recipes" / "imported", update_golden)
