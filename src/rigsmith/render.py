@@ -38,10 +38,15 @@ def banner(command: str, spec_path: str, comment: str = "#") -> str:
 
 
 @cache
-def environment(root: Path = TEMPLATES) -> jinja2.Environment:
-    """StrictUndefined, no autoescape, trailing newline kept; quoting filters registered."""
+def environment(root: Path = TEMPLATES, overlay: Path | None = None) -> jinja2.Environment:
+    """StrictUndefined, no autoescape, trailing newline kept; quoting filters registered.
+
+    ``overlay`` is a second search directory after ``root`` (e.g. images/<name>/), for templates that
+    ``{% extends %}`` a shipped one and override its blocks.
+    """
+    search = [str(root)] + ([str(overlay)] if overlay else [])
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(root)),
+        loader=jinja2.FileSystemLoader(search),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
@@ -50,10 +55,17 @@ def environment(root: Path = TEMPLATES) -> jinja2.Environment:
     )
     env.filters["shquote"] = shquote
     env.filters["shpath"] = shpath
+    env.filters["dockerquote"] = dockerquote
     env.filters["tojson_compact"] = lambda v: json.dumps(v, separators=(",", ":"))
     return env
 
 
-def render(template: str, root: Path = TEMPLATES, **context: Any) -> str:
-    """Render ``templates/<template>`` with the context."""
-    return environment(root).get_template(template).render(**context)
+def dockerquote(value: object) -> str:
+    """A Dockerfile double-quoted word: no ``$`` expansion; backslash and quote escaped."""
+    text = str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
+def render(template: str, root: Path = TEMPLATES, overlay: Path | None = None, **context: Any) -> str:
+    """Render ``templates/<template>`` (or ``overlay/<template>``) with the context."""
+    return environment(root, overlay).get_template(template).render(**context)
