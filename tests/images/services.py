@@ -117,8 +117,12 @@ class PodmanService:
         """Run ``podman --root … --runroot … ARGS``."""
         proc = subprocess.run(
             ["podman", "--root", str(self.root), "--runroot", str(self.runroot), *args],
-            input=input, capture_output=True, env=self.env, timeout=300, check=False,
-        )  # fmt: skip
+            input=input,
+            capture_output=True,
+            env=self.env,
+            timeout=300,
+            check=False,
+        )
         if check and proc.returncode != 0:
             raise AssertionError(
                 f"podman {' '.join(args)} failed ({proc.returncode}): {proc.stderr.decode()}"
@@ -145,8 +149,17 @@ def podman_service(base: Path, insecure: Sequence[str] = ()) -> Iterator[PodmanS
     runroot = Path(tempfile.mkdtemp(prefix="rs-runroot-"))
     svc = PodmanService(f"unix://{sock}", base / "root", runroot, env)
     log = base / "service.log"
-    argv = ["podman", "--root", str(svc.root), "--runroot", str(svc.runroot), "system", "service", "--time=0",
-            svc.url]  # fmt: skip
+    argv = [
+        "podman",
+        "--root",
+        str(svc.root),
+        "--runroot",
+        str(svc.runroot),
+        "system",
+        "service",
+        "--time=0",
+        svc.url,
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
@@ -180,10 +193,24 @@ def dockerd(base: Path) -> Iterator[Dockerd]:
     sock = base / "docker.sock"
     exec_root = base / "exec"
     argv = [
-        "dockerd", "--config-file", str(base / "daemon.json"), "--data-root", str(base / "data"),
-        "--exec-root", str(exec_root), "-H", f"unix://{sock}", "--pidfile", str(base / "docker.pid"),
-        "--bridge", "none", "--iptables=false", "--ip6tables=false", "--default-ulimit", "nofile=1024:1024",
-    ]  # fmt: skip
+        "dockerd",
+        "--config-file",
+        str(base / "daemon.json"),
+        "--data-root",
+        str(base / "data"),
+        "--exec-root",
+        str(exec_root),
+        "-H",
+        f"unix://{sock}",
+        "--pidfile",
+        str(base / "docker.pid"),
+        "--bridge",
+        "none",
+        "--iptables=false",
+        "--ip6tables=false",
+        "--default-ulimit",
+        "nofile=1024:1024",
+    ]
     log = base / "dockerd.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
@@ -205,7 +232,7 @@ def dockerd(base: Path) -> Iterator[Dockerd]:
 def _unmount_under(base: Path) -> None:
     """dockerd leaves its netns bind mount behind; unmount whatever is still mounted below ``base``."""
     prefix = str(base.resolve()) + "/"
-    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+    with Path("/proc/self/mountinfo").open(encoding="utf-8") as fh:
         points = [line.split()[4] for line in fh]
     for point in sorted((p for p in points if p.startswith(prefix)), reverse=True):
         subprocess.run(["umount", "-l", point], capture_output=True, check=False)
@@ -228,10 +255,21 @@ def push_base(svc: PodmanService, reg: LocalRegistry, work: Path) -> str:
     """Import a busybox rootfs into podman and push it to the registry; returns REGISTRY/tinybase:1."""
     root = busybox_rootfs(work / "rootfs")
     tar = subprocess.run(
-        ["tar", "--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner", "-C", str(root),
-         "-c", "."],
-        capture_output=True, check=True,
-    ).stdout  # fmt: skip
+        [
+            "tar",
+            "--sort=name",
+            "--mtime=@0",
+            "--owner=0",
+            "--group=0",
+            "--numeric-owner",
+            "-C",
+            str(root),
+            "-c",
+            ".",
+        ],
+        capture_output=True,
+        check=True,
+    ).stdout
     ref = f"{reg.host}/{BASE_TAG}"
     svc.cli("import", "--change", "ENV=PATH=/bin", "-", ref, input=tar)
     svc.cli("push", "--tls-verify=false", ref)
@@ -241,7 +279,10 @@ def push_base(svc: PodmanService, reg: LocalRegistry, work: Path) -> str:
 def skopeo_digest(ref: str) -> str:
     """The manifest digest skopeo sees for ``ref`` (plain-http registry)."""
     out = subprocess.run(
-        ["skopeo", "inspect", "--tls-verify=false", f"docker://{ref}"], capture_output=True, text=True,
-        check=True, timeout=60,
-    ).stdout  # fmt: skip
+        ["skopeo", "inspect", "--tls-verify=false", f"docker://{ref}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     return str(json.loads(out)["Digest"])

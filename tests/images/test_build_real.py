@@ -95,8 +95,9 @@ def test_podman_build_push_and_deploy_use_the_locked_digest(
     project = tiny_project(tmp_path, base_ref, deployment=True)
     env = cli_env(project, CONTAINER_HOST=podman_api.url)
     assert _invoke(env, "pin").returncode == 0
-    proc = _invoke(env, "build", "--deployment", "flash-next-int4-3x3090", "--engine", "podman",
-                   "--push", registry.host)  # fmt: skip
+    proc = _invoke(
+        env, "build", "--deployment", "flash-next-int4-3x3090", "--engine", "podman", "--push", registry.host
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (
         "STEP 1/" in proc.stdout
@@ -165,8 +166,11 @@ def test_podman_builds_from_clean_storage_give_the_same_digest(
             eng = _podman(svc)
             reg = registrymod.Registry({})
             try:
-                results.append(buildmod.build_image(project, eng, image="tiny", push=registry.host, resolver=reg,
-                                                    echo=lambda _: None))  # fmt: skip
+                results.append(
+                    buildmod.build_image(
+                        project, eng, image="tiny", push=registry.host, resolver=reg, echo=lambda _: None
+                    )
+                )
             finally:
                 eng.close()
                 reg.close()
