@@ -110,8 +110,8 @@ def image_name(project: Project, *, image: str | None, deployment: str | None) -
     return spec.engine.build
 
 
-def build_command(name: str, push: str | None) -> str:
-    """The command line shown in the Dockerfile banner (independent of the engine: same bytes for both)."""
+def build_command(name: str) -> str:
+    """The command line in the Dockerfile banner (no engine or registry in it: same bytes for both)."""
     return f"invoke build --image {name}"
 
 
@@ -119,7 +119,7 @@ def prepare(project: Project, name: str) -> imagemod.Context:
     """Load, gather and render the build context of ``images/<name>``; no engine, no network."""
     definition = imagemod.load(project.images, name)
     inputs = imagemod.gather(project.images, name, definition)
-    return imagemod.render_context(inputs, lockmod.read(project.lock_path), command=build_command(name, None))
+    return imagemod.render_context(inputs, lockmod.read(project.lock_path), command=build_command(name))
 
 
 def context_dir(project: Project, name: str) -> Path:

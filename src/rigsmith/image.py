@@ -237,7 +237,11 @@ def load(images_dir: Path, name: str) -> ImageDef:
     try:
         return ImageDef.model_validate(data)
     except ValidationError as err:
-        raise SpecError(source, problems_from(err), what="image definition") from None
+        problems = [
+            (path, msg.replace("schema/deployment.schema.json", "the fields of rigsmith.image.ImageDef"))
+            for path, msg in problems_from(err)
+        ]
+        raise SpecError(source, problems, what="image definition") from None
 
 
 def names(images_dir: Path) -> list[str]:

@@ -142,7 +142,7 @@ def credentials_for(config: Mapping[str, Any], registry: str) -> tuple[str, str]
             continue
         if entry.get("auth"):
             try:
-                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+                user, _, password = base64.b64decode(entry["auth"], validate=True).decode().partition(":")
             except (binascii.Error, UnicodeDecodeError):
                 raise RigsmithError(
                     f"docker config: the auth entry for {key!r} is not base64 of user:password",
