@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from rigsmith.errors import AdapterError, RigsmithError
 
@@ -203,10 +203,27 @@ class Registry:
         *,
         client: httpx.Client | None = None,
         timeout: float = 30.0,
+        attempts: int = 4,
+        backoff: float = 0.5,
     ) -> None:
+        """A client; credentials come from ``config``, never from the environment directly.
+
+        Args:
+            config: docker ``config.json`` content (for ``auths``).
+            client: an httpx client to use (default: a new one with ``timeout``).
+            timeout: seconds per HTTP request.
+            attempts: tries per request on transient failures (connection errors, 429, 5xx).
+            backoff: first wait between tries in seconds; doubles, with jitter, up to 8 s.
+        """
         self._config = config if config is not None else {}
         self._client = client or httpx.Client(timeout=timeout, follow_redirects=True)
         self._tokens: dict[tuple[str, str], str] = {}
+        self._retrying = Retrying(
+            retry=retry_if_exception_type((httpx.TransportError, _Transient)),
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential_jitter(multiplier=backoff, max=8, jitter=backoff),
+            reraise=True,
+        )
 
     def close(self) -> None:
         """Close the HTTP client."""
@@ -249,13 +266,10 @@ class Registry:
             )
         raise AdapterError(f"registry {parsed.api_host}: {ref}: unexpected HTTP {resp.status_code}")
 
-    @retry(
-        retry=retry_if_exception_type((httpx.TransportError, _Transient)),
-        stop=stop_after_attempt(4),
-        wait=wait_exponential_jitter(multiplier=0.5, max=8, jitter=0.5),
-        reraise=True,
-    )
     def _request(self, method: str, url: str, ref: ImageRef) -> httpx.Response:
+        return self._retrying(self._request_once, method, url, ref)
+
+    def _request_once(self, method: str, url: str, ref: ImageRef) -> httpx.Response:
         headers = {"Accept": ", ".join(MANIFEST_TYPES)}
         key = (ref.api_host, ref.repository)
         if key in self._tokens:

@@ -149,7 +149,8 @@ def test_invalid_definition_reports_every_problem(tmp_path: Path, update_golden:
     )
     with pytest.raises(SpecError) as err:
         imagemod.load(tmp_path / "images", "bad")
-    compare_tree({"invalid.txt": str(err.value) + "\n"}, GOLDEN / "images" / "errors-invalid", update_golden)
+    golden = GOLDEN / "images" / "errors-invalid"
+    compare_tree({"invalid.txt": str(err.value) + "\n"}, golden, update_golden)
     paths = [p for p, _ in err.value.problems]
     for field in ("base", "pip", "patches[0].file", "patches[1]", "labels", "build_args", "colour"):
         assert field in paths, field

@@ -194,12 +194,13 @@ def test_digest_from_the_body_when_the_header_is_missing(auth_front: str, base_r
 
 def test_transient_errors_are_retried_and_then_reported(auth_front: str, base_ref: str) -> None:
     config = {"auths": {auth_front: {"username": "alice", "password": "pw"}}}
+    fast = {"attempts": 3, "backoff": 0.01}
     _AuthFront.failures_left = 2
-    assert registrymod.Registry(config).resolve(f"{auth_front}/tinybase:1").digest == services.skopeo_digest(
-        base_ref
-    )
+    got = registrymod.Registry(config, **fast).resolve(f"{auth_front}/tinybase:1")  # type: ignore[arg-type]
+    assert got.digest == services.skopeo_digest(base_ref)
     _AuthFront.failures_left = 10
     with pytest.raises(AdapterError, match="HTTP 503"):
-        registrymod.Registry(config).resolve(f"{auth_front}/tinybase:1")
+        registrymod.Registry(config, **fast).resolve(f"{auth_front}/tinybase:1")  # type: ignore[arg-type]
+    assert _AuthFront.failures_left == 7  # three tries, then the error
     with pytest.raises(AdapterError, match="cannot resolve"):
-        registrymod.Registry({}).resolve(f"127.0.0.1:{services.free_port()}/nothing:1")
+        registrymod.Registry({}, **fast).resolve(f"127.0.0.1:{services.free_port()}/nothing:1")  # type: ignore[arg-type]
