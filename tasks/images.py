@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from invoke import task
+from invoke.context import Context
+from invoke.tasks import task
 
 from rigsmith import build as buildmod
 from rigsmith import engine as enginemod
@@ -19,7 +20,7 @@ def _registry() -> registrymod.Registry:
 
 @task(help={"deployment": "pin only what this deployment uses (default: every deployment and image)"})
 @user_errors
-def pin(c, deployment=None):
+def pin(c: Context, deployment: str | None = None) -> None:
     """Resolve image tags (and model branches) to digests/commits in rigsmith.lock."""
     proj = project()
     reg = _registry()
@@ -38,7 +39,13 @@ def pin(c, deployment=None):
     }
 )
 @user_errors
-def build(c, deployment=None, image=None, engine=None, push=None):
+def build(
+    c: Context,
+    deployment: str | None = None,
+    image: str | None = None,
+    engine: str | None = None,
+    push: str | None = None,
+) -> None:
     """Render the Dockerfile, build it, record image ID (and pushed digest) in rigsmith.lock."""
     if engine is not None and engine not in enginemod.ENGINES:
         raise RigsmithError(f"--engine {engine!r} is not supported", hint="use --engine podman or docker")

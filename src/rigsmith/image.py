@@ -411,7 +411,7 @@ def render_context(inputs: Inputs, lock: lockmod.Lock, *, command: str) -> Conte
         }
         template = d.template or "Dockerfile.j2"
         overlay = inputs.template_dir
-        return render.render(template, overlay=overlay, **ctx).encode()
+        return render.render_in(template, overlay, ctx).encode()
 
     # The revision label defaults to a hash of everything else, so it is computed with the label empty.
     files["Dockerfile"] = ContextFile(dockerfile(""))

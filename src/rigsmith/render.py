@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,7 @@ def shpath(path: str) -> str:
 
 def banner(command: str, spec_path: str, comment: str = "#") -> str:
     """The first lines of every generated file: who made it, from what, do not edit."""
-    return (
-        f"{comment} {BANNER_MARK} — do not edit; edit {spec_path} and re-run:\n"
-        f"{comment}   {command}\n"
-    )
+    return f"{comment} {BANNER_MARK} — do not edit; edit {spec_path} and re-run:\n{comment}   {command}\n"
 
 
 @cache
@@ -66,6 +64,12 @@ def dockerquote(value: object) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 
 
-def render(template: str, root: Path = TEMPLATES, overlay: Path | None = None, **context: Any) -> str:
-    """Render ``templates/<template>`` (or ``overlay/<template>``) with the context."""
-    return environment(root, overlay).get_template(template).render(**context)
+def render(template: str, root: Path = TEMPLATES, **context: Any) -> str:
+    """Render ``templates/<template>`` with the context."""
+    return environment(root).get_template(template).render(**context)
+
+
+def render_in(template: str, overlay: Path | None, context: Mapping[str, Any]) -> str:
+    """Render ``template`` found in templates/ or else in ``overlay`` (a per-image override that
+    ``{% extends %}`` a shipped template)."""
+    return environment(TEMPLATES, overlay).get_template(template).render(**context)

@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import docker
+import docker  # type: ignore[import-untyped]
 import pytest
 
 from rigsmith.project import Project

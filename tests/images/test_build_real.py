@@ -9,7 +9,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-import docker
+import docker  # type: ignore[import-untyped]
 import pytest
 
 from rigsmith import build as buildmod
@@ -17,6 +17,7 @@ from rigsmith import engine as enginemod
 from rigsmith import lock as lockmod
 from rigsmith import registry as registrymod
 from rigsmith.errors import AdapterError, PreflightError
+from rigsmith.project import Project
 from tests.images import services
 from tests.images.conftest import TINY_PATCH, cli_env, invoke_bin, tiny_project
 
@@ -44,7 +45,7 @@ def _docker(d: services.Dockerd) -> enginemod.DockerPyEngine:
     return enginemod.connect("docker", {"DOCKER_HOST": d.url})
 
 
-def _pin(project: buildmod.Project) -> None:
+def _pin(project: Project) -> None:
     reg = registrymod.Registry({})
     try:
         buildmod.pin_images(project, reg, echo=lambda _: None)
@@ -185,7 +186,7 @@ def _content(client: docker.DockerClient, image_id: str) -> dict[str, tuple[str,
     with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
         manifest = json.load(archive.extractfile("manifest.json"))  # type: ignore[arg-type]
         for layer in manifest[0]["Layers"]:
-            with tarfile.open(fileobj=archive.extractfile(layer)) as lt:  # type: ignore[arg-type]
+            with tarfile.open(fileobj=archive.extractfile(layer)) as lt:
                 for m in lt.getmembers():
                     data = lt.extractfile(m).read() if m.isfile() else m.linkname.encode()  # type: ignore[union-attr]
                     out[m.name] = (m.type.decode(), m.mode, hashlib.sha256(data).hexdigest())
@@ -274,3 +275,34 @@ def test_a_patch_that_does_not_apply_fails_the_build(
     finally:
         eng.close()
     assert any("greet.patch does not apply in /opt/src" in line for line in lines)
+
+
+def test_pin_deployment_engine_image_then_deploy_renders_it_by_digest(tmp_path: Path, base_ref: str) -> None:
+    import yaml
+
+    project = tiny_project(tmp_path, base_ref)
+    data = yaml.safe_load((REPO / "deployments" / "flash-next-merlin-4x3090.yaml").read_text())
+    data["engine"]["image"] = base_ref
+    (project.deployments / "flash-next-merlin-4x3090.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    env = cli_env(project)
+    proc = _invoke(env, "pin", "--deployment", "flash-next-merlin-4x3090")
+    assert proc.returncode == 0, proc.stderr
+    lock = lockmod.read(project.lock_path)
+    assert list(lock.images) == [base_ref]  # images/tiny is not used by this deployment
+    assert "deployments/flash-next-merlin-4x3090.yaml engine.image" in proc.stdout
+    deployed = _invoke(
+        env, "deploy", "--target", "podman", "--deployment", "flash-next-merlin-4x3090", "--yes"
+    )
+    assert deployed.returncode == 0, deployed.stderr
+    run_sh = (project.root / "podman" / "flash-next-merlin-4x3090" / "run.sh").read_text()
+    assert f"IMAGE={base_ref.rpartition(':')[0]}@{services.skopeo_digest(base_ref)}\n" in run_sh
+
+
+def test_pin_with_an_unreachable_registry_changes_nothing(tmp_path: Path) -> None:
+    project = tiny_project(tmp_path, f"127.0.0.1:{services.free_port()}/tinybase:1")
+    project.lock_path.write_text(lockmod.dumps(lockmod.Lock()))
+    before = project.lock_path.read_text()
+    proc = _invoke(cli_env(project), "pin")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "cannot resolve" in proc.stderr
+    assert project.lock_path.read_text() == before

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rigsmith import engine as enginemod
 from rigsmith.errors import AdapterError
 
 #: Captured from Podman 4.3.1's /libpod/build (a no-op rebuild), chunked as the service sends it.
-PODMAN_STREAM = [
+PODMAN_STREAM: list[dict[str, Any]] = [
     {"stream": "STEP 1/3: FROM 127.0.0.1:5055/tinybase@sha256:51ae\n"},
     {"stream": 'STEP 2/3: COPY ["rigsmith/", "/opt/rigsmith/"]\n'},
     {"stream": "--> Using cache 4b4496662ce57ce05ea080aff77a3ca0bf3c932162cd169d37cc147ca35d8d22\n"},
@@ -19,7 +21,7 @@ PODMAN_STREAM = [
 ]
 
 #: Captured from Docker 20.10's classic builder, then a failing step.
-DOCKER_STREAM = [
+DOCKER_STREAM: list[dict[str, Any]] = [
     {"stream": "Step 1/2 : FROM 127.0.0.1:5055/tinybase@sha256:51ae"},
     {"stream": "\n"},
     {"stream": " ---> b3a797ef7c4d\n"},
@@ -56,7 +58,7 @@ def test_build_log_keeps_the_error() -> None:
 
 def test_push_digest_from_docker_aux_and_podman_status() -> None:
     d1, d2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
-    docker_events = [
+    docker_events: list[dict[str, Any]] = [
         {"status": "The push refers to repository [127.0.0.1:5055/tiny]"},
         {"status": "Pushed", "progressDetail": {}, "id": "9a01e23c7d82"},
         {"status": f"x: digest: {d1} size: 942"},

@@ -142,7 +142,7 @@ class _AuthFront(BaseHTTPRequestHandler):
             self._send(200, {"Content-Type": "application/json"}, json.dumps({"token": "T0K"}).encode())
             return
         if self.headers.get("Authorization") != "Bearer T0K":
-            host = f"127.0.0.1:{self.server.server_address[1]}"
+            host = f"127.0.0.1:{self.server.server_address[1]}"  # type: ignore[index]
             challenge = f'Bearer realm="http://{host}/token",service="front",scope="repository:tinybase:pull"'
             self._send(401, {"WWW-Authenticate": challenge})
             return
