@@ -286,3 +286,62 @@ def skopeo_digest(ref: str) -> str:
         timeout=60,
     ).stdout
     return str(json.loads(out)["Digest"])
+
+
+_PY = "python3.11"
+#: Parts of the stdlib a build never needs (keeps the base near 30 MB).
+_STDLIB_SKIP = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "EXTERNALLY-MANAGED",
+                f"config-3.11-{os.uname().machine}-linux-gnu"}  # fmt: skip
+
+
+def _libs(paths: Sequence[Path]) -> set[Path]:
+    out: set[Path] = set()
+    for p in paths:
+        ldd = subprocess.run(["ldd", str(p)], capture_output=True, text=True, check=False).stdout
+        for line in ldd.splitlines():
+            parts = line.split()
+            path = parts[2] if "=>" in parts and len(parts) > 2 else parts[0]
+            if path.startswith("/"):
+                out.add(Path(path))
+    return out
+
+
+def python_rootfs(dest: Path) -> Path:
+    """busybox + the host's Debian python3.11 (stdlib, lib-dynload, their shared libs) + Debian's pip, and
+    a stand-in package ``fakevllm`` in dist-packages for python-package patch tests."""
+    busybox_rootfs(dest)
+    binary = Path(f"/usr/bin/{_PY}")
+    (dest / "usr/bin").mkdir(parents=True)
+    shutil.copy2(binary, dest / "usr/bin" / _PY)
+    (dest / "usr/bin/python3").symlink_to(_PY)
+    stdlib = Path(f"/usr/lib/{_PY}")
+    shutil.copytree(stdlib, dest / stdlib.relative_to("/"), symlinks=True,
+                    ignore=lambda d, names: [n for n in names if n in _STDLIB_SKIP])  # fmt: skip
+    dist = Path("/usr/lib/python3/dist-packages")
+    for name in ("pip", "pip-23.0.1.dist-info"):
+        shutil.copytree(dist / name, dest / dist.relative_to("/") / name, symlinks=True)
+    for lib in _libs([binary, *sorted((stdlib / "lib-dynload").glob("*.so"))]):
+        target = dest / lib.relative_to("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(lib.resolve(), target)
+    pkg = dest / dist.relative_to("/") / "fakevllm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(FAKEVLLM)
+    (dest / "root").mkdir()
+    return dest
+
+
+FAKEVLLM = '__version__ = "0.0.1"\n\n\ndef mode():\n    return "stock"\n'
+
+
+def push_rootfs(svc: PodmanService, reg: LocalRegistry, root: Path, ref_name: str) -> str:
+    """Import a rootfs directory as REGISTRY/<ref_name> and push it there."""
+    tar = subprocess.run(
+        ["tar", "--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner", "-C", str(root),
+         "-c", "."],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    ref = f"{reg.host}/{ref_name}"
+    svc.cli("import", "--change", "ENV=PATH=/usr/bin:/bin", "--change", "ENV=HOME=/root", "-", ref, input=tar)
+    svc.cli("push", "--tls-verify=false", ref)
+    return ref
