@@ -24,6 +24,7 @@ from rigsmith import build as buildmod
 from rigsmith import engine as enginemod
 from rigsmith import lock as lockmod
 from rigsmith import registry as registrymod
+from rigsmith.errors import AdapterError
 from rigsmith.project import Project
 from tests.images import services
 
@@ -163,7 +164,7 @@ def test_python_package_patch_on_a_missing_package_fails_clearly(
     eng = enginemod.connect("podman", {"CONTAINER_HOST": podman_api.url})
     lines: list[str] = []
     try:
-        with pytest.raises(buildmod.AdapterError, match="podman build failed"):
+        with pytest.raises(AdapterError, match="podman build failed"):
             buildmod.build_image(project, eng, image="pyimg", echo=lines.append)
     finally:
         eng.close()
