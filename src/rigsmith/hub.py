@@ -31,8 +31,8 @@ from huggingface_hub.file_download import hf_hub_url, http_get
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils._headers import build_hf_headers
 from tenacity import (
+    RetryCallState,
     Retrying,
-    before_sleep_log,
     retry_if_exception,
     stop_after_attempt,
     wait_exponential_jitter,
@@ -106,12 +106,25 @@ class RetryPolicy:
     max_wait: float = 60.0
     jitter: float = 2.0
 
-    def retrying(self) -> Retrying:
+    def retrying(self, what: str) -> Retrying:
+        def note(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            wait = state.next_action.sleep if state.next_action else 0.0
+            log.warning(
+                "%s: %s: %s; retrying in %.1fs (attempt %d of %d)",
+                what,
+                type(exc).__name__,
+                exc,
+                wait,
+                state.attempt_number + 1,
+                self.attempts,
+            )
+
         return Retrying(
             stop=stop_after_attempt(self.attempts),
             wait=wait_exponential_jitter(multiplier=self.multiplier, max=self.max_wait, jitter=self.jitter),
             retry=retry_if_exception(is_retryable),
-            before_sleep=before_sleep_log(log, logging.WARNING),
+            before_sleep=note,
             reraise=True,
         )
 
@@ -143,7 +156,7 @@ class HfHub:
 
     def _call(self, what: str, repo: str, fn: Callable[[], T], *, revision: str | None = None) -> T:
         try:
-            for attempt in self._retry.retrying():
+            for attempt in self._retry.retrying(f"{what} {repo}" + (f"@{revision}" if revision else "")):
                 with attempt:
                     return fn()
         except Exception as err:
