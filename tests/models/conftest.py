@@ -59,7 +59,10 @@ def tiny_files(seed: str, *, shards: int = 2, shard_size: int = 3 * MiB) -> dict
     """A small checkpoint laid out like a real one: config, tokenizer, index, safetensors shards."""
     files: dict[str, bytes] = {
         "config.json": json.dumps(
-            {"architectures": ["Qwen3ForCausalLM"], "text_config": {"hidden_size": 64, "ple_embedding_dtype": "bfloat16"}},
+            {
+                "architectures": ["Qwen3ForCausalLM"],
+                "text_config": {"hidden_size": 64, "ple_embedding_dtype": "bfloat16"},
+            },
             indent=2,
         ).encode()
         + b"\n",

@@ -70,7 +70,9 @@ class Repo:
     gated: bool = False
     token: str | None = None  # private: needs this bearer token
 
-    def add_commit(self, files: dict[str, bytes], *, sha: str | None = None, refs: tuple[str, ...] = ("main",)) -> str:
+    def add_commit(
+        self, files: dict[str, bytes], *, sha: str | None = None, refs: tuple[str, ...] = ("main",)
+    ) -> str:
         """Add a commit (sha derived from content unless given) and point ``refs`` at it."""
         if sha is None:
             h = hashlib.sha1(self.repo_id.encode())
@@ -140,7 +142,9 @@ class HubServer:
 
     def count(self, contains: str = "", method: str | None = None) -> int:
         with self._mu:
-            return sum(1 for r in self.requests if contains in r.path and (method is None or r.method == method))
+            return sum(
+                1 for r in self.requests if contains in r.path and (method is None or r.method == method)
+            )
 
     def hub_requests(self, contains: str = "") -> list[Request]:
         """Requests a Hub client makes for repos (telemetry pings left out)."""
@@ -257,7 +261,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(401, "RepoNotFound", "Repository not found")
             return None
         if repo.gated:
-            self._error(403, "GatedRepo", f"Access to model {repo_id} is restricted. You must accept the conditions.")
+            self._error(
+                403, "GatedRepo", f"Access to model {repo_id} is restricted. You must accept the conditions."
+            )
             return None
         return repo
 
@@ -279,13 +285,23 @@ class _Handler(BaseHTTPRequestHandler):
                     assert isinstance(lfs, dict)
                     s["lfs"] = {"sha256": lfs["oid"], "size": lfs["size"], "pointerSize": lfs["pointerSize"]}
                 siblings.append(s)
-            self._json({"id": repo_id, "modelId": repo_id, "sha": commit.sha, "private": bool(repo.token),
-                        "gated": repo.gated, "siblings": siblings})
+            self._json(
+                {
+                    "id": repo_id,
+                    "modelId": repo_id,
+                    "sha": commit.sha,
+                    "private": bool(repo.token),
+                    "gated": repo.gated,
+                    "siblings": siblings,
+                }
+            )
             return
         entries: list[dict[str, object]] = []
         dirs = sorted({"/".join(p.split("/")[:i]) for p in commit.files for i in range(1, p.count("/") + 1)})
-        entries += [{"type": "directory", "path": d, "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0}
-                    for d in dirs]
+        entries += [
+            {"type": "directory", "path": d, "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0}
+            for d in dirs
+        ]
         entries += [commit.entry(p) for p in sorted(commit.files)]
         self._json(entries)
 
@@ -303,8 +319,12 @@ class _Handler(BaseHTTPRequestHandler):
         data = commit.files[file]
         if fault is not None and fault.kind == "wrong":
             data = bytes([data[0] ^ 0xFF]) + data[1:]
-        headers = {"ETag": f'"{commit.etag(file)}"', "X-Repo-Commit": commit.sha, "Accept-Ranges": "bytes",
-                   "Content-Type": "application/octet-stream"}
+        headers = {
+            "ETag": f'"{commit.etag(file)}"',
+            "X-Repo-Commit": commit.sha,
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
         start, code = 0, 200
         rng = self.headers.get("Range")
         if rng and self.command == "GET":

@@ -47,7 +47,9 @@ def test_pinned_download_verifies_every_file_and_locks_hashes(hub, client, make_
     assert sorted(report.downloaded) == sorted(files)
     # A pinned sha skips revision resolution; one tree listing, one GET per file, no HEADs.
     reqs = hub.hub_requests()
-    assert [r.path for r in reqs if "/api/" in r.path] == [f"/api/models/acme/pinned/tree/{sha}?recursive=true&expand=false"]
+    assert [r.path for r in reqs if "/api/" in r.path] == [
+        f"/api/models/acme/pinned/tree/{sha}?recursive=true&expand=false"
+    ]
     assert sorted(r.path for r in reqs if "/resolve/" in r.path) == sorted(
         f"/acme/pinned/resolve/{sha}/{p}" for p in files
     )
@@ -59,7 +61,8 @@ def test_warm_rerun_makes_zero_requests_and_hashes_nothing(hub, client, make_pro
     files = tiny_files("warm")
     hub.repo("acme/warm").add_commit(files)
     project, spec = make_project(
-        repo="acme/warm", config_patches=[{"key": "text_config.ple_embedding_dtype", "value": "float8_e4m3fn"}]
+        repo="acme/warm",
+        config_patches=[{"key": "text_config.ple_embedding_dtype", "value": "float8_e4m3fn"}],
     )
     fetch_model(project, spec, hub=client, echo=lambda _m: None)
     lock_before = project.lock_path.read_bytes()
@@ -225,7 +228,9 @@ def test_stale_partials_are_cleaned_and_a_matching_partial_resumes(hub, client, 
     data = files[shard]
     (root / ".rigsmith/partial").mkdir(parents=True)
     (root / ".rigsmith/partial" / f"{'0' * 64}.incomplete").write_bytes(b"old commit")
-    (root / ".rigsmith/partial" / f"{hashlib.sha256(data).hexdigest()}.incomplete").write_bytes(data[: 1 * MiB])
+    (root / ".rigsmith/partial" / f"{hashlib.sha256(data).hexdigest()}.incomplete").write_bytes(
+        data[: 1 * MiB]
+    )
     hfdir = root / ".cache/huggingface/download"
     hfdir.mkdir(parents=True)
     (hfdir / "Y29uZmln.abcd.1234abcd.incomplete").write_bytes(b"x" * 10)
@@ -258,13 +263,26 @@ def test_disk_space_is_checked_before_the_first_byte(hub, client, make_project):
     ("setup", "revision", "expected"),
     [
         ("missing", None, "resolve revision: repo acme/nope not found at {url} (without a token, HTTP 401)"),
-        ("gated", None, "resolve revision: acme/gated is a gated repo and this token has no access (HTTP 403)"),
-        ("private", None, "resolve revision: repo acme/private not found at {url} (without a token, HTTP 401)"),
+        (
+            "gated",
+            None,
+            "resolve revision: acme/gated is a gated repo and this token has no access (HTTP 403)",
+        ),
+        (
+            "private",
+            None,
+            "resolve revision: repo acme/private not found at {url} (without a token, HTTP 401)",
+        ),
         ("plain", "no-such-branch", "resolve revision: revision 'no-such-branch' not found in acme/plain"),
     ],
 )
-def test_not_found_and_gated_fail_fast_with_clear_messages(hub, client, make_project, setup, revision, expected):
-    repos = {"gated": hub.repo("acme/gated", gated=True), "private": hub.repo("acme/private", token="hf_s3cret")}
+def test_not_found_and_gated_fail_fast_with_clear_messages(
+    hub, client, make_project, setup, revision, expected
+):
+    repos = {
+        "gated": hub.repo("acme/gated", gated=True),
+        "private": hub.repo("acme/private", token="hf_s3cret"),
+    }
     repos["plain"] = hub.repo("acme/plain")
     for r in repos.values():
         r.add_commit(tiny_files("err", shards=1, shard_size=1024))
@@ -303,8 +321,9 @@ def test_token_file_is_used_when_env_is_unset(hub, make_project, tmp_path):
 def test_allow_and_ignore_patterns_select_files(hub, client, make_project):
     files = tiny_files("patterns")
     hub.repo("acme/patterns").add_commit(files)
-    project, spec = make_project(repo="acme/patterns", allow_patterns=["*.json", "*.safetensors"],
-                                 ignore_patterns=["model-00002-*"])
+    project, spec = make_project(
+        repo="acme/patterns", allow_patterns=["*.json", "*.safetensors"], ignore_patterns=["model-00002-*"]
+    )
     report = fetch_model(project, spec, hub=client, echo=lambda _m: None)
     assert sorted(report.downloaded) == [
         "config.json",
@@ -322,7 +341,9 @@ def test_allow_and_ignore_patterns_select_files(hub, client, make_project):
     assert "model.allow_patterns: no file of acme/patterns@" in str(err.value)
 
 
-def test_config_patch_is_idempotent_keeps_the_original_and_locks_both_hashes(hub, client, make_project, golden):
+def test_config_patch_is_idempotent_keeps_the_original_and_locks_both_hashes(
+    hub, client, make_project, golden
+):
     files = tiny_files("patch")
     hub.repo("acme/patch").add_commit(files)
     patches = [
@@ -375,12 +396,17 @@ def test_a_patch_that_cannot_apply_names_the_field(hub, client, make_project):
     with pytest.raises(SpecError) as err:
         fetch_model(project, spec, hub=client, echo=lambda _m: None)
     assert err.value.problems == [
-        ("model.config_patches[1].file", "tokenizer/missing.json is not among the files fetched from the repo")
+        (
+            "model.config_patches[1].file",
+            "tokenizer/missing.json is not among the files fetched from the repo",
+        )
     ]
     _, spec = make_project(repo="acme/badpatch", config_patches=[{"key": "architectures.first", "value": 1}])
     with pytest.raises(SpecError) as err:
         fetch_model(project, spec, hub=client, echo=lambda _m: None)
-    assert err.value.problems == [("model.config_patches[0].key", "architectures in config.json is not an object")]
+    assert err.value.problems == [
+        ("model.config_patches[0].key", "architectures in config.json is not an object")
+    ]
     # The download itself is complete and verified; only the patch was refused.
     assert (Path(spec.model.local_dir) / ".rigsmith/original/config.json").is_file()
 
@@ -399,7 +425,9 @@ def test_seed_deployments_fetch_against_stand_in_repos(hub, client, tmp_path, go
     merlin = specmod.load(project.spec_path("flash-next-merlin-4x3090"))
     assert int4.model.revision is not None and int4.model.pinned and merlin.model.revision is None
 
-    hub.repo(int4.model.repo).add_commit(tiny_files("int4", shards=3, shard_size=MiB), sha=int4.model.revision, refs=())
+    hub.repo(int4.model.repo).add_commit(
+        tiny_files("int4", shards=3, shard_size=MiB), sha=int4.model.revision, refs=()
+    )
     merlin_files = tiny_files("merlin", shards=4, shard_size=MiB)
     hub.repo(merlin.model.repo).add_commit(merlin_files)
 
@@ -442,7 +470,9 @@ def test_server_is_the_real_thing(hub: HubServer) -> None:
     info = HfApi(endpoint=hub.url, token=False).model_info("acme/api", revision="main", files_metadata=True)
     assert info.sha == sha
     lfs = {s.rfilename: s.lfs for s in info.siblings or []}
-    assert lfs["model-00001-of-00001.safetensors"].sha256 == digest("sha256", files["model-00001-of-00001.safetensors"])
+    assert lfs["model-00001-of-00001.safetensors"].sha256 == digest(
+        "sha256", files["model-00001-of-00001.safetensors"]
+    )
 
 
 def test_golden_file_set_is_exact() -> None:
