@@ -110,6 +110,7 @@ class Request:
     path: str
     range: str | None
     authorization: bool
+    sent: int = 0  # body bytes written for this request
 
 
 class HubServer:
@@ -236,7 +237,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         hub = self.hub
         path = urlsplit(self.path).path
-        hub._log(Request(self.command, self.path, self.headers.get("Range"), "Authorization" in self.headers))
+        req = Request(self.command, self.path, self.headers.get("Range"), "Authorization" in self.headers)
+        hub._log(req)
         fault = hub._take_fault(self.command, path)
         if fault is not None and fault.kind in ("500", "502", "503"):
             self._error(int(fault.kind), "", "injected server error")
@@ -250,7 +252,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         m = _RESOLVE.match(path)
         if m:
-            self._resolve(unquote(m.group(1)), unquote(m.group(2)), unquote(m.group(3)), fault)
+            self._resolve(unquote(m.group(1)), unquote(m.group(2)), unquote(m.group(3)), fault, req)
             return
         self._send(404, b"not found")
 
@@ -305,7 +307,7 @@ class _Handler(BaseHTTPRequestHandler):
         entries += [commit.entry(p) for p in sorted(commit.files)]
         self._json(entries)
 
-    def _resolve(self, repo_id: str, rev: str, file: str, fault: Fault | None) -> None:
+    def _resolve(self, repo_id: str, rev: str, file: str, fault: Fault | None, req: Request) -> None:
         repo = self._access(repo_id)
         if repo is None:
             return
@@ -355,6 +357,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(chunk)
                 sent += len(chunk)
                 with self.hub._mu:
+                    req.sent += len(chunk)
                     self.hub.bytes_sent[file] = self.hub.bytes_sent.get(file, 0) + len(chunk)
                 if fault is not None and fault.kind == "slow" and start + sent >= fault.after:
                     self.wfile.flush()

@@ -47,8 +47,10 @@ def test_resume_after_kill_9_mid_file(hub, make_project):
     done = run_cli(hub, project, "fetch-model")
     assert done.returncode == 0, done.stderr
     assert (root / BIG).read_bytes() == files[BIG]
-    assert [r.range for r in hub.hub_requests(BIG)] == [f"bytes={have}-"]
-    assert hub.bytes_sent[BIG] == len(files[BIG]) - have
+    # The killed run's connection may still be draining; count only the new request's bytes.
+    (resumed,) = hub.hub_requests(BIG)
+    assert resumed.range == f"bytes={have}-"
+    assert resumed.sent == len(files[BIG]) - have
     assert f"{(have / MiB):.1f} MiB resumed" in done.stdout
     assert not part.exists()
 

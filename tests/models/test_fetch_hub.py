@@ -107,7 +107,8 @@ def test_branch_pin_resolves_once_and_moves_only_on_repin(hub, client, make_proj
         f"re-pinned acme/moving@main: {c1} -> {c2}",
         "  - README.md",
         "  + added.json (2 bytes)",
-        f"  ~ model-00002-of-00002.safetensors ({len(v1['model-00002-of-00002.safetensors'])} -> {2 * MiB} bytes)",
+        f"  ~ model-00002-of-00002.safetensors ({len(v1['model-00002-of-00002.safetensors'])} -> {2 * MiB}"
+        " bytes)",
     ]
     hub.reset()
     report = fetch_model(project, spec, hub=client, echo=lambda _m: None)
@@ -443,7 +444,6 @@ def test_seed_deployments_fetch_against_stand_in_repos(hub, client, tmp_path, go
     golden("seed-deployments.rigsmith.lock", project.lock_path.read_text())
     cfg = json.loads((tmp_path / "dest" / merlin.name / "config.json").read_text())
     assert cfg["text_config"]["ple_embedding_dtype"] == "float8_e4m3fn"
-    assert not Path(os.path.expanduser(merlin.model.local_dir)).exists() or "dest" in report.local_dir
 
 
 def test_pin_model_writes_the_lock_without_downloading(hub, client, make_project):
