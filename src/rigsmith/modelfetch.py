@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 from rich.console import Console
@@ -39,7 +39,6 @@ from rich.progress import (
 
 from rigsmith import lock as lockmod
 from rigsmith.errors import AdapterError, RigsmithError, SpecError
-from rigsmith.hub import HfHub, Hub
 from rigsmith.lock import LockedModel
 from rigsmith.modelfiles import (
     HF_DOWNLOAD_DIR,
@@ -76,8 +75,11 @@ from rigsmith.project import Project
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
+if TYPE_CHECKING:
+    from rigsmith.hub import Hub
+
 Echo = Callable[[str], None]
-HubFactory = Callable[[], Hub]
+HubFactory = Callable[[], "Hub"]
 
 #: How many files download and hash at once (hashlib releases the GIL on large buffers).
 WORKERS = 4
@@ -92,6 +94,8 @@ def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
     def get() -> Hub:
         if not cache:
             if hub is None:
+                from rigsmith.hub import HfHub  # huggingface_hub's HTTP stack: import only when needed
+
                 cache.append(HfHub.from_env())
             elif callable(hub) and not hasattr(hub, "download"):
                 cache.append(hub())

@@ -43,8 +43,15 @@ def random_bytes(seed: str, n: int) -> bytes:
 class Commit:
     sha: str
     files: dict[str, bytes]
+    _entries: dict[str, dict[str, object]] = field(default_factory=dict)
 
     def entry(self, path: str) -> dict[str, object]:
+        """Tree metadata of one file (hashed once: the benchmark must not time the stand-in's hashing)."""
+        if path not in self._entries:
+            self._entries[path] = self._entry(path)
+        return self._entries[path]
+
+    def _entry(self, path: str) -> dict[str, object]:
         data = self.files[path]
         e: dict[str, object] = {"type": "file", "path": path, "size": len(data)}
         if path.endswith(LFS_SUFFIXES):
@@ -56,10 +63,9 @@ class Commit:
         return e
 
     def etag(self, path: str) -> str:
-        data = self.files[path]
-        if path.endswith(LFS_SUFFIXES):
-            return hashlib.sha256(data).hexdigest()
-        return git_blob_sha1(data)
+        e = self.entry(path)
+        lfs = e.get("lfs")
+        return str(lfs["oid"]) if isinstance(lfs, dict) else str(e["oid"])
 
 
 @dataclass
@@ -202,6 +208,9 @@ _RESOLVE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 class _Handler(BaseHTTPRequestHandler):
     hub: HubServer
     protocol_version = "HTTP/1.1"
+    # Headers and body go out as separate writes; without TCP_NODELAY, Nagle + delayed ACK stalls each
+    # small response by up to 200 ms and the benchmark would measure the stand-in, not the client.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: object) -> None:  # quiet
         pass
@@ -368,3 +377,38 @@ class _Handler(BaseHTTPRequestHandler):
         if cut < len(body):
             self.wfile.flush()
             self._reset()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve one generated repo until killed (for bench/bench_fetch.py): prints ``URL COMMIT`` on stdout."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--repo", default="acme/bench")
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--shard-mib", type=int, default=64)
+    args = ap.parse_args(argv)
+    files = {
+        "config.json": b'{"architectures": ["Bench"], "text_config": {"hidden_size": 8}}\n',
+        "tokenizer.json": json.dumps({"vocab": list(range(2000))}).encode(),
+    }
+    for i in range(1, args.shards + 1):
+        files[f"model-{i:05d}-of-{args.shards:05d}.safetensors"] = random_bytes(
+            f"bench/{i}", args.shard_mib << 20
+        )
+    server = HubServer()
+    sha = server.repo(args.repo).add_commit(files)
+    for p in files:
+        server.repos[args.repo].commits[sha].entry(p)
+    server.start()
+    sys.stdout.write(f"{server.url} {sha}\n")
+    sys.stdout.flush()
+    try:
+        threading.Event().wait()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
