@@ -125,6 +125,8 @@ def describe_repin(old: LockedModel | None, new: LockedModel) -> list[str]:
     """Human lines saying what a (re-)pin changed, for the user to read before fetching."""
     ref = new.requested or "main"
     if old is None:
+        if ref == new.commit:
+            return [f"pinned {new.repo} at {new.commit} ({len(new.files)} files)"]
         return [f"pinned {new.repo}@{ref} -> {new.commit} ({len(new.files)} files)"]
     if old.commit == new.commit and old.repo == new.repo:
         return [f"{new.repo}@{ref} still at {new.commit}: nothing changed"]

@@ -102,7 +102,7 @@ class Repo:
 class Fault:
     """Inject ``kind`` on requests whose path contains ``match`` (and method matches), ``times`` times."""
 
-    kind: str  # "500" | "503" | "reset" | "truncate" | "wrong" | "slow"
+    kind: str  # "500" | "503" | "reset" | "truncate" | "wrong" | "slow" | "norange"
     match: str
     method: str = "GET"
     times: int = 1
@@ -338,6 +338,8 @@ class _Handler(BaseHTTPRequestHandler):
         }
         start, code = 0, 200
         rng = self.headers.get("Range")
+        if fault is not None and fault.kind == "norange":
+            rng = None  # like a CDN that answers 200 with the whole body
         if rng and self.command == "GET":
             mm = re.fullmatch(r"bytes=(\d+)-", rng.strip())
             if mm:
@@ -388,6 +390,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repo", default="acme/bench")
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--shard-mib", type=int, default=64)
+    ap.add_argument(
+        "--slow", type=float, default=0.0, help="seconds to sleep per 256 KiB sent (to watch progress)"
+    )
     args = ap.parse_args(argv)
     files = {
         "config.json": b'{"architectures": ["Bench"], "text_config": {"hidden_size": 8}}\n',
@@ -401,6 +406,8 @@ def main(argv: list[str] | None = None) -> None:
     sha = server.repo(args.repo).add_commit(files)
     for p in files:
         server.repos[args.repo].commits[sha].entry(p)
+    if args.slow:
+        server.fault(*(Fault("slow", p, delay=args.slow, times=1 << 30) for p in files))
     server.start()
     sys.stdout.write(f"{server.url} {sha}\n")
     sys.stdout.flush()

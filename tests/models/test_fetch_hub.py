@@ -248,6 +248,24 @@ def test_stale_partials_are_cleaned_and_a_matching_partial_resumes(hub, client, 
     _assert_tree(root, files)
 
 
+def test_a_server_ignoring_range_restarts_the_file_cleanly(hub, client, make_project):
+    files = tiny_files("norange")
+    sha = hub.repo("acme/norange").add_commit(files)
+    project, spec = make_project(repo="acme/norange", revision=sha)
+    root = Path(spec.model.local_dir)
+    shard = "model-00002-of-00002.safetensors"
+    (root / ".rigsmith/partial").mkdir(parents=True)
+    part = root / ".rigsmith/partial" / f"{hashlib.sha256(files[shard]).hexdigest()}.incomplete"
+    part.write_bytes(files[shard][:MiB])
+    hub.fault(Fault("norange", shard))
+
+    fetch_model(project, spec, hub=client, echo=lambda _m: None)
+
+    (req,) = hub.hub_requests(shard)
+    assert req.range == f"bytes={MiB}-" and req.sent == len(files[shard])  # answered 200, whole body
+    _assert_tree(root, files)
+
+
 def test_disk_space_is_checked_before_the_first_byte(hub, client, make_project):
     files = tiny_files("disk")
     hub.repo("acme/disk").add_commit(files)
