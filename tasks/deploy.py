@@ -13,7 +13,9 @@ from tasks._common import confirm, echo, project, user_errors
 def _memlock(value: str | None) -> int | str | None:
     if value is None:
         return None
-    return "unlimited" if value in ("unlimited", "-1") else int(value)
+    if value in ("unlimited", "-1", "host"):
+        return "host" if value == "host" else "unlimited"
+    return int(value)
 
 
 @task(
@@ -24,7 +26,7 @@ def _memlock(value: str | None) -> int | str | None:
         "out": "write under DIR/<target>/… instead of the checkout",
         "yes": "change existing files without asking",
         "check": "write nothing; fail if the files on disk differ from what would be rendered",
-        "memlock": "override the memlock limit in bytes (for hosts that cannot grant unlimited)",
+        "memlock": "override memlock: unlimited, bytes, or host (set none; hosts that cannot raise it)",
         "podman_version": "target host's podman version (quadlet keys depend on it)",
     }
 )
@@ -53,4 +55,23 @@ def deploy(
         echo=echo,
         memlock=_memlock(memlock),  # type: ignore[arg-type]
         podman_version=podman_version,
+    )
+
+
+@task(help={"check": "write nothing; fail if the committed schema is stale"})
+@user_errors
+def schema(c, check=False):
+    """Write schema/deployment.schema.json (the spec's JSON Schema, for editors)."""
+    import json
+
+    from rigsmith import spec, writer
+
+    root = project().root
+    text = json.dumps(spec.json_schema(), indent=2, sort_keys=True) + "\n"
+    writer.write(
+        [writer.Artifact(root / "schema/deployment.schema.json", text)],
+        yes=True,
+        check=check,
+        echo=echo,
+        root=root,
     )

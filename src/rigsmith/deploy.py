@@ -22,7 +22,7 @@ def artifacts(
     deployment: str | None = None,
     image: str | None = None,
     out: Path | None = None,
-    memlock: Literal["unlimited"] | int | None = None,
+    memlock: Literal["unlimited", "host"] | int | None = None,
     podman_version: str | None = None,
 ) -> tuple[planmod.RunPlan, list[writer.Artifact]]:
     """Plan and render without writing."""
@@ -60,12 +60,17 @@ def deploy(
     check: bool = False,
     confirm: Callable[[str], bool] | None = None,
     echo: Callable[[str], None] = print,
-    memlock: Literal["unlimited"] | int | None = None,
+    memlock: Literal["unlimited", "host"] | int | None = None,
     podman_version: str | None = None,
 ) -> list[writer.Outcome]:
     """Render and write (or ``check``) one target."""
     plan, files = artifacts(
-        project, target, deployment=deployment, image=image, out=out, memlock=memlock,
+        project,
+        target,
+        deployment=deployment,
+        image=image,
+        out=out,
+        memlock=memlock,
         podman_version=podman_version,
     )
     if not plan.image_pinned:

@@ -41,7 +41,7 @@ class RunPlan:
     gpu_indices: tuple[str, ...]
     shm_size: str
     shm_bytes: int
-    memlock: Literal["unlimited"] | int
+    memlock: Literal["unlimited", "host"] | int
     stop_timeout: int
     shutdown_timeout: int | None
     env: tuple[tuple[str, str], ...]
@@ -63,8 +63,10 @@ class RunPlan:
         return f"http://{host}:{self.port}{self.health_path}"
 
     @property
-    def memlock_ulimit(self) -> str:
-        """podman ``--ulimit`` value."""
+    def memlock_ulimit(self) -> str | None:
+        """podman ``--ulimit`` value; None when the runtime's own limit is kept (memlock: host)."""
+        if self.memlock == "host":
+            return None
         v = "-1" if self.memlock == "unlimited" else str(self.memlock)
         return f"memlock={v}:{v}"
 
@@ -77,7 +79,9 @@ class RunPlan:
         opts = ["--name", self.name, "--init", "--network", self.network_mode]
         for d in self.devices:
             opts += ["--device", d]
-        opts += ["--shm-size", self.shm_size, "--ulimit", self.memlock_ulimit]
+        opts += ["--shm-size", self.shm_size]
+        if self.memlock_ulimit:
+            opts += ["--ulimit", self.memlock_ulimit]
         opts += ["--stop-timeout", str(self.stop_timeout)]
         for k, v in self.labels:
             opts += ["--label", f"{k}={v}"]
@@ -126,7 +130,7 @@ def make(
     *,
     spec_path: str,
     image: str | None = None,
-    memlock: Literal["unlimited"] | int | None = None,
+    memlock: Literal["unlimited", "host"] | int | None = None,
 ) -> RunPlan:
     """Decide the run plan. Refuses unfilled placeholders and a missing image, naming each."""
     missing = spec.unfilled_placeholders()
