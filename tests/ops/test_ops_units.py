@@ -46,6 +46,17 @@ def test_quadlet_controller_argv() -> None:
     }
 
 
+def test_quadlet_up_installs_the_rendered_units_where_systemd_reads_them(tmp_path: Path) -> None:
+    from rigsmith.writer import Artifact
+
+    files = [
+        Artifact(tmp_path / "quadlet" / "x.container", "[Container]\n"),
+        Artifact(tmp_path / "quadlet" / "other.container", "[Container]\n"),
+    ]
+    inst = lifecycle.quadlet_installs(files, "x", Path("/etc/containers/systemd"))
+    assert inst == [Artifact(Path("/etc/containers/systemd/x.container"), "[Container]\n", 0o644)]
+
+
 def test_podman_controller_argv_falls_back_without_stop_script(tmp_path: Path) -> None:
     p = Controller("podman", "x", tmp_path)
     assert p.start() == [["bash", str(tmp_path / "run.sh")]]

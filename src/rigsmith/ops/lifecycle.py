@@ -35,6 +35,8 @@ from rigsmith.ops.host import Host, LocalHost
 from rigsmith.project import Project
 
 OPS_TARGETS = ("podman", "quadlet")
+#: Where systemd's quadlet generator reads rootful units (podman-systemd.unit(5)).
+QUADLET_DIR = Path("/etc/containers/systemd")
 SPEC_LABEL = "io.rigsmith.spec-sha256"
 
 #: Process names (nvidia-smi / cmdline) of vLLM engine processes: setproctitle names + the CLI.
@@ -251,6 +253,7 @@ class Ops:
     env: Mapping[str, str] | None = None
     echo: Callable[[str], None] = print
     host: Host = field(default_factory=LocalHost)
+    quadlet_dir: Path = QUADLET_DIR
 
     def __post_init__(self) -> None:
         if self.target not in OPS_TARGETS:
@@ -274,6 +277,16 @@ def _plan(
     )
 
 
+def quadlet_installs(files: Sequence[writer.Artifact], name: str, unit_dir: Path) -> list[writer.Artifact]:
+    """The rendered quadlet units again, at the place systemd's generator reads them (same content, so
+    the writer reports identical/create/update there too and asks before changing an installed unit)."""
+    return [
+        writer.Artifact(unit_dir / a.path.name, a.content, 0o644)
+        for a in files
+        if a.path.name.startswith(f"{name}.")
+    ]
+
+
 def _rel(path: Path, root: Path) -> Path:
     return path.relative_to(root) if path.is_relative_to(root) else path
 
@@ -290,6 +303,8 @@ def up(
 ) -> planmod.RunPlan:
     """Converge the deployment to running-as-planned; returns the plan it verified against."""
     plan, files = _plan(ops, deployment, image, memlock)
+    if ops.target == "quadlet":
+        files = [*files, *quadlet_installs(files, plan.name, ops.quadlet_dir)]
     ctl = controller(ops.project, ops.target, plan.name, ops.out)
     root = (ops.out or ops.project.root).resolve()
     changed = [o for o in writer.plan(files) if o.status != "identical"]
