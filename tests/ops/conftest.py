@@ -8,13 +8,12 @@ import shutil
 import socket
 import subprocess
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from rigsmith.ops.standin import Standin, StandinConfig
-from tests.conftest import Podman
+from tests.conftest import Podman, prepare_host_dirs, standin_deployment
 
 OPS_IMAGE = "localhost/rigsmith-ops-standin:1"
 
@@ -64,14 +63,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def standin_server(tmp_path: Path) -> Iterator[Standin]:
-    """A stand-in OpenAI server on 127.0.0.1 at 200 tok/s with 20 ms TTFT, logging to tmp_path/standin.log."""
-    cfg = StandinConfig(
-        model_names=("flash-next-v2", "flash-next"), rate=200.0, ttft=0.02, log=tmp_path / "standin.log"
-    )
-    with Standin(cfg, port=free_port()) as s:
-        yield s
+def ops_data(
+    tmp_path: Path, name: str, *, env: dict[str, str] | None = None, **changes: Any
+) -> dict[str, Any]:
+    """Seed 003 stand-in data on the vLLM-like image and a free port, plus extra env; host dirs made."""
+    data = standin_deployment(tmp_path, name=name, network={"port": free_port()}, **changes)
+    data["engine"]["image"] = OPS_IMAGE  # type: ignore[index]
+    extra = [{"name": k, "value": v} for k, v in (env or {}).items()]
+    data["env"] = [*data["env"], *extra]  # type: ignore[list-item]
+    prepare_host_dirs(data)
+    return data
 
 
 @pytest.fixture(autouse=True)

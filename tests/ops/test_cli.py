@@ -11,8 +11,7 @@ from pathlib import Path
 
 from rigsmith.ops.standin import Standin, StandinConfig
 from tests.conftest import REPO, Podman, write_project
-from tests.ops.conftest import OPS_IMAGE
-from tests.ops.test_lifecycle_real import ops_data
+from tests.ops.conftest import OPS_IMAGE, ops_data
 
 WORKTREE = Path(__file__).resolve().parents[2]
 

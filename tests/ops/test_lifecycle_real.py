@@ -17,21 +17,10 @@ from rigsmith.ops import lifecycle, wait
 from rigsmith.ops.host import LocalHost
 from rigsmith.ops.lifecycle import Ops
 from rigsmith.spec import loads
-from tests.conftest import HOST_MEMLOCK, Podman, prepare_host_dirs, standin_deployment, write_project
-from tests.ops.conftest import OPS_IMAGE, free_port
+from tests.conftest import HOST_MEMLOCK, Podman, standin_deployment, write_project
+from tests.ops.conftest import OPS_IMAGE, ops_data
 
 UUID = "GPU-0a7d3e52-19c4-4b8f-a2e6-7f3c91d05b28"
-
-
-def ops_data(
-    tmp_path: Path, name: str, *, env: dict[str, str] | None = None, **changes: Any
-) -> dict[str, Any]:
-    data = standin_deployment(tmp_path, name=name, network={"port": free_port()}, **changes)
-    data["engine"]["image"] = OPS_IMAGE  # type: ignore[index]
-    extra = [{"name": k, "value": v} for k, v in (env or {}).items()]
-    data["env"] = [*data["env"], *extra]  # type: ignore[list-item]
-    prepare_host_dirs(data)
-    return data
 
 
 @pytest.fixture
@@ -153,7 +142,7 @@ def test_down_lists_orphan_engine_worker_and_the_reap_command_works(
         foreign.kill()
 
 
-def test_status_reports_state_spec_and_health(deployed, podman: Podman, standin_server) -> None:
+def test_status_reports_state_spec_and_health(deployed, podman: Podman) -> None:
     ops, _data = deployed
     assert lifecycle.status(ops).state == "absent"
     lifecycle.up(ops, memlock=HOST_MEMLOCK)

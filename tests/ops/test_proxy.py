@@ -15,7 +15,7 @@ from rigsmith.ops import proxy
 from rigsmith.project import Project
 from rigsmith.spec import loads
 from tests.conftest import GOLDEN, HOST_MEMLOCK, REPO, Podman, compare_tree, write_project
-from tests.ops.test_lifecycle_real import ops_data
+from tests.ops.conftest import ops_data
 
 
 def test_proxy_entries_match_golden(update_golden: bool) -> None:
