@@ -1,5 +1,5 @@
-"""Ops fixtures: a vLLM-like stand-in image (startup lines with the KV-cache gate), a host-side stand-in
-OpenAI server on a free 127.0.0.1 port."""
+"""Ops fixtures: a vLLM-like stand-in image (startup lines with the KV-cache gate) and deployment data
+that points the seed 003 stand-in at it and at a free 127.0.0.1 port."""
 
 from __future__ import annotations
 

@@ -146,7 +146,13 @@ def test_classify_holders_orphans_by_container_pid_or_engine_name() -> None:
         "foreign",
     ]
     assert lifecycle.reap_command(held[:2]) == "kill -TERM 10 11; sleep 10; kill -KILL 10 11 2>/dev/null"
-    assert lifecycle.parse_top("HPID\n4242\n4250\n") == [4242, 4250]
+    top = lifecycle.parse_top(
+        "HPID        COMMAND\n4242        vllm serve /model --port 8000\n4250  VLLM::Worker_TP1\n"
+    )
+    assert top == {4242: "vllm serve /model --port 8000", 4250: "VLLM::Worker_TP1"}
+    # 4242 is gone; 4250 lives on with the same command (an escaped worker); 4260's PID was reused
+    now = {4242: None, 4250: "VLLM::Worker_TP1", 4260: "bash"}
+    assert lifecycle.survivors({**top, 4260: "VLLM::Worker_TP2"}, now) == [(4250, "VLLM::Worker_TP1")]
 
 
 def test_gates_need_every_line_kv_within_tolerance_and_health() -> None:

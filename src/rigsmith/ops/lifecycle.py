@@ -155,12 +155,27 @@ def inspect(run: Run, name: str) -> dict[str, Any] | None:
 
 
 def top_argv(name: str) -> list[str]:
-    return ["podman", "top", name, "hpid"]
+    return ["podman", "top", name, "hpid", "args"]
 
 
-def parse_top(text: str) -> list[int]:
-    """``podman top NAME hpid`` → host PIDs."""
-    return [int(t) for t in text.split() if t.isdigit()]
+def parse_top(text: str) -> dict[int, str]:
+    """``podman top NAME hpid args`` → host PID → command line."""
+    out = {}
+    for line in text.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if pid.isdigit():
+            out[int(pid)] = args.strip()
+    return out
+
+
+def survivors(snapshot: Mapping[int, str], now: Mapping[int, str | None]) -> list[tuple[int, str]]:
+    """Pure: container processes (host PID → args before stop) still alive with the same command line
+    after the container is gone (``now``: PID → /proc cmdline with NULs as spaces, None if gone)."""
+    return [
+        (pid, args)
+        for pid, args in sorted(snapshot.items())
+        if now.get(pid) is not None and str(now[pid]).strip() == args
+    ]
 
 
 def container_problems(
@@ -404,13 +419,10 @@ def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
     name = spec.name
     ctl = controller(ops.project, ops.target, name, ops.out)
     info = inspect(ops.run, name)
-    pids: set[int] = set()
+    snapshot: dict[int, str] = {}
     if info:
         top = ops.run(top_argv(name))
-        pids = set(parse_top(top.stdout)) if top.returncode == 0 else set()
-        pid = (info.get("State") or {}).get("Pid")
-        if pid:
-            pids.add(int(pid))
+        snapshot = parse_top(top.stdout) if top.returncode == 0 else {}
         grace = int((info.get("Config") or {}).get("StopTimeout") or spec.resources.stop_grace_seconds)
         ops.echo(f"down {name} ({ops.target}): stopping (up to {grace}s grace for vLLM to drain)")
         for argv in ctl.stop(grace):
@@ -420,26 +432,37 @@ def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
         ops.echo(f"down {name}: container stopped and removed")
     else:
         ops.echo(f"down {name}: no container named {name}; checking the GPUs anyway")
+    left = survivors(snapshot, {pid: _cmdline(ops.host, pid) for pid in snapshot})
+    holders: list[Holder] = []
     res = ops.host.run(probes.COMMANDS["apps"])
     try:
         probes.check_nvsmi(res.code, res.stdout, res.stderr)
+        apps = probes.parse_apps(res.stdout)
+        holders = classify_holders(
+            apps, set(snapshot), {a.pid: _cmdline(ops.host, a.pid) or "" for a in apps}
+        )
     except probes.NoDriver as err:
         ops.echo(f"down {name}: cannot check the GPUs for leftover processes ({err})")
-        return []
-    apps = probes.parse_apps(res.stdout)
-    cmdlines = {a.pid: (ops.host.read(f"/proc/{a.pid}/cmdline") or "").replace("\0", " ") for a in apps}
-    holders = classify_holders(apps, pids, cmdlines)
+    held = {h.pid for h in holders}
     orphans = [h for h in holders if h.why != "foreign"]
+    orphans += [
+        Holder(pid, args, "-", None, "survived the container stop") for pid, args in left if pid not in held
+    ]
     for h in holders:
         ops.echo(f"  GPU holder PID {h.pid} {h.name} on {h.gpu} {h.used_mib} MiB: {h.why}")
     if orphans:
         raise RigsmithError(
-            f"{len(orphans)} process(es) of {name} still hold GPU memory after stop: "
+            f"{len(orphans)} process(es) of {name} outlived the stop or still hold GPU memory: "
             + ", ".join(f"PID {h.pid} ({h.name}, {h.why})" for h in orphans),
             hint=f"reap them: {reap_command(orphans)}",
         )
-    ops.echo(f"down {name}: no process of this deployment holds a GPU")
+    ops.echo(f"down {name}: no process of this deployment is left" + ("" if res.code else " or holds a GPU"))
     return holders
+
+
+def _cmdline(host: Host, pid: int) -> str | None:
+    text = host.read(f"/proc/{pid}/cmdline")
+    return None if text is None else text.replace("\0", " ").strip()
 
 
 # -- status / logs ------------------------------------------------------------------------------------
