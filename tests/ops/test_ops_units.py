@@ -127,6 +127,10 @@ def test_container_problems_name_each_loss() -> None:
     assert any("is not running (status exited, exit code 1)" in p for p in stale)
     assert any("started from another spec" in p for p in stale)
     assert any("no CDI spec on this host describes nvidia.com/gpu=0" in p for p in stale)
+    other = {**_info(plan, ["/dev/nvidia0"]), "ImageName": "localhost/vllm-merlin:old"}
+    assert f"container runs image localhost/vllm-merlin:old, the plan says {plan.image}" in (
+        lifecycle.container_problems(other, plan, {})
+    )
 
 
 def test_classify_holders_orphans_by_container_pid_or_engine_name() -> None:

@@ -200,6 +200,9 @@ def container_problems(
             f"container was started from another spec (label {SPEC_LABEL}={labels.get(SPEC_LABEL)}, "
             f"the spec now renders {want_label})"
         )
+    image = info.get("ImageName")
+    if image and image != plan.image:
+        out.append(f"container runs image {image}, the plan says {plan.image}")
     env = {}
     for item in cfg.get("Env") or []:
         k, _, v = str(item).partition("=")
