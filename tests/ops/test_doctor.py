@@ -6,6 +6,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rigsmith.ops import doctor, probes
 from rigsmith.ops.host import LocalHost, gather
@@ -238,3 +240,40 @@ def test_doctor_on_this_machine_tells_the_truth(tmp_path: Path, podman: Podman, 
     assert f.podman_version == "4.3.1" and v["podman"] in ("go", "warn")
     assert v["shm"] == "go" and f.shm_bytes and f.shm_bytes > 0
     assert not doctor.go(checks)
+
+
+@given(
+    pid=st.integers(min_value=1, max_value=4_194_304),
+    name=st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=60)
+    .map(str.strip)
+    .filter(bool),
+    used=st.one_of(st.none(), st.integers(min_value=0, max_value=49_152)),
+)
+def test_compute_apps_round_trip_any_process_name(pid: int, name: str, used: int | None) -> None:
+    line = f"{pid}, {name}, GPU-1f0e6c7a-3b52-9d84-e1a7-5c2b90d4f613, {'[N/A]' if used is None else used}\n"
+    assert probes.parse_apps(line) == [
+        probes.GpuApp(pid, name, "GPU-1f0e6c7a-3b52-9d84-e1a7-5c2b90d4f613", used)
+    ]
+
+
+def test_nvlink_bridge_counts_as_p2p_without_a_p2p_matrix() -> None:
+    """2x RTX 3090 with an NVLink bridge: `topo -m` says NV4; no `-p2p r` capture needed."""
+    topo = probes.parse_topo(
+        "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+        "GPU0\t X \tNV4\t0-15\t0\t\tN/A\nGPU1\tNV4\t X \t0-15\t0\t\tN/A\n"
+    )
+    spec = seed(SEED003).model_copy(
+        update={
+            "resources": seed(SEED003).resources.model_copy(
+                update={
+                    "gpus": seed(SEED003).resources.gpus.model_copy(
+                        update={"cdi_devices": ("nvidia.com/gpu=0", "nvidia.com/gpu=1"), "count": 2}
+                    )
+                }
+            )
+        }
+    )
+    f = facts("4x3090-idle", spec)
+    f.topo, f.p2p = topo, {}
+    p2p = next(c for c in doctor.evaluate(spec, f) if c.name == "PCIe P2P")
+    assert p2p.verdict == "go" and "links NV4" in p2p.detail
