@@ -94,10 +94,17 @@ class LocalHost:
 def gather(host: Host, *, model_dir: str | None = None) -> HostFacts:
     """Run every probe on ``host`` and parse the outputs into HostFacts. Never raises for a missing tool."""
     facts = HostFacts()
-    res = host.run(probes.COMMANDS["gpus"])
     try:
+        # `nvidia-smi -L` first: the cheapest "is the driver there" answer, and the index/UUID list the
+        # detailed query must agree with.
+        listed = host.run(probes.COMMANDS["gpu_list"])
+        probes.check_nvsmi(listed.code, listed.stdout, listed.stderr)
+        res = host.run(probes.COMMANDS["gpus"])
         probes.check_nvsmi(res.code, res.stdout, res.stderr)
         facts.gpus = probes.parse_gpus(res.stdout)
+        by_list = {(i, u) for i, _n, u in probes.parse_gpu_list(listed.stdout)}
+        if by_list != {(g.index, g.uuid) for g in facts.gpus}:
+            raise probes.NoDriver("nvidia-smi -L and --query-gpu disagree about the GPUs (driver in flux?)")
         apps = host.run(probes.COMMANDS["apps"])
         probes.check_nvsmi(apps.code, apps.stdout, apps.stderr)
         facts.apps = probes.parse_apps(apps.stdout)
