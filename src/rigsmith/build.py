@@ -115,11 +115,12 @@ def build_command(name: str) -> str:
     return f"invoke build --image {name}"
 
 
-def prepare(project: Project, name: str) -> imagemod.Context:
+def prepare(project: Project, name: str) -> tuple[imagemod.ImageDef, imagemod.Context]:
     """Load, gather and render the build context of ``images/<name>``; no engine, no network."""
     definition = imagemod.load(project.images, name)
     inputs = imagemod.gather(project.images, name, definition)
-    return imagemod.render_context(inputs, lockmod.read(project.lock_path), command=build_command(name))
+    lock = lockmod.read(project.lock_path)
+    return definition, imagemod.render_context(inputs, lock, command=build_command(name))
 
 
 def context_dir(project: Project, name: str) -> Path:
@@ -179,26 +180,27 @@ def build_image(
         echo: where progress and the build log go.
     """
     name = image_name(project, image=image, deployment=deployment)
-    ctx = prepare(project, name)
-    definition = imagemod.load(project.images, name)
+    if push and resolver is None:
+        raise RigsmithError("--push needs a registry client")
+    definition, ctx = prepare(project, name)
     epoch = definition.source_date_epoch
     dest = context_dir(project, name)
     materialize(ctx, dest, epoch)
     tag = ctx.inputs_sha256.removeprefix("sha256:")[:16]
     local = f"{LOCAL_REPO}/{name}:{tag}"
+    ref, digest = f"{LOCAL_REPO}/{name}", None
+    if push:
+        ref = f"{push.rstrip('/')}/{name}"
+        parse_ref(f"{ref}:{tag}")  # a bad --push fails before the build, not after
     echo(f"build: images/{name} FROM {ctx.base} with {engine.kind} ({engine.url}); context {dest}")
     result = engine.build(imagemod.context_tar(ctx.files, epoch), tag=local, epoch=epoch, log=echo)
     labels = engine.inspect(local).get("Config", {}).get("Labels") or {}
     _check_labels(name, ctx, dict(labels))
     echo(f"build: {local} = {result.image_id} ({result.cached}/{result.steps} steps from cache)")
 
-    ref, digest = f"{LOCAL_REPO}/{name}", None
     if push:
-        if resolver is None:
-            raise RigsmithError("--push needs a registry client")
-        ref = f"{push.rstrip('/')}/{name}"
+        assert resolver is not None
         remote = f"{ref}:{tag}"
-        parse_ref(remote)
         engine.tag(result.image_id, remote)
         reported = engine.push(remote, log=echo)
         served = resolver.resolve(remote).digest

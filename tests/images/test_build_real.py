@@ -16,7 +16,7 @@ from rigsmith import build as buildmod
 from rigsmith import engine as enginemod
 from rigsmith import lock as lockmod
 from rigsmith import registry as registrymod
-from rigsmith.errors import AdapterError, PreflightError
+from rigsmith.errors import AdapterError, PreflightError, RigsmithError
 from rigsmith.project import Project
 from tests.images import services
 from tests.images.conftest import TINY_PATCH, cli_env, invoke_bin, tiny_project
@@ -306,3 +306,21 @@ def test_pin_with_an_unreachable_registry_changes_nothing(tmp_path: Path) -> Non
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr and "cannot resolve" in proc.stderr
     assert project.lock_path.read_text() == before
+
+
+def test_a_bad_push_registry_is_refused_before_building(
+    tmp_path: Path, base_ref: str, podman_api: services.PodmanService
+) -> None:
+    project = tiny_project(tmp_path, base_ref)
+    _pin(project)
+    eng = _podman(podman_api)
+    lines: list[str] = []
+    try:
+        with pytest.raises(RigsmithError, match="not a valid repository name"):
+            reg = registrymod.Registry({})
+            buildmod.build_image(project, eng, image="tiny", push="127.0.0.1:5000/Not Valid", resolver=reg,
+                                 echo=lines.append)  # fmt: skip
+    finally:
+        eng.close()
+    assert not any(line.startswith("STEP") for line in lines)
+    assert "tiny" not in lockmod.read(project.lock_path).builds
