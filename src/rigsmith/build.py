@@ -17,7 +17,7 @@ from pathlib import Path
 from rigsmith import image as imagemod
 from rigsmith import lock as lockmod
 from rigsmith.engine import Engine
-from rigsmith.errors import AdapterError, RigsmithError
+from rigsmith.errors import AdapterError, LockError, RigsmithError, SpecError
 from rigsmith.project import Project
 from rigsmith.registry import Resolver, parse_ref
 
@@ -118,8 +118,17 @@ def build_command(name: str) -> str:
 def prepare(project: Project, name: str) -> tuple[imagemod.ImageDef, imagemod.Context]:
     """Load, gather and render the build context of ``images/<name>``; no engine, no network."""
     definition = imagemod.load(project.images, name)
-    inputs = imagemod.gather(project.images, name, definition)
     lock = lockmod.read(project.lock_path)
+    try:
+        inputs = imagemod.gather(project.images, name, definition)
+    except SpecError as err:
+        # Say everything that blocks the build at once: missing files and a missing pin.
+        try:
+            imagemod.base_digest(definition, lock, name)
+        except LockError as pin:
+            raise SpecError(err.source, [*err.problems, ("base", f"{pin.message}; {pin.hint}")],
+                            what="image definition") from None  # fmt: skip
+        raise
     return definition, imagemod.render_context(inputs, lock, command=build_command(name))
 
 

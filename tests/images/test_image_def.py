@@ -190,3 +190,12 @@ def test_materialize_replaces_the_context_dir_exactly(tmp_path: Path) -> None:
     assert (dest / "rigsmith" / "apply-patch.sh").stat().st_mode & 0o777 == 0o755
     assert {p.stat().st_mtime for p in dest.rglob("*")} == {0}
     assert [p.name for p in dest.parent.iterdir()] == ["tiny"]
+
+
+def test_build_names_every_blocker_at_once(tmp_path: Path) -> None:
+    tiny_image(tmp_path, BASE)
+    (tmp_path / "images" / "tiny" / "patches" / "greet.patch").unlink()
+    with pytest.raises(SpecError) as err:
+        buildmod.prepare(Project(tmp_path), "tiny")
+    assert [path for path, _ in err.value.problems] == ["patches[0]", "base"]
+    assert "run `invoke pin`" in str(err.value)
