@@ -65,7 +65,12 @@ def deploy(
 ) -> list[writer.Outcome]:
     """Render and write (or ``check``) one target."""
     plan, files = artifacts(
-        project, target, deployment=deployment, image=image, out=out, memlock=memlock,
+        project,
+        target,
+        deployment=deployment,
+        image=image,
+        out=out,
+        memlock=memlock,
         podman_version=podman_version,
     )
     if not plan.image_pinned:

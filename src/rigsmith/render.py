@@ -64,9 +64,9 @@ def dockerquote(value: object) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 
 
-def render(template: str, root: Path = TEMPLATES, **context: Any) -> str:
+def render(template: str, /, **context: Any) -> str:
     """Render ``templates/<template>`` with the context."""
-    return environment(root).get_template(template).render(**context)
+    return environment().get_template(template).render(**context)
 
 
 def render_in(template: str, overlay: Path | None, context: Mapping[str, Any]) -> str:
