@@ -95,7 +95,7 @@ def test_podman_build_push_and_deploy_use_the_locked_digest(
 ) -> None:
     project = tiny_project(tmp_path, base_ref, deployment=True)
     env = cli_env(project, CONTAINER_HOST=podman_api.url)
-    assert _invoke(env, "pin").returncode == 0
+    _pin(project)  # the library call: `invoke pin` would also pin the seed's model on the Hub
     proc = _invoke(
         env, "build", "--deployment", "flash-next-int4-3x3090", "--engine", "podman", "--push", registry.host
     )
@@ -285,11 +285,14 @@ def test_pin_deployment_engine_image_then_deploy_renders_it_by_digest(tmp_path: 
     data["engine"]["image"] = base_ref
     (project.deployments / "flash-next-merlin-4x3090.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     env = cli_env(project)
-    proc = _invoke(env, "pin", "--deployment", "flash-next-merlin-4x3090")
-    assert proc.returncode == 0, proc.stderr
+    lines: list[str] = []
+    reg = registrymod.Registry({})
+    # The library call: `invoke pin --deployment` also pins the deployment's model on the Hub.
+    buildmod.pin_images(project, reg, deployment="flash-next-merlin-4x3090", echo=lines.append)
+    reg.close()
     lock = lockmod.read(project.lock_path)
     assert list(lock.images) == [base_ref]  # images/tiny is not used by this deployment
-    assert "deployments/flash-next-merlin-4x3090.yaml engine.image" in proc.stdout
+    assert any("deployments/flash-next-merlin-4x3090.yaml engine.image" in line for line in lines)
     deployed = _invoke(
         env, "deploy", "--target", "podman", "--deployment", "flash-next-merlin-4x3090", "--yes"
     )
