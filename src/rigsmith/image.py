@@ -238,7 +238,7 @@ def load(images_dir: Path, name: str) -> ImageDef:
         return ImageDef.model_validate(data)
     except ValidationError as err:
         problems = [
-            (path, msg.replace("schema/deployment.schema.json", "the fields of rigsmith.image.ImageDef"))
+            (path, msg.replace("schema/deployment.schema.json", "schema/image.schema.json"))
             for path, msg in problems_from(err)
         ]
         raise SpecError(source, problems, what="image definition") from None

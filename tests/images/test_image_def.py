@@ -199,3 +199,13 @@ def test_build_names_every_blocker_at_once(tmp_path: Path) -> None:
         buildmod.prepare(Project(tmp_path), "tiny")
     assert [path for path, _ in err.value.problems] == ["patches[0]", "base"]
     assert "run `invoke pin`" in str(err.value)
+
+
+def test_committed_image_schema_is_current() -> None:
+    import json
+
+    committed = json.loads((REPO / "schema" / "image.schema.json").read_text())
+    assert committed == imagemod.schema(), (
+        "regenerate: PYTHONPATH=src python3 -c 'import json; from rigsmith import image; "
+        'print(json.dumps(image.schema(), indent=2, sort_keys=True))\' > schema/image.schema.json'
+    )
