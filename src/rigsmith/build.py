@@ -45,12 +45,18 @@ class Pinned:
         return self.previous != self.digest
 
 
+def is_local_only(ref: str) -> bool:
+    """``localhost/NAME`` (no port) is Podman's name for an image built or imported on this host: there is
+    no registry to ask for its digest."""
+    return parse_ref(ref).registry == "localhost"
+
+
 def floating_image_refs(project: Project, deployment: str | None = None) -> list[tuple[str, str]]:
     """(tag reference, where it was found) for every image tag ``pin`` must resolve. Reads specs only.
 
     With a deployment: its ``engine.image`` and the base of its ``engine.build``. Without: every
     deployment's ``engine.image`` and every ``images/*/image.yaml`` base. References already pinned by
-    digest (in the spec or in image.yaml) are left out.
+    digest (in the spec or in image.yaml) are left out; local-only names are included (see pin_images).
     """
     names = [project.resolve_name(deployment)] if deployment else project.deployment_names()
     builds: list[str] = [] if deployment else imagemod.names(project.images)
@@ -75,9 +81,17 @@ def pin_images(
 
     Every reference is resolved before the lock is touched, so a failure changes nothing.
     """
-    refs = floating_image_refs(project, deployment)
+    refs = []
+    for ref, source in floating_image_refs(project, deployment):
+        if is_local_only(ref):
+            echo(
+                f"     skip  {ref}  ({source}): a local-only name, no registry serves it; build it with "
+                "`invoke build` (engine.build) or push it and name the registry"
+            )
+        else:
+            refs.append((ref, source))
     if not refs:
-        echo("pin: no image tags to resolve (every image is pinned by digest)")
+        echo("pin: no image tags to resolve")
         return []
     resolved = {ref: resolver.resolve(ref) for ref, _ in refs}
     out: list[Pinned] = []

@@ -308,10 +308,7 @@ def connect(engine: EngineKind | None, env: Mapping[str, str]) -> DockerPyEngine
         "service --time=0 unix:///run/podman/podman.sock`), or set CONTAINER_HOST=unix://PATH",
         "docker": "start dockerd, or set DOCKER_HOST=unix://PATH to its socket",
     }
-    return _fail(engine, tried, hint.get(engine or "", hint["podman"] + "; or " + hint["docker"]))
-
-
-def _fail(engine: EngineKind | None, tried: list[str], hint: str) -> DockerPyEngine:
     raise PreflightError(
-        f"no {engine or 'container engine'} API reachable; tried: {', '.join(tried) or 'nothing'}", hint=hint
+        f"no {engine or 'container engine'} API reachable; tried: {', '.join(tried) or 'nothing'}",
+        hint=hint.get(engine or "", hint["podman"] + "; or " + hint["docker"]),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import re
 import tarfile
 from collections.abc import Mapping
@@ -345,8 +346,7 @@ class Context:
 
 
 def _exec_form(argv: list[str] | tuple[str, ...]) -> str:
-    import json
-
+    """A Dockerfile exec-form array (JSON): no shell, no variable expansion."""
     return json.dumps(list(argv))
 
 

@@ -209,3 +209,23 @@ def test_committed_image_schema_is_current() -> None:
         "regenerate: PYTHONPATH=src python3 -c 'import json; from rigsmith import image; "
         'print(json.dumps(image.schema(), indent=2, sort_keys=True))\' > schema/image.schema.json'
     )
+
+
+class _NoRegistry:
+    """A resolver that must not be asked."""
+
+    def resolve(self, ref: str) -> object:
+        raise AssertionError(f"resolve({ref!r}) was called")
+
+
+def test_pin_skips_local_only_names_and_says_why(tmp_path: Path) -> None:
+    (tmp_path / "deployments").mkdir()
+    shutil.copy(REPO / "deployments" / "flash-next-merlin-4x3090.yaml", tmp_path / "deployments")
+    lines: list[str] = []
+    project = Project(tmp_path)
+    assert buildmod.floating_image_refs(project) == [
+        ("localhost/vllm-merlin:v2.5.1", "deployments/flash-next-merlin-4x3090.yaml engine.image")
+    ]
+    assert buildmod.pin_images(project, _NoRegistry(), echo=lines.append) == []  # type: ignore[arg-type]
+    assert "skip  localhost/vllm-merlin:v2.5.1" in lines[0] and "local-only" in lines[0]
+    assert not project.lock_path.exists()
