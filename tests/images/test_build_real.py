@@ -327,3 +327,30 @@ def test_a_bad_push_registry_is_refused_before_building(
         eng.close()
     assert not any(line.startswith("STEP") for line in lines)
     assert "tiny" not in lockmod.read(project.lock_path).builds
+
+
+@pytest.mark.parametrize("kind", ["podman", "docker"])
+def test_build_log_streams_while_the_build_runs(
+    kind: str, tmp_path: Path, base_ref: str, podman_api: services.PodmanService, dockerd: services.Dockerd
+) -> None:
+    import time
+
+    project = tiny_project(
+        tmp_path, base_ref, smoke=["/bin/sh", "-c", "echo slow-step-start; sleep 2; echo slow-step-end"]
+    )
+    _pin(project)
+    eng = _podman(podman_api) if kind == "podman" else _docker(dockerd)
+    seen: dict[str, float] = {}
+
+    def log(line: str) -> None:
+        for mark in ("slow-step-start", "slow-step-end"):
+            if line.strip() == mark:
+                seen[mark] = time.monotonic()
+
+    try:
+        buildmod.build_image(project, eng, image="tiny", echo=log)
+    finally:
+        eng.close()
+    assert (
+        seen["slow-step-end"] - seen["slow-step-start"] > 1.5
+    )  # lines arrive as they happen, not at the end
