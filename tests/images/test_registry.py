@@ -133,10 +133,9 @@ class _AuthFront(BaseHTTPRequestHandler):
             return
         if self.path.startswith("/token"):
             expected = "Basic " + base64.b64encode(b"alice:pw").decode()
-            if (
-                self.headers.get("Authorization") != expected
-                or "scope=repository%3Atinybase%3Apull" not in self.path
-            ):
+            scope_ok = "scope=repository%3Atinybase%3Apull" in self.path and "service=front" in self.path
+            authorized = cls.anonymous_tokens or self.headers.get("Authorization") == expected
+            if not authorized or not scope_ok:
                 self._send(401, {})
                 return
             cls.token_hits += 1
