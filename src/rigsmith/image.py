@@ -143,7 +143,11 @@ class ImageDef(_Frozen):
     pip: tuple[str, ...] = Field((), description="Exact pins, name==version, installed in this order.")
     files: tuple[ExtraFile, ...] = ()
     patches: tuple[Patch, ...] = ()
-    build_args: dict[str, str] = Field(default_factory=dict, description="ARG defaults in the Dockerfile.")
+    build_args: dict[str, str] = Field(
+        default_factory=dict,
+        description="ARG defaults in the Dockerfile (also the env of RUN steps, e.g. PIP_INDEX_URL); they "
+        "are visible in the Dockerfile and the image history, so never put a secret here.",
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     smoke: tuple[str, ...] = Field(
         (), description="argv run as the last build step; failing fails the build."
