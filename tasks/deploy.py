@@ -61,15 +61,18 @@ def deploy(
 @task(help={"check": "write nothing; fail if the committed schema is stale"})
 @user_errors
 def schema(c, check=False):
-    """Write schema/deployment.schema.json (the spec's JSON Schema, for editors)."""
+    """Write schema/{deployment,image}.schema.json (JSON Schemas of the spec files, for editors)."""
     import json
 
-    from rigsmith import spec, writer
+    from rigsmith import image, spec, writer
 
     root = project().root
-    text = json.dumps(spec.json_schema(), indent=2, sort_keys=True) + "\n"
+    schemas = {"deployment": spec.json_schema(), "image": image.schema()}
     writer.write(
-        [writer.Artifact(root / "schema/deployment.schema.json", text)],
+        [
+            writer.Artifact(root / f"schema/{n}.schema.json", json.dumps(s, indent=2, sort_keys=True) + "\n")
+            for n, s in schemas.items()
+        ],
         yes=True,
         check=check,
         echo=echo,

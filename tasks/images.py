@@ -11,6 +11,7 @@ from rigsmith import build as buildmod
 from rigsmith import engine as enginemod
 from rigsmith import registry as registrymod
 from rigsmith.errors import RigsmithError
+from rigsmith.modelfetch import pin_model
 from tasks._common import echo, project, user_errors
 
 
@@ -18,9 +19,14 @@ def _registry() -> registrymod.Registry:
     return registrymod.Registry(registrymod.load_docker_config())
 
 
-@task(help={"deployment": "pin only what this deployment uses (default: every deployment and image)"})
+@task(
+    help={
+        "deployment": "pin only what this deployment uses (default: every deployment and image)",
+        "repin": "re-resolve model branches/tags already in the lock and show what changed",
+    }
+)
 @user_errors
-def pin(c: Context, deployment: str | None = None) -> None:
+def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
     """Resolve image tags (and model branches) to digests/commits in rigsmith.lock."""
     proj = project()
     reg = _registry()
@@ -28,6 +34,9 @@ def pin(c: Context, deployment: str | None = None) -> None:
         buildmod.pin_images(proj, reg, deployment=deployment, echo=echo)
     finally:
         reg.close()
+    names = [proj.resolve_name(deployment)] if deployment else proj.deployment_names()
+    for name in names:
+        pin_model(proj, proj.load(name), repin=repin, echo=echo)
 
 
 @task(

@@ -17,7 +17,7 @@ from pathlib import Path
 from rigsmith import image as imagemod
 from rigsmith import lock as lockmod
 from rigsmith.engine import Engine
-from rigsmith.errors import AdapterError, RigsmithError
+from rigsmith.errors import AdapterError, LockError, RigsmithError, SpecError
 from rigsmith.project import Project
 from rigsmith.registry import Resolver, parse_ref
 
@@ -45,12 +45,18 @@ class Pinned:
         return self.previous != self.digest
 
 
+def is_local_only(ref: str) -> bool:
+    """``localhost/NAME`` (no port) is Podman's name for an image built or imported on this host: there is
+    no registry to ask for its digest."""
+    return parse_ref(ref).registry == "localhost"
+
+
 def floating_image_refs(project: Project, deployment: str | None = None) -> list[tuple[str, str]]:
     """(tag reference, where it was found) for every image tag ``pin`` must resolve. Reads specs only.
 
     With a deployment: its ``engine.image`` and the base of its ``engine.build``. Without: every
     deployment's ``engine.image`` and every ``images/*/image.yaml`` base. References already pinned by
-    digest (in the spec or in image.yaml) are left out.
+    digest (in the spec or in image.yaml) are left out; local-only names are included (see pin_images).
     """
     names = [project.resolve_name(deployment)] if deployment else project.deployment_names()
     builds: list[str] = [] if deployment else imagemod.names(project.images)
@@ -75,9 +81,17 @@ def pin_images(
 
     Every reference is resolved before the lock is touched, so a failure changes nothing.
     """
-    refs = floating_image_refs(project, deployment)
+    refs = []
+    for ref, source in floating_image_refs(project, deployment):
+        if is_local_only(ref):
+            echo(
+                f"     skip  {ref}  ({source}): a local-only name, no registry serves it; build it with "
+                "`invoke build` (engine.build) or push it and name the registry"
+            )
+        else:
+            refs.append((ref, source))
     if not refs:
-        echo("pin: no image tags to resolve (every image is pinned by digest)")
+        echo("pin: no image tags to resolve")
         return []
     resolved = {ref: resolver.resolve(ref) for ref, _ in refs}
     out: list[Pinned] = []
@@ -115,11 +129,21 @@ def build_command(name: str) -> str:
     return f"invoke build --image {name}"
 
 
-def prepare(project: Project, name: str) -> imagemod.Context:
+def prepare(project: Project, name: str) -> tuple[imagemod.ImageDef, imagemod.Context]:
     """Load, gather and render the build context of ``images/<name>``; no engine, no network."""
     definition = imagemod.load(project.images, name)
-    inputs = imagemod.gather(project.images, name, definition)
-    return imagemod.render_context(inputs, lockmod.read(project.lock_path), command=build_command(name))
+    lock = lockmod.read(project.lock_path)
+    try:
+        inputs = imagemod.gather(project.images, name, definition)
+    except SpecError as err:
+        # Say everything that blocks the build at once: missing files and a missing pin.
+        try:
+            imagemod.base_digest(definition, lock, name)
+        except LockError as pin:
+            raise SpecError(err.source, [*err.problems, ("base", f"{pin.message}; {pin.hint}")],
+                            what="image definition") from None  # fmt: skip
+        raise
+    return definition, imagemod.render_context(inputs, lock, command=build_command(name))
 
 
 def context_dir(project: Project, name: str) -> Path:
@@ -179,26 +203,27 @@ def build_image(
         echo: where progress and the build log go.
     """
     name = image_name(project, image=image, deployment=deployment)
-    ctx = prepare(project, name)
-    definition = imagemod.load(project.images, name)
+    if push and resolver is None:
+        raise RigsmithError("--push needs a registry client")
+    definition, ctx = prepare(project, name)
     epoch = definition.source_date_epoch
     dest = context_dir(project, name)
     materialize(ctx, dest, epoch)
     tag = ctx.inputs_sha256.removeprefix("sha256:")[:16]
     local = f"{LOCAL_REPO}/{name}:{tag}"
+    ref, digest = f"{LOCAL_REPO}/{name}", None
+    if push:
+        ref = f"{push.rstrip('/')}/{name}"
+        parse_ref(f"{ref}:{tag}")  # a bad --push fails before the build, not after
     echo(f"build: images/{name} FROM {ctx.base} with {engine.kind} ({engine.url}); context {dest}")
     result = engine.build(imagemod.context_tar(ctx.files, epoch), tag=local, epoch=epoch, log=echo)
     labels = engine.inspect(local).get("Config", {}).get("Labels") or {}
     _check_labels(name, ctx, dict(labels))
     echo(f"build: {local} = {result.image_id} ({result.cached}/{result.steps} steps from cache)")
 
-    ref, digest = f"{LOCAL_REPO}/{name}", None
     if push:
-        if resolver is None:
-            raise RigsmithError("--push needs a registry client")
-        ref = f"{push.rstrip('/')}/{name}"
+        assert resolver is not None
         remote = f"{ref}:{tag}"
-        parse_ref(remote)
         engine.tag(result.image_id, remote)
         reported = engine.push(remote, log=echo)
         served = resolver.resolve(remote).digest

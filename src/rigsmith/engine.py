@@ -95,7 +95,15 @@ def push_digest(events: Iterable[Mapping[str, Any]], log: Log) -> str | None:
     digest = None
     for ev in events:
         if ev.get("error"):
-            raise AdapterError(f"push failed: {str(ev['error']).strip()}")
+            message = str(ev["error"]).strip()
+            hint = None
+            if "HTTP response to HTTPS client" in message:
+                hint = (
+                    "the registry speaks plain http: for Podman add it to registries.conf as "
+                    '[[registry]] location = "HOST:PORT" insecure = true; for Docker add it to '
+                    '"insecure-registries" in daemon.json (127.0.0.0/8 is insecure by default)'
+                )
+            raise AdapterError(f"push failed: {message}", hint=hint)
         aux = ev.get("aux")
         if isinstance(aux, dict) and isinstance(aux.get("Digest"), str):
             digest = aux["Digest"]
@@ -300,10 +308,7 @@ def connect(engine: EngineKind | None, env: Mapping[str, str]) -> DockerPyEngine
         "service --time=0 unix:///run/podman/podman.sock`), or set CONTAINER_HOST=unix://PATH",
         "docker": "start dockerd, or set DOCKER_HOST=unix://PATH to its socket",
     }
-    return _fail(engine, tried, hint.get(engine or "", hint["podman"] + "; or " + hint["docker"]))
-
-
-def _fail(engine: EngineKind | None, tried: list[str], hint: str) -> DockerPyEngine:
     raise PreflightError(
-        f"no {engine or 'container engine'} API reachable; tried: {', '.join(tried) or 'nothing'}", hint=hint
+        f"no {engine or 'container engine'} API reachable; tried: {', '.join(tried) or 'nothing'}",
+        hint=hint.get(engine or "", hint["podman"] + "; or " + hint["docker"]),
     )

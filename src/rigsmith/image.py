@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import re
 import tarfile
 from collections.abc import Mapping
@@ -142,7 +143,11 @@ class ImageDef(_Frozen):
     pip: tuple[str, ...] = Field((), description="Exact pins, name==version, installed in this order.")
     files: tuple[ExtraFile, ...] = ()
     patches: tuple[Patch, ...] = ()
-    build_args: dict[str, str] = Field(default_factory=dict, description="ARG defaults in the Dockerfile.")
+    build_args: dict[str, str] = Field(
+        default_factory=dict,
+        description="ARG defaults in the Dockerfile (also the env of RUN steps, e.g. PIP_INDEX_URL); they "
+        "are visible in the Dockerfile and the image history, so never put a secret here.",
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     smoke: tuple[str, ...] = Field(
         (), description="argv run as the last build step; failing fails the build."
@@ -238,7 +243,7 @@ def load(images_dir: Path, name: str) -> ImageDef:
         return ImageDef.model_validate(data)
     except ValidationError as err:
         problems = [
-            (path, msg.replace("schema/deployment.schema.json", "the fields of rigsmith.image.ImageDef"))
+            (path, msg.replace("schema/deployment.schema.json", "schema/image.schema.json"))
             for path, msg in problems_from(err)
         ]
         raise SpecError(source, problems, what="image definition") from None
@@ -345,8 +350,7 @@ class Context:
 
 
 def _exec_form(argv: list[str] | tuple[str, ...]) -> str:
-    import json
-
+    """A Dockerfile exec-form array (JSON): no shell, no variable expansion."""
     return json.dumps(list(argv))
 
 

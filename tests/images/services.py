@@ -309,8 +309,8 @@ def _libs(paths: Sequence[Path]) -> set[Path]:
 def python_rootfs(dest: Path) -> Path:
     """busybox + the host's Debian python3.11 (stdlib, lib-dynload, their shared libs) + Debian's pip, and
     a stand-in package ``fakevllm`` in dist-packages for python-package patch tests."""
-    busybox_rootfs(dest)
     binary = Path(f"/usr/bin/{_PY}")
+    busybox_rootfs(dest)
     (dest / "usr/bin").mkdir(parents=True)
     shutil.copy2(binary, dest / "usr/bin" / _PY)
     (dest / "usr/bin/python3").symlink_to(_PY)
@@ -318,8 +318,13 @@ def python_rootfs(dest: Path) -> Path:
     shutil.copytree(stdlib, dest / stdlib.relative_to("/"), symlinks=True,
                     ignore=lambda d, names: [n for n in names if n in _STDLIB_SKIP])  # fmt: skip
     dist = Path("/usr/lib/python3/dist-packages")
-    for name in ("pip", "pip-23.0.1.dist-info"):
-        shutil.copytree(dist / name, dest / dist.relative_to("/") / name, symlinks=True)
+    pips = [dist / "pip", *sorted(dist.glob("pip-*.dist-info"))]
+    if not binary.exists() or not pips[0].is_dir():
+        raise RuntimeError(
+            f"{binary} with Debian's pip is needed for the Python base: apt-get install python3-pip"
+        )
+    for src in pips:
+        shutil.copytree(src, dest / src.relative_to("/"), symlinks=True)
     for lib in _libs([binary, *sorted((stdlib / "lib-dynload").glob("*.so"))]):
         target = dest / lib.relative_to("/")
         target.parent.mkdir(parents=True, exist_ok=True)

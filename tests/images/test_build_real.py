@@ -16,7 +16,7 @@ from rigsmith import build as buildmod
 from rigsmith import engine as enginemod
 from rigsmith import lock as lockmod
 from rigsmith import registry as registrymod
-from rigsmith.errors import AdapterError, PreflightError
+from rigsmith.errors import AdapterError, PreflightError, RigsmithError
 from rigsmith.project import Project
 from tests.images import services
 from tests.images.conftest import TINY_PATCH, cli_env, invoke_bin, tiny_project
@@ -95,7 +95,7 @@ def test_podman_build_push_and_deploy_use_the_locked_digest(
 ) -> None:
     project = tiny_project(tmp_path, base_ref, deployment=True)
     env = cli_env(project, CONTAINER_HOST=podman_api.url)
-    assert _invoke(env, "pin").returncode == 0
+    _pin(project)  # the library call: `invoke pin` would also pin the seed's model on the Hub
     proc = _invoke(
         env, "build", "--deployment", "flash-next-int4-3x3090", "--engine", "podman", "--push", registry.host
     )
@@ -285,11 +285,14 @@ def test_pin_deployment_engine_image_then_deploy_renders_it_by_digest(tmp_path: 
     data["engine"]["image"] = base_ref
     (project.deployments / "flash-next-merlin-4x3090.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     env = cli_env(project)
-    proc = _invoke(env, "pin", "--deployment", "flash-next-merlin-4x3090")
-    assert proc.returncode == 0, proc.stderr
+    lines: list[str] = []
+    reg = registrymod.Registry({})
+    # The library call: `invoke pin --deployment` also pins the deployment's model on the Hub.
+    buildmod.pin_images(project, reg, deployment="flash-next-merlin-4x3090", echo=lines.append)
+    reg.close()
     lock = lockmod.read(project.lock_path)
     assert list(lock.images) == [base_ref]  # images/tiny is not used by this deployment
-    assert "deployments/flash-next-merlin-4x3090.yaml engine.image" in proc.stdout
+    assert any("deployments/flash-next-merlin-4x3090.yaml engine.image" in line for line in lines)
     deployed = _invoke(
         env, "deploy", "--target", "podman", "--deployment", "flash-next-merlin-4x3090", "--yes"
     )
@@ -306,3 +309,48 @@ def test_pin_with_an_unreachable_registry_changes_nothing(tmp_path: Path) -> Non
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr and "cannot resolve" in proc.stderr
     assert project.lock_path.read_text() == before
+
+
+def test_a_bad_push_registry_is_refused_before_building(
+    tmp_path: Path, base_ref: str, podman_api: services.PodmanService
+) -> None:
+    project = tiny_project(tmp_path, base_ref)
+    _pin(project)
+    eng = _podman(podman_api)
+    lines: list[str] = []
+    try:
+        with pytest.raises(RigsmithError, match="not a valid repository name"):
+            reg = registrymod.Registry({})
+            buildmod.build_image(project, eng, image="tiny", push="127.0.0.1:5000/Not Valid", resolver=reg,
+                                 echo=lines.append)  # fmt: skip
+    finally:
+        eng.close()
+    assert not any(line.startswith("STEP") for line in lines)
+    assert "tiny" not in lockmod.read(project.lock_path).builds
+
+
+@pytest.mark.parametrize("kind", ["podman", "docker"])
+def test_build_log_streams_while_the_build_runs(
+    kind: str, tmp_path: Path, base_ref: str, podman_api: services.PodmanService, dockerd: services.Dockerd
+) -> None:
+    import time
+
+    project = tiny_project(
+        tmp_path, base_ref, smoke=["/bin/sh", "-c", "echo slow-step-start; sleep 2; echo slow-step-end"]
+    )
+    _pin(project)
+    eng = _podman(podman_api) if kind == "podman" else _docker(dockerd)
+    seen: dict[str, float] = {}
+
+    def log(line: str) -> None:
+        for mark in ("slow-step-start", "slow-step-end"):
+            if line.strip() == mark:
+                seen[mark] = time.monotonic()
+
+    try:
+        buildmod.build_image(project, eng, image="tiny", echo=log)
+    finally:
+        eng.close()
+    assert (
+        seen["slow-step-end"] - seen["slow-step-start"] > 1.5
+    )  # lines arrive as they happen, not at the end

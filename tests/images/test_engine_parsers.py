@@ -72,10 +72,13 @@ def test_push_digest_from_docker_aux_and_podman_status() -> None:
         {"status": f"1: digest: {d2} size: 579"},
     ]
     assert enginemod.push_digest(podman_events, lambda _: None) == d2
-    with pytest.raises(AdapterError, match="push failed: http: server gave HTTP response to HTTPS client"):
+    with pytest.raises(
+        AdapterError, match="push failed: http: server gave HTTP response to HTTPS client"
+    ) as err:
         enginemod.push_digest(
             [{"error": "http: server gave HTTP response to HTTPS client", "errorDetail": {}}], lambda _: None
         )
+    assert "insecure = true" in str(err.value)
 
 
 def test_engine_kind_from_version() -> None:

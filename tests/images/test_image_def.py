@@ -190,3 +190,39 @@ def test_materialize_replaces_the_context_dir_exactly(tmp_path: Path) -> None:
     assert (dest / "rigsmith" / "apply-patch.sh").stat().st_mode & 0o777 == 0o755
     assert {p.stat().st_mtime for p in dest.rglob("*")} == {0}
     assert [p.name for p in dest.parent.iterdir()] == ["tiny"]
+
+
+def test_build_names_every_blocker_at_once(tmp_path: Path) -> None:
+    tiny_image(tmp_path, BASE)
+    (tmp_path / "images" / "tiny" / "patches" / "greet.patch").unlink()
+    with pytest.raises(SpecError) as err:
+        buildmod.prepare(Project(tmp_path), "tiny")
+    assert [path for path, _ in err.value.problems] == ["patches[0]", "base"]
+    assert "run `invoke pin`" in str(err.value)
+
+
+def test_committed_image_schema_is_current() -> None:
+    import json
+
+    committed = json.loads((REPO / "schema" / "image.schema.json").read_text())
+    assert committed == imagemod.schema(), "regenerate: invoke schema"
+
+
+class _NoRegistry:
+    """A resolver that must not be asked."""
+
+    def resolve(self, ref: str) -> object:
+        raise AssertionError(f"resolve({ref!r}) was called")
+
+
+def test_pin_skips_local_only_names_and_says_why(tmp_path: Path) -> None:
+    (tmp_path / "deployments").mkdir()
+    shutil.copy(REPO / "deployments" / "flash-next-merlin-4x3090.yaml", tmp_path / "deployments")
+    lines: list[str] = []
+    project = Project(tmp_path)
+    assert buildmod.floating_image_refs(project) == [
+        ("localhost/vllm-merlin:v2.5.1", "deployments/flash-next-merlin-4x3090.yaml engine.image")
+    ]
+    assert buildmod.pin_images(project, _NoRegistry(), echo=lines.append) == []  # type: ignore[arg-type]
+    assert "skip  localhost/vllm-merlin:v2.5.1" in lines[0] and "local-only" in lines[0]
+    assert not project.lock_path.exists()

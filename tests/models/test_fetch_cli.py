@@ -103,3 +103,21 @@ def test_user_errors_exit_1_with_a_message_and_no_traceback(hub, make_project, g
             f"== {name}\n" + res.stderr.replace(hub.url, "http://HUB").replace(str(project.root), "ROOT")
         )
     golden("cli-errors.txt", "".join(out))
+
+
+def test_invoke_pin_locks_the_model_branch_then_keeps_it(hub, make_project):
+    repo = hub.repo("acme/pinned-by-cli")
+    first = repo.add_commit(tiny_files("acme/pinned-by-cli", shards=1))
+    project, _spec = make_project(repo="acme/pinned-by-cli", revision="main")
+    done = run_cli(hub, project, "pin")
+    assert done.returncode == 0, done.stderr
+    locked = lockmod.read(project.lock_path).models["t"]
+    assert (locked.requested, locked.commit) == ("main", first)
+    second = repo.add_commit({"README.md": b"moved on\n"})
+    again = run_cli(hub, project, "pin")
+    assert again.returncode == 0, again.stderr
+    assert lockmod.read(project.lock_path).models["t"].commit == first, "a pin only moves when asked"
+    moved = run_cli(hub, project, "pin", "--repin")
+    assert moved.returncode == 0, moved.stderr
+    assert lockmod.read(project.lock_path).models["t"].commit == second
+    assert "README.md" in moved.stdout
