@@ -15,7 +15,14 @@ from rigsmith.errors import SpecError
 from rigsmith.plan import RunPlan
 from rigsmith.render import banner
 from rigsmith.targets import RenderContext
-from rigsmith.targets.common import HEALTH_INTERVAL, HEALTH_RETRIES, HEALTH_TIMEOUT, health_argv, timings
+from rigsmith.targets.common import (
+    cannot_express,
+    HEALTH_INTERVAL,
+    HEALTH_RETRIES,
+    HEALTH_TIMEOUT,
+    health_argv,
+    timings,
+)
 from rigsmith.targets.ini import Entry, sections, specifiers, systemd_word, systemd_words
 from rigsmith.writer import Artifact
 
@@ -169,10 +176,32 @@ def entries(plan: RunPlan, version: Version) -> list[Entry]:
     return out
 
 
+def _inexpressible_args(plan: RunPlan, ctx: RenderContext) -> None:
+    """Words quadlet's Exec= cannot carry (seen with podman 5.4.2's generator).
+
+    An empty word ends quadlet's Exec= parsing (it and every later word vanish), and a lone ``;`` comes out
+    bare in ExecStart=, where systemd reads it as a command separator.
+    """
+    skip = len(ctx.spec.engine.subcommand)
+    bad = [
+        (
+            f"engine.args[{i - skip}]" if i >= skip else f"engine.subcommand[{i}]",
+            f"{word!r}: quadlet drops an empty argument and everything after it"
+            if word == ""
+            else "a lone ';' becomes a systemd command separator in ExecStart=",
+        )
+        for i, word in enumerate(plan.command)
+        if word in ("", ";")
+    ]
+    if bad:
+        raise cannot_express(plan, "quadlet", [(f, f"{why}; use --target podman") for f, why in bad])
+
+
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``quadlet/NAME.container``."""
     text = ctx.podman_version or DEFAULT_PODMAN_VERSION
     version = parse_version(text, plan)
+    _inexpressible_args(plan, ctx)
     t = timings(plan)
     header = [
         f"For podman {text} (spec podman_version or --podman-version): keys newer than that go in PodmanArgs=.",
