@@ -105,7 +105,7 @@ def render_seed(project: Project, target: str, name: str, out: Path, **options: 
     """Render a target into memory: path relative to out/<target> → text."""
     plan, files = deploy.artifacts(project, target, deployment=name, out=out, **options)  # type: ignore[arg-type]
     base = out.resolve() / target
-    return {str(a.path.relative_to(base)): a.content for a in files}
+    return {str(a.path.relative_to(base)) if a.path.is_relative_to(base) else str(a.path): a.content for a in files}
 
 
 @pytest.fixture(scope="session")

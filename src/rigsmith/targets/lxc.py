@@ -90,22 +90,19 @@ def _identity(key: str, value: str) -> tuple[str, str]:
     return (key, "")
 
 
-def _gpu_nodes(plan: RunPlan, count: int) -> list[tuple[str, bool]]:
-    """(/dev path, optional) of every node the CT needs, or a SpecError for vendors without a table."""
+def _gpu_nodes(plan: RunPlan, count: int, problems: list[tuple[str, str]]) -> list[tuple[str, bool]]:
+    """(/dev path, optional) of every node the CT needs; vendors without a table go to ``problems``."""
     vendors = sorted({d.split("=", 1)[0] for d in plan.devices})
     bad = [v for v in vendors if v != "nvidia.com/gpu"]
     if bad:
-        raise cannot_express(
-            plan,
-            "lxc",
-            [
-                (
-                    "resources.gpus.cdi_devices",
-                    f"no device-node table for {', '.join(bad)} (only nvidia.com/gpu); pass the nodes through by hand "
-                    "with devN: lines in your pct.conf, or use --target podman on the host",
-                )
-            ],
+        problems.append(
+            (
+                "resources.gpus.cdi_devices",
+                f"no device-node table for {', '.join(bad)} (only nvidia.com/gpu); pass the nodes through "
+                "by hand with devN: lines in your pct.conf, or use --target podman on the host",
+            )
         )
+        return []
     if not plan.devices:
         return []
     indices = (
@@ -169,7 +166,7 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
             src = _fstab_path(path, fld, problems)
             opt = "bind,create=file" + (",ro" if m.readonly else "")
             out.append(Line("lxc.mount.entry", f"{src} {src.lstrip('/')} none {opt} 0 0"))
-    nodes = _gpu_nodes(plan, spec.resources.gpus.count)
+    nodes = _gpu_nodes(plan, spec.resources.gpus.count, problems)
     if pve >= PVE_KEYS["devN"][1]:
         out += [Line("dev", path) for path, _opt in nodes]
     elif nodes:
@@ -252,7 +249,7 @@ def merge(existing: str | None, ours: Sequence[Line], head: Sequence[str]) -> li
     used: dict[str, set[int]] = {"mp": set(), "dev": set()}
     for ln in main:
         m = _KEY_RE.match(ln)
-        if ln.startswith("#") and (BANNER_MARK in ln or ln.startswith("#   invoke ") or ln == "#"):
+        if ln.startswith("#") and (BANNER_MARK in ln or ln.startswith(("#   invoke ", "# rigsmith:"))):
             continue
         if m:
             key, value = m.group(1), m.group(2)
@@ -291,12 +288,12 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     t = timings(plan)
     head = [
         *banner(ctx.command, plan.spec_path).rstrip("\n").splitlines(),
-        f"# CT {opts.vmid} for {plan.name}: run provision.sh inside it. Stop timeouts nest: container "
+        f"# rigsmith: CT {opts.vmid} runs {plan.name}; run provision.sh inside it. Stop timeouts nest: container "
         f"{t.container_stop}s < systemd {t.systemd_stop}s < startup down={t.pve_down}s.",
     ]
     ours = lines(plan, ctx)
     text = "\n".join(merge(ctx.read(conf), ours, head)) + "\n"
-    nodes = [] if not plan.devices else _gpu_nodes(plan, ctx.spec.resources.gpus.count)
+    nodes = _gpu_nodes(plan, ctx.spec.resources.gpus.count, [])
     script = tpl.render(
         "lxc/provision.sh.j2",
         banner=banner(ctx.command, plan.spec_path),

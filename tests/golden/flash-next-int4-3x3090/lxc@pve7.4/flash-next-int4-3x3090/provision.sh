@@ -34,7 +34,7 @@ for dir in ${RIGSMITH_LIB_DIRS:-/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib}; 
     break 2
   done
 done
-[ -n "$uver" ] || die "no libnvidia-ml in the CT (host kernel module: ${kver:-unknown})" "install the NVIDIA userspace driver ${kver:-of the host's version} in the CT with --no-kernel-module"
+[ -n "$uver" ] || die "no libnvidia-ml in the CT (host kernel module: ${kver:-unknown})" "install the NVIDIA userspace driver ${kver:-matching the host} in the CT with --no-kernel-module"
 [ "$uver" = "$kver" ] || die "driver mismatch: host kernel module $kver, CT userspace $uver" "install exactly $kver in the CT (NVIDIA-Linux-x86_64-$kver.run --no-kernel-module)"
 
 # 3. CDI inside the CT, generated from the nodes and libraries the CT really has.
