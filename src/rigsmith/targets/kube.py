@@ -9,6 +9,7 @@ default (containerd's unit sets LimitMEMLOCK=infinity), and a byte count is refu
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rigsmith import render as tpl
@@ -80,10 +81,11 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
         kind = "Directory" if m.kind == "dir" else "File"
         volumes.append({"name": vname, "hostPath": {"path": home_path(m.host, home), "type": kind}})
         mounts.append({"name": vname, "mountPath": m.container, **({"readOnly": True} if m.readonly else {})})
-    volumes.append(
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(plan.shm_bytes)}}
-    )
-    mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    # Named after the deployment: podman kube play (4.3) turns an emptyDir into a named volume, which every
+    # pod using the same volume name would share.
+    shm = re.sub(r"[^a-z0-9-]", "-", plan.name[:59]).strip("-") + "-shm"
+    volumes.append({"name": shm, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(plan.shm_bytes)}})
+    mounts.append({"name": shm, "mountPath": "/dev/shm"})
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plan.env]
     env += [
         {"name": k, "valueFrom": {"secretKeyRef": {"name": f"{plan.name}-secrets", "key": k}}}
@@ -104,7 +106,9 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
         "command": [plan.entrypoint],
         "args": list(plan.command),
         "env": env,
-        "ports": [{"name": "http", "containerPort": plan.port}],
+        # With hostNetwork the server binds the node's port directly; podman kube play (4.3) also refuses
+        # port mappings there ("PortMappings can only be used with Bridge or slirp4netns networking").
+        **({} if plan.network_mode == "host" else {"ports": [{"name": "http", "containerPort": plan.port}]}),
         "resources": {"limits": dict(gpus)} if gpus else {},
         "volumeMounts": mounts,
         "startupProbe": {**probe, "failureThreshold": -(-t.start_period // HEALTH_INTERVAL)},
