@@ -65,7 +65,10 @@ def artifacts(
 def next_steps(target: str, plan: planmod.RunPlan) -> list[str]:
     """What to run after deploy writes the files (the post-start check included where a front-end may drop
     devices)."""
-    check = f"then check it really got its GPUs, shm and stop timeout: invoke check-container --deployment {plan.name}"
+    check = (
+        "then check it really got its GPUs, shm and stop timeout: "
+        f"invoke check-container --deployment {plan.name}"
+    )
     if target == "compose":
         from rigsmith.targets.compose import up_argv
 

@@ -1,9 +1,10 @@
 """Post-start assertion: did the running container really get what the plan asked for?
 
 Compose front-ends have been seen starting a container WITHOUT its CDI devices and saying nothing
-(seeds/000 pitfall 1; podman-compose drops ``deploy.resources.reservations.devices`` with ``driver: cdi``), and
-podman-compose never passes ``stop_grace_period`` to podman. This check inspects the running container and
-names every difference. Probes are a command plus a pure parser: ``inspect_argv`` + ``container_problems``.
+(seeds/000 pitfall 1; podman-compose drops ``deploy.resources.reservations.devices`` with
+``driver: cdi``), and podman-compose never passes ``stop_grace_period`` to podman. This check inspects
+the running container and names every difference. The probe is a command plus a pure parser:
+``inspect_argv`` + ``container_problems``.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def container_problems(info: Mapping[str, Any], plan: RunPlan, cdi: Mapping[str,
     arrived = {d.get("PathInContainer") for d in host.get("Devices") or []}
     if plan.devices and not arrived:
         problems.append(
-            f"container {plan.name} has NO devices, but the plan asks for {', '.join(plan.devices)}: the front-end "
+            f"container {plan.name} has NO devices, but the plan asks for {', '.join(plan.devices)}: "
+            "the front-end "
             "dropped them (compose `deploy.resources.reservations.devices` with `driver: cdi` is ignored "
             "silently; list them under `devices:`)"
         )
@@ -75,7 +77,8 @@ def container_problems(info: Mapping[str, Any], plan: RunPlan, cdi: Mapping[str,
     stop = (info.get("Config") or {}).get("StopTimeout")
     if stop is not None and stop != plan.stop_timeout:
         problems.append(
-            f"stop timeout is {stop}s, not {plan.stop_timeout}s: vLLM would be killed mid-drain (podman-compose "
+            f"stop timeout is {stop}s, not {plan.stop_timeout}s: vLLM would be killed mid-drain "
+            "(podman-compose "
             f"ignores stop_grace_period; start it with --podman-run-args=--stop-timeout={plan.stop_timeout})"
         )
     return problems

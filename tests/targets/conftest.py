@@ -46,9 +46,12 @@ def fetch_quadlet(dest: Path = QUADLET_DIR) -> Path:
         (dest / "lists/partial").mkdir(parents=True, exist_ok=True)
         (dest / "sources.list").write_text("deb http://deb.debian.org/debian trixie main\n")
         o = [
-            "-o", f"Dir::Etc::SourceList={dest}/sources.list",
-            "-o", "Dir::Etc::SourceParts=/dev/null",
-            "-o", f"Dir::State::Lists={dest}/lists",
+            "-o",
+            f"Dir::Etc::SourceList={dest}/sources.list",
+            "-o",
+            "Dir::Etc::SourceParts=/dev/null",
+            "-o",
+            f"Dir::State::Lists={dest}/lists",
         ]
         for argv, cwd in ((["apt-get", *o, "update"], None), (["apt-get", *o, "download", "podman"], dest)):
             proc = _run(argv, cwd=cwd, timeout=600)
@@ -91,8 +94,10 @@ def compose_bins() -> dict[str, list[str]]:
     py = PC106_DIR / "bin/python"
     with FileLock(str(PC106_DIR) + ".lock"):
         if not (PC106_DIR / "bin/podman-compose").exists():
-            for argv in (["python3", "-m", "venv", str(PC106_DIR)],
-                         [str(py), "-m", "pip", "install", "-q", "podman-compose==1.0.6"]):
+            for argv in (
+                ["python3", "-m", "venv", str(PC106_DIR)],
+                [str(py), "-m", "pip", "install", "-q", "podman-compose==1.0.6"],
+            ):
                 proc = _run(argv, timeout=600)
                 if proc.returncode != 0:
                     pytest.fail(f"{shlex.join(argv)} failed: {proc.stderr[-2000:]}", pytrace=False)
@@ -103,9 +108,12 @@ def compose_bins() -> dict[str, list[str]]:
 
 def render_seed(project: Project, target: str, name: str, out: Path, **options: object) -> dict[str, str]:
     """Render a target into memory: path relative to out/<target> → text."""
-    plan, files = deploy.artifacts(project, target, deployment=name, out=out, **options)  # type: ignore[arg-type]
+    _plan, files = deploy.artifacts(project, target, deployment=name, out=out, **options)  # type: ignore[arg-type]
     base = out.resolve() / target
-    return {str(a.path.relative_to(base)) if a.path.is_relative_to(base) else str(a.path): a.content for a in files}
+    return {
+        str(a.path.relative_to(base)) if a.path.is_relative_to(base) else str(a.path): a.content
+        for a in files
+    }
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,20 @@ from dataclasses import dataclass, field
 
 from rigsmith.plan import RunPlan
 
-_C = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "\\": "\\", '"': '"',
-      "'": "'", "s": " ", ";": ";"}
+_C = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+    "s": " ",
+    ";": ";",
+}
 
 
 def split_systemd(line: str, home: str = "~") -> list[str]:
@@ -60,11 +72,38 @@ def split_systemd(line: str, home: str = "~") -> list[str]:
 
 #: podman run options that take a value (the ones rigsmith's consumers emit).
 _VALUED = {
-    "--name", "--shm-size", "--pull", "--ulimit", "--network", "--net", "--device", "-v", "--volume", "--env",
-    "-e", "--label", "--entrypoint", "--stop-timeout", "--health-cmd", "--health-interval", "--health-timeout",
-    "--health-retries", "--health-start-period", "--secret", "--cidfile", "--cgroups", "--sdnotify",
-    "--network-alias", "--pod", "--requires", "--security-opt", "--healthcheck-command", "--healthcheck-interval",
-    "--healthcheck-timeout", "--healthcheck-retries", "--healthcheck-start-period", "--health-start-period",
+    "--name",
+    "--shm-size",
+    "--pull",
+    "--ulimit",
+    "--network",
+    "--net",
+    "--device",
+    "-v",
+    "--volume",
+    "--env",
+    "-e",
+    "--label",
+    "--entrypoint",
+    "--stop-timeout",
+    "--health-cmd",
+    "--health-interval",
+    "--health-timeout",
+    "--health-retries",
+    "--health-start-period",
+    "--secret",
+    "--cidfile",
+    "--cgroups",
+    "--sdnotify",
+    "--network-alias",
+    "--pod",
+    "--requires",
+    "--security-opt",
+    "--healthcheck-command",
+    "--healthcheck-interval",
+    "--healthcheck-timeout",
+    "--healthcheck-retries",
+    "--healthcheck-start-period",
 }
 
 

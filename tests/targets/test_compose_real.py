@@ -43,10 +43,17 @@ def _render(tmp_path: Path, name: str) -> tuple[dict[str, Any], RunPlan, Path]:
     return data, plan, out / "compose" / name / "compose.yaml"
 
 
-def _up(bins: list[str], compose_file: Path, podman: Podman, extra: list[str]) -> subprocess.CompletedProcess[str]:
+def _up(
+    bins: list[str], compose_file: Path, podman: Podman, extra: list[str]
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*bins, "-f", str(compose_file), *extra, "up", "-d"],
-        cwd=compose_file.parent, env=podman.env, capture_output=True, text=True, timeout=180, check=False,
+        cwd=compose_file.parent,
+        env=podman.env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
 
 
@@ -75,8 +82,14 @@ def version(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def started(tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str, compose_bins: dict[str, list[str]],
-            version: str) -> Iterator[tuple[dict[str, Any], RunPlan, Path]]:
+def started(
+    tmp_path: Path,
+    podman: Podman,
+    fake_cdi: Path,
+    standin_image: str,
+    compose_bins: dict[str, list[str]],
+    version: str,
+) -> Iterator[tuple[dict[str, Any], RunPlan, Path]]:
     name = f"standin-compose-{version.replace('.', '')}"
     data, plan, compose_file = _render(tmp_path, name)
     up = [f"--podman-run-args=--stop-timeout={plan.stop_timeout}"]
@@ -103,7 +116,11 @@ def test_container_gets_every_cdi_device_env_argv_shm_and_stop_timeout(started, 
 
 
 def test_deploy_resources_cdi_form_is_caught_by_the_post_start_check(
-    tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str, compose_bins: dict[str, list[str]],
+    tmp_path: Path,
+    podman: Podman,
+    fake_cdi: Path,
+    standin_image: str,
+    compose_bins: dict[str, list[str]],
     version: str,
 ) -> None:
     name = f"standin-dropped-{version.replace('.', '')}"
@@ -120,9 +137,12 @@ def test_deploy_resources_cdi_form_is_caught_by_the_post_start_check(
         assert not any(d.startswith("fakegpu") for d in rec.devices)  # … and the GPUs are really missing
         problems = verify.container_problems(_running(podman, name), plan, _cdi())
         assert len(problems) == 1 and "has NO devices" in problems[0] and "driver: cdi" in problems[0]
-        run = lambda argv: subprocess.run(  # noqa: E731
-            podman.argv(*argv[1:]), capture_output=True, text=True, check=False, env=podman.env
-        )
+
+        def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                podman.argv(*argv[1:]), capture_output=True, text=True, check=False, env=podman.env
+            )
+
         with pytest.raises(PreflightError, match="NO devices"):
             verify.check_container(plan, run=run, cdi_texts=[json.dumps(FAKE_CDI_SPEC)])
     finally:
@@ -130,7 +150,11 @@ def test_deploy_resources_cdi_form_is_caught_by_the_post_start_check(
 
 
 def test_without_the_run_args_compensation_the_stop_timeout_is_caught(
-    tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str, compose_bins: dict[str, list[str]],
+    tmp_path: Path,
+    podman: Podman,
+    fake_cdi: Path,
+    standin_image: str,
+    compose_bins: dict[str, list[str]],
     version: str,
 ) -> None:
     name = f"standin-grace-{version.replace('.', '')}"

@@ -30,7 +30,12 @@ CASES: list[tuple[str, str, dict[str, object]]] = [
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize(("case", "target", "options"), CASES, ids=[c[0] for c in CASES])
 def test_rendered_artifacts_match_golden_files(
-    seed_project: Project, tmp_path: Path, update_golden: bool, seed: str, case: str, target: str,
+    seed_project: Project,
+    tmp_path: Path,
+    update_golden: bool,
+    seed: str,
+    case: str,
+    target: str,
     options: dict[str, object],
 ) -> None:
     files = render_seed(seed_project, target, seed, tmp_path / "out", **options)

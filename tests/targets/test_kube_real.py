@@ -20,7 +20,9 @@ from tests.targets.conftest import SEEDS
 
 
 @pytest.fixture
-def played(tmp_path: Path, podman: Podman, standin_image: str) -> Iterator[tuple[dict[str, Any], RunPlan, Path]]:
+def played(
+    tmp_path: Path, podman: Podman, standin_image: str
+) -> Iterator[tuple[dict[str, Any], RunPlan, Path]]:
     data = standin_deployment(tmp_path, name="standin-kube")
     prepare_host_dirs(data)
     project = write_project(tmp_path, data)
@@ -68,13 +70,16 @@ def test_manifest_carries_gpus_shm_grace_and_probes(played) -> None:
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
     assert pod["terminationGracePeriodSeconds"] == plan.stop_timeout
     assert c["startupProbe"]["httpGet"]["path"] == plan.health_path
-    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= plan.startup_seconds * 2
+    assert (
+        c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= plan.startup_seconds * 2
+    )
     assert c["readinessProbe"]["httpGet"]["port"] == plan.port
     assert docs[1]["spec"]["ports"][0]["targetPort"] == plan.port
 
 
-def test_what_kube_cannot_express_is_refused_naming_target_and_field(seed_project: Project,
-                                                                     tmp_path: Path) -> None:
+def test_what_kube_cannot_express_is_refused_naming_target_and_field(
+    seed_project: Project, tmp_path: Path
+) -> None:
     data = standin_deployment(tmp_path, name="refuse-kube", resources={"memlock": 65536})
     data["resources"]["gpus"]["cdi_devices"] = ["example.com/gpu=2"]  # type: ignore[index]
     data["resources"]["gpus"]["count"] = 1  # type: ignore[index]

@@ -40,8 +40,9 @@ def _conf(project: Project, seed: str, out: Path, opts: LxcOptions) -> str:
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("opts", PVE_VARIANTS, ids=["pve8.2-devN", "pve7.4-raw"])
-def test_pve_keys_match_the_pct_conf_table(seed_project: Project, tmp_path: Path, seed: str,
-                                           opts: LxcOptions) -> None:
+def test_pve_keys_match_the_pct_conf_table(
+    seed_project: Project, tmp_path: Path, seed: str, opts: LxcOptions
+) -> None:
     pairs = _conf_pairs(_conf(seed_project, seed, tmp_path, opts))
     pve = (int(opts.pve_version.split(".")[0]), int(opts.pve_version.split(".")[1]))
     assert lxc.check(pairs, pve) == []
@@ -58,7 +59,9 @@ def test_pve_keys_match_the_pct_conf_table(seed_project: Project, tmp_path: Path
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_startup_down_outlasts_every_stop_timeout_inside(seed_project: Project, tmp_path: Path, seed: str) -> None:
+def test_startup_down_outlasts_every_stop_timeout_inside(
+    seed_project: Project, tmp_path: Path, seed: str
+) -> None:
     pairs = dict(_conf_pairs(_conf(seed_project, seed, tmp_path, LxcOptions())))
     m = re.fullmatch(r"order=\d+,up=(\d+),down=(\d+)", pairs["startup"])
     assert m
@@ -74,8 +77,12 @@ def test_startup_down_outlasts_every_stop_timeout_inside(seed_project: Project, 
 def _liblxc_config(conf: str, rootfs: Path, fake: Path, memlock: str | None) -> tuple[str, dict[str, Path]]:
     """Proxmox `lxc.key: value` (and mpN/devN, as PVE expands them) → liblxc `lxc.key = value`, host paths
     pointed at test stand-ins (device nodes made with mknod, files and dirs under ``fake``)."""
-    lines = [f"lxc.rootfs.path = dir:{rootfs}", "lxc.net.0.type = empty", "lxc.autodev = 1",
-             "lxc.mount.auto = proc:mixed sys:ro"]
+    lines = [
+        f"lxc.rootfs.path = dir:{rootfs}",
+        "lxc.net.0.type = empty",
+        "lxc.autodev = 1",
+        "lxc.mount.auto = proc:mixed sys:ro",
+    ]
     targets: dict[str, Path] = {}
 
     def stand_in(host: str, kind: str) -> Path:
@@ -104,25 +111,37 @@ def _liblxc_config(conf: str, rootfs: Path, fake: Path, memlock: str | None) -> 
             host, *opts = value.split(",")
             mp = next(o[3:] for o in opts if o.startswith("mp="))
             ro = ",ro" if "ro=1" in opts else ""
-            lines.append(f"lxc.mount.entry = {stand_in(host, 'dir')} {mp.lstrip('/')} none bind,create=dir{ro} 0 0")
+            lines.append(
+                f"lxc.mount.entry = {stand_in(host, 'dir')} {mp.lstrip('/')} none bind,create=dir{ro} 0 0"
+            )
         elif re.fullmatch(r"dev\d+", key):
             host = value.split(",")[0]
-            lines.append(f"lxc.mount.entry = {stand_in(host, 'dev')} {host.lstrip('/')} none bind,create=file 0 0")
+            lines.append(
+                f"lxc.mount.entry = {stand_in(host, 'dev')} {host.lstrip('/')} none bind,create=file 0 0"
+            )
     return "\n".join(lines) + "\n", targets
 
 
 def _lxc_execute(lxcpath: Path, name: str, config: str, script: str) -> subprocess.CompletedProcess[str]:
     (lxcpath / name).mkdir(parents=True, exist_ok=True)
     (lxcpath / name / "config").write_text(config)
-    return subprocess.run(["lxc-execute", "-P", str(lxcpath), "-n", name, "--", "sh", "-c", script],
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        ["lxc-execute", "-P", str(lxcpath), "-n", name, "--", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("seed", "opts"), [(SEEDS[0], PVE_VARIANTS[1]), (SEEDS[1], PVE_VARIANTS[0])],
-                         ids=["seed000-raw", "seed003-devN"])
-def test_liblxc_applies_shm_env_devices_mounts_and_memlock(seed_project: Project, tmp_path: Path,
-                                                            busybox_rootfs: Path, seed: str,
-                                                            opts: LxcOptions) -> None:
+@pytest.mark.parametrize(
+    ("seed", "opts"),
+    [(SEEDS[0], PVE_VARIANTS[1]), (SEEDS[1], PVE_VARIANTS[0])],
+    ids=["seed000-raw", "seed003-devN"],
+)
+def test_liblxc_applies_shm_env_devices_mounts_and_memlock(
+    seed_project: Project, tmp_path: Path, busybox_rootfs: Path, seed: str, opts: LxcOptions
+) -> None:
     require("lxc-execute")
     conf = _conf(seed_project, seed, tmp_path / "out", opts)
     plan, _ = deploy.artifacts(seed_project, "lxc", deployment=seed, out=tmp_path / "out", lxc=opts)
@@ -147,8 +166,9 @@ def test_liblxc_applies_shm_env_devices_mounts_and_memlock(seed_project: Project
             assert "/" + host.lstrip("/") in out
 
 
-def test_liblxc_rejects_an_unknown_key_and_parses_unlimited_memlock(tmp_path: Path, busybox_rootfs: Path,
-                                                                    seed_project: Project) -> None:
+def test_liblxc_rejects_an_unknown_key_and_parses_unlimited_memlock(
+    tmp_path: Path, busybox_rootfs: Path, seed_project: Project
+) -> None:
     conf = _conf(seed_project, SEEDS[1], tmp_path / "out", LxcOptions())
     config, _ = _liblxc_config(conf, busybox_rootfs, tmp_path / "fake", memlock=None)
     proc = _lxc_execute(tmp_path / "lxcpath", "rs-unlimited", config, "true")
@@ -193,7 +213,8 @@ def test_merge_keeps_user_lines_replaces_managed_ones_and_leaves_snapshots_alone
     pairs = _conf_pairs(main)
     keys = [k for k, _ in pairs]
     assert len(keys) == len(set(keys) - {"lxc.mount.entry", "lxc.environment"}) + keys.count(
-        "lxc.mount.entry") + keys.count("lxc.environment")
+        "lxc.mount.entry"
+    ) + keys.count("lxc.environment")
     d = dict(pairs)
     assert "#My inference box" in main
     assert d["cores"] == "8" and d["memory"] != "4096"  # managed keys replaced, once
@@ -207,28 +228,43 @@ def test_merge_keeps_user_lines_replaces_managed_ones_and_leaves_snapshots_alone
     assert _conf(seed_project, SEEDS[0], tmp_path / "out", opts) == conf
 
 
-def test_updating_a_users_config_asks_first_and_writes_only_with_consent(seed_project: Project,
-                                                                         tmp_path: Path) -> None:
+def test_updating_a_users_config_asks_first_and_writes_only_with_consent(
+    seed_project: Project, tmp_path: Path
+) -> None:
     existing = tmp_path / "100.conf"
     existing.write_text(USER_CONF)
     messages: list[str] = []
     with pytest.raises(ConsentError):
-        deploy.deploy(seed_project, "lxc", deployment=SEEDS[0], out=tmp_path / "out",
-                      lxc=LxcOptions(config=existing), echo=messages.append)
+        deploy.deploy(
+            seed_project,
+            "lxc",
+            deployment=SEEDS[0],
+            out=tmp_path / "out",
+            lxc=LxcOptions(config=existing),
+            echo=messages.append,
+        )
     assert existing.read_text() == USER_CONF
     assert any("100.conf" in m and "+memory:" in m for m in messages)  # the diff was shown
     asked: list[str] = []
-    deploy.deploy(seed_project, "lxc", deployment=SEEDS[0], out=tmp_path / "out",
-                  lxc=LxcOptions(config=existing), echo=lambda _m: None,
-                  confirm=lambda q: asked.append(q) or True)
+    deploy.deploy(
+        seed_project,
+        "lxc",
+        deployment=SEEDS[0],
+        out=tmp_path / "out",
+        lxc=LxcOptions(config=existing),
+        echo=lambda _m: None,
+        confirm=lambda q: asked.append(q) or True,
+    )
     assert asked and "conflict" in asked[0]
     assert "[snap1]" in existing.read_text() and "net0:" in existing.read_text()
 
 
-def test_what_lxc_cannot_express_is_refused_naming_target_and_field(seed_project: Project,
-                                                                    tmp_path: Path) -> None:
-    data = standin_deployment(tmp_path, name="refuse-lxc", env=[{"name": "X", "value": "two\nlines"}],
-                              placeholders={})
+def test_what_lxc_cannot_express_is_refused_naming_target_and_field(
+    seed_project: Project, tmp_path: Path
+) -> None:
+    data = standin_deployment(
+        tmp_path, name="refuse-lxc", env=[{"name": "X", "value": "two\nlines"}], placeholders={}
+    )
     project = write_project(tmp_path, data)
     with pytest.raises(SpecError) as err:
         deploy.artifacts(project, "lxc", deployment="refuse-lxc", out=tmp_path / "out")
@@ -236,8 +272,9 @@ def test_what_lxc_cannot_express_is_refused_naming_target_and_field(seed_project
     assert "resources.gpus.cdi_devices" in msg and "example.com/gpu" in msg and "lxc target" in msg
     assert "env.X" in msg
     with pytest.raises(SpecError) as err:
-        deploy.artifacts(seed_project, "lxc", deployment=SEEDS[0], out=tmp_path / "out",
-                         lxc=LxcOptions(pve_version="7.4"))
+        deploy.artifacts(
+            seed_project, "lxc", deployment=SEEDS[0], out=tmp_path / "out", lxc=LxcOptions(pve_version="7.4")
+        )
     assert "--uvm-major" in str(err.value) and "grep nvidia-uvm /proc/devices" in str(err.value)
 
 
@@ -251,13 +288,15 @@ def _provision(seed_project: Project, tmp_path: Path) -> Path:
 
 def test_provision_script_passes_shellcheck(seed_project: Project, tmp_path: Path) -> None:
     script = _provision(seed_project, tmp_path)
-    proc = subprocess.run([require("shellcheck"), "-S", "warning", str(script)], capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [require("shellcheck"), "-S", "warning", str(script)], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stdout
 
 
-def _fake_ct(tmp_path: Path, *, uvm: bool = True, kernel: str = "550.54.14", user: str = "550.54.14"
-             ) -> dict[str, str]:
+def _fake_ct(
+    tmp_path: Path, *, uvm: bool = True, kernel: str = "550.54.14", user: str = "550.54.14"
+) -> dict[str, str]:
     """A CT as provision.sh sees it: device nodes, the host's module version, the CT's libs, fake tools."""
     dev, lib, bin_ = tmp_path / "ct/dev", tmp_path / "ct/lib", tmp_path / "ct/bin"
     for d in (dev, lib, bin_):
@@ -271,23 +310,34 @@ def _fake_ct(tmp_path: Path, *, uvm: bool = True, kernel: str = "550.54.14", use
     log = tmp_path / "ct/calls"
     for tool, body in (
         ("nvidia-ctk", 'echo "nvidia-ctk $*" >> "$RIGSMITH_CALLS"'),
-        ("podman", 'case "$1 $2" in "image exists") exit 0;; "container exists") exit 1;; esac\n'
-                   'for a in "$@"; do printf "%s\\0" "$a"; done >> "$RIGSMITH_CALLS.podman"'),
+        (
+            "podman",
+            'case "$1 $2" in "image exists") exit 0;; "container exists") exit 1;; esac\n'
+            'for a in "$@"; do printf "%s\\0" "$a"; done >> "$RIGSMITH_CALLS.podman"',
+        ),
     ):
         p = bin_ / tool
         p.write_text(f"#!/bin/sh\n{body}\n")
         p.chmod(0o755)
-    return {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "RIGSMITH_DEV": str(dev),
-            "RIGSMITH_NVIDIA_VERSION": str(tmp_path / "ct/version"), "RIGSMITH_LIB_DIRS": str(lib),
-            "RIGSMITH_CALLS": str(log)}
+    return {
+        **os.environ,
+        "PATH": f"{bin_}:{os.environ['PATH']}",
+        "RIGSMITH_DEV": str(dev),
+        "RIGSMITH_NVIDIA_VERSION": str(tmp_path / "ct/version"),
+        "RIGSMITH_LIB_DIRS": str(lib),
+        "RIGSMITH_CALLS": str(log),
+    }
 
 
 def _run(script: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        ["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
-def test_provision_refuses_without_nvidia_uvm_and_on_driver_mismatch(seed_project: Project,
-                                                                    tmp_path: Path) -> None:
+def test_provision_refuses_without_nvidia_uvm_and_on_driver_mismatch(
+    seed_project: Project, tmp_path: Path
+) -> None:
     script = _provision(seed_project, tmp_path)
     proc = _run(script, _fake_ct(tmp_path / "a", uvm=False))
     assert proc.returncode == 1 and "/dev/nvidia-uvm is missing inside the CT" in proc.stderr
@@ -307,7 +357,9 @@ def test_provision_makes_cdi_and_runs_the_podman_targets_exact_argv(tmp_path: Pa
     proc = _run(tmp_path / "out/lxc/standin-lxc/provision.sh", env)
     assert proc.returncode == 0, proc.stderr
     if not (Path("/etc/cdi/nvidia.yaml").exists() or Path("/var/run/cdi/nvidia.yaml").exists()):
-        assert "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in Path(env["RIGSMITH_CALLS"]).read_text()
+        assert (
+            "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in Path(env["RIGSMITH_CALLS"]).read_text()
+        )
     argv = Path(env["RIGSMITH_CALLS"] + ".podman").read_text().split("\0")[:-1]
     plan, _ = deploy.artifacts(project, "lxc", deployment="standin-lxc", out=tmp_path / "out")
     opts = plan.podman_options()

@@ -95,7 +95,9 @@ def facts_podman(tmp_path: Path, **_: Any) -> tuple[RunPlan, dict[str, Any]]:
     deploy.deploy(project, "podman", deployment=name, out=tmp_path / "out", echo=lambda _m: None)
     env = _recorder_env(tmp_path)
     script = tmp_path / "out/podman/parity/run.sh"
-    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False, timeout=60)
+    proc = subprocess.run(
+        ["bash", str(script)], env=env, capture_output=True, text=True, check=False, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     plan, _ = deploy.artifacts(project, "podman", deployment=name, out=tmp_path / "out")
     got = _from_podman_argv(_recorded(env))
@@ -129,8 +131,19 @@ def facts_compose(tmp_path: Path, podman: Podman, **_: Any) -> tuple[RunPlan, di
     plan, files = deploy.artifacts(project, "compose", deployment=name, out=tmp_path / "default")
     compose_file = out / "compose/parity/compose.yaml"
     proc = subprocess.run(
-        ["podman-compose", "-f", str(compose_file), f"--podman-run-args=--stop-timeout={plan.stop_timeout}",
-         "up", "-d"], cwd=compose_file.parent, env=podman.env, capture_output=True, text=True, timeout=180,
+        [
+            "podman-compose",
+            "-f",
+            str(compose_file),
+            f"--podman-run-args=--stop-timeout={plan.stop_timeout}",
+            "up",
+            "-d",
+        ],
+        cwd=compose_file.parent,
+        env=podman.env,
+        capture_output=True,
+        text=True,
+        timeout=180,
         check=False,
     )
     try:
@@ -156,14 +169,20 @@ def facts_lxc(tmp_path: Path, **_: Any) -> tuple[RunPlan, dict[str, Any]]:
     deploy.deploy(project, "lxc", deployment=name, out=out, echo=lambda _m: None)
     plan, _ = deploy.artifacts(project, "lxc", deployment=name, out=out)
     env = _fake_ct(tmp_path)
-    proc = subprocess.run(["bash", str(out / "lxc/parity/provision.sh")], env=env, capture_output=True, text=True,
-                          check=False, timeout=60)
+    proc = subprocess.run(
+        ["bash", str(out / "lxc/parity/provision.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     got = _from_podman_argv(_recorded(env))  # the engine inside the CT
     pairs = _conf_pairs((out / "lxc/parity/100.conf").read_text())
     conf = dict(pairs)
     # The CT side must carry the same facts as the engine inside it.
-    nodes = sorted(int(v[len("/dev/nvidia"):]) for k, v in pairs if k.startswith("dev") and v[11:].isdigit())
+    nodes = sorted(int(v[len("/dev/nvidia") :]) for k, v in pairs if k.startswith("dev") and v[11:].isdigit())
     assert [("nvidia.com/gpu", str(i)) for i in nodes] == got["devices"]
     shm = next(v for k, v in pairs if k == "lxc.mount.entry" and v.startswith("tmpfs dev/shm"))
     assert int(re.search(r"size=(\d+)k", shm).group(1)) * 1024 == got["shm"]  # type: ignore[union-attr]
@@ -178,7 +197,9 @@ def facts_lxc(tmp_path: Path, **_: Any) -> tuple[RunPlan, dict[str, Any]]:
     return plan, got
 
 
-def facts_kube(tmp_path: Path, podman: Podman, standin_image: str, **_: Any) -> tuple[RunPlan, dict[str, Any]]:
+def facts_kube(
+    tmp_path: Path, podman: Podman, standin_image: str, **_: Any
+) -> tuple[RunPlan, dict[str, Any]]:
     project, name = _project(tmp_path)
     out = tmp_path / "out"
     deploy.deploy(project, "kube", deployment=name, out=out, echo=lambda _m: None)
@@ -192,13 +213,18 @@ def facts_kube(tmp_path: Path, podman: Podman, standin_image: str, **_: Any) -> 
     proc = podman.run("kube", "play", str(manifest), check=False, timeout=180)
     try:
         assert proc.returncode == 0, proc.stderr
-        cname = next(n for n in podman.run("ps", "--format", "{{.Names}}").stdout.split() if n.endswith("-parity"))
+        cname = next(
+            n for n in podman.run("ps", "--format", "{{.Names}}").stdout.split() if n.endswith("-parity")
+        )
         info = podman.inspect(cname)
         env = dict(e.split("=", 1) for e in info["Config"]["Env"])  # type: ignore[index]
         entry = info["Config"]["Entrypoint"]  # type: ignore[index]
         argv = [*(entry if isinstance(entry, list) else [entry]), *info["Config"]["Cmd"]]  # type: ignore[index]
-        mounts = sorted((m["Source"], m["Destination"], not m["RW"]) for m in info["Mounts"]  # type: ignore[index]
-                        if m["Destination"] != "/dev/shm")
+        mounts = sorted(
+            (m["Source"], m["Destination"], not m["RW"])
+            for m in info["Mounts"]  # type: ignore[index]
+            if m["Destination"] != "/dev/shm"
+        )
     finally:
         podman.run("kube", "down", str(manifest), check=False)
         podman.run("volume", "rm", "--force", "parity-shm", check=False)
@@ -215,13 +241,25 @@ def facts_kube(tmp_path: Path, podman: Podman, standin_image: str, **_: Any) -> 
     }
 
 
-EXTRACTORS = {"podman": facts_podman, "quadlet": facts_quadlet, "compose": facts_compose, "lxc": facts_lxc,
-              "kube": facts_kube}
+EXTRACTORS = {
+    "podman": facts_podman,
+    "quadlet": facts_quadlet,
+    "compose": facts_compose,
+    "lxc": facts_lxc,
+    "kube": facts_kube,
+}
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_parity_matrix(target: str, tmp_path: Path, request: pytest.FixtureRequest, podman: Podman,
-                       fake_cdi: Path, standin_image: str, compose_bins: dict[str, list[str]]) -> None:
+def test_parity_matrix(
+    target: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    podman: Podman,
+    fake_cdi: Path,
+    standin_image: str,
+    compose_bins: dict[str, list[str]],
+) -> None:
     kw: dict[str, Any] = {"podman": podman, "standin_image": standin_image}
     if target == "quadlet":
         kw["quadlet_bin"] = request.getfixturevalue("quadlet_bin")

@@ -34,8 +34,9 @@ HOSTILE = [
 def _deploy(tmp_path: Path, data: dict[str, object]) -> Path:
     project = write_project(tmp_path, data)
     out = tmp_path / "out"
-    deploy.deploy(project, "podman", deployment=str(data["name"]), out=out, memlock=HOST_MEMLOCK,
-                  echo=lambda _m: None)
+    deploy.deploy(
+        project, "podman", deployment=str(data["name"]), out=out, memlock=HOST_MEMLOCK, echo=lambda _m: None
+    )
     return out / "podman" / str(data["name"])
 
 
@@ -93,8 +94,9 @@ def test_hostile_values_reach_the_container_literally_and_nothing_runs_on_host(
     for i, v in enumerate(HOSTILE):
         args += [f"--flag-{i}", v]
     env = [{"name": f"HOSTILE_{i}", "value": v} for i, v in enumerate(HOSTILE)]
-    data = standin_deployment(tmp_path, name="standin-hostile", env=env, placeholders={},
-                              engine={"args": args, "model_arg": 0})
+    data = standin_deployment(
+        tmp_path, name="standin-hostile", env=env, placeholders={}, engine={"args": args, "model_arg": 0}
+    )
     prepare_host_dirs(data)
     d = _deploy(tmp_path, data)
     try:
@@ -110,8 +112,9 @@ def test_hostile_values_reach_the_container_literally_and_nothing_runs_on_host(
         assert not Path(f"/tmp/rigsmith-pwned-{i}").exists(), "a recipe value was executed on the host"
 
 
-def test_sparse_mount_file_is_created_at_exact_size(tmp_path: Path, podman: Podman, fake_cdi: Path,
-                                                    standin_image: str) -> None:
+def test_sparse_mount_file_is_created_at_exact_size(
+    tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str
+) -> None:
     data = standin_deployment(tmp_path, seed="flash-next-int4-3x3090", name="standin-sparse")
     prepare_host_dirs(data)
     d = _deploy(tmp_path, data)
@@ -127,8 +130,9 @@ def test_sparse_mount_file_is_created_at_exact_size(tmp_path: Path, podman: Podm
         podman.run("rm", "--force", "--time", "0", "standin-sparse", check=False)
 
 
-def test_run_refuses_a_directory_where_the_sparse_file_belongs(tmp_path: Path, podman: Podman,
-                                                              fake_cdi: Path, standin_image: str) -> None:
+def test_run_refuses_a_directory_where_the_sparse_file_belongs(
+    tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str
+) -> None:
     data = standin_deployment(tmp_path, seed="flash-next-int4-3x3090", name="standin-dir")
     prepare_host_dirs(data)
     Path(data["mounts"][0]["host"]).mkdir(parents=True)  # type: ignore[index]
@@ -139,8 +143,9 @@ def test_run_refuses_a_directory_where_the_sparse_file_belongs(tmp_path: Path, p
     assert podman.run("container", "exists", "standin-dir", check=False).returncode == 1
 
 
-def test_run_refuses_missing_cdi_device_with_hint(tmp_path: Path, podman: Podman, fake_cdi: Path,
-                                                  standin_image: str) -> None:
+def test_run_refuses_missing_cdi_device_with_hint(
+    tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str
+) -> None:
     data = standin_deployment(tmp_path, name="standin-nocdi")
     data["resources"]["gpus"]["cdi_devices"] = ["example.com/gpu=0", "example.com/gpu=7"]  # type: ignore[index]
     prepare_host_dirs(data)
@@ -151,8 +156,9 @@ def test_run_refuses_missing_cdi_device_with_hint(tmp_path: Path, podman: Podman
     assert "nvidia-ctk cdi generate" in proc.stderr
 
 
-def test_run_refuses_gpu_squatters_naming_them(tmp_path: Path, podman: Podman, fake_cdi: Path,
-                                               standin_image: str) -> None:
+def test_run_refuses_gpu_squatters_naming_them(
+    tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str
+) -> None:
     data = standin_deployment(tmp_path, name="standin-squat")
     prepare_host_dirs(data)
     d = _deploy(tmp_path, data)
@@ -169,8 +175,9 @@ def test_run_refuses_gpu_squatters_naming_them(tmp_path: Path, podman: Podman, f
     assert podman.run("container", "exists", "standin-squat", check=False).returncode == 1
 
 
-def test_run_refuses_missing_image_and_missing_model_dir(tmp_path: Path, podman: Podman,
-                                                         fake_cdi: Path) -> None:
+def test_run_refuses_missing_image_and_missing_model_dir(
+    tmp_path: Path, podman: Podman, fake_cdi: Path
+) -> None:
     data = standin_deployment(tmp_path, name="standin-noimg", engine={"image": "localhost/nope:1"})
     d = _deploy(tmp_path, data)
     proc = run_script(d / "run.sh", podman.env)

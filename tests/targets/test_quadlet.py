@@ -1,4 +1,4 @@
-"""quadlet: podman's own generator (dry-run) reads every unit rigsmith writes; its ExecStart is the podman argv."""
+"""quadlet: podman's own generator (dry-run) reads every unit rigsmith writes; ExecStart = podman argv."""
 
 from __future__ import annotations
 
@@ -61,7 +61,16 @@ def test_keys_follow_the_target_podman_version(seed_project: Project, tmp_path: 
         )
         text = files[0].content
         keys: dict[str, list[str]] = {}
-        for k in ("ShmSize", "Ulimit", "StopTimeout", "Notify", "Entrypoint", "PodmanArgs", "HealthCmd", "Pull"):
+        for k in (
+            "ShmSize",
+            "Ulimit",
+            "StopTimeout",
+            "Notify",
+            "Entrypoint",
+            "PodmanArgs",
+            "HealthCmd",
+            "Pull",
+        ):
             keys[k] = ini_values(text, "Container", k)
         return keys
 
@@ -83,7 +92,9 @@ def test_keys_follow_the_target_podman_version(seed_project: Project, tmp_path: 
 def test_cdi_devices_are_never_prefixed_with_dash(seed_project: Project, tmp_path: Path) -> None:
     for seed in SEEDS:
         for v in ("4.4.0", "4.9.3", "5.4.2"):
-            _p, files = deploy.artifacts(seed_project, "quadlet", deployment=seed, out=tmp_path, podman_version=v)
+            _p, files = deploy.artifacts(
+                seed_project, "quadlet", deployment=seed, out=tmp_path, podman_version=v
+            )
             devices = ini_values(files[0].content, "Container", "AddDevice")
             assert devices and all(not d.startswith("-") for d in devices)
 
@@ -93,7 +104,11 @@ def test_podman_without_quadlet_or_a_bad_version_is_refused_naming_the_field(
 ) -> None:
     with pytest.raises(SpecError) as err:
         deploy.artifacts(seed_project, "quadlet", deployment=SEEDS[0], out=tmp_path, podman_version="4.3.1")
-    assert "podman_version" in str(err.value) and "quadlet target" in str(err.value) and "4.4.0" in str(err.value)
+    assert (
+        "podman_version" in str(err.value)
+        and "quadlet target" in str(err.value)
+        and "4.4.0" in str(err.value)
+    )
     with pytest.raises(SpecError) as err:
         deploy.artifacts(seed_project, "quadlet", deployment=SEEDS[0], out=tmp_path, podman_version="latest")
     assert "podman_version" in str(err.value) and "not a podman version" in str(err.value)
@@ -107,8 +122,15 @@ def test_generator_rejects_an_unknown_key(quadlet_bin: Path, tmp_path: Path) -> 
 
 
 HOSTILE = [
-    "$(touch /tmp/rigsmith-pwned-q)", "`id`", "'; id; echo '", 'a "double" and \\back\\slash', "line one\nline two",
-    "${HOME} $PATH %h %n %% *.json ~", "a;b", "tab\tand ünïcødé ✓", " lead and trail ",
+    "$(touch /tmp/rigsmith-pwned-q)",
+    "`id`",
+    "'; id; echo '",
+    'a "double" and \\back\\slash',
+    "line one\nline two",
+    "${HOME} $PATH %h %n %% *.json ~",
+    "a;b",
+    "tab\tand ünïcødé ✓",
+    " lead and trail ",
 ]
 
 
@@ -117,11 +139,13 @@ def test_hostile_values_survive_quadlet_and_systemd_quoting(quadlet_bin: Path, t
     for i, v in enumerate(HOSTILE):
         args += [f"--flag-{i}", v]
     env = [{"name": f"HOSTILE_{i}", "value": v} for i, v in enumerate(HOSTILE)]
-    data = standin_deployment(tmp_path, name="hostile-q", env=env, placeholders={},
-                              engine={"args": args, "model_arg": 0})
+    data = standin_deployment(
+        tmp_path, name="hostile-q", env=env, placeholders={}, engine={"args": args, "model_arg": 0}
+    )
     project = write_project(tmp_path, data)
-    plan, files = deploy.artifacts(project, "quadlet", deployment="hostile-q", out=tmp_path / "out",
-                                   podman_version="5.4.2")
+    plan, files = deploy.artifacts(
+        project, "quadlet", deployment="hostile-q", out=tmp_path / "out", podman_version="5.4.2"
+    )
     unit = tmp_path / "hostile-q.container"
     unit.write_text(files[0].content)
     proc = run_quadlet(quadlet_bin, unit, tmp_path / "w")
@@ -133,8 +157,12 @@ def test_hostile_values_survive_quadlet_and_systemd_quoting(quadlet_bin: Path, t
 
 @pytest.mark.parametrize(("word", "why"), [("", "drops an empty argument"), (";", "command separator")])
 def test_words_quadlet_cannot_carry_are_refused_naming_the_arg(tmp_path: Path, word: str, why: str) -> None:
-    data = standin_deployment(tmp_path, name="refuse-q", placeholders={},
-                              engine={"args": ["/models/x", "--flag", word], "model_arg": 0})
+    data = standin_deployment(
+        tmp_path,
+        name="refuse-q",
+        placeholders={},
+        engine={"args": ["/models/x", "--flag", word], "model_arg": 0},
+    )
     project = write_project(tmp_path, data)
     with pytest.raises(SpecError) as err:
         deploy.artifacts(project, "quadlet", deployment="refuse-q", out=tmp_path / "out")

@@ -83,7 +83,7 @@ def document(plan: RunPlan) -> dict[str, Any]:
 
 
 def up_argv(plan: RunPlan, compose_file: str) -> list[str]:
-    """How to start it so the stop timeout really reaches podman (podman-compose ignores stop_grace_period)."""
+    """How to start it so the stop timeout reaches podman (podman-compose ignores stop_grace_period)."""
     return [
         "podman-compose",
         "-f",

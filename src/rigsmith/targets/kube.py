@@ -91,7 +91,7 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
         {"name": k, "valueFrom": {"secretKeyRef": {"name": f"{plan.name}-secrets", "key": k}}}
         for k in plan.secret_env
     ]
-    # With hostNetwork the server may listen on loopback only (the seeds do); the kubelet probes from the node.
+    # With hostNetwork the server may listen on loopback only (the seeds do); kubelet probes from the node.
     get = {
         "path": plan.health_path,
         "port": plan.port,

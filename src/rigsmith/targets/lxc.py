@@ -63,7 +63,7 @@ NVIDIA_MAJOR = 195
 
 @dataclass(frozen=True)
 class Line:
-    """One pct.conf line rigsmith manages. ``key`` ``mp``/``dev`` get their index when the file is laid out."""
+    """One pct.conf line rigsmith manages; ``mp``/``dev`` keys get their index when the file is laid out."""
 
     key: str
     value: str
@@ -265,15 +265,15 @@ def merge(existing: str | None, ours: Sequence[Line], head: Sequence[str]) -> li
     while kept and not kept[-1].strip():
         kept.pop()
     laid: list[str] = []
-    for ln in ours:
-        key = ln.key
+    for own in ours:
+        key = own.key
         if key in used:
-            n = index_of.get(ln.identity())
+            n = index_of.get(own.identity())
             if n is None or n in used[key]:
                 n = next(i for i in range(256) if i not in used[key] and i not in index_of.values())
             used[key].add(n)
             key = f"{key}{n}"
-        laid.append(f"{key}: {ln.value}")
+        laid.append(f"{key}: {own.value}")
     body = [*head, *kept, *laid]
     if rest:
         body += ["", *rest]
@@ -288,7 +288,8 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     t = timings(plan)
     head = [
         *banner(ctx.command, plan.spec_path).rstrip("\n").splitlines(),
-        f"# rigsmith: CT {opts.vmid} runs {plan.name}; run provision.sh inside it. Stop timeouts nest: container "
+        f"# rigsmith: CT {opts.vmid} runs {plan.name}; run provision.sh inside it. "
+        "Stop timeouts nest: container "
         f"{t.container_stop}s < systemd {t.systemd_stop}s < startup down={t.pve_down}s.",
     ]
     ours = lines(plan, ctx)

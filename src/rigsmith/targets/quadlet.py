@@ -1,7 +1,8 @@
 """The quadlet target: ``quadlet/NAME.container``, keys chosen by the target host's podman version.
 
-Quadlet validates keys strictly (an unknown key fails the whole unit), so a key newer than the target podman is
-written as its ``PodmanArgs=`` equivalent instead (research/runtime-facts.md §3, from quadlet.go at each tag).
+Quadlet validates keys strictly (an unknown key fails the whole unit), so a key newer than the target
+podman is written as its ``PodmanArgs=`` equivalent instead (research/runtime-facts.md §3, from quadlet.go
+at each tag).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from rigsmith.plan import RunPlan
 from rigsmith.render import banner
 from rigsmith.targets import RenderContext
 from rigsmith.targets.common import (
-    cannot_express,
     HEALTH_INTERVAL,
     HEALTH_RETRIES,
     HEALTH_TIMEOUT,
+    cannot_express,
     health_argv,
     timings,
 )
@@ -204,10 +205,12 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     _inexpressible_args(plan, ctx)
     t = timings(plan)
     header = [
-        f"For podman {text} (spec podman_version or --podman-version): keys newer than that go in PodmanArgs=.",
+        f"For podman {text} (spec podman_version or --podman-version): "
+        "keys newer than that go in PodmanArgs=.",
         f"Install: cp {plan.name}.container /etc/containers/systemd/ && systemctl daemon-reload "
         f"&& systemctl start {plan.name}",
-        f"Stop timeouts nest: vLLM {t.shutdown if t.shutdown is not None else 0}s < container {t.container_stop}s"
+        f"Stop timeouts nest: vLLM {t.shutdown if t.shutdown is not None else 0}s "
+        f"< container {t.container_stop}s"
         f" < TimeoutStopSec {t.systemd_stop}s.",
     ]
     body = tpl.render(
