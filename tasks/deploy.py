@@ -37,7 +37,7 @@ def _int(flag: str, value: str | None) -> int | None:
         "out": "write under DIR/<target>/… instead of the checkout",
         "yes": "change existing files without asking",
         "check": "write nothing; fail if the files on disk differ from what would be rendered",
-        "memlock": "override memlock: unlimited, bytes, or host (set no limit; for hosts that cannot raise it)",
+        "memlock": "override memlock: unlimited, bytes, or host (set none; hosts that cannot raise it)",
         "podman_version": "target host's podman version (quadlet keys depend on it)",
         "vmid": "lxc: Proxmox CT id (names lxc/NAME/VMID.conf; default 100)",
         "pve_version": "lxc: Proxmox VE version (devN passthrough needs 8.1; default 8.2)",
@@ -100,3 +100,22 @@ def check_container(c, deployment=None, container=None, memlock=None):
         memlock=_memlock(memlock),  # type: ignore[arg-type]
     )
     echo("ok: devices, shm and stop timeout are as the deployment asks")
+
+
+@task(help={"check": "write nothing; fail if the committed schema is stale"})
+@user_errors
+def schema(c, check=False):
+    """Write schema/deployment.schema.json (the spec's JSON Schema, for editors)."""
+    import json
+
+    from rigsmith import spec, writer
+
+    root = project().root
+    text = json.dumps(spec.json_schema(), indent=2, sort_keys=True) + "\n"
+    writer.write(
+        [writer.Artifact(root / "schema/deployment.schema.json", text)],
+        yes=True,
+        check=check,
+        echo=echo,
+        root=root,
+    )

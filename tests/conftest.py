@@ -6,10 +6,12 @@ what rigsmith generates. See shared/ENVIRONMENT.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator, Sequence
@@ -22,6 +24,13 @@ from rigsmith import lock as lockmod
 from rigsmith.project import Project
 
 REPO = Path(__file__).resolve().parents[1]
+# One temp root per checkout: concurrent pytest runs from several worktrees must not prune each other's
+# temp dirs (pytest keeps only the newest few under a shared root).
+os.environ.setdefault(
+    "PYTEST_DEBUG_TEMPROOT",
+    str(Path("/tmp") / f"rs-pytest-{hashlib.sha256(str(REPO).encode()).hexdigest()[:8]}"),
+)
+Path(os.environ["PYTEST_DEBUG_TEMPROOT"]).mkdir(parents=True, exist_ok=True)
 GOLDEN = REPO / "tests" / "golden"
 FAKE_VENDOR = "example.com/gpu"
 FAKE_GPUS = ("0", "1", "2", "3")
@@ -164,8 +173,12 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
     require("podman")
     require("runc")
     base = tmp_path_factory.mktemp("podman")
-    p = Podman(base / "root", base / "runroot", base / "containers.conf", base / "bin")
-    p.conf.write_text(CONTAINERS_CONF)
+    # podman refuses a runroot longer than 50 characters
+    runroot = Path(tempfile.mkdtemp(prefix="rsrr-", dir="/tmp"))
+    p = Podman(base / "root", runroot, base / "containers.conf", base / "bin")
+    # Own libpod tmp dir: the default /run/libpod (its "alive" file) is shared by every podman on the machine,
+    # and a concurrent session resetting it makes this one "refresh" its containers mid-test.
+    p.conf.write_text(CONTAINERS_CONF + f'tmp_dir = "{runroot}/libpod"\n')
     p.bin.mkdir()
     wrapper = p.bin / "podman"
     wrapper.write_text(
@@ -175,10 +188,28 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
     )
     wrapper.chmod(0o755)
     yield p
-    subprocess.run(p.argv("rm", "--all", "--force", "--time", "0"), capture_output=True, check=False,
-                   env={**os.environ, "CONTAINERS_CONF": str(p.conf)})
-    subprocess.run(p.argv("system", "reset", "--force"), capture_output=True, check=False,
-                   env={**os.environ, "CONTAINERS_CONF": str(p.conf)})
+    subprocess.run(
+        p.argv("rm", "--all", "--force", "--time", "0"),
+        capture_output=True,
+        check=False,
+        env={**os.environ, "CONTAINERS_CONF": str(p.conf)},
+    )
+    subprocess.run(
+        p.argv("system", "reset", "--force"),
+        capture_output=True,
+        check=False,
+        env={**os.environ, "CONTAINERS_CONF": str(p.conf)},
+    )
+    _unmount_under(base)
+    _unmount_under(runroot)
+    shutil.rmtree(runroot, ignore_errors=True)
+
+
+def _unmount_under(base: Path) -> None:
+    """podman leaves its overlay dir bind-mounted; unmount so pytest can prune old temp dirs."""
+    mounts = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines()]
+    for m in sorted((m for m in mounts if m.startswith(str(base))), key=len, reverse=True):
+        subprocess.run(["umount", "-l", m], capture_output=True, check=False)
 
 
 FAKE_CDI_SPEC = {
@@ -199,12 +230,19 @@ FAKE_CDI_SPEC = {
 
 @pytest.fixture(scope="session")
 def fake_cdi() -> Iterator[Path]:
-    """A fake CDI vendor spec in /etc/cdi (podman 4.x reads only the default dirs)."""
+    """A fake CDI vendor spec in /etc/cdi (podman < 5.5 reads only the default dirs).
+
+    Left in place after the run: concurrent test sessions (several checkouts) share it, and a second file
+    defining the same devices would make podman's CDI registry refuse both. Vendor example.com is inert.
+    """
     path = Path("/etc/cdi/rigsmith-test-example-gpu.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(FAKE_CDI_SPEC, indent=1))
+    text = json.dumps(FAKE_CDI_SPEC, indent=1)
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
     yield path
-    path.unlink(missing_ok=True)
 
 
 #: The stand-in engine: records argv (hex, one per line), env (hex of `env -0`), /dev/shm, memlock and
@@ -242,7 +280,7 @@ def parse_recording(logs: str) -> Recording:
     lines = logs.splitlines()
     start, end = lines.index("ARGV-BEGIN"), lines.index("ARGV-END")
     argv = [bytes.fromhex(h).decode() for h in lines[start + 1 : end]]
-    fields = {ln.split(" ", 1)[0]: (ln.split(" ", 1) + [""])[1] for ln in lines[end + 1 :] if " " in ln}
+    fields = {ln.split(" ", 1)[0]: [*ln.split(" ", 1), ""][1] for ln in lines[end + 1 :] if " " in ln}
     env: dict[str, str] = {}
     for item in bytes.fromhex(fields["ENV"]).decode().split("\0"):
         if "=" in item:
@@ -280,15 +318,18 @@ def standin_image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> s
     return STANDIN_IMAGE
 
 
-def run_script(script: Path, env: dict[str, str], args: Sequence[str] = (), timeout: float = 120
-               ) -> subprocess.CompletedProcess[str]:
+def run_script(
+    script: Path, env: dict[str, str], args: Sequence[str] = (), timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Execute a generated script with bash, as a user would."""
-    return subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        ["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
-def standin_deployment(base: Path, *, seed: str = "flash-next-merlin-4x3090", name: str = "standin",
-                       **changes: object) -> dict[str, object]:
+def standin_deployment(
+    base: Path, *, seed: str = "flash-next-merlin-4x3090", name: str = "standin", **changes: object
+) -> dict[str, object]:
     """Seed deployment data re-pointed at test paths, the fake CDI vendor and the stand-in image.
 
     ``changes`` replace top-level keys (or ``engine``/``resources`` sub-keys given as dicts, merged).

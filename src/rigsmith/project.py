@@ -46,7 +46,8 @@ class Project:
             if name not in names:
                 raise RigsmithError(
                     f"no deployment {name!r} in {self.deployments}",
-                    hint=f"known: {', '.join(names) or 'none'}; import one with `invoke import-recipe SOURCE`",
+                    hint=f"known: {', '.join(names) or 'none'}; "
+                    "import one with `invoke import-recipe SOURCE`",
                 )
             return name
         if len(names) == 1:

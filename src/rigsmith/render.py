@@ -31,17 +31,14 @@ def shpath(path: str) -> str:
 
 def banner(command: str, spec_path: str, comment: str = "#") -> str:
     """The first lines of every generated file: who made it, from what, do not edit."""
-    return (
-        f"{comment} {BANNER_MARK} — do not edit; edit {spec_path} and re-run:\n"
-        f"{comment}   {command}\n"
-    )
+    return f"{comment} {BANNER_MARK} — do not edit; edit {spec_path} and re-run:\n{comment}   {command}\n"
 
 
 @cache
-def environment(root: Path = TEMPLATES) -> jinja2.Environment:
+def environment() -> jinja2.Environment:
     """StrictUndefined, no autoescape, trailing newline kept; quoting filters registered."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(root)),
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
@@ -54,6 +51,6 @@ def environment(root: Path = TEMPLATES) -> jinja2.Environment:
     return env
 
 
-def render(template: str, root: Path = TEMPLATES, **context: Any) -> str:
+def render(template: str, /, **context: Any) -> str:
     """Render ``templates/<template>`` with the context."""
-    return environment(root).get_template(template).render(**context)
+    return environment().get_template(template).render(**context)

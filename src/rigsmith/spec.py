@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rigsmith.errors import SpecError
 
-SPEC_VERSION = 1
+SPEC_VERSION: Literal[1] = 1
 
 #: A placeholder token in a recipe value: ``<repo>``, ``<vllm tree>``, ``<n_of_tokens>``.
 PLACEHOLDER_RE = re.compile(r"<[A-Za-z_][A-Za-z0-9_ .-]*>")
@@ -106,7 +106,8 @@ class EngineSpec(Frozen):
     subcommand: tuple[str, ...] = Field(("serve",), description="argv between executable and args.")
     args: tuple[str, ...] = Field(description="The recipe's argv after the subcommand, byte for byte.")
     model_arg: int | None = Field(
-        None, description="Index in args of the model path, replaced by model.container_path in the container."
+        None,
+        description="Index in args of the model path, replaced by model.container_path in the container.",
     )
 
     @model_validator(mode="after")
@@ -187,7 +188,8 @@ class Resources(Frozen):
     shm_size: str = Field("8g", description="/dev/shm size for the container (podman --shm-size syntax).")
     memlock: Literal["unlimited", "host"] | int = Field(
         "unlimited",
-        description="RLIMIT_MEMLOCK: unlimited, bytes, or host (inherit the runtime's limit, set nothing; for "
+        description="RLIMIT_MEMLOCK: unlimited, bytes, or host (inherit the runtime's limit, set nothing; "
+        "for "
         "hosts such as unprivileged LXC that cannot raise it).",
     )
     stop_grace_seconds: int = Field(70, gt=0, description="Container stop timeout (SIGTERM → SIGKILL).")
@@ -400,7 +402,14 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = "|" if "\n" in value else None
+    # Double quotes for anything YAML would fold or normalise (control chars, NEL, U+2028/9, BOM,
+    # trailing blanks); literal blocks only for plain multi-line text.
+    style: str | None = None
+    if any(not (c.isprintable() or c == "\n") or c == "\ufeff" for c in value):
+        style = '"'
+    elif "\n" in value:
+        plain_lines = all(line == line.strip(" \t") or not line.strip() for line in value.split("\n"))
+        style = "|" if plain_lines and not value.startswith((" ", "\n")) else '"'
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
@@ -429,7 +438,9 @@ def load(path: Path) -> Deployment:
         raise SpecError(str(path), [("(file)", f"cannot read: {err.strerror}")]) from None
     spec = loads(text, str(path))
     if spec.name != path.stem:
-        raise SpecError(str(path), [("name", f"is {spec.name!r} but the file is {path.name}; make them match")])
+        raise SpecError(
+            str(path), [("name", f"is {spec.name!r} but the file is {path.name}; make them match")]
+        )
     return spec
 
 
@@ -439,4 +450,3 @@ def json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "rigsmith deployment"
     return schema
-

@@ -127,7 +127,8 @@ def write(
         if confirm is None:
             raise ConsentError(
                 f"would change existing file(s): {files}; nothing was written",
-                hint="review the diff above, then re-run with --yes to accept it (or from a terminal to be asked)",
+                hint="review the diff above, then re-run with --yes to accept it "
+                "(or from a terminal to be asked)",
             )
         if not confirm(f"Change {len(existing)} existing file(s): {files}?"):
             raise ConsentError(f"not changed: {files}; nothing was written")
@@ -150,14 +151,14 @@ def _commit(artifacts: Sequence[Artifact]) -> None:
                 fh.write(a.content)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.chmod(tmp, a.mode)
+            Path(tmp).chmod(a.mode)
     except BaseException:
         for tmp, _ in staged:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+                Path(tmp).unlink()
         raise
     for tmp, dest in staged:
-        os.replace(tmp, dest)
+        Path(tmp).replace(dest)
 
 
 def write_one(path: Path, content: str, mode: int = 0o644) -> None:

@@ -40,8 +40,11 @@ def played(
 
 
 def _container(podman: Podman) -> str:
-    names = podman.run("ps", "--format", "{{.Names}}").stdout.split()
-    return next(n for n in names if n.endswith("-standin-kube"))
+    listing = podman.run("ps", "-a", "--format", "{{.Names}} {{.Status}}").stdout
+    names = [ln.split()[0] for ln in listing.splitlines() if ln.strip()]
+    found = [n for n in names if n.endswith("-standin-kube")]
+    assert found, f"kube play left no standin-kube container:\n{listing}"
+    return found[0]
 
 
 def test_kube_play_runs_the_exact_argv_env_and_mounts(played, podman: Podman) -> None:

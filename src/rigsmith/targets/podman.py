@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from rigsmith.plan import PlanMount, RunPlan
 from rigsmith import render as tpl
+from rigsmith.plan import PlanMount, RunPlan
 from rigsmith.render import banner, shpath, shquote
 from rigsmith.targets import RenderContext
 from rigsmith.writer import Artifact

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs everything rigsmith and its test suite need on a fresh Debian 12 machine (run as root).
+# Idempotent; used by the README's two commands and by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export DEBIAN_FRONTEND=noninteractive
+apt_pkgs=(podman runc docker.io docker-registry skopeo lxc busybox-static shellcheck curl)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python3 -m pip install -q --disable-pip-version-check -e '.[dev]'

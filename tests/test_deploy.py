@@ -1,0 +1,153 @@
+"""invoke deploy: pure rendering, refusals, consent, drift; the CLI itself, run for real."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rigsmith import deploy, targets
+from rigsmith.errors import ConsentError, DriftError, LockError, RigsmithError, SpecError
+from rigsmith.project import Project
+from tests.conftest import GOLDEN, GOLDEN_BUILD_DIGEST, REPO, compare_tree, standin_deployment, write_project
+
+SEED_NAMES = ("flash-next-int4-3x3090", "flash-next-merlin-4x3090")
+
+
+def _quiet(_m: str) -> None:
+    pass
+
+
+@pytest.mark.parametrize("target", sorted(targets.renderers()))
+@pytest.mark.parametrize("name", SEED_NAMES)
+def test_golden_artifacts(
+    seed_project: Project, tmp_path: Path, name: str, target: str, update_golden: bool
+) -> None:
+    out = tmp_path / "out"
+    deploy.deploy(seed_project, target, deployment=name, out=out, echo=_quiet)
+    base = out / target
+    produced = {str(p.relative_to(base)): p.read_text() for p in sorted(out.rglob("*")) if p.is_file()}
+    compare_tree(produced, GOLDEN / name / target, update_golden)
+
+
+def test_rendering_is_deterministic(seed_project: Project) -> None:
+    _, a = deploy.artifacts(seed_project, "podman", deployment=SEED_NAMES[0])
+    _, b = deploy.artifacts(seed_project, "podman", deployment=SEED_NAMES[0])
+    assert [(x.path, x.content) for x in a] == [(x.path, x.content) for x in b]
+
+
+def test_generated_script_asks_for_unlimited_memlock_and_the_seed_settings(seed_project: Project) -> None:
+    plan, files = deploy.artifacts(seed_project, "podman", deployment="flash-next-merlin-4x3090")
+    run = next(f for f in files if f.path.name == "run.sh").content
+    assert "--ulimit memlock=-1:-1 \\" in run
+    assert "--shm-size 8g \\" in run and "--stop-timeout 70 \\" in run
+    for i in range(4):
+        assert f"--device nvidia.com/gpu={i} \\" in run
+    assert plan.shutdown_timeout == 60 < plan.stop_timeout
+
+
+def test_seed_000_uses_the_locked_build_digest(seed_project: Project) -> None:
+    plan, files = deploy.artifacts(seed_project, "podman", deployment="flash-next-int4-3x3090")
+    assert plan.image == f"127.0.0.1:5000/vllm-3x3090@{GOLDEN_BUILD_DIGEST}" and plan.image_pinned
+    assert f"IMAGE=127.0.0.1:5000/vllm-3x3090@{GOLDEN_BUILD_DIGEST}\n" in files[0].content
+
+
+def test_missing_build_pin_is_refused_with_the_fixing_command(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    (tmp_path / "deployments").mkdir()
+    (tmp_path / "deployments/flash-next-int4-3x3090.yaml").write_text(
+        (REPO / "deployments/flash-next-int4-3x3090.yaml").read_text()
+    )
+    with pytest.raises(LockError, match="invoke build --image vllm-3x3090"):
+        deploy.artifacts(project, "podman")
+
+
+def test_no_image_is_refused_with_how_to_set_one(tmp_path: Path) -> None:
+    data = standin_deployment(tmp_path, name="noimage")
+    data["engine"].pop("image")  # type: ignore[attr-defined]
+    project = write_project(tmp_path, data)
+    with pytest.raises(RigsmithError, match="names no container image") as err:
+        deploy.artifacts(project, "podman")
+    assert "--image REF" in str(err.value) and "invoke build" in str(err.value)
+    _, files = deploy.artifacts(project, "podman", image="localhost/x@sha256:" + "a" * 64)
+    assert "IMAGE=localhost/x@sha256:" in files[0].content
+
+
+def test_unfilled_placeholders_are_refused_naming_each(tmp_path: Path) -> None:
+    data = standin_deployment(tmp_path, name="holes", placeholders={"<repo>": None, "<vllm tree>": None})
+    project = write_project(tmp_path, data)
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(project, "podman")
+    assert [p for p, _ in err.value.problems] == ["placeholders", "placeholders"]
+    assert "'<repo>' has no value" in str(err.value) and "'<vllm tree>' has no value" in str(err.value)
+
+
+def test_grace_shorter_than_vllm_drain_is_refused(tmp_path: Path) -> None:
+    data = standin_deployment(tmp_path, name="grace", resources={"stop_grace_seconds": 30})
+    project = write_project(tmp_path, data)
+    with pytest.raises(
+        SpecError, match=r"resources.stop_grace_seconds: is 30s but vLLM --shutdown-timeout is 60s"
+    ):
+        deploy.artifacts(project, "podman")
+
+
+def test_deploy_asks_before_overwriting_and_check_detects_drift(tmp_path: Path) -> None:
+    data = standin_deployment(tmp_path, name="consent")
+    project = write_project(tmp_path, data)
+    out = tmp_path / "out"
+    deploy.deploy(project, "podman", out=out, echo=_quiet)
+    deploy.deploy(project, "podman", out=out, check=True, echo=_quiet)
+    run = out / "podman/consent/run.sh"
+    run.write_text(run.read_text() + "# my edit\n")
+    with pytest.raises(DriftError):
+        deploy.deploy(project, "podman", out=out, check=True, echo=_quiet)
+    with pytest.raises(ConsentError):
+        deploy.deploy(project, "podman", out=out, echo=_quiet)
+    assert run.read_text().endswith("# my edit\n")
+    deploy.deploy(project, "podman", out=out, yes=True, echo=_quiet)
+    assert not run.read_text().endswith("# my edit\n")
+
+
+def _invoke(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(REPO), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_deploy_refuses_without_terminal_then_accepts_yes(tmp_path: Path) -> None:
+    data = standin_deployment(tmp_path, name="cli")
+    project = write_project(tmp_path, data)
+    first = _invoke(project.root, "deploy", "--target", "podman")
+    assert first.returncode == 0, first.stderr
+    assert "create  podman/cli/run.sh" in first.stdout
+    run = project.root / "podman/cli/run.sh"
+    run.write_text("# mine\n")
+    second = _invoke(project.root, "deploy", "--target", "podman", "--deployment", "cli")
+    assert second.returncode == 1
+    assert "would change existing file(s): podman/cli/run.sh (conflict)" in second.stderr
+    assert "Traceback" not in second.stderr and run.read_text() == "# mine\n"
+    third = _invoke(project.root, "deploy", "--target", "podman", "--yes")
+    assert third.returncode == 0 and "conflict  podman/cli/run.sh" in third.stdout
+    assert run.read_text().startswith("#!/usr/bin/env bash\n# Generated by rigsmith")
+
+
+def test_cli_unknown_target_and_deployment_are_clear(tmp_path: Path) -> None:
+    project = write_project(tmp_path, standin_deployment(tmp_path, name="one"))
+    bad = _invoke(project.root, "deploy", "--target", "swarm")
+    assert bad.returncode == 1 and "unknown target 'swarm'" in bad.stderr
+    missing = _invoke(project.root, "deploy", "--target", "podman", "--deployment", "nope")
+    assert (
+        missing.returncode == 1
+        and "no deployment 'nope'" in missing.stderr
+        and "known: one" in missing.stderr
+    )
