@@ -48,3 +48,21 @@ def test_every_registered_target_has_a_golden_case() -> None:
 
     assert set(renderers()) == set(TARGETS)
     assert {c[1] for c in CASES} == set(TARGETS)
+
+
+def test_secret_values_never_reach_a_generated_file(tmp_path: Path) -> None:
+    from tests.conftest import standin_deployment, write_project
+
+    secret = "hf_SeCrEt_VaLuE_123"
+    data = standin_deployment(
+        tmp_path,
+        name="secretive",
+        env=[{"name": "HF_TOKEN", "value": secret, "secret": True}, {"name": "PLAIN", "value": "1"}],
+    )
+    data["resources"]["gpus"]["cdi_devices"] = ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]  # type: ignore[index]
+    project = write_project(tmp_path, data)
+    for target in ("podman", "quadlet", "compose", "lxc", "kube"):
+        files = render_seed(project, target, "secretive", tmp_path / "out")
+        text = "\n".join(files.values())
+        assert secret not in text, target
+        assert "HF_TOKEN" in text and "PLAIN" in text, target

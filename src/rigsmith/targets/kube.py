@@ -152,6 +152,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         "kube/kube.yaml.j2",
         banner=banner(ctx.command, plan.spec_path),
         name=plan.name,
+        home=ctx.lxc.home if any(m.host.startswith("~") for m in plan.mounts) else None,
         body=body,
     )
     return [Artifact(ctx.out / "kube" / f"{plan.name}.yaml", text)]

@@ -308,5 +308,6 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         dirs=[tpl.shpath(m.host) for m in plan.mounts if m.kind == "dir"],
         files=[(tpl.shpath(m.host), m.sparse_size) for m in plan.mounts if m.kind == "file"],
         q=tpl.shquote,
+        secrets=plan.secret_env,
     )
     return [Artifact(conf, text), Artifact(base / "provision.sh", script, 0o755)]

@@ -204,6 +204,13 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     version = parse_version(text, plan)
     _inexpressible_args(plan, ctx)
     t = timings(plan)
+    secrets = (
+        [
+            f"Secrets come from podman secrets: podman secret create NAME FILE for {', '.join(plan.secret_env)}."
+        ]
+        if plan.secret_env
+        else []
+    )
     header = [
         f"For podman {text} (spec podman_version or --podman-version): "
         "keys newer than that go in PodmanArgs=.",
@@ -212,6 +219,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         f"Stop timeouts nest: vLLM {t.shutdown if t.shutdown is not None else 0}s "
         f"< container {t.container_stop}s"
         f" < TimeoutStopSec {t.systemd_stop}s.",
+        *secrets,
     ]
     body = tpl.render(
         "quadlet/unit.j2",
