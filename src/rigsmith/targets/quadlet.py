@@ -206,7 +206,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     t = timings(plan)
     secrets = (
         [
-            f"Secrets come from podman secrets: podman secret create NAME FILE for {', '.join(plan.secret_env)}."
+            f"Secrets are podman secrets: podman secret create NAME FILE for {', '.join(plan.secret_env)}."
         ]
         if plan.secret_env
         else []
