@@ -1,1 +1,62 @@
-"""Tasks of this area (filled in by its issue)."""
+"""invoke pin, invoke build: resolve floating references and build engine images into rigsmith.lock."""
+
+from __future__ import annotations
+
+import os
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from rigsmith import build as buildmod
+from rigsmith import engine as enginemod
+from rigsmith import registry as registrymod
+from rigsmith.errors import RigsmithError
+from tasks._common import echo, project, user_errors
+
+
+def _registry() -> registrymod.Registry:
+    return registrymod.Registry(registrymod.load_docker_config())
+
+
+@task(help={"deployment": "pin only what this deployment uses (default: every deployment and image)"})
+@user_errors
+def pin(c: Context, deployment: str | None = None) -> None:
+    """Resolve image tags (and model branches) to digests/commits in rigsmith.lock."""
+    proj = project()
+    reg = _registry()
+    try:
+        buildmod.pin_images(proj, reg, deployment=deployment, echo=echo)
+    finally:
+        reg.close()
+
+
+@task(
+    help={
+        "deployment": "build the image this deployment's engine.build names",
+        "image": "images/NAME to build (instead of --deployment)",
+        "engine": "podman | docker (default: DOCKER_HOST, CONTAINER_HOST, then the podman/docker sockets)",
+        "push": "registry to push to, e.g. 127.0.0.1:5000; the lock then holds REGISTRY/NAME@sha256:…",
+    }
+)
+@user_errors
+def build(
+    c: Context,
+    deployment: str | None = None,
+    image: str | None = None,
+    engine: str | None = None,
+    push: str | None = None,
+) -> None:
+    """Render the Dockerfile, build it, record image ID (and pushed digest) in rigsmith.lock."""
+    if engine is not None and engine not in enginemod.ENGINES:
+        raise RigsmithError(f"--engine {engine!r} is not supported", hint="use --engine podman or docker")
+    proj = project()
+    buildmod.prepare(proj, buildmod.image_name(proj, image=image, deployment=deployment))
+    eng = enginemod.connect(engine, os.environ)
+    reg = _registry()
+    try:
+        buildmod.build_image(
+            proj, eng, image=image, deployment=deployment, push=push, resolver=reg, echo=echo
+        )
+    finally:
+        reg.close()
+        eng.close()

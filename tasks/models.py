@@ -1,1 +1,30 @@
-"""Tasks of this area (filled in by its issue)."""
+"""invoke fetch-model (and the model half of `invoke pin`, via rigsmith.modelfetch.pin_model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke import task
+
+from rigsmith import modelfetch
+from tasks._common import echo, project, user_errors
+
+
+@task(
+    name="fetch-model",
+    help={
+        "deployment": "deployments/NAME.yaml whose model to fetch (optional when there is only one)",
+        "dest": "download into DIR instead of the spec's model.local_dir",
+        "verify": "hash every file again, even those verified on an earlier run",
+        "repin": "resolve the spec's branch/tag again first and show what changed",
+    },
+)
+@user_errors
+def fetch_model(c, deployment=None, dest=None, verify=False, repin=False):
+    """Download the locked model revision, verify every file, apply declared config patches."""
+    proj = project()
+    spec = proj.load(deployment)
+    report = modelfetch.fetch_model(
+        proj, spec, dest=Path(dest).expanduser() if dest else None, verify=verify, repin=repin, echo=echo
+    )
+    echo(report.summary())

@@ -18,10 +18,12 @@ class RigsmithError(Exception):
 class SpecError(RigsmithError):
     """A deployment spec is invalid. Carries every problem, each with its field path."""
 
-    def __init__(self, source: str, problems: Sequence[tuple[str, str]]) -> None:
+    def __init__(
+        self, source: str, problems: Sequence[tuple[str, str]], *, what: str = "deployment spec"
+    ) -> None:
         self.source = source
         self.problems = list(problems)
-        lines = [f"{source}: {len(self.problems)} problem(s) in the deployment spec"]
+        lines = [f"{source}: {len(self.problems)} problem(s) in the {what}"]
         lines += [f"  {path}: {msg}" for path, msg in self.problems]
         super().__init__("\n".join(lines))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,15 @@ def banner(command: str, spec_path: str, comment: str = "#") -> str:
 
 
 @cache
-def environment() -> jinja2.Environment:
-    """StrictUndefined, no autoescape, trailing newline kept; quoting filters registered."""
+def environment(root: Path = TEMPLATES, overlay: Path | None = None) -> jinja2.Environment:
+    """StrictUndefined, no autoescape, trailing newline kept; quoting filters registered.
+
+    ``overlay`` is a second search directory after ``root`` (e.g. images/<name>/), for templates that
+    ``{% extends %}`` a shipped one and override its blocks.
+    """
+    search = [str(root)] + ([str(overlay)] if overlay else [])
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        loader=jinja2.FileSystemLoader(search),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
@@ -47,10 +53,23 @@ def environment() -> jinja2.Environment:
     )
     env.filters["shquote"] = shquote
     env.filters["shpath"] = shpath
+    env.filters["dockerquote"] = dockerquote
     env.filters["tojson_compact"] = lambda v: json.dumps(v, separators=(",", ":"))
     return env
+
+
+def dockerquote(value: object) -> str:
+    """A Dockerfile double-quoted word: no ``$`` expansion; backslash and quote escaped."""
+    text = str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 
 
 def render(template: str, /, **context: Any) -> str:
     """Render ``templates/<template>`` with the context."""
     return environment().get_template(template).render(**context)
+
+
+def render_in(template: str, overlay: Path | None, context: Mapping[str, Any]) -> str:
+    """Render ``template`` found in templates/ or else in ``overlay`` (a per-image override that
+    ``{% extends %}`` a shipped template)."""
+    return environment(TEMPLATES, overlay).get_template(template).render(**context)

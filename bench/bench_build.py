@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Benchmark: `invoke build` (rigsmith → docker-py → Podman API) vs plain `podman build`, same Dockerfile.
+
+Run on demand from the repository root:  python3 bench/bench_build.py [--runs N]
+
+It starts its own registry and Podman API service (test settings, shared/ENVIRONMENT.md), pushes a busybox
+base, pins it, and times, on one storage, alternating:
+  full   — build from clean storage (every image removed; the base is pulled from the registry again)
+  no-op  — the same build again (every step from the cache)
+for rigsmith's build and for `podman build` of the very context rigsmith rendered (build/images/bench/).
+Prints medians and the ratios rigsmith / podman measured in this run. Not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "src"), str(REPO)]
+
+from tests.images import services  # noqa: E402
+
+from rigsmith import build as buildmod  # noqa: E402
+from rigsmith import engine as enginemod  # noqa: E402
+from rigsmith import registry as registrymod  # noqa: E402
+from rigsmith.project import Project  # noqa: E402
+
+#: A build with real work in it: a patch, an extra file, and a step that writes and hashes 64 MiB.
+IMAGE_YAML = """\
+version: 1
+base: {{name: {name}, tag: "{tag}"}}
+files:
+  - {{src: greet.txt, dest: /opt/src/greet.txt}}
+patches:
+  - {{slot: greet, file: patches/greet.patch, target: path, path: /opt/src}}
+smoke: ["/bin/sh", "-c", "dd if=/dev/zero of=/opt/blob bs=1M count=64 2>/dev/null && sha256sum /opt/blob"]
+"""
+PATCH = "--- a/greet.txt\n+++ b/greet.txt\n@@ -1 +1 @@\n-hello\n+hello patched\n"
+
+
+def _time(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="repetitions of each measurement (median shown)")
+    args = parser.parse_args()
+    missing = services.missing_binaries(["podman", "runc", "docker-registry", "busybox"])
+    if missing:
+        print(f"missing: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="rigsmith-bench-") as tmp:
+        base = Path(tmp)
+        with (
+            services.registry(base / "registry") as reg,
+            services.podman_service(base / "podman", [reg.host]) as svc,
+        ):
+            base_ref = services.push_base(svc, reg, base / "base")
+            name, _, tag = base_ref.rpartition(":")
+            project = Project(base / "project")
+            home = project.images / "bench"
+            (home / "patches").mkdir(parents=True)
+            (project.root / "deployments").mkdir()
+            (home / "image.yaml").write_text(IMAGE_YAML.format(name=name, tag=tag))
+            (home / "greet.txt").write_text("hello\n")
+            (home / "patches" / "greet.patch").write_text(PATCH)
+            resolver = registrymod.Registry({})
+            buildmod.pin_images(project, resolver, echo=lambda _: None)
+            eng = enginemod.connect("podman", {"CONTAINER_HOST": svc.url})
+            context = buildmod.context_dir(project, "bench")
+
+            def clean() -> None:
+                svc.cli("rmi", "--all", "--force")
+
+            def rigsmith() -> None:
+                buildmod.build_image(project, eng, image="bench", echo=lambda _: None)
+
+            def plain(*extra: str) -> Callable[[], object]:
+                dockerfile = str(context / "Dockerfile")
+                argv = [
+                    "build",
+                    "-q",
+                    *extra,
+                    "-t",
+                    "localhost/plain/bench:1",
+                    "-f",
+                    dockerfile,
+                    str(context),
+                ]
+                return lambda: svc.cli(*argv)
+
+            # The same settings rigsmith asks the API for: fixed timestamp, OCI format.
+            plain_pinned = plain("--timestamp", "0", "--format", "oci")
+
+            rigsmith()  # renders the context the plain build uses, and warms both code paths
+            keys = ("rs_full", "rs_noop", "pm_full", "pm_noop", "pt_full", "pt_noop")
+            results: dict[str, list[float]] = {k: [] for k in keys}
+            for _ in range(args.runs):
+                clean()
+                results["rs_full"].append(_time(rigsmith))
+                results["rs_noop"].append(_time(rigsmith))
+                clean()
+                results["pm_full"].append(_time(plain()))
+                results["pm_noop"].append(_time(plain()))
+                clean()
+                results["pt_full"].append(_time(plain_pinned))
+                results["pt_noop"].append(_time(plain_pinned))
+            eng.close()
+            resolver.close()
+    med = {k: statistics.median(v) for k, v in results.items()}
+    podman_version = subprocess.run(["podman", "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"image build benchmark ({podman_version}, {args.runs} runs each, median seconds)")
+    print(f"  full build   rigsmith {med['rs_full']:7.3f}   podman build {med['pm_full']:7.3f}   "
+          f"ratio {med['rs_full'] / med['pm_full']:.2f}")  # fmt: skip
+    print(f"  no-op build  rigsmith {med['rs_noop']:7.3f}   podman build {med['pm_noop']:7.3f}   "
+          f"ratio {med['rs_noop'] / med['pm_noop']:.2f}")  # fmt: skip
+    print(f"  with podman build --timestamp 0 --format oci (rigsmith's settings) as the baseline: "
+          f"full {med['rs_full'] / med['pt_full']:.2f}, no-op {med['rs_noop'] / med['pt_noop']:.2f} "
+          f"(podman {med['pt_full']:.3f} / {med['pt_noop']:.3f})")  # fmt: skip
+    rs, pm = med["rs_noop"] / med["rs_full"], med["pm_noop"] / med["pm_full"]
+    print(f"  no-op / full: rigsmith {rs:.2f}, podman {pm:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Benchmark `invoke fetch-model` against the tools a user would otherwise run, in one run, as ratios.
+
+    python bench/bench_fetch.py [--shards 4] [--shard-mib 64] [--repeat 3]
+
+Everything talks to a Hub stand-in on 127.0.0.1 (tests/models/hubserver.py) started in its own process.
+Every number is a wall-clock median over ``--repeat`` runs of a whole command (process start included):
+
+- cold download: ``invoke fetch-model`` (pin + download + verify) vs ``curl --parallel`` of the same URLs
+  (and vs curl followed by ``sha256sum``, which is what verifying by hand costs);
+- verify: ``invoke fetch-model --verify`` (parallel hashing, no network) vs ``sha256sum`` of the same files;
+- warm re-run: ``invoke fetch-model`` on a complete dir vs ``hf download --local-dir`` re-run on its own
+  complete dir (huggingface_hub's CLI).
+
+Ratios are rigsmith / baseline: below 1 is faster than the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REPO = "acme/bench"
+
+
+def _timed(fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None) -> float:
+    times = []
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _run(argv: list[str], env: dict[str, str]) -> None:
+    res = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"{argv[:3]}… failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--shard-mib", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    for tool in ("curl", "sha256sum", "hf", "invoke"):
+        if not shutil.which(tool):
+            raise SystemExit(f"{tool} is not installed")
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-fetch-"))
+    pyenv = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.models.hubserver", "--repo", REPO, "--shards", str(args.shards),
+         "--shard-mib", str(args.shard_mib)],
+        cwd=ROOT, env=pyenv, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        url, sha = server.stdout.readline().split()
+        _bench(args, tmp, pyenv, url, sha)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _bench(args: argparse.Namespace, tmp: Path, pyenv: dict[str, str], url: str, sha: str) -> None:
+    sys.path[:0] = [str(ROOT / "src")]
+    from rigsmith import spec as specmod
+
+    proj = tmp / "proj"
+    (proj / "deployments").mkdir(parents=True)
+    data = specmod.to_data(specmod.load(ROOT / "deployments" / "flash-next-merlin-4x3090.yaml"))
+    data["name"] = "bench"
+    data["model"] = {"repo": REPO, "revision": sha, "local_dir": str(tmp / "rig")}
+    (proj / "deployments" / "bench.yaml").write_text(specmod.dump(specmod.from_data(data)))
+    env = {
+        **{k: v for k, v in pyenv.items() if not k.startswith(("HF_", "HUGGING"))},
+        "HF_ENDPOINT": url,
+        "HF_HOME": str(tmp / "hf-home"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "RIGSMITH_ROOT": str(proj),
+    }
+    with urllib.request.urlopen(f"{url}/api/models/{REPO}/tree/{sha}?recursive=true") as resp:
+        tree = [e for e in json.load(resp) if e["type"] == "file"]
+    paths = [e["path"] for e in tree]
+    total = sum(e["size"] for e in tree)
+    rig, curled, hfdir = tmp / "rig", tmp / "curl", tmp / "hf"
+    invoke = [sys.executable, shutil.which("invoke") or "invoke", "-r", str(ROOT), "fetch-model"]
+
+    def wipe(*dirs: Path) -> Callable[[], None]:
+        def go() -> None:
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)
+            (proj / "rigsmith.lock").unlink(missing_ok=True)
+
+        return go
+
+    curl = ["curl", "--parallel", "--parallel-max", "4", "-sS", "--fail", "--create-dirs"]
+    for p in paths:
+        curl += ["-o", str(curled / p), f"{url}/{REPO}/resolve/{sha}/{p}"]
+    sums = ["sha256sum", *(str(curled / p) for p in paths)]
+
+    r = args.repeat
+    cold_rig = _timed(lambda: _run(invoke, env), r, wipe(rig))
+    cold_curl = _timed(lambda: _run(curl, env), r, wipe(curled))
+    cold_curl_sum = _timed(lambda: (_run(curl, env), _run(sums, env)), r, wipe(curled))
+    verify_rig = _timed(lambda: _run([*invoke, "--verify"], env), r)
+    verify_sum = _timed(lambda: _run(sums, env), r)
+    hf = ["hf", "download", REPO, "--revision", sha, "--local-dir", str(hfdir)]
+    cold_hf = _timed(lambda: _run(hf, env), r, wipe(hfdir))
+    warm_rig = _timed(lambda: _run(invoke, env), r)
+    warm_hf = _timed(lambda: _run(hf, env), r)
+
+    mib = total / 2**20
+    print(
+        f"repo {REPO}@{sha[:12]}: {len(paths)} files, {mib:.0f} MiB; median of {r};"
+        f" 127.0.0.1; {os.cpu_count()} cores"
+    )
+    rows = [
+        ("cold download", "invoke fetch-model", cold_rig, "curl --parallel 4", cold_curl),
+        ("cold download", "invoke fetch-model", cold_rig, "curl + sha256sum", cold_curl_sum),
+        ("cold download", "invoke fetch-model", cold_rig, "hf download", cold_hf),
+        ("verify", "fetch-model --verify", verify_rig, "sha256sum", verify_sum),
+        ("warm re-run", "invoke fetch-model", warm_rig, "hf download (re-run)", warm_hf),
+    ]
+    print(f"{'case':<14} {'rigsmith':<22} {'s':>7}  {'baseline':<22} {'s':>7}  ratio")
+    for case, a, ta, b, tb in rows:
+        print(f"{case:<14} {a:<22} {ta:7.3f}  {b:<22} {tb:7.3f}  {ta / tb:5.2f}x")
+    print(f"(cold throughput: rigsmith {mib / cold_rig:.0f} MiB/s, curl {mib / cold_curl:.0f} MiB/s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""Engine adapter: build, tag, push and inspect images with docker-py, against Docker or Podman's API service.
+
+Translation only. Two engine facts shape it (shared/research/library-facts.md §3):
+
+- Podman's Docker-compatible ``/build`` commits Docker-v2 images whose config carries the random build
+  container's ID and hostname, so two clean builds never match. Its native ``/libpod/build`` (same socket,
+  same docker-py HTTP session) takes ``timestamp`` and an OCI output format: with those, the image ID and
+  the pushed digest are the same from clean storage. So rigsmith builds through ``/libpod/build`` on Podman.
+- After a push, Podman's ``RepoDigests`` still shows the local manifest digest, which the registry does not
+  have: the digest is taken from the push stream (and re-checked against the registry by the caller).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import docker  # type: ignore[import-untyped]
+import docker.auth  # type: ignore[import-untyped]
+import docker.errors  # type: ignore[import-untyped]
+import requests
+
+from rigsmith.errors import AdapterError, PreflightError
+
+EngineKind = Literal["podman", "docker"]
+ENGINES: tuple[EngineKind, ...] = ("podman", "docker")
+Log = Callable[[str], None]
+
+_DIGEST_IN_STATUS = re.compile(r"digest: (sha256:[0-9a-f]{64})")
+_STEP_RE = re.compile(r"^(?:Step|STEP) \d+/\d+")
+_CACHE_RE = re.compile(r"Using cache")
+#: A build can run pip and compile; the API call waits this long for the stream.
+BUILD_TIMEOUT = 3600
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a build produced, and how much of it came from the cache."""
+
+    image_id: str
+    steps: int
+    cached: int
+
+
+@dataclass
+class BuildLog:
+    """Turns the engine's JSON stream into whole lines, counts steps and cache hits, keeps errors."""
+
+    log: Log
+    steps: int = 0
+    cached: int = 0
+    errors: list[str] = field(default_factory=list)
+    aux_id: str | None = None
+    _partial: str = ""
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        """One decoded event of a build stream."""
+        if event.get("error"):
+            self.errors.append(str(event["error"]).strip())
+            self.log(f"error: {str(event['error']).strip()}")
+            return
+        aux = event.get("aux")
+        if isinstance(aux, dict) and isinstance(aux.get("ID"), str):
+            self.aux_id = aux["ID"]
+        text = event.get("stream")
+        if not isinstance(text, str):
+            return
+        self._partial += text
+        *lines, self._partial = self._partial.split("\n")
+        for line in lines:
+            self.line(line)
+
+    def line(self, line: str) -> None:
+        """One whole line of build output."""
+        if _STEP_RE.match(line.strip()):
+            self.steps += 1
+        if _CACHE_RE.search(line):
+            self.cached += 1
+        self.log(line)
+
+    def close(self) -> None:
+        """Flush a last line without newline."""
+        if self._partial:
+            self.line(self._partial)
+            self._partial = ""
+
+
+def push_digest(events: Iterable[Mapping[str, Any]], log: Log) -> str | None:
+    """Scan a push stream: raise on an ``error`` event, return the digest it reports (aux or status)."""
+    digest = None
+    for ev in events:
+        if ev.get("error"):
+            raise AdapterError(f"push failed: {str(ev['error']).strip()}")
+        aux = ev.get("aux")
+        if isinstance(aux, dict) and isinstance(aux.get("Digest"), str):
+            digest = aux["Digest"]
+        status = ev.get("status")
+        if isinstance(status, str):
+            m = _DIGEST_IN_STATUS.search(status)
+            if m:
+                digest = m.group(1)
+            if "id" not in ev:
+                log(status)
+    return digest
+
+
+def engine_kind(version: Mapping[str, Any]) -> EngineKind:
+    """Podman reports a "Podman Engine" component in ``/version``; Docker does not."""
+    names = [str(c.get("Name", "")) for c in version.get("Components") or [] if isinstance(c, dict)]
+    return "podman" if any("podman" in n.lower() for n in names) else "docker"
+
+
+def socket_candidates(engine: EngineKind | None, env: Mapping[str, str]) -> list[str]:
+    """API endpoints to try, in order. Pure: the caller checks which exist.
+
+    Docker: ``DOCKER_HOST``, then the default socket. Podman: ``CONTAINER_HOST`` (podman's own variable),
+    ``DOCKER_HOST`` (often pointed at podman), the rootless then the rootful service socket. No engine
+    given: ``DOCKER_HOST``, ``CONTAINER_HOST``, podman's sockets, Docker's socket.
+    """
+    podman = [f"unix://{env['XDG_RUNTIME_DIR']}/podman/podman.sock"] if env.get("XDG_RUNTIME_DIR") else []
+    podman.append("unix:///run/podman/podman.sock")
+    docker_default = "unix:///var/run/docker.sock"
+    dh, ch = env.get("DOCKER_HOST"), env.get("CONTAINER_HOST")
+    if engine == "docker":
+        order = [dh, docker_default]
+    elif engine == "podman":
+        order = [ch, dh, *podman]
+    else:
+        order = [dh, ch, *podman, docker_default]
+    seen: list[str] = []
+    for url in order:
+        if url and url not in seen:
+            seen.append(url)
+    return seen
+
+
+class Engine(Protocol):
+    """What ``invoke build`` needs from a container engine."""
+
+    kind: EngineKind
+    url: str
+
+    def build(self, context: bytes, *, tag: str, epoch: int, log: Log) -> BuildResult:
+        """Build the context tar (Dockerfile at its root), tag the result."""
+        ...
+
+    def tag(self, image: str, ref: str) -> None:
+        """Add a name to an image."""
+        ...
+
+    def push(self, ref: str, *, log: Log) -> str | None:
+        """Push ``ref``; the registry digest as the push reports it."""
+        ...
+
+    def inspect(self, ref: str) -> dict[str, Any]:
+        """The engine's image inspect data."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection."""
+        ...
+
+
+class DockerPyEngine:
+    """docker-py against a Docker daemon or Podman's API service."""
+
+    def __init__(self, client: docker.DockerClient, url: str, kind: EngineKind) -> None:
+        self.client = client
+        self.url = url
+        self.kind = kind
+
+    def build(self, context: bytes, *, tag: str, epoch: int, log: Log) -> BuildResult:
+        """Build and stream the log live. Podman: /libpod/build with a fixed timestamp, OCI format."""
+        out = BuildLog(log)
+        try:
+            events = (
+                self._podman_build(context, tag, epoch)
+                if self.kind == "podman"
+                else self._docker_build(context, tag)
+            )
+            for ev in events:
+                out.feed(ev)
+            out.close()
+        except (docker.errors.APIError, requests.RequestException) as err:
+            raise AdapterError(f"{self.kind} build via {self.url} failed: {err}") from None
+        if out.errors:
+            raise AdapterError(
+                f"{self.kind} build failed: {out.errors[-1]}",
+                hint="the build log above shows the failing step",
+            )
+        image_id = str(self.inspect(tag)["Id"])
+        if not image_id.startswith("sha256:"):
+            image_id = f"sha256:{image_id}"
+        return BuildResult(image_id, out.steps, out.cached)
+
+    def _docker_build(self, context: bytes, tag: str) -> Iterator[dict[str, Any]]:
+        # Docker 20.10's classic builder via the API has no timestamp control (BuildKit needs a session
+        # docker-py does not speak); the build is cached and stable in content, not bit-for-bit.
+        return iter(
+            self.client.api.build(
+                fileobj=io.BytesIO(context),
+                custom_context=True,
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+                network_mode="host",
+                timeout=BUILD_TIMEOUT,
+            )
+        )
+
+    def _podman_build(self, context: bytes, tag: str, epoch: int) -> Iterator[dict[str, Any]]:
+        api = self.client.api
+        url = f"{api.base_url}/v{api.api_version}/libpod/build"
+        params = {
+            "t": tag,
+            "timestamp": str(epoch),
+            "outputformat": "application/vnd.oci.image.manifest.v1+json",
+            "layers": "true",
+            "rm": "true",
+            "forcerm": "true",
+            "networkmode": "host",
+        }
+        headers = {"Content-Type": "application/x-tar"}
+        creds = docker.auth.load_config().get_all_credentials()
+        if creds:
+            headers["X-Registry-Config"] = docker.auth.encode_header(creds).decode()
+        resp = api.post(url, params=params, data=context, headers=headers, stream=True, timeout=BUILD_TIMEOUT)
+        if resp.status_code != 200:
+            raise AdapterError(f"podman build via {self.url}: HTTP {resp.status_code}: {resp.text.strip()}")
+        for raw in resp.iter_lines():
+            if raw.strip():
+                yield json.loads(raw)
+
+    def tag(self, image: str, ref: str) -> None:
+        """Add a name (repository:tag) to an image."""
+        repo, _, tag = ref.rpartition(":")
+        try:
+            self.client.api.tag(image, repo, tag, force=True)
+        except docker.errors.APIError as err:
+            raise AdapterError(f"{self.kind}: cannot tag {image} as {ref}: {err.explanation}") from None
+
+    def push(self, ref: str, *, log: Log) -> str | None:
+        """Push ``repository:tag``; errors in the stream raise."""
+        repo, _, tag = ref.rpartition(":")
+        try:
+            events = self.client.api.push(repo, tag=tag, stream=True, decode=True)
+            return push_digest(events, log)
+        except (docker.errors.APIError, requests.RequestException) as err:
+            raise AdapterError(f"{self.kind}: push of {ref} failed: {err}") from None
+
+    def inspect(self, ref: str) -> dict[str, Any]:
+        """Image inspect data."""
+        try:
+            return dict(self.client.api.inspect_image(ref))
+        except docker.errors.ImageNotFound:
+            raise AdapterError(f"{self.kind}: image {ref} not found after the build") from None
+        except docker.errors.APIError as err:
+            raise AdapterError(f"{self.kind}: cannot inspect {ref}: {err.explanation}") from None
+
+    def close(self) -> None:
+        """Close the client."""
+        self.client.close()
+
+
+def _reachable(url: str) -> bool:
+    return not url.startswith("unix://") or Path(url.removeprefix("unix://")).exists()
+
+
+def connect(engine: EngineKind | None, env: Mapping[str, str]) -> DockerPyEngine:
+    """The first reachable API endpoint of the wanted engine (or of any engine).
+
+    Raises:
+        PreflightError: nothing reachable, or only the other engine.
+    """
+    tried: list[str] = []
+    for url in socket_candidates(engine, env):
+        if not _reachable(url):
+            tried.append(f"{url} (no socket)")
+            continue
+        try:
+            client = docker.DockerClient(base_url=url, version="auto", timeout=60)
+            kind = engine_kind(client.version())
+        except (docker.errors.DockerException, requests.RequestException) as err:
+            tried.append(f"{url} ({type(err).__name__})")
+            continue
+        if engine is not None and kind != engine:
+            tried.append(f"{url} (that is {kind})")
+            client.close()
+            continue
+        return DockerPyEngine(client, url, kind)
+    hint = {
+        "podman": "start Podman's API service: `systemctl enable --now podman.socket` (or `podman system "
+        "service --time=0 unix:///run/podman/podman.sock`), or set CONTAINER_HOST=unix://PATH",
+        "docker": "start dockerd, or set DOCKER_HOST=unix://PATH to its socket",
+    }
+    return _fail(engine, tried, hint.get(engine or "", hint["podman"] + "; or " + hint["docker"]))
+
+
+def _fail(engine: EngineKind | None, tried: list[str], hint: str) -> DockerPyEngine:
+    raise PreflightError(
+        f"no {engine or 'container engine'} API reachable; tried: {', '.join(tried) or 'nothing'}", hint=hint
+    )

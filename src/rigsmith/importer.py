@@ -1,0 +1,243 @@
+"""``invoke import-recipe``: load a recipe (file or http(s) URL), parse it, write ``deployments/NAME.yaml``.
+
+The HTTP adapter only translates: timeouts, a streamed size limit, and tenacity retries on transient
+failures alone (connect errors, timeouts, 5xx, 429) — never on other 4xx. Parsing is
+:mod:`rigsmith.recipe` (pure); writing is :mod:`rigsmith.writer` (consent, diff, atomic).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+from rigsmith import recipe as recipemod
+from rigsmith import spec as specmod
+from rigsmith import writer
+from rigsmith.errors import AdapterError, RecipeError
+from rigsmith.project import Project
+
+#: Largest recipe accepted (a recipe is a page of text; anything bigger is not one).
+MAX_BYTES = 1024 * 1024
+ATTEMPTS = 4
+_TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """How recipes are fetched over HTTP (tests shorten the waits)."""
+
+    timeout: float = 15.0
+    connect_timeout: float = 5.0
+    max_bytes: int = MAX_BYTES
+    attempts: int = ATTEMPTS
+    wait_max: float = 8.0
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A recipe's bytes and where they came from."""
+
+    data: bytes
+    source: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+class _Transient(Exception):
+    """A response worth retrying (5xx, 429)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+
+
+def _scheme(source: str) -> str:
+    try:
+        return urlsplit(source).scheme
+    except ValueError:
+        return source.split(":", 1)[0] if "://" in source else ""
+
+
+def is_url(source: str) -> bool:
+    """True for http(s) URLs."""
+    return _scheme(source) in ("http", "https")
+
+
+def fetch_url(url: str, options: HttpOptions = HttpOptions()) -> Fetched:
+    """GET ``url`` with retries on transient failures only; refuse more than ``options.max_bytes``."""
+    timeout = httpx.Timeout(options.timeout, connect=min(options.connect_timeout, options.timeout))
+    max_bytes, attempts = options.max_bytes, options.attempts
+
+    def once() -> bytes:
+        with (
+            httpx.Client(timeout=timeout, follow_redirects=True) as client,
+            client.stream("GET", url, headers={"Accept": "application/json, text/plain, */*"}) as resp,
+        ):
+            if resp.status_code in _TRANSIENT_STATUS:
+                raise _Transient(resp.status_code)
+            if resp.status_code >= 400:
+                raise AdapterError(
+                    f"GET {url} failed: HTTP {resp.status_code} {resp.reason_phrase}",
+                    hint="check the URL (this is not retried: the server says the request itself is wrong)",
+                )
+            declared = resp.headers.get("content-length")
+            if declared and declared.isdigit() and int(declared) > max_bytes:
+                raise _too_big(url, max_bytes, f"it declares {int(declared)} bytes")
+            chunks: list[bytes] = []
+            total = 0
+            for chunk in resp.iter_bytes():
+                total += len(chunk)
+                if total > max_bytes:
+                    raise _too_big(url, max_bytes, "it sent more")
+                chunks.append(chunk)
+            return b"".join(chunks)
+
+    retrying = Retrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential_jitter(multiplier=0.5, max=options.wait_max, jitter=0.5),
+        retry=retry_if_exception_type(
+            (
+                _Transient,
+                httpx.ConnectError,
+                httpx.TimeoutException,
+                httpx.ReadError,
+                httpx.RemoteProtocolError,
+            )
+        ),
+        reraise=True,
+    )
+    try:
+        data = retrying(once)
+    except _Transient as err:
+        raise AdapterError(
+            f"GET {url} failed: HTTP {err.status} after {attempts} attempt(s)",
+            hint="the server is failing or rate-limiting; try again later, or download the recipe and "
+            "import the file",
+        ) from None
+    except httpx.TimeoutException:
+        raise AdapterError(
+            f"GET {url} timed out after {attempts} attempt(s)",
+            hint="check the network, or download the recipe and import the file",
+        ) from None
+    except httpx.InvalidURL as err:
+        raise RecipeError(f"{url}: not a valid URL ({err})", hint="check the URL") from None
+    except httpx.HTTPError as err:
+        raise AdapterError(
+            f"GET {url} failed after {attempts} attempt(s): {type(err).__name__}: {err}",
+            hint="check the URL and the network, or download the recipe and import the file",
+        ) from None
+    return Fetched(data, url)
+
+
+def _too_big(source: str, max_bytes: int, why: str) -> RecipeError:
+    return RecipeError(
+        f"{source}: refused, larger than {max_bytes} bytes ({why}); a recipe is a page of text",
+        hint="point at the recipe itself (its JSON or the command text), not a page or an archive",
+    )
+
+
+def load_source(source: str, *, root: Path | None = None, http: HttpOptions = HttpOptions()) -> Fetched:
+    """The bytes of SOURCE: an http(s) URL or a file path (relative to ``root`` if given)."""
+    if is_url(source):
+        return fetch_url(source, http)
+    scheme = _scheme(source)
+    if scheme and len(scheme) > 1:
+        raise RecipeError(
+            f"{source}: unsupported scheme {scheme!r}", hint="use an http(s) URL or a file path"
+        )
+    path = Path(source).expanduser()
+    if root is not None and not path.is_absolute():
+        path = root / path
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise RecipeError(f"{source}: not a file", hint="pass a recipe file or an http(s) URL")
+        if size > http.max_bytes:
+            raise _too_big(source, http.max_bytes, f"the file has {size} bytes")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RecipeError(f"{source}: no such file", hint="pass a recipe file or an http(s) URL") from None
+    except OSError as err:
+        raise RecipeError(f"{source}: cannot read: {err.strerror}") from None
+    return Fetched(data, source)
+
+
+def decode(fetched: Fetched) -> str:
+    """The recipe text: UTF-8 (a BOM is dropped), or RecipeError."""
+    try:
+        return fetched.data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise RecipeError(
+            f"{fetched.source}: not UTF-8 text (at byte {err.start})",
+            hint="a recipe is JSON, compose YAML or command text in UTF-8",
+        ) from None
+
+
+def import_recipe(
+    project: Project,
+    source: str,
+    name: str | None = None,
+    image: str | None = None,
+    yes: bool = False,
+    dry_run: bool = False,
+    confirm: Callable[[str], bool] | None = None,
+    echo: Callable[[str], None] = print,
+    http: HttpOptions = HttpOptions(),
+) -> specmod.Deployment:
+    """Import SOURCE into ``deployments/NAME.yaml`` (asking before changing an existing file).
+
+    Args:
+        project: the checkout.
+        source: http(s) URL or file path of the recipe.
+        name: deployment name (default: from the recipe id, title or model).
+        image: container image when the recipe names none (or to replace it).
+        yes: change an existing file without asking.
+        dry_run: print what would be written; write nothing.
+        confirm: asks the user; None means there is no terminal.
+        echo: where messages go.
+        http: timeouts, size limit and retries for URLs (and the size limit for files).
+    """
+    fetched = load_source(source, http=http)
+    text = decode(fetched)
+    dep = recipemod.parse(text, source=fetched.source, sha256=fetched.sha256, name=name, image=image)
+    path = project.spec_path(dep.name)
+    content = specmod.dump(dep)
+    artifact = writer.Artifact(path, content)
+    if dry_run:
+        outcome = writer.plan([artifact])[0]
+        rel = path.relative_to(project.root) if path.is_relative_to(project.root) else path
+        echo(f"{outcome.status:>9}  {rel}  (dry run: nothing written)")
+        if outcome.status in ("update", "conflict"):
+            echo(outcome.diff(project.root))
+        elif outcome.status == "create":
+            echo(content)
+        return dep
+    writer.write([artifact], yes=yes, confirm=confirm, echo=echo, root=project.root)
+    for line in next_steps(dep):
+        echo(line)
+    return dep
+
+
+def next_steps(dep: specmod.Deployment) -> list[str]:
+    """What deploy will refuse until the user acts, each with the fix."""
+    out = []
+    missing = [t for t, v in dep.placeholders.items() if not v]
+    if missing:
+        out.append(
+            f"fill in before deploy: {', '.join(missing)} — set `placeholders:` in "
+            f"deployments/{dep.name}.yaml"
+        )
+    if dep.engine.image is None and dep.engine.build is None:
+        out.append(
+            "no container image: the recipe runs vLLM outside a container; re-import with --image REF, pass "
+            f"`invoke deploy --image REF`, or set engine.image / engine.build in deployments/{dep.name}.yaml"
+        )
+    return out

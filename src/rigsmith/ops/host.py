@@ -1,0 +1,143 @@
+"""The host adapter runs probe commands and reads probe files; ``gather`` turns their output into facts.
+
+``LocalHost`` is the real machine. Tests pass a host that replays captured outputs, so ``gather`` and every
+parser run exactly as on a rig.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from rigsmith.ops import probes
+from rigsmith.ops.probes import CmdResult, DiskFacts, HostFacts
+
+
+class Host(Protocol):
+    """What probes need from a machine."""
+
+    def run(self, argv: Sequence[str]) -> CmdResult:
+        """Run argv; a missing binary is exit code 127."""
+        ...
+
+    def read(self, path: str) -> str | None:
+        """A file's text, or None when it cannot be read."""
+        ...
+
+    def listdir(self, path: str) -> list[str]:
+        """Names in a directory (empty when it does not exist)."""
+        ...
+
+    def statvfs(self, path: str) -> tuple[int, int] | None:
+        """(total, free-for-unprivileged) bytes of the filesystem holding path, None if unknown."""
+        ...
+
+    def tree_bytes(self, path: str) -> int:
+        """Bytes already stored under path (apparent sizes; 0 when it does not exist)."""
+        ...
+
+
+class LocalHost:
+    """The machine rigsmith runs on. ``env`` selects e.g. a test podman wrapper through PATH."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 30) -> None:
+        self.env = dict(env) if env is not None else None
+        self.timeout = timeout
+
+    def run(self, argv: Sequence[str]) -> CmdResult:
+        try:
+            proc = subprocess.run(
+                list(argv), capture_output=True, text=True, timeout=self.timeout, env=self.env, check=False
+            )
+        except FileNotFoundError:
+            return CmdResult(127, "", f"{argv[0]}: command not found")
+        except subprocess.TimeoutExpired:
+            return CmdResult(124, "", f"{argv[0]}: timed out after {self.timeout}s")
+        return CmdResult(proc.returncode, proc.stdout, proc.stderr)
+
+    def read(self, path: str) -> str | None:
+        try:
+            return Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return sorted(p.name for p in Path(path).iterdir())
+        except OSError:
+            return []
+
+    def statvfs(self, path: str) -> tuple[int, int] | None:
+        p = Path(path).expanduser()
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        try:
+            st = os.statvfs(p)
+        except OSError:
+            return None
+        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+    def tree_bytes(self, path: str) -> int:
+        total = 0
+        for dirpath, _dirs, files in os.walk(Path(path).expanduser()):
+            for f in files:
+                try:
+                    total += (Path(dirpath) / f).lstat().st_size
+                except OSError:
+                    continue
+        return total
+
+
+def gather(host: Host, *, model_dir: str | None = None) -> HostFacts:
+    """Run every probe on ``host`` and parse the outputs into HostFacts. Never raises for a missing tool."""
+    facts = HostFacts()
+    res = host.run(probes.COMMANDS["gpus"])
+    try:
+        probes.check_nvsmi(res.code, res.stdout, res.stderr)
+        facts.gpus = probes.parse_gpus(res.stdout)
+        apps = host.run(probes.COMMANDS["apps"])
+        probes.check_nvsmi(apps.code, apps.stdout, apps.stderr)
+        facts.apps = probes.parse_apps(apps.stdout)
+        topo = host.run(probes.COMMANDS["topo"])
+        if topo.code == 0:
+            facts.topo = probes.parse_topo(topo.stdout)
+        p2p = host.run(probes.COMMANDS["p2p"])
+        if p2p.code == 0:
+            facts.p2p = probes.parse_p2p(p2p.stdout)
+    except probes.NoDriver as err:
+        facts.gpu_error = str(err)
+    driver = host.read(probes.FILES["driver"])
+    facts.driver_version = probes.parse_driver_version(driver) if driver else None
+    if facts.driver_version is None and facts.gpus:
+        facts.driver_version = facts.gpus[0].driver_version
+    meminfo = host.read(probes.FILES["meminfo"])
+    facts.meminfo = probes.parse_meminfo(meminfo) if meminfo else {}
+    ml = host.run(probes.COMMANDS["memlock"])
+    if ml.stdout.strip():
+        facts.memlock = probes.parse_memlock(ml.stdout)
+    shm = host.statvfs("/dev/shm")
+    facts.shm_bytes = shm[0] if shm else None
+    if model_dir:
+        st = host.statvfs(model_dir)
+        if st:
+            facts.disk = DiskFacts(model_dir, st[1], host.tree_bytes(model_dir))
+    pv = host.run(probes.COMMANDS["podman_version"])
+    facts.podman_version = probes.parse_podman_version(pv.stdout) if pv.code == 0 else None
+    for d in probes.CDI_DIRS:
+        for name in host.listdir(d):
+            if name.endswith((".yaml", ".json")):
+                text = host.read(f"{d}/{name}")
+                if text is not None:
+                    facts.cdi.append(probes.parse_cdi(f"{d}/{name}", text))
+    if facts.apps:
+        ps = host.run(probes.COMMANDS["containers"])
+        names = probes.parse_containers(ps.stdout) if ps.code == 0 else {}
+        for app in facts.apps:
+            cg = host.read(f"/proc/{app.pid}/cgroup")
+            cid = probes.parse_cgroup(cg) if cg else None
+            if cid:
+                facts.containers[app.pid] = names.get(cid, cid[:12])
+    return facts

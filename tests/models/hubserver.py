@@ -1,0 +1,421 @@
+"""A Hub-compatible HTTP server on 127.0.0.1 for tests and benchmarks (research/library-facts.md §1.10).
+
+It serves generated repos to the real huggingface_hub client: ``/api/models/{repo}/revision/{rev}``,
+``/api/models/{repo}/tree/{rev}``, ``HEAD|GET /{repo}/resolve/{rev}/{path}`` with ETag / X-Repo-Commit and
+Range support. It counts every request and injects faults on demand (5xx, connection reset, truncated
+body, wrong bytes, a slow body). It never advertises Xet (no ``X-Xet-*`` headers, no ``xetHash``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlsplit
+
+LFS_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
+
+
+def git_blob_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def lfs_pointer(data: bytes) -> bytes:
+    return (
+        b"version https://git-lfs.github.com/spec/v1\noid sha256:"
+        + hashlib.sha256(data).hexdigest().encode()
+        + b"\nsize %d\n" % len(data)
+    )
+
+
+def random_bytes(seed: str, n: int) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+@dataclass
+class Commit:
+    sha: str
+    files: dict[str, bytes]
+    _entries: dict[str, dict[str, object]] = field(default_factory=dict)
+
+    def entry(self, path: str) -> dict[str, object]:
+        """Tree metadata of one file (hashed once: the benchmark must not time the stand-in's hashing)."""
+        if path not in self._entries:
+            self._entries[path] = self._entry(path)
+        return self._entries[path]
+
+    def _entry(self, path: str) -> dict[str, object]:
+        data = self.files[path]
+        e: dict[str, object] = {"type": "file", "path": path, "size": len(data)}
+        if path.endswith(LFS_SUFFIXES):
+            ptr = lfs_pointer(data)
+            e["oid"] = git_blob_sha1(ptr)
+            e["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": len(ptr)}
+        else:
+            e["oid"] = git_blob_sha1(data)
+        return e
+
+    def etag(self, path: str) -> str:
+        e = self.entry(path)
+        lfs = e.get("lfs")
+        return str(lfs["oid"]) if isinstance(lfs, dict) else str(e["oid"])
+
+
+@dataclass
+class Repo:
+    repo_id: str
+    commits: dict[str, Commit] = field(default_factory=dict)
+    refs: dict[str, str] = field(default_factory=dict)  # branch/tag -> sha
+    gated: bool = False
+    token: str | None = None  # private: needs this bearer token
+
+    def add_commit(
+        self, files: dict[str, bytes], *, sha: str | None = None, refs: tuple[str, ...] = ("main",)
+    ) -> str:
+        """Add a commit (sha derived from content unless given) and point ``refs`` at it."""
+        if sha is None:
+            h = hashlib.sha1(self.repo_id.encode())
+            for p in sorted(files):
+                h.update(p.encode() + b"\0" + hashlib.sha256(files[p]).digest())
+            h.update(str(len(self.commits)).encode())
+            sha = h.hexdigest()
+        self.commits[sha] = Commit(sha, dict(files))
+        for r in refs:
+            self.refs[r] = sha
+        return sha
+
+    def commit(self, rev: str) -> Commit | None:
+        if rev in self.commits:
+            return self.commits[rev]
+        sha = self.refs.get(rev)
+        return self.commits.get(sha) if sha else None
+
+
+@dataclass
+class Fault:
+    """Inject ``kind`` on requests whose path contains ``match`` (and method matches), ``times`` times."""
+
+    kind: str  # "500" | "503" | "reset" | "truncate" | "wrong" | "slow" | "norange"
+    match: str
+    method: str = "GET"
+    times: int = 1
+    delay: float = 0.0  # "slow": seconds per 256 KiB after ``after`` bytes
+    after: int = 0
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    range: str | None
+    authorization: bool
+    sent: int = 0  # body bytes written for this request
+
+
+class HubServer:
+    """Threaded Hub stand-in; ``with HubServer() as hub: hub.url``."""
+
+    def __init__(self) -> None:
+        self.repos: dict[str, Repo] = {}
+        self.requests: list[Request] = []
+        self.faults: list[Fault] = []
+        self.bytes_sent: dict[str, int] = {}
+        self._mu = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- control ------------------------------------------------------------------------------
+    def repo(self, repo_id: str, **kw: object) -> Repo:
+        r = Repo(repo_id, **kw)  # type: ignore[arg-type]
+        self.repos[repo_id] = r
+        return r
+
+    def fault(self, *faults: Fault) -> None:
+        with self._mu:
+            self.faults.extend(faults)
+
+    def reset(self) -> None:
+        with self._mu:
+            self.requests.clear()
+            self.faults.clear()
+            self.bytes_sent.clear()
+
+    def count(self, contains: str = "", method: str | None = None) -> int:
+        with self._mu:
+            return sum(
+                1 for r in self.requests if contains in r.path and (method is None or r.method == method)
+            )
+
+    def hub_requests(self, contains: str = "") -> list[Request]:
+        """Requests a Hub client makes for repos (telemetry pings left out)."""
+        with self._mu:
+            return [r for r in self.requests if contains in r.path and "agent-harnesses" not in r.path]
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> HubServer:
+        server = self
+
+        class Handler(_Handler):
+            hub = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def __enter__(self) -> HubServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- internals ----------------------------------------------------------------------------
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        with self._mu:
+            for f in self.faults:
+                if f.times > 0 and f.method == method and f.match in path:
+                    f.times -= 1
+                    return f
+        return None
+
+    def _log(self, req: Request) -> None:
+        with self._mu:
+            self.requests.append(req)
+
+
+_API = re.compile(r"^/api/models/([^/]+/[^/]+)/(revision|tree)/([^/]+)(?:/(.*))?$")
+_RESOLVE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    hub: HubServer
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out as separate writes; without TCP_NODELAY, Nagle + delayed ACK stalls each
+    # small response by up to 200 ms and the benchmark would measure the stand-in, not the client.
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet
+        pass
+
+    def _send(self, code: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, obj: object, headers: dict[str, str] | None = None) -> None:
+        self._send(200, json.dumps(obj).encode(), {"Content-Type": "application/json", **(headers or {})})
+
+    def _error(self, code: int, error_code: str, msg: str, extra: dict[str, str] | None = None) -> None:
+        body = json.dumps({"error": msg}).encode()
+        self._send(code, body, {"X-Error-Code": error_code, "X-Error-Message": msg, **(extra or {})})
+
+    def _reset(self) -> None:
+        # An abortive close (RST), like a proxy dropping the connection.
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
+
+    def do_HEAD(self) -> None:
+        self._handle()
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def _handle(self) -> None:
+        hub = self.hub
+        path = urlsplit(self.path).path
+        req = Request(self.command, self.path, self.headers.get("Range"), "Authorization" in self.headers)
+        hub._log(req)
+        fault = hub._take_fault(self.command, path)
+        if fault is not None and fault.kind in ("500", "502", "503"):
+            self._error(int(fault.kind), "", "injected server error")
+            return
+        if fault is not None and fault.kind == "reset":
+            self._reset()
+            return
+        m = _API.match(path)
+        if m:
+            self._api(unquote(m.group(1)), m.group(2), unquote(m.group(3)))
+            return
+        m = _RESOLVE.match(path)
+        if m:
+            self._resolve(unquote(m.group(1)), unquote(m.group(2)), unquote(m.group(3)), fault, req)
+            return
+        self._send(404, b"not found")
+
+    def _access(self, repo_id: str) -> Repo | None:
+        repo = self.hub.repos.get(repo_id)
+        auth = self.headers.get("Authorization", "")
+        if repo is None or (repo.token and auth != f"Bearer {repo.token}"):
+            self._error(401, "RepoNotFound", "Repository not found")
+            return None
+        if repo.gated:
+            self._error(
+                403, "GatedRepo", f"Access to model {repo_id} is restricted. You must accept the conditions."
+            )
+            return None
+        return repo
+
+    def _api(self, repo_id: str, kind: str, rev: str) -> None:
+        repo = self._access(repo_id)
+        if repo is None:
+            return
+        commit = repo.commit(rev)
+        if commit is None:
+            self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            return
+        if kind == "revision":
+            siblings = []
+            for p in sorted(commit.files):
+                e = commit.entry(p)
+                s: dict[str, object] = {"rfilename": p, "size": e["size"], "blobId": e["oid"]}
+                if "lfs" in e:
+                    lfs = e["lfs"]
+                    assert isinstance(lfs, dict)
+                    s["lfs"] = {"sha256": lfs["oid"], "size": lfs["size"], "pointerSize": lfs["pointerSize"]}
+                siblings.append(s)
+            self._json(
+                {
+                    "id": repo_id,
+                    "modelId": repo_id,
+                    "sha": commit.sha,
+                    "private": bool(repo.token),
+                    "gated": repo.gated,
+                    "siblings": siblings,
+                }
+            )
+            return
+        entries: list[dict[str, object]] = []
+        dirs = sorted({"/".join(p.split("/")[:i]) for p in commit.files for i in range(1, p.count("/") + 1)})
+        entries += [
+            {"type": "directory", "path": d, "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0}
+            for d in dirs
+        ]
+        entries += [commit.entry(p) for p in sorted(commit.files)]
+        self._json(entries)
+
+    def _resolve(self, repo_id: str, rev: str, file: str, fault: Fault | None, req: Request) -> None:
+        repo = self._access(repo_id)
+        if repo is None:
+            return
+        commit = repo.commit(rev)
+        if commit is None:
+            self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            return
+        if file not in commit.files:
+            self._error(404, "EntryNotFound", f"{file} does not exist", {"X-Repo-Commit": commit.sha})
+            return
+        data = commit.files[file]
+        if fault is not None and fault.kind == "wrong":
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        headers = {
+            "ETag": f'"{commit.etag(file)}"',
+            "X-Repo-Commit": commit.sha,
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
+        start, code = 0, 200
+        rng = self.headers.get("Range")
+        if fault is not None and fault.kind == "norange":
+            rng = None  # like a CDN that answers 200 with the whole body
+        if rng and self.command == "GET":
+            mm = re.fullmatch(r"bytes=(\d+)-", rng.strip())
+            if mm:
+                start = int(mm.group(1))
+                if start >= len(data):
+                    self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
+                    return
+                code = 206
+                headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+        body = data[start:]
+        self.send_response(code)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        cut = len(body)
+        if fault is not None and fault.kind == "truncate":
+            cut = len(body) // 2
+        step = 256 * 1024
+        sent = 0
+        try:
+            while sent < cut:
+                chunk = body[sent : min(sent + step, cut)]
+                self.wfile.write(chunk)
+                sent += len(chunk)
+                with self.hub._mu:
+                    req.sent += len(chunk)
+                    self.hub.bytes_sent[file] = self.hub.bytes_sent.get(file, 0) + len(chunk)
+                if fault is not None and fault.kind == "slow" and start + sent >= fault.after:
+                    self.wfile.flush()
+                    time.sleep(fault.delay)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+            return
+        if cut < len(body):
+            self.wfile.flush()
+            self._reset()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve one generated repo until killed (for bench/bench_fetch.py): prints ``URL COMMIT`` on stdout."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--repo", default="acme/bench")
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--shard-mib", type=int, default=64)
+    ap.add_argument(
+        "--slow", type=float, default=0.0, help="seconds to sleep per 256 KiB sent (to watch progress)"
+    )
+    args = ap.parse_args(argv)
+    files = {
+        "config.json": b'{"architectures": ["Bench"], "text_config": {"hidden_size": 8}}\n',
+        "tokenizer.json": json.dumps({"vocab": list(range(2000))}).encode(),
+    }
+    for i in range(1, args.shards + 1):
+        files[f"model-{i:05d}-of-{args.shards:05d}.safetensors"] = random_bytes(
+            f"bench/{i}", args.shard_mib << 20
+        )
+    server = HubServer()
+    sha = server.repo(args.repo).add_commit(files)
+    for p in files:
+        server.repos[args.repo].commits[sha].entry(p)
+    if args.slow:
+        server.fault(*(Fault("slow", p, delay=args.slow, times=1 << 30) for p in files))
+    server.start()
+    sys.stdout.write(f"{server.url} {sha}\n")
+    sys.stdout.flush()
+    try:
+        threading.Event().wait()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,402 @@
+"""import_recipe end to end: consent, identical, dry run, hostile values, refusals (golden), the real CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rigsmith import importer, recipe
+from rigsmith import spec as specmod
+from rigsmith.errors import ConsentError, RecipeError, RigsmithError
+from rigsmith.project import Project
+from tests.conftest import GOLDEN, compare_tree
+from tests.recipes.conftest import SEED_RECIPE, corpus
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = "merlin"
+
+
+class Echo:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, msg: str) -> None:
+        self.lines.append(str(msg))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _recipe_file(tmp_path: Path, **fields: object) -> Path:
+    data = json.loads(SEED_RECIPE.read_text(encoding="utf-8"))
+    data.update(fields)
+    p = tmp_path / "recipe.json"
+    p.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return p
+
+
+# -- consent -----------------------------------------------------------------------------------------
+
+
+def test_same_recipe_again_is_identical(empty_project: Project) -> None:
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=Echo())
+    echo = Echo()
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=echo)
+    assert "identical  deployments/merlin.yaml" in echo.text
+
+
+def test_import_refuses_to_overwrite_without_consent(empty_project: Project) -> None:
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=Echo())
+    path = empty_project.spec_path(NAME)
+    edited = path.read_text(encoding="utf-8").replace("<repo>: null", "<repo>: /opt/merlin")
+    path.write_text(edited, encoding="utf-8")
+    echo = Echo()
+    with pytest.raises(ConsentError) as err:
+        importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=echo, confirm=None)
+    assert "nothing was written" in str(err.value) and "--yes" in str(err.value)
+    assert "-  <repo>: /opt/merlin\n+  <repo>: null" in echo.text  # the diff was shown
+    assert path.read_text(encoding="utf-8") == edited
+
+
+def test_declined_prompt_changes_nothing_and_accepted_prompt_updates(empty_project: Project) -> None:
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=Echo())
+    path = empty_project.spec_path(NAME)
+    path.write_text(path.read_text(encoding="utf-8") + "# mine\n", encoding="utf-8")
+    before = path.read_text(encoding="utf-8")
+    asked: list[str] = []
+
+    def decline(question: str) -> bool:
+        asked.append(question)
+        return False
+
+    with pytest.raises(ConsentError, match="not changed"):
+        importer.import_recipe(
+            empty_project,
+            str(SEED_RECIPE),
+            name=NAME,
+            echo=Echo(),
+            confirm=decline,
+        )
+    assert path.read_text(encoding="utf-8") == before and len(asked) == 1
+    echo = Echo()
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=echo, confirm=lambda q: True)
+    assert "update  deployments/merlin.yaml" in echo.text
+    assert "# mine" not in path.read_text(encoding="utf-8")
+
+
+def test_yes_overwrites_without_asking(empty_project: Project) -> None:
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=Echo())
+    path = empty_project.spec_path(NAME)
+    path.write_text("version: 1\n", encoding="utf-8")
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, yes=True, echo=Echo())
+    assert specmod.load(path).name == NAME
+
+
+def test_dry_run_writes_nothing(empty_project: Project) -> None:
+    echo = Echo()
+    dep = importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, dry_run=True, echo=echo)
+    assert list(empty_project.deployments.iterdir()) == []
+    assert "create  deployments/merlin.yaml  (dry run: nothing written)" in echo.text
+    assert specmod.dump(dep) in echo.text
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=Echo())
+    path = empty_project.spec_path(NAME)
+    before = path.read_text(encoding="utf-8")
+    echo = Echo()
+    importer.import_recipe(
+        empty_project, str(SEED_RECIPE), name=NAME, image="localhost/x:1", dry_run=True, echo=echo
+    )
+    assert "+  image: localhost/x:1" in echo.text
+    assert path.read_text(encoding="utf-8") == before
+
+
+def test_a_refused_recipe_writes_nothing(empty_project: Project, tmp_path: Path) -> None:
+    src = tmp_path / "cmd.sh"
+    src.write_text("vllm serve ... --port 8000\n", encoding="utf-8")
+    with pytest.raises(RecipeError):
+        importer.import_recipe(empty_project, str(src), echo=Echo())
+    assert list(empty_project.deployments.iterdir()) == []
+
+
+# -- hostile values ----------------------------------------------------------------------------------
+
+HOSTILE_ARGS = [
+    "--served-model-name",
+    "a;b && rm -rf / #",
+    "--chat-template",
+    "$(curl http://127.0.0.1:9/x | sh)",
+    "--tool-call-parser",
+    "`reboot`",
+    "--reasoning-parser",
+    'it\'s "quoted" \\ back',
+    "--api-key",
+    "line1\nline2\n",
+    "--override-generation-config",
+    json.dumps({"stop": ["$(id)", "`x`", "'\"\n"]}),
+    "--lora-modules",
+    "x=<not a placeholder>",
+    "--prefix",
+    "",
+    "--glob",
+    "*.json [a-z]? ~root",
+]
+
+
+def test_hostile_flag_and_env_values_survive_import_literally(empty_project: Project, tmp_path: Path) -> None:
+    command = shlex.join(["vllm", "serve", "org/model", *HOSTILE_ARGS])
+    env = "A=$(id) B=`whoami` C=x;y|z | D='q\"' (note with $(x) and `y`)"
+    src = _recipe_file(
+        tmp_path, command=command, env=env, notes="nothing structured; $(id) `id`", id="hostile"
+    )
+    dep = importer.import_recipe(empty_project, str(src), name="hostile", echo=Echo())
+    assert list(dep.engine.args) == ["org/model", *HOSTILE_ARGS]
+    assert [(e.name, e.value) for e in dep.env] == [
+        ("A", "$(id)"),
+        ("B", "`whoami`"),
+        ("C", "x;y|z"),
+        ("D", "'q\"'"),
+    ]
+    assert dep.env[3].note == "note with $(x) and `y`"
+    assert dep.notes[0] == "nothing structured; $(id) `id`"
+    assert dep.placeholders == {"<not a placeholder>": None}
+    on_disk = specmod.load(empty_project.spec_path("hostile"))
+    assert on_disk == dep
+    assert on_disk.engine.args == dep.engine.args
+
+
+def test_bad_json_flag_value_is_refused_naming_the_flag_and_value(
+    empty_project: Project, tmp_path: Path
+) -> None:
+    src = _recipe_file(tmp_path, command="vllm serve org/m --speculative-config '{\"method\": mtp}'")
+    with pytest.raises(RecipeError) as err:
+        importer.import_recipe(empty_project, str(src), echo=Echo())
+    assert "--speculative-config takes JSON" in str(err.value)
+    assert '{"method": mtp}' in str(err.value)
+
+
+@given(st.text(max_size=300))
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_any_text_imports_or_is_refused_never_a_traceback(text: str) -> None:
+    with contextlib.suppress(RigsmithError):
+        recipe.parse(text, source="fuzz", sha256="0" * 64)
+
+
+_RAWS = [c["raw"] for c in corpus()] + [SEED_RECIPE.read_text(encoding="utf-8")]
+
+
+@given(st.sampled_from(_RAWS), st.integers(0, 10_000), st.integers(0, 10_000), st.text(max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_mangled_corpus_text_imports_or_is_refused_never_a_traceback(
+    raw: str, a: int, b: int, ins: str
+) -> None:
+    i, j = sorted((a % (len(raw) + 1), b % (len(raw) + 1)))
+    with contextlib.suppress(RigsmithError):
+        recipe.parse(raw[:i] + ins + raw[j:], source="fuzz", sha256="0" * 64)
+
+
+# -- golden refusal messages -------------------------------------------------------------------------
+
+_GOLDEN_CASES = [
+    "mistral-docs-mixtral-docker-comment-breaks-continuation",
+    "vllm-issue-5704-docker-comment-after-backslash",
+    "recipes-kimi-k2-dp16-ep-two-node-headless",
+    "recipes-deepseek-v31-tool-template-no-continuations",
+    "club5060ti-issue-7-2x5060ti-nvfp4-mtp",
+    "qwen3vl-issue-1776-compose-space-in-list-item",
+    "vllm-issue-15737-limit-mm-keyvalue-legacy",
+]
+
+
+def test_refusal_messages_match_golden(update_golden: bool) -> None:
+    cases = {c["id"]: c for c in corpus()}
+    actual: dict[str, str] = {}
+    for cid in _GOLDEN_CASES:
+        with pytest.raises(RecipeError) as err:
+            recipe.parse(cases[cid]["raw"], source=f"corpus/{cid}", sha256="0" * 64)
+        actual[f"{cid}.txt"] = f"error: {err.value}\n"
+    with pytest.raises(RecipeError) as err:
+        recipe.parse('{"command": 7, "env": ["x"]}', source="bad.json", sha256="0" * 64)
+    actual["bad-recipe-json.txt"] = f"error: {err.value}\n"
+    compare_tree(actual, GOLDEN / "recipes" / "refusals", update_golden)
+
+
+# -- the real CLI ------------------------------------------------------------------------------------
+
+
+def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "import-recipe", *args],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_import_recipe_exit_codes_and_messages(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    (root / "deployments").mkdir(parents=True)
+    spec_path = root / "deployments" / "merlin.yaml"
+
+    r = _cli(root, str(SEED_RECIPE), "--name", "merlin", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "dry run: nothing written" in r.stdout and not spec_path.exists()
+
+    r = _cli(root, str(SEED_RECIPE), "--name", "merlin")
+    assert r.returncode == 0, r.stderr
+    assert "create  deployments/merlin.yaml" in r.stdout
+    assert "fill in before deploy: <repo>, <vllm tree>" in r.stdout
+    assert "no container image" in r.stdout
+
+    r = _cli(root, str(SEED_RECIPE), "--name", "merlin")
+    assert r.returncode == 0 and "identical  deployments/merlin.yaml" in r.stdout
+
+    r = _cli(root, str(SEED_RECIPE), "--name", "merlin", "--image", "localhost/vllm-merlin:v2.5.1")
+    before = spec_path.read_text(encoding="utf-8")
+    assert r.returncode == 1
+    assert (
+        "error: would change existing file(s): deployments/merlin.yaml (update); nothing was written"
+        in r.stderr
+    )
+    assert "re-run with --yes" in r.stderr
+    assert "+  image: localhost/vllm-merlin:v2.5.1" in r.stdout
+    assert "Traceback" not in r.stderr + r.stdout
+    assert spec_path.read_text(encoding="utf-8") == before
+
+    r = _cli(root, str(SEED_RECIPE), "--name", "merlin", "--image", "localhost/vllm-merlin:v2.5.1", "--yes")
+    assert r.returncode == 0 and "update  deployments/merlin.yaml" in r.stdout
+    assert specmod.load(spec_path).engine.image == "localhost/vllm-merlin:v2.5.1"
+
+    bad = tmp_path / "bad.sh"
+    bad.write_text("docker run --gpus all \\  # all gpus\n  vllm/vllm-openai org/m\n", encoding="utf-8")
+    r = _cli(root, str(bad))
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"error: {bad}: cannot import this recipe")
+    assert "escapes the space, not the newline" in r.stderr and "Traceback" not in r.stderr
+
+    r = _cli(root, str(tmp_path / "missing.json"))
+    assert r.returncode == 1 and "no such file" in r.stderr and "Traceback" not in r.stderr
+
+
+_LEAF = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 10**6),
+    st.text(max_size=20),
+    st.sampled_from(
+        [
+            "vllm serve x/y",
+            "--model",
+            "a/b",
+            "nvidia.com/gpu=all",
+            "8g",
+            "-1",
+            "70s",
+            "/a:/b:ro",
+            "K=V",
+            "${X:-1}",
+            "$$x",
+            "bash",
+            "-c",
+            "vllm/vllm-openai:1",
+        ]
+    ),
+)
+_VALUE = st.recursive(
+    _LEAF,
+    lambda ch: st.one_of(
+        st.lists(ch, max_size=4),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "soft",
+                    "resources",
+                    "reservations",
+                    "devices",
+                    "driver",
+                    "count",
+                    "device_ids",
+                    "memlock",
+                    "x",
+                ]
+            ),
+            ch,
+            max_size=3,
+        ),
+    ),
+    max_leaves=8,
+)
+_SERVICE = st.dictionaries(
+    st.sampled_from(
+        [
+            "image",
+            "command",
+            "entrypoint",
+            "environment",
+            "devices",
+            "deploy",
+            "shm_size",
+            "ulimits",
+            "stop_grace_period",
+            "volumes",
+            "ports",
+        ]
+    ),
+    _VALUE,
+    max_size=8,
+)
+
+
+@given(st.dictionaries(st.sampled_from(["vllm", "other"]), _SERVICE, min_size=1, max_size=2))
+@settings(max_examples=150, deadline=None)
+def test_any_compose_structure_imports_or_is_refused_never_a_traceback(services: dict[str, object]) -> None:
+    import yaml
+
+    with contextlib.suppress(RigsmithError):
+        recipe.parse(yaml.safe_dump({"services": services}), source="fuzz", sha256="0" * 64)
+
+
+@given(
+    st.dictionaries(st.sampled_from(["id", "title", "command", "env", "notes", "extra"]), _VALUE, max_size=6)
+)
+@settings(max_examples=300, deadline=None)
+def test_any_recipe_json_imports_or_is_refused_never_a_traceback(data: dict[str, object]) -> None:
+    with contextlib.suppress(RigsmithError):
+        recipe.parse(json.dumps(data), source="fuzz", sha256="0" * 64)
+
+
+@pytest.mark.parametrize(
+    ("options", "count", "cdi"),
+    [
+        ("--gpus all", 2, ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]),
+        ("--gpus 3", 3, ["nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=2"]),
+        ("--gpus '\"device=2,3\"'", 2, ["nvidia.com/gpu=2", "nvidia.com/gpu=3"]),
+        ("--device nvidia.com/gpu=1 --device nvidia.com/gpu=3", 2, ["nvidia.com/gpu=1", "nvidia.com/gpu=3"]),
+        ("--device example.com/gpu=all", 2, ["example.com/gpu=0", "example.com/gpu=1"]),
+    ],
+)
+def test_docker_gpu_requests_become_pinned_cdi_devices(options: str, count: int, cdi: list[str]) -> None:
+    text = (
+        f"docker run {options} --shm-size 16g --ulimit memlock=-1:-1 --stop-timeout 90 img/vllm:1 org/m -tp 2"
+    )
+    dep = recipe.parse(text, source="t", sha256="0" * 64)
+    assert dep.resources.gpus.count == count
+    assert list(dep.resources.gpus.cdi_devices) == cdi
+    assert (dep.resources.shm_size, dep.resources.memlock, dep.resources.stop_grace_seconds) == (
+        "16g",
+        "unlimited",
+        90,
+    )
