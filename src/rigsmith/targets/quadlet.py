@@ -205,9 +205,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     _inexpressible_args(plan, ctx)
     t = timings(plan)
     secrets = (
-        [
-            f"Secrets are podman secrets: podman secret create NAME FILE for {', '.join(plan.secret_env)}."
-        ]
+        [f"Secrets are podman secrets: podman secret create NAME FILE for {', '.join(plan.secret_env)}."]
         if plan.secret_env
         else []
     )
