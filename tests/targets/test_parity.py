@@ -269,3 +269,31 @@ def test_parity_matrix(
     mismatched = {a: (got[a], want[a]) for a in ASPECTS if got[a] != want[a]}
     assert not mismatched, f"{target} differs from the plan in: {mismatched}"
     assert (plan.shutdown_timeout or 0) < plan.stop_timeout
+
+
+@pytest.mark.parametrize("seed", ["flash-next-int4-3x3090", "flash-next-merlin-4x3090"])
+def test_stop_timeouts_nest_across_every_artifact(seed: str, seed_project: Any, tmp_path: Path) -> None:
+    """vLLM --shutdown-timeout < container stop timeout < systemd TimeoutStopSec < PVE startup down=, read
+    from the files each target writes (the same container stop timeout everywhere)."""
+    from tests.targets.conftest import render_seed
+
+    def one(target: str) -> str:
+        return "\n".join(render_seed(seed_project, target, seed, tmp_path / target).values())
+
+    podman_text, quadlet_text, compose_text, lxc_text, kube_text = map(one, TARGETS)
+    stops = {
+        "podman": int(re.search(r"--stop-timeout (\d+)", podman_text).group(1)),  # type: ignore[union-attr]
+        "quadlet": int(re.search(r"--stop-timeout (\d+)", quadlet_text).group(1)),  # type: ignore[union-attr]
+        "compose": int(re.search(r"stop_grace_period: (\d+)s", compose_text).group(1)),  # type: ignore[union-attr]
+        "lxc": int(re.search(r"--stop-timeout (\d+)", lxc_text).group(1)),  # type: ignore[union-attr]
+        "kube": int(re.search(r"terminationGracePeriodSeconds: (\d+)", kube_text).group(1)),  # type: ignore[union-attr]
+    }
+    assert len(set(stops.values())) == 1, stops
+    stop = stops["podman"]
+    m = re.search(r"'?--shutdown-timeout'? '?(\d+)", podman_text)
+    shutdown = int(m.group(1)) if m else 0
+    systemd = int(re.search(r"TimeoutStopSec=(\d+)", quadlet_text).group(1))  # type: ignore[union-attr]
+    down = int(re.search(r"down=(\d+)", lxc_text).group(1))  # type: ignore[union-attr]
+    assert shutdown < stop < systemd < down
+    if seed == "flash-next-merlin-4x3090":
+        assert shutdown == 60  # the recipe drains for 60 s
