@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,17 @@ import pytest
 from rigsmith import deploy
 from rigsmith.errors import SpecError
 from rigsmith.project import Project
+from rigsmith.spec import loads
 from rigsmith.targets import quadlet
-from tests.conftest import GOLDEN, standin_deployment, write_project
+from tests.conftest import (
+    GOLDEN,
+    HOST_MEMLOCK,
+    Podman,
+    parse_recording,
+    prepare_host_dirs,
+    standin_deployment,
+    write_project,
+)
 from tests.targets.conftest import SEEDS, run_quadlet
 from tests.targets.facts import exec_start, ini_values, plan_facts, podman_facts, split_systemd
 
@@ -169,3 +179,38 @@ def test_words_quadlet_cannot_carry_are_refused_naming_the_arg(tmp_path: Path, w
     msg = str(err.value)
     assert "engine.args[2]" in msg and "quadlet target cannot express" in msg and why in msg
     deploy.artifacts(project, "podman", deployment="refuse-q", out=tmp_path / "out")  # the podman target can
+
+
+def test_generated_execstart_really_starts_the_standin(
+    quadlet_bin: Path, tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str
+) -> None:
+    """Run the ExecStart quadlet generated (minus the options that need a systemd unit around it)."""
+    data = standin_deployment(tmp_path, name="standin-quadlet")
+    prepare_host_dirs(data)
+    project = write_project(tmp_path, data)
+    plan, files = deploy.artifacts(
+        project, "quadlet", deployment="standin-quadlet", out=tmp_path / "out", memlock=HOST_MEMLOCK
+    )
+    unit = tmp_path / "standin-quadlet.container"
+    unit.write_text(files[0].content)
+    proc = run_quadlet(quadlet_bin, unit, tmp_path / "w")
+    assert proc.returncode == 0, proc.stderr
+    argv = split_systemd(exec_start(proc.stdout))
+    systemd_only = ("--cidfile=", "--cgroups=", "--sdnotify=")
+    argv = [a for a in argv[1:] if not a.startswith(systemd_only)]
+    try:
+        run = subprocess.run(
+            ["podman", *argv], env=podman.env, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert run.returncode == 0, run.stderr
+        rec = parse_recording(podman.logs_until("standin-quadlet", "Application startup complete"))
+        spec = loads(json.dumps(data))
+        assert rec.argv == ["serve", spec.model.container_path, *spec.engine.args[1:]]
+        for i in range(4):
+            assert f"fakegpu{i}" in rec.devices and rec.env[f"FAKE_GPU_{i}"] == "present"
+        assert {k: rec.env.get(k) for k, _ in plan.env} == dict(plan.env)
+        assert rec.shm_kib == 8 * 1024 * 1024
+        info = podman.inspect("standin-quadlet")
+        assert info["Config"]["StopTimeout"] == plan.stop_timeout  # type: ignore[index]
+    finally:
+        podman.run("rm", "--force", "--time", "0", "standin-quadlet", check=False)
