@@ -1145,6 +1145,11 @@ def slug(text: str) -> str:
     return s[:63].rstrip("-._") or "recipe"
 
 
+def _expands(launch: Launch, idx: int) -> bool:
+    """Whether a shell would expand part of args[idx] (compose lists never do: interpolation is refused)."""
+    return idx < len(launch.arg_expands) and launch.arg_expands[idx]
+
+
 def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> tuple[str, str, int] | None:
     """(repo, local_dir, index in args) for the model, or None with the reason in problems."""
     args = launch.args
@@ -1165,7 +1170,7 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> tuple[str, 
     if specmod.PLACEHOLDER_RE.fullmatch(value):
         problems.append(f"the model is the placeholder {value!r}; replace it with a Hub repo id (owner/name)")
         return None
-    if launch.arg_expands[idx] if idx < len(launch.arg_expands) else "$" in value:
+    if _expands(launch, idx):
         problems.append(
             f"the model is {value!r}, which a shell would expand from a variable; rigsmith cannot know the "
             "value — write the Hub repo id (owner/name) instead"
@@ -1277,7 +1282,7 @@ def build(
         raise _refuse(source, problems or ["no model"])
     repo, local_dir, model_idx = model
     for i, a in enumerate(launch.args):
-        if launch.arg_expands[i] if i < len(launch.arg_expands) else False:
+        if _expands(launch, i):
             notes.append(f"args[{i}] {a!r} holds shell syntax that a shell would expand; kept literally")
     if launch.args[model_idx] == repo:
         notes.append(
