@@ -7,6 +7,8 @@ from pathlib import Path
 from invoke import task
 
 from rigsmith import deploy as deploymod
+from rigsmith.errors import RigsmithError
+from rigsmith.targets import LxcOptions
 from tasks._common import confirm, echo, project, user_errors
 
 
@@ -16,6 +18,15 @@ def _memlock(value: str | None) -> int | str | None:
     if value in ("unlimited", "-1", "host"):
         return "host" if value == "host" else "unlimited"
     return int(value)
+
+
+def _int(flag: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise RigsmithError(f"{flag} {value!r} is not a whole number", hint=f"e.g. {flag} 509") from None
 
 
 @task(
@@ -28,6 +39,10 @@ def _memlock(value: str | None) -> int | str | None:
         "check": "write nothing; fail if the files on disk differ from what would be rendered",
         "memlock": "override memlock: unlimited, bytes, or host (set none; hosts that cannot raise it)",
         "podman_version": "target host's podman version (quadlet keys depend on it)",
+        "vmid": "lxc: Proxmox CT id (names lxc/NAME/VMID.conf; default 100)",
+        "pve_version": "lxc: Proxmox VE version (devN passthrough needs 8.1; default 8.2)",
+        "lxc_config": "lxc: an existing pct.conf to update in place (user lines kept, snapshots untouched)",
+        "uvm_major": "lxc, PVE < 8.1: nvidia-uvm char major from `grep nvidia-uvm /proc/devices` on the host",
     }
 )
 @user_errors
@@ -41,6 +56,10 @@ def deploy(
     check=False,
     memlock=None,
     podman_version=None,
+    vmid=100,
+    pve_version="8.2",
+    lxc_config=None,
+    uvm_major=None,
 ):
     """Render run artifacts for one target from the spec and the lock."""
     deploymod.deploy(
@@ -55,7 +74,32 @@ def deploy(
         echo=echo,
         memlock=_memlock(memlock),  # type: ignore[arg-type]
         podman_version=podman_version,
+        lxc=LxcOptions(
+            vmid=int(vmid),
+            pve_version=pve_version,
+            config=Path(lxc_config) if lxc_config else None,
+            uvm_major=_int("--uvm-major", uvm_major),
+        ),
     )
+
+
+@task(
+    help={
+        "deployment": "deployments/NAME.yaml the container runs (optional when there is only one)",
+        "container": "container name, when it differs from the deployment name",
+        "memlock": "the --memlock the artifacts were rendered with, if any",
+    }
+)
+@user_errors
+def check_container(c, deployment=None, container=None, memlock=None):
+    """Fail loudly unless the running container got its CDI devices, shm and stop timeout."""
+    deploymod.check_container(
+        project(),
+        deployment=deployment,
+        container=container,
+        memlock=_memlock(memlock),  # type: ignore[arg-type]
+    )
+    echo("ok: devices, shm and stop timeout are as the deployment asks")
 
 
 @task(help={"check": "write nothing; fail if the committed schema is stale"})

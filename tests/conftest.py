@@ -176,7 +176,9 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
     # podman refuses a runroot longer than 50 characters
     runroot = Path(tempfile.mkdtemp(prefix="rsrr-", dir="/tmp"))
     p = Podman(base / "root", runroot, base / "containers.conf", base / "bin")
-    p.conf.write_text(CONTAINERS_CONF)
+    # Own libpod tmp dir: the default /run/libpod (its "alive" file) is shared by every podman on the machine,
+    # and a concurrent session resetting it makes this one "refresh" its containers mid-test.
+    p.conf.write_text(CONTAINERS_CONF + f'tmp_dir = "{runroot}/libpod"\n')
     p.bin.mkdir()
     wrapper = p.bin / "podman"
     wrapper.write_text(

@@ -9,10 +9,19 @@ from typing import Literal
 
 from rigsmith import lock as lockmod
 from rigsmith import plan as planmod
-from rigsmith import writer
+from rigsmith import verify, writer
 from rigsmith.errors import RigsmithError
 from rigsmith.project import TARGETS, Project
-from rigsmith.targets import RenderContext, renderers
+from rigsmith.targets import LxcOptions, RenderContext, renderers
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        raise RigsmithError(f"cannot read {path}: {err}", hint="check the path and its permissions") from None
 
 
 def artifacts(
@@ -24,8 +33,10 @@ def artifacts(
     out: Path | None = None,
     memlock: Literal["unlimited", "host"] | int | None = None,
     podman_version: str | None = None,
+    lxc: LxcOptions | None = None,
+    read: Callable[[Path], str | None] = _read,
 ) -> tuple[planmod.RunPlan, list[writer.Artifact]]:
-    """Plan and render without writing."""
+    """Plan and render without writing (``read`` fetches a file a target merges into, e.g. a pct.conf)."""
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
     table = renderers()
@@ -45,8 +56,37 @@ def artifacts(
         out=(out or project.root).resolve(),
         command=shlex.join(argv),
         podman_version=podman_version or spec.podman_version,
+        lxc=lxc or LxcOptions(),
+        read=read,
     )
     return plan, table[target](plan, ctx)
+
+
+def next_steps(target: str, plan: planmod.RunPlan) -> list[str]:
+    """What to run after deploy writes the files (the post-start check included where a front-end may drop
+    devices)."""
+    check = (
+        "then check it really got its GPUs, shm and stop timeout: "
+        f"invoke check-container --deployment {plan.name}"
+    )
+    if target == "compose":
+        from rigsmith.targets.compose import up_argv
+
+        return [f"start: {shlex.join(up_argv(plan, f'compose/{plan.name}/compose.yaml'))}", check]
+    if target == "quadlet":
+        return [
+            f"install: cp quadlet/{plan.name}.container /etc/containers/systemd/ && systemctl daemon-reload "
+            f"&& systemctl start {plan.name}",
+            check,
+        ]
+    if target == "lxc":
+        return [
+            f"merge lxc/{plan.name}/*.conf into /etc/pve/lxc/, start the CT, run provision.sh inside it",
+            check,
+        ]
+    if target == "kube":
+        return [f"kubectl apply -f kube/{plan.name}.yaml (or podman kube play kube/{plan.name}.yaml)"]
+    return [f"start: podman/{plan.name}/run.sh"]
 
 
 def deploy(
@@ -62,6 +102,7 @@ def deploy(
     echo: Callable[[str], None] = print,
     memlock: Literal["unlimited", "host"] | int | None = None,
     podman_version: str | None = None,
+    lxc: LxcOptions | None = None,
 ) -> list[writer.Outcome]:
     """Render and write (or ``check``) one target."""
     plan, files = artifacts(
@@ -72,9 +113,34 @@ def deploy(
         out=out,
         memlock=memlock,
         podman_version=podman_version,
+        lxc=lxc,
     )
     if not plan.image_pinned:
         echo(f"warning: image {plan.image} is not pinned by digest; `invoke pin` or `invoke build` locks it")
-    return writer.write(
+    outcomes = writer.write(
         files, yes=yes, check=check, confirm=confirm, echo=echo, root=(out or project.root).resolve()
     )
+    if not check:
+        for line in next_steps(target, plan):
+            echo(line)
+    return outcomes
+
+
+def check_container(
+    project: Project,
+    *,
+    deployment: str | None = None,
+    container: str | None = None,
+    image: str | None = None,
+    memlock: Literal["unlimited", "host"] | int | None = None,
+) -> None:
+    """The post-start assertion for a deployment's running container (any target that runs podman)."""
+    name = project.resolve_name(deployment)
+    plan = planmod.make(
+        project.load(name),
+        lockmod.read(project.lock_path),
+        spec_path=f"deployments/{name}.yaml",
+        image=image,
+        memlock=memlock,
+    )
+    verify.check_container(plan, name=container)

@@ -43,7 +43,8 @@ class Outcome:
 
     def diff(self, root: Path | None = None) -> str:
         """Unified diff from the file on disk to the new content."""
-        name = str(self.artifact.path.relative_to(root)) if root else str(self.artifact.path)
+        path = self.artifact.path
+        name = str(path.relative_to(root)) if root and path.is_relative_to(root) else str(path)
         return "".join(
             difflib.unified_diff(
                 (self.old or "").splitlines(keepends=True),

@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rigsmith.plan import RunPlan
 from rigsmith.spec import Deployment
 from rigsmith.writer import Artifact
+
+
+@dataclass(frozen=True)
+class LxcOptions:
+    """Proxmox facts the spec does not hold (``invoke deploy --target lxc`` options)."""
+
+    vmid: int = 100
+    pve_version: str = (
+        "8.2"  # devN: passthrough needs PVE 8.1 (pve-container 5.0.7); older gets raw lxc.* keys
+    )
+    config: Path | None = None  # an existing /etc/pve/lxc/VMID.conf (copy) to update in place
+    home: str = "/root"  # what ~/ means on the PVE host and in the CT (pct and the CT's podman run as root)
+    cores: int = 8
+    storage: str = "local-lvm"
+    rootfs_gib: int = 64
+    order: int = 10
+    uvm_major: int | None = None  # host fact for PVE < 8.1: `grep nvidia-uvm /proc/devices`
+
+
+def _no_file(_path: Path) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -19,6 +40,9 @@ class RenderContext:
     out: Path  # artifacts go under out/<target>/…
     command: str  # the invoke command line for the banner
     podman_version: str | None = None
+    lxc: LxcOptions = field(default_factory=LxcOptions)
+    #: Reads a file the target merges into (an existing pct.conf); injected by deploy, None when absent.
+    read: Callable[[Path], str | None] = _no_file
 
 
 Renderer = Callable[[RunPlan, RenderContext], list[Artifact]]
@@ -26,6 +50,12 @@ Renderer = Callable[[RunPlan, RenderContext], list[Artifact]]
 
 def renderers() -> dict[str, Renderer]:
     """Target name → renderer. Imported lazily so one target's import error names that target."""
-    from rigsmith.targets import podman
+    from rigsmith.targets import compose, kube, lxc, podman, quadlet
 
-    return {"podman": podman.render}
+    return {
+        "podman": podman.render,
+        "quadlet": quadlet.render,
+        "compose": compose.render,
+        "lxc": lxc.render,
+        "kube": kube.render,
+    }

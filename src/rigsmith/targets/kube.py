@@ -1,0 +1,158 @@
+"""The Kubernetes target: ``kube/NAME.yaml`` — Deployment + Service, for the step past one machine.
+
+GPUs are a count of the vendor's extended resource (``nvidia.com/gpu: 3``): the device plugin picks which,
+so fixed indices (``nvidia.com/gpu=1``) cannot be expressed and are refused. /dev/shm is a memory-backed
+emptyDir with a size limit; the model dir and extra mounts are hostPath volumes (the node holds the
+checkpoint, as on one box). Kubernetes has no per-pod RLIMIT_MEMLOCK: ``unlimited`` relies on the runtime's
+default (containerd's unit sets LimitMEMLOCK=infinity), and a byte count is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rigsmith import render as tpl
+from rigsmith.plan import RunPlan
+from rigsmith.render import banner
+from rigsmith.targets import RenderContext
+from rigsmith.targets.common import (
+    HEALTH_INTERVAL,
+    HEALTH_TIMEOUT,
+    cannot_express,
+    home_path,
+    k8s_quantity,
+    timings,
+    yaml_text,
+)
+from rigsmith.writer import Artifact
+
+
+def _gpu_limits(plan: RunPlan, count: int) -> dict[str, int]:
+    problems = []
+    limits: dict[str, int] = {}
+    for d in plan.devices:
+        kind, name = d.split("=", 1)
+        if name == "all":
+            limits[kind] = max(limits.get(kind, 0), count)
+        elif name.isdigit():
+            limits[kind] = limits.get(kind, 0) + 1
+        else:
+            problems.append(
+                ("resources.gpus.cdi_devices", f"{d}: only whole GPUs (index or all) map to a {kind} count")
+            )
+    indices = sorted(int(n) for n in plan.gpu_indices if n.isdigit())
+    if indices and indices != list(range(len(indices))):
+        problems.append(
+            (
+                "resources.gpus.cdi_devices",
+                f"GPUs {indices} are fixed indices; the device plugin picks them. Use 0..N-1 or =all",
+            )
+        )
+    if problems:
+        raise cannot_express(plan, "kube", problems)
+    return limits
+
+
+def _volume_name(i: int, role: str) -> str:
+    return "model" if role == "model" else f"mount-{i}"
+
+
+def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[dict[str, Any]]:
+    """Deployment and Service as data."""
+    if isinstance(plan.memlock, int):
+        raise cannot_express(
+            plan,
+            "kube",
+            [
+                (
+                    "resources.memlock",
+                    f"{plan.memlock} bytes: Kubernetes sets no per-pod RLIMIT_MEMLOCK; use unlimited "
+                    "(the runtime's default) or host",
+                )
+            ],
+        )
+    t = timings(plan)
+    labels = {"app.kubernetes.io/name": plan.name, "app.kubernetes.io/managed-by": "rigsmith"}
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for i, m in enumerate(plan.mounts):
+        vname = _volume_name(i, m.role)
+        kind = "Directory" if m.kind == "dir" else "File"
+        volumes.append({"name": vname, "hostPath": {"path": home_path(m.host, home), "type": kind}})
+        mounts.append({"name": vname, "mountPath": m.container, **({"readOnly": True} if m.readonly else {})})
+    # Named after the deployment: podman kube play (4.3) turns an emptyDir into a named volume, which every
+    # pod using the same volume name would share.
+    shm = re.sub(r"[^a-z0-9-]", "-", plan.name[:59]).strip("-") + "-shm"
+    volumes.append({"name": shm, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(plan.shm_bytes)}})
+    mounts.append({"name": shm, "mountPath": "/dev/shm"})
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plan.env]
+    env += [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": f"{plan.name}-secrets", "key": k}}}
+        for k in plan.secret_env
+    ]
+    # With hostNetwork the server may listen on loopback only (the seeds do); kubelet probes from the node.
+    get = {
+        "path": plan.health_path,
+        "port": plan.port,
+        **({"host": "127.0.0.1"} if plan.network_mode == "host" else {}),
+    }
+    probe = {"httpGet": get, "periodSeconds": HEALTH_INTERVAL, "timeoutSeconds": HEALTH_TIMEOUT}
+    gpus = _gpu_limits(plan, ctx.spec.resources.gpus.count)
+    container: dict[str, Any] = {
+        "name": plan.name,
+        "image": plan.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [plan.entrypoint],
+        "args": list(plan.command),
+        "env": env,
+        # With hostNetwork the server binds the node's port directly; podman kube play (4.3) also refuses
+        # port mappings there ("PortMappings can only be used with Bridge or slirp4netns networking").
+        **({} if plan.network_mode == "host" else {"ports": [{"name": "http", "containerPort": plan.port}]}),
+        "resources": {"limits": dict(gpus)} if gpus else {},
+        "volumeMounts": mounts,
+        "startupProbe": {**probe, "failureThreshold": -(-t.start_period // HEALTH_INTERVAL)},
+        "readinessProbe": {**probe, "failureThreshold": 3},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": plan.name, "labels": {**labels, **dict(plan.labels)}},
+        "spec": {
+            "replicas": 1,
+            "strategy": {
+                "type": "Recreate"
+            },  # one set of GPUs: the old pod must be gone before the new starts
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "hostNetwork": plan.network_mode == "host",
+                    "terminationGracePeriodSeconds": t.container_stop,
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": plan.name, "labels": labels},
+        "spec": {"selector": labels, "ports": [{"name": "http", "port": plan.port, "targetPort": plan.port}]},
+    }
+    return [deployment, service]
+
+
+def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
+    """``kube/NAME.yaml``."""
+    docs = manifests(plan, ctx, ctx.lxc.home)
+    body = yaml_text(*docs, explicit_start=True)
+    text = tpl.render(
+        "kube/kube.yaml.j2",
+        banner=banner(ctx.command, plan.spec_path),
+        name=plan.name,
+        home=ctx.lxc.home if any(m.host.startswith("~") for m in plan.mounts) else None,
+        body=body,
+    )
+    return [Artifact(ctx.out / "kube" / f"{plan.name}.yaml", text)]

@@ -1,0 +1,99 @@
+"""kube: `podman kube play` runs the rendered manifests with the stand-in engine, then `podman kube down`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rigsmith import deploy
+from rigsmith.errors import SpecError
+from rigsmith.plan import RunPlan
+from rigsmith.project import Project
+from rigsmith.spec import loads
+from tests.conftest import Podman, parse_recording, prepare_host_dirs, standin_deployment, write_project
+from tests.targets.conftest import SEEDS
+
+
+@pytest.fixture
+def played(
+    tmp_path: Path, podman: Podman, standin_image: str
+) -> Iterator[tuple[dict[str, Any], RunPlan, Path]]:
+    data = standin_deployment(tmp_path, name="standin-kube")
+    prepare_host_dirs(data)
+    project = write_project(tmp_path, data)
+    out = tmp_path / "out"
+    deploy.deploy(project, "kube", deployment="standin-kube", out=out, echo=lambda _m: None)
+    plan, _ = deploy.artifacts(project, "kube", deployment="standin-kube", out=out)
+    manifest = out / "kube/standin-kube.yaml"
+    try:
+        proc = podman.run("kube", "play", str(manifest), check=False, timeout=180)
+        assert proc.returncode == 0, proc.stderr
+        yield data, plan, manifest
+    finally:
+        podman.run("kube", "down", str(manifest), check=False)
+        podman.run("volume", "rm", "--force", "standin-kube-shm", check=False)
+
+
+def _container(podman: Podman) -> str:
+    listing = podman.run("ps", "-a", "--format", "{{.Names}} {{.Status}}").stdout
+    names = [ln.split()[0] for ln in listing.splitlines() if ln.strip()]
+    found = [n for n in names if n.endswith("-standin-kube")]
+    assert found, f"kube play left no standin-kube container:\n{listing}"
+    return found[0]
+
+
+def test_kube_play_runs_the_exact_argv_env_and_mounts(played, podman: Podman) -> None:
+    data, plan, _manifest = played
+    name = _container(podman)
+    rec = parse_recording(podman.logs_until(name, "Application startup complete"))
+    spec = loads(json.dumps(data))
+    assert rec.argv == ["serve", spec.model.container_path, *spec.engine.args[1:]]
+    assert {k: rec.env.get(k) for k, _ in plan.env} == dict(plan.env)
+    info = podman.inspect(name)
+    mounts = {m["Destination"]: m for m in info["Mounts"]}  # type: ignore[index, union-attr]
+    for m in plan.mounts:
+        assert mounts[m.container]["Source"] == m.host and mounts[m.container]["RW"] is (not m.readonly)
+    assert "/dev/shm" in mounts
+    assert info["Config"]["Entrypoint"] in (plan.entrypoint, [plan.entrypoint])  # type: ignore[index]
+
+
+def test_manifest_carries_gpus_shm_grace_and_probes(played) -> None:
+    _data, plan, manifest = played
+    docs = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    assert [d["kind"] for d in docs] == ["Deployment", "Service"]
+    pod = docs[0]["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["resources"]["limits"] == {"example.com/gpu": len(plan.devices)}
+    shm = next(v for v in pod["volumes"] if v.get("emptyDir"))
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+    assert pod["terminationGracePeriodSeconds"] == plan.stop_timeout
+    assert c["startupProbe"]["httpGet"]["path"] == plan.health_path
+    assert (
+        c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= plan.startup_seconds * 2
+    )
+    assert c["readinessProbe"]["httpGet"]["port"] == plan.port
+    assert docs[1]["spec"]["ports"][0]["targetPort"] == plan.port
+
+
+def test_what_kube_cannot_express_is_refused_naming_target_and_field(
+    seed_project: Project, tmp_path: Path
+) -> None:
+    data = standin_deployment(tmp_path, name="refuse-kube", resources={"memlock": 65536})
+    data["resources"]["gpus"]["cdi_devices"] = ["example.com/gpu=2"]  # type: ignore[index]
+    data["resources"]["gpus"]["count"] = 1  # type: ignore[index]
+    project = write_project(tmp_path, data)
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(project, "kube", deployment="refuse-kube", out=tmp_path / "out")
+    assert "resources.memlock" in str(err.value) and "kube target cannot express" in str(err.value)
+    data["resources"]["memlock"] = "unlimited"  # type: ignore[index]
+    project = write_project(tmp_path / "b", data)
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(project, "kube", deployment="refuse-kube", out=tmp_path / "out")
+    assert "resources.gpus.cdi_devices" in str(err.value) and "fixed indices" in str(err.value)
+    for seed in SEEDS:
+        deploy.artifacts(seed_project, "kube", deployment=seed, out=tmp_path / "out")  # the seeds render

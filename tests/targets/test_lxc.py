@@ -1,0 +1,370 @@
+"""Proxmox LXC: pct.conf keys against pct.conf(5), raw lxc.* lines applied by liblxc, merge into an existing
+config, provision.sh executed with bash."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rigsmith import deploy
+from rigsmith.errors import ConsentError, SpecError
+from rigsmith.project import Project
+from rigsmith.targets import LxcOptions, lxc
+from rigsmith.targets.common import timings
+from tests.conftest import prepare_host_dirs, require, standin_deployment, write_project
+from tests.targets.conftest import SEEDS, render_seed
+
+PVE_VARIANTS = [LxcOptions(), LxcOptions(pve_version="7.4", uvm_major=509)]
+
+
+def _conf_pairs(text: str) -> list[tuple[str, str]]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if line.startswith("["):
+            break
+        key, _, value = line.partition(":")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def _conf(project: Project, seed: str, out: Path, opts: LxcOptions) -> str:
+    files = render_seed(project, "lxc", seed, out, lxc=opts)
+    return next(text for rel, text in files.items() if rel.endswith(".conf"))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("opts", PVE_VARIANTS, ids=["pve8.2-devN", "pve7.4-raw"])
+def test_pve_keys_match_the_pct_conf_table(
+    seed_project: Project, tmp_path: Path, seed: str, opts: LxcOptions
+) -> None:
+    pairs = _conf_pairs(_conf(seed_project, seed, tmp_path, opts))
+    pve = (int(opts.pve_version.split(".")[0]), int(opts.pve_version.split(".")[1]))
+    assert lxc.check(pairs, pve) == []
+    keys = [k for k, _ in pairs]
+    assert ("dev0" in keys) == (pve >= (8, 1))
+    assert any(k == "lxc.cgroup2.devices.allow" for k in keys) == (pve < (8, 1))
+    assert dict(pairs)["lxc.prlimit.memlock"] == "unlimited"
+    assert dict(pairs)["features"] == "keyctl=1,nesting=1"
+    assert lxc.check([("bogus", "1"), ("lxc.rootfs.path", "dir:/x"), ("dev0", "/dev/x")], (7, 4)) == [
+        "bogus: not a pct.conf key",
+        "lxc.rootfs.path: not a raw key PVE passes to liblxc",
+        "dev0: needs PVE 8.1",
+    ]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_startup_down_outlasts_every_stop_timeout_inside(
+    seed_project: Project, tmp_path: Path, seed: str
+) -> None:
+    pairs = dict(_conf_pairs(_conf(seed_project, seed, tmp_path, LxcOptions())))
+    m = re.fullmatch(r"order=\d+,up=(\d+),down=(\d+)", pairs["startup"])
+    assert m
+    plan, _ = deploy.artifacts(seed_project, "lxc", deployment=seed, out=tmp_path)
+    t = timings(plan)
+    assert (plan.shutdown_timeout or 0) < plan.stop_timeout < t.systemd_stop < int(m.group(2))
+    assert int(m.group(1)) == plan.startup_seconds
+
+
+# -- liblxc -------------------------------------------------------------------------------------------
+
+
+def _liblxc_config(conf: str, rootfs: Path, fake: Path, memlock: str | None) -> tuple[str, dict[str, Path]]:
+    """Proxmox `lxc.key: value` (and mpN/devN, as PVE expands them) → liblxc `lxc.key = value`, host paths
+    pointed at test stand-ins (device nodes made with mknod, files and dirs under ``fake``)."""
+    lines = [
+        f"lxc.rootfs.path = dir:{rootfs}",
+        "lxc.net.0.type = empty",
+        "lxc.autodev = 1",
+        "lxc.mount.auto = proc:mixed sys:ro",
+    ]
+    targets: dict[str, Path] = {}
+
+    def stand_in(host: str, kind: str) -> Path:
+        p = fake / host.lstrip("/")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "dev" and not p.exists():
+            os.mknod(p, 0o666 | 0o020000, os.makedev(1, 3))  # a char device like /dev/null
+        elif kind == "file":
+            p.touch()
+        elif kind == "dir":
+            p.mkdir(exist_ok=True)
+        targets[host] = p
+        return p
+
+    for key, value in _conf_pairs(conf):
+        if key == "lxc.prlimit.memlock":
+            lines.append(f"{key} = {memlock or value}")
+        elif key == "lxc.mount.entry":
+            src, dst, *rest = value.split()
+            if src.startswith("/"):
+                src = str(stand_in(src, "dev" if src.startswith("/dev/") else "file"))
+            lines.append(f"{key} = {' '.join([src, dst, *rest])}")
+        elif key.startswith("lxc."):
+            lines.append(f"{key} = {value}")
+        elif re.fullmatch(r"mp\d+", key):
+            host, *opts = value.split(",")
+            mp = next(o[3:] for o in opts if o.startswith("mp="))
+            ro = ",ro" if "ro=1" in opts else ""
+            lines.append(
+                f"lxc.mount.entry = {stand_in(host, 'dir')} {mp.lstrip('/')} none bind,create=dir{ro} 0 0"
+            )
+        elif re.fullmatch(r"dev\d+", key):
+            host = value.split(",")[0]
+            lines.append(
+                f"lxc.mount.entry = {stand_in(host, 'dev')} {host.lstrip('/')} none bind,create=file 0 0"
+            )
+    return "\n".join(lines) + "\n", targets
+
+
+def _lxc_execute(lxcpath: Path, name: str, config: str, script: str) -> subprocess.CompletedProcess[str]:
+    (lxcpath / name).mkdir(parents=True, exist_ok=True)
+    (lxcpath / name / "config").write_text(config)
+    return subprocess.run(
+        ["lxc-execute", "-P", str(lxcpath), "-n", name, "--", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("seed", "opts"),
+    [(SEEDS[0], PVE_VARIANTS[1]), (SEEDS[1], PVE_VARIANTS[0])],
+    ids=["seed000-raw", "seed003-devN"],
+)
+def test_liblxc_applies_shm_env_devices_mounts_and_memlock(
+    seed_project: Project, tmp_path: Path, busybox_rootfs: Path, seed: str, opts: LxcOptions
+) -> None:
+    require("lxc-execute")
+    conf = _conf(seed_project, seed, tmp_path / "out", opts)
+    plan, _ = deploy.artifacts(seed_project, "lxc", deployment=seed, out=tmp_path / "out", lxc=opts)
+    # This machine cannot raise RLIMIT_MEMLOCK; lowering it proves liblxc applies the key we write.
+    config, targets = _liblxc_config(conf, busybox_rootfs, tmp_path / "fake", memlock="4096")
+    probe = "df -k /dev/shm | tail -n 1; ulimit -l; env; ls -l /dev; ls -ld " + " ".join(
+        "/" + h.lstrip("/") for h in targets if not h.startswith("/dev/")
+    )
+    proc = _lxc_execute(tmp_path / "lxcpath", "rs-" + seed[:20], config, probe)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert re.search(r"tmpfs\s+8388608\s", out), out  # 8g /dev/shm
+    assert "\n4\n" in out  # lxc.prlimit.memlock applied (4096 bytes = 4 KiB)
+    for k, v in plan.env:
+        assert f"\n{k}={v}\n" in out, k
+    for i in range(plan.shm_bytes and len(plan.devices)):
+        assert re.search(rf"^c\S+\s.*\snvidia{i}$", out, re.MULTILINE), out
+    for node in ("nvidiactl", "nvidia-uvm"):
+        assert re.search(rf"^c\S+\s.*\s{node}$", out, re.MULTILINE)
+    for host in targets:
+        if not host.startswith("/dev/"):
+            assert "/" + host.lstrip("/") in out
+
+
+def test_liblxc_rejects_an_unknown_key_and_parses_unlimited_memlock(
+    tmp_path: Path, busybox_rootfs: Path, seed_project: Project
+) -> None:
+    conf = _conf(seed_project, SEEDS[1], tmp_path / "out", LxcOptions())
+    config, _ = _liblxc_config(conf, busybox_rootfs, tmp_path / "fake", memlock=None)
+    proc = _lxc_execute(tmp_path / "lxcpath", "rs-unlimited", config, "true")
+    # Parsed (no parse error); only applying fails, because this machine cannot raise the hard limit.
+    assert "Failed to parse config" not in proc.stderr
+    assert proc.returncode == 0 or "Failed to setup resource limits" in proc.stderr, proc.stderr
+    bad = _lxc_execute(tmp_path / "lxcpath", "rs-bogus", config + "lxc.bogus.key = 1\n", "true")
+    assert bad.returncode != 0 and "Failed to parse config" in bad.stderr
+
+
+# -- merging an existing config -----------------------------------------------------------------------
+
+USER_CONF = """\
+#My inference box
+arch: amd64
+cores: 16
+memory: 4096
+hostname: gpu-box
+mp0: /tank/datasets,mp=/data
+net0: name=eth0,bridge=vmbr0,ip=dhcp
+rootfs: local-zfs:subvol-100-disk-0,size=200G
+lxc.mount.entry: /dev/dri dev/dri none bind,optional,create=dir
+lxc.environment: TZ=Europe/Berlin
+
+[snap1]
+arch: amd64
+cores: 4
+memory: 2048
+snaptime: 1700000000
+"""
+
+
+def test_merge_keeps_user_lines_replaces_managed_ones_and_leaves_snapshots_alone(
+    seed_project: Project, tmp_path: Path
+) -> None:
+    existing = tmp_path / "100.conf"
+    existing.write_text(USER_CONF)
+    opts = LxcOptions(config=existing)
+    conf = _conf(seed_project, SEEDS[0], tmp_path / "out", opts)
+    main, snap = conf.split("\n[snap1]\n")
+    assert snap == USER_CONF.split("[snap1]\n")[1]  # snapshot section byte-for-byte
+    pairs = _conf_pairs(main)
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys) - {"lxc.mount.entry", "lxc.environment"}) + keys.count(
+        "lxc.mount.entry"
+    ) + keys.count("lxc.environment")
+    d = dict(pairs)
+    assert "#My inference box" in main
+    assert d["cores"] == "8" and d["memory"] != "4096"  # managed keys replaced, once
+    assert d["net0"] == "name=eth0,bridge=vmbr0,ip=dhcp" and d["mp0"] == "/tank/datasets,mp=/data"
+    assert "lxc.mount.entry: /dev/dri dev/dri none bind,optional,create=dir" in main
+    assert "lxc.environment: TZ=Europe/Berlin" in main
+    assert d["mp1"].startswith("/srv/models/Qwen3.8-Flash-Next-INT4-Mixed-AutoRound,mp=")  # next free index
+    assert main.splitlines()[0].startswith("# Generated by rigsmith")
+    # Merging the merged file again changes nothing.
+    existing.write_text(conf)
+    assert _conf(seed_project, SEEDS[0], tmp_path / "out", opts) == conf
+
+
+def test_updating_a_users_config_asks_first_and_writes_only_with_consent(
+    seed_project: Project, tmp_path: Path
+) -> None:
+    existing = tmp_path / "100.conf"
+    existing.write_text(USER_CONF)
+    messages: list[str] = []
+    with pytest.raises(ConsentError):
+        deploy.deploy(
+            seed_project,
+            "lxc",
+            deployment=SEEDS[0],
+            out=tmp_path / "out",
+            lxc=LxcOptions(config=existing),
+            echo=messages.append,
+        )
+    assert existing.read_text() == USER_CONF
+    assert any("100.conf" in m and "+memory:" in m for m in messages)  # the diff was shown
+    asked: list[str] = []
+    deploy.deploy(
+        seed_project,
+        "lxc",
+        deployment=SEEDS[0],
+        out=tmp_path / "out",
+        lxc=LxcOptions(config=existing),
+        echo=lambda _m: None,
+        confirm=lambda q: asked.append(q) or True,
+    )
+    assert asked and "conflict" in asked[0]
+    assert "[snap1]" in existing.read_text() and "net0:" in existing.read_text()
+
+
+def test_what_lxc_cannot_express_is_refused_naming_target_and_field(
+    seed_project: Project, tmp_path: Path
+) -> None:
+    data = standin_deployment(
+        tmp_path, name="refuse-lxc", env=[{"name": "X", "value": "two\nlines"}], placeholders={}
+    )
+    project = write_project(tmp_path, data)
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(project, "lxc", deployment="refuse-lxc", out=tmp_path / "out")
+    msg = str(err.value)
+    assert "resources.gpus.cdi_devices" in msg and "example.com/gpu" in msg and "lxc target" in msg
+    assert "env.X" in msg
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(
+            seed_project, "lxc", deployment=SEEDS[0], out=tmp_path / "out", lxc=LxcOptions(pve_version="7.4")
+        )
+    assert "--uvm-major" in str(err.value) and "grep nvidia-uvm /proc/devices" in str(err.value)
+
+
+# -- provision.sh -------------------------------------------------------------------------------------
+
+
+def _provision(seed_project: Project, tmp_path: Path) -> Path:
+    deploy.deploy(seed_project, "lxc", deployment=SEEDS[0], out=tmp_path / "out", echo=lambda _m: None)
+    return tmp_path / "out" / "lxc" / SEEDS[0] / "provision.sh"
+
+
+def test_provision_script_passes_shellcheck(seed_project: Project, tmp_path: Path) -> None:
+    script = _provision(seed_project, tmp_path)
+    proc = subprocess.run(
+        [require("shellcheck"), "-S", "warning", str(script)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout
+
+
+def _fake_ct(
+    tmp_path: Path, *, uvm: bool = True, kernel: str = "550.54.14", user: str = "550.54.14"
+) -> dict[str, str]:
+    """A CT as provision.sh sees it: device nodes, the host's module version, the CT's libs, fake tools."""
+    dev, lib, bin_ = tmp_path / "ct/dev", tmp_path / "ct/lib", tmp_path / "ct/bin"
+    for d in (dev, lib, bin_):
+        d.mkdir(parents=True, exist_ok=True)
+    for node in ("nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl", *(["nvidia-uvm"] if uvm else [])):
+        os.mknod(dev / node, 0o666 | 0o020000, os.makedev(1, 3))
+    (tmp_path / "ct/version").write_text(
+        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {kernel}  Thu Feb 22 01:44:30 UTC 2024\n"
+    )
+    (lib / f"libnvidia-ml.so.{user}").touch()
+    log = tmp_path / "ct/calls"
+    for tool, body in (
+        ("nvidia-ctk", 'echo "nvidia-ctk $*" >> "$RIGSMITH_CALLS"'),
+        (
+            "podman",
+            'case "$1 $2" in "image exists") exit 0;; "container exists") exit 1;; esac\n'
+            'for a in "$@"; do printf "%s\\0" "$a"; done >> "$RIGSMITH_CALLS.podman"',
+        ),
+    ):
+        p = bin_ / tool
+        p.write_text(f"#!/bin/sh\n{body}\n")
+        p.chmod(0o755)
+    return {
+        **os.environ,
+        "PATH": f"{bin_}:{os.environ['PATH']}",
+        "RIGSMITH_DEV": str(dev),
+        "RIGSMITH_NVIDIA_VERSION": str(tmp_path / "ct/version"),
+        "RIGSMITH_LIB_DIRS": str(lib),
+        "RIGSMITH_CALLS": str(log),
+    }
+
+
+def _run(script: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_provision_refuses_without_nvidia_uvm_and_on_driver_mismatch(
+    seed_project: Project, tmp_path: Path
+) -> None:
+    script = _provision(seed_project, tmp_path)
+    proc = _run(script, _fake_ct(tmp_path / "a", uvm=False))
+    assert proc.returncode == 1 and "/dev/nvidia-uvm is missing inside the CT" in proc.stderr
+    assert "nvidia-modprobe -u -c0" in proc.stderr
+    proc = _run(script, _fake_ct(tmp_path / "b", user="550.90.07"))
+    assert proc.returncode == 1
+    assert "driver mismatch: host kernel module 550.54.14, CT userspace 550.90.07" in proc.stderr
+
+
+def test_provision_makes_cdi_and_runs_the_podman_targets_exact_argv(tmp_path: Path) -> None:
+    data = standin_deployment(tmp_path, name="standin-lxc")
+    data["resources"]["gpus"]["cdi_devices"] = [f"nvidia.com/gpu={i}" for i in range(4)]  # type: ignore[index]
+    prepare_host_dirs(data)
+    project = write_project(tmp_path, data)
+    deploy.deploy(project, "lxc", deployment="standin-lxc", out=tmp_path / "out", echo=lambda _m: None)
+    env = _fake_ct(tmp_path)
+    proc = _run(tmp_path / "out/lxc/standin-lxc/provision.sh", env)
+    assert proc.returncode == 0, proc.stderr
+    if not (Path("/etc/cdi/nvidia.yaml").exists() or Path("/var/run/cdi/nvidia.yaml").exists()):
+        assert (
+            "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in Path(env["RIGSMITH_CALLS"]).read_text()
+        )
+    argv = Path(env["RIGSMITH_CALLS"] + ".podman").read_text().split("\0")[:-1]
+    plan, _ = deploy.artifacts(project, "lxc", deployment="standin-lxc", out=tmp_path / "out")
+    opts = plan.podman_options()
+    assert argv[:2] == ["run", "--detach"] and argv[2 : 2 + len(opts)] == opts
+    image_at = argv.index(plan.image)
+    assert argv[image_at + 1 :] == list(plan.command)
+    mounts = [argv[i + 1] for i, a in enumerate(argv[:image_at]) if a == "-v"]
+    assert mounts == [f"{m.host}:{m.container}{':ro' if m.readonly else ''}" for m in plan.mounts]
