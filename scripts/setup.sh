@@ -16,3 +16,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
+
+# Tools the tests check generated artifacts with (quadlet generator, podman-compose 1.0.6), cached.
+bash .ci/fetch-test-tools

@@ -2,9 +2,9 @@
 
 Compose front-ends have been seen starting a container WITHOUT its CDI devices and saying nothing
 (seeds/000 pitfall 1; podman-compose drops ``deploy.resources.reservations.devices`` with
-``driver: cdi``), and podman-compose never passes ``stop_grace_period`` to podman. This check inspects
-the running container and names every difference. The probe is a command plus a pure parser:
-``inspect_argv`` + ``container_problems``.
+``driver: cdi``), and podman-compose never passes ``stop_grace_period`` to podman. ``up`` (podman,
+quadlet) and ``invoke check-container`` (any front-end) both run this one check: a command
+(``inspect_argv``) plus pure parsers (``parse_inspect``, ``container_problems``).
 """
 
 from __future__ import annotations
@@ -12,85 +12,120 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rigsmith.errors import CommandError, PreflightError
+from rigsmith.ops import probes
+from rigsmith.ops.host import Host, LocalHost
 from rigsmith.plan import RunPlan
 
-CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+SPEC_LABEL = "io.rigsmith.spec-sha256"
+#: fully qualified CDI device → (device nodes, "K=V" env) its spec injects
+CdiEdits = Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
 
 
 def inspect_argv(name: str) -> list[str]:
-    """The probe command."""
     return ["podman", "container", "inspect", name]
 
 
-def cdi_nodes(spec_texts: Iterable[str]) -> dict[str, list[str]]:
-    """``vendor/class=name`` → container device paths it injects, from CDI spec files (JSON or YAML)."""
-    out: dict[str, list[str]] = {}
-    for text in spec_texts:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError:
-            continue
-        if not isinstance(data, dict) or "kind" not in data:
-            continue
-        common = [n.get("path") for n in (data.get("containerEdits") or {}).get("deviceNodes") or []]
-        for dev in data.get("devices") or []:
-            nodes = [n.get("path") for n in (dev.get("containerEdits") or {}).get("deviceNodes") or []]
-            out[f"{data['kind']}={dev.get('name')}"] = [p for p in [*nodes, *common] if isinstance(p, str)]
+def parse_inspect(text: str) -> dict[str, Any] | None:
+    """``podman container inspect`` → the container's record, None when absent."""
+    try:
+        data = json.loads(text or "[]")
+    except json.JSONDecodeError:
+        return None
+    return dict(data[0]) if isinstance(data, list) and data else None
+
+
+def cdi_from_specs(specs: Iterable[probes.CdiSpec]) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Every device the parsed CDI specs describe → its edits; later specs win (as in podman)."""
+    out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    for s in specs:
+        for dev, edits in s.edits.items():
+            out[f"{s.kind}={dev}"] = edits
     return out
 
 
-def container_problems(info: Mapping[str, Any], plan: RunPlan, cdi: Mapping[str, list[str]]) -> list[str]:
-    """Every way the running container differs from the plan in devices, shm and stop timeout."""
-    problems = []
+def cdi_edits(host: Host) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The CDI edits of every spec file in podman's CDI directories on ``host``."""
+    specs = []
+    for d in probes.CDI_DIRS:
+        for name in host.listdir(d):
+            if name.endswith((".yaml", ".json")):
+                text = host.read(f"{d}/{name}")
+                if text is not None:
+                    specs.append(probes.parse_cdi(f"{d}/{name}", text))
+    return cdi_from_specs(specs)
+
+
+def container_problems(
+    info: Mapping[str, Any], plan: RunPlan, cdi: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
+) -> list[str]:
+    """Every way the container differs from the plan: state, spec, CDI nodes and env, env, shm, stop.
+
+    ``cdi`` maps each fully qualified CDI device to the (device nodes, env) its spec injects.
+    """
+    out = []
     state = info.get("State") or {}
     if not state.get("Running"):
-        problems.append(f"container {plan.name} is not running (status {state.get('Status', 'unknown')})")
+        out.append(
+            f"container {plan.name} is not running (status {state.get('Status', '?')}, "
+            f"exit code {state.get('ExitCode', '?')})"
+        )
+    cfg = info.get("Config") or {}
+    labels = cfg.get("Labels") or {}
+    want_label = dict(plan.labels).get(SPEC_LABEL)
+    if want_label and labels.get(SPEC_LABEL) != want_label:
+        out.append(
+            f"container was started from another spec (label {SPEC_LABEL}={labels.get(SPEC_LABEL)}, "
+            f"the spec now renders {want_label})"
+        )
+    image = info.get("ImageName")
+    if image and image != plan.image:
+        out.append(f"container runs image {image}, the plan says {plan.image}")
+    env = {}
+    for item in cfg.get("Env") or []:
+        k, _, v = str(item).partition("=")
+        env[k] = v
     host = info.get("HostConfig") or {}
-    arrived = {d.get("PathInContainer") for d in host.get("Devices") or []}
+    arrived = {str(d.get("PathInContainer")) for d in host.get("Devices") or []}
     if plan.devices and not arrived:
-        problems.append(
-            f"container {plan.name} has NO devices, but the plan asks for {', '.join(plan.devices)}: "
-            "the front-end "
-            "dropped them (compose `deploy.resources.reservations.devices` with `driver: cdi` is ignored "
-            "silently; list them under `devices:`)"
+        out.append(
+            f"NO devices reached the container, though the plan asks for {', '.join(plan.devices)}: a "
+            "front-end dropped them silently (compose `deploy.resources.reservations.devices` with "
+            "`driver: cdi` is ignored; list them under `devices:`)"
         )
     else:
         for dev in plan.devices:
-            nodes = cdi.get(dev)
-            if nodes is None:
-                problems.append(
-                    f"no CDI spec on this host provides {dev} (nvidia-ctk cdi generate, then retry)"
-                )
+            if dev not in cdi:
+                out.append(f"no CDI spec on this host describes {dev}, so its arrival cannot be confirmed")
                 continue
-            missing = [n for n in nodes if n not in arrived]
-            if missing:
-                problems.append(f"CDI device {dev} did not arrive: {', '.join(missing)} not in the container")
+            nodes, cdi_env = cdi[dev]
+            lost = [n for n in nodes if n not in arrived]
+            if lost:
+                out.append(f"CDI device {dev}: {', '.join(lost)} not in the container")
+            lost_env = [
+                e.split("=", 1)[0] for e in cdi_env if env.get(e.split("=", 1)[0]) != e.partition("=")[2]
+            ]
+            if lost_env:
+                out.append(f"CDI device {dev}: env {', '.join(lost_env)} not set as its spec says")
+    wrong = [k for k, v in plan.env if env.get(k) != v]
+    if wrong:
+        out.append(f"env not as planned: {', '.join(wrong)}")
+    unset = [k for k in plan.secret_env if k not in env]
+    if unset:
+        out.append(f"secret env not passed: {', '.join(unset)}")
     shm = host.get("ShmSize")
     if shm is not None and shm != plan.shm_bytes:
-        problems.append(f"/dev/shm is {shm} bytes, not {plan.shm_bytes} ({plan.shm_size})")
-    stop = (info.get("Config") or {}).get("StopTimeout")
+        out.append(f"/dev/shm is {shm} bytes, not {plan.shm_bytes} ({plan.shm_size})")
+    stop = cfg.get("StopTimeout")
     if stop is not None and stop != plan.stop_timeout:
-        problems.append(
+        out.append(
             f"stop timeout is {stop}s, not {plan.stop_timeout}s: vLLM would be killed mid-drain "
-            "(podman-compose "
-            f"ignores stop_grace_period; start it with --podman-run-args=--stop-timeout={plan.stop_timeout})"
+            "(podman-compose ignores stop_grace_period; start it with "
+            f"--podman-run-args=--stop-timeout={plan.stop_timeout})"
         )
-    return problems
-
-
-def read_cdi_specs(dirs: Iterable[Path] = CDI_DIRS) -> list[str]:
-    """Texts of the CDI spec files podman reads."""
-    texts = []
-    for d in dirs:
-        for p in sorted([*d.glob("*.json"), *d.glob("*.yaml")]) if d.is_dir() else []:
-            texts.append(p.read_text(encoding="utf-8", errors="replace"))
-    return texts
+    return out
 
 
 def check_container(
@@ -98,17 +133,16 @@ def check_container(
     *,
     name: str | None = None,
     run: Callable[[list[str]], subprocess.CompletedProcess[str]] | None = None,
-    cdi_texts: Iterable[str] | None = None,
+    host: Host | None = None,
 ) -> None:
-    """Inspect the running container; raise PreflightError naming every problem."""
+    """Inspect the running container; raise PreflightError naming every difference from the plan."""
     argv = inspect_argv(name or plan.name)
     runner = run or (lambda a: subprocess.run(a, capture_output=True, text=True, check=False))
     proc = runner(argv)
     if proc.returncode != 0:
         raise CommandError(argv, proc.returncode, proc.stderr, hint="is it started? podman ps -a")
-    data = json.loads(proc.stdout)
-    info = data[0] if isinstance(data, list) and data else {}
-    problems = container_problems(info, plan, cdi_nodes(read_cdi_specs() if cdi_texts is None else cdi_texts))
+    info = parse_inspect(proc.stdout) or {}
+    problems = container_problems(info, plan, cdi_edits(host or LocalHost()))
     if problems:
         raise PreflightError(
             f"container {name or plan.name} does not match deployment {plan.name}:\n"

@@ -133,6 +133,18 @@ def test_container_problems_name_each_loss() -> None:
     )
 
 
+def test_container_problems_name_wrong_limits_with_the_compose_fix() -> None:
+    plan = _plan()
+    devs = [f"/dev/nvidia{i}" for i in range(4)] + ["/dev/nvidiactl"]
+    info = _info(plan, devs, env=[f"{k}={v}" for k, v in plan.env] + ["NVIDIA_VISIBLE_DEVICES=void"])
+    info["HostConfig"]["ShmSize"] = 64 * 2**20
+    info["Config"]["StopTimeout"] = 10
+    problems = lifecycle.container_problems(info, plan, CDI)
+    assert problems[0] == f"/dev/shm is 67108864 bytes, not {plan.shm_bytes} (8g)"
+    assert problems[1].startswith("stop timeout is 10s, not 70s: vLLM would be killed mid-drain")
+    assert "--podman-run-args=--stop-timeout=70" in problems[1]
+
+
 def test_classify_holders_orphans_by_container_pid_or_engine_name() -> None:
     apps = [
         probes.GpuApp(10, "/usr/bin/python3", "GPU-a", 21000),

@@ -18,6 +18,7 @@ import yaml
 
 from rigsmith import deploy, verify
 from rigsmith.errors import PreflightError
+from rigsmith.ops import probes
 from rigsmith.plan import RunPlan
 from rigsmith.spec import loads
 from tests.conftest import (
@@ -72,8 +73,8 @@ def _running(podman: Podman, name: str, timeout: float = 15) -> dict[str, Any]:
     return info
 
 
-def _cdi() -> dict[str, list[str]]:
-    return verify.cdi_nodes([json.dumps(FAKE_CDI_SPEC)])
+def _cdi() -> verify.CdiEdits:
+    return verify.cdi_from_specs([probes.parse_cdi("fake.json", json.dumps(FAKE_CDI_SPEC))])
 
 
 @pytest.fixture(params=VERSIONS)
@@ -136,7 +137,7 @@ def test_deploy_resources_cdi_form_is_caught_by_the_post_start_check(
         rec = parse_recording(podman.logs_until(name, "Application startup complete"))
         assert not any(d.startswith("fakegpu") for d in rec.devices)  # … and the GPUs are really missing
         problems = verify.container_problems(_running(podman, name), plan, _cdi())
-        assert len(problems) == 1 and "has NO devices" in problems[0] and "driver: cdi" in problems[0]
+        assert len(problems) == 1 and "NO devices reached" in problems[0] and "driver: cdi" in problems[0]
 
         def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
@@ -144,7 +145,7 @@ def test_deploy_resources_cdi_form_is_caught_by_the_post_start_check(
             )
 
         with pytest.raises(PreflightError, match="NO devices"):
-            verify.check_container(plan, run=run, cdi_texts=[json.dumps(FAKE_CDI_SPEC)])
+            verify.check_container(plan, run=run)  # reads the fake spec from /etc/cdi
     finally:
         _cleanup(podman, name)
 

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rigsmith import verify
 from rigsmith.targets import lxc
 from rigsmith.targets.common import duration, k8s_quantity
 from rigsmith.targets.ini import sections, systemd_words
-from tests.conftest import FAKE_CDI_SPEC
 from tests.targets.facts import split_systemd
 
 _word = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1).filter(
@@ -40,44 +36,6 @@ def test_sections_keep_first_appearance_order_and_repeated_keys() -> None:
 def test_durations_and_quantities() -> None:
     assert [duration(s) for s in (45, 60, 70, 720, 3600, 5400)] == ["45s", "1m", "70s", "12m", "1h", "1h30m"]
     assert [k8s_quantity(n) for n in (8 * 2**30, 512 * 2**20, 1000)] == ["8Gi", "512Mi", "1000"]
-
-
-def _info(
-    devices: list[str], running: bool = True, shm: int = 8 * 2**30, stop: int = 70
-) -> dict[str, object]:
-    return {
-        "State": {"Running": running, "Status": "running" if running else "exited"},
-        "HostConfig": {"Devices": [{"PathInContainer": d} for d in devices], "ShmSize": shm},
-        "Config": {"StopTimeout": stop},
-    }
-
-
-class _Plan:
-    name = "x"
-    devices = ("example.com/gpu=0", "example.com/gpu=1")
-    shm_bytes = 8 * 2**30
-    shm_size = "8g"
-    stop_timeout = 70
-
-
-def test_post_start_check_names_each_missing_device_and_wrong_limits() -> None:
-    cdi = verify.cdi_nodes([json.dumps(FAKE_CDI_SPEC), "not: [valid", "kind: x"])
-    assert cdi["example.com/gpu=1"] == ["/dev/fakegpu1"]
-    plan = _Plan()
-    ok = _info(["/dev/fakegpu0", "/dev/fakegpu1"])
-    assert verify.container_problems(ok, plan, cdi) == []  # type: ignore[arg-type]
-    partial = verify.container_problems(_info(["/dev/fakegpu0"], shm=64 * 2**20, stop=10), plan, cdi)  # type: ignore[arg-type]
-    assert len(partial) == 3
-    assert "example.com/gpu=1 did not arrive: /dev/fakegpu1" in partial[0]
-    assert "/dev/shm is 67108864 bytes" in partial[1] and "stop timeout is 10s, not 70s" in partial[2]
-    unknown = verify.container_problems(
-        _info(["/dev/fakegpu0"]), plan, {"example.com/gpu=0": ["/dev/fakegpu0"]}
-    )  # type: ignore[arg-type]
-    assert unknown == [
-        "no CDI spec on this host provides example.com/gpu=1 (nvidia-ctk cdi generate, then retry)"
-    ]
-    stopped = verify.container_problems(_info([], running=False), plan, cdi)  # type: ignore[arg-type]
-    assert "not running (status exited)" in stopped[0] and "has NO devices" in stopped[1]
 
 
 def test_merge_allocates_free_indexes_and_replaces_its_own_lines() -> None:

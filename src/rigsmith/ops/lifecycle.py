@@ -17,7 +17,6 @@ wrapper first, exactly as for the generated scripts).
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -33,11 +32,11 @@ from rigsmith.errors import CommandError, PreflightError, RigsmithError
 from rigsmith.ops import probes
 from rigsmith.ops.host import Host, LocalHost
 from rigsmith.project import Project
+from rigsmith.verify import SPEC_LABEL, cdi_edits, container_problems, inspect_argv, parse_inspect
 
 OPS_TARGETS = ("podman", "quadlet")
 #: Where systemd's quadlet generator reads rootful units (podman-systemd.unit(5)).
 QUADLET_DIR = Path("/etc/containers/systemd")
-SPEC_LABEL = "io.rigsmith.spec-sha256"
 
 #: Process names (nvidia-smi / cmdline) of vLLM engine processes: setproctitle names + the CLI.
 ENGINE_PROCESS = re.compile(r"VLLM::|EngineCore|\bvllm\b|vllm\.entrypoints")
@@ -136,19 +135,6 @@ def parse_systemctl_show(text: str) -> dict[str, str]:
 # -- inspect ------------------------------------------------------------------------------------------
 
 
-def inspect_argv(name: str) -> list[str]:
-    return ["podman", "container", "inspect", name]
-
-
-def parse_inspect(text: str) -> dict[str, Any] | None:
-    """``podman container inspect`` → the container's record, None when absent."""
-    try:
-        data = json.loads(text or "[]")
-    except json.JSONDecodeError:
-        return None
-    return dict(data[0]) if isinstance(data, list) and data else None
-
-
 def inspect(run: Run, name: str) -> dict[str, Any] | None:
     proc = run(inspect_argv(name))
     return parse_inspect(proc.stdout) if proc.returncode == 0 else None
@@ -176,86 +162,6 @@ def survivors(snapshot: Mapping[int, str], now: Mapping[int, str | None]) -> lis
         for pid, args in sorted(snapshot.items())
         if now.get(pid) is not None and str(now[pid]).strip() == args
     ]
-
-
-def container_problems(
-    info: Mapping[str, Any], plan: planmod.RunPlan, cdi: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
-) -> list[str]:
-    """Every way the container differs from the plan: state, spec, CDI nodes and env, env, shm, stop.
-
-    ``cdi`` maps each fully qualified CDI device to the (device nodes, env) its spec injects.
-    """
-    out = []
-    state = info.get("State") or {}
-    if not state.get("Running"):
-        out.append(
-            f"container {plan.name} is not running (status {state.get('Status', '?')}, "
-            f"exit code {state.get('ExitCode', '?')})"
-        )
-    cfg = info.get("Config") or {}
-    labels = cfg.get("Labels") or {}
-    want_label = dict(plan.labels).get(SPEC_LABEL)
-    if want_label and labels.get(SPEC_LABEL) != want_label:
-        out.append(
-            f"container was started from another spec (label {SPEC_LABEL}={labels.get(SPEC_LABEL)}, "
-            f"the spec now renders {want_label})"
-        )
-    image = info.get("ImageName")
-    if image and image != plan.image:
-        out.append(f"container runs image {image}, the plan says {plan.image}")
-    env = {}
-    for item in cfg.get("Env") or []:
-        k, _, v = str(item).partition("=")
-        env[k] = v
-    host = info.get("HostConfig") or {}
-    arrived = {str(d.get("PathInContainer")) for d in host.get("Devices") or []}
-    if plan.devices and not arrived:
-        out.append(
-            f"NO devices reached the container, though the plan asks for {', '.join(plan.devices)} "
-            "(a front-end dropped them silently)"
-        )
-    else:
-        for dev in plan.devices:
-            if dev not in cdi:
-                out.append(f"no CDI spec on this host describes {dev}, so its arrival cannot be confirmed")
-                continue
-            nodes, cdi_env = cdi[dev]
-            lost = [n for n in nodes if n not in arrived]
-            if lost:
-                out.append(f"CDI device {dev}: {', '.join(lost)} not in the container")
-            lost_env = [
-                e.split("=", 1)[0] for e in cdi_env if env.get(e.split("=", 1)[0]) != e.partition("=")[2]
-            ]
-            if lost_env:
-                out.append(f"CDI device {dev}: env {', '.join(lost_env)} not set as its spec says")
-    wrong = [k for k, v in plan.env if env.get(k) != v]
-    if wrong:
-        out.append(f"env not as planned: {', '.join(wrong)}")
-    unset = [k for k in plan.secret_env if k not in env]
-    if unset:
-        out.append(f"secret env not passed: {', '.join(unset)}")
-    shm = host.get("ShmSize")
-    if shm is not None and shm != plan.shm_bytes:
-        out.append(f"/dev/shm is {shm} bytes, not {plan.shm_bytes} ({plan.shm_size})")
-    stop = cfg.get("StopTimeout")
-    if stop is not None and stop != plan.stop_timeout:
-        out.append(f"stop timeout is {stop}s, not {plan.stop_timeout}s")
-    return out
-
-
-def cdi_edits(host: Host) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    """Every CDI device this host's specs describe → (nodes, env); later directories win."""
-    out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-    for d in probes.CDI_DIRS:
-        for name in host.listdir(d):
-            if name.endswith((".yaml", ".json")):
-                text = host.read(f"{d}/{name}")
-                if text is None:
-                    continue
-                s = probes.parse_cdi(f"{d}/{name}", text)
-                for dev, edits in s.edits.items():
-                    out[f"{s.kind}={dev}"] = edits
-    return out
 
 
 # -- up -----------------------------------------------------------------------------------------------
