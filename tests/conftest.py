@@ -289,33 +289,38 @@ def parse_recording(logs: str) -> Recording:
     return Recording(argv, env, int(fields["SHM"]), fields["MEMLOCK"], fields["DEVICES"].split())
 
 
-@pytest.fixture(scope="session")
-def standin_image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A busybox image whose `vllm` records what it was given (imported; nothing is pulled)."""
+def import_busybox_image(podman: Podman, root: Path, ref: str, tools: Sequence[str], vllm: str) -> str:
+    """Import a busybox rootfs under ``ref`` whose ``/usr/local/bin/vllm`` is the script ``vllm``."""
     busybox = Path("/bin/busybox")
     if not busybox.exists():
-        pytest.fail("busybox-static is not installed; run `bash .ci/run` first", pytrace=False)
-    root = tmp_path_factory.mktemp("standin-rootfs")
-    (root / "bin").mkdir()
-    (root / "usr/local/bin").mkdir(parents=True)
-    for d in ("tmp", "proc", "sys", "dev", "etc"):
-        (root / d).mkdir()
+        pytest.fail("busybox-static is not installed; run `bash scripts/setup.sh` first", pytrace=False)
+    for d in ("bin", "usr/local/bin", "tmp", "proc", "sys", "dev", "etc"):
+        (root / d).mkdir(parents=True)
     shutil.copy2(busybox, root / "bin/busybox")
-    for tool in ("sh", "od", "tr", "env", "printf", "echo", "df", "tail", "cut", "ls", "sleep", "cat", "wc"):
+    for tool in tools:
         (root / "bin" / tool).symlink_to("busybox")
     rec = root / "usr/local/bin/vllm"
-    rec.write_text(RECORDER)
+    rec.write_text(vllm)
     rec.chmod(0o755)
     tar = subprocess.run(["tar", "-C", str(root), "-c", "."], capture_output=True, check=True).stdout
     proc = subprocess.run(
-        podman.argv("import", "--change", "ENV=PATH=/usr/local/bin:/bin", "-", STANDIN_IMAGE),
+        podman.argv("import", "--change", "ENV=PATH=/usr/local/bin:/bin", "-", ref),
         input=tar,
         capture_output=True,
         env={**os.environ, "CONTAINERS_CONF": str(podman.conf)},
         check=False,
     )
     assert proc.returncode == 0, proc.stderr.decode()
-    return STANDIN_IMAGE
+    return ref
+
+
+@pytest.fixture(scope="session")
+def standin_image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A busybox image whose `vllm` records what it was given (imported; nothing is pulled)."""
+    tools = ("sh", "od", "tr", "env", "printf", "echo", "df", "tail", "cut", "ls", "sleep", "cat", "wc")
+    return import_busybox_image(
+        podman, tmp_path_factory.mktemp("standin-rootfs"), STANDIN_IMAGE, tools, RECORDER
+    )
 
 
 def run_script(

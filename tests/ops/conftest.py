@@ -3,17 +3,14 @@ that points the seed 003 stand-in at it and at a free 127.0.0.1 port."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
-import subprocess
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Podman, prepare_host_dirs, standin_deployment
+from tests.conftest import Podman, import_busybox_image, prepare_host_dirs, standin_deployment
 
 OPS_IMAGE = "localhost/rigsmith-ops-standin:1"
 
@@ -38,23 +35,7 @@ ENGINE = textwrap.dedent(
 def ops_image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A busybox image whose `vllm` logs like vLLM's startup (imported; nothing is pulled)."""
     root = tmp_path_factory.mktemp("ops-rootfs")
-    for d in ("bin", "usr/local/bin", "tmp", "proc", "sys", "dev", "etc"):
-        (root / d).mkdir(parents=True)
-    shutil.copy2("/bin/busybox", root / "bin/busybox")
-    for tool in ("sh", "sleep", "echo"):
-        (root / "bin" / tool).symlink_to("busybox")
-    (root / "usr/local/bin/vllm").write_text(ENGINE)
-    (root / "usr/local/bin/vllm").chmod(0o755)
-    tar = subprocess.run(["tar", "-C", str(root), "-c", "."], capture_output=True, check=True).stdout
-    proc = subprocess.run(
-        podman.argv("import", "--change", "ENV=PATH=/usr/local/bin:/bin", "-", OPS_IMAGE),
-        input=tar,
-        capture_output=True,
-        env={**os.environ, "CONTAINERS_CONF": str(podman.conf)},
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()
-    return OPS_IMAGE
+    return import_busybox_image(podman, root, OPS_IMAGE, ("sh", "sleep", "echo"), ENGINE)
 
 
 def free_port() -> int:
@@ -73,18 +54,3 @@ def ops_data(
     data["env"] = [*data["env"], *extra]  # type: ignore[list-item]
     prepare_host_dirs(data)
     return data
-
-
-@pytest.fixture(autouse=True)
-def _fake_cdi_present(request: pytest.FixtureRequest) -> None:
-    """Re-create the shared fake CDI spec if a concurrent test session (another checkout) removed it."""
-    if "fake_cdi" in request.fixturenames:
-        from tests.conftest import FAKE_CDI_SPEC
-
-        path: Path = request.getfixturevalue("fake_cdi")
-        if not path.exists():
-            import json
-
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(FAKE_CDI_SPEC, indent=1))
-            tmp.replace(path)
