@@ -1,0 +1,146 @@
+"""Seed 003 as a user lives it, through the real CLI in separate processes:
+
+recipe URL → import-recipe → (deploy refuses the placeholders) → the user fills them → pin → fetch-model
+(verified, config patched) → deploy → up (devices and env verified) → wait (recipe gates) → bench →
+down. Real podman with the fake CDI vendor, the Hub stand-in and a streaming OpenAI stand-in, all on
+127.0.0.1. Only the GPUs and the weights are stand-ins.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rigsmith import lock as lockmod
+from rigsmith import spec as specmod
+from rigsmith.ops.standin import Standin, StandinConfig
+from tests.conftest import FAKE_VENDOR, REPO, Podman
+from tests.models.conftest import tiny_files
+from tests.models.hubserver import HubServer
+from tests.ops.conftest import OPS_IMAGE, free_port
+
+RECIPE = "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
+HUB_REPO = "halt95/Qwen3.8-Flash-Next-W4A16-Merlin"
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recipe_url() -> Iterator[str]:
+    handler = functools.partial(_Quiet, directory=str(REPO / "examples" / "recipes"))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{RECIPE}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _cli(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    inv = shutil.which("invoke")
+    assert inv, "invoke is not installed"
+    env = {**env, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+    return subprocess.run(
+        [sys.executable, inv, "-r", str(REPO), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_seed_003_from_recipe_url_to_a_qualified_deployment_and_back(
+    tmp_path: Path, recipe_url: str, hub_server: HubServer, podman: Podman, fake_cdi: Path, ops_image: str
+) -> None:
+    root = tmp_path / "rig"
+    (root / "deployments").mkdir(parents=True)
+    hub_server.reset()
+    env = {k: v for k, v in podman.env.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(
+        HF_ENDPOINT=hub_server.url,
+        HF_HOME=str(tmp_path / "hf"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_XET="1",
+    )
+
+    # 1. import: the recipe names no image, so the user gives one
+    imp = _cli(root, env, "import-recipe", recipe_url, "--name", "merlin", "--image", OPS_IMAGE)
+    assert imp.returncode == 0, imp.stderr
+    spec_path = root / "deployments" / "merlin.yaml"
+    spec = specmod.load(spec_path)
+    assert spec.provenance and spec.provenance.source == recipe_url
+    assert spec.engine.image == OPS_IMAGE and spec.readiness.kv_cache_tokens == 924993
+
+    # 2. deploy refuses until the placeholders are filled, naming each
+    refused = _cli(root, env, "deploy", "--target", "podman")
+    assert refused.returncode == 1
+    assert "'<repo>' has no value" in refused.stderr and "'<vllm tree>' has no value" in refused.stderr
+    assert not (root / "podman").exists()
+
+    # 3. the user applies the recipe to this rig: paths, GPUs (fake CDI vendor here), a free port
+    port = free_port()
+    data = yaml.safe_load(spec_path.read_text())
+    data["placeholders"] = {"<repo>": "/opt/merlin", "<vllm tree>": "/opt/merlin/vllm-v2.5"}
+    data["model"]["local_dir"] = str(tmp_path / "models" / "Flash-Next-Merlin")
+    data["mounts"] = [{"host": str(tmp_path / "merlin"), "container": "/opt/merlin"}]
+    data["resources"]["gpus"]["cdi_devices"] = [f"{FAKE_VENDOR}={i}" for i in range(4)]
+    data["network"] = {"host": "127.0.0.1", "port": port}
+    spec_path.write_text(specmod.dump(specmod.from_data(data)))
+    (tmp_path / "merlin").mkdir()
+
+    # 4. pin the floating model revision, then fetch, verify and patch
+    files = tiny_files(HUB_REPO, shards=1)
+    files["config.json"] = json.dumps(
+        {"architectures": ["Qwen3NextForCausalLM"], "text_config": {"hidden_size": 64}}
+    ).encode()
+    commit = hub_server.repo(HUB_REPO).add_commit(files)
+    pin = _cli(root, env, "pin")
+    assert pin.returncode == 0, pin.stderr
+    assert lockmod.read(root / "rigsmith.lock").models["merlin"].commit == commit
+    fetch = _cli(root, env, "fetch-model")
+    assert fetch.returncode == 0, fetch.stderr
+    cfg = json.loads((tmp_path / "models/Flash-Next-Merlin/config.json").read_text())
+    assert cfg["text_config"] == {"hidden_size": 64, "ple_embedding_dtype": "float8_e4m3fn"}
+    assert lockmod.read(root / "rigsmith.lock").models["merlin"].patches[0].file == "config.json"
+
+    # 5. render, start, verify, wait on the recipe's gates, qualify, stop
+    dep = _cli(root, env, "deploy", "--target", "podman", "--memlock", "host")
+    assert dep.returncode == 0, dep.stderr
+    try:
+        up = _cli(root, env, "up", "--memlock", "host")
+        assert up.returncode == 0, up.stderr
+        assert "verified merlin: running; 4 CDI device(s)" in up.stdout
+        with Standin(StandinConfig(model_names=("flash-next-v2",), rate=120.0, ttft=0.01), port=port):
+            wait = _cli(root, env, "wait")
+            assert wait.returncode == 0, wait.stderr
+            assert "GPU KV cache 924,993 tokens" in wait.stdout
+            bench = _cli(root, env, "bench", "--max-tokens", "30", "--prompt-words", "10")
+            assert bench.returncode == 0, bench.stderr
+        rows = [json.loads(r) for r in (root / ".rigsmith/bench.jsonl").read_text().splitlines()]
+        assert rows and rows[-1]["deployment"] == "merlin"
+        one = rows[-1]["runs"][0]
+        assert one["streams"] == 1 and one["aggregate_decode_tps"] == pytest.approx(120.0, rel=0.1)
+        down = _cli(root, env, "down")
+        assert down.returncode == 0, down.stderr
+        assert podman.run("container", "exists", "merlin", check=False).returncode == 1
+    finally:
+        podman.run("rm", "--force", "--time", "0", "merlin", check=False)
+    assert os.environ.get("HF_ENDPOINT") != hub_server.url  # the test process itself stayed untouched
