@@ -18,12 +18,24 @@ from rigsmith.spec import loads
 from tests.conftest import Podman, parse_recording, prepare_host_dirs, standin_deployment, write_project
 from tests.targets.conftest import SEEDS
 
+#: Values Kubernetes' expansion leaves alone reach the container verbatim; those it would expand are
+#: escaped in the manifest (test_units checks that against a model of Kubernetes' expansion), which
+#: podman 4.3's kube play, expanding nothing, would pass on doubled.
+KUBE_HOSTILE = ["$HOME ${TREE} `id`", "cost: 5$", "'quoted' \"double\"", "100% %h", "line\nbreak"]
+
 
 @pytest.fixture
 def played(
     tmp_path: Path, podman: Podman, standin_image: str
 ) -> Iterator[tuple[dict[str, Any], RunPlan, Path]]:
     data = standin_deployment(tmp_path, name="standin-kube")
+    # Kubernetes expands $(VAR) in command, args and env values and turns $$ into $; recipe text must
+    # reach the engine literally all the same.
+    data["engine"]["args"] = [*data["engine"]["args"], "--literal", *KUBE_HOSTILE]  # type: ignore[index]
+    data["env"] = [
+        *data["env"],
+        *({"name": f"KUBE_HOSTILE_{i}", "value": v} for i, v in enumerate(KUBE_HOSTILE)),
+    ]  # type: ignore[misc]
     prepare_host_dirs(data)
     project = write_project(tmp_path, data)
     out = tmp_path / "out"

@@ -67,3 +67,35 @@ def test_merge_into_nothing_numbers_from_zero() -> None:
         None, [lxc.Line("mp", "/a,mp=/a"), lxc.Line("mp", "/b,mp=/b"), lxc.Line("dev", "/dev/x")], []
     )
     assert out == ["mp0: /a,mp=/a", "mp1: /b,mp=/b", "dev0: /dev/x"]
+
+
+def _k8s_expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion (third_party/forked/golang/expansion), for command, args and env."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2 : end]
+                    out.append(env.get(name, f"$({name})"))
+                    i = end + 1
+                    continue
+                out.append("$(")
+                i += 2
+                continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+@given(st.text(alphabet=st.sampled_from(list("$()AB x")), max_size=30))
+def test_kube_values_survive_kubernetes_expansion(text: str) -> None:
+    from rigsmith.targets.kube import k8s_literal
+
+    assert _k8s_expand(k8s_literal(text), {"A": "EXPANDED", "B": ""}) == text

@@ -58,6 +58,16 @@ def _volume_name(i: int, role: str) -> str:
     return "model" if role == "model" else f"mount-{i}"
 
 
+def k8s_literal(text: str) -> str:
+    """Text that Kubernetes' ``$(VAR)`` expansion (command, args, env values) gives back unchanged.
+
+    Kubernetes turns ``$$`` into ``$`` and ``$(NAME)`` into NAME's value; any other ``$`` stays. So
+    doubling every ``$`` is needed exactly when one is followed by ``$`` or ``(``.
+    (podman kube play expands the same way since 4.7; Debian 12's 4.3 does not expand at all.)
+    """
+    return text.replace("$", "$$") if "$(" in text or "$$" in text else text
+
+
 def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[dict[str, Any]]:
     """Deployment and Service as data."""
     if isinstance(plan.memlock, int):
@@ -86,7 +96,7 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
     shm = re.sub(r"[^a-z0-9-]", "-", plan.name[:59]).strip("-") + "-shm"
     volumes.append({"name": shm, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(plan.shm_bytes)}})
     mounts.append({"name": shm, "mountPath": "/dev/shm"})
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plan.env]
+    env: list[dict[str, Any]] = [{"name": k, "value": k8s_literal(v)} for k, v in plan.env]
     env += [
         {"name": k, "valueFrom": {"secretKeyRef": {"name": f"{plan.name}-secrets", "key": k}}}
         for k in plan.secret_env
@@ -103,8 +113,8 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
         "name": plan.name,
         "image": plan.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": [plan.entrypoint],
-        "args": list(plan.command),
+        "command": [k8s_literal(plan.entrypoint)],
+        "args": [k8s_literal(a) for a in plan.command],
         "env": env,
         # With hostNetwork the server binds the node's port directly; podman kube play (4.3) also refuses
         # port mappings there ("PortMappings can only be used with Bridge or slirp4netns networking").
