@@ -30,12 +30,16 @@ from tests.conftest import (
     standin_deployment,
     write_project,
 )
+from tests.targets.test_podman_real import HOSTILE
 
 VERSIONS = ("1.0.6", "1.6.0")
 
 
 def _render(tmp_path: Path, name: str) -> tuple[dict[str, Any], RunPlan, Path]:
     data = standin_deployment(tmp_path, name=name)
+    # Recipe text with shell and compose metacharacters must reach the engine literally.
+    data["engine"]["args"] = [*data["engine"]["args"], "--literal", *HOSTILE]
+    data["env"] = [*data["env"], *({"name": f"HOSTILE_{i}", "value": v} for i, v in enumerate(HOSTILE))]
     prepare_host_dirs(data)
     project = write_project(tmp_path, data)
     out = tmp_path / "out"
