@@ -146,6 +146,18 @@ def make(
                 for tok in missing
             ],
         )
+    if not spec.model.local_dir.startswith(("/", "~/")) and spec.model.local_dir != "~":
+        # Each target resolves a relative host path against a different directory (or not at all).
+        raise SpecError(
+            spec_path,
+            [
+                (
+                    "model.local_dir",
+                    f"{spec.model.local_dir!r} is relative (to where the recipe ran); set the checkpoint's "
+                    "absolute path or ~/…",
+                )
+            ],
+        )
     ref, pinned = _image(spec, lock, image)
     mounts = [
         PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
