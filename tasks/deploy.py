@@ -1,4 +1,8 @@
-"""invoke deploy."""
+"""invoke deploy.
+
+rigsmith.deploy (the targets, the image registry client) loads inside the tasks: invoke imports every
+task module for every command.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,7 @@ from pathlib import Path
 
 from invoke import task
 
-from rigsmith import deploy as deploymod
 from rigsmith.errors import RigsmithError
-from rigsmith.targets import LxcOptions
 from tasks._common import confirm, echo, project, user_errors
 
 
@@ -62,6 +64,9 @@ def deploy(
     uvm_major=None,
 ):
     """Render run artifacts for one target from the spec and the lock."""
+    from rigsmith import deploy as deploymod
+    from rigsmith.targets import LxcOptions
+
     deploymod.deploy(
         project(),
         target,
@@ -93,6 +98,8 @@ def deploy(
 @user_errors
 def check_container(c, deployment=None, container=None, memlock=None):
     """Fail loudly unless the running container got its CDI devices, shm and stop timeout."""
+    from rigsmith import deploy as deploymod
+
     deploymod.check_container(
         project(),
         deployment=deployment,

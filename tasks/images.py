@@ -1,21 +1,28 @@
-"""invoke pin, invoke build: resolve floating references and build engine images into rigsmith.lock."""
+"""invoke pin, invoke build: resolve floating references and build engine images into rigsmith.lock.
+
+The engine and registry clients (docker-py, httpx: ~0.15 s of imports) load inside the tasks that use
+them; invoke imports every task module for every command, `invoke fetch-model` included.
+"""
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from invoke.context import Context
 from invoke.tasks import task
 
-from rigsmith import build as buildmod
-from rigsmith import engine as enginemod
-from rigsmith import registry as registrymod
 from rigsmith.errors import RigsmithError
 from rigsmith.modelfetch import pin_model
 from tasks._common import echo, project, user_errors
 
+if TYPE_CHECKING:
+    from rigsmith.registry import Registry
 
-def _registry() -> registrymod.Registry:
+
+def _registry() -> Registry:
+    from rigsmith import registry as registrymod
+
     return registrymod.Registry(registrymod.load_docker_config())
 
 
@@ -28,6 +35,8 @@ def _registry() -> registrymod.Registry:
 @user_errors
 def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
     """Resolve image tags (and model branches) to digests/commits in rigsmith.lock."""
+    from rigsmith import build as buildmod
+
     proj = project()
     reg = _registry()
     try:
@@ -56,6 +65,9 @@ def build(
     push: str | None = None,
 ) -> None:
     """Render the Dockerfile, build it, record image ID (and pushed digest) in rigsmith.lock."""
+    from rigsmith import build as buildmod
+    from rigsmith import engine as enginemod
+
     if engine is not None and engine not in enginemod.ENGINES:
         raise RigsmithError(f"--engine {engine!r} is not supported", hint="use --engine podman or docker")
     proj = project()

@@ -17,10 +17,11 @@ from tasks._common import echo, project, user_errors
         "dest": "download into DIR instead of the spec's model.local_dir",
         "verify": "hash every file again, even those verified on an earlier run",
         "repin": "resolve the spec's branch/tag again first and show what changed",
+        "workers": f"files downloaded (and hashed) at once (default {modelfetch.WORKERS})",
     },
 )
 @user_errors
-def fetch_model(c, deployment=None, dest=None, verify=False, repin=False):
+def fetch_model(c, deployment=None, dest=None, verify=False, repin=False, workers=modelfetch.WORKERS):
     """Download the locked model revision, verify every file, apply declared config patches.
 
     A local checkpoint (``model.repo: null``) is not downloaded or verified: the task reports what
@@ -29,6 +30,12 @@ def fetch_model(c, deployment=None, dest=None, verify=False, repin=False):
     proj = project()
     spec = proj.load(deployment)
     report = modelfetch.fetch_model(
-        proj, spec, dest=Path(dest).expanduser() if dest else None, verify=verify, repin=repin, echo=echo
+        proj,
+        spec,
+        dest=Path(dest).expanduser() if dest else None,
+        verify=verify,
+        repin=repin,
+        echo=echo,
+        workers=int(workers),
     )
     echo(report.summary())

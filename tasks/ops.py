@@ -1,29 +1,32 @@
-"""Operations: doctor, up, down, status, logs, wait, bench, proxy-entry. Wiring only (see rigsmith.ops)."""
+"""Operations: doctor, up, down, status, logs, wait, bench, proxy-entry. Wiring only (see rigsmith.ops).
+
+rigsmith.ops (httpx, jinja2) loads inside the tasks: invoke imports every task module for every command.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from invoke import Exit, task
 
-from rigsmith import writer
 from rigsmith.errors import RigsmithError
-from rigsmith.ops import bench as benchmod
-from rigsmith.ops import doctor as doctormod
-from rigsmith.ops import lifecycle, proxy
-from rigsmith.ops import wait as waitmod
-from rigsmith.ops.host import LocalHost, gather
 from tasks._common import confirm, echo, project, user_errors
 from tasks.deploy import _memlock
+
+if TYPE_CHECKING:
+    from rigsmith.ops.lifecycle import Ops
 
 _DEP = "deployments/NAME.yaml to act on (optional when there is only one)"
 _TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
 _OUT = "where the target's artifacts live: DIR/<target>/… (default: the checkout)"
 
 
-def _ops(target: str, out: str | None) -> lifecycle.Ops:
+def _ops(target: str, out: str | None) -> Ops:
+    from rigsmith.ops import lifecycle
+
     return lifecycle.Ops(
         project(), target=target, out=Path(out) if out else None, env=dict(os.environ), echo=echo
     )
@@ -41,6 +44,9 @@ def _int(flag: str, value: object) -> int:
 def doctor(c, deployment=None, target="podman"):
     """Preflight: one go/no-go table of this host against the deployment's needs."""
     from rich.console import Console
+
+    from rigsmith.ops import doctor as doctormod
+    from rigsmith.ops.host import LocalHost, gather
 
     p = project()
     spec = p.load(deployment)
@@ -68,6 +74,8 @@ def doctor(c, deployment=None, target="podman"):
 @user_errors
 def up(c, deployment=None, target="podman", image=None, memlock=None, out=None, yes=False, dry_run=False):
     """Start the deployment (render-check, start if needed, verify devices and env arrived)."""
+    from rigsmith.ops import lifecycle
+
     lifecycle.up(
         _ops(target, out),
         deployment=deployment,
@@ -83,6 +91,8 @@ def up(c, deployment=None, target="podman", image=None, memlock=None, out=None, 
 @user_errors
 def down(c, deployment=None, target="podman", out=None):
     """Stop the deployment with its grace, then confirm no process of it holds a GPU."""
+    from rigsmith.ops import lifecycle
+
     lifecycle.down(_ops(target, out), deployment=deployment)
 
 
@@ -90,6 +100,9 @@ def down(c, deployment=None, target="podman", out=None):
 @user_errors
 def status(c, deployment=None, target="podman", out=None):
     """Show the deployment's container state, whether it runs the current spec, and /health."""
+    from rigsmith.ops import lifecycle
+    from rigsmith.ops import wait as waitmod
+
     st = lifecycle.status(_ops(target, out), deployment=deployment, health=waitmod.http_health_url)
     spec = {
         True: "current spec",
@@ -118,6 +131,8 @@ def status(c, deployment=None, target="podman", out=None):
 @user_errors
 def logs(c, deployment=None, target="podman", out=None, follow=False, tail=None):
     """Show the deployment's engine log (podman logs / journalctl)."""
+    from rigsmith.ops import lifecycle
+
     argv = lifecycle.logs_argv(
         _ops(target, out),
         deployment=deployment,
@@ -147,6 +162,10 @@ def logs(c, deployment=None, target="podman", out=None, follow=False, tail=None)
 @user_errors
 def wait(c, deployment=None, target="podman", out=None, timeout=None, log_file=None, url=None):
     """Wait until the recipe's readiness gates pass (log lines, KV-cache size, /health)."""
+    from rigsmith.ops import bench as benchmod
+    from rigsmith.ops import lifecycle
+    from rigsmith.ops import wait as waitmod
+
     ops = _ops(target, out)
     spec = ops.project.load(deployment)
     if log_file:
@@ -189,6 +208,8 @@ def bench(
     compare=False,
 ):
     """Measure decode tok/s (1 and N streams), TTFT and prefill; append results keyed by the lock hash."""
+    from rigsmith.ops import bench as benchmod
+
     counts = [_int("--streams", s) for s in str(streams).split(",") if s.strip()]
     benchmod.bench_deployment(
         project(),
@@ -215,6 +236,9 @@ def bench(
 @user_errors
 def proxy_entry(c, deployment=None, target="podman", write=False, yes=False):
     """Emit a llama-swap model entry and the proxy family record for the deployment."""
+    from rigsmith import writer
+    from rigsmith.ops import proxy
+
     p = project()
     spec = p.load(deployment)
     if write:

@@ -13,10 +13,10 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Protocol, TypeVar, cast
+from typing import Protocol, TypeVar
 
 import httpx2
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import (
     DisabledRepoError,
     GatedRepoError,
@@ -27,9 +27,10 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.file_download import hf_hub_url, http_get
+from huggingface_hub.file_download import hf_hub_url
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils._headers import build_hf_headers
+from huggingface_hub.utils._http import hf_raise_for_status, http_stream_backoff
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -37,7 +38,6 @@ from tenacity import (
     stop_after_attempt,
     wait_exponential_jitter,
 )
-from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from rigsmith.errors import AdapterError
 from rigsmith.modelfiles import RemoteFile, read_text_or_none, token_from
@@ -53,7 +53,7 @@ T = TypeVar("T")
 class Sink(Protocol):
     """Where downloaded bytes go: a binary file (or a wrapper that hashes as it writes)."""
 
-    def write(self, data: bytes, /) -> int: ...
+    def write(self, data: bytes, /) -> object: ...
     def tell(self) -> int: ...
     def seek(self, offset: int, whence: int = 0, /) -> int: ...
     def truncate(self, size: int | None = None, /) -> int: ...
@@ -94,7 +94,12 @@ def is_retryable(exc: BaseException) -> bool:
         return True
     if isinstance(exc, LocalEntryNotFoundError):
         return exc.__cause__ is not None and is_retryable(exc.__cause__)
-    return isinstance(exc, OSError) and "Consistency check failed" in str(exc)
+    # ShortBody is what _stream raises; the message test keeps huggingface_hub's own size check transient.
+    return isinstance(exc, ShortBody) or (isinstance(exc, OSError) and "Consistency check failed" in str(exc))
+
+
+class ShortBody(OSError):
+    """The server ended (or overran) a body at a size other than the one the lock records."""
 
 
 @dataclass(frozen=True)
@@ -127,14 +132,6 @@ class RetryPolicy:
             before_sleep=note,
             reraise=True,
         )
-
-
-class _Silent(tqdm):  # type: ignore[misc]  # tqdm ships no stubs
-    """huggingface_hub draws its own tqdm bar per file; rigsmith shows one rich progress instead."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs["disable"] = True
-        super().__init__(*args, **kwargs)
 
 
 class HfHub:
@@ -193,18 +190,22 @@ class HfHub:
             raise ValueError("out must be positioned at offset")
 
         def once() -> None:
-            # A retry resumes from what the previous attempt wrote (http_get itself resumes in-process on
-            # transport errors; an HTTP 5xx surfaces here instead). ``out`` reports absolute positions.
-            have = out.tell()
-            http_get(
-                url,
-                cast(BinaryIO, out),
-                resume_size=have,
-                headers=headers,
-                expected_size=size,
-                displayed_filename=path,
-                tqdm_class=_Silent,
-            )
+            # A transport error after some bytes arrived resumes at once from what was written (like
+            # http_get's own loop, whose budget also resets on progress); one without progress (or after
+            # a server ignoring Range sent us back to 0), and every HTTP error, goes to the retry
+            # policy's budget and backoff.
+            while True:
+                before = out.tell()
+                try:
+                    _stream(url, headers, out, size)
+                    return
+                except httpx2.TransportError as err:
+                    if out.tell() <= before or not is_retryable(err):
+                        raise
+                    log.warning(
+                        "download %s@%s/%s: %s: %s; resuming at byte %d",
+                        repo, commit, path, type(err).__name__, err, out.tell(),
+                    )  # fmt: skip
 
         self._call("download", repo, once, revision=f"{commit}/{path}")
 
@@ -246,3 +247,39 @@ class HfHub:
                 hint="check the network and HF_ENDPOINT; a re-run resumes where this one stopped",
             )
         return AdapterError(f"{what}: {where}: {type(err).__name__}: {err}")
+
+
+def _stream(url: str, headers: Mapping[str, str], out: Sink, size: int) -> None:
+    """GET ``url`` from ``out.tell()`` to ``size`` into ``out``, each block written as it arrives.
+
+    huggingface_hub's ``http_get`` re-chunks the body into 10 MiB pieces through httpx's ``ByteChunker``
+    (a BytesIO write, ``getvalue`` and a slice: three extra copies of every byte) and so also resumes only
+    at 10 MiB boundaries. This uses the same session, backoff and error mapping (``http_stream_backoff``,
+    ``hf_raise_for_status``) and hands each block httpx read to ``out`` as it is.
+    """
+    have = out.tell()
+    req = dict(headers)
+    if have:
+        req["Range"] = f"bytes={have}-"
+    with http_stream_backoff(
+        "GET",
+        url,
+        headers=req,
+        timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT,
+        retry_on_exceptions=(),
+        retry_on_status_codes=(408, 429),
+    ) as resp:
+        hf_raise_for_status(resp)
+        if have and resp.status_code != 206:
+            # The server ignored Range (a CDN may answer 200 with the whole body): start the file over.
+            out.seek(0)
+            out.truncate()
+            have = 0
+        # No chunk size: the blocks h11 parsed (decoded when Content-Encoding says so), not re-chunked.
+        for block in resp.iter_bytes():
+            have += len(block)
+            if have > size:
+                raise ShortBody(f"Consistency check failed: the body runs past {size} bytes")
+            out.write(block)
+    if have != size:
+        raise ShortBody(f"Consistency check failed: the body ended at byte {have} of {size}")

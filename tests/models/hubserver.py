@@ -117,6 +117,8 @@ class Request:
     range: str | None
     authorization: bool
     sent: int = 0  # body bytes written for this request
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None  # when the handler was done with it (None: still being answered)
 
 
 class HubServer:
@@ -152,6 +154,17 @@ class HubServer:
             return sum(
                 1 for r in self.requests if contains in r.path and (method is None or r.method == method)
             )
+
+    def peak_in_flight(self, contains: str = "/resolve/", method: str = "GET") -> int:
+        """The most matching requests that were being answered at the same moment."""
+        with self._mu:
+            spans = [(r.started, r.ended) for r in self.requests if contains in r.path and r.method == method]
+        edges = sorted([(t0, 1) for t0, _ in spans] + [(t1, -1) for _, t1 in spans if t1 is not None])
+        peak = now = 0
+        for _t, step in edges:  # at a tie the end sorts first: back-to-back is not overlap
+            now += step
+            peak = max(peak, now)
+        return peak
 
     def hub_requests(self, contains: str = "") -> list[Request]:
         """Requests a Hub client makes for repos (telemetry pings left out)."""
@@ -244,10 +257,17 @@ class _Handler(BaseHTTPRequestHandler):
         self._handle()
 
     def _handle(self) -> None:
+        req = Request(self.command, self.path, self.headers.get("Range"), "Authorization" in self.headers)
+        self.hub._log(req)
+        try:
+            self._answer(req)
+        finally:
+            with self.hub._mu:
+                req.ended = time.monotonic()
+
+    def _answer(self, req: Request) -> None:
         hub = self.hub
         path = urlsplit(self.path).path
-        req = Request(self.command, self.path, self.headers.get("Range"), "Authorization" in self.headers)
-        hub._log(req)
         fault = hub._take_fault(self.command, path)
         if fault is not None and fault.kind in ("500", "502", "503"):
             self._error(int(fault.kind), "", "injected server error")
@@ -370,7 +390,7 @@ class _Handler(BaseHTTPRequestHandler):
                 with self.hub._mu:
                     req.sent += len(chunk)
                     self.hub.bytes_sent[file] = self.hub.bytes_sent.get(file, 0) + len(chunk)
-                if fault is not None and fault.kind == "slow" and start + sent >= fault.after:
+                if fault is not None and fault.kind == "slow" and start + sent >= fault.after and sent < cut:
                     self.wfile.flush()
                     time.sleep(fault.delay)
         except (BrokenPipeError, ConnectionResetError):

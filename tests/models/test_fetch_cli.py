@@ -44,7 +44,7 @@ def test_resume_after_kill_9_mid_file(hub, make_project):
     assert not (root / BIG).exists()  # nothing unverified at the real path
 
     hub.reset()
-    done = run_cli(hub, project, "fetch-model")
+    done = run_cli(hub, project, "fetch-model", "--workers", "2")
     assert done.returncode == 0, done.stderr
     assert (root / BIG).read_bytes() == files[BIG]
     # The killed run's connection may still be draining; count only the new request's bytes.

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from rigsmith import lock as lockmod
-from rigsmith.errors import AdapterError, PreflightError, SpecError
+from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
 from rigsmith.hub import HfHub
-from rigsmith.modelfetch import fetch_model, pin_model
-from rigsmith.modelfiles import HashMismatch, read_state
+from rigsmith.modelfetch import _HashingWriter, fetch_model, pin_model
+from rigsmith.modelfiles import Hasher, HashMismatch, read_state
 from tests.models.conftest import FAST, MiB, digest, tiny_files
 from tests.models.hubserver import Fault, HubServer, random_bytes
 
@@ -142,9 +142,13 @@ def test_transient_faults_are_retried_and_files_still_verified(hub, client, make
     assert hub.count("/tree/") == 2
     assert hub.count("model-00001-of-00003.safetensors") == 2
     assert hub.count("model-00002-of-00003.safetensors") == 2
+    # The cut body is resumed from the bytes that arrived, not from a 10 MiB boundary (i.e. from 0 here).
     truncated = files["model-00003-of-00003.safetensors"]
-    assert hub.count("model-00003-of-00003.safetensors") == 2
-    assert hub.bytes_sent["model-00003-of-00003.safetensors"] == len(truncated) + len(truncated) // 2
+    first, resumed = hub.hub_requests("model-00003-of-00003.safetensors")
+    assert first.range is None and first.sent == len(truncated) // 2
+    assert resumed.range is not None
+    at = int(resumed.range.removeprefix("bytes=").removesuffix("-"))
+    assert 0 < at <= len(truncated) // 2 and resumed.sent == len(truncated) - at
     assert hub.count("/config.json") == 3
 
 
@@ -189,6 +193,78 @@ def test_wrong_bytes_are_detected_and_refused(hub, client, make_project):
     report = fetch_model(project, spec, hub=client, echo=lambda _m: None)
     assert report.downloaded == [shard]
     assert (root / shard).read_bytes() == files[shard]
+
+
+def test_files_download_concurrently_up_to_the_worker_count(hub, client, make_project, tmp_path):
+    files = tiny_files("parallel", shards=4, shard_size=MiB)
+    sha = hub.repo("acme/parallel").add_commit(files, refs=())
+    project, spec = make_project(repo="acme/parallel", revision=sha)
+    shards = sorted(p for p in files if p.endswith(".safetensors"))
+    # Each shard's body takes 0.2 s or more on the wire, so shards in flight together overlap at the server.
+    hub.fault(*(Fault("slow", p, delay=0.05) for p in shards))
+
+    fetch_model(project, spec, hub=client, workers=3, echo=lambda _m: None)
+
+    _assert_tree(Path(spec.model.local_dir), files)
+    assert hub.peak_in_flight() == 3
+    assert hub.peak_in_flight(".safetensors") >= 2
+    assert all(hub.count(f"/resolve/{sha}/{p}") == 1 for p in files)
+
+    hub.reset()
+    hub.fault(*(Fault("slow", p, delay=0.05) for p in shards))
+    fetch_model(project, spec, dest=tmp_path / "one", hub=client, workers=1, echo=lambda _m: None)
+    _assert_tree(tmp_path / "one", files)
+    assert hub.peak_in_flight() == 1 and hub.count("/resolve/") == len(files)
+
+    with pytest.raises(RigsmithError, match=r"--workers 0: must be between 1 and 64"):
+        fetch_model(project, spec, hub=client, workers=0, echo=lambda _m: None)
+
+
+def test_a_file_failing_verification_fails_the_fetch_while_the_others_complete(hub, client, make_project):
+    files = tiny_files("mixed", shards=3, shard_size=MiB)
+    sha = hub.repo("acme/mixed").add_commit(files, refs=())
+    project, spec = make_project(repo="acme/mixed", revision=sha)
+    root = Path(spec.model.local_dir)
+    bad, slow = "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors"
+    hub.fault(Fault("wrong", bad, times=2), Fault("slow", slow, delay=0.1))
+
+    with pytest.raises(HashMismatch) as err:
+        fetch_model(project, spec, hub=client, echo=lambda _m: None)
+
+    assert str(err.value).startswith(f"{bad}: the Hub sent bytes that do not match the lock")
+    # Both tries of the bad file were over while the slow file was still on the wire, and it finished.
+    tries = hub.hub_requests(bad)
+    (slow_req,) = hub.hub_requests(slow)
+    assert len(tries) == 2 and all(r.ended is not None for r in tries)
+    assert slow_req.ended is not None and max(r.ended or 0 for r in tries) < slow_req.ended
+    assert slow_req.sent == len(files[slow])
+    assert not (root / bad).exists()
+    assert not list((root / ".rigsmith/partial").iterdir())
+    state = read_state(root / ".rigsmith/state.json").files
+    assert bad not in state and sorted(state) == sorted(p for p in files if p != bad)
+    _assert_tree(root, {p: d for p, d in files.items() if p != bad})
+
+
+def test_download_writer_hashes_and_reports_every_byte_across_a_rewind(tmp_path):
+    """The sink the adapter writes into: one hash, progress that adds up, even when a server ignores Range."""
+    data = random_bytes("writer", 3 * MiB + 7)
+    seen: list[int] = []
+    with (tmp_path / "f").open("w+b") as fh:
+        fh.write(data[:MiB])
+        out = _HashingWriter(fh, Hasher("sha256", len(data)), "sha256", len(data), seen.append)
+        assert out.tell() == MiB
+        for i in range(MiB, 2 * MiB + 5, 65536):  # some resumed bytes, then the server starts over
+            out.write(data[i : min(i + 65536, 2 * MiB + 5)])
+        out.seek(0)
+        out.truncate()
+        for i in range(0, len(data), 65536):
+            out.write(data[i : i + 65536])
+        out.flush()
+        assert out.tell() == len(data) == fh.tell()
+    assert sum(seen) == len(data) - MiB  # the resumed MiB was reported by the caller, not the writer
+    assert len(seen) < len(data) // 65536  # batched, not one update per block
+    assert out.hasher.hexdigest() == hashlib.sha256(data).hexdigest()
+    assert (tmp_path / "f").read_bytes() == data
 
 
 def test_edited_or_corrupted_files_are_caught(hub, client, make_project):

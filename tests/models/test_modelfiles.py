@@ -21,7 +21,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from rigsmith.errors import PreflightError, RigsmithError, SpecError
-from rigsmith.hub import is_retryable
+from rigsmith.hub import ShortBody, is_retryable
 from rigsmith.lock import LockedFile
 from rigsmith.modelfiles import (
     Hasher,
@@ -188,4 +188,5 @@ def test_retry_classification_follows_the_exception_tree():
     cached.__cause__ = httpx2.ConnectError("refused")
     assert is_retryable(cached)
     assert is_retryable(OSError("Consistency check failed: file should be of size 3 but has size 1"))
+    assert is_retryable(ShortBody("the body ended at byte 1 of 3"))
     assert not is_retryable(OSError("disk full"))
