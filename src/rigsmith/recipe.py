@@ -784,8 +784,23 @@ def _from_compose(data: dict[str, Any]) -> Launch:
                     f"{where}.command[{idx}]: {item!r} is ONE argument containing a space (a YAML list item "
                     "is passed whole), which vLLM rejects; split it into two items"
                 )
+    if entry_list == []:
+        # `entrypoint: []` clears the image's entrypoint: the command's first word is the executable.
+        if not cmd:
+            launch.problems.append(
+                f"{where}: entrypoint is [] and command is empty, so nothing would run; "
+                "write the vllm serve command under command:"
+            )
+            return launch
+        entry_list, cmd = cmd[:1], cmd[1:]
+    if entry_list and any(c.isspace() for c in entry_list[0]):
+        launch.problems.append(
+            f"{where}: the executable {entry_list[0]!r} contains whitespace (a YAML list item is passed "
+            "whole, so no such program exists); split it into one item per word"
+        )
+        return launch
     full = [*(entry_list or []), *cmd]
-    if entry_list is not None:
+    if entry_list:
         exe = entry_list[0]
         if PurePosixPath(exe).name == "vllm" and full[1:2] == ["serve"]:
             launch.recipe_executable, launch.executable, launch.subcommand = exe, "vllm", ("serve",)

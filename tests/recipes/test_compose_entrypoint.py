@@ -1,0 +1,34 @@
+"""Compose `entrypoint: []` (the image's entrypoint cleared): the command is the whole argv."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from rigsmith import recipe
+from rigsmith.errors import RecipeError
+
+
+def _parse(service_yaml: str):
+    text = "services:\n  vllm:\n    image: vllm/vllm-openai:v0.9.0\n" + service_yaml
+    return recipe.parse(text, source="compose.yaml", sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+def test_cleared_entrypoint_takes_the_executable_from_the_command() -> None:
+    spec = _parse("    entrypoint: []\n    command: ['vllm', 'serve', 'acme/m', '--port', '9000']\n")
+    assert (spec.engine.executable, spec.engine.subcommand) == ("vllm", ("serve",))
+    assert spec.engine.args == ("acme/m", "--port", "9000") and spec.model.repo == "acme/m"
+
+
+@pytest.mark.parametrize(
+    ("service", "message"),
+    [
+        ("    entrypoint: []\n    command: ['vllm serve acme/m']\n", "contains whitespace"),
+        ("    entrypoint: []\n", "entrypoint is [] and command is empty"),
+    ],
+)
+def test_cleared_entrypoint_without_a_usable_command_is_refused_by_field(service: str, message: str) -> None:
+    with pytest.raises(RecipeError, match=message) as err:
+        _parse(service)
+    assert "services.vllm" in str(err.value)
