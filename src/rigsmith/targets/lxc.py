@@ -23,7 +23,7 @@ from rigsmith.errors import SpecError
 from rigsmith.plan import RunPlan
 from rigsmith.render import banner
 from rigsmith.targets import RenderContext
-from rigsmith.targets.common import cannot_express, home_path, timings
+from rigsmith.targets.common import cannot_express, home_path, timings, volume_problems
 from rigsmith.targets.podman import run_lines
 from rigsmith.writer import BANNER_MARK, Artifact
 
@@ -204,6 +204,7 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
                 (f"env.{k}", "a pct.conf line cannot hold a newline or leading/trailing whitespace")
             )
         out.append(Line("lxc.environment", f"{k}={v}"))
+    problems += volume_problems(plan)  # provision.sh starts it with the podman target's -v options
     if problems:
         raise cannot_express(plan, "lxc", problems)
     return out
