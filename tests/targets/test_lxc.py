@@ -368,3 +368,17 @@ def test_provision_makes_cdi_and_runs_the_podman_targets_exact_argv(tmp_path: Pa
     assert argv[image_at + 1 :] == list(plan.command)
     mounts = [argv[i + 1] for i, a in enumerate(argv[:image_at]) if a == "-v"]
     assert mounts == [f"{m.host}:{m.container}{':ro' if m.readonly else ''}" for m in plan.mounts]
+
+
+def test_provision_never_runs_the_health_path(tmp_path: Path) -> None:
+    pwned = tmp_path / "pwned"
+    health = f"/health$(touch {pwned}-1)`touch {pwned}-2`;touch {pwned}-3 \"'"
+    data = standin_deployment(tmp_path, name="standin-lxc", readiness={"health_path": health})
+    data["resources"]["gpus"]["cdi_devices"] = [f"nvidia.com/gpu={i}" for i in range(4)]  # type: ignore[index]
+    prepare_host_dirs(data)
+    project = write_project(tmp_path, data)
+    deploy.deploy(project, "lxc", deployment="standin-lxc", out=tmp_path / "out", echo=lambda _m: None)
+    proc = _run(tmp_path / "out/lxc/standin-lxc/provision.sh", _fake_ct(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert not list(tmp_path.glob("pwned*"))
+    assert f"ready when http://127.0.0.1:8000{health} answers" in proc.stdout
