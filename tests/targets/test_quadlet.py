@@ -141,6 +141,11 @@ HOSTILE = [
     "a;b",
     "tab\tand ünïcødé ✓",
     " lead and trail ",
+    # A trailing newline on a word of only "safe" characters once came out bare, so the words after it
+    # became new unit lines: this trio gave the container --privileged and the host's / (podman 5.4.2).
+    "y\n",
+    "PodmanArgs=--privileged\n",
+    "Volume=/:/host",
 ]
 
 
