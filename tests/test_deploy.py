@@ -151,3 +151,29 @@ def test_cli_unknown_target_and_deployment_are_clear(tmp_path: Path) -> None:
         and "no deployment 'nope'" in missing.stderr
         and "known: one" in missing.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("extra", "var"),
+    [(["--api-key", "sk-live-123"], "VLLM_API_KEY"), (["--api-key=sk-live-123"], "VLLM_API_KEY"),
+     (["--hf-token", "hf_abc"], "HF_TOKEN")],
+)  # fmt: skip
+def test_a_secret_flag_value_in_the_args_is_refused_for_every_target(
+    tmp_path: Path, extra: list[str], var: str
+) -> None:
+    data = standin_deployment(tmp_path, name="keyed", placeholders={})
+    args = [*data["engine"]["args"], *extra]  # type: ignore[index]
+    data["engine"] = {**data["engine"], "args": args}  # type: ignore[dict-item]
+    project = write_project(tmp_path, data)
+    for target in targets.renderers():
+        with pytest.raises(SpecError) as err:
+            deploy.artifacts(project, target, out=tmp_path / "out")
+        assert err.value.problems[0][0] == f"engine.args[{len(args) - len(extra)}]"
+        assert f"add env {var} with secret: true" in str(err.value)
+        assert "sk-live-123" not in str(err.value) and "hf_abc" not in str(err.value)
+
+
+def test_hf_token_without_a_value_is_not_a_secret(tmp_path: Path) -> None:
+    data = standin_deployment(tmp_path, name="keyless", placeholders={})
+    data["engine"] = {**data["engine"], "args": [*data["engine"]["args"], "--hf-token"]}  # type: ignore[index,dict-item]
+    deploy.artifacts(write_project(tmp_path, data), "podman", out=tmp_path / "out")

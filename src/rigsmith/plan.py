@@ -119,6 +119,34 @@ def _image(spec: specmod.Deployment, lock: lockmod.Lock, override: str | None) -
     )
 
 
+#: vLLM flags whose value is a secret, and the environment variable vLLM reads it from instead.
+SECRET_FLAGS: dict[str, str] = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
+
+
+def _secret_args(args: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Problems for secret flag values in the argv, which every target would write into its files.
+
+    ``--hf-token`` alone (vLLM: use the stored login) is fine; ``--api-key`` takes one or more values.
+    """
+    out = []
+    for i, a in enumerate(args):
+        flag = a.split("=", 1)[0]
+        if flag not in SECRET_FLAGS:
+            continue
+        has_value = "=" in a or (i + 1 < len(args) and not args[i + 1].startswith("-"))
+        if has_value:
+            var = SECRET_FLAGS[flag]
+            out.append(
+                (
+                    f"engine.args[{i}]",
+                    f"{flag} carries a secret, which would be written into every generated file; remove "
+                    f"the flag and its value and add env {var} with secret: true (podman secret or a 0600 "
+                    "env file supplies it)",
+                )
+            )
+    return out
+
+
 def _has_tag(ref: str) -> bool:
     last = ref.rsplit("/", 1)[-1]
     return ":" in last
@@ -146,6 +174,9 @@ def make(
                 for tok in missing
             ],
         )
+    secret_args = _secret_args(spec.engine.args)
+    if secret_args:
+        raise SpecError(spec_path, secret_args)
     ref, pinned = _image(spec, lock, image)
     mounts = [
         PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
