@@ -177,3 +177,27 @@ def test_hf_token_without_a_value_is_not_a_secret(tmp_path: Path) -> None:
     data = standin_deployment(tmp_path, name="keyless", placeholders={})
     data["engine"] = {**data["engine"], "args": [*data["engine"]["args"], "--hf-token"]}  # type: ignore[index,dict-item]
     deploy.artifacts(write_project(tmp_path, data), "podman", out=tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["deploy", "--target", "lxc", "--vmid", "abc"], "--vmid 'abc' is not a whole number"),
+        (["deploy", "--target", "podman", "--memlock", "lots"], "--memlock 'lots' is not a whole number"),
+        (
+            ["deploy", "--target", "podman", "--memlock", "0"],
+            "--memlock '0' is not unlimited, host or a byte",
+        ),
+        (["check-container", "--memlock", "x"], "--memlock 'x' is not a whole number"),
+        (["wait", "--timeout", "soon"], "--timeout 'soon' is not a number of seconds"),
+        (["bench", "--max-tokens", "many"], "--max-tokens 'many' is not a whole number"),
+        (["bench", "--prompt-words", "long"], "--prompt-words 'long' is not a whole number"),
+    ],
+)
+def test_cli_bad_numbers_are_one_paragraph_errors_not_tracebacks(
+    tmp_path: Path, argv: list[str], message: str
+) -> None:
+    project = write_project(tmp_path, standin_deployment(tmp_path, name="one"))
+    proc = _invoke(project.root, *argv)
+    assert proc.returncode == 1, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
