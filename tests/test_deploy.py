@@ -201,3 +201,16 @@ def test_cli_bad_numbers_are_one_paragraph_errors_not_tracebacks(
     proc = _invoke(project.root, *argv)
     assert proc.returncode == 1, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_image_reference_that_is_not_one_is_refused_naming_where_it_came_from(tmp_path: Path) -> None:
+    data = standin_deployment(tmp_path, name="img", placeholders={})
+    data["engine"] = {**data["engine"], "image": "localhost/x:1\nExecStartPre=/bin/id"}  # type: ignore[dict-item]
+    project = write_project(tmp_path, data)
+    for target in targets.renderers():
+        with pytest.raises(SpecError) as err:
+            deploy.artifacts(project, target, out=tmp_path / "out")
+        assert err.value.problems[0][0] == "engine.image" and "not a valid repository name" in str(err.value)
+        with pytest.raises(SpecError) as err:
+            deploy.artifacts(project, target, out=tmp_path / "out", image="BAD REF")
+        assert err.value.problems[0][0] == "--image" and "image reference 'BAD REF'" in str(err.value)

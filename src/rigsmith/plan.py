@@ -13,6 +13,7 @@ from typing import Literal
 from rigsmith import lock as lockmod
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
+from rigsmith.registry import parse_ref
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,24 @@ class RunPlan:
         return opts
 
 
-def _image(spec: specmod.Deployment, lock: lockmod.Lock, override: str | None) -> tuple[str, bool]:
+def _image(
+    spec: specmod.Deployment, lock: lockmod.Lock, override: str | None, spec_path: str
+) -> tuple[str, bool]:
     ref = override or spec.engine.image
     if ref:
+        try:
+            parse_ref(ref)
+        except RigsmithError as err:
+            # Every target writes the reference into a file (unit keys take it raw): it must be one.
+            raise SpecError(
+                spec_path,
+                [
+                    (
+                        "--image" if override else "engine.image",
+                        err.message + (f"; {err.hint}" if err.hint else ""),
+                    )
+                ],
+            ) from None
         if "@sha256:" in ref:
             return ref, True
         locked = lock.images.get(ref)
@@ -177,7 +193,7 @@ def make(
     secret_args = _secret_args(spec.engine.args)
     if secret_args:
         raise SpecError(spec_path, secret_args)
-    ref, pinned = _image(spec, lock, image)
+    ref, pinned = _image(spec, lock, image, spec_path)
     mounts = [
         PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
         *(PlanMount(m.host, m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
