@@ -382,3 +382,28 @@ def test_provision_never_runs_the_health_path(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert not list(tmp_path.glob("pwned*"))
     assert f"ready when http://127.0.0.1:8000{health} answers" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "why"),
+    [
+        ({"mounts": [{"host": "/srv/a=b", "container": "/data"}]}, "mounts[0].host", "',', '='"),
+        (
+            {"mounts": [{"host": "/srv/a\\040b", "container": "/w", "kind": "file"}]},
+            "mounts[0].host",
+            "no whitespace or backslash",
+        ),
+        ({"env": [{"name": "X", "value": "one\rtwo"}]}, "env.X", "control character"),
+    ],
+    ids=["equals-in-mp", "backslash-in-mount-entry", "carriage-return-in-env"],
+)
+def test_paths_pve_or_liblxc_would_reinterpret_are_refused(
+    tmp_path: Path, changes: dict[str, object], field: str, why: str
+) -> None:
+    data = standin_deployment(tmp_path, name="reinterp-lxc", placeholders={}, **changes)
+    data["resources"]["gpus"]["cdi_devices"] = ["nvidia.com/gpu=0"]  # type: ignore[index]
+    project = write_project(tmp_path, data)
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(project, "lxc", deployment="reinterp-lxc", out=tmp_path / "out")
+    msg = str(err.value)
+    assert f"{field}: " in msg and "lxc target cannot express" in msg and why in msg, msg
