@@ -214,3 +214,17 @@ def test_an_image_reference_that_is_not_one_is_refused_naming_where_it_came_from
         with pytest.raises(SpecError) as err:
             deploy.artifacts(project, target, out=tmp_path / "out", image="BAD REF")
         assert err.value.problems[0][0] == "--image" and "image reference 'BAD REF'" in str(err.value)
+
+
+@pytest.mark.parametrize("host", ["./cache", "$(pwd)", "hf_cache", "models/x", "~user/x"])
+def test_a_relative_host_path_is_refused_for_every_target(tmp_path: Path, host: str) -> None:
+    data = standin_deployment(
+        tmp_path, name="rel", placeholders={}, mounts=[{"host": host, "container": "/workspace"}]
+    )
+    data["model"] = {**data["model"], "local_dir": host}  # type: ignore[dict-item]
+    project = write_project(tmp_path, data)
+    for target in targets.renderers():
+        with pytest.raises(SpecError) as err:
+            deploy.artifacts(project, target, out=tmp_path / "out")
+        assert [p for p, _ in err.value.problems] == ["model.local_dir", "mounts[0].host"], target
+        assert "not an absolute path" in str(err.value)

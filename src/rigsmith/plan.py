@@ -163,6 +163,26 @@ def _secret_args(args: tuple[str, ...]) -> list[tuple[str, str]]:
     return out
 
 
+def _relative_hosts(spec: specmod.Deployment) -> list[tuple[str, str]]:
+    """Host paths that are neither absolute nor under ``~/``.
+
+    Each target would resolve them against something else (run.sh: the shell's cwd; quadlet: the unit's
+    directory; compose: the compose file's; podman reads a bare word as a named volume; kube and PVE
+    refuse them), so the same spec would mount different directories.
+    """
+    hosts = [("model.local_dir", spec.model.local_dir)]
+    hosts += [(f"mounts[{i}].host", m.host) for i, m in enumerate(spec.mounts)]
+    return [
+        (
+            fld,
+            f"{host!r} is not an absolute path (or ~/…); every target would resolve it differently. "
+            "Write the full host path",
+        )
+        for fld, host in hosts
+        if not (host.startswith("/") or host == "~" or host.startswith("~/"))
+    ]
+
+
 def _has_tag(ref: str) -> bool:
     last = ref.rsplit("/", 1)[-1]
     return ":" in last
@@ -190,9 +210,9 @@ def make(
                 for tok in missing
             ],
         )
-    secret_args = _secret_args(spec.engine.args)
-    if secret_args:
-        raise SpecError(spec_path, secret_args)
+    problems = _secret_args(spec.engine.args) + _relative_hosts(spec)
+    if problems:
+        raise SpecError(spec_path, problems)
     ref, pinned = _image(spec, lock, image, spec_path)
     mounts = [
         PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),

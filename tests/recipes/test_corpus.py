@@ -128,10 +128,16 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
     from rigsmith.project import Project
 
     dep = _import(case)
+    # A relative host path (compose's ./x) is refused by deploy until the user writes the real one.
+    mounts = tuple(
+        m if m.host.startswith(("/", "~")) else m.model_copy(update={"host": f"/filled{m.container}"})
+        for m in dep.mounts
+    )
     filled = dep.model_copy(
         update={
             "placeholders": {t: f"/filled/{i}" for i, t in enumerate(dep.placeholders)},
             "engine": dep.engine.model_copy(update={"image": dep.engine.image or "localhost/vllm:1"}),
+            "mounts": mounts,
         }
     )
     project = Project(tmp_path)
