@@ -21,7 +21,11 @@ from tasks._common import echo, project, user_errors
 )
 @user_errors
 def fetch_model(c, deployment=None, dest=None, verify=False, repin=False):
-    """Download the locked model revision, verify every file, apply declared config patches."""
+    """Download the locked model revision, verify every file, apply declared config patches.
+
+    A local checkpoint (``model.repo: null``) is not downloaded or verified: the task reports what
+    model.local_dir holds (or fails when it is missing) and applies the config patches, keeping the original.
+    """
     proj = project()
     spec = proj.load(deployment)
     report = modelfetch.fetch_model(

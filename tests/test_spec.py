@@ -86,6 +86,45 @@ def test_model_arg_out_of_range_is_named() -> None:
         specmod.from_data(data)
 
 
+def _local_data() -> dict:
+    data = _seed_data()
+    data["model"] = {"repo": None, "local_dir": "/srv/models/Flash-Next-Merlin", "container_path": "/model"}
+    return data
+
+
+def test_local_model_needs_no_repo_and_round_trips_with_an_explicit_null() -> None:
+    data = _local_data()
+    del data["model"]["repo"]
+    s = specmod.from_data(data)
+    assert s.model.repo is None and s.model.local
+    text = specmod.dump(s)
+    assert "model:\n  repo: null\n  local_dir: /srv/models/Flash-Next-Merlin\n" in text
+    assert specmod.loads(text) == s
+
+
+def test_hub_only_model_fields_on_a_local_model_are_each_named() -> None:
+    data = _local_data()
+    data["model"] |= {"revision": "main", "allow_patterns": ["*.json"], "ignore_patterns": ["*.bin"]}
+    with pytest.raises(SpecError) as err:
+        specmod.from_data(data, "deployments/x.yaml")
+    assert [p for p, _ in err.value.problems] == [
+        "model.revision",
+        "model.allow_patterns",
+        "model.ignore_patterns",
+    ]
+    assert "model.revision: needs a Hub repo, but model.repo is null" in str(err.value)
+    assert "remove ignore_patterns or set repo to owner/name" in str(err.value)
+
+
+def test_a_bad_repo_is_not_mistaken_for_a_local_model() -> None:
+    data = _seed_data()
+    data["model"] |= {"repo": "not a repo", "revision": "main"}
+    with pytest.raises(SpecError) as err:
+        specmod.from_data(data)
+    assert [p for p, _ in err.value.problems] == ["model.repo"]
+    assert "or null for a checkpoint already in local_dir" in str(err.value)
+
+
 def test_spec_is_frozen() -> None:
     s = specmod.from_data(_seed_data())
     with pytest.raises(Exception, match="frozen"):

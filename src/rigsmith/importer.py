@@ -235,6 +235,17 @@ def next_steps(dep: specmod.Deployment) -> list[str]:
             f"fill in before deploy: {', '.join(missing)} — set `placeholders:` in "
             f"deployments/{dep.name}.yaml"
         )
+    local_dir = dep.model.local_dir
+    if dep.model.repo is None and not local_dir.startswith(("/", "~")):
+        out.append(
+            f"set model.local_dir to the checkpoint's absolute path in deployments/{dep.name}.yaml: "
+            f"{local_dir!r} is relative to where the recipe ran"
+        )
+    elif dep.model.repo is None:
+        out.append(
+            f"local model: the checkpoint must already be in {local_dir} (model.repo is null, so "
+            "fetch-model and pin download nothing)"
+        )
     if dep.engine.image is None and dep.engine.build is None:
         out.append(
             "no container image: the recipe runs vLLM outside a container; re-import with --image REF, pass "

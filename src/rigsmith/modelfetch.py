@@ -12,6 +12,10 @@ The flow (converge, act, re-check):
    real path only once its hash matches the lock.
 3. Config patches are applied to a copy: the Hub's bytes stay in ``.rigsmith/original/<file>``, the
    patched file takes the real path, and the lock records both sha256s.
+
+A local checkpoint (``model.repo: null``) skips 1 and 2: nothing is pinned or downloaded, the task reports
+what the directory holds, and config patches are applied the same way (original kept) but not locked — the
+lock records Hub facts only.
 """
 
 from __future__ import annotations
@@ -124,7 +128,7 @@ def pin_model(
     repin: bool = False,
     echo: Echo = print,
     hub: Hub | HubFactory | None = None,
-) -> LockedModel:
+) -> LockedModel | None:
     """Resolve the spec's model revision into ``rigsmith.lock`` once; re-resolve only when asked.
 
     Args:
@@ -135,22 +139,38 @@ def pin_model(
         hub: a Hub (or a factory for one); default: huggingface_hub with HF_ENDPOINT / HF_TOKEN.
 
     Returns:
-        The lock entry (``models[spec.name]``): repo, requested revision, commit, every file's hashes.
+        The lock entry (``models[spec.name]``): repo, requested revision, commit, every file's hashes;
+        None for a local checkpoint (``model.repo: null``), which has nothing to pin.
 
     Raises:
         AdapterError: the Hub said no (not found, gated, bad revision) or stayed unreachable.
     """
     get_hub = _lazy(hub)
     old = lockmod.read(project.lock_path).models.get(spec.name)
+    m = spec.model
+    if m.repo is None:
+        echo(
+            f"{spec.name}: model skipped — model.repo is null (a local checkpoint in {m.local_dir}); "
+            "nothing to pin"
+        )
+        if old is not None:
+            # The lock must not claim a Hub commit for a checkpoint rigsmith no longer fetches.
+            with lockmod.locked(project.lock_path) as lock:
+                lock.models.pop(spec.name, None)
+            echo(
+                f"{spec.name}: dropped the lock's {old.repo}@{old.commit[:12]} (the spec no longer names "
+                "a repo)"
+            )
+        return None
     if _up_to_date(old, spec) and not repin:
         assert old is not None
         return old
-    m = spec.model
-    commit = get_hub().resolve(m.repo, m.revision or "main")
+    repo = m.repo
+    commit = get_hub().resolve(repo, m.revision or "main")
     if old is not None and _up_to_date(old, spec) and old.commit == commit:
         echo(describe_repin(old, old)[0])
         return old
-    new = locked_model(m.repo, m.revision, commit, get_hub().tree(m.repo, commit))
+    new = locked_model(repo, m.revision, commit, get_hub().tree(repo, commit))
     with lockmod.locked(project.lock_path) as lock:
         current = lock.models.get(spec.name)
         if not repin and _up_to_date(current, spec):
@@ -457,8 +477,11 @@ def fetch_model(
     Raises:
         RigsmithError: a bad spec field, the Hub refusing, a hash mismatch, too little disk space.
     """
+    if spec.model.repo is None:
+        return _local(spec, dest, echo)
     get_hub = _lazy(hub)
     entry = pin_model(project, spec, repin=repin, echo=echo, hub=get_hub)
+    assert entry is not None
     m = spec.model
     root = dest.absolute() if dest is not None else expand_dir(m.local_dir)
     files = select(entry.files, m.allow_patterns, m.ignore_patterns)
@@ -570,3 +593,88 @@ def _download_all(ctx: _Ctx, todo: Sequence[Want], workers: int, progress: bool 
         + "\n".join(f"- {m}" for m in msgs),
         hint="re-run `invoke fetch-model`: finished files are not downloaded again",
     )
+
+
+# -- local checkpoints (model.repo: null) ---------------------------------------------------------------
+
+#: File suffixes that hold weights, for the report.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def _local(spec: Deployment, dest: Path | None, echo: Echo) -> FetchReport:
+    """A checkpoint already on disk: report what is there and apply the config patches; download nothing."""
+    m = spec.model
+    if dest is None and not m.local_dir.startswith(("/", "~")):
+        raise SpecError(
+            "model.local_dir",
+            [
+                (
+                    "model.local_dir",
+                    f"{m.local_dir!r} is relative (to where the recipe ran); set the checkpoint's absolute "
+                    "path",
+                )
+            ],
+        )
+    root = dest.absolute() if dest is not None else expand_dir(m.local_dir)
+    if not root.is_dir():
+        raise RigsmithError(
+            f"{spec.name}: model.repo is null, so the checkpoint is local and there is nothing to download "
+            f"— but {root} is not a directory",
+            hint="copy the checkpoint there, point model.local_dir at it, or set model.repo to owner/name to "
+            "download it",
+        )
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != STATE_DIR)
+    report = FetchReport(
+        local_dir=str(root),
+        files=len(files),
+        local=True,
+        local_bytes=sum(p.stat().st_size for p in files),
+        weight_files=sum(p.name.endswith(_WEIGHT_SUFFIXES) for p in files),
+        has_config=(root / "config.json").is_file(),
+    )
+    if m.config_patches:
+        with _dir_lock(root / STATE_DIR / "fetch.lock", echo):
+            _patch_local(spec, root, report, echo)
+    return report
+
+
+def _patch_local(spec: Deployment, root: Path, report: FetchReport, echo: Echo) -> None:
+    """Config patches on a local checkpoint: the first-seen bytes are kept as the original, as for the Hub.
+
+    A file that matches neither the kept original nor its patched form was replaced outside rigsmith (a new
+    checkpoint copied in); it becomes the new original, and rigsmith says so.
+    """
+    missing = [
+        (f"model.config_patches[{i}].file", f"{p.file} is not in the local checkpoint {root}")
+        for i, p in enumerate(spec.model.config_patches)
+        if not (root / p.file).is_file() and not (root / STATE_DIR / ORIGINAL_DIR / p.file).is_file()
+    ]
+    if missing:
+        raise SpecError("model.config_patches", missing)
+    for file, plist in patches_by_file(spec.model.config_patches).items():
+        target, kept = root / file, root / STATE_DIR / ORIGINAL_DIR / file
+        current = target.read_bytes() if target.is_file() else None
+        original = kept.read_bytes() if kept.is_file() else current
+        assert original is not None
+        new = _patched(original, plist, file)
+        if current is not None and current not in (original, new):
+            echo(f"{file}: changed outside rigsmith since it was patched; keeping it as the new original")
+            original = current
+            new = _patched(original, plist, file)
+        if not kept.is_file() or kept.read_bytes() != original:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            write_one(kept, original.decode("utf-8"))
+        if current != new:
+            write_one(target, new.decode("utf-8"))
+            report.patched.append(file)
+
+
+def _patched(original: bytes, plist: Sequence[tuple[int, Any]], file: str) -> bytes:
+    try:
+        text = original.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(
+            "model.config_patches",
+            [(f"model.config_patches[{plist[0][0]}].file", f"{file} is not UTF-8 text")],
+        ) from None
+    return patch_json(text, plist, file).encode("utf-8")

@@ -372,8 +372,25 @@ class FetchReport:
     cached: int = 0
     cleaned: list[str] = field(default_factory=list)
     patched: list[str] = field(default_factory=list)
+    #: A local checkpoint (``model.repo: null``): what is on disk, nothing downloaded or verified.
+    local: bool = False
+    local_bytes: int = 0
+    weight_files: int = 0
+    has_config: bool = False
 
     def summary(self) -> str:
+        if self.local:
+            parts = [
+                "local checkpoint (model.repo is null): nothing downloaded or verified",
+                f"{self.files} files ({_gib(self.local_bytes)}) in {self.local_dir}",
+                f"{self.weight_files} weight file(s)",
+                "config.json present" if self.has_config else "no config.json",
+            ]
+            if self.patched:
+                parts.append(
+                    f"patched {', '.join(self.patched)} (original kept in {STATE_DIR}/{ORIGINAL_DIR}/)"
+                )
+            return "; ".join(parts)
         parts = [
             f"{self.files} files at {self.commit[:12]} in {self.local_dir}",
             f"{len(self.downloaded)} downloaded ({_gib(self.downloaded_bytes)}"

@@ -170,15 +170,11 @@ def _relative_hosts(spec: specmod.Deployment) -> list[tuple[str, str]]:
     directory; compose: the compose file's; podman reads a bare word as a named volume; kube and PVE
     refuse them), so the same spec would mount different directories.
     """
-    hosts = [("model.local_dir", spec.model.local_dir)]
-    hosts += [(f"mounts[{i}].host", m.host) for i, m in enumerate(spec.mounts)]
+    hosts = [("model.local_dir", spec.model.local_dir, "the checkpoint's")]
+    hosts += [(f"mounts[{i}].host", m.host, "the host directory's") for i, m in enumerate(spec.mounts)]
     return [
-        (
-            fld,
-            f"{host!r} is not an absolute path (or ~/…); every target would resolve it differently. "
-            "Write the full host path",
-        )
-        for fld, host in hosts
+        (fld, f"{host!r} is relative (to where the recipe ran); set {what} absolute path or ~/…")
+        for fld, host, what in hosts
         if not (host.startswith("/") or host == "~" or host.startswith("~/"))
     ]
 

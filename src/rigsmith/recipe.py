@@ -18,8 +18,15 @@ Decisions (each is a corpus case in tests/recipes/corpus_expected.yaml):
   ``-e NAME=$NAME`` / ``NAME=$NAME`` is a pass-through from the host environment.
 - ``<name>`` tokens are placeholders: kept in the value, listed in ``placeholders`` with no value, so
   ``deploy`` refuses until the user fills each one.
-- The model must be a Hub repo (``owner/name``), or a path the notes tie to one (``hf download REPO
-  --local-dir DIR``); ``...``, ``<placeholder>``, ``$VAR`` and bare local paths are refused.
+- The model is a Hub repo (``owner/name``), a path the notes tie to one (``hf download REPO --local-dir
+  DIR``), or a local checkpoint: ``model.repo: null``, ``model.local_dir`` the path, never downloaded.
+  An absolute or ``~/`` path is that directory; ``./x`` and a bare name that is not ``owner/name``
+  (``Qwen2.5-VL-32B-Instruct``) are a directory relative to where the recipe ran, because vLLM opens a
+  local directory of that name before it asks the Hub — imported as ``./NAME`` with a note, and
+  ``deploy``/``fetch-model`` refuse it until the user writes the absolute path. In a ``docker run`` /
+  compose recipe the path is inside the container: the bind mount that holds it gives the host directory
+  (``$(pwd)``/``$PWD`` as ``.``); no such mount, or a mount whose host side is ``$VAR``, is refused.
+  ``...``, ``<placeholder>``, ``/path/to/…`` documentation paths, ``~user/…`` and ``$VAR`` are refused.
 - Compose ``${VAR:-default}`` interpolation is refused (rigsmith would have to guess the value); ``$$``
   is compose's escape for a literal ``$``.
 - GPUs: explicit device ids win, then a count in the notes, then tensor × pipeline × data parallel
@@ -143,7 +150,8 @@ GPU_VENDOR_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 DEFAULT_GPU_VENDOR = "nvidia.com/gpu"
 
-_SECRET_NAME_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY)", re.IGNORECASE)
+#: Whole ``_``-separated words, so HF_TOKEN is a secret and TOKENIZERS_PARALLELISM is not.
+_SECRET_NAME_RE = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY)(_|$)", re.IGNORECASE)
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SELF_REF_RE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
@@ -1150,8 +1158,24 @@ def _expands(launch: Launch, idx: int) -> bool:
     return idx < len(launch.arg_expands) and launch.arg_expands[idx]
 
 
-def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> tuple[str, str, int] | None:
-    """(repo, local_dir, index in args) for the model, or None with the reason in problems."""
+@dataclass(frozen=True)
+class _Model:
+    """Where the model comes from: a Hub repo (downloaded) or a checkpoint already on disk (repo None)."""
+
+    repo: str | None
+    local_dir: str
+    arg: int
+    note: str | None = None
+
+
+#: Documentation placeholders written as paths (``/path/to/model``); refused like ``<placeholder>``.
+_DOC_PATH_RE = re.compile(r"(^|/)path/to(/|$)")
+#: A bind mount's host side that is the directory the recipe ran in.
+_CWD_RE = re.compile(r"^(\$\(pwd\)|`pwd`|\$PWD|\$\{PWD\}|\.)(?=/|$)")
+
+
+def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | None:
+    """The model argument as a Hub repo or a local checkpoint, or None with the reason in problems."""
     args = launch.args
     picks = flag_values(args, "--model")
     if picks:
@@ -1164,31 +1188,89 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> tuple[str, 
     if value in ("...", "…") or re.fullmatch(r"\.{3,}", value):
         problems.append(
             f"the model is {value!r}, a placeholder in the published text; replace it with the Hub repo id "
-            "(owner/name) and import again"
+            "(owner/name) or the checkpoint's directory and import again"
         )
         return None
     if specmod.PLACEHOLDER_RE.fullmatch(value):
-        problems.append(f"the model is the placeholder {value!r}; replace it with a Hub repo id (owner/name)")
+        problems.append(
+            f"the model is the placeholder {value!r}; replace it with a Hub repo id (owner/name) or the "
+            "checkpoint's directory"
+        )
         return None
     if _expands(launch, idx):
         problems.append(
             f"the model is {value!r}, which a shell would expand from a variable; rigsmith cannot know the "
-            "value — write the Hub repo id (owner/name) instead"
+            "value — write the Hub repo id (owner/name) or the checkpoint's directory instead"
+        )
+        return None
+    if _DOC_PATH_RE.search(value):
+        problems.append(
+            f"the model is {value!r}, a documentation placeholder path (/path/to/…); write the checkpoint's "
+            "real directory or the Hub repo id (owner/name)"
         )
         return None
     is_path = value.startswith(("/", "~", "./", "../")) or not _REPO_RE.match(value)
     if not is_path:
         if facts.repo == value and facts.local_dir:
-            return value, facts.local_dir, idx
-        return value, f"~/models/{PurePosixPath(value).name}", idx
+            return _Model(value, facts.local_dir, idx)
+        return _Model(value, f"~/models/{PurePosixPath(value).name}", idx)
     if facts.repo and (facts.local_dir is None or facts.local_dir.rstrip("/") == value.rstrip("/")):
-        return facts.repo, value, idx
-    problems.append(
-        f"the model is the local path {value!r} and the recipe names no Hub repo for it; rigsmith pins a "
-        "model by Hub repo and commit — write the repo id (owner/name) in its place, or use a recipe JSON "
-        "whose notes say `hf download REPO --local-dir DIR`"
+        return _Model(facts.repo, value, idx)
+    return _local_model(launch, value, idx, problems)
+
+
+def _local_model(launch: Launch, value: str, idx: int, problems: list[str]) -> _Model | None:
+    """A model path with no Hub repo: a checkpoint already on disk, mounted but never fetched."""
+    if launch.image is None:
+        if value.startswith("~") and not (value == "~" or value.startswith("~/")):
+            problems.append(f"the model is {value!r}; write ~/… or an absolute path (~user is not expanded)")
+            return None
+        if value.startswith(("/", "~")):
+            return _Model(None, value, idx)
+        # vLLM loads a local directory of that name (relative to its cwd) before it asks the Hub.
+        rel = value if value.startswith(("./", "../")) else "./" + value
+        return _Model(
+            None,
+            rel,
+            idx,
+            f"the model {value!r} is a directory relative to where the recipe ran; model.local_dir is "
+            f"{rel!r} until you set its absolute path (deploy refuses a relative one)",
+        )
+    # A container recipe: the path is inside the container; a bind mount says where it is on the host.
+    path = PurePosixPath(value)
+    if not path.is_absolute():
+        problems.append(
+            f"the model is {value!r}, a path relative to the container's working directory; write an "
+            "absolute path under a mounted volume"
+        )
+        return None
+    covering = [m for m in launch.mounts if path.is_relative_to(m.container)]
+    if not covering:
+        problems.append(
+            f"the model is the container path {value!r} and no volume of the recipe mounts it from the host; "
+            "add the bind mount (-v HOSTDIR:CONTAINERDIR) that holds the checkpoint"
+        )
+        return None
+    mount = max(covering, key=lambda m: len(PurePosixPath(m.container).parts))
+    host = _CWD_RE.sub(".", mount.host)
+    if "$" in host or "`" in host:
+        problems.append(
+            f"the model is {value!r}, inside the volume {mount.host}:{mount.container} whose host side is "
+            "shell syntax; write the host directory instead"
+        )
+        return None
+    rest = path.relative_to(mount.container).as_posix()
+    local = host.rstrip("/") + ("/" + rest if rest != "." else "") if host != "/" else "/" + rest
+    note = (
+        f"the model {value!r} is the container path of {local!r} (volume {mount.host}:{mount.container}); "
+        "model.local_dir is that host directory"
     )
-    return None
+    if not local.startswith(("/", "~")):
+        note += (
+            ", relative to where the recipe ran, until you set its absolute path (deploy refuses a "
+            "relative one)"
+        )
+    return _Model(None, local, idx, note)
 
 
 def _gpus(launch: Launch, facts: NoteFacts, vendor: str) -> specmod.GpuSpec:
@@ -1280,21 +1362,29 @@ def build(
         problems.append(f"--image {image!r}: not an image reference (e.g. localhost/vllm:1 or name@sha256:…)")
     if problems or model is None:
         raise _refuse(source, problems or ["no model"])
-    repo, local_dir, model_idx = model
+    repo, local_dir, model_idx = model.repo, model.local_dir, model.arg
     for i, a in enumerate(launch.args):
         if _expands(launch, i):
             notes.append(f"args[{i}] {a!r} holds shell syntax that a shell would expand; kept literally")
-    if launch.args[model_idx] == repo:
+    model_value = flag_values([launch.args[model_idx]], "--model") or [(model_idx, launch.args[model_idx])]
+    if repo is not None and model_value[0][1] == repo:
         notes.append(
             f"the model argument {repo} is replaced by the downloaded copy at model.container_path; "
             "set --served-model-name if clients must see the repo id"
         )
+    if repo is None:
+        notes.append(
+            "model.repo is null: the checkpoint is already on disk at model.local_dir, mounted read-only at "
+            "model.container_path; rigsmith downloads, pins and verifies nothing for it"
+        )
+    if model.note:
+        notes.append(model.note)
     for i, a in enumerate(launch.args):
         if a.startswith("./") and i != model_idx:
             notes.append(
                 f"args[{i}] {a!r} is a path relative to where the recipe ran; mount it and fix the path"
             )
-    basename = PurePosixPath(local_dir.rstrip("/")).name or PurePosixPath(repo).name
+    basename = PurePosixPath(local_dir.rstrip("/")).name or PurePosixPath(repo or "model").name
     final_image = image or launch.image
     if image and launch.image and image != launch.image:
         notes.append(f"the recipe's image {launch.image} was replaced by --image {image}")
@@ -1311,7 +1401,8 @@ def build(
     revision = flag_values(launch.args, "--revision")
     all_notes = [*([meta.notes_text] if meta.notes_text else []), *launch.notes, *notes]
     data: dict[str, Any] = {
-        "name": name or slug(meta.recipe_id or meta.title or PurePosixPath(repo).name),
+        "name": name
+        or slug(meta.recipe_id or meta.title or (PurePosixPath(repo).name if repo else basename)),
         "description": meta.title,
         "model": {
             "repo": repo,

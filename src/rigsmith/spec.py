@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from rigsmith.errors import SpecError
 
@@ -59,9 +67,17 @@ class ConfigPatch(Frozen):
 
 
 class ModelSpec(Frozen):
-    """The checkpoint: where it comes from on the Hub and where it lives on the host."""
+    """The checkpoint: where it comes from on the Hub and where it lives on the host.
 
-    repo: str = Field(description="Hugging Face repo id, owner/name.")
+    ``repo: null`` is a local checkpoint: ``local_dir`` already holds it, rigsmith downloads and pins nothing
+    (so ``revision`` and the download patterns have no meaning there).
+    """
+
+    repo: str | None = Field(
+        None,
+        description="Hugging Face repo id, owner/name; null for a checkpoint already on disk at local_dir "
+        "(rigsmith then downloads and pins nothing).",
+    )
     revision: str | None = Field(
         None, description="40-hex commit (pinned) or a branch/tag that `invoke pin` resolves into the lock."
     )
@@ -74,10 +90,29 @@ class ModelSpec(Frozen):
 
     @field_validator("repo")
     @classmethod
-    def _repo(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*", v):
-            raise ValueError(f"{v!r} is not a Hub repo id; write it as owner/name")
+    def _repo(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*", v):
+            raise ValueError(
+                f"{v!r} is not a Hub repo id; write it as owner/name (or null for a checkpoint already in "
+                "local_dir)"
+            )
         return v
+
+    @field_validator("revision", "allow_patterns", "ignore_patterns")
+    @classmethod
+    def _hub_only(cls, v: Any, info: ValidationInfo) -> Any:
+        # repo is declared first, so it is in info.data unless it failed its own check.
+        if v and "repo" in info.data and info.data["repo"] is None:
+            raise ValueError(
+                f"needs a Hub repo, but model.repo is null (a checkpoint already in local_dir); remove "
+                f"{info.field_name} or set repo to owner/name"
+            )
+        return v
+
+    @property
+    def local(self) -> bool:
+        """A checkpoint already on disk: nothing to download, pin or verify against the Hub."""
+        return self.repo is None
 
     @field_validator("container_path")
     @classmethod
@@ -122,7 +157,11 @@ class EngineSpec(Frozen):
         """The exact command the container runs: subcommand + args, model path mapped."""
         args = list(self.args)
         if self.model_arg is not None:
-            args[self.model_arg] = model.container_path
+            flag, eq, _ = args[self.model_arg].partition("=")
+            # `--model=PATH` is one word: only its value is the model path.
+            args[self.model_arg] = (
+                f"{flag}={model.container_path}" if eq and flag.startswith("-") else (model.container_path)
+            )
         return [*self.subcommand, *args]
 
     def flag_value(self, flag: str) -> str | None:
@@ -393,6 +432,9 @@ def from_data(data: Any, source: str = "<spec>") -> Deployment:
 def to_data(spec: Deployment) -> dict[str, Any]:
     """Plain data for YAML, defaults left out so the user's file stays short."""
     data: dict[str, Any] = json.loads(spec.model_dump_json(exclude_defaults=True))
+    if spec.model.repo is None:
+        # Written out although it is the default: `repo: null` tells the reader nothing is downloaded.
+        data["model"] = {"repo": None, **data["model"]}
     data = {"version": SPEC_VERSION, **data}
     return data
 

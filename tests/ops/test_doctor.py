@@ -169,6 +169,23 @@ def test_no_driver_host_is_no_go_for_gpus_cdi_memlock_ram_and_disk() -> None:
     assert all(c.hint for c in checks if c.verdict == "no-go"), "every failure needs a hint"
 
 
+def test_a_local_checkpoint_is_checked_for_presence_not_free_space() -> None:
+    spec = seed(SEED003)
+    local = spec.model_copy(update={"model": spec.model.model_copy(update={"repo": None})})
+    f = facts("4x3090-idle", local)
+    disk = next(c for c in doctor.evaluate(local, f) if c.name == "disk")
+    assert (disk.verdict, disk.detail) == (
+        "go",
+        f"local checkpoint: 115.0 GiB present at {local.model.local_dir}",
+    )
+    assert f.disk is not None
+    f.disk = dataclasses.replace(f.disk, present_bytes=0, free_bytes=10**15)
+    disk = next(c for c in doctor.evaluate(local, f) if c.name == "disk")
+    assert disk.verdict == "no-go"
+    assert disk.detail == f"local checkpoint (model.repo is null): nothing at {local.model.local_dir}"
+    assert "fetch-model downloads nothing" in (disk.hint or "")
+
+
 def test_stale_cdi_spec_after_driver_update_is_no_go() -> None:
     spec = seed(SEED000)
     f = facts("3x3090-squatter", spec)

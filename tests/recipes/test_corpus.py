@@ -60,8 +60,13 @@ def test_corpus_case(case: dict[str, Any]) -> None:
     dep = _import(case)
     eng = dep.engine
     assert eng.model_arg is not None and eng.model_arg == want["model_arg"]
-    assert dep.model.repo == case["model"], "the corpus' own model field"
-    assert eng.args[eng.model_arg] in (case["model"], dep.model.local_dir)
+    assert dep.model.repo == want.get("repo", case["model"]), "the corpus' own model field"
+    if "local_dir" in want:
+        assert dep.model.local_dir == want["local_dir"]
+    if dep.model.repo is not None:
+        assert eng.args[eng.model_arg] in (case["model"], dep.model.local_dir)
+    model_word = eng.container_argv(dep.model)[len(eng.subcommand) + eng.model_arg]
+    assert model_word == want.get("container_argv_model", dep.model.container_path)
     assert eng.executable == want.get("executable", "vllm")
     assert list(eng.subcommand) == want.get("subcommand", ["serve"])
     assert eng.image == want.get("image")
@@ -128,6 +133,7 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
     from rigsmith.project import Project
 
     dep = _import(case)
+    local_dir = dep.model.local_dir
     # A relative host path (compose's ./x) is refused by deploy until the user writes the real one.
     mounts = tuple(
         m if m.host.startswith(("/", "~")) else m.model_copy(update={"host": f"/filled{m.container}"})
@@ -138,6 +144,10 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
             "placeholders": {t: f"/filled/{i}" for i, t in enumerate(dep.placeholders)},
             "engine": dep.engine.model_copy(update={"image": dep.engine.image or "localhost/vllm:1"}),
             "mounts": mounts,
+            # A relative checkpoint dir (a local model) is the other value the user must fill.
+            "model": dep.model.model_copy(
+                update={"local_dir": local_dir if local_dir.startswith(("/", "~")) else "/filled/model"}
+            ),
         }
     )
     project = Project(tmp_path)

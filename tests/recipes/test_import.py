@@ -400,3 +400,94 @@ def test_docker_gpu_requests_become_pinned_cdi_devices(options: str, count: int,
         "unlimited",
         90,
     )
+
+
+# -- local checkpoints (no Hub repo) -------------------------------------------------------------------
+
+
+def _parse(text: str) -> specmod.Deployment:
+    return recipe.parse(text, source="local.sh", sha256="0" * 64)
+
+
+@pytest.mark.parametrize(
+    ("model", "local_dir"),
+    [
+        ("/srv/models/Qwen3-8B", "/srv/models/Qwen3-8B"),
+        ("~/models/Qwen3-8B", "~/models/Qwen3-8B"),
+        ("./Qwen3-8B", "./Qwen3-8B"),
+        # vLLM opens a directory of that name in its cwd before it asks the Hub: a relative local dir.
+        ("Qwen3-8B", "./Qwen3-8B"),
+    ],
+)
+def test_a_host_path_model_imports_as_a_local_checkpoint(model: str, local_dir: str) -> None:
+    dep = _parse(f"vllm serve {shlex.quote(model)} --max-model-len 4096\n")
+    assert dep.model.repo is None
+    assert dep.model.local_dir == local_dir
+    assert dep.model.container_path == "/models/Qwen3-8B"
+    assert dep.engine.model_arg == 0 and dep.engine.args[0] == model
+    assert dep.engine.container_argv(dep.model) == ["serve", "/models/Qwen3-8B", "--max-model-len", "4096"]
+    assert "model.repo is null" in "\n".join(dep.notes)
+    assert specmod.loads(specmod.dump(dep)) == dep
+
+
+def test_a_docker_model_path_maps_through_its_volume_to_the_host_dir() -> None:
+    dep = _parse(
+        "docker run --gpus all -v /data/llm:/workspace/llm:ro -v /data/cache:/root/.cache "
+        "vllm/vllm-openai:v0.10.1 --model=/workspace/llm/ft/ckpt-7/ --port 8001\n"
+    )
+    assert (dep.model.repo, dep.model.local_dir, dep.model.container_path) == (
+        None,
+        "/data/llm/ft/ckpt-7",
+        "/models/ckpt-7",
+    )
+    assert dep.engine.container_argv(dep.model) == ["serve", "--model=/models/ckpt-7", "--port", "8001"]
+    assert "'/workspace/llm/ft/ckpt-7/' is the container path of '/data/llm/ft/ckpt-7'" in "\n".join(
+        dep.notes
+    )
+
+
+def test_a_docker_mount_of_the_current_directory_gives_a_relative_local_dir() -> None:
+    dep = _parse("docker run -v $(pwd):/workspace vllm/vllm-openai --model /workspace/m/x\n")
+    assert dep.model.repo is None and dep.model.local_dir == "./m/x"
+    assert "set model.local_dir to the checkpoint's absolute path" in importer.next_steps(dep)[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("vllm serve /path/to/model\n", "'/path/to/model', a documentation placeholder path"),
+        ("vllm serve path/to/your/model\n", "a documentation placeholder path"),
+        ("vllm serve ...\n", "a placeholder in the published text"),
+        ("vllm serve '<model dir>'\n", "the model is the placeholder '<model dir>'"),
+        ("vllm serve $MODEL_DIR\n", "which a shell would expand from a variable"),
+        ("vllm serve ~bob/m\n", "~user is not expanded"),
+        (
+            "docker run vllm/vllm-openai --model /models/m\n",
+            "the container path '/models/m' and no volume of the recipe mounts it from the host",
+        ),
+        (
+            "docker run -v $MODELS:/m vllm/vllm-openai --model /m/x\n",
+            "inside the volume $MODELS:/m whose host side is shell syntax",
+        ),
+        ("docker run -v /a:/m vllm/vllm-openai --model m/../x\n", "a path relative to the container's"),
+    ],
+)
+def test_ambiguous_local_models_are_refused_with_their_reason(text: str, reason: str) -> None:
+    with pytest.raises(RecipeError) as err:
+        _parse(text)
+    assert reason in str(err.value)
+
+
+def test_cli_imports_a_local_path_recipe(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    (root / "deployments").mkdir(parents=True)
+    src = tmp_path / "serve.sh"
+    src.write_text("vllm serve /srv/models/My-Finetune --tensor-parallel-size 2\n", encoding="utf-8")
+    r = _cli(root, str(src), "--image", "localhost/vllm:1")
+    assert r.returncode == 0, r.stderr
+    assert "create  deployments/my-finetune.yaml" in r.stdout
+    assert "local model: the checkpoint must already be in /srv/models/My-Finetune" in r.stdout
+    text = (root / "deployments" / "my-finetune.yaml").read_text(encoding="utf-8")
+    assert "model:\n  repo: null\n  local_dir: /srv/models/My-Finetune\n" in text
+    spec = specmod.load(root / "deployments" / "my-finetune.yaml")
+    assert spec.resources.gpus.cdi_devices == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")

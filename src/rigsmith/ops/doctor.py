@@ -305,6 +305,18 @@ def _check_disk(spec: Deployment, facts: HostFacts) -> Check:
     d = facts.disk
     if d is None:
         return Check("disk", "warn", f"could not stat {spec.model.local_dir}")
+    if spec.model.repo is None:
+        # A local checkpoint is never downloaded: what matters is that it is there, not free space.
+        if d.present_bytes == 0:
+            return Check(
+                "disk",
+                "no-go",
+                f"local checkpoint (model.repo is null): nothing at {spec.model.local_dir}",
+                "copy the checkpoint there or point model.local_dir at it; fetch-model downloads nothing",
+            )
+        return Check(
+            "disk", "go", f"local checkpoint: {_gib(d.present_bytes)} present at {spec.model.local_dir}"
+        )
     if size is None:
         return Check(
             "disk",
