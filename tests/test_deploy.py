@@ -228,3 +228,18 @@ def test_a_relative_host_path_is_refused_for_every_target(tmp_path: Path, host: 
             deploy.artifacts(project, target, out=tmp_path / "out")
         assert [p for p, _ in err.value.problems] == ["model.local_dir", "mounts[0].host"], target
         assert "is relative (to where the recipe ran)" in str(err.value)
+
+
+def test_identifiers_with_a_trailing_newline_are_refused_for_every_target(tmp_path: Path) -> None:
+    data = standin_deployment(tmp_path, name="nl", placeholders={}, env=[{"name": "A\n", "value": "1"}])
+    data["resources"]["shm_size"] = "8g\n"  # type: ignore[index]
+    data["resources"]["gpus"]["cdi_devices"] = ["nvidia.com/gpu=0\n"]  # type: ignore[index]
+    project = write_project(tmp_path, data)
+    for target in targets.renderers():
+        with pytest.raises(SpecError) as err:
+            deploy.artifacts(project, target, deployment="nl", out=tmp_path / "out")
+        fields = [p for p, _ in err.value.problems]
+        assert fields == ["resources.shm_size", "env[0].name", "resources.gpus.cdi_devices[0]"], (
+            target,
+            fields,
+        )
