@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith import writer
-from rigsmith.errors import ConsentError, DriftError
+from rigsmith.errors import ConsentError, DriftError, RigsmithError
 from rigsmith.writer import Artifact
 
 GEN = f"# {writer.BANNER_MARK}\nbody\n"
@@ -66,9 +66,12 @@ def test_check_reports_drift_and_writes_nothing(tmp_path: Path) -> None:
     assert p.read_text() == GEN and not (tmp_path / "new").exists()
 
 
-def test_failed_staging_leaves_no_temp_files(tmp_path: Path) -> None:
+def test_a_path_in_the_way_is_an_error_naming_it_and_nothing_is_written(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(OSError):
-        writer.write([Artifact(tmp_path / "ok", GEN), Artifact(blocker / "sub", GEN)], echo=_quiet)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    (tmp_path / "run.sh").mkdir()
+    for bad in (blocker / "sub", tmp_path / "run.sh"):
+        with pytest.raises(RigsmithError, match=f"cannot write {bad}: .*nothing was written"):
+            writer.write([Artifact(tmp_path / "ok", GEN), Artifact(bad, GEN)], echo=_quiet)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "run.sh"]
+    assert list((tmp_path / "run.sh").iterdir()) == []

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rigsmith.errors import ConsentError, DriftError
+from rigsmith.errors import ConsentError, DriftError, RigsmithError
 
 Status = Literal["create", "identical", "update", "conflict"]
 
@@ -65,6 +65,12 @@ def plan(artifacts: Sequence[Artifact]) -> list[Outcome]:
             old = None
         except UnicodeDecodeError:
             old = ""
+        except OSError as err:  # a directory where the file goes, a file where a directory goes, no access
+            raise RigsmithError(
+                f"cannot write {a.path}: {err.strerror or err} (while reading what is there); nothing was "
+                "written",
+                hint="move the thing in the way aside (or fix its permissions), then re-run",
+            ) from None
         if old is None:
             status: Status = "create"
         elif old == a.content and _mode(a.path) == a.mode:
