@@ -214,7 +214,7 @@ def _inexpressible_values(plan: RunPlan) -> None:
 
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``quadlet/NAME.container``."""
-    text = ctx.podman_version or DEFAULT_PODMAN_VERSION
+    text = (ctx.podman_version or DEFAULT_PODMAN_VERSION).strip()  # it goes into a comment line
     version = parse_version(text, plan)
     _inexpressible_args(plan, ctx)
     _inexpressible_values(plan)
