@@ -83,3 +83,16 @@ def test_a_colon_in_a_mount_path_is_refused_by_every_volume_syntax_target(
         deploy.artifacts(project, target, deployment="colon", out=tmp_path / "out", lxc=lxc)  # type: ignore[arg-type]
     msg = str(err.value)
     assert field in msg and f"the {target} target cannot express" in msg and "splits on ':'" in msg, msg
+
+
+@pytest.mark.parametrize("target", ["podman", "quadlet", "lxc"])
+def test_an_executable_podman_would_read_as_a_json_argv_is_refused(tmp_path: Path, target: str) -> None:
+    data = standin_deployment(tmp_path, name="ep", placeholders={})
+    data["engine"] = {**data["engine"], "executable": '["/bin/sh", "-c", "id"]'}  # type: ignore[dict-item]
+    data["resources"]["host_ram_gib"] = 64  # type: ignore[index]
+    project = write_project(tmp_path, data)
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(project, target, deployment="ep", out=tmp_path / "out")  # type: ignore[arg-type]
+    msg = str(err.value)
+    assert "engine.executable" in msg and f"the {target} target cannot express" in msg and "JSON" in msg, msg
+    deploy.artifacts(project, "compose", deployment="ep", out=tmp_path / "out")  # a list there: literal

@@ -118,6 +118,18 @@ def volume_problems(plan: RunPlan) -> list[tuple[str, str]]:
     ]
 
 
+def entrypoint_problems(plan: RunPlan) -> list[tuple[str, str]]:
+    """An executable podman's ``--entrypoint`` (and quadlet's Entrypoint=) would parse as a JSON array."""
+    if plan.entrypoint.lstrip().startswith("["):
+        return [
+            (
+                "engine.executable",
+                f"{plan.entrypoint!r}: podman reads an --entrypoint starting with '[' as a JSON argv",
+            )
+        ]
+    return []
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 

@@ -23,7 +23,13 @@ from rigsmith.errors import SpecError
 from rigsmith.plan import RunPlan
 from rigsmith.render import banner
 from rigsmith.targets import RenderContext
-from rigsmith.targets.common import cannot_express, home_path, timings, volume_problems
+from rigsmith.targets.common import (
+    cannot_express,
+    entrypoint_problems,
+    home_path,
+    timings,
+    volume_problems,
+)
 from rigsmith.targets.podman import run_lines
 from rigsmith.writer import BANNER_MARK, Artifact
 
@@ -214,7 +220,9 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
                 )
             )
         out.append(Line("lxc.environment", f"{k}={v}"))
-    problems += volume_problems(plan)  # provision.sh starts it with the podman target's -v options
+    problems += volume_problems(plan) + entrypoint_problems(
+        plan
+    )  # provision.sh runs the podman target's argv
     if problems:
         raise cannot_express(plan, "lxc", problems)
     return out

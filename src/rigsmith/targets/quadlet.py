@@ -21,6 +21,7 @@ from rigsmith.targets.common import (
     HEALTH_RETRIES,
     HEALTH_TIMEOUT,
     cannot_express,
+    entrypoint_problems,
     health_argv,
     line_value_problems,
     mount_fields,
@@ -207,7 +208,7 @@ def _inexpressible_values(plan: RunPlan) -> None:
     raw = [("engine.image", plan.image), ("engine.executable", plan.entrypoint)]
     for hfld, host, cfld, cont in mount_fields(plan):
         raw += [(hfld, host), (cfld, cont)]
-    bad = line_value_problems(raw) + volume_problems(plan)
+    bad = line_value_problems(raw) + volume_problems(plan) + entrypoint_problems(plan)
     if bad:
         raise cannot_express(plan, "quadlet", bad)
 
