@@ -75,3 +75,33 @@ def test_a_path_in_the_way_is_an_error_naming_it_and_nothing_is_written(tmp_path
             writer.write([Artifact(tmp_path / "ok", GEN), Artifact(bad, GEN)], echo=_quiet)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "run.sh"]
     assert list((tmp_path / "run.sh").iterdir()) == []
+
+
+def test_a_directory_that_cannot_be_created_is_an_error_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    ok = tmp_path / "a" / "ok"
+    with pytest.raises(
+        RigsmithError, match=r"cannot write /proc/rigsmith-nope/run.sh: .*nothing was written"
+    ):
+        writer.write([Artifact(ok, GEN), Artifact(Path("/proc/rigsmith-nope/run.sh"), GEN)], echo=_quiet)
+    assert list((tmp_path / "a").iterdir()) == []
+
+
+def test_a_failed_rename_names_what_was_replaced_and_removes_the_other_temp_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = Path.replace
+    calls: list[Path] = []
+
+    def flaky(self: Path, target: Path) -> Path:  # the second rename fails, as on a full or read-only fs
+        calls.append(Path(target))
+        if len(calls) == 2:
+            raise OSError(30, "Read-only file system")
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "replace", flaky)
+    files = [Artifact(tmp_path / n, GEN) for n in ("one", "two", "three")]
+    with pytest.raises(
+        RigsmithError, match=r"cannot replace .*/two: Read-only file system; already replaced: .*/one"
+    ):
+        writer.write(files, echo=_quiet)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one"]
