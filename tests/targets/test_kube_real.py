@@ -116,6 +116,7 @@ def test_what_kube_cannot_express_is_refused_naming_target_and_field(
 #: container names DNS-1123 labels, Deployment and Secret names DNS-1123 subdomains.
 DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -137,6 +138,8 @@ def test_object_names_are_valid_kubernetes_names_for_any_deployment_name(tmp_pat
     for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]:
         if "valueFrom" in e:
             names["secret"] = (e["valueFrom"]["secretKeyRef"]["name"], DNS1123_SUBDOMAIN)
+    for key, value in dep["metadata"]["labels"].items():
+        names[f"label {key}"] = (value, LABEL_VALUE)
     for what, (value, rule) in names.items():
         assert rule.fullmatch(value) and len(value) <= 63, f"{what}: {value!r}"
     assert names["service"][0] == names["container"][0] == names["deployment"][0]

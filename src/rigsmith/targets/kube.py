@@ -66,6 +66,15 @@ def object_name(name: str) -> str:
     return label[:63].rstrip("-")
 
 
+#: Kubernetes label values: at most 63, alphanumeric at both ends, '-', '_' and '.' inside.
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def _label_value(value: str) -> str:
+    """A label value as is when Kubernetes accepts it, else as the object name (a deployment ``m_``)."""
+    return value if len(value) <= 63 and _LABEL_VALUE.fullmatch(value) else object_name(value)
+
+
 def _volume_name(i: int, role: str) -> str:
     return "model" if role == "model" else f"mount-{i}"
 
@@ -140,7 +149,7 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": kname, "labels": {**labels, **dict(plan.labels)}},
+        "metadata": {"name": kname, "labels": {**labels, **{k: _label_value(v) for k, v in plan.labels}}},
         "spec": {
             "replicas": 1,
             "strategy": {
