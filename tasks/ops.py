@@ -15,6 +15,7 @@ from rigsmith.ops import doctor as doctormod
 from rigsmith.ops import lifecycle, proxy
 from rigsmith.ops import wait as waitmod
 from rigsmith.ops.host import LocalHost, gather
+from rigsmith.project import TARGETS
 from tasks._common import confirm, echo, project, user_errors
 from tasks.deploy import _memlock
 
@@ -49,6 +50,8 @@ def doctor(c, deployment=None, target="podman"):
     """Preflight: one go/no-go table of this host against the deployment's needs."""
     from rich.console import Console
 
+    if target not in TARGETS:
+        raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
     p = project()
     spec = p.load(deployment)
     checks = doctormod.evaluate(spec, gather(LocalHost(), model_dir=spec.model.local_dir), target)
