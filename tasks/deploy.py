@@ -19,7 +19,12 @@ def _memlock(value: str | None) -> int | str | None:
         return None
     if value in ("unlimited", "-1", "host"):
         return "host" if value == "host" else "unlimited"
-    return int(value)
+    n = _int("--memlock", value)
+    if n is None or n <= 0:
+        raise RigsmithError(
+            f"--memlock {value!r} is not unlimited, host or a byte count", hint="e.g. --memlock unlimited"
+        )
+    return n
 
 
 def _int(flag: str, value: str | None) -> int | None:
@@ -58,7 +63,7 @@ def deploy(
     check=False,
     memlock=None,
     podman_version=None,
-    vmid=100,
+    vmid=None,
     pve_version="8.2",
     lxc_config=None,
     uvm_major=None,
@@ -80,7 +85,7 @@ def deploy(
         memlock=_memlock(memlock),  # type: ignore[arg-type]
         podman_version=podman_version,
         lxc=LxcOptions(
-            vmid=int(vmid),
+            vmid=_int("--vmid", vmid) if vmid is not None else 100,
             pve_version=pve_version,
             config=Path(lxc_config) if lxc_config else None,
             uvm_major=_int("--uvm-major", uvm_major),

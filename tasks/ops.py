@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from invoke import Exit, task
 
 from rigsmith.errors import RigsmithError
+from rigsmith.project import TARGETS
 from tasks._common import confirm, echo, project, user_errors
 from tasks.deploy import _memlock
 
@@ -39,6 +40,13 @@ def _int(flag: str, value: object) -> int:
         raise RigsmithError(f"{flag} {value!r} is not a whole number", hint=f"e.g. {flag} 2") from None
 
 
+def _seconds(flag: str, value: object) -> float:
+    try:
+        return float(str(value))
+    except ValueError:
+        raise RigsmithError(f"{flag} {value!r} is not a number of seconds", hint=f"e.g. {flag} 900") from None
+
+
 @task(help={"deployment": _DEP, "target": _TARGET})
 @user_errors
 def doctor(c, deployment=None, target="podman"):
@@ -48,6 +56,8 @@ def doctor(c, deployment=None, target="podman"):
     from rigsmith.ops import doctor as doctormod
     from rigsmith.ops.host import LocalHost, gather
 
+    if target not in TARGETS:
+        raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
     p = project()
     spec = p.load(deployment)
     checks = doctormod.evaluate(spec, gather(LocalHost(), model_dir=spec.model.local_dir), target)
@@ -173,7 +183,7 @@ def wait(c, deployment=None, target="podman", out=None, timeout=None, log_file=N
     else:
         follower = waitmod.LogFollower(argv=lifecycle.logs_argv(ops, deployment=spec.name, follow=True))
     health = url or f"{benchmod.base_url(spec)}{spec.readiness.health_path}"
-    secs = float(timeout) if timeout is not None else waitmod.timeout_for(spec)
+    secs = _seconds("--timeout", timeout) if timeout is not None else waitmod.timeout_for(spec)
     res = waitmod.wait(
         waitmod.Gates.from_spec(spec), follower, waitmod.http_health(health), timeout=secs, echo=echo
     )
@@ -189,8 +199,8 @@ def wait(c, deployment=None, target="podman", out=None, timeout=None, log_file=N
         "url": "OpenAI API base URL (default: the deployment's host and port)",
         "model": "model name to request (default: the first one /v1/models lists)",
         "streams": "comma-separated extra stream counts (1 and the recipe's published counts always run)",
-        "max_tokens": "tokens generated per request",
-        "prompt_words": "prompt length in words",
+        "max_tokens": "tokens generated per request (default 256)",
+        "prompt_words": "prompt length in words (default 512)",
         "chat": "use /v1/chat/completions instead of /v1/completions",
         "compare": "print the comparison with earlier runs and the recipe's published numbers",
     }
@@ -202,8 +212,8 @@ def bench(
     url=None,
     model=None,
     streams="",
-    max_tokens=256,
-    prompt_words=512,
+    max_tokens=None,
+    prompt_words=None,
     chat=False,
     compare=False,
 ):
@@ -217,8 +227,8 @@ def bench(
         url=url,
         model=model,
         streams=counts,
-        max_tokens=_int("--max-tokens", max_tokens),
-        prompt_words=_int("--prompt-words", prompt_words),
+        max_tokens=_int("--max-tokens", max_tokens) if max_tokens is not None else 256,
+        prompt_words=_int("--prompt-words", prompt_words) if prompt_words is not None else 512,
         chat=chat,
         show_compare=compare,
         echo=echo,

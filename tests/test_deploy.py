@@ -151,3 +151,95 @@ def test_cli_unknown_target_and_deployment_are_clear(tmp_path: Path) -> None:
         and "no deployment 'nope'" in missing.stderr
         and "known: one" in missing.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("extra", "var"),
+    [(["--api-key", "sk-live-123"], "VLLM_API_KEY"), (["--api-key=sk-live-123"], "VLLM_API_KEY"),
+     (["--hf-token", "hf_abc"], "HF_TOKEN")],
+)  # fmt: skip
+def test_a_secret_flag_value_in_the_args_is_refused_for_every_target(
+    tmp_path: Path, extra: list[str], var: str
+) -> None:
+    data = standin_deployment(tmp_path, name="keyed", placeholders={})
+    args = [*data["engine"]["args"], *extra]  # type: ignore[index]
+    data["engine"] = {**data["engine"], "args": args}  # type: ignore[dict-item]
+    project = write_project(tmp_path, data)
+    for target in targets.renderers():
+        with pytest.raises(SpecError) as err:
+            deploy.artifacts(project, target, out=tmp_path / "out")
+        assert err.value.problems[0][0] == f"engine.args[{len(args) - len(extra)}]"
+        assert f"add env {var} with secret: true" in str(err.value)
+        assert "sk-live-123" not in str(err.value) and "hf_abc" not in str(err.value)
+
+
+def test_hf_token_without_a_value_is_not_a_secret(tmp_path: Path) -> None:
+    data = standin_deployment(tmp_path, name="keyless", placeholders={})
+    data["engine"] = {**data["engine"], "args": [*data["engine"]["args"], "--hf-token"]}  # type: ignore[index,dict-item]
+    deploy.artifacts(write_project(tmp_path, data), "podman", out=tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["deploy", "--target", "lxc", "--vmid", "abc"], "--vmid 'abc' is not a whole number"),
+        (["deploy", "--target", "podman", "--memlock", "lots"], "--memlock 'lots' is not a whole number"),
+        (
+            ["deploy", "--target", "podman", "--memlock", "0"],
+            "--memlock '0' is not unlimited, host or a byte",
+        ),
+        (["check-container", "--memlock", "x"], "--memlock 'x' is not a whole number"),
+        (["wait", "--timeout", "soon"], "--timeout 'soon' is not a number of seconds"),
+        (["bench", "--max-tokens", "many"], "--max-tokens 'many' is not a whole number"),
+        (["bench", "--prompt-words", "long"], "--prompt-words 'long' is not a whole number"),
+    ],
+)
+def test_cli_bad_numbers_are_one_paragraph_errors_not_tracebacks(
+    tmp_path: Path, argv: list[str], message: str
+) -> None:
+    project = write_project(tmp_path, standin_deployment(tmp_path, name="one"))
+    proc = _invoke(project.root, *argv)
+    assert proc.returncode == 1, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_image_reference_that_is_not_one_is_refused_naming_where_it_came_from(tmp_path: Path) -> None:
+    data = standin_deployment(tmp_path, name="img", placeholders={})
+    data["engine"] = {**data["engine"], "image": "localhost/x:1\nExecStartPre=/bin/id"}  # type: ignore[dict-item]
+    project = write_project(tmp_path, data)
+    for target in targets.renderers():
+        with pytest.raises(SpecError) as err:
+            deploy.artifacts(project, target, out=tmp_path / "out")
+        assert err.value.problems[0][0] == "engine.image" and "not a valid repository name" in str(err.value)
+        with pytest.raises(SpecError) as err:
+            deploy.artifacts(project, target, out=tmp_path / "out", image="BAD REF")
+        assert err.value.problems[0][0] == "--image" and "image reference 'BAD REF'" in str(err.value)
+
+
+@pytest.mark.parametrize("host", ["./cache", "$(pwd)", "hf_cache", "models/x", "~user/x"])
+def test_a_relative_host_path_is_refused_for_every_target(tmp_path: Path, host: str) -> None:
+    data = standin_deployment(
+        tmp_path, name="rel", placeholders={}, mounts=[{"host": host, "container": "/workspace"}]
+    )
+    data["model"] = {**data["model"], "local_dir": host}  # type: ignore[dict-item]
+    project = write_project(tmp_path, data)
+    for target in targets.renderers():
+        with pytest.raises(SpecError) as err:
+            deploy.artifacts(project, target, out=tmp_path / "out")
+        assert [p for p, _ in err.value.problems] == ["model.local_dir", "mounts[0].host"], target
+        assert "is relative (to where the recipe ran)" in str(err.value)
+
+
+def test_identifiers_with_a_trailing_newline_are_refused_for_every_target(tmp_path: Path) -> None:
+    data = standin_deployment(tmp_path, name="nl", placeholders={}, env=[{"name": "A\n", "value": "1"}])
+    data["resources"]["shm_size"] = "8g\n"  # type: ignore[index]
+    data["resources"]["gpus"]["cdi_devices"] = ["nvidia.com/gpu=0\n"]  # type: ignore[index]
+    project = write_project(tmp_path, data)
+    for target in targets.renderers():
+        with pytest.raises(SpecError) as err:
+            deploy.artifacts(project, target, deployment="nl", out=tmp_path / "out")
+        fields = [p for p, _ in err.value.problems]
+        assert fields == ["resources.shm_size", "env[0].name", "resources.gpus.cdi_devices[0]"], (
+            target,
+            fields,
+        )

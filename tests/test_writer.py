@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith import writer
-from rigsmith.errors import ConsentError, DriftError
+from rigsmith.errors import ConsentError, DriftError, RigsmithError
 from rigsmith.writer import Artifact
 
 GEN = f"# {writer.BANNER_MARK}\nbody\n"
@@ -66,9 +66,42 @@ def test_check_reports_drift_and_writes_nothing(tmp_path: Path) -> None:
     assert p.read_text() == GEN and not (tmp_path / "new").exists()
 
 
-def test_failed_staging_leaves_no_temp_files(tmp_path: Path) -> None:
+def test_a_path_in_the_way_is_an_error_naming_it_and_nothing_is_written(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(OSError):
-        writer.write([Artifact(tmp_path / "ok", GEN), Artifact(blocker / "sub", GEN)], echo=_quiet)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    (tmp_path / "run.sh").mkdir()
+    for bad in (blocker / "sub", tmp_path / "run.sh"):
+        with pytest.raises(RigsmithError, match=f"cannot write {bad}: .*nothing was written"):
+            writer.write([Artifact(tmp_path / "ok", GEN), Artifact(bad, GEN)], echo=_quiet)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "run.sh"]
+    assert list((tmp_path / "run.sh").iterdir()) == []
+
+
+def test_a_directory_that_cannot_be_created_is_an_error_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    ok = tmp_path / "a" / "ok"
+    with pytest.raises(
+        RigsmithError, match=r"cannot write /proc/rigsmith-nope/run.sh: .*nothing was written"
+    ):
+        writer.write([Artifact(ok, GEN), Artifact(Path("/proc/rigsmith-nope/run.sh"), GEN)], echo=_quiet)
+    assert list((tmp_path / "a").iterdir()) == []
+
+
+def test_a_failed_rename_names_what_was_replaced_and_removes_the_other_temp_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = Path.replace
+    calls: list[Path] = []
+
+    def flaky(self: Path, target: Path) -> Path:  # the second rename fails, as on a full or read-only fs
+        calls.append(Path(target))
+        if len(calls) == 2:
+            raise OSError(30, "Read-only file system")
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "replace", flaky)
+    files = [Artifact(tmp_path / n, GEN) for n in ("one", "two", "three")]
+    with pytest.raises(
+        RigsmithError, match=r"cannot replace .*/two: Read-only file system; already replaced: .*/one"
+    ):
+        writer.write(files, echo=_quiet)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one"]

@@ -19,7 +19,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from rigsmith import lock as lockmod
 from rigsmith import render
@@ -163,7 +171,7 @@ class ImageDef(_Frozen):
     @field_validator("pip")
     @classmethod
     def _pip(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [p for p in v if not _PIP_RE.match(p)]
+        bad = [p for p in v if not _PIP_RE.fullmatch(p)]
         if bad:
             raise ValueError(f"{bad} are not exact pins; write each as name==version")
         return v
@@ -172,7 +180,7 @@ class ImageDef(_Frozen):
     @classmethod
     def _args(cls, v: dict[str, str]) -> dict[str, str]:
         for k, val in v.items():
-            if not _ARG_RE.match(k):
+            if not _ARG_RE.fullmatch(k):
                 raise ValueError(f"{k!r} is not a build-arg name")
             _single_line(val, f"build_args.{k}")
         if "SOURCE_DATE_EPOCH" in v:
@@ -183,12 +191,18 @@ class ImageDef(_Frozen):
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
         for k, val in v.items():
-            if not _LABEL_KEY_RE.match(k):
+            if not _LABEL_KEY_RE.fullmatch(k):
                 raise ValueError(f"{k!r} is not a label key (lowercase, dots and dashes)")
             if k.startswith(RESERVED_LABEL_PREFIXES):
                 raise ValueError(f"{k!r}: rigsmith sets org.opencontainers.image.* and io.rigsmith.* itself")
             _single_line(val, f"labels.{k}")
         return v
+
+    @field_validator("source", "revision")
+    @classmethod
+    def _one_line(cls, v: str | None, info: ValidationInfo) -> str | None:
+        # Both become LABEL values; a newline would end the LABEL and start a Dockerfile instruction.
+        return None if v is None else _single_line(v, str(info.field_name))
 
     @field_validator("template")
     @classmethod

@@ -13,6 +13,7 @@ from typing import Literal
 from rigsmith import lock as lockmod
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
+from rigsmith.registry import parse_ref
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,24 @@ class RunPlan:
         return opts
 
 
-def _image(spec: specmod.Deployment, lock: lockmod.Lock, override: str | None) -> tuple[str, bool]:
+def _image(
+    spec: specmod.Deployment, lock: lockmod.Lock, override: str | None, spec_path: str
+) -> tuple[str, bool]:
     ref = override or spec.engine.image
     if ref:
+        try:
+            parse_ref(ref)
+        except RigsmithError as err:
+            # Every target writes the reference into a file (unit keys take it raw): it must be one.
+            raise SpecError(
+                spec_path,
+                [
+                    (
+                        "--image" if override else "engine.image",
+                        err.message + (f"; {err.hint}" if err.hint else ""),
+                    )
+                ],
+            ) from None
         if "@sha256:" in ref:
             return ref, True
         locked = lock.images.get(ref)
@@ -117,6 +133,63 @@ def _image(spec: specmod.Deployment, lock: lockmod.Lock, override: str | None) -
         hint="pass --image REF to deploy (or import-recipe), set engine.image in the spec, "
         "or set engine.build to an images/<name> definition and run `invoke build`",
     )
+
+
+#: vLLM flags whose value is a secret, and the environment variable vLLM reads it from instead.
+SECRET_FLAGS: dict[str, str] = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
+
+
+def _secret_args(args: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Problems for secret flag values in the argv, which every target would write into its files.
+
+    ``--hf-token`` alone (vLLM: use the stored login) is fine; ``--api-key`` takes one or more values.
+    """
+    out = []
+    for i, a in enumerate(args):
+        flag = a.split("=", 1)[0]
+        if flag not in SECRET_FLAGS:
+            continue
+        has_value = "=" in a or (i + 1 < len(args) and not args[i + 1].startswith("-"))
+        if has_value:
+            var = SECRET_FLAGS[flag]
+            out.append(
+                (
+                    f"engine.args[{i}]",
+                    f"{flag} carries a secret, which would be written into every generated file; remove "
+                    f"the flag and its value and add env {var} with secret: true (podman secret or a 0600 "
+                    "env file supplies it)",
+                )
+            )
+    return out
+
+
+def _line_breaks(spec: specmod.Deployment) -> list[tuple[str, str]]:
+    """Identifiers whose spec patterns are anchored with ``$``, which also accepts a trailing newline.
+
+    Targets write them bare: the lxc target read ``gpu=0\\n`` as no GPU index and dropped its device node
+    from pct.conf, ``lxc.environment: A\\n=1`` split into two lines, ``--shm-size`` got a size podman
+    cannot parse.
+    """
+    fields = [("resources.shm_size", spec.resources.shm_size)]
+    fields += [(f"env[{i}].name", e.name) for i, e in enumerate(spec.env)]
+    fields += [(f"resources.gpus.cdi_devices[{i}]", d) for i, d in enumerate(spec.resources.gpus.cdi_devices)]
+    return [(fld, f"{value!r} holds a line break; remove it") for fld, value in fields if "\n" in value]
+
+
+def _relative_hosts(spec: specmod.Deployment) -> list[tuple[str, str]]:
+    """Host paths that are neither absolute nor under ``~/``.
+
+    Each target would resolve them against something else (run.sh: the shell's cwd; quadlet: the unit's
+    directory; compose: the compose file's; podman reads a bare word as a named volume; kube and PVE
+    refuse them), so the same spec would mount different directories.
+    """
+    hosts = [("model.local_dir", spec.model.local_dir, "the checkpoint's")]
+    hosts += [(f"mounts[{i}].host", m.host, "the host directory's") for i, m in enumerate(spec.mounts)]
+    return [
+        (fld, f"{host!r} is relative (to where the recipe ran); set {what} absolute path or ~/…")
+        for fld, host, what in hosts
+        if not (host.startswith("/") or host == "~" or host.startswith("~/"))
+    ]
 
 
 def _has_tag(ref: str) -> bool:
@@ -146,19 +219,10 @@ def make(
                 for tok in missing
             ],
         )
-    if not spec.model.local_dir.startswith(("/", "~/")) and spec.model.local_dir != "~":
-        # Each target resolves a relative host path against a different directory (or not at all).
-        raise SpecError(
-            spec_path,
-            [
-                (
-                    "model.local_dir",
-                    f"{spec.model.local_dir!r} is relative (to where the recipe ran); set the checkpoint's "
-                    "absolute path or ~/…",
-                )
-            ],
-        )
-    ref, pinned = _image(spec, lock, image)
+    problems = _line_breaks(spec) + _secret_args(spec.engine.args) + _relative_hosts(spec)
+    if problems:
+        raise SpecError(spec_path, problems)
+    ref, pinned = _image(spec, lock, image, spec_path)
     mounts = [
         PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
         *(PlanMount(m.host, m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),

@@ -36,9 +36,10 @@ DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"
 DOCKER_HUB_AUTH_KEY = "https://index.docker.io/v1/"
 
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_TAG_RE = re.compile(r"^[\w][\w.-]{0,127}$")
-_REPO_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+# Anchored with \Z, not $: $ also matches before a trailing newline, which no reference may carry.
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_TAG_RE = re.compile(r"^[\w][\w.-]{0,127}\Z", re.ASCII)
+_REPO_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*\Z")
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 
 

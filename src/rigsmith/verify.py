@@ -138,7 +138,13 @@ def check_container(
     """Inspect the running container; raise PreflightError naming every difference from the plan."""
     argv = inspect_argv(name or plan.name)
     runner = run or (lambda a: subprocess.run(a, capture_output=True, text=True, check=False))
-    proc = runner(argv)
+    try:
+        proc = runner(argv)
+    except FileNotFoundError:
+        raise PreflightError(
+            f"cannot inspect container {name or plan.name}: podman is not installed (not on PATH)",
+            hint="run check-container on the host that runs the container, or install podman",
+        ) from None
     if proc.returncode != 0:
         raise CommandError(argv, proc.returncode, proc.stderr, hint="is it started? podman ps -a")
     info = parse_inspect(proc.stdout) or {}

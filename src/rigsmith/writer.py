@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rigsmith.errors import ConsentError, DriftError
+from rigsmith.errors import ConsentError, DriftError, RigsmithError
 
 Status = Literal["create", "identical", "update", "conflict"]
 
@@ -65,6 +65,12 @@ def plan(artifacts: Sequence[Artifact]) -> list[Outcome]:
             old = None
         except UnicodeDecodeError:
             old = ""
+        except OSError as err:  # a directory where the file goes, a file where a directory goes, no access
+            raise RigsmithError(
+                f"cannot write {a.path}: {err.strerror or err} (while reading what is there); nothing was "
+                "written",
+                hint="move the thing in the way aside (or fix its permissions), then re-run",
+            ) from None
         if old is None:
             status: Status = "create"
         elif old == a.content and _mode(a.path) == a.mode:
@@ -142,8 +148,16 @@ def write(
 def _commit(artifacts: Sequence[Artifact]) -> None:
     """Stage every file as a temp sibling, then rename them all into place."""
     staged: list[tuple[str, Path]] = []
+
+    def drop(temps: Sequence[tuple[str, Path]]) -> None:
+        for tmp, _ in temps:
+            with contextlib.suppress(FileNotFoundError):
+                Path(tmp).unlink()
+
+    current: Path | None = None
     try:
         for a in artifacts:
+            current = a.path
             a.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{a.path.name}.", suffix=".tmp", dir=a.path.parent)
             staged.append((tmp, a.path))
@@ -152,13 +166,25 @@ def _commit(artifacts: Sequence[Artifact]) -> None:
                 fh.flush()
                 os.fsync(fh.fileno())
             Path(tmp).chmod(a.mode)
-    except BaseException:
-        for tmp, _ in staged:
-            with contextlib.suppress(FileNotFoundError):
-                Path(tmp).unlink()
+    except BaseException as err:
+        drop(staged)
+        if isinstance(err, OSError):
+            raise RigsmithError(
+                f"cannot write {current}: {err.strerror or err}; nothing was written",
+                hint="check that the directory can be created and written (--out DIR), then re-run",
+            ) from None
         raise
-    for tmp, dest in staged:
-        Path(tmp).replace(dest)
+    for i, (tmp, dest) in enumerate(staged):
+        try:
+            Path(tmp).replace(dest)
+        except OSError as err:
+            drop(staged[i:])
+            done = ", ".join(str(d) for _, d in staged[:i]) or "none"
+            raise RigsmithError(
+                f"cannot replace {dest}: {err.strerror or err}; already replaced: {done}; the rest were "
+                "not written",
+                hint="fix the cause and re-run (the command is idempotent)",
+            ) from None
 
 
 def write_one(path: Path, content: str, mode: int = 0o644) -> None:

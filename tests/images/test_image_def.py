@@ -226,3 +226,23 @@ def test_pin_skips_local_only_names_and_says_why(tmp_path: Path) -> None:
     assert buildmod.pin_images(project, _NoRegistry(), echo=lines.append) == []  # type: ignore[arg-type]
     assert "skip  localhost/vllm-merlin:v2.5.1" in lines[0] and "local-only" in lines[0]
     assert not project.lock_path.exists()
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"source": "https://x.invalid\nRUN touch /tmp/rigsmith-pwned-d"}, "source"),
+        ({"revision": "r1\nRUN id"}, "revision"),
+        ({"labels": {"org.example.note\n": "x"}}, "labels"),
+        ({"build_args": {"GREETING\n": "x"}}, "build_args"),
+        ({"pip": ["requests==2.0\n"]}, "pip"),
+    ],
+    ids=["source", "revision", "label-key", "arg-name", "pip"],
+)
+def test_a_newline_that_would_start_a_dockerfile_instruction_is_refused(
+    tmp_path: Path, changes: dict[str, object], field: str
+) -> None:
+    tiny_image(tmp_path, BASE, **changes)
+    with pytest.raises(SpecError) as err:
+        imagemod.load(tmp_path / "images", "tiny")
+    assert field in [p for p, _ in err.value.problems], str(err.value)

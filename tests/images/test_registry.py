@@ -35,7 +35,20 @@ def test_parse_ref(text: str, expected: tuple[str, str, str | None, str | None])
     assert (ref.registry, ref.repository, ref.tag, ref.digest) == expected
 
 
-@pytest.mark.parametrize("text", ["Vllm/Upper:1", "x@sha256:123", "x:bad tag", "a//b"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Vllm/Upper:1",
+        "x@sha256:123",
+        "x:bad tag",
+        "a//b",
+        # A trailing newline (which a ^…$ pattern lets through) and a non-ASCII tag (Go's \w is ASCII).
+        "localhost/x:1\n",
+        "localhost/x\n",
+        "x@sha256:" + "0" * 64 + "\n",
+        "x:tä",
+    ],
+)
 def test_parse_ref_refuses_garbage(text: str) -> None:
     with pytest.raises(RigsmithError, match="image reference"):
         registrymod.parse_ref(text)

@@ -63,6 +63,8 @@ def test_user_errors_are_one_paragraph_not_tracebacks() -> None:
     assert out.returncode == 1 and "no deployment 'nope'" in out.stderr and "Traceback" not in out.stderr
     out = invoke("logs", "--deployment", "flash-next-merlin-4x3090", "--tail", "x", root=REPO)
     assert out.returncode == 1 and "--tail 'x' is not a whole number" in out.stderr
+    out = invoke("doctor", "--deployment", "flash-next-merlin-4x3090", "--target", "swarm", root=REPO)
+    assert out.returncode == 1 and "unknown target 'swarm'" in out.stderr and "NO-GO" not in out.stderr
 
 
 def test_full_cycle_through_the_cli(tmp_path: Path, podman: Podman, fake_cdi: Path, ops_image: str) -> None:

@@ -79,3 +79,13 @@ def test_llama_swap_cmd_and_cmdstop_really_start_and_stop_the_deployment(
         proc.kill()
         podman.run("rm", "--force", "--time", "0", "ops-swap", check=False)
     assert model_id == "flash-next-v2"
+
+
+def test_a_served_model_name_cannot_add_keys_to_the_llama_swap_config() -> None:
+    spec = Project(REPO).load("flash-next-merlin-4x3090")
+    evil = "x\nhealthCheckTimeout: 1\nmacros:\n  model: /bin/sh -c 'touch /tmp/rigsmith-pwned-p'"
+    args = [*spec.engine.args, "--served-model-name", "first", evil]
+    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": tuple(args)})})
+    text = proxy.render(spec)["llama-swap.yaml"]
+    assert set(yaml.safe_load(text)) == {"models"}
+    assert json.dumps(evil) in text

@@ -134,10 +134,16 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
 
     dep = _import(case)
     local_dir = dep.model.local_dir
+    # A relative host path (compose's ./x) is refused by deploy until the user writes the real one.
+    mounts = tuple(
+        m if m.host.startswith(("/", "~")) else m.model_copy(update={"host": f"/filled{m.container}"})
+        for m in dep.mounts
+    )
     filled = dep.model_copy(
         update={
             "placeholders": {t: f"/filled/{i}" for i, t in enumerate(dep.placeholders)},
             "engine": dep.engine.model_copy(update={"image": dep.engine.image or "localhost/vllm:1"}),
+            "mounts": mounts,
             # A relative checkpoint dir (a local model) is the other value the user must fill.
             "model": dep.model.model_copy(
                 update={"local_dir": local_dir if local_dir.startswith(("/", "~")) else "/filled/model"}

@@ -93,3 +93,25 @@ def test_check_container_reports_a_missing_container_without_traceback(seed_proj
     proc = _invoke(seed_project, "check-container", "--deployment", SEEDS[1], "--container", "rigsmith-nope")
     assert proc.returncode == 1
     assert "podman container inspect rigsmith-nope" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_check_container_without_podman_on_path_is_an_error_not_a_traceback(
+    seed_project: Project, tmp_path: Path
+) -> None:
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "invoke").symlink_to(shutil.which("invoke") or "invoke")
+    env = {
+        **os.environ,
+        "RIGSMITH_ROOT": str(seed_project.root),
+        "PYTHONPATH": f"{REPO / 'src'}:{REPO}",
+        "PATH": str(bin_dir),
+    }
+    proc = subprocess.run(
+        [str(bin_dir / "invoke"), "check-container", "--deployment", SEEDS[1]],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "podman is not installed" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -109,3 +110,36 @@ def test_what_kube_cannot_express_is_refused_naming_target_and_field(
     assert "resources.gpus.cdi_devices" in str(err.value) and "fixed indices" in str(err.value)
     for seed in SEEDS:
         deploy.artifacts(seed_project, "kube", deployment=seed, out=tmp_path / "out")  # the seeds render
+
+
+#: Kubernetes' own validation (k8s.io/apimachinery/pkg/util/validation): Service names are DNS-1035 labels,
+#: container names DNS-1123 labels, Deployment and Secret names DNS-1123 subdomains.
+DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-7b", "3x3090_a", "flash-next-int4-3x3090", "m_"])
+def test_object_names_are_valid_kubernetes_names_for_any_deployment_name(tmp_path: Path, name: str) -> None:
+    data = standin_deployment(
+        tmp_path, name=name, env=[{"name": "HF_TOKEN", "value": "", "secret": True}], placeholders={}
+    )
+    project = write_project(tmp_path, data)
+    _plan, files = deploy.artifacts(project, "kube", deployment=name, out=tmp_path / "out")
+    dep, svc = list(yaml.safe_load_all(files[0].content))
+    names = {
+        "service": (svc["metadata"]["name"], DNS1035),
+        "container": (dep["spec"]["template"]["spec"]["containers"][0]["name"], DNS1123_LABEL),
+        "deployment": (dep["metadata"]["name"], DNS1123_SUBDOMAIN),
+    }
+    for vol in dep["spec"]["template"]["spec"]["volumes"]:
+        names[f"volume {vol['name']}"] = (vol["name"], DNS1123_LABEL)
+    for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]:
+        if "valueFrom" in e:
+            names["secret"] = (e["valueFrom"]["secretKeyRef"]["name"], DNS1123_SUBDOMAIN)
+    for key, value in dep["metadata"]["labels"].items():
+        names[f"label {key}"] = (value, LABEL_VALUE)
+    for what, (value, rule) in names.items():
+        assert rule.fullmatch(value) and len(value) <= 63, f"{what}: {value!r}"
+    assert names["service"][0] == names["container"][0] == names["deployment"][0]

@@ -368,3 +368,42 @@ def test_provision_makes_cdi_and_runs_the_podman_targets_exact_argv(tmp_path: Pa
     assert argv[image_at + 1 :] == list(plan.command)
     mounts = [argv[i + 1] for i, a in enumerate(argv[:image_at]) if a == "-v"]
     assert mounts == [f"{m.host}:{m.container}{':ro' if m.readonly else ''}" for m in plan.mounts]
+
+
+def test_provision_never_runs_the_health_path(tmp_path: Path) -> None:
+    pwned = tmp_path / "pwned"
+    health = f"/health$(touch {pwned}-1)`touch {pwned}-2`;touch {pwned}-3 \"'"
+    data = standin_deployment(tmp_path, name="standin-lxc", readiness={"health_path": health})
+    data["resources"]["gpus"]["cdi_devices"] = [f"nvidia.com/gpu={i}" for i in range(4)]  # type: ignore[index]
+    prepare_host_dirs(data)
+    project = write_project(tmp_path, data)
+    deploy.deploy(project, "lxc", deployment="standin-lxc", out=tmp_path / "out", echo=lambda _m: None)
+    proc = _run(tmp_path / "out/lxc/standin-lxc/provision.sh", _fake_ct(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert not list(tmp_path.glob("pwned*"))
+    assert f"ready when http://127.0.0.1:8000{health} answers" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "why"),
+    [
+        ({"mounts": [{"host": "/srv/a=b", "container": "/data"}]}, "mounts[0].host", "',', '='"),
+        (
+            {"mounts": [{"host": "/srv/a\\040b", "container": "/w", "kind": "file"}]},
+            "mounts[0].host",
+            "no whitespace or backslash",
+        ),
+        ({"env": [{"name": "X", "value": "one\rtwo"}]}, "env.X", "control character"),
+    ],
+    ids=["equals-in-mp", "backslash-in-mount-entry", "carriage-return-in-env"],
+)
+def test_paths_pve_or_liblxc_would_reinterpret_are_refused(
+    tmp_path: Path, changes: dict[str, object], field: str, why: str
+) -> None:
+    data = standin_deployment(tmp_path, name="reinterp-lxc", placeholders={}, **changes)
+    data["resources"]["gpus"]["cdi_devices"] = ["nvidia.com/gpu=0"]  # type: ignore[index]
+    project = write_project(tmp_path, data)
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(project, "lxc", deployment="reinterp-lxc", out=tmp_path / "out")
+    msg = str(err.value)
+    assert f"{field}: " in msg and "lxc target cannot express" in msg and why in msg, msg

@@ -99,3 +99,36 @@ def test_any_argv_survives_spec_script_shell(
     image_at = argv.index(SEED.engine.image)
     assert argv[image_at + 1 :] == ["serve", *args]
     assert f"ANY={env_value}" in argv[:image_at]
+
+
+def test_health_path_and_mount_paths_are_never_run_by_the_shell(
+    fake_host: dict[str, str], tmp_path: Path
+) -> None:
+    pwned = tmp_path / "pwned"
+    health = f"/health$(touch {pwned}-1)`touch {pwned}-2`;touch {pwned}-3 \"'"
+    extra = tmp_path / "my dir, $(touch {pwned}-4) %h `x`"
+    extra.mkdir()
+    readiness = SEED.readiness.model_copy(update={"health_path": health})
+    mounts = (specmod.Mount(host=str(extra), container="/data/x y $P"),)
+    spec = specmod.loads(
+        specmod.dump(
+            SEED.model_copy(
+                update={
+                    "readiness": readiness,
+                    "mounts": mounts,
+                    "placeholders": dict.fromkeys(SEED.placeholders, "x"),
+                }
+            )
+        )
+    )
+    plan = planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml")
+    ctx = RenderContext(spec=spec, out=tmp_path / "out", command="invoke deploy --target podman")
+    (run,) = [a for a in podman.render(plan, ctx) if a.path.name == "run.sh"]
+    run.path.parent.mkdir(parents=True)
+    run.path.write_text(run.content)
+    proc = run_script(run.path, fake_host)
+    assert proc.returncode == 0, proc.stderr
+    assert not list(tmp_path.glob("pwned*"))
+    assert f"ready when {plan.health_url} answers" in proc.stdout
+    argv = json.loads(Path(fake_host["FAKE_PODMAN_OUT"]).read_text())
+    assert f"{extra}:/data/x y $P" in argv

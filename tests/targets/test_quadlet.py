@@ -141,6 +141,11 @@ HOSTILE = [
     "a;b",
     "tab\tand ünïcødé ✓",
     " lead and trail ",
+    # A trailing newline on a word of only "safe" characters once came out bare, so the words after it
+    # became new unit lines: this trio gave the container --privileged and the host's / (podman 5.4.2).
+    "y\n",
+    "PodmanArgs=--privileged\n",
+    "Volume=/:/host",
 ]
 
 
@@ -214,3 +219,16 @@ def test_generated_execstart_really_starts_the_standin(
         assert info["Config"]["StopTimeout"] == plan.stop_timeout  # type: ignore[index]
     finally:
         podman.run("rm", "--force", "--time", "0", "standin-quadlet", check=False)
+
+
+def test_a_podman_version_with_a_line_break_still_makes_a_unit_quadlet_reads(
+    quadlet_bin: Path, tmp_path: Path
+) -> None:
+    data = standin_deployment(tmp_path, name="pv-q", placeholders={}, podman_version="5.4.2\n")
+    project = write_project(tmp_path, data)
+    _plan, files = deploy.artifacts(project, "quadlet", deployment="pv-q", out=tmp_path / "out")
+    unit = tmp_path / "pv-q.container"
+    unit.write_text(files[0].content)
+    proc = run_quadlet(quadlet_bin, unit, tmp_path / "w")
+    assert proc.returncode == 0, proc.stderr
+    assert "# For podman 5.4.2 (spec podman_version" in files[0].content

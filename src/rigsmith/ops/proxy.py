@@ -11,6 +11,7 @@ host-independent (and deterministic for golden tests).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,12 @@ def family_entry(spec: Deployment) -> dict[str, Any]:
     }
 
 
+def _comment_word(text: str) -> str:
+    """A recipe value shown in a YAML comment: bare when plain, else JSON-quoted, so a line break in it
+    cannot end the comment and add keys (a model with its own ``cmd``) to llama-swap's config."""
+    return text if re.fullmatch(r"[\w.:/@+-]+", text) else json.dumps(text, ensure_ascii=False)
+
+
 def render(spec: Deployment, target: str = "podman") -> dict[str, str]:
     """File name → text for proxy/NAME/."""
     cmd = f"invoke proxy-entry --deployment {spec.name} --target {target}"
@@ -108,9 +115,8 @@ def render(spec: Deployment, target: str = "podman") -> dict[str, str]:
         "least that.",
     ]
     if extra:
-        notes.append(
-            f"# vLLM also serves: {', '.join(extra)} (add them as llama-swap aliases if you use them)."
-        )
+        shown = ", ".join(_comment_word(n) for n in extra)
+        notes.append(f"# vLLM also serves: {shown} (add them as llama-swap aliases if you use them).")
     swap = yaml.safe_dump(llama_swap_entry(spec, target), sort_keys=False, width=1000, allow_unicode=True)
     family = json.dumps(family_entry(spec), indent=2, ensure_ascii=False) + "\n"
     return {

@@ -7,6 +7,7 @@ or a systemd unit stop is never cut short by the layer around it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +89,63 @@ def cannot_express(plan: RunPlan, target: str, problems: Sequence[tuple[str, str
     return SpecError(
         plan.spec_path, [(fld, f"the {target} target cannot express this: {why}") for fld, why in problems]
     )
+
+
+def mount_fields(plan: RunPlan) -> list[tuple[str, str, str, str]]:
+    """(host field, host path, container field, container path) of every mount, named as in the spec."""
+    out = []
+    extra = 0
+    for m in plan.mounts:
+        if m.role == "model":
+            out.append(("model.local_dir", m.host, "model.container_path", m.container))
+        else:
+            out.append((f"mounts[{extra}].host", m.host, f"mounts[{extra}].container", m.container))
+            extra += 1
+    return out
+
+
+def volume_problems(plan: RunPlan) -> list[tuple[str, str]]:
+    """Mount paths the ``host:container[:ro]`` volume syntax (podman -v, quadlet, compose) would split.
+
+    podman and the compose front-ends split that string on ``:``, so a path holding one would mount the
+    wrong directory (or fail with a misleading option error) instead of reaching the engine literally.
+    """
+    return [
+        (fld, f"{path!r}: the host:container volume syntax splits on ':'")
+        for hfld, host, cfld, cont in mount_fields(plan)
+        for fld, path in ((hfld, host), (cfld, cont))
+        if ":" in path
+    ]
+
+
+def entrypoint_problems(plan: RunPlan) -> list[tuple[str, str]]:
+    """An executable podman's ``--entrypoint`` (and quadlet's Entrypoint=) would parse as a JSON array."""
+    if plan.entrypoint.lstrip().startswith("["):
+        return [
+            (
+                "engine.executable",
+                f"{plan.entrypoint!r}: podman reads an --entrypoint starting with '[' as a JSON argv",
+            )
+        ]
+    return []
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def line_value_problems(values: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Values written raw as one ``Key=value`` line (quadlet Image=, Entrypoint=, Volume=) that would not
+    stay one literal value: a newline starts a new key or section (e.g. an ExecStartPre= run as root), a
+    trailing backslash continues the line, surrounding whitespace is trimmed by the unit parser."""
+    out = []
+    for fld, value in values:
+        if _CONTROL.search(value):
+            out.append((fld, f"{value!r}: holds a newline or other control character"))
+        elif value.endswith("\\"):
+            out.append((fld, f"{value!r}: a trailing backslash continues the line"))
+        elif value != value.strip():
+            out.append((fld, f"{value!r}: leading or trailing whitespace is trimmed"))
+    return out
 
 
 def duration(seconds: int) -> str:

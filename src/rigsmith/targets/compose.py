@@ -20,8 +20,10 @@ from rigsmith.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_RETRIES,
     HEALTH_TIMEOUT,
+    cannot_express,
     health_argv,
     timings,
+    volume_problems,
     yaml_text,
 )
 from rigsmith.writer import Artifact
@@ -96,6 +98,9 @@ def up_argv(plan: RunPlan, compose_file: str) -> list[str]:
 
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``compose/NAME/compose.yaml``."""
+    bad = volume_problems(plan)
+    if bad:
+        raise cannot_express(plan, "compose", bad)
     rel = f"compose/{plan.name}/compose.yaml"
     body = yaml_text(document(plan))
     text = tpl.render(

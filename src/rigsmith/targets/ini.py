@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence
 
 Entry = tuple[str, str, str]
 
-_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
+#: Used with fullmatch: a `^…$` match also accepts a trailing newline, which must never come out bare.
+_SAFE_WORD = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
 _C_ESCAPES = {
     "\\": "\\\\",
     '"': '\\"',
@@ -36,7 +37,7 @@ def systemd_word(word: str) -> str:
     Bare when only safe characters; otherwise double-quoted with C escapes (systemd.syntax(7)), and in every
     case ``%``/``$`` doubled so neither systemd nor quadlet expands anything the recipe wrote.
     """
-    if word and _SAFE_WORD.match(word):
+    if word and _SAFE_WORD.fullmatch(word):
         return word
     out = []
     for ch in specifiers(word):

@@ -54,6 +54,27 @@ def _gpu_limits(plan: RunPlan, count: int) -> dict[str, int]:
     return limits
 
 
+def object_name(name: str) -> str:
+    """The deployment name as a Kubernetes DNS-1035 label (Service and container names need one).
+
+    A deployment may be called ``qwen2.5-7b`` or ``3x3090_a``; the API server refuses a Service or
+    container named that (lowercase letters, digits and '-', starting with a letter, at most 63).
+    """
+    label = re.sub(r"[^a-z0-9-]+", "-", name).strip("-")
+    if not label[:1].isalpha():
+        label = f"vllm-{label}"
+    return label[:63].rstrip("-")
+
+
+#: Kubernetes label values: at most 63, alphanumeric at both ends, '-', '_' and '.' inside.
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def _label_value(value: str) -> str:
+    """A label value as is when Kubernetes accepts it, else as the object name (a deployment ``m_``)."""
+    return value if len(value) <= 63 and _LABEL_VALUE.fullmatch(value) else object_name(value)
+
+
 def _volume_name(i: int, role: str) -> str:
     return "model" if role == "model" else f"mount-{i}"
 
@@ -83,7 +104,8 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
             ],
         )
     t = timings(plan)
-    labels = {"app.kubernetes.io/name": plan.name, "app.kubernetes.io/managed-by": "rigsmith"}
+    kname = object_name(plan.name)
+    labels = {"app.kubernetes.io/name": kname, "app.kubernetes.io/managed-by": "rigsmith"}
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     for i, m in enumerate(plan.mounts):
@@ -93,12 +115,12 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
         mounts.append({"name": vname, "mountPath": m.container, **({"readOnly": True} if m.readonly else {})})
     # Named after the deployment: podman kube play (4.3) turns an emptyDir into a named volume, which every
     # pod using the same volume name would share.
-    shm = re.sub(r"[^a-z0-9-]", "-", plan.name[:59]).strip("-") + "-shm"
+    shm = kname[:59].rstrip("-") + "-shm"
     volumes.append({"name": shm, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(plan.shm_bytes)}})
     mounts.append({"name": shm, "mountPath": "/dev/shm"})
     env: list[dict[str, Any]] = [{"name": k, "value": k8s_literal(v)} for k, v in plan.env]
     env += [
-        {"name": k, "valueFrom": {"secretKeyRef": {"name": f"{plan.name}-secrets", "key": k}}}
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": f"{kname}-secrets", "key": k}}}
         for k in plan.secret_env
     ]
     # With hostNetwork the server may listen on loopback only (the seeds do); kubelet probes from the node.
@@ -110,7 +132,7 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
     probe = {"httpGet": get, "periodSeconds": HEALTH_INTERVAL, "timeoutSeconds": HEALTH_TIMEOUT}
     gpus = _gpu_limits(plan, ctx.spec.resources.gpus.count)
     container: dict[str, Any] = {
-        "name": plan.name,
+        "name": kname,
         "image": plan.image,
         "imagePullPolicy": "IfNotPresent",
         "command": [k8s_literal(plan.entrypoint)],
@@ -127,7 +149,7 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": plan.name, "labels": {**labels, **dict(plan.labels)}},
+        "metadata": {"name": kname, "labels": {**labels, **{k: _label_value(v) for k, v in plan.labels}}},
         "spec": {
             "replicas": 1,
             "strategy": {
@@ -148,7 +170,7 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": plan.name, "labels": labels},
+        "metadata": {"name": kname, "labels": labels},
         "spec": {"selector": labels, "ports": [{"name": "http", "port": plan.port, "targetPort": plan.port}]},
     }
     return [deployment, service]

@@ -23,7 +23,13 @@ from rigsmith.errors import SpecError
 from rigsmith.plan import RunPlan
 from rigsmith.render import banner
 from rigsmith.targets import RenderContext
-from rigsmith.targets.common import cannot_express, home_path, timings
+from rigsmith.targets.common import (
+    cannot_express,
+    entrypoint_problems,
+    home_path,
+    timings,
+    volume_problems,
+)
 from rigsmith.targets.podman import run_lines
 from rigsmith.writer import BANNER_MARK, Artifact
 
@@ -123,9 +129,14 @@ def _version(text: str, plan: RunPlan) -> Version:
 
 
 def _fstab_path(path: str, field_name: str, problems: list[tuple[str, str]]) -> str:
-    if re.search(r"\s", path) or not path.startswith("/"):
+    # liblxc reads lxc.mount.entry with getmntent(3), which splits on whitespace and decodes \040-style
+    # octal escapes, so a backslash would name another path.
+    if re.search(r"[\s\\]", path) or not path.startswith("/"):
         problems.append(
-            (field_name, f"{path!r}: an lxc.mount.entry path must be absolute and hold no whitespace")
+            (
+                field_name,
+                f"{path!r}: an lxc.mount.entry path must be absolute and hold no whitespace or backslash",
+            )
         )
     return path
 
@@ -159,8 +170,9 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
         path = home_path(m.host, opts.home)
         fld = "model.local_dir" if m.role == "model" else f"mounts[{i - 1}].host"
         if m.kind == "dir":
-            if "," in path or re.search(r"\s", path):
-                problems.append((fld, f"{path!r}: a PVE mount point path cannot hold ',' or whitespace"))
+            # PVE splits the mpN property string on ',' and reads a part holding '=' as key=value.
+            if re.search(r"[,=\s]", path):
+                problems.append((fld, f"{path!r}: a PVE mount point path cannot hold ',', '=' or whitespace"))
             out.append(Line("mp", f"{path},mp={path}" + (",ro=1" if m.readonly else "")))
         else:
             src = _fstab_path(path, fld, problems)
@@ -199,11 +211,18 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
         )
     )
     for k, v in plan.env:
-        if "\n" in v or v != v.strip():
+        if re.search(r"[\x00-\x1f\x7f]", v) or v != v.strip():
             problems.append(
-                (f"env.{k}", "a pct.conf line cannot hold a newline or leading/trailing whitespace")
+                (
+                    f"env.{k}",
+                    "a pct.conf line cannot hold a newline, another control character or "
+                    "leading/trailing whitespace",
+                )
             )
         out.append(Line("lxc.environment", f"{k}={v}"))
+    problems += volume_problems(plan) + entrypoint_problems(
+        plan
+    )  # provision.sh runs the podman target's argv
     if problems:
         raise cannot_express(plan, "lxc", problems)
     return out

@@ -9,6 +9,7 @@ from rigsmith import render as tpl
 from rigsmith.plan import PlanMount, RunPlan
 from rigsmith.render import banner, shpath, shquote
 from rigsmith.targets import RenderContext
+from rigsmith.targets.common import cannot_express, entrypoint_problems, volume_problems
 from rigsmith.writer import Artifact
 
 
@@ -85,5 +86,8 @@ def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
 
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """Artifacts of the podman target."""
+    bad = volume_problems(plan) + entrypoint_problems(plan)
+    if bad:
+        raise cannot_express(plan, "podman", bad)
     base = ctx.out / "podman" / plan.name
     return [Artifact(base / n, text, 0o755) for n, text in render_files(plan, ctx).items()]

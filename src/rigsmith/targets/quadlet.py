@@ -21,8 +21,12 @@ from rigsmith.targets.common import (
     HEALTH_RETRIES,
     HEALTH_TIMEOUT,
     cannot_express,
+    entrypoint_problems,
     health_argv,
+    line_value_problems,
+    mount_fields,
     timings,
+    volume_problems,
 )
 from rigsmith.targets.ini import Entry, sections, specifiers, systemd_word, systemd_words
 from rigsmith.writer import Artifact
@@ -198,11 +202,23 @@ def _inexpressible_args(plan: RunPlan, ctx: RenderContext) -> None:
         raise cannot_express(plan, "quadlet", [(f, f"{why}; use --target podman") for f, why in bad])
 
 
+def _inexpressible_values(plan: RunPlan) -> None:
+    """Values quadlet takes raw (Image=, Entrypoint=, Volume=: no quoting, no escapes) that would not reach
+    podman as one literal value; the others go through systemd_word."""
+    raw = [("engine.image", plan.image), ("engine.executable", plan.entrypoint)]
+    for hfld, host, cfld, cont in mount_fields(plan):
+        raw += [(hfld, host), (cfld, cont)]
+    bad = line_value_problems(raw) + volume_problems(plan) + entrypoint_problems(plan)
+    if bad:
+        raise cannot_express(plan, "quadlet", bad)
+
+
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``quadlet/NAME.container``."""
-    text = ctx.podman_version or DEFAULT_PODMAN_VERSION
+    text = (ctx.podman_version or DEFAULT_PODMAN_VERSION).strip()  # it goes into a comment line
     version = parse_version(text, plan)
     _inexpressible_args(plan, ctx)
+    _inexpressible_values(plan)
     t = timings(plan)
     secrets = (
         [f"Secrets are podman secrets: podman secret create NAME FILE for {', '.join(plan.secret_env)}."]

@@ -92,4 +92,4 @@ podman run --detach \
   --kv-cache-memory 550000000 \
   --no-enable-prefix-caching \
   --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY","cudagraph_capture_sizes":[1,2,4]}'
-echo "provision.sh: started $NAME; ready when http://127.0.0.1:8001/health answers"
+echo "provision.sh: started $NAME; ready when" http://127.0.0.1:8001/health answers

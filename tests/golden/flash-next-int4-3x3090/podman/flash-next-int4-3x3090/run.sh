@@ -108,4 +108,4 @@ podman run --detach \
   --kv-cache-memory 550000000 \
   --no-enable-prefix-caching \
   --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY","cudagraph_capture_sizes":[1,2,4]}'
-echo "run.sh: started $NAME; logs: podman logs -f $NAME; ready when http://127.0.0.1:8001/health answers"
+echo "run.sh: started $NAME; logs: podman logs -f $NAME; ready when" http://127.0.0.1:8001/health answers

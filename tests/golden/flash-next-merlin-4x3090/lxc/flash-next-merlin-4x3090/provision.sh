@@ -129,4 +129,4 @@ podman run --detach \
   --block-size 4096 \
   --use-replayssm \
   --prefix-match-unit 64
-echo "provision.sh: started $NAME; ready when http://127.0.0.1:8000/health answers"
+echo "provision.sh: started $NAME; ready when" http://127.0.0.1:8000/health answers

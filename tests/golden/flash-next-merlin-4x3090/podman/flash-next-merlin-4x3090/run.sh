@@ -138,4 +138,4 @@ podman run --detach \
   --block-size 4096 \
   --use-replayssm \
   --prefix-match-unit 64
-echo "run.sh: started $NAME; logs: podman logs -f $NAME; ready when http://127.0.0.1:8000/health answers"
+echo "run.sh: started $NAME; logs: podman logs -f $NAME; ready when" http://127.0.0.1:8000/health answers
