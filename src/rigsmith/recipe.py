@@ -49,6 +49,7 @@ from pydantic import ValidationError
 from rigsmith import shellwords
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
+from rigsmith.plan import SECRET_FLAGS
 
 # -- knowledge tables ---------------------------------------------------------------------------------
 
@@ -1338,6 +1339,42 @@ def _placeholders(texts: Iterable[str]) -> dict[str, str | None]:
     return out
 
 
+def _lift_secret_flags(launch: Launch) -> list[specmod.EnvVar]:
+    """``--api-key VALUE`` / ``--hf-token VALUE``: the value never enters the spec (it would be written into
+    deployments/NAME.yaml and every artifact); vLLM reads the same secret from an environment variable,
+    which every target passes by name. Removes the flag and its values from ``launch.args``."""
+    lifted: list[specmod.EnvVar] = []
+    keep: list[int] = []
+    i = 0
+    while i < len(launch.args):
+        a = launch.args[i]
+        flag = a.split("=", 1)[0]
+        var = SECRET_FLAGS.get(flag)
+        if var is None:
+            keep.append(i)
+            i += 1
+            continue
+        j = i + 1
+        if "=" not in a:
+            while j < len(launch.args) and not launch.args[j].startswith("-"):
+                j += 1
+                if flag != "--api-key":  # --api-key takes one or more keys; --hf-token one
+                    break
+        if j == i + 1 and "=" not in a:  # a bare --hf-token: use the stored login, nothing secret
+            keep.append(i)
+            i += 1
+            continue
+        launch.notes.append(
+            f"{flag} and its value were removed from the args (a secret is never stored in the spec); "
+            f"vLLM reads it from {var}: export it (or use a 0600 env file / podman secret) before starting"
+        )
+        lifted.append(specmod.EnvVar(name=var, value="", secret=True, note=f"lifted from {flag}"))
+        i = j
+    launch.args = [launch.args[k] for k in keep]
+    launch.arg_expands = [launch.arg_expands[k] for k in keep if k < len(launch.arg_expands)]
+    return lifted
+
+
 def build(
     launch: Launch,
     meta: Meta,
@@ -1364,7 +1401,7 @@ def build(
                 env.append(
                     _passthrough(k, launch, "env") if v is None else _env_var(k, v, None, launch, "env")
                 )
-    env = _merge_env(env, launch)
+    env = _merge_env([*env, *_lift_secret_flags(launch)], launch)
     facts = note_facts(meta.notes_text or "")
     problems += _json_problems(launch.args)
     model = _model(launch, facts, problems) if not launch.problems else None

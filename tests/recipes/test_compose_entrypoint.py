@@ -33,3 +33,32 @@ def test_cleared_entrypoint_without_a_usable_command_is_refused_by_field(service
     with pytest.raises(RecipeError, match=re.escape(message)) as err:
         _parse(service)
     assert "services.vllm" in str(err.value)
+
+
+def _shell(text: str):
+    return recipe.parse(text, source="cmd.txt", sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "secrets"),
+    [
+        ("vllm serve acme/m --api-key sk-123 --port 9000", ("acme/m", "--port", "9000"), ["VLLM_API_KEY"]),
+        ("vllm serve acme/m --api-key=sk-1 --hf-token", ("acme/m", "--hf-token"), ["VLLM_API_KEY"]),
+        (
+            "vllm serve acme/m --hf-token hf_x --api-key a b --x 1",
+            ("acme/m", "--x", "1"),
+            ["HF_TOKEN", "VLLM_API_KEY"],
+        ),
+    ],
+)
+def test_secret_flag_values_never_enter_the_spec(
+    command: str, args: tuple[str, ...], secrets: list[str]
+) -> None:
+    from rigsmith import spec as specmod
+
+    spec = _shell(command)
+    assert spec.engine.args == args
+    assert sorted(e.name for e in spec.env if e.secret and e.value == "") == secrets
+    text = specmod.dump(spec)
+    for leaked in ("sk-123", "sk-1", "hf_x", " a b"):
+        assert leaked not in text

@@ -138,7 +138,7 @@ HOSTILE_ARGS = [
     "`reboot`",
     "--reasoning-parser",
     'it\'s "quoted" \\ back',
-    "--api-key",
+    "--root-path",
     "line1\nline2\n",
     "--override-generation-config",
     json.dumps({"stop": ["$(id)", "`x`", "'\"\n"]}),
