@@ -164,3 +164,17 @@ def test_committed_json_schema_is_current() -> None:
 )
 def test_parse_size(text: str, size: int) -> None:
     assert specmod.parse_size(text) == size
+
+
+def test_identifiers_with_a_trailing_newline_are_refused_at_the_spec() -> None:
+    data = _seed_data()
+    data["env"][0]["name"] = "TREE\n"
+    data["resources"]["gpus"]["cdi_devices"][0] = "nvidia.com/gpu=0\n"
+    data["resources"]["shm_size"] = "8g\n"
+    with pytest.raises(SpecError) as err:
+        specmod.from_data(data)
+    assert [p for p, _ in err.value.problems] == [
+        "env[0].name",
+        "resources.gpus.cdi_devices",
+        "resources.shm_size",
+    ]

@@ -163,19 +163,6 @@ def _secret_args(args: tuple[str, ...]) -> list[tuple[str, str]]:
     return out
 
 
-def _line_breaks(spec: specmod.Deployment) -> list[tuple[str, str]]:
-    """Identifiers whose spec patterns are anchored with ``$``, which also accepts a trailing newline.
-
-    Targets write them bare: the lxc target read ``gpu=0\\n`` as no GPU index and dropped its device node
-    from pct.conf, ``lxc.environment: A\\n=1`` split into two lines, ``--shm-size`` got a size podman
-    cannot parse.
-    """
-    fields = [("resources.shm_size", spec.resources.shm_size)]
-    fields += [(f"env[{i}].name", e.name) for i, e in enumerate(spec.env)]
-    fields += [(f"resources.gpus.cdi_devices[{i}]", d) for i, d in enumerate(spec.resources.gpus.cdi_devices)]
-    return [(fld, f"{value!r} holds a line break; remove it") for fld, value in fields if "\n" in value]
-
-
 def _relative_hosts(spec: specmod.Deployment) -> list[tuple[str, str]]:
     """Host paths that are neither absolute nor under ``~/``.
 
@@ -219,7 +206,7 @@ def make(
                 for tok in missing
             ],
         )
-    problems = _line_breaks(spec) + _secret_args(spec.engine.args) + _relative_hosts(spec)
+    problems = _secret_args(spec.engine.args) + _relative_hosts(spec)
     if problems:
         raise SpecError(spec_path, problems)
     ref, pinned = _image(spec, lock, image, spec_path)

@@ -28,16 +28,17 @@ SPEC_VERSION: Literal[1] = 1
 
 #: A placeholder token in a recipe value: ``<repo>``, ``<vllm tree>``, ``<n_of_tokens>``.
 PLACEHOLDER_RE = re.compile(r"<[A-Za-z_][A-Za-z0-9_ .-]*>")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmgt]?)(i?b?)$", re.IGNORECASE)
-CDI_RE = re.compile(r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+=[A-Za-z0-9_.:-]+$")
-SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
+# Anchored with \Z, not $: `$` also matches before a trailing newline, and targets write these bare.
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
+SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmgt]?)(i?b?)\Z", re.IGNORECASE)
+CDI_RE = re.compile(r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+=[A-Za-z0-9_.:-]+\Z")
+SHA1_RE = re.compile(r"^[0-9a-f]{40}\Z")
 
 
 def parse_size(text: str) -> int:
     """Bytes in a podman-style size (``8g``, ``1GB``, ``512m``, ``102400491520``); binary units."""
-    m = SIZE_RE.match(text.strip())
+    m = SIZE_RE.match(text)
     if not m:
         raise ValueError(f"{text!r} is not a size; write it like 8g, 512m or a byte count")
     num, unit = float(m.group(1)), m.group(2).lower()
