@@ -79,6 +79,11 @@ def next_steps(target: str, plan: planmod.RunPlan) -> list[str]:
             f"&& systemctl start {plan.name}",
             check,
         ]
+    if target == "lxc" and plan.runtime == "venv":
+        return [
+            f"merge lxc/{plan.name}/*.conf into /etc/pve/lxc/, start the CT, run provision.sh inside it",
+            f"then inside the CT: systemctl status {plan.name}.service (logs: journalctl -u {plan.name})",
+        ]
     if target == "lxc":
         return [
             f"merge lxc/{plan.name}/*.conf into /etc/pve/lxc/, start the CT, run provision.sh inside it",
@@ -115,7 +120,7 @@ def deploy(
         podman_version=podman_version,
         lxc=lxc,
     )
-    if not plan.image_pinned:
+    if plan.runtime == "container" and not plan.image_pinned:
         echo(f"warning: image {plan.image} is not pinned by digest; `invoke pin` or `invoke build` locks it")
     outcomes = writer.write(
         files, yes=yes, check=check, confirm=confirm, echo=echo, root=(out or project.root).resolve()

@@ -7,6 +7,7 @@ readiness are decided once, here. Pure: no filesystem, no engine, no network.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -57,6 +58,11 @@ class RunPlan:
     startup_seconds: int
     spec_sha256: str
     labels: tuple[tuple[str, str], ...] = field(default=())
+    #: ``container``: ``image`` runs ``entrypoint`` + ``command``. ``venv``: no image; ``venv``/bin/vllm runs
+    #: ``command``, whose model word (``model_word``, an index) is the host path (``~/`` allowed).
+    runtime: Literal["container", "venv"] = "container"
+    venv: str | None = None
+    model_word: int | None = None
 
     @property
     def health_url(self) -> str:
@@ -135,6 +141,39 @@ def _image(
     )
 
 
+def _check_venv(spec: specmod.Deployment, override: str | None, spec_path: str) -> None:
+    """A venv engine names its venv (absolute, inside the CT) and no image: every problem at once."""
+    problems = []
+    venv = spec.engine.venv
+    if not venv:
+        problems.append(
+            ("engine.venv", "runtime is venv but no venv is set; set the venv's absolute path inside the CT")
+        )
+    elif not venv.startswith("/") or re.search(r"[\x00-\x1f\x7f\s\\%$]", venv):
+        problems.append(
+            (
+                "engine.venv",
+                f"{venv!r} must be an absolute path (inside the CT) with no whitespace, control character, "
+                "backslash, '%' or '$'",
+            )
+        )
+    for fld, value in (
+        ("engine.image", spec.engine.image),
+        ("engine.build", spec.engine.build),
+        ("--image", override),
+    ):
+        if value:
+            problems.append(
+                (
+                    fld,
+                    f"runtime is venv, which runs no image; remove {value!r} "
+                    "or set engine.runtime: container",
+                )
+            )
+    if problems:
+        raise SpecError(spec_path, problems)
+
+
 #: vLLM flags whose value is a secret, and the environment variable vLLM reads it from instead.
 SECRET_FLAGS: dict[str, str] = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
 
@@ -209,7 +248,17 @@ def make(
     problems = _secret_args(spec.engine.args) + _relative_hosts(spec)
     if problems:
         raise SpecError(spec_path, problems)
-    ref, pinned = _image(spec, lock, image, spec_path)
+    if spec.engine.runtime == "venv":
+        _check_venv(spec, image, spec_path)
+        ref, pinned = "", False
+        command = tuple(spec.fill(a) for a in spec.engine.argv_with_model(spec.model.local_dir))
+        model_word = (
+            None if spec.engine.model_arg is None else len(spec.engine.subcommand) + spec.engine.model_arg
+        )
+    else:
+        ref, pinned = _image(spec, lock, image, spec_path)
+        command = tuple(spec.fill(a) for a in spec.engine.container_argv(spec.model))
+        model_word = None
     mounts = [
         PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
         *(PlanMount(m.host, m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
@@ -236,7 +285,7 @@ def make(
         image=ref,
         image_pinned=pinned,
         entrypoint=spec.engine.executable,
-        command=tuple(spec.fill(a) for a in spec.engine.container_argv(spec.model)),
+        command=command,
         devices=gpus.cdi_devices,
         gpu_indices=indices,
         shm_size=spec.resources.shm_size,
@@ -256,4 +305,7 @@ def make(
         startup_seconds=spec.readiness.startup_seconds,
         spec_sha256=digest,
         labels=(("io.rigsmith.deployment", spec.name), ("io.rigsmith.spec-sha256", digest[:16])),
+        runtime=spec.engine.runtime,
+        venv=spec.engine.venv,
+        model_word=model_word,
     )

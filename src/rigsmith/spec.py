@@ -156,13 +156,15 @@ class EngineSpec(Frozen):
 
     def container_argv(self, model: ModelSpec) -> list[str]:
         """The exact command the container runs: subcommand + args, model path mapped."""
+        return self.argv_with_model(model.container_path)
+
+    def argv_with_model(self, path: str) -> list[str]:
+        """Subcommand + args with the model word (if any) pointing at ``path``."""
         args = list(self.args)
         if self.model_arg is not None:
             flag, eq, _ = args[self.model_arg].partition("=")
             # `--model=PATH` is one word: only its value is the model path.
-            args[self.model_arg] = (
-                f"{flag}={model.container_path}" if eq and flag.startswith("-") else (model.container_path)
-            )
+            args[self.model_arg] = f"{flag}={path}" if eq and flag.startswith("-") else path
         return [*self.subcommand, *args]
 
     def flag_value(self, flag: str) -> str | None:

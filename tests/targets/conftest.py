@@ -135,3 +135,22 @@ def busybox_rootfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def lxc_options(**kw: object) -> LxcOptions:
     """LxcOptions with overrides."""
     return LxcOptions(**kw)  # type: ignore[arg-type]
+
+
+#: Where the venv variants put the venv inside the CT (seed 003's recipe ran ./venv-v2.5 of a patched tree).
+CT_VENV = "/opt/vllm-merlin/venv-v2.5"
+
+
+def as_venv(project: Project, name: str, venv: str = CT_VENV) -> Project:
+    """Turn a deployment of ``project`` into its venv variant: ``engine.runtime: venv``, no image."""
+    import yaml
+
+    path = project.root / "deployments" / f"{name}.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["engine"] = {
+        **{k: v for k, v in data["engine"].items() if k not in ("image", "build")},
+        "runtime": "venv",
+        "venv": venv,
+    }
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return project

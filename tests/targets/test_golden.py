@@ -12,7 +12,7 @@ import pytest
 from rigsmith.project import Project
 from rigsmith.targets import LxcOptions
 from tests.conftest import GOLDEN, compare_tree
-from tests.targets.conftest import SEEDS, render_seed
+from tests.targets.conftest import SEEDS, as_venv, render_seed
 
 #: (case directory, target, deploy options); the case directory is tests/golden/<deployment>/<case>/.
 CASES: list[tuple[str, str, dict[str, object]]] = [
@@ -39,6 +39,18 @@ def test_rendered_artifacts_match_golden_files(
     options: dict[str, object],
 ) -> None:
     files = render_seed(seed_project, target, seed, tmp_path / "out", **options)
+    compare_tree(files, GOLDEN / seed / case, update_golden)
+
+
+#: Venv variants (engine.runtime: venv, no image): only the lxc target can run one.
+VENV_CASES: list[tuple[str, str, str]] = [("flash-next-merlin-4x3090", "lxc@venv", "lxc")]
+
+
+@pytest.mark.parametrize(("seed", "case", "target"), VENV_CASES, ids=[f"{c[0]}/{c[1]}" for c in VENV_CASES])
+def test_venv_variant_artifacts_match_golden_files(
+    seed_project: Project, tmp_path: Path, update_golden: bool, seed: str, case: str, target: str
+) -> None:
+    files = render_seed(as_venv(seed_project, seed), target, seed, tmp_path / "out")
     compare_tree(files, GOLDEN / seed / case, update_golden)
 
 

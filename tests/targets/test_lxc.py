@@ -16,7 +16,7 @@ from rigsmith.project import Project
 from rigsmith.targets import LxcOptions, lxc
 from rigsmith.targets.common import timings
 from tests.conftest import prepare_host_dirs, require, standin_deployment, write_project
-from tests.targets.conftest import SEEDS, render_seed
+from tests.targets.conftest import CT_VENV, SEEDS, as_venv, render_seed
 
 PVE_VARIANTS = [LxcOptions(), LxcOptions(pve_version="7.4", uvm_major=509)]
 
@@ -407,3 +407,153 @@ def test_paths_pve_or_liblxc_would_reinterpret_are_refused(
         deploy.artifacts(project, "lxc", deployment="reinterp-lxc", out=tmp_path / "out")
     msg = str(err.value)
     assert f"{field}: " in msg and "lxc target cannot express" in msg and why in msg, msg
+
+
+# -- venv engine (engine.runtime: venv) ---------------------------------------------------------------
+
+
+def _venv_ct(tmp_path: Path, *, vllm: bool = True) -> dict[str, str]:
+    """A CT for a venv engine: the fake CT plus a temp root holding the venv, and a systemctl that records."""
+    env = _fake_ct(tmp_path)
+    root = tmp_path / "ct/root"
+    exe = root / CT_VENV.lstrip("/") / "bin/vllm"
+    exe.parent.mkdir(parents=True)
+    if vllm:
+        exe.write_text("#!/bin/sh\nexit 0\n")
+        exe.chmod(0o755)
+    systemctl = tmp_path / "ct/bin/systemctl"
+    systemctl.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$RIGSMITH_CALLS.systemctl"\n')
+    systemctl.chmod(0o755)
+    return {**env, "RIGSMITH_ROOT": str(root), "HF_TOKEN": "hf_it's_secret"}
+
+
+def _venv_project(tmp_path: Path, name: str) -> Project:
+    data = standin_deployment(
+        tmp_path,
+        name=name,
+        engine={"runtime": "venv", "venv": CT_VENV, "image": None},
+        env=[
+            {"name": "PLAIN", "value": "a b"},
+            {"name": "PCT", "value": "50%$HOME"},
+            {"name": "HF_TOKEN", "value": "", "secret": True},
+        ],
+    )
+    data["resources"]["gpus"]["cdi_devices"] = [f"nvidia.com/gpu={i}" for i in range(4)]  # type: ignore[index]
+    prepare_host_dirs(data)
+    return write_project(tmp_path, data)
+
+
+def _unit(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line and not line.startswith(("#", "[")):
+            key, _, value = line.partition("=")
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def test_venv_provision_installs_a_service_running_the_exact_recipe_argv(tmp_path: Path) -> None:
+    from tests.targets.facts import split_systemd
+
+    project = _venv_project(tmp_path, "standin-venv")
+    said: list[str] = []
+    deploy.deploy(project, "lxc", deployment="standin-venv", out=tmp_path / "out", echo=said.append)
+    assert not [m for m in said if "not pinned" in m or "check-container" in m], said
+    assert "then inside the CT: systemctl status standin-venv.service" in said[-1]
+    env = _venv_ct(tmp_path)
+    env.pop("HF_TOKEN")
+    proc = _run(tmp_path / "out/lxc/standin-venv/provision.sh", env)
+    assert proc.returncode == 1 and "HF_TOKEN is not set" in proc.stderr
+    env["HF_TOKEN"] = "hf_secret_value"
+    proc = _run(tmp_path / "out/lxc/standin-venv/provision.sh", env)
+    assert proc.returncode == 0, proc.stderr
+    assert "ready when http://127.0.0.1:8000/health answers" in proc.stdout
+    units = Path(env["RIGSMITH_ROOT"]) / "etc/systemd/system"
+    assert [p.name for p in units.iterdir()] == ["standin-venv.service"]  # the temp file was renamed
+    text = (units / "standin-venv.service").read_text()
+    assert "hf_secret_value" not in text
+    unit = _unit(text)
+    plan, _ = deploy.artifacts(project, "lxc", deployment="standin-venv", out=tmp_path / "out")
+    t = timings(plan)
+    assert plan.runtime == "venv" and plan.image == ""
+    (exec_start,) = unit["ExecStart"]
+    assert split_systemd(exec_start) == [f"{CT_VENV}/bin/vllm", *plan.command]
+    assert plan.command[plan.model_word or 0] == plan.mounts[0].host  # the model at its CT (= host) path
+    assert [split_systemd(e) for e in unit["Environment"]] == [[f"{k}={v}"] for k, v in plan.env]
+    assert ("PCT", "50%$HOME") in plan.env and ("PLAIN", "a b") in plan.env
+    assert unit["EnvironmentFile"] == ["/etc/rigsmith/standin-venv.env"]
+    assert unit["LimitMEMLOCK"] == ["infinity"]
+    assert unit["KillSignal"] == ["SIGTERM"] and unit["Restart"] == ["on-failure"]
+    assert (plan.shutdown_timeout or 0) < int(unit["TimeoutStopSec"][0]) == t.systemd_stop < t.pve_down
+    secret = Path(env["RIGSMITH_ROOT"]) / "etc/rigsmith/standin-venv.env"
+    assert secret.read_text() == "HF_TOKEN='hf_secret_value'\n"
+    assert secret.stat().st_mode & 0o777 == 0o600
+    calls = Path(env["RIGSMITH_CALLS"] + ".systemctl").read_text().splitlines()
+    assert calls == ["daemon-reload", "enable --now standin-venv.service"]
+    assert not Path(env["RIGSMITH_CALLS"] + ".podman").exists()
+
+
+def test_venv_provision_refuses_a_missing_venv_and_writes_nothing(tmp_path: Path) -> None:
+    project = _venv_project(tmp_path, "standin-novenv")
+    deploy.deploy(project, "lxc", deployment="standin-novenv", out=tmp_path / "out", echo=lambda _m: None)
+    env = _venv_ct(tmp_path, vllm=False)
+    proc = _run(tmp_path / "out/lxc/standin-novenv/provision.sh", env)
+    assert proc.returncode == 1
+    assert f"{CT_VENV}/bin/vllm does not exist in the CT" in proc.stderr
+    assert f"hint: create the venv in the CT: python3 -m venv {CT_VENV}" in proc.stderr
+    assert not (Path(env["RIGSMITH_ROOT"]) / "etc").exists()
+    assert not Path(env["RIGSMITH_CALLS"] + ".systemctl").exists()
+    proc = _run(
+        tmp_path / "out/lxc/standin-novenv/provision.sh", {**_venv_ct(tmp_path / "q"), "HF_TOKEN": "a'b"}
+    )
+    assert proc.returncode == 1 and "HF_TOKEN holds a single quote" in proc.stderr
+
+
+def test_venv_provision_script_passes_shellcheck(seed_project: Project, tmp_path: Path) -> None:
+    as_venv(seed_project, SEEDS[1])
+    deploy.deploy(seed_project, "lxc", deployment=SEEDS[1], out=tmp_path / "out", echo=lambda _m: None)
+    script = tmp_path / "out" / "lxc" / SEEDS[1] / "provision.sh"
+    proc = subprocess.run(
+        [require("shellcheck"), "-S", "warning", str(script)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_venv_pct_conf_carries_the_same_ct_facts_as_the_container_one(
+    seed_project: Project, tmp_path: Path
+) -> None:
+    container = _conf_pairs(_conf(seed_project, SEEDS[1], tmp_path / "c", LxcOptions()))
+    venv = _conf_pairs(_conf(as_venv(seed_project, SEEDS[1]), SEEDS[1], tmp_path / "v", LxcOptions()))
+    assert venv == container  # GPU nodes, mounts, shm, memlock, env, startup down= alike
+    assert lxc.check(venv, (8, 2)) == []
+
+
+@pytest.mark.parametrize(
+    ("engine", "field", "says"),
+    [
+        ({"runtime": "venv", "image": None}, "engine.venv", "no venv is set"),
+        ({"runtime": "venv", "venv": "venv-v2.5", "image": None}, "engine.venv", "must be an absolute path"),
+        ({"runtime": "venv", "venv": CT_VENV}, "engine.image", "runtime is venv, which runs no image"),
+    ],
+    ids=["no-venv", "relative-venv", "venv-and-image"],
+)
+def test_venv_plan_refuses_a_missing_or_relative_venv_and_an_image(
+    tmp_path: Path, engine: dict[str, object], field: str, says: str
+) -> None:
+    project = write_project(tmp_path, standin_deployment(tmp_path, name="bad-venv", engine=engine))
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(project, "lxc", deployment="bad-venv", out=tmp_path / "out")
+    assert [p for p in err.value.problems if p[0] == field and says in p[1]], err.value.problems
+
+
+@pytest.mark.parametrize("target", ["podman", "quadlet", "compose", "kube"])
+def test_container_targets_refuse_a_venv_plan_naming_target_and_runtime(
+    seed_project: Project, tmp_path: Path, target: str
+) -> None:
+    as_venv(seed_project, SEEDS[1])
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(seed_project, target, deployment=SEEDS[1], out=tmp_path / "out")
+    ((fld, msg),) = err.value.problems
+    assert fld == "engine.runtime"
+    assert f"the {target} target cannot express this" in msg
+    assert "engine.image" in msg and "--target lxc" in msg

@@ -297,3 +297,21 @@ def test_stop_timeouts_nest_across_every_artifact(seed: str, seed_project: Any, 
     assert shutdown < stop < systemd < down
     if seed == "flash-next-merlin-4x3090":
         assert shutdown == 60  # the recipe drains for 60 s
+
+
+def test_stop_timeouts_nest_for_a_venv_engine_in_the_ct(seed_project: Any, tmp_path: Path) -> None:
+    """The venv path has no container layer: vLLM --shutdown-timeout < the CT service's TimeoutStopSec < PVE
+    startup down=, read from the unit provision.sh writes and the pct.conf."""
+    from tests.targets.conftest import as_venv, render_seed
+    from tests.targets.facts import split_systemd
+
+    seed = "flash-next-merlin-4x3090"
+    files = render_seed(as_venv(seed_project, seed), "lxc", seed, tmp_path / "lxc")
+    script = next(text for rel, text in files.items() if rel.endswith("provision.sh"))
+    conf = next(text for rel, text in files.items() if rel.endswith(".conf"))
+    argv = split_systemd(re.search(r"^ExecStart=(.*)$", script, re.M).group(1))  # type: ignore[union-attr]
+    shutdown = int(argv[argv.index("--shutdown-timeout") + 1])
+    systemd = int(re.search(r"^TimeoutStopSec=(\d+)$", script, re.M).group(1))  # type: ignore[union-attr]
+    down = int(re.search(r"^startup: .*down=(\d+)", conf, re.M).group(1))  # type: ignore[union-attr]
+    assert shutdown == 60 < systemd < down
+    assert "--stop-timeout" not in script  # no container layer to nest

@@ -91,6 +91,23 @@ def cannot_express(plan: RunPlan, target: str, problems: Sequence[tuple[str, str
     )
 
 
+def require_container(plan: RunPlan, target: str) -> None:
+    """Refuse a venv plan in a target that runs an image (podman, quadlet, compose, kube)."""
+    if plan.runtime != "container":
+        raise cannot_express(
+            plan,
+            target,
+            [
+                (
+                    "engine.runtime",
+                    f"{plan.runtime!r} runs vLLM from {plan.venv or 'a venv'}, but this target runs "
+                    "a container image; set engine.runtime: container with engine.image (or engine.build), "
+                    "or use --target lxc, which runs the venv in the CT",
+                )
+            ],
+        )
+
+
 def mount_fields(plan: RunPlan) -> list[tuple[str, str, str, str]]:
     """(host field, host path, container field, container path) of every mount, named as in the spec."""
     out = []

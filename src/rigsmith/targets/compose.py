@@ -22,6 +22,7 @@ from rigsmith.targets.common import (
     HEALTH_TIMEOUT,
     cannot_express,
     health_argv,
+    require_container,
     timings,
     volume_problems,
     yaml_text,
@@ -98,6 +99,7 @@ def up_argv(plan: RunPlan, compose_file: str) -> list[str]:
 
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``compose/NAME/compose.yaml``."""
+    require_container(plan, "compose")
     bad = volume_problems(plan)
     if bad:
         raise cannot_express(plan, "compose", bad)

@@ -22,6 +22,7 @@ from rigsmith.targets.common import (
     cannot_express,
     home_path,
     k8s_quantity,
+    require_container,
     timings,
     yaml_text,
 )
@@ -178,6 +179,7 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
 
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``kube/NAME.yaml``."""
+    require_container(plan, "kube")
     docs = manifests(plan, ctx, ctx.lxc.home)
     body = yaml_text(*docs, explicit_start=True)
     text = tpl.render(

@@ -2,8 +2,10 @@
 
 The CT holds podman; provision.sh checks what the CT needs from the host (device nodes, nvidia-uvm, a driver
 whose userspace matches the host's kernel module), makes the CDI spec inside the CT and starts the same
-``podman run`` as the podman target. The pct.conf carries the CT side of the same facts: GPU nodes, a sized
-/dev/shm, memlock, env, the model dir, and a ``startup: down=`` that outlasts every stop timeout inside.
+``podman run`` as the podman target. With ``engine.runtime: venv`` there is no podman: provision.sh checks
+the venv's vllm and installs a systemd service in the CT whose ExecStart is the venv's vllm + the recipe
+argv. The pct.conf carries the CT side of the same facts: GPU nodes, a sized /dev/shm, memlock, env, the
+model dir, and a ``startup: down=`` that outlasts every stop timeout inside.
 
 An existing config is merged, never clobbered: the user's lines stay, the lines rigsmith manages (same key,
 same mount point, same device, same variable) are replaced, and everything goes before the first ``[section]``
@@ -22,7 +24,7 @@ from rigsmith import render as tpl
 from rigsmith.errors import SpecError
 from rigsmith.plan import RunPlan
 from rigsmith.render import banner
-from rigsmith.targets import RenderContext
+from rigsmith.targets import RenderContext, ini
 from rigsmith.targets.common import (
     cannot_express,
     entrypoint_problems,
@@ -63,6 +65,8 @@ RAW_ALLOWED = re.compile(r"^lxc\.(mount\.entry|environment|cgroup2\.[a-z0-9_.]+|
 #: Device nodes per CDI vendor/class: per-GPU node pattern, shared nodes, and which may be absent.
 NVIDIA_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 NVIDIA_OPTIONAL = frozenset({"nvidia-uvm-tools", "nvidia-modeset"})
+#: Where provision.sh writes a venv service's secret env file (0600), read by its EnvironmentFile=.
+SECRETS_DIR = "/etc/rigsmith"
 #: nvidia.ko's fixed char major (NV_MAJOR_DEVICE_NUMBER); nvidia-uvm's is dynamic, a host fact.
 NVIDIA_MAJOR = 195
 
@@ -220,9 +224,8 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
                 )
             )
         out.append(Line("lxc.environment", f"{k}={v}"))
-    problems += volume_problems(plan) + entrypoint_problems(
-        plan
-    )  # provision.sh runs the podman target's argv
+    if plan.runtime == "container":  # provision.sh runs the podman target's argv
+        problems += volume_problems(plan) + entrypoint_problems(plan)
     if problems:
         raise cannot_express(plan, "lxc", problems)
     return out
@@ -299,6 +302,60 @@ def merge(existing: str | None, ours: Sequence[Line], head: Sequence[str]) -> li
     return body
 
 
+def venv_argv(plan: RunPlan, home: str) -> list[str]:
+    """What the CT's service runs: the venv's vllm + the recipe argv, the model word at its CT path.
+
+    The model directory is bind-mounted at its host path (an ``mpN`` line), so that is where it is in the CT.
+    """
+    words = list(plan.command)
+    model = next(m for m in plan.mounts if m.role == "model")
+    i = plan.model_word
+    if i is not None and words[i].endswith(model.host):
+        words[i] = words[i][: len(words[i]) - len(model.host)] + home_path(model.host, home)
+    return [f"{plan.venv}/bin/vllm", *words]
+
+
+def service_entries(plan: RunPlan, ctx: RenderContext) -> list[ini.Entry]:
+    """The CT's systemd unit for a venv engine, as ordered (section, key, value) entries."""
+    t = timings(plan)
+    svc = "Service"
+    out: list[ini.Entry] = [
+        ("Unit", "Description", f"rigsmith: {plan.name} (vLLM from {plan.venv})"),
+        ("Unit", "Wants", "network-online.target"),
+        ("Unit", "After", "network-online.target"),
+        (svc, "Type", "exec"),
+    ]
+    out += [(svc, "Environment", ini.systemd_word(f"{k}={v}")) for k, v in plan.env]
+    if plan.secret_env:
+        out.append((svc, "EnvironmentFile", f"{SECRETS_DIR}/{plan.name}.env"))
+    out.append((svc, "ExecStart", ini.systemd_words(venv_argv(plan, ctx.lxc.home))))
+    if plan.memlock != "host":
+        out.append((svc, "LimitMEMLOCK", "infinity" if plan.memlock == "unlimited" else str(plan.memlock)))
+    out += [
+        # vLLM drains on SIGTERM for its --shutdown-timeout; systemd waits longer, PVE's down= longer still.
+        (svc, "KillSignal", "SIGTERM"),
+        (svc, "TimeoutStopSec", str(t.systemd_stop)),
+        (svc, "Restart", "on-failure"),
+        (svc, "RestartSec", "10"),
+        ("Install", "WantedBy", "multi-user.target"),
+    ]
+    return out
+
+
+def unit_text(plan: RunPlan, ctx: RenderContext) -> str:
+    """The CT's ``NAME.service`` (laid out by the same template as quadlet units)."""
+    t = timings(plan)
+    return tpl.render(
+        "quadlet/unit.j2",
+        banner=banner(ctx.command, plan.spec_path),
+        header=[
+            f"Written by provision.sh inside CT {ctx.lxc.vmid}. Stop timeouts nest: vLLM --shutdown-timeout "
+            f"{t.shutdown or 0}s < TimeoutStopSec {t.systemd_stop}s < PVE startup down={t.pve_down}s."
+        ],
+        sections=ini.sections(service_entries(plan, ctx)),
+    )
+
+
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``lxc/NAME/VMID.conf`` (or the --lxc-config file, merged) and ``lxc/NAME/provision.sh``."""
     opts = ctx.lxc
@@ -308,8 +365,12 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     head = [
         *banner(ctx.command, plan.spec_path).rstrip("\n").splitlines(),
         f"# rigsmith: CT {opts.vmid} runs {plan.name}; run provision.sh inside it. "
-        "Stop timeouts nest: container "
-        f"{t.container_stop}s < systemd {t.systemd_stop}s < startup down={t.pve_down}s.",
+        + (
+            f"Stop timeouts nest: container {t.container_stop}s"
+            if plan.runtime == "container"
+            else f"Stop timeouts nest: vLLM --shutdown-timeout {t.shutdown or 0}s"
+        )
+        + f" < systemd {t.systemd_stop}s < startup down={t.pve_down}s.",
     ]
     ours = lines(plan, ctx)
     text = "\n".join(merge(ctx.read(conf), ours, head)) + "\n"
@@ -323,7 +384,10 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         image_q=tpl.shquote(plan.image),
         nodes=[(p, o) for p, o in nodes],
         nvidia=bool(nodes),
-        run_lines=run_lines(plan),
+        run_lines=run_lines(plan) if plan.runtime == "container" else [],
+        unit=unit_text(plan, ctx) if plan.runtime == "venv" else "",
+        venv_q=tpl.shquote(plan.venv or ""),
+        secrets_dir=SECRETS_DIR,
         dirs=[tpl.shpath(m.host) for m in plan.mounts if m.kind == "dir"],
         files=[(tpl.shpath(m.host), m.sparse_size) for m in plan.mounts if m.kind == "file"],
         q=tpl.shquote,

@@ -9,7 +9,7 @@ from rigsmith import render as tpl
 from rigsmith.plan import PlanMount, RunPlan
 from rigsmith.render import banner, shpath, shquote
 from rigsmith.targets import RenderContext
-from rigsmith.targets.common import cannot_express, entrypoint_problems, volume_problems
+from rigsmith.targets.common import cannot_express, entrypoint_problems, require_container, volume_problems
 from rigsmith.writer import Artifact
 
 
@@ -86,6 +86,7 @@ def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
 
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """Artifacts of the podman target."""
+    require_container(plan, "podman")
     bad = volume_problems(plan) + entrypoint_problems(plan)
     if bad:
         raise cannot_express(plan, "podman", bad)

@@ -25,6 +25,7 @@ from rigsmith.targets.common import (
     health_argv,
     line_value_problems,
     mount_fields,
+    require_container,
     timings,
     volume_problems,
 )
@@ -215,6 +216,7 @@ def _inexpressible_values(plan: RunPlan) -> None:
 
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``quadlet/NAME.container``."""
+    require_container(plan, "quadlet")
     text = (ctx.podman_version or DEFAULT_PODMAN_VERSION).strip()  # it goes into a comment line
     version = parse_version(text, plan)
     _inexpressible_args(plan, ctx)
