@@ -480,19 +480,12 @@ def _patch(ctx: _Ctx, verify: bool) -> dict[str, tuple[str, str]]:
                 applied[file] = (rec.original_sha256, rec.patched_sha256)
                 continue
         original = (ctx.root / STATE_DIR / ORIGINAL_DIR / file).read_bytes()
-        try:
-            text = original.decode("utf-8")
-        except UnicodeDecodeError:
-            raise SpecError(
-                "model.config_patches",
-                [(f"model.config_patches[{plist[0][0]}].file", f"{file} is not UTF-8 text")],
-            ) from None
-        new = patch_json(text, plist, file)
-        a, b = sha256_bytes(original), sha256_bytes(new.encode("utf-8"))
+        new = _patched(original, plist, file)
+        a, b = sha256_bytes(original), sha256_bytes(new)
         ctx.hashed(len(original))
         current = target.read_bytes() if target.is_file() else None
         if current is None or sha256_bytes(current) != b:
-            write_one(target, new)
+            write_one(target, new.decode("utf-8"))
             ctx.report.patched.append(file)
         ctx.record(file, "sha256", b)
         applied[file] = (a, b)
