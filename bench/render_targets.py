@@ -7,35 +7,18 @@ podman target measured in the same run (so machine speed cancels out).
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from tests.conftest import make_seed_project
+
 from rigsmith import deploy
-from rigsmith import lock as lockmod
 from rigsmith.project import TARGETS, Project
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = ("flash-next-int4-3x3090", "flash-next-merlin-4x3090")
-
-
-def _project(base: Path) -> Project:
-    root = base / "project"
-    shutil.copytree(REPO / "deployments", root / "deployments")
-    lock = lockmod.Lock(
-        builds={
-            "vllm-3x3090": lockmod.LockedBuild(
-                ref="127.0.0.1:5000/vllm-3x3090",
-                image_id="sha256:" + "1" * 64,
-                digest="sha256:" + "4" * 64,
-                base="docker.io/vllm/vllm-openai@sha256:" + "2" * 64,
-            )
-        }
-    )
-    (root / "rigsmith.lock").write_text(lockmod.dumps(lock))
-    return Project(root)
 
 
 def _time(project: Project, target: str, out: Path, rounds: int) -> float:
@@ -53,7 +36,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=50)
     rounds = ap.parse_args().rounds
     with tempfile.TemporaryDirectory() as tmp:
-        project = _project(Path(tmp))
+        project = make_seed_project(Path(tmp))
         out = Path(tmp) / "out"
         for target in TARGETS:  # warm-up: imports, template compilation
             _time(project, target, out, 2)

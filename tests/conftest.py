@@ -86,10 +86,9 @@ def compare_tree(actual: dict[str, str], golden_dir: Path, update: bool) -> None
 # -- projects -------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def seed_project(tmp_path: Path) -> Project:
-    """A copy of the shipped deployments with a lock that holds a build of images/vllm-3x3090."""
-    root = tmp_path / "project"
+def make_seed_project(base: Path) -> Project:
+    """The shipped deployments copied under ``base``, with a lock holding a build of images/vllm-3x3090."""
+    root = base / "project"
     shutil.copytree(REPO / "deployments", root / "deployments")
     lock = lockmod.Lock(
         builds={
@@ -103,6 +102,12 @@ def seed_project(tmp_path: Path) -> Project:
     )
     (root / "rigsmith.lock").write_text(lockmod.dumps(lock))
     return Project(root)
+
+
+@pytest.fixture
+def seed_project(tmp_path: Path) -> Project:
+    """The shipped deployments with a locked build (see make_seed_project)."""
+    return make_seed_project(tmp_path)
 
 
 # -- podman ---------------------------------------------------------------------------------------------

@@ -22,13 +22,7 @@ from pathlib import Path
 
 import httpx
 
-CONTAINERS_CONF = """\
-[containers]
-default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-"""
+from tests.conftest import CONTAINERS_CONF
 
 BASE_TAG = "tinybase:1"
 
