@@ -26,6 +26,7 @@ from rigsmith.targets.common import timings
 from tests.conftest import Podman, prepare_host_dirs, standin_deployment, write_project
 from tests.targets.conftest import run_quadlet
 from tests.targets.facts import exec_start, ini_values, podman_facts, split_systemd
+from tests.targets.test_compose_real import _up as compose_up
 from tests.targets.test_lxc import _conf_pairs, _fake_ct
 
 TARGETS = ("podman", "quadlet", "compose", "lxc", "kube")
@@ -130,21 +131,8 @@ def facts_compose(tmp_path: Path, podman: Podman, **_: Any) -> tuple[RunPlan, di
     deploy.deploy(project, "compose", deployment=name, out=out, memlock="host", echo=lambda _m: None)
     plan, files = deploy.artifacts(project, "compose", deployment=name, out=tmp_path / "default")
     compose_file = out / "compose/parity/compose.yaml"
-    proc = subprocess.run(
-        [
-            "podman-compose",
-            "-f",
-            str(compose_file),
-            f"--podman-run-args=--stop-timeout={plan.stop_timeout}",
-            "up",
-            "-d",
-        ],
-        cwd=compose_file.parent,
-        env=podman.env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    proc = compose_up(
+        ["podman-compose"], compose_file, podman, [f"--podman-run-args=--stop-timeout={plan.stop_timeout}"]
     )
     try:
         assert proc.returncode == 0, proc.stderr
