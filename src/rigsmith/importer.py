@@ -329,9 +329,7 @@ def merge_spec(
     return _without_secret_values(dep, echo)
 
 
-def _asker(
-    confirm: Callable[[str], bool], echo: Callable[[str], None]
-) -> Callable[[Conflict], Resolve]:
+def _asker(confirm: Callable[[str], bool], echo: Callable[[str], None]) -> Callable[[Conflict], Resolve]:
     def ask(c: Conflict) -> Resolve:
         echo(f"conflict {c.describe()}")
         return "theirs" if confirm(f"take upstream's value for {c.path}?") else "ours"
