@@ -47,21 +47,25 @@ def _seconds(flag: str, value: object) -> float:
         raise RigsmithError(f"{flag} {value!r} is not a number of seconds", hint=f"e.g. {flag} 900") from None
 
 
-@task(help={"deployment": _DEP, "target": _TARGET})
+@task(
+    help={
+        "deployment": _DEP,
+        "target": "podman | quadlet | compose | lxc | kube: the artifacts whose needs are checked",
+        "verify": "hash every model file against rigsmith.lock (default: sizes + fetch-model's cache)",
+    }
+)
 @user_errors
-def doctor(c, deployment=None, target="podman"):
+def doctor(c, deployment=None, target="podman", verify=False):
     """Preflight: one go/no-go table of this host against the deployment's needs."""
     from rich.console import Console
 
     from rigsmith.ops import doctor as doctormod
-    from rigsmith.ops.host import LocalHost, gather
+    from rigsmith.ops.host import LocalHost
 
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
-    p = project()
-    spec = p.load(deployment)
-    checks = doctormod.evaluate(spec, gather(LocalHost(), model_dir=spec.model.local_dir), target)
-    Console().print(doctormod.table(checks, f"doctor: {spec.name} ({target})"))
+    name, checks = doctormod.diagnose(project(), deployment, target=target, host=LocalHost(), verify=verify)
+    Console().print(doctormod.table(checks, f"doctor: {name} ({target})"))
     bad = [ch.name for ch in checks if ch.verdict == "no-go"]
     if bad:
         raise Exit(
@@ -79,10 +83,21 @@ def doctor(c, deployment=None, target="podman"):
         "out": _OUT,
         "yes": "change existing generated files without asking",
         "dry_run": "print what would change and be started; do nothing",
+        "ignore_drift": "start even when the model dir or the image differ from rigsmith.lock",
     }
 )
 @user_errors
-def up(c, deployment=None, target="podman", image=None, memlock=None, out=None, yes=False, dry_run=False):
+def up(
+    c,
+    deployment=None,
+    target="podman",
+    image=None,
+    memlock=None,
+    out=None,
+    yes=False,
+    dry_run=False,
+    ignore_drift=False,
+):
     """Start the deployment (render-check, start if needed, verify devices and env arrived)."""
     from rigsmith.ops import lifecycle
 
@@ -94,6 +109,7 @@ def up(c, deployment=None, target="podman", image=None, memlock=None, out=None, 
         yes=yes,
         confirm=confirm(),
         dry_run=dry_run,
+        ignore_drift=ignore_drift,
     )
 
 
