@@ -436,5 +436,9 @@ def test_image_missing_from_local_storage_is_no_go_with_the_command_that_fixes_i
         img.hint
         == f"`podman pull reg.example/vllm@sha256:{'a' * 64}`, or `invoke build` when rigsmith builds it"
     )
-    f.image = probes.ImageFacts("localhost/vllm-merlin:v2.5.1", False, True, "sha256:" + "b" * 64)
+    f.image = probes.ImageFacts("localhost/vllm-merlin:v2.5.1", False, True, "b" * 64)
+    assert check(doctor.evaluate(spec, f), "image").detail == (
+        f"localhost/vllm-merlin:v2.5.1 in local storage as {'b' * 64} (local-only name)"
+    )
+    f.image = probes.ImageFacts("docker.io/vllm/vllm-openai:v0.11.0", False, True, "c" * 64)
     assert check(doctor.evaluate(spec, f), "image").verdict == "warn"

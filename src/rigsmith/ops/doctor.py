@@ -31,6 +31,7 @@ from rigsmith.ops.probes import (
     HostFacts,
 )
 from rigsmith.project import Project
+from rigsmith.registry import parse_ref
 from rigsmith.spec import Deployment
 
 Verdict = Literal["go", "warn", "no-go"]
@@ -493,10 +494,17 @@ def _check_image(facts: HostFacts) -> Check | None:
     if img is None:
         return None
     if img.present:
-        how = (
-            "pinned by rigsmith.lock" if img.pinned else "NOT pinned by digest (`invoke pin`/`invoke build`)"
+        if img.pinned:
+            return Check("image", "go", f"{img.ref} in local storage (pinned by rigsmith.lock)")
+        if parse_ref(img.ref).registry == "localhost":
+            # No registry serves a localhost/ name: presence is all there is to check (pin skips it too).
+            return Check("image", "go", f"{img.ref} in local storage as {img.image_id} (local-only name)")
+        return Check(
+            "image",
+            "warn",
+            f"{img.ref} in local storage, NOT pinned by digest",
+            "`invoke pin` locks its digest (`invoke build` for an engine.build image)",
         )
-        return Check("image", "go" if img.pinned else "warn", f"{img.ref} in local storage ({how})")
     return Check(
         "image",
         "no-go",
