@@ -73,7 +73,7 @@ def deploy(
     from rigsmith.targets import LxcOptions
 
     deploymod.deploy(
-        project(),
+        project(c),
         target,
         deployment=deployment,
         image=image,
@@ -106,7 +106,7 @@ def check_container(c, deployment=None, container=None, memlock=None):
     from rigsmith import deploy as deploymod
 
     deploymod.check_container(
-        project(),
+        project(c),
         deployment=deployment,
         container=container,
         memlock=_memlock(memlock),  # type: ignore[arg-type]
@@ -122,7 +122,7 @@ def schema(c, check=False):
 
     from rigsmith import image, spec, writer
 
-    root = project().root
+    root = project(c).root
     schemas = {"deployment": spec.json_schema(), "image": image.schema()}
     writer.write(
         [

@@ -27,7 +27,7 @@ def fetch_model(c, deployment=None, dest=None, verify=False, repin=False, worker
     A local checkpoint (``model.repo: null``) is not downloaded or verified: the task reports what
     model.local_dir holds (or fails when it is missing) and applies the config patches, keeping the original.
     """
-    proj = project()
+    proj = project(c)
     spec = proj.load(deployment)
     report = modelfetch.fetch_model(
         proj,

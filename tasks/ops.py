@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from invoke import Exit, task
+from invoke.context import Context
 
 from rigsmith.errors import RigsmithError
 from rigsmith.project import TARGETS
@@ -25,11 +26,11 @@ _TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
 _OUT = "where the target's artifacts live: DIR/<target>/… (default: the checkout)"
 
 
-def _ops(target: str, out: str | None) -> Ops:
+def _ops(c: Context, target: str, out: str | None) -> Ops:
     from rigsmith.ops import lifecycle
 
     return lifecycle.Ops(
-        project(), target=target, out=Path(out) if out else None, env=dict(os.environ), echo=echo
+        project(c), target=target, out=Path(out) if out else None, env=dict(os.environ), echo=echo
     )
 
 
@@ -64,7 +65,7 @@ def doctor(c, deployment=None, target="podman", verify=False):
 
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
-    name, checks = doctormod.diagnose(project(), deployment, target=target, host=LocalHost(), verify=verify)
+    name, checks = doctormod.diagnose(project(c), deployment, target=target, host=LocalHost(), verify=verify)
     Console().print(doctormod.table(checks, f"doctor: {name} ({target})"))
     bad = [ch.name for ch in checks if ch.verdict == "no-go"]
     if bad:
@@ -102,7 +103,7 @@ def up(
     from rigsmith.ops import lifecycle
 
     lifecycle.up(
-        _ops(target, out),
+        _ops(c, target, out),
         deployment=deployment,
         image=image,
         memlock=_memlock(memlock),  # type: ignore[arg-type]
@@ -119,7 +120,7 @@ def down(c, deployment=None, target="podman", out=None):
     """Stop the deployment with its grace, then confirm no process of it holds a GPU."""
     from rigsmith.ops import lifecycle
 
-    lifecycle.down(_ops(target, out), deployment=deployment)
+    lifecycle.down(_ops(c, target, out), deployment=deployment)
 
 
 @task(help={"deployment": _DEP, "target": _TARGET, "out": _OUT})
@@ -129,7 +130,7 @@ def status(c, deployment=None, target="podman", out=None):
     from rigsmith.ops import lifecycle
     from rigsmith.ops import wait as waitmod
 
-    st = lifecycle.status(_ops(target, out), deployment=deployment, health=waitmod.http_health_url)
+    st = lifecycle.status(_ops(c, target, out), deployment=deployment, health=waitmod.http_health_url)
     spec = {
         True: "current spec",
         False: "STALE spec (run `invoke down` then `invoke up`)",
@@ -160,7 +161,7 @@ def logs(c, deployment=None, target="podman", out=None, follow=False, tail=None)
     from rigsmith.ops import lifecycle
 
     argv = lifecycle.logs_argv(
-        _ops(target, out),
+        _ops(c, target, out),
         deployment=deployment,
         follow=follow,
         tail=_int("--tail", tail) if tail is not None else None,
@@ -192,7 +193,7 @@ def wait(c, deployment=None, target="podman", out=None, timeout=None, log_file=N
     from rigsmith.ops import lifecycle
     from rigsmith.ops import wait as waitmod
 
-    ops = _ops(target, out)
+    ops = _ops(c, target, out)
     spec = ops.project.load(deployment)
     if log_file:
         follower = waitmod.LogFollower(path=Path(log_file))
@@ -238,7 +239,7 @@ def bench(
 
     counts = [_int("--streams", s) for s in str(streams).split(",") if s.strip()]
     benchmod.bench_deployment(
-        project(),
+        project(c),
         deployment,
         url=url,
         model=model,
@@ -265,7 +266,7 @@ def proxy_entry(c, deployment=None, target="podman", write=False, yes=False):
     from rigsmith import writer
     from rigsmith.ops import proxy
 
-    p = project()
+    p = project(c)
     spec = p.load(deployment)
     if write:
         writer.write(

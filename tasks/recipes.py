@@ -21,7 +21,7 @@ from tasks._common import confirm, echo, project, user_errors
 def import_recipe(c, source, name=None, image=None, yes=False, dry_run=False):
     """Import a published vLLM recipe into deployments/NAME.yaml."""
     importer.import_recipe(
-        project(),
+        project(c),
         source,
         name=name,
         image=image,

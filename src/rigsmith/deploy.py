@@ -94,6 +94,18 @@ def next_steps(target: str, plan: planmod.RunPlan) -> list[str]:
     return [f"start: podman/{plan.name}/run.sh"]
 
 
+def image_line(image: str, pinned: bool) -> str:
+    """Which image the artifacts run, and how firmly the lock pins it."""
+    if pinned:
+        return f"image: {image} (registry digest from rigsmith.lock)"
+    if image.startswith("sha256:"):
+        return (
+            f"warning: image {image} is the local build's image ID, no registry digest; "
+            "`invoke build --push REGISTRY` pins one"
+        )
+    return f"warning: image {image} is not pinned by digest; `invoke pin` or `invoke build` locks it"
+
+
 def deploy(
     project: Project,
     target: str,
@@ -120,8 +132,8 @@ def deploy(
         podman_version=podman_version,
         lxc=lxc,
     )
-    if plan.runtime == "container" and not plan.image_pinned:
-        echo(f"warning: image {plan.image} is not pinned by digest; `invoke pin` or `invoke build` locks it")
+    if plan.runtime == "container":
+        echo(image_line(plan.image, plan.image_pinned))
     outcomes = writer.write(
         files, yes=yes, check=check, confirm=confirm, echo=echo, root=(out or project.root).resolve()
     )
