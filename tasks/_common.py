@@ -15,6 +15,9 @@ from invoke.context import Context
 from rigsmith.errors import RigsmithError
 from rigsmith.project import Project, find_root
 
+#: The end of every --deployment help line.
+DEFAULT_DEP = " (default: RIGSMITH_DEPLOYMENT, invoke.yaml's rigsmith.deployment, or the only one)"
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -56,9 +59,19 @@ def _invoke_yaml(root: Path) -> str | None:
     return str(value) if value else None
 
 
+def interactive() -> bool:
+    """True when stdin is a terminal; False for a pipe, /dev/null and a closed stdin (``<&-``: Python's
+    sys.stdin is None then)."""
+    stdin = sys.stdin
+    try:
+        return stdin is not None and stdin.isatty()
+    except (ValueError, OSError):  # closed or detached stream
+        return False
+
+
 def confirm() -> Callable[[str], bool] | None:
     """A y/N prompt when stdin is a terminal, else None (the writer then refuses to change files)."""
-    if not sys.stdin.isatty():
+    if not interactive():
         return None
 
     def ask(question: str) -> bool:

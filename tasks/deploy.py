@@ -11,7 +11,7 @@ from pathlib import Path
 from invoke import task
 
 from rigsmith.errors import RigsmithError
-from tasks._common import confirm, echo, project, user_errors
+from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 
 
 def _memlock(value: str | None) -> int | str | None:
@@ -39,7 +39,7 @@ def _int(flag: str, value: str | None) -> int | None:
 @task(
     help={
         "target": "podman | quadlet | compose | lxc | kube",
-        "deployment": "deployments/NAME.yaml to render (optional when there is only one)",
+        "deployment": "deployments/NAME.yaml to render" + DEFAULT_DEP,
         "image": "container image reference, overriding the spec and the lock",
         "out": "write under DIR/<target>/… instead of the checkout",
         "yes": "change existing files without asking",
@@ -95,7 +95,7 @@ def deploy(
 
 @task(
     help={
-        "deployment": "deployments/NAME.yaml the container runs (optional when there is only one)",
+        "deployment": "deployments/NAME.yaml the container runs" + DEFAULT_DEP,
         "container": "container name, when it differs from the deployment name",
         "memlock": "the --memlock the artifacts were rendered with, if any",
     }

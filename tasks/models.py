@@ -7,13 +7,13 @@ from pathlib import Path
 from invoke import task
 
 from rigsmith import modelfetch
-from tasks._common import echo, project, user_errors
+from tasks._common import DEFAULT_DEP, echo, project, user_errors
 
 
 @task(
     name="fetch-model",
     help={
-        "deployment": "deployments/NAME.yaml whose model to fetch (optional when there is only one)",
+        "deployment": "deployments/NAME.yaml whose model to fetch" + DEFAULT_DEP,
         "dest": "download into DIR instead of the spec's model.local_dir",
         "verify": "hash every file again, even those verified on an earlier run",
         "repin": "resolve the spec's branch/tag again first and show what changed",

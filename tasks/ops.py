@@ -15,13 +15,13 @@ from invoke.context import Context
 
 from rigsmith.errors import RigsmithError
 from rigsmith.project import TARGETS
-from tasks._common import confirm, echo, project, user_errors
+from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 from tasks.deploy import _memlock
 
 if TYPE_CHECKING:
     from rigsmith.ops.lifecycle import Ops
 
-_DEP = "deployments/NAME.yaml to act on (optional when there is only one)"
+_DEP = "deployments/NAME.yaml to act on" + DEFAULT_DEP
 _TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
 _OUT = "where the target's artifacts live: DIR/<target>/… (default: the checkout)"
 

@@ -151,3 +151,48 @@ def test_the_checkout_ships_the_main_job_as_its_default(tmp_path: Path) -> None:
     bare = invoke("deploy", "--target", "lxc", "--out", str(tmp_path), "--yes", env=env)
     assert bare.returncode == 0, bare.stderr
     assert (tmp_path / "lxc" / "flash-next-merlin-4x3090" / "provision.sh").is_file()
+
+
+# -- task wiring (issue 11 §6) ----------------------------------------------------------------------------
+
+
+def test_no_task_has_an_invented_short_flag() -> None:
+    for name, flag in (("wait", "-i"), ("deploy", "-e"), ("up", "-i"), ("doctor", "-v")):
+        out = invoke("--help", name)
+        assert out.returncode == 0 and f"{flag}," not in out.stdout and f" {flag} " not in out.stdout, (
+            out.stdout
+        )
+    refused = invoke("wait", "-i", "5", root=REPO)
+    assert refused.returncode != 0 and "No idea what '-i' is" in refused.stderr + refused.stdout
+
+
+def test_import_with_stdin_closed_writes_a_new_spec_and_refuses_a_change_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "rig"
+    (root / "deployments").mkdir(parents=True)
+    recipe = tmp_path / "r.txt"
+    recipe.write_text("vllm serve Qwen/Qwen3-0.6B --port 8011\n")
+
+    def closed_stdin(*extra: str) -> subprocess.CompletedProcess[str]:
+        args = ["import-recipe", str(recipe), "--name", "q", *extra]
+        cmd = f"exec {sys.executable} -m invoke " + " ".join(f"'{a}'" for a in args) + " <&-"
+        e = {**os.environ, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{WORKTREE / 'src'}:{WORKTREE}"}
+        return subprocess.run(
+            ["bash", "-c", cmd], cwd=WORKTREE, env=e, capture_output=True, text=True, timeout=120, check=False
+        )
+
+    first = closed_stdin("--image", "docker.io/vllm/vllm-openai:v0.11.0")
+    assert first.returncode == 0, first.stderr
+    assert (root / "deployments" / "q.yaml").is_file()
+    change = closed_stdin("--image", "docker.io/vllm/vllm-openai:v0.11.1")
+    assert change.returncode == 1 and "Traceback" not in change.stderr, change.stderr
+    assert "v0.11.0" in (root / "deployments" / "q.yaml").read_text()
+
+
+def test_model_dir_state_and_bench_results_are_git_ignored() -> None:
+    for path in (".rigsmith/bench.jsonl", "models/x/.rigsmith/state.json"):
+        proc = subprocess.run(
+            ["git", "check-ignore", "--no-index", "-q", path], cwd=WORKTREE, check=False, capture_output=True
+        )
+        assert proc.returncode == 0, f"{path} is not git-ignored"
