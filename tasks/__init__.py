@@ -4,7 +4,7 @@ Each area lives in its own module; this collection puts their tasks at the top l
 names are flat (`invoke deploy`, `invoke fetch-model`, …).
 """
 
-from invoke import Collection
+from invoke.collection import Collection
 
 from tasks import deploy, images, models, ops, recipes
 

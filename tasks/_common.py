@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from invoke import Exit
 from invoke.context import Context
+from invoke.exceptions import Exit
 
 from rigsmith.errors import RigsmithError
 from rigsmith.project import Project, find_root

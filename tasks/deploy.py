@@ -7,14 +7,16 @@ task module for every command.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from invoke import task
+from invoke.context import Context
+from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
 from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 
 
-def _memlock(value: str | None) -> int | str | None:
+def _memlock(value: str | None) -> Literal["unlimited", "host"] | int | None:
     if value is None:
         return None
     if value in ("unlimited", "-1", "host"):
@@ -54,24 +56,25 @@ def _int(flag: str, value: str | None) -> int | None:
 )
 @user_errors
 def deploy(
-    c,
-    target,
-    deployment=None,
-    image=None,
-    out=None,
-    yes=False,
-    check=False,
-    memlock=None,
-    podman_version=None,
-    vmid=None,
-    pve_version="8.2",
-    lxc_config=None,
-    uvm_major=None,
-):
+    c: Context,
+    target: str,
+    deployment: str | None = None,
+    image: str | None = None,
+    out: str | None = None,
+    yes: bool = False,
+    check: bool = False,
+    memlock: str | None = None,
+    podman_version: str | None = None,
+    vmid: str | None = None,
+    pve_version: str = "8.2",
+    lxc_config: str | None = None,
+    uvm_major: str | None = None,
+) -> None:
     """Render run artifacts for one target from the spec and the lock."""
     from rigsmith import deploy as deploymod
     from rigsmith.targets import LxcOptions
 
+    ct = _int("--vmid", vmid)
     deploymod.deploy(
         project(c),
         target,
@@ -82,10 +85,10 @@ def deploy(
         check=check,
         confirm=confirm(),
         echo=echo,
-        memlock=_memlock(memlock),  # type: ignore[arg-type]
+        memlock=_memlock(memlock),
         podman_version=podman_version,
         lxc=LxcOptions(
-            vmid=_int("--vmid", vmid) if vmid is not None else 100,
+            vmid=100 if ct is None else ct,
             pve_version=pve_version,
             config=Path(lxc_config) if lxc_config else None,
             uvm_major=_int("--uvm-major", uvm_major),
@@ -101,7 +104,9 @@ def deploy(
     }
 )
 @user_errors
-def check_container(c, deployment=None, container=None, memlock=None):
+def check_container(
+    c: Context, deployment: str | None = None, container: str | None = None, memlock: str | None = None
+) -> None:
     """Fail loudly unless the running container got its CDI devices, shm and stop timeout."""
     from rigsmith import deploy as deploymod
 
@@ -109,14 +114,14 @@ def check_container(c, deployment=None, container=None, memlock=None):
         project(c),
         deployment=deployment,
         container=container,
-        memlock=_memlock(memlock),  # type: ignore[arg-type]
+        memlock=_memlock(memlock),
     )
     echo("ok: devices, shm and stop timeout are as the deployment asks")
 
 
 @task(help={"check": "write nothing; fail if the committed schema is stale"})
 @user_errors
-def schema(c, check=False):
+def schema(c: Context, check: bool = False) -> None:
     """Write schema/{deployment,image}.schema.json (JSON Schemas of the spec files, for editors)."""
     import json
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from invoke import task
+from invoke.context import Context
+from invoke.tasks import task
 
 from rigsmith import modelfetch
 from tasks._common import DEFAULT_DEP, echo, project, user_errors
@@ -21,7 +22,14 @@ from tasks._common import DEFAULT_DEP, echo, project, user_errors
     },
 )
 @user_errors
-def fetch_model(c, deployment=None, dest=None, verify=False, repin=False, workers=modelfetch.WORKERS):
+def fetch_model(
+    c: Context,
+    deployment: str | None = None,
+    dest: str | None = None,
+    verify: bool = False,
+    repin: bool = False,
+    workers: int = modelfetch.WORKERS,
+) -> None:
     """Download the locked model revision, verify every file, apply declared config patches.
 
     A local checkpoint (``model.repo: null``) is not downloaded or verified: the task reports what

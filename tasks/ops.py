@@ -10,8 +10,9 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from invoke import Exit, task
 from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
 from rigsmith.project import TARGETS
@@ -56,7 +57,7 @@ def _seconds(flag: str, value: object) -> float:
     }
 )
 @user_errors
-def doctor(c, deployment=None, target="podman", verify=False):
+def doctor(c: Context, deployment: str | None = None, target: str = "podman", verify: bool = False) -> None:
     """Preflight: one go/no-go table of this host against the deployment's needs."""
     from rich.console import Console
 
@@ -89,16 +90,16 @@ def doctor(c, deployment=None, target="podman", verify=False):
 )
 @user_errors
 def up(
-    c,
-    deployment=None,
-    target="podman",
-    image=None,
-    memlock=None,
-    out=None,
-    yes=False,
-    dry_run=False,
-    ignore_drift=False,
-):
+    c: Context,
+    deployment: str | None = None,
+    target: str = "podman",
+    image: str | None = None,
+    memlock: str | None = None,
+    out: str | None = None,
+    yes: bool = False,
+    dry_run: bool = False,
+    ignore_drift: bool = False,
+) -> None:
     """Start the deployment (render-check, start if needed, verify devices and env arrived)."""
     from rigsmith.ops import lifecycle
 
@@ -106,7 +107,7 @@ def up(
         _ops(c, target, out),
         deployment=deployment,
         image=image,
-        memlock=_memlock(memlock),  # type: ignore[arg-type]
+        memlock=_memlock(memlock),
         yes=yes,
         confirm=confirm(),
         dry_run=dry_run,
@@ -116,7 +117,7 @@ def up(
 
 @task(help={"deployment": _DEP, "target": _TARGET, "out": _OUT})
 @user_errors
-def down(c, deployment=None, target="podman", out=None):
+def down(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Stop the deployment with its grace, then confirm no process of it holds a GPU."""
     from rigsmith.ops import lifecycle
 
@@ -125,7 +126,7 @@ def down(c, deployment=None, target="podman", out=None):
 
 @task(help={"deployment": _DEP, "target": _TARGET, "out": _OUT})
 @user_errors
-def status(c, deployment=None, target="podman", out=None):
+def status(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Show the deployment's container state, whether it runs the current spec, and /health."""
     from rigsmith.ops import lifecycle
     from rigsmith.ops import wait as waitmod
@@ -156,7 +157,14 @@ def status(c, deployment=None, target="podman", out=None):
     }
 )
 @user_errors
-def logs(c, deployment=None, target="podman", out=None, follow=False, tail=None):
+def logs(
+    c: Context,
+    deployment: str | None = None,
+    target: str = "podman",
+    out: str | None = None,
+    follow: bool = False,
+    tail: str | None = None,
+) -> None:
     """Show the deployment's engine log (podman logs / journalctl)."""
     from rigsmith.ops import lifecycle
 
@@ -187,7 +195,15 @@ def logs(c, deployment=None, target="podman", out=None, follow=False, tail=None)
     }
 )
 @user_errors
-def wait(c, deployment=None, target="podman", out=None, timeout=None, log_file=None, url=None):
+def wait(
+    c: Context,
+    deployment: str | None = None,
+    target: str = "podman",
+    out: str | None = None,
+    timeout: str | None = None,
+    log_file: str | None = None,
+    url: str | None = None,
+) -> None:
     """Wait until the recipe's readiness gates pass (log lines, KV-cache size, /health)."""
     from rigsmith.ops import bench as benchmod
     from rigsmith.ops import lifecycle
@@ -224,16 +240,16 @@ def wait(c, deployment=None, target="podman", out=None, timeout=None, log_file=N
 )
 @user_errors
 def bench(
-    c,
-    deployment=None,
-    url=None,
-    model=None,
-    streams="",
-    max_tokens=None,
-    prompt_words=None,
-    chat=False,
-    compare=False,
-):
+    c: Context,
+    deployment: str | None = None,
+    url: str | None = None,
+    model: str | None = None,
+    streams: str = "",
+    max_tokens: str | None = None,
+    prompt_words: str | None = None,
+    chat: bool = False,
+    compare: bool = False,
+) -> None:
     """Measure decode tok/s (1 and N streams), TTFT and prefill; append results keyed by the lock hash."""
     from rigsmith.ops import bench as benchmod
 
@@ -261,7 +277,9 @@ def bench(
     }
 )
 @user_errors
-def proxy_entry(c, deployment=None, target="podman", write=False, yes=False):
+def proxy_entry(
+    c: Context, deployment: str | None = None, target: str = "podman", write: bool = False, yes: bool = False
+) -> None:
     """Emit a llama-swap model entry and the proxy family record for the deployment."""
     from rigsmith import writer
     from rigsmith.ops import proxy

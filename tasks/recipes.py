@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from invoke import task
+from invoke.context import Context
+from invoke.tasks import task
 
 from rigsmith import importer
 from tasks._common import confirm, echo, project, user_errors
@@ -18,7 +19,14 @@ from tasks._common import confirm, echo, project, user_errors
     }
 )
 @user_errors
-def import_recipe(c, source, name=None, image=None, yes=False, dry_run=False):
+def import_recipe(
+    c: Context,
+    source: str,
+    name: str | None = None,
+    image: str | None = None,
+    yes: bool = False,
+    dry_run: bool = False,
+) -> None:
     """Import a published vLLM recipe into deployments/NAME.yaml."""
     importer.import_recipe(
         project(c),
