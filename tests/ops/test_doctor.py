@@ -256,6 +256,9 @@ def test_doctor_on_this_machine_tells_the_truth(tmp_path: Path, podman: Podman, 
     assert v["CDI devices"] == "go", doctor.render(checks, "here")
     assert f.podman_version == "4.3.1" and v["podman"] in ("go", "warn")
     assert v["shm"] == "go" and f.shm_bytes and f.shm_bytes > 0
+    # setup.sh installs catatonit, runc and conmon by name; the test containers.conf sets runtime = "runc"
+    assert f.podman_info is not None and f.podman_info.runtime == "runc", f.podman_info
+    assert v["init binary"] == v["OCI runtime"] == v["conmon"] == "go", doctor.render(checks, "here")
     assert not doctor.go(checks)
 
 
