@@ -415,6 +415,16 @@ def test_missing_runtime_or_conmon_or_failing_podman_info_is_no_go() -> None:
     assert rt.verdict == "no-go" and 'default OCI runtime "crun" not found' in rt.detail
 
 
+def test_quadlet_needs_the_generator_binary_not_only_the_version() -> None:
+    spec = seed(SEED003)
+    f = facts("4x3090-idle", spec)  # podman 5.4.2, generator captured in sizes
+    assert check(doctor.evaluate(spec, f, "quadlet"), "podman").verdict == "go"
+    f.binaries["/usr/libexec/podman/quadlet"] = False
+    quad = check(doctor.evaluate(spec, f, "quadlet"), "podman")
+    assert quad.verdict == "no-go" and "no quadlet generator (/usr/libexec/podman/quadlet" in quad.detail
+    assert check(doctor.evaluate(spec, f, "podman"), "podman").verdict == "go"
+
+
 def test_sparse_files_must_be_at_their_size() -> None:
     spec = seed(SEED000)
     f = facts("3x3090-squatter", spec)

@@ -27,6 +27,7 @@ from rigsmith.ops.probes import (
     P2P_LINKS,
     PACKAGES,
     PATH_DIRS,
+    QUADLET_GENERATORS,
     CdiSpec,
     HostFacts,
 )
@@ -414,6 +415,14 @@ def _check_podman(spec: Deployment, facts: HostFacts, target: str) -> Check:
             "no-go",
             detail + f": {', '.join(lacking)}",
             "upgrade podman, or use --target podman (plain podman run)",
+        )
+    if target == "quadlet" and facts.binaries and not any(facts.binaries.get(g) for g in QUADLET_GENERATORS):
+        return Check(
+            "podman",
+            "no-go",
+            detail
+            + f": no quadlet generator ({' or '.join(QUADLET_GENERATORS)}); systemd would find no unit",
+            "install the distribution's full podman package (Debian ≥ 13: podman), or use --target podman",
         )
     if spec.podman_version and spec.podman_version != v:
         return Check(

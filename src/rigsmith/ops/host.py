@@ -198,6 +198,7 @@ def _gather_podman(host: Host, facts: HostFacts, image: tuple[str, bool] | None)
     facts.init_path = probes.parse_containers_conf(conf.stdout) if conf.code == 0 else None
     paths = [facts.init_path or probes.DEFAULT_INIT_PATH]
     paths += [f"{d}/catatonit" for d in (*probes.HELPER_DIRS, *probes.PATH_DIRS)]
+    paths += list(probes.QUADLET_GENERATORS)
     paths += [p for p in (facts.podman_info.runtime_path, facts.podman_info.conmon_path) if p]
     for p in dict.fromkeys(paths):
         facts.binaries[p] = host.size(p) is not None

@@ -53,6 +53,8 @@ DEFAULT_INIT_PATH = "/usr/libexec/podman/catatonit"
 #: Where podman looks for helper binaries (helper_binaries_dir default) before $PATH: `kube play` builds its
 #: pause image from the catatonit found there ("finding pause binary: exec: \"catatonit\"").
 HELPER_DIRS = ("/usr/local/libexec/podman", "/usr/local/lib/podman", "/usr/libexec/podman", "/usr/lib/podman")
+#: Where podman packages put the quadlet systemd generator (Debian/Fedora; Arch/SUSE).
+QUADLET_GENERATORS = ("/usr/libexec/podman/quadlet", "/usr/lib/podman/quadlet")
 PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 #: Debian package that ships each helper binary (the NO-GO row names it).
 PACKAGES = {"catatonit": "catatonit", "tini": "tini", "runc": "runc", "crun": "crun", "conmon": "conmon"}
