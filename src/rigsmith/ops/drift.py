@@ -13,6 +13,7 @@ from rigsmith.errors import LockDriftError
 from rigsmith.modelfiles import (
     STATE_DIR,
     STATE_FILE,
+    HashKind,
     expand_dir,
     hash_file,
     patches_by_file,
@@ -50,15 +51,18 @@ def model_facts(spec: Deployment, lock: lockmod.Lock, *, verify: bool = False) -
         problems.append(f"the dir holds commit {state.commit[:12]}, the lock {entry.commit[:12]}")
     files = select(entry.files, m.allow_patterns, m.ignore_patterns)
     by_file = patches_by_file(m.config_patches)
-    expected = [(w.disk_path, w.size, w.kind, w.digest) for w in wants(files, by_file)]
+    # (path in the dir, size the lock gives or None, hash kind, digest): the Hub's files (a patched file's
+    # pristine copy under .rigsmith/original), then each patched file as fetch-model wrote it.
+    expected: list[tuple[str, int | None, HashKind, str]] = [
+        (w.disk_path, w.size, w.kind, w.digest) for w in wants(files, by_file)
+    ]
     recorded = {p.file: p for p in entry.patches}
     for file in by_file:
         rec = recorded.get(file)
         if rec is None:
             problems.append(f"{file}: config patch not applied")
         else:
-            p = root / file
-            expected.append((file, p.stat().st_size if p.is_file() else -1, "sha256", rec.patched_sha256))
+            expected.append((file, None, "sha256", rec.patched_sha256))
     for rel, size, kind, digest in expected:
         p = root / rel
         try:
@@ -66,7 +70,7 @@ def model_facts(spec: Deployment, lock: lockmod.Lock, *, verify: bool = False) -
         except OSError:
             problems.append(f"{rel}: missing")
             continue
-        if size >= 0 and st.st_size != size:
+        if size is not None and st.st_size != size:
             problems.append(f"{rel}: {st.st_size} bytes, the lock says {size}")
         elif verify:
             if hash_file(p, kind, st.st_size) != digest:
