@@ -37,7 +37,7 @@ def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
     """Resolve image tags (and model branches) to digests/commits in rigsmith.lock."""
     from rigsmith import build as buildmod
 
-    proj = project()
+    proj = project(c)
     reg = _registry()
     try:
         buildmod.pin_images(proj, reg, deployment=deployment, echo=echo)
@@ -50,7 +50,8 @@ def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
 
 @task(
     help={
-        "deployment": "build the image this deployment's engine.build names",
+        "deployment": "build the image this deployment's engine.build names (default: every image a "
+        "deployment builds)",
         "image": "images/NAME to build (instead of --deployment)",
         "engine": "podman | docker (default: DOCKER_HOST, CONTAINER_HOST, then the podman/docker sockets)",
         "push": "registry to push to, e.g. 127.0.0.1:5000; the lock then holds REGISTRY/NAME@sha256:…",
@@ -70,14 +71,15 @@ def build(
 
     if engine is not None and engine not in enginemod.ENGINES:
         raise RigsmithError(f"--engine {engine!r} is not supported", hint="use --engine podman or docker")
-    proj = project()
-    buildmod.prepare(proj, buildmod.image_name(proj, image=image, deployment=deployment))
+    proj = project(c)
+    names = buildmod.images_to_build(proj, image=image, deployment=deployment)
+    for name in names:  # every definition renders (files, base pin) before any engine is touched
+        buildmod.prepare(proj, name)
     eng = enginemod.connect(engine, os.environ)
     reg = _registry()
     try:
-        buildmod.build_image(
-            proj, eng, image=image, deployment=deployment, push=push, resolver=reg, echo=echo
-        )
+        for name in names:
+            buildmod.build_image(proj, eng, image=name, push=push, resolver=reg, echo=echo)
     finally:
         reg.close()
         eng.close()

@@ -245,3 +245,22 @@ def test_identifiers_with_a_trailing_newline_never_reach_a_target(tmp_path: Path
             target,
             fields,
         )
+
+
+@pytest.mark.parametrize("target", sorted(targets.renderers()))
+def test_next_steps_point_into_the_out_directory(seed_project: Project, tmp_path: Path, target: str) -> None:
+    said: list[str] = []
+    out = tmp_path / "my out"
+    deploy.deploy(seed_project, target, deployment=SEED_NAMES[1], out=out, echo=said.append)
+    steps = said[said.index(next(s for s in said if not s.lstrip().startswith(("create", "image:")))) :]
+    where = {
+        "podman": f"start: '{out}/podman/{SEED_NAMES[1]}/run.sh'",
+        "quadlet": f"install: cp '{out}/quadlet/{SEED_NAMES[1]}.container' /etc/containers/systemd/",
+        "compose": f"'{out}/compose/{SEED_NAMES[1]}/compose.yaml'",
+        "lxc": f"merge '{out}/lxc/{SEED_NAMES[1]}'/*.conf into /etc/pve/lxc/",
+        "kube": f"kubectl apply -f '{out}/kube/{SEED_NAMES[1]}.yaml'",
+    }[target]
+    assert any(where in s for s in steps), steps
+    said.clear()
+    deploy.deploy(seed_project, target, deployment=SEED_NAMES[1], echo=said.append, yes=True)
+    assert str(tmp_path) not in "\n".join(said)  # in the checkout: relative paths, as before

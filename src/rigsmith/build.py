@@ -124,6 +124,22 @@ def image_name(project: Project, *, image: str | None, deployment: str | None) -
     return spec.engine.build
 
 
+def images_to_build(project: Project, *, image: str | None, deployment: str | None) -> list[str]:
+    """``--image``, else ``--deployment``'s engine.build, else every images/<name> some deployment builds
+    (a bare ``invoke build`` after a fresh checkout builds what the deployments need)."""
+    if image or deployment:
+        return [image_name(project, image=image, deployment=deployment)]
+    names = sorted(
+        {b for b in (project.load(n).engine.build for n in project.deployment_names()) if b is not None}
+    )
+    if not names:
+        raise RigsmithError(
+            f"no deployment in {project.deployments} builds an image (engine.build is empty in each)",
+            hint=f"pass --image NAME (one of: {', '.join(imagemod.names(project.images)) or 'none'})",
+        )
+    return names
+
+
 def build_command(name: str) -> str:
     """The command line in the Dockerfile banner (no engine or registry in it: same bytes for both)."""
     return f"invoke build --image {name}"
@@ -243,7 +259,14 @@ def build_image(
         patches=dict(ctx.patch_hashes),
         inputs_sha256=ctx.inputs_sha256,
     )
+    kept = ""
     with lockmod.locked(project.lock_path) as lock:
+        old = lock.builds.get(name)
+        if digest is None and old is not None and old.digest and old.image_id == result.image_id:
+            # The same image as the one pushed earlier: its registry digest still names it, and deploy
+            # keeps running it by digest (a local rebuild must not turn the pin into a bare image ID).
+            entry = entry.model_copy(update={"ref": old.ref, "digest": old.digest})
+            kept = f" (the pushed digest of this same image {result.image_id[:19]}, kept)"
         lock.builds[name] = entry
-    echo(f"lock: builds.{name} = {entry.pinned_ref}")
+    echo(f"lock: builds.{name} = {entry.pinned_ref}{kept}")
     return entry

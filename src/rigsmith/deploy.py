@@ -75,9 +75,13 @@ def _show_merge(source: Path, merged: writer.Artifact, echo: Callable[[str], Non
     echo(f"merged {source} (unchanged) into {merged.path}:\n{diff or '  (no change)'}")
 
 
-def next_steps(target: str, plan: planmod.RunPlan) -> list[str]:
+def next_steps(target: str, plan: planmod.RunPlan, out: Path | None = None) -> list[str]:
     """What to run after deploy writes the files (the post-start check included where a front-end may drop
-    devices)."""
+    devices). Paths are relative to the checkout, or under ``out`` when the files went there."""
+
+    def at(rel: str) -> str:
+        return str(out / rel) if out is not None else rel
+
     check = (
         "then check it really got its GPUs, shm and stop timeout: "
         f"invoke check-container --deployment {plan.name}"
@@ -85,26 +89,40 @@ def next_steps(target: str, plan: planmod.RunPlan) -> list[str]:
     if target == "compose":
         from rigsmith.targets.compose import up_argv
 
-        return [f"start: {shlex.join(up_argv(plan, f'compose/{plan.name}/compose.yaml'))}", check]
+        return [f"start: {shlex.join(up_argv(plan, at(f'compose/{plan.name}/compose.yaml')))}", check]
     if target == "quadlet":
         return [
-            f"install: cp quadlet/{plan.name}.container /etc/containers/systemd/ && systemctl daemon-reload "
-            f"&& systemctl start {plan.name}",
+            f"install: cp {shlex.quote(at(f'quadlet/{plan.name}.container'))} /etc/containers/systemd/ "
+            f"&& systemctl daemon-reload && systemctl start {plan.name}",
             check,
         ]
+    merge = (
+        f"merge {shlex.quote(at(f'lxc/{plan.name}'))}/*.conf into /etc/pve/lxc/, start the CT, "
+        "run provision.sh inside it"
+    )
     if target == "lxc" and plan.runtime == "venv":
         return [
-            f"merge lxc/{plan.name}/*.conf into /etc/pve/lxc/, start the CT, run provision.sh inside it",
+            merge,
             f"then inside the CT: systemctl status {plan.name}.service (logs: journalctl -u {plan.name})",
         ]
     if target == "lxc":
-        return [
-            f"merge lxc/{plan.name}/*.conf into /etc/pve/lxc/, start the CT, run provision.sh inside it",
-            check,
-        ]
+        return [merge, check]
     if target == "kube":
-        return [f"kubectl apply -f kube/{plan.name}.yaml (or podman kube play kube/{plan.name}.yaml)"]
-    return [f"start: podman/{plan.name}/run.sh"]
+        kube = shlex.quote(at(f"kube/{plan.name}.yaml"))
+        return [f"kubectl apply -f {kube} (or podman kube play {kube})"]
+    return [f"start: {shlex.quote(at(f'podman/{plan.name}/run.sh'))}"]
+
+
+def image_line(image: str, pinned: bool) -> str:
+    """Which image the artifacts run, and how firmly the lock pins it."""
+    if pinned:
+        return f"image: {image} (registry digest from rigsmith.lock)"
+    if image.startswith("sha256:"):
+        return (
+            f"warning: image {image} is the local build's image ID, no registry digest; "
+            "`invoke build --push REGISTRY` pins one"
+        )
+    return f"warning: image {image} is not pinned by digest; `invoke pin` or `invoke build` locks it"
 
 
 def deploy(
@@ -136,13 +154,13 @@ def deploy(
     )
     if lxc is not None and lxc.config is not None and not check:
         _show_merge(lxc.config, files[0], echo)
-    if plan.runtime == "container" and not plan.image_pinned:
-        echo(f"warning: image {plan.image} is not pinned by digest; `invoke pin` or `invoke build` locks it")
+    if plan.runtime == "container":
+        echo(image_line(plan.image, plan.image_pinned))
     outcomes = writer.write(
         files, yes=yes, check=check, confirm=confirm, echo=echo, root=(out or project.root).resolve()
     )
     if not check:
-        for line in next_steps(target, plan):
+        for line in next_steps(target, plan, out):
             echo(line)
     return outcomes
 

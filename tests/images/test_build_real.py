@@ -121,6 +121,19 @@ def test_podman_build_push_and_deploy_use_the_locked_digest(
     assert deployed.returncode == 0, deployed.stderr
     run_sh = (project.root / "podman" / "flash-next-int4-3x3090" / "run.sh").read_text()
     assert f"IMAGE={built.ref}@{built.digest}\n" in run_sh
+    assert f"image: {built.ref}@{built.digest} (registry digest from rigsmith.lock)" in deployed.stdout
+
+    # A later local build (bare: every image a deployment builds) gives the same image: the lock keeps
+    # the pushed digest, and deploy still runs it by digest.
+    again = _invoke(env, "build", "--engine", "podman")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (
+        f"lock: builds.tiny = {built.ref}@{built.digest} (the pushed digest of this same image"
+        in again.stdout
+    )
+    assert lockmod.read(project.lock_path).builds["tiny"] == built
+    redeployed = _invoke(env, "deploy", "--target", "podman", "--check")
+    assert redeployed.returncode == 0 and "not pinned" not in redeployed.stdout, redeployed.stdout
 
     # The locked reference really is the patched image: pull it by digest and look inside.
     podman_api.cli("rmi", "--force", f"localhost/rigsmith/tiny:{tag}")

@@ -121,9 +121,29 @@ def test_seed_003_from_recipe_url_to_a_qualified_deployment_and_back(
     assert cfg["text_config"] == {"hidden_size": 64, "ple_embedding_dtype": "float8_e4m3fn"}
     assert lockmod.read(root / "rigsmith.lock").models["merlin"].patches[0].file == "config.json"
 
-    # 5. render, start, verify, wait on the recipe's gates, qualify, stop
+    # 5. render; doctor: everything the artifacts need from this host is GO (no GPUs or memlock here)
     dep = _cli(root, env, "deploy", "--target", "podman", "--memlock", "host")
     assert dep.returncode == 0, dep.stderr
+    doc = _cli(root, {**env, "COLUMNS": "400"}, "doctor", "--verify")
+    rows = {
+        cells[0]: cells[1]
+        for line in doc.stdout.splitlines()
+        if len(cells := [c.strip() for c in line.strip("│ ").split("│")]) > 2 and cells[0]
+    }
+    for row in (
+        "CDI devices",
+        "shm",
+        "podman",
+        "init binary",
+        "OCI runtime",
+        "conmon",
+        "image",
+        "model files",
+    ):
+        assert rows.get(row) == "go", f"{row}: {rows.get(row)}\n{doc.stdout}"
+    assert rows["GPUs"] == "no-go" and doc.returncode == 1  # no NVIDIA driver on this machine
+
+    # 6. start, verify, wait on the recipe's gates, qualify, stop
     try:
         up = _cli(root, env, "up", "--memlock", "host")
         assert up.returncode == 0, up.stderr

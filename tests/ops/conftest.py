@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Podman, import_busybox_image, prepare_host_dirs, standin_deployment
+from tests.models.conftest import client, hub, hub_server, make_project  # noqa: F401  (fixtures: test_drift)
 
 OPS_IMAGE = "localhost/rigsmith-ops-standin:1"
 

@@ -11,7 +11,14 @@ from rigsmith.ops import probes
 from rigsmith.ops.probes import CmdResult
 
 DATA = Path(__file__).resolve().parent / "data"
-CASES = ("3x3090-squatter", "4x3090-idle", "no-driver")
+CASES = (
+    "3x3090-squatter",
+    "4x3090-idle",
+    "no-driver",
+    "h200-1gpu-idle",
+    "h200-1gpu-holding",
+    "2xh200-nvlink-ansi",
+)
 
 
 class ReplayHost:
@@ -28,7 +35,7 @@ class ReplayHost:
         f = self.dir / "cmd" / f"{name}.txt"
         if name is None or not f.exists():
             return CmdResult(127, "", f"{argv[0]}: command not found")
-        code = int(self.meta["codes"].get(name, 0))
+        code = int(self.meta.get("codes", {}).get(name, 0))
         text = f.read_text()
         return CmdResult(code, text if code == 0 or name == "memlock" else "", "" if code == 0 else text)
 
@@ -41,8 +48,16 @@ class ReplayHost:
         return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
     def statvfs(self, path: str) -> tuple[int, int] | None:
-        v = self.meta["statvfs"].get(path)
+        v = (self.meta.get("statvfs") or {}).get(path)
         return (int(v[0]), int(v[1])) if v else None
 
     def tree_bytes(self, path: str) -> int:
-        return int(self.meta["tree_bytes"].get(path, 0))
+        return int((self.meta.get("tree_bytes") or {}).get(path, 0))
+
+    def size(self, path: str) -> int | None:
+        """Sizes listed under ``sizes:`` in case.yaml, else files captured under files/."""
+        sizes = self.meta.get("sizes") or {}
+        if path in sizes:
+            return int(sizes[path])
+        f = self.dir / "files" / path.lstrip("/")
+        return f.stat().st_size if f.is_file() else None

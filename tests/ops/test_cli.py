@@ -105,3 +105,94 @@ def test_full_cycle_through_the_cli(tmp_path: Path, podman: Podman, fake_cdi: Pa
     finally:
         podman.run("rm", "--force", "--time", "0", "ops-cli", check=False)
     assert OPS_IMAGE
+
+
+# -- the default deployment (issue 11: the mission's bare commands answered "say which one") -----------
+
+
+def test_bare_commands_act_on_the_default_deployment_from_invoke_yaml_or_the_env(tmp_path: Path) -> None:
+    from tests.conftest import make_seed_project
+
+    project = make_seed_project(tmp_path)
+    out = tmp_path / "out"
+    ambiguous = invoke("deploy", "--target", "lxc", "--out", str(out), root=project.root)
+    assert ambiguous.returncode == 1 and "2 deployments in" in ambiguous.stderr
+    assert "--deployment NAME (one of: flash-next-int4-3x3090, flash-next-merlin-4x3090)" in ambiguous.stderr
+    assert "`rigsmith: {deployment: NAME}` in invoke.yaml" in ambiguous.stderr
+    assert "RIGSMITH_DEPLOYMENT=NAME" in ambiguous.stderr
+
+    (project.root / "invoke.yaml").write_text("rigsmith:\n  deployment: flash-next-merlin-4x3090\n")
+    bare = invoke("deploy", "--target", "lxc", "--out", str(out), "--yes", root=project.root)
+    assert bare.returncode == 0, bare.stderr
+    assert (out / "lxc" / "flash-next-merlin-4x3090" / "provision.sh").is_file()
+
+    env = {**os.environ, "RIGSMITH_DEPLOYMENT": "flash-next-int4-3x3090"}
+    chosen = invoke("deploy", "--target", "lxc", "--out", str(out), "--yes", env=env, root=project.root)
+    assert chosen.returncode == 0, chosen.stderr
+    assert (out / "lxc" / "flash-next-int4-3x3090").is_dir()
+    env["RIGSMITH_DEPLOYMENT"] = "gone"
+    wrong = invoke("fetch-model", env=env, root=project.root)
+    assert wrong.returncode == 1 and "RIGSMITH_DEPLOYMENT names 'gone', which is not in" in wrong.stderr
+
+
+def test_the_checkout_ships_the_main_job_as_its_default(tmp_path: Path) -> None:
+    import yaml
+
+    from rigsmith import build as buildmod
+    from rigsmith.project import Project
+
+    data = yaml.safe_load((REPO / "invoke.yaml").read_text())
+    assert data == {"rigsmith": {"deployment": "flash-next-merlin-4x3090"}}
+    # bare `invoke build` builds every image a deployment builds (merlin runs a prebuilt one)
+    assert buildmod.images_to_build(Project(REPO), image=None, deployment=None) == ["vllm-3x3090"]
+    assert buildmod.images_to_build(Project(REPO), image="x", deployment=None) == ["x"]
+    # through Invoke's own config loading (no RIGSMITH_ROOT: the checkout invoke runs in)
+    env = {k: v for k, v in os.environ.items() if k not in ("RIGSMITH_ROOT", "RIGSMITH_DEPLOYMENT")}
+    bare = invoke("deploy", "--target", "lxc", "--out", str(tmp_path), "--yes", env=env)
+    assert bare.returncode == 0, bare.stderr
+    assert (tmp_path / "lxc" / "flash-next-merlin-4x3090" / "provision.sh").is_file()
+
+
+# -- task wiring (issue 11 §6) ----------------------------------------------------------------------------
+
+
+def test_no_task_has_an_invented_short_flag() -> None:
+    for name, flag in (("wait", "-i"), ("deploy", "-e"), ("up", "-i"), ("doctor", "-v")):
+        out = invoke("--help", name)
+        assert out.returncode == 0 and f"{flag}," not in out.stdout and f" {flag} " not in out.stdout, (
+            out.stdout
+        )
+    refused = invoke("wait", "-i", "5", root=REPO)
+    assert refused.returncode != 0 and "No idea what '-i' is" in refused.stderr + refused.stdout
+
+
+def test_import_with_stdin_closed_writes_a_new_spec_and_refuses_a_change_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "rig"
+    (root / "deployments").mkdir(parents=True)
+    recipe = tmp_path / "r.txt"
+    recipe.write_text("vllm serve Qwen/Qwen3-0.6B --port 8011\n")
+
+    def closed_stdin(*extra: str) -> subprocess.CompletedProcess[str]:
+        args = ["import-recipe", str(recipe), "--name", "q", *extra]
+        cmd = f"exec {sys.executable} -m invoke " + " ".join(f"'{a}'" for a in args) + " <&-"
+        e = {**os.environ, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{WORKTREE / 'src'}:{WORKTREE}"}
+        return subprocess.run(
+            ["bash", "-c", cmd], cwd=WORKTREE, env=e, capture_output=True, text=True, timeout=120, check=False
+        )
+
+    first = closed_stdin("--image", "docker.io/vllm/vllm-openai:v0.11.0")
+    assert first.returncode == 0, first.stderr
+    assert (root / "deployments" / "q.yaml").is_file()
+    change = closed_stdin("--image", "docker.io/vllm/vllm-openai:v0.11.1")
+    assert change.returncode == 1 and "Traceback" not in change.stderr, change.stderr
+    assert "v0.11.0" in (root / "deployments" / "q.yaml").read_text()
+
+
+def test_model_dir_state_and_bench_results_are_git_ignored() -> None:
+    for path in (".rigsmith/bench.jsonl", "models/x/.rigsmith/state.json"):
+        proc = subprocess.run(
+            ["git", "check-ignore", "--no-index", "-q", path], cwd=WORKTREE, check=False, capture_output=True
+        )
+        assert proc.returncode == 0, f"{path} is not git-ignored"

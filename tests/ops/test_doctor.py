@@ -256,6 +256,9 @@ def test_doctor_on_this_machine_tells_the_truth(tmp_path: Path, podman: Podman, 
     assert v["CDI devices"] == "go", doctor.render(checks, "here")
     assert f.podman_version == "4.3.1" and v["podman"] in ("go", "warn")
     assert v["shm"] == "go" and f.shm_bytes and f.shm_bytes > 0
+    # setup.sh installs catatonit, runc and conmon by name; the test containers.conf sets runtime = "runc"
+    assert f.podman_info is not None and f.podman_info.runtime == "runc", f.podman_info
+    assert v["init binary"] == v["OCI runtime"] == v["conmon"] == "go", doctor.render(checks, "here")
     assert not doctor.go(checks)
 
 
@@ -294,3 +297,161 @@ def test_nvlink_bridge_counts_as_p2p_without_a_p2p_matrix() -> None:
     f.topo, f.p2p = topo, {}
     p2p = next(c for c in doctor.evaluate(spec, f) if c.name == "PCIe P2P")
     assert p2p.verdict == "go" and "links NV4" in p2p.detail
+
+
+# -- terminal escapes (issue 11: nvidia-smi 580 underlines topo headers even into a pipe) ---------------
+
+
+def two_gpu(spec: Deployment) -> Deployment:
+    gpus = spec.resources.gpus.model_copy(
+        update={"cdi_devices": ("nvidia.com/gpu=0", "nvidia.com/gpu=1"), "count": 2, "model": None}
+    )
+    return spec.model_copy(update={"resources": spec.resources.model_copy(update={"gpus": gpus})})
+
+
+def test_underlined_topo_and_p2p_headers_still_name_every_gpu() -> None:
+    spec = two_gpu(seed(SEED003))
+    f = facts("2xh200-nvlink-ansi", spec)
+    assert f.topo is not None and f.topo.gpus == ("GPU0", "GPU1")
+    assert f.topo.links[("GPU0", "GPU1")] == "NV18" and f.topo.links[("GPU1", "GPU1")] == "X"
+    assert f.p2p == {("GPU0", "GPU1"): "OK", ("GPU1", "GPU0"): "OK"}
+    p2p = next(c for c in doctor.evaluate(spec, f) if c.name == "PCIe P2P")
+    assert (p2p.verdict, p2p.detail) == ("go", "P2P between all 2 GPUs (links NV18)")
+
+
+class _OneOutput:
+    """A host whose every command prints ``text`` (the other probes find nothing)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def run(self, argv: object) -> probes.CmdResult:
+        return probes.CmdResult(0, self.text)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "\x1b[4m\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m",
+        "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m",
+        "\t\x1b[4mGPU0\x1b[0m\t\x1b[4mGPU1\x1b[0m\t\x1b[1;4mCPU Affinity\x1b[m",
+    ],
+)
+def test_every_probe_output_loses_its_escapes_before_parsing(header: str) -> None:
+    from rigsmith.ops.host import probe
+
+    text = header + "\nGPU0\t X \tNV18\t0-63\t0\t\tN/A\nGPU1\tNV18\t X \t0-63\t0\t\tN/A\n"
+    res = probe(_OneOutput(text), probes.COMMANDS["topo"])  # type: ignore[arg-type]
+    assert "\x1b" not in res.stdout
+    assert probes.parse_topo(res.stdout).pairs() == [("GPU0", "GPU1", "NV18")]
+
+
+# -- what the rendered artifacts need from podman (issue 11: catatonit was only a Recommends) -----------
+
+
+def check(checks: list[doctor.Check], name: str) -> doctor.Check:
+    return next(c for c in checks if c.name == name)
+
+
+def test_host_without_catatonit_is_no_go_naming_the_init_binary_and_package() -> None:
+    spec = seed(SEED003)
+    f = facts("no-driver", spec)
+    init = check(doctor.evaluate(spec, f), "init binary")
+    assert init.verdict == "no-go"
+    assert "/usr/libexec/podman/catatonit (podman's default init_path) is missing" in init.detail
+    assert init.hint is not None and init.hint.startswith("apt-get install catatonit")
+    for target in ("quadlet", "compose"):
+        assert check(doctor.evaluate(spec, f, target), "init binary").verdict == "no-go"
+    kube = check(doctor.evaluate(spec, f, "kube"), "init binary")
+    assert kube.verdict == "no-go" and "pause binary" in kube.detail and "catatonit" in (kube.hint or "")
+    # lxc runs no podman here: none of podman's rows
+    names = [c.name for c in doctor.evaluate(spec, facts("no-driver", spec), "lxc")]
+    assert "init binary" not in names and "OCI runtime" not in names
+
+
+def test_configured_init_path_is_the_binary_checked() -> None:
+    spec = seed(SEED000)
+    f = facts("3x3090-squatter", spec)
+    assert f.init_path == "/usr/bin/tini"  # /etc/containers/containers.conf wins over /usr/share
+    assert check(doctor.evaluate(spec, f), "init binary").detail == (
+        "--init runs /usr/bin/tini (containers.conf init_path)"
+    )
+    f.binaries["/usr/bin/tini"] = False
+    init = check(doctor.evaluate(spec, f), "init binary")
+    assert init.verdict == "no-go" and init.hint == "apt-get install tini (podman only Recommends it)"
+    # kube play needs catatonit whatever init_path says; this rig has none
+    assert check(doctor.evaluate(spec, f, "kube"), "init binary").verdict == "no-go"
+    assert (
+        check(
+            doctor.evaluate(seed(SEED003), facts("4x3090-idle", seed(SEED003)), "kube"), "init binary"
+        ).verdict
+        == "go"
+    )
+
+
+def test_containers_conf_later_files_win_and_broken_ones_are_skipped() -> None:
+    text = (
+        '### /usr/share/containers/containers.conf\n[containers]\ninit_path = "/a"\n'
+        "### /etc/containers/containers.conf\n[containers\nbroken\n"
+        '### /etc/containers/containers.conf.d/x.conf\n[engine]\nruntime = "runc"\n'
+    )
+    assert probes.parse_containers_conf(text) == "/a"
+    assert probes.parse_containers_conf("") is None
+
+
+def test_missing_runtime_or_conmon_or_failing_podman_info_is_no_go() -> None:
+    spec = seed(SEED003)
+    f = facts("4x3090-idle", spec)
+    checks = doctor.evaluate(spec, f)
+    assert check(checks, "OCI runtime").detail == "crun at /usr/bin/crun"
+    assert check(checks, "conmon").verdict == "go"
+    f.binaries["/usr/bin/conmon"] = False
+    conmon = check(doctor.evaluate(spec, f), "conmon")
+    assert conmon.verdict == "no-go" and conmon.hint == "apt-get install conmon"
+    f.podman_info = probes.parse_podman_info(
+        125, "", 'Error: default OCI runtime "crun" not found: invalid argument\n'
+    )
+    rt = check(doctor.evaluate(spec, f), "OCI runtime")
+    assert rt.verdict == "no-go" and 'default OCI runtime "crun" not found' in rt.detail
+
+
+def test_quadlet_needs_the_generator_binary_not_only_the_version() -> None:
+    spec = seed(SEED003)
+    f = facts("4x3090-idle", spec)  # podman 5.4.2, generator captured in sizes
+    assert check(doctor.evaluate(spec, f, "quadlet"), "podman").verdict == "go"
+    f.binaries["/usr/libexec/podman/quadlet"] = False
+    quad = check(doctor.evaluate(spec, f, "quadlet"), "podman")
+    assert quad.verdict == "no-go" and "no quadlet generator (/usr/libexec/podman/quadlet" in quad.detail
+    assert check(doctor.evaluate(spec, f, "podman"), "podman").verdict == "go"
+
+
+def test_sparse_files_must_be_at_their_size() -> None:
+    spec = seed(SEED000)
+    f = facts("3x3090-squatter", spec)
+    f.sparse = {"/srv/ple.bin": (4096, 4096)}
+    assert check(doctor.evaluate(spec, f), "sparse files").verdict == "go"
+    f.sparse = {"/srv/ple.bin": (4096, 10)}
+    wrong = check(doctor.evaluate(spec, f), "sparse files")
+    assert wrong.verdict == "no-go" and wrong.detail == "/srv/ple.bin is 10 bytes, wants 4096"
+    f.sparse = {"/srv/ple.bin": (4096, None)}
+    assert check(doctor.evaluate(spec, f), "sparse files").verdict == "go"  # run.sh creates it
+    quad = check(doctor.evaluate(spec, f, "quadlet"), "sparse files")
+    assert quad.verdict == "no-go" and quad.hint == "truncate -s 4096 /srv/ple.bin"
+
+
+def test_image_missing_from_local_storage_is_no_go_with_the_command_that_fixes_it() -> None:
+    spec = seed(SEED003)
+    f = facts("4x3090-idle", spec)
+    f.image = probes.ImageFacts("reg.example/vllm@sha256:" + "a" * 64, True, False, error="image not known")
+    img = check(doctor.evaluate(spec, f), "image")
+    assert img.verdict == "no-go" and "is not in local storage (image not known)" in img.detail
+    assert (
+        img.hint
+        == f"`podman pull reg.example/vllm@sha256:{'a' * 64}`, or `invoke build` when rigsmith builds it"
+    )
+    f.image = probes.ImageFacts("localhost/vllm-merlin:v2.5.1", False, True, "b" * 64)
+    assert check(doctor.evaluate(spec, f), "image").detail == (
+        f"localhost/vllm-merlin:v2.5.1 in local storage as {'b' * 64} (local-only name)"
+    )
+    f.image = probes.ImageFacts("docker.io/vllm/vllm-openai:v0.11.0", False, True, "c" * 64)
+    assert check(doctor.evaluate(spec, f), "image").verdict == "warn"

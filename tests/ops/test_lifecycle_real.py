@@ -219,6 +219,8 @@ def test_wait_fails_fast_on_a_wrong_kv_cache_size_showing_the_log(
         msg = str(err.value)
         assert "GPU KV cache size is 512,000 tokens; the recipe says 924,993 (±2%)" in msg
         assert "| INFO 09-20 10:00:00 [api_server.py:1880] vLLM API server version" in msg
+        assert err.value.hint and "the KV-cache gate failed" in err.value.hint
+        assert "--timeout" not in err.value.hint and "readiness.kv_cache_tokens" in err.value.hint
     finally:
         podman.run("rm", "--force", "--time", "0", "ops-kv", check=False)
 
@@ -272,6 +274,7 @@ def test_wait_on_a_log_file_times_out_with_the_last_lines(tmp_path: Path) -> Non
                 poll=0.2,
             )
     assert "not ready after 1s" in str(err.value) and "vLLM API server version" in str(err.value)
+    assert err.value.hint and "raise --timeout if the first boot is just slow" in err.value.hint
 
 
 def test_wait_on_a_log_file_passes_once_the_server_is_ready(tmp_path: Path) -> None:

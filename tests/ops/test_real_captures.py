@@ -7,7 +7,7 @@ nvidia-smi really prints, ANSI escapes included (tests/ops/data/h200-*/case.yaml
 from __future__ import annotations
 
 from rigsmith.ops import doctor, probes
-from rigsmith.ops.host import gather
+from rigsmith.ops.host import gather, probe
 from rigsmith.project import Project
 from tests.conftest import REPO
 from tests.ops.replay import DATA, ReplayHost
@@ -16,23 +16,28 @@ H200_UUID = "GPU-94fc5287-2a99-b669-ad05-4a3b2fc821a9"
 
 
 def _cmd(case: str, name: str) -> str:
+    """What doctor's parsers get: the captured output through the one probe route (escapes stripped)."""
+    host = ReplayHost(case)
+    return probe(host, probes.COMMANDS[name]).stdout
+
+
+def _raw(case: str, name: str) -> str:
     return (DATA / case / "cmd" / f"{name}.txt").read_text()
 
 
 def test_real_topo_header_with_ansi_underline_parses_to_the_gpu_row() -> None:
-    raw = _cmd("h200-1gpu-idle", "topo")
-    assert "\x1b[4m" in raw  # the capture really carries the escape; the parser must not depend on a tty
-    topo = probes.parse_topo(raw)
+    assert "\x1b[4m" in _raw("h200-1gpu-idle", "topo")  # the capture really carries the escape
+    topo = probes.parse_topo(_cmd("h200-1gpu-idle", "topo"))
     assert topo.gpus == ("GPU0",)
     assert topo.links == {("GPU0", "GPU0"): "X"}
     assert probes.parse_p2p(_cmd("h200-1gpu-idle", "p2p")) == {}
 
 
 def test_nvlink_pair_with_ansi_header_reads_nv18_and_p2p_ok() -> None:
-    topo = probes.parse_topo(_cmd("h200x2-nvlink-reported", "topo"))
+    topo = probes.parse_topo(_cmd("2xh200-nvlink-ansi", "topo"))
     assert topo.gpus == ("GPU0", "GPU1")
     assert topo.links[("GPU0", "GPU1")] == "NV18" and topo.links[("GPU1", "GPU0")] == "NV18"
-    p2p = probes.parse_p2p(_cmd("h200x2-nvlink-reported", "p2p"))
+    p2p = probes.parse_p2p(_cmd("2xh200-nvlink-ansi", "p2p"))
     assert p2p[("GPU0", "GPU1")] == "OK" and p2p[("GPU1", "GPU0")] == "OK"
 
 

@@ -74,19 +74,30 @@ def test_lxc_flag_errors_are_one_message_without_traceback(seed_project: Project
     assert "lxc.cgroup2.devices.allow: c 509:* rwm" in conf and "dev0:" not in conf
 
 
-def test_lxc_config_flag_updates_a_users_file_only_with_yes(seed_project: Project, tmp_path: Path) -> None:
+def test_lxc_config_flag_reads_the_users_file_and_updates_the_merged_copy_only_with_yes(
+    seed_project: Project, tmp_path: Path
+) -> None:
     user = tmp_path / "105.conf"
-    user.write_text("arch: amd64\ncores: 2\nmemory: 1024\n\n[before-upgrade]\ncores: 2\n")
+    original = "arch: amd64\ncores: 2\nmemory: 1024\n\n[before-upgrade]\ncores: 2\n"
+    user.write_text(original)
     args = ["deploy", "--target", "lxc", "--deployment", SEEDS[0], "--lxc-config", str(user)]
     proc = _invoke(seed_project, *args)
-    assert proc.returncode == 1 and "conflict" in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
-    assert user.read_text().startswith("arch: amd64\ncores: 2\n")
-    proc = _invoke(seed_project, *args, "--yes")
     assert proc.returncode == 0, proc.stderr
-    text = user.read_text()
-    assert text.index("cores: 8") < text.index("[before-upgrade]") and text.endswith(
+    merged = seed_project.root / "lxc" / SEEDS[0] / "105.conf"  # VMID from the file's name
+    text = merged.read_text()
+    assert user.read_text() == original  # read, never written
+    assert text.startswith("arch: amd64\ncores: 2\nmemory: 1024\n") and text.endswith(
         "[before-upgrade]\ncores: 2\n"
     )
+    assert "pct set 105 --memory" in proc.stdout  # below the deployment's need: said, not changed
+    user.write_text(original.replace("cores: 2\nmemory", "cores: 4\nmemory"))
+    proc = _invoke(seed_project, *args)
+    assert proc.returncode == 1 and "would change existing file(s)" in proc.stderr, proc.stderr
+    assert "-cores: 2\n+cores: 4" in proc.stdout and "Traceback" not in proc.stderr
+    assert merged.read_text() == text
+    proc = _invoke(seed_project, *args, "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert merged.read_text().startswith("arch: amd64\ncores: 4\n")
 
 
 def test_check_container_reports_a_missing_container_without_traceback(seed_project: Project) -> None:

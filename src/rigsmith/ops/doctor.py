@@ -1,7 +1,8 @@
 """``invoke doctor``: one go/no-go table of host facts against a deployment spec.
 
-``evaluate`` is pure (HostFacts + spec → checks); ``render`` lays the checks out with rich. Every failing
-check carries a hint saying what to do.
+``evaluate`` is pure (HostFacts + spec → checks); ``render`` lays the checks out with rich; ``diagnose``
+gathers the facts the rendered plan needs (its image, sparse files, the model dir against the lock) and
+evaluates them. Every failing check carries a hint saying what to do.
 """
 
 from __future__ import annotations
@@ -13,7 +14,25 @@ from typing import Literal
 from rich.console import Console
 from rich.table import Table
 
-from rigsmith.ops.probes import P2P_LINKS, CdiSpec, HostFacts
+from rigsmith import lock as lockmod
+from rigsmith import plan as planmod
+from rigsmith.errors import RigsmithError
+from rigsmith.modelfiles import expand_dir
+from rigsmith.ops import drift
+from rigsmith.ops.drift import image_fix
+from rigsmith.ops.host import Host, gather
+from rigsmith.ops.probes import (
+    DEFAULT_INIT_PATH,
+    HELPER_DIRS,
+    P2P_LINKS,
+    PACKAGES,
+    PATH_DIRS,
+    QUADLET_GENERATORS,
+    CdiSpec,
+    HostFacts,
+)
+from rigsmith.project import Project
+from rigsmith.registry import parse_ref
 from rigsmith.spec import Deployment
 
 Verdict = Literal["go", "warn", "no-go"]
@@ -34,13 +53,21 @@ PODMAN_CDI: tuple[tuple[str, str], ...] = (
 PODMAN_FEATURES: dict[str, str] = {
     "cdi-device": "4.1.0",  # --device vendor/class=name routed to CDI
     "quadlet": "4.4.0",  # systemd generator for .container units
+    "kube-play": "4.2.0",  # `podman kube play` (before: `podman play kube`)
 }
 
-#: What each target needs from the podman that runs it.
+#: What each target needs from the podman that runs it (lxc runs no podman on this host).
 TARGET_FEATURES: dict[str, tuple[str, ...]] = {
     "podman": ("cdi-device",),
     "quadlet": ("cdi-device", "quadlet"),
+    "compose": ("cdi-device",),
+    "kube": ("cdi-device", "kube-play"),
+    "lxc": (),
 }
+
+#: Targets whose artifacts run the container with podman's --init (run.sh, quadlet RunInit, compose init);
+#: kube's pod needs catatonit as its pause binary instead.
+INIT_TARGETS = ("podman", "quadlet", "compose")
 
 NVIDIA_CDI_HINT = "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml, then `nvidia-ctk cdi list`"
 
@@ -372,6 +399,8 @@ def _check_p2p(spec: Deployment, facts: HostFacts, want: list[int]) -> Check:
 
 def _check_podman(spec: Deployment, facts: HostFacts, target: str) -> Check:
     v = facts.podman_version
+    if target == "lxc":
+        return Check("podman", "go", "target lxc runs no podman on this host")
     if v is None:
         return Check("podman", "no-go", "podman not found", "apt-get install podman (≥ 4.1 for CDI devices)")
     lacking = [
@@ -387,6 +416,14 @@ def _check_podman(spec: Deployment, facts: HostFacts, target: str) -> Check:
             detail + f": {', '.join(lacking)}",
             "upgrade podman, or use --target podman (plain podman run)",
         )
+    if target == "quadlet" and facts.binaries and not any(facts.binaries.get(g) for g in QUADLET_GENERATORS):
+        return Check(
+            "podman",
+            "no-go",
+            detail
+            + f": no quadlet generator ({' or '.join(QUADLET_GENERATORS)}); systemd would find no unit",
+            "install the distribution's full podman package (Debian ≥ 13: podman), or use --target podman",
+        )
     if spec.podman_version and spec.podman_version != v:
         return Check(
             "podman",
@@ -397,9 +434,150 @@ def _check_podman(spec: Deployment, facts: HostFacts, target: str) -> Check:
     return Check("podman", "go", detail)
 
 
+def _package(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    return PACKAGES.get(name, name)
+
+
+def _check_init(facts: HostFacts, target: str) -> Check | None:
+    if target not in (*INIT_TARGETS, "kube") or facts.podman_version is None:
+        return None
+    if target == "kube":
+        found = [p for p in (f"{d}/catatonit" for d in (*HELPER_DIRS, *PATH_DIRS)) if facts.binaries.get(p)]
+        if found:
+            return Check("init binary", "go", f"pause binary for kube play: {found[0]}")
+        return Check(
+            "init binary",
+            "no-go",
+            "kube play needs catatonit as the pod's pause binary; none in podman's helper dirs or $PATH",
+            "apt-get install catatonit (podman only Recommends it)",
+        )
+    path = facts.init_path or DEFAULT_INIT_PATH
+    where = "containers.conf init_path" if facts.init_path else "podman's default init_path"
+    if facts.binaries.get(path):
+        return Check("init binary", "go", f"--init runs {path} ({where})")
+    return Check(
+        "init binary",
+        "no-go",
+        f"the artifacts run podman --init, and its init binary {path} ({where}) is missing: every start "
+        "fails with 'container-init binary not found on the host'",
+        f"apt-get install {_package(path)} (podman only Recommends it)"
+        + ("" if facts.init_path else ", or set init_path in containers.conf to an installed catatonit/tini"),
+    )
+
+
+def _check_helpers(facts: HostFacts, target: str) -> list[Check]:
+    info = facts.podman_info
+    if target == "lxc" or facts.podman_version is None or info is None:
+        return []
+    if info.error:
+        return [
+            Check(
+                "OCI runtime",
+                "no-go",
+                f"podman info failed: {info.error}",
+                "apt-get install runc conmon (or crun), then `podman info` must succeed",
+            )
+        ]
+    out = []
+    for row, name, path, pkg in (
+        ("OCI runtime", info.runtime or "runtime", info.runtime_path, "runc"),
+        ("conmon", "conmon", info.conmon_path, "conmon"),
+    ):
+        if path and facts.binaries.get(path):
+            out.append(Check(row, "go", f"{name} at {path}"))
+        else:
+            out.append(
+                Check(
+                    row,
+                    "no-go",
+                    f"podman names {name} at {path or '?'}, which is missing",
+                    f"apt-get install {_package(path) if path else pkg}",
+                )
+            )
+    return out
+
+
+def _check_image(facts: HostFacts) -> Check | None:
+    img = facts.image
+    if img is None:
+        return None
+    if img.present:
+        if img.pinned:
+            return Check("image", "go", f"{img.ref} in local storage (pinned by rigsmith.lock)")
+        if parse_ref(img.ref).registry == "localhost":
+            # No registry serves a localhost/ name: presence is all there is to check (pin skips it too).
+            return Check("image", "go", f"{img.ref} in local storage as {img.image_id} (local-only name)")
+        return Check(
+            "image",
+            "warn",
+            f"{img.ref} in local storage, NOT pinned by digest",
+            "`invoke pin` locks its digest (`invoke build` for an engine.build image)",
+        )
+    return Check(
+        "image",
+        "no-go",
+        f"{img.ref} is not in local storage" + (f" ({img.error})" if img.error else ""),
+        image_fix(img.ref),
+    )
+
+
+def _check_model(facts: HostFacts) -> Check | None:
+    m = facts.model
+    if m is None:
+        return None
+    if m.note:
+        return Check("model files", "go", m.note)
+    how = "full hashes" if m.hashed else "sizes + verified-state cache"
+    if not m.problems:
+        return Check("model files", "go", f"{m.checked} files at {m.local_dir} match rigsmith.lock ({how})")
+    return Check(
+        "model files",
+        "no-go",
+        f"{len(m.problems)} of {m.checked} files at {m.local_dir} differ from rigsmith.lock ({how}): "
+        + "; ".join(m.problems),
+        "`invoke fetch-model --verify` re-checks every file and downloads what differs",
+    )
+
+
+def _check_sparse(facts: HostFacts, target: str) -> Check | None:
+    if not facts.sparse:
+        return None
+    wrong = [
+        f"{p} is {have} bytes, wants {want}"
+        for p, (want, have) in facts.sparse.items()
+        if have not in (None, want)
+    ]
+    missing = [p for p, (_w, have) in facts.sparse.items() if have is None]
+    if wrong:
+        return Check(
+            "sparse files",
+            "no-go",
+            "; ".join(wrong),
+            "move each aside; `truncate -s SIZE PATH` (run.sh recreates it sparse at its size)",
+        )
+    if missing:
+        creates = target == "podman"
+        return Check(
+            "sparse files",
+            "go" if creates else "no-go",
+            f"missing: {', '.join(missing)}"
+            + ("; run.sh creates each sparse at its size" if creates else ""),
+            None if creates else "; ".join(f"truncate -s {facts.sparse[p][0]} {p}" for p in missing),
+        )
+    return Check("sparse files", "go", f"{len(facts.sparse)} file(s) at their exact size")
+
+
 def evaluate(spec: Deployment, facts: HostFacts, target: str = "podman") -> list[Check]:
     """Every check, in table order. Pure."""
     want = requested_gpus(spec, facts)
+    optional = [
+        _check_init(facts, target),
+        *_check_helpers(facts, target),
+        _check_image(facts),
+        _check_model(facts),
+        _check_sparse(facts, target),
+    ]
     return [
         _check_gpus(spec, facts, want),
         _check_squatters(spec, facts, want),
@@ -410,7 +588,38 @@ def evaluate(spec: Deployment, facts: HostFacts, target: str = "podman") -> list
         _check_disk(spec, facts),
         _check_p2p(spec, facts, want),
         _check_podman(spec, facts, target),
+        *(c for c in optional if c is not None),
     ]
+
+
+def diagnose(
+    project: Project, deployment: str | None, *, target: str, host: Host, verify: bool = False
+) -> tuple[str, list[Check]]:
+    """(deployment name, checks) for this host: every probe, the plan's image and sparse files, and the
+    model dir against the lock (full hashes with ``verify``)."""
+    name = project.resolve_name(deployment)
+    spec = project.load(name)
+    lock = lockmod.read(project.lock_path)
+    plan: planmod.RunPlan | None = None
+    planned: Check | None = None
+    try:
+        plan = planmod.make(spec, lock, spec_path=f"deployments/{name}.yaml")
+    except RigsmithError as err:
+        planned = Check("plan", "no-go", f"cannot render the artifacts: {err.message}", err.hint)
+    image = (
+        (plan.image, plan.image_pinned) if plan and plan.runtime == "container" and target != "lxc" else None
+    )
+    sparse = [(m.host, m.sparse_size) for m in plan.mounts if m.sparse_size] if plan else []
+    facts = gather(
+        host,
+        model_dir=spec.model.local_dir,
+        target=target,
+        image=image,
+        sparse=[(str(expand_dir(h)), s) for h, s in sparse],
+        model=drift.model_facts(spec, lock, verify=verify),
+    )
+    checks = evaluate(spec, facts, target)
+    return name, checks + ([planned] if planned else [])
 
 
 def go(checks: list[Check]) -> bool:

@@ -28,9 +28,9 @@ from rigsmith import deploy as deploymod
 from rigsmith import lock as lockmod
 from rigsmith import plan as planmod
 from rigsmith import writer
-from rigsmith.errors import CommandError, PreflightError, RigsmithError
-from rigsmith.ops import probes
-from rigsmith.ops.host import Host, LocalHost
+from rigsmith.errors import CommandError, LockDriftError, PreflightError, RigsmithError
+from rigsmith.ops import drift, probes
+from rigsmith.ops.host import Host, LocalHost, image_facts, probe
 from rigsmith.project import Project
 from rigsmith.verify import SPEC_LABEL, cdi_edits, container_problems, inspect_argv, parse_inspect
 
@@ -224,9 +224,15 @@ def up(
     yes: bool = False,
     confirm: Callable[[str], bool] | None = None,
     dry_run: bool = False,
+    ignore_drift: bool = False,
 ) -> planmod.RunPlan:
-    """Converge the deployment to running-as-planned; returns the plan it verified against."""
+    """Converge the deployment to running-as-planned; returns the plan it verified against.
+
+    Refuses (LockDriftError) when the model dir or the pinned image differ from rigsmith.lock, unless
+    ``ignore_drift``: then it names the differences and starts anyway.
+    """
     plan, files = _plan(ops, deployment, image, memlock)
+    _drift_gate(ops, plan, ignore_drift)
     if ops.target == "quadlet":
         files = [*files, *quadlet_installs(files, plan.name, ops.quadlet_dir)]
     ctl = controller(ops.project, ops.target, plan.name, ops.out)
@@ -262,6 +268,18 @@ def up(
             _must(ops.run, argv, hint="fix what the script names, then `invoke up` again")
     verify(ops, plan)
     return plan
+
+
+def _drift_gate(ops: Ops, plan: planmod.RunPlan, ignore: bool) -> None:
+    spec = ops.project.load(plan.name)
+    model = drift.model_facts(spec, lockmod.read(ops.project.lock_path))
+    image = image_facts(ops.host, plan.image, plan.image_pinned) if plan.runtime == "container" else None
+    try:
+        drift.gate(plan.name, model, image)
+    except LockDriftError as err:
+        if not ignore:
+            raise
+        ops.echo(f"warning (--ignore-drift): {err.message}")
 
 
 def verify(ops: Ops, plan: planmod.RunPlan) -> None:
@@ -343,7 +361,7 @@ def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
         ops.echo(f"down {name}: no container named {name}; checking the GPUs anyway")
     left = survivors(snapshot, {pid: _cmdline(ops.host, pid) for pid in snapshot})
     holders: list[Holder] = []
-    res = ops.host.run(probes.COMMANDS["apps"])
+    res = probe(ops.host, probes.COMMANDS["apps"])
     try:
         probes.check_nvsmi(res.code, res.stdout, res.stderr)
         apps = probes.parse_apps(res.stdout)

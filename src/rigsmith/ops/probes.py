@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from dataclasses import dataclass, field
 
 import yaml
@@ -31,7 +32,32 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "memlock": ("sh", "-c", "ulimit -H -l; (ulimit -l unlimited && echo raise-ok) 2>&1 || echo raise-failed"),
     "podman_version": ("podman", "--version"),
     "containers": ("podman", "ps", "--all", "--no-trunc", "--format", "json"),
+    # OCI runtime and conmon as podman resolves them (it fails here when it finds neither).
+    "podman_info": ("podman", "info", "--format", "json"),
+    # The containers.conf files podman reads, in its order (CONTAINERS_CONF replaces them all), each after
+    # a "### PATH" line: init_path lives there and nowhere in `podman info`.
+    "containers_conf": (
+        "sh",
+        "-c",
+        'if [ -n "${CONTAINERS_CONF:-}" ]; then set -- "$CONTAINERS_CONF"; else set -- '
+        "/usr/share/containers/containers.conf /etc/containers/containers.conf "
+        "/etc/containers/containers.conf.d/*.conf; fi; "
+        'for f; do if [ -f "$f" ]; then printf "### %s\\n" "$f"; cat "$f"; echo; fi; done; true',
+    ),
 }
+
+#: ``--init`` runs this when containers.conf sets no init_path (podman ≤ 5: containers/common's
+#: DefaultInitPath; the error seen without it: "container-init binary not found on the host: stat
+#: /usr/libexec/podman/catatonit").
+DEFAULT_INIT_PATH = "/usr/libexec/podman/catatonit"
+#: Where podman looks for helper binaries (helper_binaries_dir default) before $PATH: `kube play` builds its
+#: pause image from the catatonit found there ("finding pause binary: exec: \"catatonit\"").
+HELPER_DIRS = ("/usr/local/libexec/podman", "/usr/local/lib/podman", "/usr/libexec/podman", "/usr/lib/podman")
+#: Where podman packages put the quadlet systemd generator (Debian/Fedora; Arch/SUSE).
+QUADLET_GENERATORS = ("/usr/libexec/podman/quadlet", "/usr/lib/podman/quadlet")
+PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+#: Debian package that ships each helper binary (the NO-GO row names it).
+PACKAGES = {"catatonit": "catatonit", "tini": "tini", "runc": "runc", "crun": "crun", "conmon": "conmon"}
 
 #: Files read as probes.
 FILES = {
@@ -41,6 +67,18 @@ FILES = {
 
 #: Where podman (≤ 5.4) reads CDI specs; later directories win (runtime-facts §2.1).
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+
+
+# -- output hygiene -----------------------------------------------------------------------------------
+
+#: CSI sequences (ESC [ … final byte) and two-byte escapes. nvidia-smi 580 underlines the header line of
+#: `topo -m` and `topo -p2p r` with ESC[4m … ESC[0m even when stdout is not a terminal.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape sequences (every probe output passes through here before parsing)."""
+    return _ANSI.sub("", text)
 
 
 # -- GPUs ---------------------------------------------------------------------------------------------
@@ -253,6 +291,47 @@ def parse_podman_version(text: str) -> str | None:
     return m.group(1) if m else None
 
 
+@dataclass(frozen=True)
+class PodmanInfo:
+    """What ``podman info`` says about the helpers it runs containers with."""
+
+    runtime: str | None = None  # OCI runtime name (runc, crun)
+    runtime_path: str | None = None
+    conmon_path: str | None = None
+    error: str | None = None  # podman info failed: its first error line
+
+
+def parse_podman_info(code: int, stdout: str, stderr: str) -> PodmanInfo:
+    """``podman info --format json`` → OCI runtime and conmon; a failure keeps podman's own words."""
+    if code != 0:
+        first = next((ln.strip() for ln in (stderr + stdout).splitlines() if ln.strip()), f"exit {code}")
+        return PodmanInfo(error=first)
+    try:
+        host = json.loads(stdout).get("host") or {}
+    except (json.JSONDecodeError, AttributeError):
+        return PodmanInfo(error="podman info printed no JSON")
+    rt = host.get("ociRuntime") or {}
+    conmon = host.get("conmon") or {}
+    return PodmanInfo(rt.get("name") or None, rt.get("path") or None, conmon.get("path") or None)
+
+
+def parse_containers_conf(text: str) -> str | None:
+    """Output of the ``containers_conf`` probe → the init_path podman uses (later files win), None if unset.
+
+    A file that is not valid TOML is skipped, as podman would refuse to start anyway and say why.
+    """
+    init: str | None = None
+    for chunk in re.split(r"^### .*$", text, flags=re.MULTILINE):
+        try:
+            data = tomllib.loads(chunk)
+        except tomllib.TOMLDecodeError:
+            continue
+        value = (data.get("containers") or {}).get("init_path")
+        if isinstance(value, str) and value:
+            init = value
+    return init
+
+
 # -- CDI ----------------------------------------------------------------------------------------------
 
 
@@ -353,3 +432,51 @@ class HostFacts:
     podman_version: str | None = None
     cdi: list[CdiSpec] = field(default_factory=list)
     containers: dict[int, str] = field(default_factory=dict)  # pid → container name
+    podman_info: PodmanInfo | None = None
+    init_path: str | None = None  # containers.conf init_path (None: podman's default)
+    #: every helper-binary path looked at → whether it is there
+    binaries: dict[str, bool] = field(default_factory=dict)
+    #: sparse bind files: host path → (size the spec wants, size on disk or None when missing)
+    sparse: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    image: ImageFacts | None = None
+    model: ModelFacts | None = None
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """The image the plan runs, and whether local storage holds it (``podman image inspect``)."""
+
+    ref: str
+    pinned: bool  # the lock pins it (by digest or image ID)
+    present: bool
+    image_id: str | None = None
+    error: str | None = None
+
+
+def image_inspect_argv(ref: str) -> tuple[str, ...]:
+    """The probe of one image in local storage."""
+    return ("podman", "image", "inspect", "--format", "json", ref)
+
+
+def parse_image_inspect(code: int, stdout: str) -> str | None:
+    """``podman image inspect --format json REF`` → the image ID, None when storage does not hold it."""
+    if code != 0:
+        return None
+    try:
+        data = json.loads(stdout)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        return str(data[0].get("Id") or "") or None
+    return None
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The model dir against the lock (``rigsmith.drift.model_drift``)."""
+
+    local_dir: str
+    checked: int  # files compared
+    hashed: bool  # full hashes (--verify) rather than sizes + the verified-state cache
+    problems: tuple[str, ...] = ()
+    note: str | None = None  # why nothing could be compared (no lock entry, local checkpoint)

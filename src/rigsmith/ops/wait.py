@@ -107,6 +107,19 @@ class Gates:
             )
         return None
 
+    def hint(self) -> str:
+        """What to do after ``failure`` (or a timeout): only a slow first boot is helped by more time."""
+        if self.fatal:
+            return self.fatal[1]
+        if self.kv_ok is False:
+            return (
+                "the KV-cache gate failed, more time will not change it: vLLM sized its pool from the free "
+                "VRAM, so check gpu-memory-utilization / kv-cache-memory, --max-model-len, --kv-cache-dtype, "
+                "the GPUs' model and another process holding VRAM (`invoke doctor`); if this rig really "
+                "differs from the recipe's, set readiness.kv_cache_tokens to what it logs"
+            )
+        return "check the log (`invoke logs`); raise --timeout if the first boot is just slow"
+
     def progress(self) -> str:
         """One status line."""
         parts = [f"health {'ok' if self.healthy else 'no'}"]
@@ -258,9 +271,7 @@ def wait(
             if why:
                 raise RigsmithError(
                     why + "\n  last log lines:\n" + "\n".join(f"  | {ln}" for ln in last_lines),
-                    hint=gates.fatal[1]
-                    if gates.fatal
-                    else "check the log (`invoke logs`); raise --timeout if the first boot is just slow",
+                    hint=gates.hint(),
                 )
             try:
                 line = logs.lines.get(timeout=min(poll, 0.2))

@@ -232,9 +232,13 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         "keys newer than that go in PodmanArgs=.",
         f"Install: cp {plan.name}.container /etc/containers/systemd/ && systemctl daemon-reload "
         f"&& systemctl start {plan.name}",
-        f"Stop timeouts nest: vLLM {t.shutdown if t.shutdown is not None else 0}s "
-        f"< container {t.container_stop}s"
-        f" < TimeoutStopSec {t.systemd_stop}s.",
+        (
+            f"Stop timeouts nest: vLLM {t.shutdown}s < container {t.container_stop}s "
+            f"< TimeoutStopSec {t.systemd_stop}s."
+            if t.shutdown is not None
+            else f"Stop timeouts nest: container {t.container_stop}s < TimeoutStopSec {t.systemd_stop}s "
+            "(the recipe sets no vLLM --shutdown-timeout)."
+        ),
         *secrets,
     ]
     body = tpl.render(
