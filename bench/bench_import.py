@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src")]
 
-from rigsmith import recipe, shellwords  # noqa: E402
 from rigsmith.errors import RigsmithError  # noqa: E402
+from rigsmith.importing import recipe, shellwords  # noqa: E402
 
 
 def _best(fn: Callable[[], object], rounds: int = 7, inner: int = 20) -> float:

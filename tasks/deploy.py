@@ -69,8 +69,8 @@ def deploy(
     uvm_major=None,
 ):
     """Render run artifacts for one target from the spec and the lock."""
-    from rigsmith import deploy as deploymod
-    from rigsmith.targets import LxcOptions
+    from rigsmith.rendering import deploy as deploymod
+    from rigsmith.rendering.targets import LxcOptions
 
     deploymod.deploy(
         project(),
@@ -103,7 +103,7 @@ def deploy(
 @user_errors
 def check_container(c, deployment=None, container=None, memlock=None):
     """Fail loudly unless the running container got its CDI devices, shm and stop timeout."""
-    from rigsmith import deploy as deploymod
+    from rigsmith.rendering import deploy as deploymod
 
     deploymod.check_container(
         project(),
@@ -120,7 +120,8 @@ def schema(c, check=False):
     """Write schema/{deployment,image}.schema.json (JSON Schemas of the spec files, for editors)."""
     import json
 
-    from rigsmith import image, spec, writer
+    from rigsmith import spec, writer
+    from rigsmith.resolving import image
 
     root = project().root
     schemas = {"deployment": spec.json_schema(), "image": image.schema()}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from invoke import task
 
-from rigsmith import modelfetch
+from rigsmith.resolving import modelfetch
 from tasks._common import echo, project, user_errors
 
 

@@ -18,7 +18,7 @@ from tasks._common import confirm, echo, project, user_errors
 from tasks.deploy import _memlock
 
 if TYPE_CHECKING:
-    from rigsmith.ops.lifecycle import Ops
+    from rigsmith.operating.lifecycle import Ops
 
 _DEP = "deployments/NAME.yaml to act on (optional when there is only one)"
 _TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
@@ -26,7 +26,7 @@ _OUT = "where the target's artifacts live: DIR/<target>/… (default: the checko
 
 
 def _ops(target: str, out: str | None) -> Ops:
-    from rigsmith.ops import lifecycle
+    from rigsmith.operating import lifecycle
 
     return lifecycle.Ops(
         project(), target=target, out=Path(out) if out else None, env=dict(os.environ), echo=echo
@@ -53,8 +53,8 @@ def doctor(c, deployment=None, target="podman"):
     """Preflight: one go/no-go table of this host against the deployment's needs."""
     from rich.console import Console
 
-    from rigsmith.ops import doctor as doctormod
-    from rigsmith.ops.host import LocalHost, gather
+    from rigsmith.operating import doctor as doctormod
+    from rigsmith.operating.host import LocalHost, gather
 
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
@@ -84,7 +84,7 @@ def doctor(c, deployment=None, target="podman"):
 @user_errors
 def up(c, deployment=None, target="podman", image=None, memlock=None, out=None, yes=False, dry_run=False):
     """Start the deployment (render-check, start if needed, verify devices and env arrived)."""
-    from rigsmith.ops import lifecycle
+    from rigsmith.operating import lifecycle
 
     lifecycle.up(
         _ops(target, out),
@@ -101,7 +101,7 @@ def up(c, deployment=None, target="podman", image=None, memlock=None, out=None, 
 @user_errors
 def down(c, deployment=None, target="podman", out=None):
     """Stop the deployment with its grace, then confirm no process of it holds a GPU."""
-    from rigsmith.ops import lifecycle
+    from rigsmith.operating import lifecycle
 
     lifecycle.down(_ops(target, out), deployment=deployment)
 
@@ -110,8 +110,8 @@ def down(c, deployment=None, target="podman", out=None):
 @user_errors
 def status(c, deployment=None, target="podman", out=None):
     """Show the deployment's container state, whether it runs the current spec, and /health."""
-    from rigsmith.ops import lifecycle
-    from rigsmith.ops import wait as waitmod
+    from rigsmith.operating import lifecycle
+    from rigsmith.operating import wait as waitmod
 
     st = lifecycle.status(_ops(target, out), deployment=deployment, health=waitmod.http_health_url)
     spec = {
@@ -141,7 +141,7 @@ def status(c, deployment=None, target="podman", out=None):
 @user_errors
 def logs(c, deployment=None, target="podman", out=None, follow=False, tail=None):
     """Show the deployment's engine log (podman logs / journalctl)."""
-    from rigsmith.ops import lifecycle
+    from rigsmith.operating import lifecycle
 
     argv = lifecycle.logs_argv(
         _ops(target, out),
@@ -172,9 +172,9 @@ def logs(c, deployment=None, target="podman", out=None, follow=False, tail=None)
 @user_errors
 def wait(c, deployment=None, target="podman", out=None, timeout=None, log_file=None, url=None):
     """Wait until the recipe's readiness gates pass (log lines, KV-cache size, /health)."""
-    from rigsmith.ops import bench as benchmod
-    from rigsmith.ops import lifecycle
-    from rigsmith.ops import wait as waitmod
+    from rigsmith.operating import bench as benchmod
+    from rigsmith.operating import lifecycle
+    from rigsmith.operating import wait as waitmod
 
     ops = _ops(target, out)
     spec = ops.project.load(deployment)
@@ -218,7 +218,7 @@ def bench(
     compare=False,
 ):
     """Measure decode tok/s (1 and N streams), TTFT and prefill; append results keyed by the lock hash."""
-    from rigsmith.ops import bench as benchmod
+    from rigsmith.operating import bench as benchmod
 
     counts = [_int("--streams", s) for s in str(streams).split(",") if s.strip()]
     benchmod.bench_deployment(
@@ -247,7 +247,7 @@ def bench(
 def proxy_entry(c, deployment=None, target="podman", write=False, yes=False):
     """Emit a llama-swap model entry and the proxy family record for the deployment."""
     from rigsmith import writer
-    from rigsmith.ops import proxy
+    from rigsmith.operating import proxy
 
     p = project()
     spec = p.load(deployment)

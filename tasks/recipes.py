@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from invoke import task
 
-from rigsmith import importer
+from rigsmith.importing import importer
 from tasks._common import confirm, echo, project, user_errors
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith import lock as lockmod
 from rigsmith.project import Project
+from rigsmith.resolving import lock as lockmod
 
 REPO = Path(__file__).resolve().parents[1]
 # One temp root per checkout: concurrent pytest runs from several worktrees must not prune each other's

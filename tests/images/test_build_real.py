@@ -12,12 +12,12 @@ from pathlib import Path
 import docker  # type: ignore[import-untyped]
 import pytest
 
-from rigsmith import build as buildmod
-from rigsmith import engine as enginemod
-from rigsmith import lock as lockmod
-from rigsmith import registry as registrymod
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError
 from rigsmith.project import Project
+from rigsmith.resolving import build as buildmod
+from rigsmith.resolving import engine as enginemod
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving import registry as registrymod
 from tests.images import services
 from tests.images.conftest import TINY_PATCH, cli_env, invoke_bin, tiny_project
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rigsmith import build as buildmod
-from rigsmith import image as imagemod
-from rigsmith import lock as lockmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
 from rigsmith.project import Project
+from rigsmith.resolving import build as buildmod
+from rigsmith.resolving import image as imagemod
+from rigsmith.resolving import lock as lockmod
 from tests.conftest import GOLDEN, compare_tree
 from tests.images.conftest import tiny_image
 

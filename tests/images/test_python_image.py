@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rigsmith import build as buildmod
-from rigsmith import engine as enginemod
-from rigsmith import lock as lockmod
-from rigsmith import registry as registrymod
 from rigsmith.errors import AdapterError
 from rigsmith.project import Project
+from rigsmith.resolving import build as buildmod
+from rigsmith.resolving import engine as enginemod
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving import registry as registrymod
 from tests.images import services
 
 pytestmark = pytest.mark.engine

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rigsmith import registry as registrymod
 from rigsmith.errors import AdapterError, RigsmithError
+from rigsmith.resolving import registry as registrymod
 from tests.images import services
 
 pytestmark = pytest.mark.engine

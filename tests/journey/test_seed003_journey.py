@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rigsmith import lock as lockmod
 from rigsmith import spec as specmod
-from rigsmith.ops.standin import Standin, StandinConfig
+from rigsmith.operating.standin import Standin, StandinConfig
+from rigsmith.resolving import lock as lockmod
 from tests.conftest import FAKE_VENDOR, REPO, Podman
 from tests.models.conftest import tiny_files
 from tests.models.hubserver import HubServer

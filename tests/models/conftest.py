@@ -16,8 +16,8 @@ import huggingface_hub.constants
 import pytest
 
 from rigsmith import spec as specmod
-from rigsmith.hub import HfHub, RetryPolicy
 from rigsmith.project import Project
+from rigsmith.resolving.hub import HfHub, RetryPolicy
 from tests.models.hubserver import HubServer, random_bytes
 
 ROOT = Path(__file__).resolve().parents[2]

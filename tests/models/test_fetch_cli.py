@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rigsmith import lock as lockmod
+from rigsmith.resolving import lock as lockmod
 from tests.models.conftest import MiB, cli_env, invoke_argv, run_cli, tiny_files
 from tests.models.hubserver import Fault, random_bytes
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith import lock as lockmod
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
-from rigsmith.hub import HfHub
-from rigsmith.modelfetch import _HashingWriter, fetch_model, pin_model
-from rigsmith.modelfiles import Hasher, HashMismatch, read_state
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.hub import HfHub
+from rigsmith.resolving.modelfetch import _HashingWriter, fetch_model, pin_model
+from rigsmith.resolving.modelfiles import Hasher, HashMismatch, read_state
 from tests.models.conftest import FAST, MiB, digest, tiny_files
 from tests.models.hubserver import Fault, HubServer, random_bytes
 

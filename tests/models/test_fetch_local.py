@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith import lock as lockmod
 from rigsmith.errors import RigsmithError, SpecError
-from rigsmith.modelfetch import fetch_model, pin_model
-from rigsmith.modelfiles import locked_model
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.modelfetch import fetch_model, pin_model
+from rigsmith.resolving.modelfiles import locked_model
 from tests.models.conftest import run_cli, tiny_files
 
 PATCH = {"file": "config.json", "key": "text_config.ple_embedding_dtype", "value": "float8_e4m3fn"}

@@ -21,9 +21,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from rigsmith.errors import PreflightError, RigsmithError, SpecError
-from rigsmith.hub import ShortBody, is_retryable
-from rigsmith.lock import LockedFile
-from rigsmith.modelfiles import (
+from rigsmith.resolving.hub import ShortBody, is_retryable
+from rigsmith.resolving.lock import LockedFile
+from rigsmith.resolving.modelfiles import (
     Hasher,
     Want,
     check_disk,

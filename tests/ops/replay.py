@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from rigsmith.ops import probes
-from rigsmith.ops.probes import CmdResult
+from rigsmith.operating import probes
+from rigsmith.operating.probes import CmdResult
 
 DATA = Path(__file__).resolve().parent / "data"
 CASES = ("3x3090-squatter", "4x3090-idle", "no-driver")

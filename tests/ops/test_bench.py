@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rigsmith.errors import AdapterError
-from rigsmith.ops import bench
-from rigsmith.ops.standin import Standin, StandinConfig
+from rigsmith.operating import bench
+from rigsmith.operating.standin import Standin, StandinConfig
 from rigsmith.project import Project
 from rigsmith.spec import loads
 from tests.conftest import REPO, standin_deployment, write_project

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rigsmith.ops.standin import Standin, StandinConfig
+from rigsmith.operating.standin import Standin, StandinConfig
 from tests.conftest import REPO, Podman, write_project
 from tests.ops.conftest import OPS_IMAGE, ops_data
 

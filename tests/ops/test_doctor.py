@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rigsmith.ops import doctor, probes
-from rigsmith.ops.host import LocalHost, gather
+from rigsmith.operating import doctor, probes
+from rigsmith.operating.host import LocalHost, gather
 from rigsmith.project import Project
 from rigsmith.spec import Deployment, loads
 from tests.conftest import GOLDEN, REPO, Podman, compare_tree, standin_deployment

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from rigsmith.errors import RigsmithError
-from rigsmith.lock import Lock
-from rigsmith.ops import lifecycle, probes, wait
-from rigsmith.ops.lifecycle import Controller
-from rigsmith.plan import make
+from rigsmith.operating import lifecycle, probes, wait
+from rigsmith.operating.lifecycle import Controller
 from rigsmith.project import Project
+from rigsmith.rendering.plan import make
+from rigsmith.resolving.lock import Lock
 from tests.conftest import REPO
 
 

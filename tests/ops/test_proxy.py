@@ -10,9 +10,10 @@ from pathlib import Path
 
 import yaml
 
-from rigsmith import deploy, writer
-from rigsmith.ops import proxy
+from rigsmith import writer
+from rigsmith.operating import proxy
 from rigsmith.project import Project
+from rigsmith.rendering import deploy
 from rigsmith.spec import loads
 from tests.conftest import GOLDEN, HOST_MEMLOCK, REPO, Podman, compare_tree, write_project
 from tests.ops.conftest import ops_data

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from rigsmith import recipe
 from rigsmith.errors import RecipeError
+from rigsmith.importing import recipe
 
 
 def _parse(service_yaml: str):

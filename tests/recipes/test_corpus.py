@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from rigsmith import recipe
 from rigsmith.errors import RecipeError
+from rigsmith.importing import recipe
 from rigsmith.spec import Deployment
 from tests.conftest import require
 from tests.recipes.conftest import corpus, expected
@@ -128,9 +128,9 @@ _IMPORTED = [c for c in CASES if EXPECTED[c["id"]]["outcome"] == "imported"]
 
 @pytest.mark.parametrize("case", _IMPORTED, ids=[c["id"] for c in _IMPORTED])
 def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any], tmp_path: Path) -> None:
-    from rigsmith import deploy
     from rigsmith import spec as specmod
     from rigsmith.project import Project
+    from rigsmith.rendering import deploy
 
     dep = _import(case)
     local_dir = dep.model.local_dir

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rigsmith import importer, recipe
 from rigsmith import spec as specmod
 from rigsmith.errors import ConsentError, RecipeError, RigsmithError
+from rigsmith.importing import importer, recipe
 from rigsmith.project import Project
 from tests.conftest import GOLDEN, compare_tree
 from tests.recipes.conftest import SEED_RECIPE, corpus

@@ -14,9 +14,10 @@ from typing import Literal, cast
 
 import yaml
 
-from rigsmith import deploy, importer
 from rigsmith import spec as specmod
+from rigsmith.importing import importer
 from rigsmith.project import Project
+from rigsmith.rendering import deploy
 from tests.conftest import FAKE_VENDOR, HOST_MEMLOCK, Podman, parse_recording, run_script
 from tests.recipes.conftest import SEED_RECIPE, RecipeServer
 

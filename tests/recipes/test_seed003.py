@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from rigsmith import importer, recipe
 from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, RecipeError, SpecError
-from rigsmith.importer import HttpOptions
-from rigsmith.lock import Lock
-from rigsmith.plan import make
+from rigsmith.importing import importer, recipe
+from rigsmith.importing.importer import HttpOptions
 from rigsmith.project import Project
+from rigsmith.rendering.plan import make
+from rigsmith.resolving.lock import Lock
 from tests.recipes.conftest import SEED_RECIPE, RecipeServer
 
 REPO = Path(__file__).resolve().parents[2]

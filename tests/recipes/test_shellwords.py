@@ -7,7 +7,7 @@ import shlex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rigsmith import shellwords
+from rigsmith.importing import shellwords
 
 _ARG = st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=40)
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from rigsmith import deploy
 from rigsmith.project import Project
-from rigsmith.targets import LxcOptions
+from rigsmith.rendering import deploy
+from rigsmith.rendering.targets import LxcOptions
 from tests.conftest import require
 
 CACHE = Path(os.environ.get("RIGSMITH_TEST_CACHE", "/var/cache/rigsmith-test"))

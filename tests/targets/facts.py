@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from rigsmith.plan import RunPlan
+from rigsmith.rendering.plan import RunPlan
 
 _C = {
     "n": "\n",

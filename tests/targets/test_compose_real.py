@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from rigsmith import deploy, verify
 from rigsmith.errors import PreflightError
-from rigsmith.ops import probes
-from rigsmith.plan import RunPlan
+from rigsmith.operating import probes, verify
+from rigsmith.rendering import deploy
+from rigsmith.rendering.plan import RunPlan
 from rigsmith.spec import loads
 from tests.conftest import (
     FAKE_CDI_SPEC,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith.project import Project
-from rigsmith.targets import LxcOptions
+from rigsmith.rendering.targets import LxcOptions
 from tests.conftest import GOLDEN, compare_tree
 from tests.targets.conftest import SEEDS, as_venv, render_seed
 
@@ -56,7 +56,7 @@ def test_venv_variant_artifacts_match_golden_files(
 
 def test_every_registered_target_has_a_golden_case() -> None:
     from rigsmith.project import TARGETS
-    from rigsmith.targets import renderers
+    from rigsmith.rendering.targets import renderers
 
     assert set(renderers()) == set(TARGETS)
     assert {c[1] for c in CASES} == set(TARGETS)

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from rigsmith import deploy
 from rigsmith.errors import SpecError
-from rigsmith.plan import RunPlan
 from rigsmith.project import Project
+from rigsmith.rendering import deploy
+from rigsmith.rendering.plan import RunPlan
 from rigsmith.spec import loads
 from tests.conftest import Podman, parse_recording, prepare_host_dirs, standin_deployment, write_project
 from tests.targets.conftest import SEEDS

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith import deploy, recipe
 from rigsmith import spec as specmod
 from rigsmith.errors import SpecError
+from rigsmith.importing import recipe
 from rigsmith.project import TARGETS, Project
+from rigsmith.rendering import deploy
 from tests.conftest import require
 from tests.recipes.conftest import corpus
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith import deploy
 from rigsmith.errors import ConsentError, SpecError
 from rigsmith.project import Project
-from rigsmith.targets import LxcOptions, lxc
-from rigsmith.targets.common import timings
+from rigsmith.rendering import deploy
+from rigsmith.rendering.targets import LxcOptions, lxc
+from rigsmith.rendering.targets.common import timings
 from tests.conftest import prepare_host_dirs, require, standin_deployment, write_project
 from tests.targets.conftest import CT_VENV, SEEDS, as_venv, render_seed
 

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from rigsmith import deploy
-from rigsmith.plan import RunPlan
-from rigsmith.targets.common import timings
+from rigsmith.rendering import deploy
+from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.targets.common import timings
 from tests.conftest import Podman, prepare_host_dirs, standin_deployment, write_project
 from tests.targets.conftest import run_quadlet
 from tests.targets.facts import exec_start, ini_values, podman_facts, split_systemd

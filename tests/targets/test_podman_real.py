@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith import deploy
+from rigsmith.rendering import deploy
 from rigsmith.spec import loads
 from tests.conftest import (
     HOST_MEMLOCK,

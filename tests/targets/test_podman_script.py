@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rigsmith import lock as lockmod
-from rigsmith import plan as planmod
 from rigsmith import spec as specmod
-from rigsmith.targets import RenderContext, podman
+from rigsmith.rendering import plan as planmod
+from rigsmith.rendering.targets import RenderContext, podman
+from rigsmith.resolving import lock as lockmod
 from tests.conftest import GOLDEN, REPO, require, run_script
 
 SCRIPTS = sorted(GOLDEN.glob("*/podman/*/*.sh"))

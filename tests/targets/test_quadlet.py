@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith import deploy
 from rigsmith.errors import SpecError
 from rigsmith.project import Project
+from rigsmith.rendering import deploy
+from rigsmith.rendering.targets import quadlet
 from rigsmith.spec import loads
-from rigsmith.targets import quadlet
 from tests.conftest import (
     GOLDEN,
     HOST_MEMLOCK,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rigsmith.targets import lxc
-from rigsmith.targets.common import duration, k8s_quantity
-from rigsmith.targets.ini import sections, systemd_words
+from rigsmith.rendering.targets import lxc
+from rigsmith.rendering.targets.common import duration, k8s_quantity
+from rigsmith.rendering.targets.ini import sections, systemd_words
 from tests.targets.facts import split_systemd
 
 _word = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1).filter(
@@ -96,6 +96,6 @@ def _k8s_expand(text: str, env: dict[str, str]) -> str:
 
 @given(st.text(alphabet=st.sampled_from(list("$()AB x")), max_size=30))
 def test_kube_values_survive_kubernetes_expansion(text: str) -> None:
-    from rigsmith.targets.kube import k8s_literal
+    from rigsmith.rendering.targets.kube import k8s_literal
 
     assert _k8s_expand(k8s_literal(text), {"A": "EXPANDED", "B": ""}) == text

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith import deploy
 from rigsmith.errors import SpecError
-from rigsmith.targets import LxcOptions
+from rigsmith.rendering import deploy
+from rigsmith.rendering.targets import LxcOptions
 from tests.conftest import standin_deployment, write_project
 from tests.targets.conftest import run_quadlet
 from tests.targets.facts import exec_start, podman_facts, split_systemd

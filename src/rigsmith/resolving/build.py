@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rigsmith import image as imagemod
-from rigsmith import lock as lockmod
-from rigsmith.engine import Engine
 from rigsmith.errors import AdapterError, LockError, RigsmithError, SpecError
 from rigsmith.project import Project
-from rigsmith.registry import Resolver, parse_ref
+from rigsmith.resolving import image as imagemod
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.engine import Engine
+from rigsmith.resolving.registry import Resolver, parse_ref
 
 Echo = Callable[[str], None]
 

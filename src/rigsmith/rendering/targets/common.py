@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from rigsmith.errors import SpecError
-from rigsmith.plan import RunPlan
+from rigsmith.rendering.plan import RunPlan
 
 #: Seconds each enclosing layer adds to the stop timeout inside it.
 STOP_MARGIN = 30

@@ -46,10 +46,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rigsmith import shellwords
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
-from rigsmith.plan import SECRET_FLAGS
+from rigsmith.importing import shellwords
+from rigsmith.rendering.plan import SECRET_FLAGS
 
 # -- knowledge tables ---------------------------------------------------------------------------------
 

@@ -7,12 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from rigsmith import lock as lockmod
-from rigsmith import plan as planmod
-from rigsmith import verify, writer
+from rigsmith import writer
 from rigsmith.errors import RigsmithError
+from rigsmith.operating import verify
 from rigsmith.project import TARGETS, Project
-from rigsmith.targets import LxcOptions, RenderContext, renderers
+from rigsmith.rendering import plan as planmod
+from rigsmith.rendering.targets import LxcOptions, RenderContext, renderers
+from rigsmith.resolving import lock as lockmod
 
 
 def _read(path: Path) -> str | None:
@@ -70,7 +71,7 @@ def next_steps(target: str, plan: planmod.RunPlan) -> list[str]:
         f"invoke check-container --deployment {plan.name}"
     )
     if target == "compose":
-        from rigsmith.targets.compose import up_argv
+        from rigsmith.rendering.targets.compose import up_argv
 
         return [f"start: {shlex.join(up_argv(plan, f'compose/{plan.name}/compose.yaml'))}", check]
     if target == "quadlet":

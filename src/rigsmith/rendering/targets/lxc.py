@@ -22,17 +22,17 @@ from dataclasses import dataclass
 
 from rigsmith import render as tpl
 from rigsmith.errors import SpecError
-from rigsmith.plan import RunPlan
 from rigsmith.render import banner
-from rigsmith.targets import RenderContext, ini
-from rigsmith.targets.common import (
+from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.targets import RenderContext, ini
+from rigsmith.rendering.targets.common import (
     cannot_express,
     entrypoint_problems,
     home_path,
     timings,
     volume_problems,
 )
-from rigsmith.targets.podman import run_lines
+from rigsmith.rendering.targets.podman import run_lines
 from rigsmith.writer import BANNER_MARK, Artifact
 
 Version = tuple[int, int]

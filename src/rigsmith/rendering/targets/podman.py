@@ -6,10 +6,15 @@ from __future__ import annotations
 import re
 
 from rigsmith import render as tpl
-from rigsmith.plan import PlanMount, RunPlan
 from rigsmith.render import banner, shpath, shquote
-from rigsmith.targets import RenderContext
-from rigsmith.targets.common import cannot_express, entrypoint_problems, require_container, volume_problems
+from rigsmith.rendering.plan import PlanMount, RunPlan
+from rigsmith.rendering.targets import RenderContext
+from rigsmith.rendering.targets.common import (
+    cannot_express,
+    entrypoint_problems,
+    require_container,
+    volume_problems,
+)
 from rigsmith.writer import Artifact
 
 

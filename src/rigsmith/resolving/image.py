@@ -29,10 +29,10 @@ from pydantic import (
     model_validator,
 )
 
-from rigsmith import lock as lockmod
 from rigsmith import render
 from rigsmith.errors import LockError, SpecError
-from rigsmith.registry import DIGEST_RE, parse_ref
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.registry import DIGEST_RE, parse_ref
 from rigsmith.spec import NAME_RE, problems_from
 
 #: Where rigsmith's helper and the patches live inside the image (also the build-context directory name).

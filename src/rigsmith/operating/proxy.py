@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from rigsmith.ops.wait import timeout_for
+from rigsmith.operating.wait import timeout_for
 from rigsmith.render import banner
 from rigsmith.spec import Deployment
 from rigsmith.writer import BANNER_MARK, Artifact

@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from rigsmith import recipe as recipemod
 from rigsmith import spec as specmod
 from rigsmith import writer
 from rigsmith.errors import AdapterError, RecipeError
+from rigsmith.importing import recipe as recipemod
 from rigsmith.project import Project
 
 #: Largest recipe accepted (a recipe is a page of text; anything bigger is not one).

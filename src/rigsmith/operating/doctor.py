@@ -13,7 +13,7 @@ from typing import Literal
 from rich.console import Console
 from rich.table import Table
 
-from rigsmith.ops.probes import P2P_LINKS, CdiSpec, HostFacts
+from rigsmith.operating.probes import P2P_LINKS, CdiSpec, HostFacts
 from rigsmith.spec import Deployment
 
 Verdict = Literal["go", "warn", "no-go"]

@@ -6,7 +6,7 @@ writes vLLM-like startup lines ("GPU KV cache size: N tokens", "Application star
 so ``wait`` and ``bench`` can be exercised end to end. Token *i* of a stream is sent at
 ``t0 + ttft + i / rate`` (an absolute schedule, so sleep jitter does not accumulate).
 
-Run it: ``python -m rigsmith.ops.standin --port 8000 --rate 67.4 --ttft 0.2 --log /tmp/standin.log``.
+Run it: ``python -m rigsmith.operating.standin --port 8000 --rate 67.4 --ttft 0.2 --log /tmp/standin.log``.
 """
 
 from __future__ import annotations

@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rigsmith import deploy as deploymod
-from rigsmith import lock as lockmod
-from rigsmith import plan as planmod
 from rigsmith import writer
 from rigsmith.errors import CommandError, PreflightError, RigsmithError
-from rigsmith.ops import probes
-from rigsmith.ops.host import Host, LocalHost
+from rigsmith.operating import probes
+from rigsmith.operating.host import Host, LocalHost
+from rigsmith.operating.verify import SPEC_LABEL, cdi_edits, container_problems, inspect_argv, parse_inspect
 from rigsmith.project import Project
-from rigsmith.verify import SPEC_LABEL, cdi_edits, container_problems, inspect_argv, parse_inspect
+from rigsmith.rendering import deploy as deploymod
+from rigsmith.rendering import plan as planmod
+from rigsmith.resolving import lock as lockmod
 
 OPS_TARGETS = ("podman", "quadlet")
 #: Where systemd's quadlet generator reads rootful units (podman-systemd.unit(5)).

@@ -40,7 +40,7 @@ from tenacity import (
 )
 
 from rigsmith.errors import AdapterError
-from rigsmith.modelfiles import RemoteFile, read_text_or_none, token_from
+from rigsmith.resolving.modelfiles import RemoteFile, read_text_or_none, token_from
 from rigsmith.spec import SHA1_RE
 
 log = logging.getLogger("rigsmith.hub")

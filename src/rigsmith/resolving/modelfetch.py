@@ -42,10 +42,11 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from rigsmith import lock as lockmod
 from rigsmith.errors import AdapterError, RigsmithError, SpecError
-from rigsmith.lock import LockedModel
-from rigsmith.modelfiles import (
+from rigsmith.project import Project
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import LockedModel
+from rigsmith.resolving.modelfiles import (
     HF_DOWNLOAD_DIR,
     ORIGINAL_DIR,
     PARTIAL_DIR,
@@ -76,12 +77,11 @@ from rigsmith.modelfiles import (
     still_verified,
     wants,
 )
-from rigsmith.project import Project
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
 if TYPE_CHECKING:
-    from rigsmith.hub import Hub
+    from rigsmith.resolving.hub import Hub
 
 Echo = Callable[[str], None]
 HubFactory = Callable[[], "Hub"]
@@ -105,7 +105,9 @@ def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
     def get() -> Hub:
         if not cache:
             if hub is None:
-                from rigsmith.hub import HfHub  # huggingface_hub's HTTP stack: import only when needed
+                from rigsmith.resolving.hub import (
+                    HfHub,  # huggingface_hub's HTTP stack: import only when needed
+                )
 
                 cache.append(HfHub.from_env())
             elif callable(hub) and not hasattr(hub, "download"):

@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rigsmith import lock as lockmod
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
-from rigsmith.registry import parse_ref
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.registry import parse_ref
 
 
 @dataclass(frozen=True)

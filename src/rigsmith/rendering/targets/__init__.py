@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rigsmith.plan import RunPlan
+from rigsmith.rendering.plan import RunPlan
 from rigsmith.spec import Deployment
 from rigsmith.writer import Artifact
 
@@ -50,7 +50,7 @@ Renderer = Callable[[RunPlan, RenderContext], list[Artifact]]
 
 def renderers() -> dict[str, Renderer]:
     """Target name → renderer. Imported lazily so one target's import error names that target."""
-    from rigsmith.targets import compose, kube, lxc, podman, quadlet
+    from rigsmith.rendering.targets import compose, kube, lxc, podman, quadlet
 
     return {
         "podman": podman.render,

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from rigsmith.errors import CommandError, PreflightError
-from rigsmith.ops import probes
-from rigsmith.ops.host import Host, LocalHost
-from rigsmith.plan import RunPlan
+from rigsmith.operating import probes
+from rigsmith.operating.host import Host, LocalHost
+from rigsmith.rendering.plan import RunPlan
 
 SPEC_LABEL = "io.rigsmith.spec-sha256"
 #: fully qualified CDI device → (device nodes, "K=V" env) its spec injects

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from rigsmith.ops import probes
-from rigsmith.ops.probes import CmdResult, DiskFacts, HostFacts
+from rigsmith.operating import probes
+from rigsmith.operating.probes import CmdResult, DiskFacts, HostFacts
 
 
 class Host(Protocol):

@@ -18,7 +18,7 @@ from huggingface_hub.utils._paths import filter_repo_objects
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rigsmith.errors import PreflightError, RigsmithError, SpecError
-from rigsmith.lock import LockedFile, LockedModel, LockedPatch
+from rigsmith.resolving.lock import LockedFile, LockedModel, LockedPatch
 from rigsmith.spec import ConfigPatch
 
 #: rigsmith's own book-keeping inside a model dir (hf keeps its own in ``.cache/huggingface``).

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from rigsmith import render as tpl
 from rigsmith.errors import SpecError
-from rigsmith.plan import RunPlan
 from rigsmith.render import banner
-from rigsmith.targets import RenderContext
-from rigsmith.targets.common import (
+from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.targets import RenderContext
+from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_RETRIES,
     HEALTH_TIMEOUT,
@@ -29,7 +29,7 @@ from rigsmith.targets.common import (
     timings,
     volume_problems,
 )
-from rigsmith.targets.ini import Entry, sections, specifiers, systemd_word, systemd_words
+from rigsmith.rendering.targets.ini import Entry, sections, specifiers, systemd_word, systemd_words
 from rigsmith.writer import Artifact
 
 Version = tuple[int, int, int]

@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from rigsmith import render as tpl
-from rigsmith.plan import RunPlan
 from rigsmith.render import banner
-from rigsmith.targets import RenderContext
-from rigsmith.targets.common import (
+from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.targets import RenderContext
+from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_RETRIES,
     HEALTH_TIMEOUT,
