@@ -14,7 +14,7 @@ from typing import Literal
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.registry import parse_ref
+from rigsmith.resolving.imageref import parse_ref
 
 
 @dataclass(frozen=True)

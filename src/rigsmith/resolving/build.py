@@ -19,7 +19,8 @@ from rigsmith.project import Project
 from rigsmith.resolving import image as imagemod
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.engine import Engine
-from rigsmith.resolving.registry import Resolver, parse_ref
+from rigsmith.resolving.imageref import parse_ref
+from rigsmith.resolving.registry import Resolver
 
 Echo = Callable[[str], None]
 

@@ -32,7 +32,7 @@ from pydantic import (
 from rigsmith import render
 from rigsmith.errors import LockError, SpecError
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.registry import DIGEST_RE, parse_ref
+from rigsmith.resolving.imageref import DIGEST_RE, parse_ref
 from rigsmith.spec import NAME_RE, problems_from
 
 #: Where rigsmith's helper and the patches live inside the image (also the build-context directory name).
