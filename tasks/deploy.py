@@ -103,9 +103,9 @@ def deploy(
 @user_errors
 def check_container(c, deployment=None, container=None, memlock=None):
     """Fail loudly unless the running container got its CDI devices, shm and stop timeout."""
-    from rigsmith.rendering import deploy as deploymod
+    from rigsmith.operating import verify
 
-    deploymod.check_container(
+    verify.check_deployment(
         project(),
         deployment=deployment,
         container=container,

@@ -12,12 +12,15 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from rigsmith.errors import CommandError, PreflightError
 from rigsmith.operating import probes
 from rigsmith.operating.host import Host, LocalHost
+from rigsmith.project import Project
+from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.plan import RunPlan
+from rigsmith.resolving import lock as lockmod
 
 SPEC_LABEL = "io.rigsmith.spec-sha256"
 #: fully qualified CDI device → (device nodes, "K=V" env) its spec injects
@@ -155,3 +158,24 @@ def check_container(
             + "\n".join(f"  - {p}" for p in problems),
             hint="stop it, fix the cause named above, start it again",
         )
+
+
+def check_deployment(
+    project: Project,
+    *,
+    deployment: str | None = None,
+    container: str | None = None,
+    image: str | None = None,
+    memlock: Literal["unlimited", "host"] | int | None = None,
+) -> None:
+    """The post-start assertion for a deployment's running container (any target that runs podman): plan from
+    spec + lock as ``deploy`` does, then :func:`check_container`."""
+    name = project.resolve_name(deployment)
+    plan = planmod.make(
+        project.load(name),
+        lockmod.read(project.lock_path),
+        spec_path=f"deployments/{name}.yaml",
+        image=image,
+        memlock=memlock,
+    )
+    check_container(plan, name=container)

@@ -9,7 +9,6 @@ from typing import Literal
 
 from rigsmith import writer
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import verify
 from rigsmith.project import TARGETS, Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.targets import LxcOptions, RenderContext, renderers
@@ -130,23 +129,3 @@ def deploy(
         for line in next_steps(target, plan):
             echo(line)
     return outcomes
-
-
-def check_container(
-    project: Project,
-    *,
-    deployment: str | None = None,
-    container: str | None = None,
-    image: str | None = None,
-    memlock: Literal["unlimited", "host"] | int | None = None,
-) -> None:
-    """The post-start assertion for a deployment's running container (any target that runs podman)."""
-    name = project.resolve_name(deployment)
-    plan = planmod.make(
-        project.load(name),
-        lockmod.read(project.lock_path),
-        spec_path=f"deployments/{name}.yaml",
-        image=image,
-        memlock=memlock,
-    )
-    verify.check_container(plan, name=container)
