@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO)]
 
-from tests.images import services  # noqa: E402
+from tests.support import services  # noqa: E402
 
 from rigsmith.project import Project  # noqa: E402
 from rigsmith.resolving import build as buildmod  # noqa: E402

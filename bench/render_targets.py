@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.conftest import make_seed_project
+from tests.support.common import make_seed_project
 
 from rigsmith.project import TARGETS, Project
 from rigsmith.rendering import deploy

@@ -12,7 +12,14 @@ import pytest
 from rigsmith.errors import ConsentError, DriftError, LockError, RigsmithError, SpecError
 from rigsmith.project import Project
 from rigsmith.rendering import deploy, targets
-from tests.conftest import GOLDEN, GOLDEN_BUILD_DIGEST, REPO, compare_tree, standin_deployment, write_project
+from tests.support.common import (
+    GOLDEN,
+    GOLDEN_BUILD_DIGEST,
+    REPO,
+    compare_tree,
+    standin_deployment,
+    write_project,
+)
 
 SEED_NAMES = ("flash-next-int4-3x3090", "flash-next-merlin-4x3090")
 

@@ -18,8 +18,8 @@ from rigsmith.resolving import build as buildmod
 from rigsmith.resolving import engine as enginemod
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving import registry as registrymod
-from tests.images import services
-from tests.images.conftest import TINY_PATCH, cli_env, invoke_bin, tiny_project
+from tests.support import services
+from tests.support.images import TINY_PATCH, cli_env, invoke_bin, tiny_project
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.engine

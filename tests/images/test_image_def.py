@@ -15,8 +15,8 @@ from rigsmith.project import Project
 from rigsmith.resolving import build as buildmod
 from rigsmith.resolving import image as imagemod
 from rigsmith.resolving import lock as lockmod
-from tests.conftest import GOLDEN, compare_tree
-from tests.images.conftest import tiny_image
+from tests.support.common import GOLDEN, compare_tree
+from tests.support.images import tiny_image
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = "127.0.0.1:5000/tinybase:1"

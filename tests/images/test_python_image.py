@@ -26,7 +26,7 @@ from rigsmith.resolving import build as buildmod
 from rigsmith.resolving import engine as enginemod
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving import registry as registrymod
-from tests.images import services
+from tests.support import services
 
 pytestmark = pytest.mark.engine
 

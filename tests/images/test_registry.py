@@ -14,7 +14,7 @@ import pytest
 
 from rigsmith.errors import AdapterError, RigsmithError
 from rigsmith.resolving import registry as registrymod
-from tests.images import services
+from tests.support import services
 
 pytestmark = pytest.mark.engine
 

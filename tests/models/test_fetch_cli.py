@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from rigsmith.resolving import lock as lockmod
-from tests.models.conftest import MiB, cli_env, invoke_argv, run_cli, tiny_files
-from tests.models.hubserver import Fault, random_bytes
+from tests.support.hubserver import Fault, random_bytes
+from tests.support.models import MiB, cli_env, invoke_argv, run_cli, tiny_files
 
 BIG = "model-00001-of-00001.safetensors"
 

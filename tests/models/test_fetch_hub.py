@@ -14,8 +14,8 @@ from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.hub import HfHub
 from rigsmith.resolving.modelfetch import _HashingWriter, fetch_model, pin_model
 from rigsmith.resolving.modelfiles import Hasher, HashMismatch, read_state
-from tests.models.conftest import FAST, MiB, digest, tiny_files
-from tests.models.hubserver import Fault, HubServer, random_bytes
+from tests.support.hubserver import Fault, HubServer, random_bytes
+from tests.support.models import FAST, MiB, digest, tiny_files
 
 
 def _assert_tree(root: Path, files: dict[str, bytes], *, patched: tuple[str, ...] = ()) -> None:
@@ -510,7 +510,7 @@ def test_seed_deployments_fetch_against_stand_in_repos(hub, client, tmp_path, go
     """Both shipped specs, unchanged, against stand-in repos with their repo ids and layout."""
     from rigsmith import spec as specmod
     from rigsmith.project import Project
-    from tests.models.conftest import ROOT
+    from tests.support.common import REPO as ROOT
 
     project = Project(tmp_path / "checkout")
     (project.root / "deployments").mkdir(parents=True)
@@ -571,7 +571,7 @@ def test_server_is_the_real_thing(hub: HubServer) -> None:
 
 def test_golden_file_set_is_exact() -> None:
     """Every golden file here is produced by a test above, and nothing else lies around."""
-    from tests.models.conftest import GOLDEN
+    from tests.support.models import GOLDEN
 
     assert sorted(p.name for p in GOLDEN.iterdir()) == [
         "cli-errors.txt",

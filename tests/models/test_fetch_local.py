@@ -15,7 +15,7 @@ from rigsmith.errors import RigsmithError, SpecError
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfetch import fetch_model, pin_model
 from rigsmith.resolving.modelfiles import locked_model
-from tests.models.conftest import run_cli, tiny_files
+from tests.support.models import run_cli, tiny_files
 
 PATCH = {"file": "config.json", "key": "text_config.ple_embedding_dtype", "value": "float8_e4m3fn"}
 

@@ -12,8 +12,8 @@ from rigsmith.operating import bench
 from rigsmith.operating.standin import Standin, StandinConfig
 from rigsmith.project import Project
 from rigsmith.spec import loads
-from tests.conftest import REPO, standin_deployment, write_project
-from tests.ops.conftest import free_port
+from tests.support.common import REPO, standin_deployment, write_project
+from tests.support.ops import free_port
 
 
 def test_summary_of_known_streams_is_exact() -> None:

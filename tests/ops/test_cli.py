@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 from rigsmith.operating.standin import Standin, StandinConfig
-from tests.conftest import REPO, Podman, write_project
-from tests.ops.conftest import OPS_IMAGE, ops_data
+from tests.support.common import REPO, write_project
+from tests.support.ops import OPS_IMAGE, ops_data
+from tests.support.podman import Podman
 
 WORKTREE = Path(__file__).resolve().parents[2]
 

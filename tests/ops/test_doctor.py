@@ -13,8 +13,9 @@ from rigsmith.operating import doctor, probes
 from rigsmith.operating.host import LocalHost, gather
 from rigsmith.project import Project
 from rigsmith.spec import Deployment, loads
-from tests.conftest import GOLDEN, REPO, Podman, compare_tree, standin_deployment
-from tests.ops.replay import DATA, ReplayHost
+from tests.support.common import GOLDEN, REPO, compare_tree, standin_deployment
+from tests.support.podman import Podman
+from tests.support.replay import DATA, ReplayHost
 
 SEED000 = "flash-next-int4-3x3090"
 SEED003 = "flash-next-merlin-4x3090"

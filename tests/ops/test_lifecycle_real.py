@@ -17,8 +17,9 @@ from rigsmith.operating import lifecycle, wait
 from rigsmith.operating.host import LocalHost
 from rigsmith.operating.lifecycle import Ops
 from rigsmith.spec import loads
-from tests.conftest import HOST_MEMLOCK, Podman, standin_deployment, write_project
-from tests.ops.conftest import OPS_IMAGE, ops_data
+from tests.support.common import HOST_MEMLOCK, standin_deployment, write_project
+from tests.support.ops import OPS_IMAGE, ops_data
+from tests.support.podman import Podman
 
 UUID = "GPU-0a7d3e52-19c4-4b8f-a2e6-7f3c91d05b28"
 

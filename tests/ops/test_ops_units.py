@@ -12,7 +12,7 @@ from rigsmith.operating.lifecycle import Controller
 from rigsmith.project import Project
 from rigsmith.rendering.plan import make
 from rigsmith.resolving.lock import Lock
-from tests.conftest import REPO
+from tests.support.common import REPO
 
 
 def test_quadlet_controller_argv() -> None:

@@ -15,8 +15,9 @@ from rigsmith.operating import proxy
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.spec import loads
-from tests.conftest import GOLDEN, HOST_MEMLOCK, REPO, Podman, compare_tree, write_project
-from tests.ops.conftest import ops_data
+from tests.support.common import GOLDEN, HOST_MEMLOCK, REPO, compare_tree, write_project
+from tests.support.ops import ops_data
+from tests.support.podman import Podman
 
 
 def test_proxy_entries_match_golden(update_golden: bool) -> None:

@@ -2,61 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from rigsmith.project import Project
-
-REPO = Path(__file__).resolve().parents[2]
-#: The 40 published commands (a verbatim copy of the project's shared corpus, so CI needs nothing else).
-CORPUS = Path(__file__).with_name("data") / "vllm-commands.json"
-SEED_RECIPE = (
-    REPO / "examples" / "recipes" / "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
-)
-EXPECTED = Path(__file__).with_name("corpus_expected.yaml")
-
-
-def corpus() -> list[dict[str, Any]]:
-    data: list[dict[str, Any]] = json.loads(CORPUS.read_text(encoding="utf-8"))
-    return data
-
-
-def expected() -> dict[str, dict[str, Any]]:
-    data: dict[str, dict[str, Any]] = yaml.safe_load(EXPECTED.read_text(encoding="utf-8"))
-    return data
-
-
-@dataclass
-class Route:
-    """A scripted response: a list of (status, body) served in turn (the last one repeats)."""
-
-    responses: list[tuple[int, bytes]]
-    delay: float = 0.0
-    hits: int = 0
-    declare_length: int | None = None
-
-
-@dataclass
-class RecipeServer:
-    """A real ThreadingHTTPServer on 127.0.0.1 whose routes tests script."""
-
-    base: str
-    routes: dict[str, Route] = field(default_factory=dict)
-
-    def route(
-        self, path: str, *responses: tuple[int, bytes], delay: float = 0.0, declare_length: int | None = None
-    ) -> str:
-        self.routes[path] = Route(list(responses), delay, 0, declare_length)
-        return self.base + path
+from tests.support.recipes import RecipeServer
 
 
 @pytest.fixture(scope="session")

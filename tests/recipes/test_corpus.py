@@ -19,8 +19,8 @@ import pytest
 from rigsmith.errors import RecipeError
 from rigsmith.importing import recipe
 from rigsmith.spec import Deployment
-from tests.conftest import require
-from tests.recipes.conftest import corpus, expected
+from tests.support.common import require
+from tests.support.recipes import corpus, expected
 
 CASES = corpus()
 EXPECTED = expected()
@@ -162,8 +162,8 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
 def test_imported_specs_match_golden(update_golden: bool) -> None:
     """The generated artifact of import-recipe is deployments/NAME.yaml: one golden file per imported case."""
     from rigsmith import spec as specmod
-    from tests.conftest import GOLDEN, compare_tree
-    from tests.recipes.conftest import SEED_RECIPE
+    from tests.support.common import GOLDEN, compare_tree
+    from tests.support.recipes import SEED_RECIPE
 
     actual = {f"{c['id']}.yaml": specmod.dump(_import(c)) for c in _IMPORTED}
     seed = SEED_RECIPE.read_bytes()

@@ -18,8 +18,8 @@ from rigsmith import spec as specmod
 from rigsmith.errors import ConsentError, RecipeError, RigsmithError
 from rigsmith.importing import importer, recipe
 from rigsmith.project import Project
-from tests.conftest import GOLDEN, compare_tree
-from tests.recipes.conftest import SEED_RECIPE, corpus
+from tests.support.common import GOLDEN, compare_tree
+from tests.support.recipes import SEED_RECIPE, corpus
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "merlin"

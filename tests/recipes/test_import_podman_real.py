@@ -18,8 +18,9 @@ from rigsmith import spec as specmod
 from rigsmith.importing import importer
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
-from tests.conftest import FAKE_VENDOR, HOST_MEMLOCK, Podman, parse_recording, run_script
-from tests.recipes.conftest import SEED_RECIPE, RecipeServer
+from tests.support.common import FAKE_VENDOR, HOST_MEMLOCK, run_script
+from tests.support.podman import Podman, parse_recording
+from tests.support.recipes import SEED_RECIPE, RecipeServer
 
 NAME = "imported-hostile"
 HOSTILE = [

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rigsmith.project import Project
-from tests.conftest import REPO
-from tests.targets.conftest import SEEDS
+from tests.support.common import REPO
+from tests.support.targets import SEEDS
 
 
 def _invoke(project: Project, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,8 +11,8 @@ import pytest
 
 from rigsmith.project import Project
 from rigsmith.rendering.targets import LxcOptions
-from tests.conftest import GOLDEN, compare_tree
-from tests.targets.conftest import SEEDS, as_venv, render_seed
+from tests.support.common import GOLDEN, compare_tree
+from tests.support.targets import SEEDS, as_venv, render_seed
 
 #: (case directory, target, deploy options); the case directory is tests/golden/<deployment>/<case>/.
 CASES: list[tuple[str, str, dict[str, object]]] = [
@@ -63,7 +63,7 @@ def test_every_registered_target_has_a_golden_case() -> None:
 
 
 def test_secret_values_never_reach_a_generated_file(tmp_path: Path) -> None:
-    from tests.conftest import standin_deployment, write_project
+    from tests.support.common import standin_deployment, write_project
 
     secret = "hf_SeCrEt_VaLuE_123"
     data = standin_deployment(

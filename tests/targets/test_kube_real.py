@@ -16,8 +16,9 @@ from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.spec import loads
-from tests.conftest import Podman, parse_recording, prepare_host_dirs, standin_deployment, write_project
-from tests.targets.conftest import SEEDS
+from tests.support.common import prepare_host_dirs, standin_deployment, write_project
+from tests.support.podman import Podman, parse_recording
+from tests.support.targets import SEEDS
 
 #: Values Kubernetes' expansion leaves alone reach the container verbatim; those it would expand are
 #: escaped in the manifest (test_units checks that against a model of Kubernetes' expansion), which

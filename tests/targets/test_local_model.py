@@ -13,8 +13,8 @@ from rigsmith.errors import SpecError
 from rigsmith.importing import recipe
 from rigsmith.project import TARGETS, Project
 from rigsmith.rendering import deploy
-from tests.conftest import require
-from tests.recipes.conftest import corpus
+from tests.support.common import require
+from tests.support.recipes import corpus
 
 CASE = "vllm-issue-3710-2x4090-docker-p2p-disable"
 HOST_DIR = "/home/super/data/models/Qwen1.5-7B-Chat"

@@ -15,8 +15,8 @@ from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.rendering.targets import LxcOptions, lxc
 from rigsmith.rendering.targets.common import timings
-from tests.conftest import prepare_host_dirs, require, standin_deployment, write_project
-from tests.targets.conftest import CT_VENV, SEEDS, as_venv, render_seed
+from tests.support.common import prepare_host_dirs, require, standin_deployment, write_project
+from tests.support.targets import CT_VENV, SEEDS, as_venv, render_seed
 
 PVE_VARIANTS = [LxcOptions(), LxcOptions(pve_version="7.4", uvm_major=509)]
 
@@ -453,7 +453,7 @@ def _unit(text: str) -> dict[str, list[str]]:
 
 
 def test_venv_provision_installs_a_service_running_the_exact_recipe_argv(tmp_path: Path) -> None:
-    from tests.targets.facts import split_systemd
+    from tests.support.facts import split_systemd
 
     project = _venv_project(tmp_path, "standin-venv")
     said: list[str] = []

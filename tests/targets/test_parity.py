@@ -23,9 +23,10 @@ import yaml
 from rigsmith.rendering import deploy
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.rendering.targets.common import timings
-from tests.conftest import Podman, prepare_host_dirs, standin_deployment, write_project
-from tests.targets.conftest import run_quadlet
-from tests.targets.facts import exec_start, ini_values, podman_facts, split_systemd
+from tests.support.common import prepare_host_dirs, standin_deployment, write_project
+from tests.support.facts import exec_start, ini_values, podman_facts, split_systemd
+from tests.support.podman import Podman
+from tests.support.targets import run_quadlet
 from tests.targets.test_compose_real import _up as compose_up
 from tests.targets.test_lxc import _conf_pairs, _fake_ct
 
@@ -263,7 +264,7 @@ def test_parity_matrix(
 def test_stop_timeouts_nest_across_every_artifact(seed: str, seed_project: Any, tmp_path: Path) -> None:
     """vLLM --shutdown-timeout < container stop timeout < systemd TimeoutStopSec < PVE startup down=, read
     from the files each target writes (the same container stop timeout everywhere)."""
-    from tests.targets.conftest import render_seed
+    from tests.support.targets import render_seed
 
     def one(target: str) -> str:
         return "\n".join(render_seed(seed_project, target, seed, tmp_path / target).values())
@@ -290,8 +291,8 @@ def test_stop_timeouts_nest_across_every_artifact(seed: str, seed_project: Any, 
 def test_stop_timeouts_nest_for_a_venv_engine_in_the_ct(seed_project: Any, tmp_path: Path) -> None:
     """The venv path has no container layer: vLLM --shutdown-timeout < the CT service's TimeoutStopSec < PVE
     startup down=, read from the unit provision.sh writes and the pct.conf."""
-    from tests.targets.conftest import as_venv, render_seed
-    from tests.targets.facts import split_systemd
+    from tests.support.facts import split_systemd
+    from tests.support.targets import as_venv, render_seed
 
     seed = "flash-next-merlin-4x3090"
     files = render_seed(as_venv(seed_project, seed), "lxc", seed, tmp_path / "lxc")

@@ -9,15 +9,14 @@ import pytest
 
 from rigsmith.rendering import deploy
 from rigsmith.spec import loads
-from tests.conftest import (
+from tests.support.common import (
     HOST_MEMLOCK,
-    Podman,
-    parse_recording,
     prepare_host_dirs,
     run_script,
     standin_deployment,
     write_project,
 )
+from tests.support.podman import Podman, parse_recording
 
 HOSTILE = [
     "$(touch /tmp/rigsmith-pwned-1)",

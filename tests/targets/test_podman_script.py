@@ -16,7 +16,7 @@ from rigsmith import spec as specmod
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.targets import RenderContext, podman
 from rigsmith.resolving import lock as lockmod
-from tests.conftest import GOLDEN, REPO, require, run_script
+from tests.support.common import GOLDEN, REPO, require, run_script
 
 SCRIPTS = sorted(GOLDEN.glob("*/podman/*/*.sh"))
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from rigsmith.rendering.targets import lxc
 from rigsmith.rendering.targets.common import duration, k8s_quantity
 from rigsmith.rendering.targets.ini import sections, systemd_words
-from tests.targets.facts import split_systemd
+from tests.support.facts import split_systemd
 
 _word = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1).filter(
     lambda w: w != ";"

@@ -10,9 +10,9 @@ import pytest
 from rigsmith.errors import SpecError
 from rigsmith.rendering import deploy
 from rigsmith.rendering.targets import LxcOptions
-from tests.conftest import standin_deployment, write_project
-from tests.targets.conftest import run_quadlet
-from tests.targets.facts import exec_start, podman_facts, split_systemd
+from tests.support.common import standin_deployment, write_project
+from tests.support.facts import exec_start, podman_facts, split_systemd
+from tests.support.targets import run_quadlet
 
 #: A mount path that, written raw into a unit, would add a root ExecStartPre= (seen with podman 5.4.2).
 INJECT = "/srv/a\n[Service]\nExecStartPre=/bin/touch /tmp/rigsmith-pwned-q\n[Container]\nVolume=/srv/b"

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import yaml
 
 from rigsmith.operating import probes
 from rigsmith.operating.probes import CmdResult
+from tests.support.common import REPO
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = REPO / "tests" / "ops" / "data"
 CASES = ("3x3090-squatter", "4x3090-idle", "no-driver")
 
 

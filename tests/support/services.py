@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import CONTAINERS_CONF
+from tests.support.podman import CONTAINERS_CONF
 
 BASE_TAG = "tinybase:1"
 

@@ -1,5 +1,4 @@
-"""Ops fixtures: a vLLM-like stand-in image (startup lines with the KV-cache gate) and deployment data
-that points the seed 003 stand-in at it and at a free 127.0.0.1 port."""
+"""The vLLM-like ops stand-in image and deployment data for the ops tests."""
 
 from __future__ import annotations
 
@@ -8,12 +7,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.conftest import Podman, import_busybox_image, prepare_host_dirs, standin_deployment
+from tests.support.common import prepare_host_dirs, standin_deployment
 
 OPS_IMAGE = "localhost/rigsmith-ops-standin:1"
-
 #: vLLM's startup as far as `wait` cares: banner, (delay), KV cache line, readiness line; then idle until
 #: SIGTERM. STANDIN_KV / STANDIN_DELAY / STANDIN_FATAL change what it logs.
 ENGINE = textwrap.dedent(
@@ -29,13 +25,6 @@ ENGINE = textwrap.dedent(
     while :; do sleep 1; done
     """
 )
-
-
-@pytest.fixture(scope="session")
-def ops_image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A busybox image whose `vllm` logs like vLLM's startup (imported; nothing is pulled)."""
-    root = tmp_path_factory.mktemp("ops-rootfs")
-    return import_busybox_image(podman, root, OPS_IMAGE, ("sh", "sleep", "echo"), ENGINE)
 
 
 def free_port() -> int:
