@@ -21,7 +21,7 @@ from tests.support.images import tiny_image
 REPO = Path(__file__).resolve().parents[2]
 BASE = "127.0.0.1:5000/tinybase:1"
 BASE_DIGEST = "sha256:" + "a" * 64
-#: Matches the seed_project fixture's lock in tests/conftest.py.
+#: Matches the lock of make_seed_project (tests/support/common.py).
 VLLM_BASE_DIGEST = "sha256:" + "2" * 64
 
 
