@@ -58,7 +58,7 @@ def cli_env(hub: HubServer, project: Project, **extra: str) -> dict[str, str]:
         HF_HOME=str(project.root / ".hf-home"),
         HF_HUB_DISABLE_TELEMETRY="1",
         HF_HUB_DISABLE_XET="1",
-        RIGSMITH_REPO=str(project.root),
+        RIGSMITH_ROOT=str(project.root),
         PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]),
         **extra,
     )
