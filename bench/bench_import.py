@@ -34,7 +34,7 @@ def _best(fn: Callable[[], object], rounds: int = 7, inner: int = 20) -> float:
 
 def main() -> None:
     cases = json.loads(
-        (ROOT / "tests" / "recipes" / "data" / "vllm-commands.json").read_text(encoding="utf-8")
+        (ROOT / "tests" / "importing" / "data" / "vllm-commands.json").read_text(encoding="utf-8")
     )
     shell = [c["raw"] for c in cases if c["kind"] != "compose"]
     seed = next((ROOT / "examples" / "recipes").glob("*.json")).read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Every case of the corpus (tests/recipes/data/vllm-commands.json, a verbatim copy of shared/corpus):
+"""Every case of the corpus (tests/importing/data/vllm-commands.json, a verbatim copy of shared/corpus):
 imported with its argv exact, or refused with a reason.
 
 The expected outcome per case is data (corpus_expected.yaml). Where bash can parse the published text

@@ -23,7 +23,7 @@ from rigsmith.rendering.plan import RunPlan
 from rigsmith.spec import loads
 from tests.support.common import HOST_MEMLOCK, prepare_host_dirs, standin_deployment, write_project
 from tests.support.podman import FAKE_CDI_SPEC, Podman, parse_recording
-from tests.targets.test_podman_real import HOSTILE
+from tests.rendering.test_podman_real import HOSTILE
 
 VERSIONS = ("1.0.6", "1.6.0")
 

@@ -1,6 +1,6 @@
 """Golden files for every target and both seed deployments: exact file set, exact text.
 
-Refresh with `pytest tests/targets/test_golden.py --update-golden` and review the diff.
+Refresh with `pytest tests/rendering/test_golden.py --update-golden` and review the diff.
 """
 
 from __future__ import annotations

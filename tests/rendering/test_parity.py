@@ -27,8 +27,8 @@ from tests.support.common import prepare_host_dirs, standin_deployment, write_pr
 from tests.support.facts import exec_start, ini_values, podman_facts, split_systemd
 from tests.support.podman import Podman
 from tests.support.targets import run_quadlet
-from tests.targets.test_compose_real import _up as compose_up
-from tests.targets.test_lxc import _conf_pairs, _fake_ct
+from tests.rendering.test_compose_real import _up as compose_up
+from tests.rendering.test_lxc import _conf_pairs, _fake_ct
 
 TARGETS = ("podman", "quadlet", "compose", "lxc", "kube")
 ASPECTS = ("devices", "shm", "memlock", "env", "mounts", "argv", "readiness", "stop")

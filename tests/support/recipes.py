@@ -10,7 +10,7 @@ import yaml
 
 from tests.support.common import REPO
 
-HERE = REPO / "tests" / "recipes"
+HERE = REPO / "tests" / "importing"
 #: The 40 published commands (a verbatim copy of the project's shared corpus, so CI needs nothing else).
 CORPUS = HERE / "data" / "vllm-commands.json"
 SEED_RECIPE = (

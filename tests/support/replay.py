@@ -1,4 +1,4 @@
-"""A Host that replays captured probe outputs from tests/ops/data/<case>/ (see case.yaml there)."""
+"""A Host that replays captured probe outputs from tests/operating/data/<case>/ (see case.yaml there)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rigsmith.operating import probes
 from rigsmith.operating.probes import CmdResult
 from tests.support.common import REPO
 
-DATA = REPO / "tests" / "ops" / "data"
+DATA = REPO / "tests" / "operating" / "data"
 CASES = ("3x3090-squatter", "4x3090-idle", "no-driver")
 
 
