@@ -23,7 +23,7 @@ from rigsmith.rendering.plan import RunPlan
 from rigsmith.spec import loads
 from tests.support.common import HOST_MEMLOCK, prepare_host_dirs, standin_deployment, write_project
 from tests.support.podman import FAKE_CDI_SPEC, Podman, parse_recording
-from tests.rendering.test_podman_real import HOSTILE
+from tests.support.targets import HOSTILE, compose_up
 
 VERSIONS = ("1.0.6", "1.6.0")
 
@@ -39,20 +39,6 @@ def _render(tmp_path: Path, name: str) -> tuple[dict[str, Any], RunPlan, Path]:
     deploy.deploy(project, "compose", deployment=name, out=out, memlock=HOST_MEMLOCK, echo=lambda _m: None)
     plan, _ = deploy.artifacts(project, "compose", deployment=name, out=out, memlock=HOST_MEMLOCK)
     return data, plan, out / "compose" / name / "compose.yaml"
-
-
-def _up(
-    bins: list[str], compose_file: Path, podman: Podman, extra: list[str]
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*bins, "-f", str(compose_file), *extra, "up", "-d"],
-        cwd=compose_file.parent,
-        env=podman.env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
 
 
 def _cleanup(podman: Podman, name: str) -> None:
@@ -92,7 +78,7 @@ def started(
     data, plan, compose_file = _render(tmp_path, name)
     up = [f"--podman-run-args=--stop-timeout={plan.stop_timeout}"]
     try:
-        proc = _up(compose_bins[version], compose_file, podman, up)
+        proc = compose_up(compose_bins[version], compose_file, podman, up)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         yield data, plan, compose_file
     finally:
@@ -129,7 +115,9 @@ def test_deploy_resources_cdi_form_is_caught_by_the_post_start_check(
     svc["deploy"] = {"resources": {"reservations": {"devices": [{"driver": "cdi", "device_ids": devices}]}}}
     compose_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     try:
-        proc = _up(compose_bins[version], compose_file, podman, ["--podman-run-args=--stop-timeout=70"])
+        proc = compose_up(
+            compose_bins[version], compose_file, podman, ["--podman-run-args=--stop-timeout=70"]
+        )
         assert proc.returncode == 0, proc.stderr  # the front-end says nothing …
         rec = parse_recording(podman.logs_until(name, "Application startup complete"))
         assert not any(d.startswith("fakegpu") for d in rec.devices)  # … and the GPUs are really missing
@@ -158,7 +146,7 @@ def test_without_the_run_args_compensation_the_stop_timeout_is_caught(
     name = f"standin-grace-{version.replace('.', '')}"
     _data, plan, compose_file = _render(tmp_path, name)
     try:
-        proc = _up(compose_bins[version], compose_file, podman, [])
+        proc = compose_up(compose_bins[version], compose_file, podman, [])
         assert proc.returncode == 0, proc.stderr
         podman.logs_until(name, "Application startup complete")
         info = _running(podman, name)

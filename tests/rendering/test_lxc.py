@@ -16,21 +16,9 @@ from rigsmith.rendering import deploy
 from rigsmith.rendering.targets import LxcOptions, lxc
 from rigsmith.rendering.targets.common import timings
 from tests.support.common import prepare_host_dirs, require, standin_deployment, write_project
-from tests.support.targets import CT_VENV, SEEDS, as_venv, render_seed
+from tests.support.targets import CT_VENV, SEEDS, as_venv, conf_pairs, fake_ct, render_seed
 
 PVE_VARIANTS = [LxcOptions(), LxcOptions(pve_version="7.4", uvm_major=509)]
-
-
-def _conf_pairs(text: str) -> list[tuple[str, str]]:
-    out = []
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        if line.startswith("["):
-            break
-        key, _, value = line.partition(":")
-        out.append((key.strip(), value.strip()))
-    return out
 
 
 def _conf(project: Project, seed: str, out: Path, opts: LxcOptions) -> str:
@@ -43,7 +31,7 @@ def _conf(project: Project, seed: str, out: Path, opts: LxcOptions) -> str:
 def test_pve_keys_match_the_pct_conf_table(
     seed_project: Project, tmp_path: Path, seed: str, opts: LxcOptions
 ) -> None:
-    pairs = _conf_pairs(_conf(seed_project, seed, tmp_path, opts))
+    pairs = conf_pairs(_conf(seed_project, seed, tmp_path, opts))
     pve = (int(opts.pve_version.split(".")[0]), int(opts.pve_version.split(".")[1]))
     assert lxc.check(pairs, pve) == []
     keys = [k for k, _ in pairs]
@@ -62,7 +50,7 @@ def test_pve_keys_match_the_pct_conf_table(
 def test_startup_down_outlasts_every_stop_timeout_inside(
     seed_project: Project, tmp_path: Path, seed: str
 ) -> None:
-    pairs = dict(_conf_pairs(_conf(seed_project, seed, tmp_path, LxcOptions())))
+    pairs = dict(conf_pairs(_conf(seed_project, seed, tmp_path, LxcOptions())))
     m = re.fullmatch(r"order=\d+,up=(\d+),down=(\d+)", pairs["startup"])
     assert m
     plan, _ = deploy.artifacts(seed_project, "lxc", deployment=seed, out=tmp_path)
@@ -97,7 +85,7 @@ def _liblxc_config(conf: str, rootfs: Path, fake: Path, memlock: str | None) -> 
         targets[host] = p
         return p
 
-    for key, value in _conf_pairs(conf):
+    for key, value in conf_pairs(conf):
         if key == "lxc.prlimit.memlock":
             lines.append(f"{key} = {memlock or value}")
         elif key == "lxc.mount.entry":
@@ -210,7 +198,7 @@ def test_merge_keeps_user_lines_replaces_managed_ones_and_leaves_snapshots_alone
     conf = _conf(seed_project, SEEDS[0], tmp_path / "out", opts)
     main, snap = conf.split("\n[snap1]\n")
     assert snap == USER_CONF.split("[snap1]\n")[1]  # snapshot section byte-for-byte
-    pairs = _conf_pairs(main)
+    pairs = conf_pairs(main)
     keys = [k for k, _ in pairs]
     assert len(keys) == len(set(keys) - {"lxc.mount.entry", "lxc.environment"}) + keys.count(
         "lxc.mount.entry"
@@ -294,41 +282,6 @@ def test_provision_script_passes_shellcheck(seed_project: Project, tmp_path: Pat
     assert proc.returncode == 0, proc.stdout
 
 
-def _fake_ct(
-    tmp_path: Path, *, uvm: bool = True, kernel: str = "550.54.14", user: str = "550.54.14"
-) -> dict[str, str]:
-    """A CT as provision.sh sees it: device nodes, the host's module version, the CT's libs, fake tools."""
-    dev, lib, bin_ = tmp_path / "ct/dev", tmp_path / "ct/lib", tmp_path / "ct/bin"
-    for d in (dev, lib, bin_):
-        d.mkdir(parents=True, exist_ok=True)
-    for node in ("nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl", *(["nvidia-uvm"] if uvm else [])):
-        os.mknod(dev / node, 0o666 | 0o020000, os.makedev(1, 3))
-    (tmp_path / "ct/version").write_text(
-        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {kernel}  Thu Feb 22 01:44:30 UTC 2024\n"
-    )
-    (lib / f"libnvidia-ml.so.{user}").touch()
-    log = tmp_path / "ct/calls"
-    for tool, body in (
-        ("nvidia-ctk", 'echo "nvidia-ctk $*" >> "$RIGSMITH_CALLS"'),
-        (
-            "podman",
-            'case "$1 $2" in "image exists") exit 0;; "container exists") exit 1;; esac\n'
-            'for a in "$@"; do printf "%s\\0" "$a"; done >> "$RIGSMITH_CALLS.podman"',
-        ),
-    ):
-        p = bin_ / tool
-        p.write_text(f"#!/bin/sh\n{body}\n")
-        p.chmod(0o755)
-    return {
-        **os.environ,
-        "PATH": f"{bin_}:{os.environ['PATH']}",
-        "RIGSMITH_DEV": str(dev),
-        "RIGSMITH_NVIDIA_VERSION": str(tmp_path / "ct/version"),
-        "RIGSMITH_LIB_DIRS": str(lib),
-        "RIGSMITH_CALLS": str(log),
-    }
-
-
 def _run(script: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, check=False
@@ -339,10 +292,10 @@ def test_provision_refuses_without_nvidia_uvm_and_on_driver_mismatch(
     seed_project: Project, tmp_path: Path
 ) -> None:
     script = _provision(seed_project, tmp_path)
-    proc = _run(script, _fake_ct(tmp_path / "a", uvm=False))
+    proc = _run(script, fake_ct(tmp_path / "a", uvm=False))
     assert proc.returncode == 1 and "/dev/nvidia-uvm is missing inside the CT" in proc.stderr
     assert "nvidia-modprobe -u -c0" in proc.stderr
-    proc = _run(script, _fake_ct(tmp_path / "b", user="550.90.07"))
+    proc = _run(script, fake_ct(tmp_path / "b", user="550.90.07"))
     assert proc.returncode == 1
     assert "driver mismatch: host kernel module 550.54.14, CT userspace 550.90.07" in proc.stderr
 
@@ -353,7 +306,7 @@ def test_provision_makes_cdi_and_runs_the_podman_targets_exact_argv(tmp_path: Pa
     prepare_host_dirs(data)
     project = write_project(tmp_path, data)
     deploy.deploy(project, "lxc", deployment="standin-lxc", out=tmp_path / "out", echo=lambda _m: None)
-    env = _fake_ct(tmp_path)
+    env = fake_ct(tmp_path)
     proc = _run(tmp_path / "out/lxc/standin-lxc/provision.sh", env)
     assert proc.returncode == 0, proc.stderr
     if not (Path("/etc/cdi/nvidia.yaml").exists() or Path("/var/run/cdi/nvidia.yaml").exists()):
@@ -378,7 +331,7 @@ def test_provision_never_runs_the_health_path(tmp_path: Path) -> None:
     prepare_host_dirs(data)
     project = write_project(tmp_path, data)
     deploy.deploy(project, "lxc", deployment="standin-lxc", out=tmp_path / "out", echo=lambda _m: None)
-    proc = _run(tmp_path / "out/lxc/standin-lxc/provision.sh", _fake_ct(tmp_path))
+    proc = _run(tmp_path / "out/lxc/standin-lxc/provision.sh", fake_ct(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert not list(tmp_path.glob("pwned*"))
     assert f"ready when http://127.0.0.1:8000{health} answers" in proc.stdout
@@ -414,7 +367,7 @@ def test_paths_pve_or_liblxc_would_reinterpret_are_refused(
 
 def _venv_ct(tmp_path: Path, *, vllm: bool = True) -> dict[str, str]:
     """A CT for a venv engine: the fake CT plus a temp root holding the venv, and a systemctl that records."""
-    env = _fake_ct(tmp_path)
+    env = fake_ct(tmp_path)
     root = tmp_path / "ct/root"
     exe = root / CT_VENV.lstrip("/") / "bin/vllm"
     exe.parent.mkdir(parents=True)
@@ -522,8 +475,8 @@ def test_venv_provision_script_passes_shellcheck(seed_project: Project, tmp_path
 def test_venv_pct_conf_carries_the_same_ct_facts_as_the_container_one(
     seed_project: Project, tmp_path: Path
 ) -> None:
-    container = _conf_pairs(_conf(seed_project, SEEDS[1], tmp_path / "c", LxcOptions()))
-    venv = _conf_pairs(_conf(as_venv(seed_project, SEEDS[1]), SEEDS[1], tmp_path / "v", LxcOptions()))
+    container = conf_pairs(_conf(seed_project, SEEDS[1], tmp_path / "c", LxcOptions()))
+    venv = conf_pairs(_conf(as_venv(seed_project, SEEDS[1]), SEEDS[1], tmp_path / "v", LxcOptions()))
     assert venv == container  # GPU nodes, mounts, shm, memlock, env, startup down= alike
     assert lxc.check(venv, (8, 2)) == []
 

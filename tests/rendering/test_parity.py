@@ -26,9 +26,7 @@ from rigsmith.rendering.targets.common import timings
 from tests.support.common import prepare_host_dirs, standin_deployment, write_project
 from tests.support.facts import exec_start, ini_values, podman_facts, split_systemd
 from tests.support.podman import Podman
-from tests.support.targets import run_quadlet
-from tests.rendering.test_compose_real import _up as compose_up
-from tests.rendering.test_lxc import _conf_pairs, _fake_ct
+from tests.support.targets import compose_up, conf_pairs, fake_ct, run_quadlet
 
 TARGETS = ("podman", "quadlet", "compose", "lxc", "kube")
 ASPECTS = ("devices", "shm", "memlock", "env", "mounts", "argv", "readiness", "stop")
@@ -157,7 +155,7 @@ def facts_lxc(tmp_path: Path, **_: Any) -> tuple[RunPlan, dict[str, Any]]:
     out = tmp_path / "out"
     deploy.deploy(project, "lxc", deployment=name, out=out, echo=lambda _m: None)
     plan, _ = deploy.artifacts(project, "lxc", deployment=name, out=out)
-    env = _fake_ct(tmp_path)
+    env = fake_ct(tmp_path)
     proc = subprocess.run(
         ["bash", str(out / "lxc/parity/provision.sh")],
         env=env,
@@ -168,7 +166,7 @@ def facts_lxc(tmp_path: Path, **_: Any) -> tuple[RunPlan, dict[str, Any]]:
     )
     assert proc.returncode == 0, proc.stderr
     got = _from_podman_argv(_recorded(env))  # the engine inside the CT
-    pairs = _conf_pairs((out / "lxc/parity/100.conf").read_text())
+    pairs = conf_pairs((out / "lxc/parity/100.conf").read_text())
     conf = dict(pairs)
     # The CT side must carry the same facts as the engine inside it.
     nodes = sorted(int(v[len("/dev/nvidia") :]) for k, v in pairs if k.startswith("dev") and v[11:].isdigit())

@@ -17,17 +17,7 @@ from tests.support.common import (
     write_project,
 )
 from tests.support.podman import Podman, parse_recording
-
-HOSTILE = [
-    "$(touch /tmp/rigsmith-pwned-1)",
-    "`touch /tmp/rigsmith-pwned-2`",
-    "'; touch /tmp/rigsmith-pwned-3; echo '",
-    'a "double" and \\back\\slash',
-    "line one\nline two\n",
-    "${HOME} $PATH *.json ~ !! & | ; < >",
-    "tab\tand ünïcødé ✓",
-    "",
-]
+from tests.support.targets import HOSTILE
 
 
 def _deploy(tmp_path: Path, data: dict[str, object]) -> Path:

@@ -15,10 +15,9 @@ from filelock import FileLock
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.rendering.targets import LxcOptions
+from tests.support.podman import Podman
 
 CACHE = Path(os.environ.get("RIGSMITH_TEST_CACHE", "/var/cache/rigsmith-test"))
-
-
 QUADLET_DIR = CACHE / "quadlet"
 QUADLET = QUADLET_DIR / "x/usr/libexec/podman/quadlet"
 PC106_DIR = CACHE / "pc106"
@@ -106,3 +105,77 @@ def as_venv(project: Project, name: str, venv: str = CT_VENV) -> Project:
     }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return project
+
+
+#: Values a shell would read as code or split: every target must hand them to the engine byte for byte.
+HOSTILE = [
+    "$(touch /tmp/rigsmith-pwned-1)",
+    "`touch /tmp/rigsmith-pwned-2`",
+    "'; touch /tmp/rigsmith-pwned-3; echo '",
+    'a "double" and \\back\\slash',
+    "line one\nline two\n",
+    "${HOME} $PATH *.json ~ !! & | ; < >",
+    "tab\tand ünïcødé ✓",
+    "",
+]
+
+
+def compose_up(
+    bins: list[str], compose_file: Path, podman: Podman, extra: list[str]
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*bins, "-f", str(compose_file), *extra, "up", "-d"],
+        cwd=compose_file.parent,
+        env=podman.env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def conf_pairs(text: str) -> list[tuple[str, str]]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if line.startswith("["):
+            break
+        key, _, value = line.partition(":")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def fake_ct(
+    tmp_path: Path, *, uvm: bool = True, kernel: str = "550.54.14", user: str = "550.54.14"
+) -> dict[str, str]:
+    """A CT as provision.sh sees it: device nodes, the host's module version, the CT's libs, fake tools."""
+    dev, lib, bin_ = tmp_path / "ct/dev", tmp_path / "ct/lib", tmp_path / "ct/bin"
+    for d in (dev, lib, bin_):
+        d.mkdir(parents=True, exist_ok=True)
+    for node in ("nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl", *(["nvidia-uvm"] if uvm else [])):
+        os.mknod(dev / node, 0o666 | 0o020000, os.makedev(1, 3))
+    (tmp_path / "ct/version").write_text(
+        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {kernel}  Thu Feb 22 01:44:30 UTC 2024\n"
+    )
+    (lib / f"libnvidia-ml.so.{user}").touch()
+    log = tmp_path / "ct/calls"
+    for tool, body in (
+        ("nvidia-ctk", 'echo "nvidia-ctk $*" >> "$RIGSMITH_CALLS"'),
+        (
+            "podman",
+            'case "$1 $2" in "image exists") exit 0;; "container exists") exit 1;; esac\n'
+            'for a in "$@"; do printf "%s\\0" "$a"; done >> "$RIGSMITH_CALLS.podman"',
+        ),
+    ):
+        p = bin_ / tool
+        p.write_text(f"#!/bin/sh\n{body}\n")
+        p.chmod(0o755)
+    return {
+        **os.environ,
+        "PATH": f"{bin_}:{os.environ['PATH']}",
+        "RIGSMITH_DEV": str(dev),
+        "RIGSMITH_NVIDIA_VERSION": str(tmp_path / "ct/version"),
+        "RIGSMITH_LIB_DIRS": str(lib),
+        "RIGSMITH_CALLS": str(log),
+    }
