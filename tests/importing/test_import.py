@@ -18,10 +18,9 @@ from rigsmith import spec as specmod
 from rigsmith.errors import ConsentError, RecipeError, RigsmithError
 from rigsmith.importing import importer, recipe
 from rigsmith.project import Project
-from tests.support.common import GOLDEN, compare_tree
+from tests.support.common import GOLDEN, REPO, compare_tree
 from tests.support.recipes import SEED_RECIPE, corpus
 
-REPO = Path(__file__).resolve().parents[2]
 NAME = "merlin"
 
 

@@ -15,9 +15,9 @@ from rigsmith.importing.importer import HttpOptions
 from rigsmith.project import Project
 from rigsmith.rendering.plan import make
 from rigsmith.resolving.lock import Lock
+from tests.support.common import REPO
 from tests.support.recipes import SEED_RECIPE, RecipeServer
 
-REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "deployments" / "flash-next-merlin-4x3090.yaml"
 NAME = "flash-next-merlin-4x3090"
 SEED_BYTES = SEED_RECIPE.read_bytes()

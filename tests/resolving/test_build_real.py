@@ -19,9 +19,9 @@ from rigsmith.resolving import engine as enginemod
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving import registry as registrymod
 from tests.support import services
+from tests.support.common import REPO
 from tests.support.images import TINY_PATCH, cli_env, invoke_bin, tiny_project
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.engine
 
 

@@ -15,10 +15,9 @@ from rigsmith.project import Project
 from rigsmith.resolving import build as buildmod
 from rigsmith.resolving import image as imagemod
 from rigsmith.resolving import lock as lockmod
-from tests.support.common import GOLDEN, compare_tree
+from tests.support.common import GOLDEN, REPO, compare_tree
 from tests.support.images import tiny_image
 
-REPO = Path(__file__).resolve().parents[2]
 BASE = "127.0.0.1:5000/tinybase:1"
 BASE_DIGEST = "sha256:" + "a" * 64
 #: Matches the lock of make_seed_project (tests/support/common.py).
