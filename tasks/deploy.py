@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from invoke import task
+from invoke import Exit, task
 
 from rigsmith.errors import RigsmithError
 from tasks._common import confirm, echo, project, user_errors
@@ -36,6 +36,14 @@ def _int(flag: str, value: str | None) -> int | None:
         raise RigsmithError(f"{flag} {value!r} is not a whole number", hint=f"e.g. {flag} 509") from None
 
 
+def _vmid(value: str | None, lxc_config: str | None) -> int:
+    """--vmid, else the CT id a PVE config is named by (/etc/pve/lxc/101.conf → 101), else 100."""
+    if value is not None:
+        return _int("--vmid", value) or 100
+    stem = Path(lxc_config).stem if lxc_config else ""
+    return int(stem) if stem.isascii() and stem.isdigit() else 100
+
+
 @task(
     help={
         "target": "podman | quadlet | compose | lxc | kube",
@@ -48,7 +56,12 @@ def _int(flag: str, value: str | None) -> int | None:
         "podman_version": "target host's podman version (quadlet keys depend on it)",
         "vmid": "lxc: Proxmox CT id (names lxc/NAME/VMID.conf; default 100)",
         "pve_version": "lxc: Proxmox VE version (devN passthrough needs 8.1; default 8.2)",
-        "lxc_config": "lxc: an existing pct.conf to update in place (user lines kept, snapshots untouched)",
+        "lxc_config": "lxc: your CT's pct.conf (read, never written): only rigsmith's settings merge in, "
+        "into lxc/NAME/VMID.conf (VMID from its name unless --vmid); every other line kept byte for byte",
+        "ours": "lxc --lxc-config: where you and rigsmith changed the same setting, keep your value",
+        "theirs": "lxc --lxc-config: where you and rigsmith changed the same setting, take rigsmith's",
+        "replace_gpu_passthrough": "lxc --lxc-config: drop GPU passthrough lines of another form (raw "
+        "lxc.mount.entry /dev/nvidia*, cgroup allow c 195:*) that devN lines replace",
         "uvm_major": "lxc, PVE < 8.1: nvidia-uvm char major from `grep nvidia-uvm /proc/devices` on the host",
     }
 )
@@ -67,8 +80,13 @@ def deploy(
     pve_version="8.2",
     lxc_config=None,
     uvm_major=None,
+    ours=False,
+    theirs=False,
+    replace_gpu_passthrough=False,
 ):
     """Render run artifacts for one target from the spec and the lock."""
+    if ours and theirs:
+        raise Exit("error: --ours and --theirs exclude each other; pick one", code=1)
     from rigsmith.rendering import deploy as deploymod
     from rigsmith.rendering.targets import LxcOptions
 
@@ -85,10 +103,12 @@ def deploy(
         memlock=_memlock(memlock),  # type: ignore[arg-type]
         podman_version=podman_version,
         lxc=LxcOptions(
-            vmid=_int("--vmid", vmid) if vmid is not None else 100,
+            vmid=_vmid(vmid, lxc_config),
             pve_version=pve_version,
             config=Path(lxc_config) if lxc_config else None,
             uvm_major=_int("--uvm-major", uvm_major),
+            resolve="ours" if ours else "theirs" if theirs else None,
+            replace_passthrough=replace_gpu_passthrough,
         ),
     )
 

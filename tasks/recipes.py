@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from invoke import task
+from invoke import Exit, task
 
 from rigsmith.importing import importer
 from tasks._common import confirm, echo, project, user_errors
@@ -15,11 +15,15 @@ from tasks._common import confirm, echo, project, user_errors
         "image": "container image to run when the recipe names none (seed 003 runs vLLM from a venv)",
         "yes": "change an existing deployments/NAME.yaml without asking",
         "dry_run": "print what would be written; write nothing",
+        "ours": "re-import: where you and the recipe changed the same field, keep your value",
+        "theirs": "re-import: where you and the recipe changed the same field, take the recipe's value",
     }
 )
 @user_errors
-def import_recipe(c, source, name=None, image=None, yes=False, dry_run=False):
-    """Import a published vLLM recipe into deployments/NAME.yaml."""
+def import_recipe(c, source, name=None, image=None, yes=False, dry_run=False, ours=False, theirs=False):
+    """Import a published vLLM recipe into deployments/NAME.yaml (a re-import merges into your edits)."""
+    if ours and theirs:
+        raise Exit("error: --ours and --theirs exclude each other; pick one", code=1)
     importer.import_recipe(
         project(),
         source,
@@ -29,4 +33,5 @@ def import_recipe(c, source, name=None, image=None, yes=False, dry_run=False):
         dry_run=dry_run,
         confirm=confirm(),
         echo=echo,
+        resolve="ours" if ours else "theirs" if theirs else None,
     )

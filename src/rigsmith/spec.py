@@ -432,9 +432,9 @@ def from_data(data: Any, source: str = "<spec>") -> Deployment:
         raise SpecError(source, problems_from(err)) from None
 
 
-def to_data(spec: Deployment) -> dict[str, Any]:
-    """Plain data for YAML, defaults left out so the user's file stays short."""
-    data: dict[str, Any] = json.loads(spec.model_dump_json(exclude_defaults=True))
+def to_data(spec: Deployment, defaults: bool = False) -> dict[str, Any]:
+    """Plain data for YAML, defaults left out so the user's file stays short (``defaults``: spelled out)."""
+    data: dict[str, Any] = json.loads(spec.model_dump_json(exclude_defaults=not defaults))
     if spec.model.repo is None:
         # Written out although it is the default: `repo: null` tells the reader nothing is downloaded.
         data["model"] = {"repo": None, **data["model"]}

@@ -54,51 +54,131 @@ def test_same_recipe_again_is_identical(empty_project: Project) -> None:
     assert "identical  deployments/merlin.yaml" in echo.text
 
 
-def test_import_refuses_to_overwrite_without_consent(empty_project: Project) -> None:
+def _edit_spec(path: Path, edit: object) -> str:
+    import yaml
+
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    edit(data)  # type: ignore[operator]
+    path.write_text(specmod.dump(specmod.from_data(data)), encoding="utf-8")
+    return path.read_text(encoding="utf-8")
+
+
+def _user_edits(data: dict) -> None:  # type: ignore[type-arg]
+    """What a user does after the first import of seed 003 (issue 12's journey)."""
+    data["placeholders"]["<repo>"] = "/opt/merlin"
+    data["placeholders"]["<vllm tree>"] = "/opt/merlin/vllm-v2.5"
+    data["engine"]["image"] = "localhost/vllm-merlin:mine"
+    data["mounts"] = [
+        *data.get("mounts", []),
+        {"host": "/opt/merlin", "container": "/opt/merlin", "readonly": True},
+    ]
+    for e in data["env"]:
+        if e.get("opt_in"):
+            e["enabled"] = True
+            break
+
+
+def _upstream(tmp_path: Path, seqs: str = "16", shm: str = "16g") -> Path:
+    data = json.loads(SEED_RECIPE.read_text(encoding="utf-8"))
+    data["command"] = data["command"].replace("--max-num-seqs 8", f"--max-num-seqs {seqs}")
+    assert f"--max-num-seqs {seqs}" in data["command"]
+    data["notes"] = data["notes"].replace("shm_size 8g", f"shm_size {shm}")
+    p = tmp_path / "recipe-v2.json"
+    p.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return p
+
+
+def test_reimport_of_the_same_recipe_keeps_every_user_edit_byte_for_byte(empty_project: Project) -> None:
     importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=Echo())
     path = empty_project.spec_path(NAME)
-    edited = path.read_text(encoding="utf-8").replace("<repo>: null", "<repo>: /opt/merlin")
+    edited = _edit_spec(path, _user_edits) + "# my note\n"
     path.write_text(edited, encoding="utf-8")
     echo = Echo()
-    with pytest.raises(ConsentError) as err:
-        importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=echo, confirm=None)
-    assert "nothing was written" in str(err.value) and "--yes" in str(err.value)
-    assert "-  <repo>: /opt/merlin\n+  <repo>: null" in echo.text  # the diff was shown
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=echo, confirm=None)
+    assert "identical  deployments/merlin.yaml" in echo.text
     assert path.read_text(encoding="utf-8") == edited
 
 
-def test_declined_prompt_changes_nothing_and_accepted_prompt_updates(empty_project: Project) -> None:
+def test_reimport_with_upstream_changes_needs_consent_then_keeps_user_edits(
+    empty_project: Project, tmp_path: Path
+) -> None:
     importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=Echo())
     path = empty_project.spec_path(NAME)
-    path.write_text(path.read_text(encoding="utf-8") + "# mine\n", encoding="utf-8")
-    before = path.read_text(encoding="utf-8")
+    edited = _edit_spec(path, _user_edits)
+    v2 = _upstream(tmp_path)
+    echo = Echo()
+    with pytest.raises(ConsentError) as err:  # no terminal, no --yes: the diff is shown, nothing written
+        importer.import_recipe(empty_project, str(v2), name=NAME, echo=echo, confirm=None)
+    assert "nothing was written" in str(err.value) and "--yes" in str(err.value)
+    assert "-  - '8'\n+  - '16'" in echo.text
+    assert "-  <repo>: /opt/merlin" not in echo.text  # the user's values are not reverted by the diff
+    assert path.read_text(encoding="utf-8") == edited
+    importer.import_recipe(empty_project, str(v2), name=NAME, echo=Echo(), yes=True)
+    dep = specmod.load(path)
+    assert dep.engine.args[dep.engine.args.index("--max-num-seqs") + 1] == "16"
+    assert dep.resources.shm_size == "16g"
+    assert dep.placeholders["<repo>"] == "/opt/merlin" and dep.engine.image == "localhost/vllm-merlin:mine"
+    assert any(m.container == "/opt/merlin" for m in dep.mounts)
+    assert any(e.opt_in and e.enabled for e in dep.env)
+
+
+def test_reimport_conflict_is_named_and_nothing_written_until_a_side_is_chosen(
+    empty_project: Project, tmp_path: Path
+) -> None:
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=Echo())
+    path = empty_project.spec_path(NAME)
+
+    def mine(data: dict) -> None:  # type: ignore[type-arg]
+        _user_edits(data)
+        data["resources"]["shm_size"] = "12g"
+
+    edited = _edit_spec(path, mine)
+    v2 = _upstream(tmp_path)
+    with pytest.raises(ConsentError) as err:
+        importer.import_recipe(empty_project, str(v2), name=NAME, echo=Echo(), yes=True)
+    assert "resources.shm_size: yours '12g', upstream '16g' (was '8g')" in str(err.value)
+    assert "--ours" in str(err.value) and "--theirs" in str(err.value)
+    assert path.read_text(encoding="utf-8") == edited
+    importer.import_recipe(empty_project, str(v2), name=NAME, echo=Echo(), yes=True, resolve="ours")
+    dep = specmod.load(path)
+    assert (
+        dep.resources.shm_size == "12g"
+        and dep.engine.args[dep.engine.args.index("--max-num-seqs") + 1] == "16"
+    )
+    importer.import_recipe(empty_project, str(v2), name=NAME, echo=Echo(), yes=True, resolve="theirs")
+    assert specmod.load(path).resources.shm_size == "12g"  # base is now v2: the user's 12g is their edit
     asked: list[str] = []
 
-    def decline(question: str) -> bool:
-        asked.append(question)
-        return False
+    def take(q: str) -> bool:
+        asked.append(q)
+        return True
 
-    with pytest.raises(ConsentError, match="not changed"):
-        importer.import_recipe(
-            empty_project,
-            str(SEED_RECIPE),
-            name=NAME,
-            echo=Echo(),
-            confirm=decline,
-        )
-    assert path.read_text(encoding="utf-8") == before and len(asked) == 1
-    echo = Echo()
-    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=echo, confirm=lambda q: True)
-    assert "update  deployments/merlin.yaml" in echo.text
-    assert "# mine" not in path.read_text(encoding="utf-8")
+    importer.import_recipe(
+        empty_project, str(_upstream(tmp_path, shm="20g")), name=NAME, echo=Echo(), confirm=take
+    )
+    assert "take upstream's value for resources.shm_size?" in asked
+    assert specmod.load(path).resources.shm_size == "20g"
 
 
-def test_yes_overwrites_without_asking(empty_project: Project) -> None:
+def test_reimport_never_writes_a_secret_value_into_the_spec(empty_project: Project, tmp_path: Path) -> None:
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=Echo())
+    path = empty_project.spec_path(NAME)
+
+    def secret(data: dict) -> None:  # type: ignore[type-arg]
+        data["env"].append({"name": "HF_TOKEN", "value": "hf_leak", "secret": True})
+
+    _edit_spec(path, secret)
+    importer.import_recipe(empty_project, str(_upstream(tmp_path)), name=NAME, echo=Echo(), yes=True)
+    assert "hf_leak" not in path.read_text(encoding="utf-8")
+
+
+def test_a_broken_user_file_is_reported_with_how_to_start_afresh(empty_project: Project) -> None:
     importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=Echo())
     path = empty_project.spec_path(NAME)
     path.write_text("version: 1\n", encoding="utf-8")
-    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, yes=True, echo=Echo())
-    assert specmod.load(path).name == NAME
+    with pytest.raises(RigsmithError, match="to import afresh"):
+        importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, yes=True, echo=Echo())
+    assert path.read_text(encoding="utf-8") == "version: 1\n"
 
 
 def test_dry_run_writes_nothing(empty_project: Project) -> None:

@@ -14,12 +14,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import yaml
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from rigsmith import spec as specmod
 from rigsmith import writer
-from rigsmith.errors import AdapterError, RecipeError
+from rigsmith.errors import AdapterError, ConsentError, RecipeError, SpecError
 from rigsmith.importing import recipe as recipemod
+from rigsmith.merge import Conflict, Resolve, merge3
 from rigsmith.project import Project
 
 #: Largest recipe accepted (a recipe is a page of text; anything bigger is not one).
@@ -191,8 +193,13 @@ def import_recipe(
     confirm: Callable[[str], bool] | None = None,
     echo: Callable[[str], None] = print,
     http: HttpOptions = HttpOptions(),
+    resolve: Resolve | None = None,
 ) -> specmod.Deployment:
     """Import SOURCE into ``deployments/NAME.yaml`` (asking before changing an existing file).
+
+    An existing spec is the user's: the new import is merged into it three-way against what the last
+    import wrote (``deployments/.base/NAME.yaml``), so the user's edits stay and upstream changes come in;
+    a field both changed is a conflict that needs ``resolve`` or an answer at the prompt.
 
     Args:
         project: the checkout.
@@ -204,12 +211,17 @@ def import_recipe(
         confirm: asks the user; None means there is no terminal.
         echo: where messages go.
         http: timeouts, size limit and retries for URLs (and the size limit for files).
+        resolve: settle every conflict with the user's value ("ours") or upstream's ("theirs").
     """
     fetched = load_source(source, http=http)
     text = decode(fetched)
-    dep = recipemod.parse(text, source=fetched.source, sha256=fetched.sha256, name=name, image=image)
-    path = project.spec_path(dep.name)
+    upstream = recipemod.parse(text, source=fetched.source, sha256=fetched.sha256, name=name, image=image)
+    path = project.spec_path(upstream.name)
+    base_path = base_path_of(path)
+    dep = merge_spec(path, base_path, upstream, resolve=resolve, confirm=confirm, echo=echo)
     content = specmod.dump(dep)
+    if path.exists() and specmod.to_data(dep, defaults=True) == _full(_read_data(path, "your spec")):
+        content = path.read_text(encoding="utf-8")  # nothing to take: the user's file stays byte for byte
     artifact = writer.Artifact(path, content)
     if dry_run:
         outcome = writer.plan([artifact])[0]
@@ -221,9 +233,117 @@ def import_recipe(
             echo(content)
         return dep
     writer.write([artifact], yes=yes, confirm=confirm, echo=echo, root=project.root)
+    # The base is rigsmith's record of what the import said (not the user's file): written after the
+    # spec, so an interrupted run leaves an older base, which only makes the next merge ask more.
+    writer.write_one(base_path, specmod.dump(upstream))
     for line in next_steps(dep):
         echo(line)
     return dep
+
+
+#: Lists of mappings in a spec merged entry by entry (the field that names an entry); other lists
+#: (``engine.args``, patterns) are one value each.
+SPEC_LIST_KEYS = {
+    "env": "name",
+    "mounts": "container",
+    "model.config_patches": "key",
+    "benchmarks": "name",
+}
+
+
+def base_path_of(spec_path: Path) -> Path:
+    """Where the last import of ``deployments/NAME.yaml`` is recorded (committed beside it)."""
+    return spec_path.parent / ".base" / spec_path.name
+
+
+def _read_data(path: Path, what: str) -> object:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise SpecError(str(path), [("(file)", f"cannot read {what}: {err}")]) from None
+
+
+def _full(data: object) -> object:
+    """Spec data with every default spelled out, so "not written" and "written as the default" compare
+    equal; data that is not a valid spec is merged as it is (its problems are reported after the merge)."""
+    try:
+        return specmod.to_data(specmod.Deployment.model_validate(data), defaults=True)
+    except ValueError:
+        return data
+
+
+def merge_spec(
+    path: Path,
+    base_path: Path,
+    upstream: specmod.Deployment,
+    *,
+    resolve: Resolve | None = None,
+    confirm: Callable[[str], bool] | None = None,
+    echo: Callable[[str], None] = print,
+) -> specmod.Deployment:
+    """The spec to write: ``upstream`` as is for a new file, else merged into the user's current file.
+
+    Raises:
+        ConsentError: conflicts with no ``resolve`` and no terminal to ask (nothing is written).
+    """
+    if not path.exists():
+        return upstream
+    ours = _full(_read_data(path, "your spec"))
+    base = _full(_read_data(base_path, "the recorded base")) if base_path.exists() else None
+    theirs = _full(specmod.to_data(upstream))
+    merged = merge3(base, ours, theirs, keyed=SPEC_LIST_KEYS.get, resolve=resolve)
+    if merged.conflicts and resolve is None:
+        if confirm is None:
+            why = (
+                " (no record of the last import in deployments/.base/, so no field can be told apart)"
+                if base is None
+                else ""
+            )
+            raise ConsentError(
+                f"{path}: you and the recipe changed the same fields{why}: "
+                f"{'; '.join(c.describe() for c in merged.conflicts)}. Nothing was written; re-run with "
+                "--ours to keep your values or --theirs to take the recipe's (other changes merge either way)"
+            )
+        merged = merge3(base, ours, theirs, keyed=SPEC_LIST_KEYS.get, resolve=_asker(confirm, echo))
+    value = merged.value
+    if merged.taken:
+        echo(f"upstream changes merged into {path.name}: {', '.join(merged.taken)}")
+    if merged.kept == ("",):
+        echo(f"the recipe has not changed since the last import; {path.name} stays as you left it")
+    elif merged.kept:
+        echo(f"your edits kept: {', '.join(merged.kept)}")
+    try:
+        dep = specmod.from_data(value, str(path))
+    except SpecError as err:
+        raise SpecError(
+            str(path),
+            [
+                *err.problems,
+                (
+                    "(re-import)",
+                    "your file merged with the new import is not a valid spec; fix your file, or delete it "
+                    f"and {base_path} to import afresh",
+                ),
+            ],
+        ) from None
+    return _without_secret_values(dep, echo)
+
+
+def _asker(confirm: Callable[[str], bool], echo: Callable[[str], None]) -> Callable[[Conflict], Resolve]:
+    def ask(c: Conflict) -> Resolve:
+        echo(f"conflict {c.describe()}")
+        return "theirs" if confirm(f"take upstream's value for {c.path}?") else "ours"
+
+    return ask
+
+
+def _without_secret_values(dep: specmod.Deployment, echo: Callable[[str], None]) -> specmod.Deployment:
+    leaked = [e.name for e in dep.env if e.secret and e.value]
+    if not leaked:
+        return dep
+    echo(f"secret values not kept in the spec: {', '.join(leaked)} (passed by name at run time)")
+    env = tuple(e.model_copy(update={"value": ""}) if e.secret else e for e in dep.env)
+    return dep.model_copy(update={"env": env})
 
 
 def next_steps(dep: specmod.Deployment) -> list[str]:

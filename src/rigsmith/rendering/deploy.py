@@ -35,6 +35,7 @@ def artifacts(
     podman_version: str | None = None,
     lxc: LxcOptions | None = None,
     read: Callable[[Path], str | None] = _read,
+    warn: Callable[[str], None] = lambda _msg: None,
 ) -> tuple[planmod.RunPlan, list[writer.Artifact]]:
     """Plan and render without writing (``read`` fetches a file a target merges into, e.g. a pct.conf)."""
     if target not in TARGETS:
@@ -58,8 +59,20 @@ def artifacts(
         podman_version=podman_version or spec.podman_version,
         lxc=lxc or LxcOptions(),
         read=read,
+        warn=warn,
     )
     return plan, table[target](plan, ctx)
+
+
+def _show_merge(source: Path, merged: writer.Artifact, echo: Callable[[str], None]) -> None:
+    """The diff from the user's pct.conf to the merged copy (the input itself is never written)."""
+    import difflib
+
+    before = (_read(source) or "").splitlines(keepends=True)
+    diff = "".join(
+        difflib.unified_diff(before, merged.content.splitlines(keepends=True), str(source), str(merged.path))
+    )
+    echo(f"merged {source} (unchanged) into {merged.path}:\n{diff or '  (no change)'}")
 
 
 def next_steps(target: str, plan: planmod.RunPlan) -> list[str]:
@@ -119,7 +132,10 @@ def deploy(
         memlock=memlock,
         podman_version=podman_version,
         lxc=lxc,
+        warn=echo,
     )
+    if lxc is not None and lxc.config is not None and not check:
+        _show_merge(lxc.config, files[0], echo)
     if plan.runtime == "container" and not plan.image_pinned:
         echo(f"warning: image {plan.image} is not pinned by digest; `invoke pin` or `invoke build` locks it")
     outcomes = writer.write(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.spec import Deployment
@@ -26,6 +27,8 @@ class LxcOptions:
     rootfs_gib: int = 64
     order: int = 10
     uvm_major: int | None = None  # host fact for PVE < 8.1: `grep nvidia-uvm /proc/devices`
+    resolve: Literal["ours", "theirs"] | None = None  # --lxc-config: a setting both changed → whose value
+    replace_passthrough: bool = False  # --lxc-config: drop the user's GPU passthrough in another form
 
 
 def _no_file(_path: Path) -> str | None:
@@ -43,6 +46,8 @@ class RenderContext:
     lxc: LxcOptions = field(default_factory=LxcOptions)
     #: Reads a file the target merges into (an existing pct.conf); injected by deploy, None when absent.
     read: Callable[[Path], str | None] = _no_file
+    #: Tells the user something a render found and did not change (a CT's memory below the need).
+    warn: Callable[[str], None] = lambda _msg: None
 
 
 Renderer = Callable[[RunPlan, RenderContext], list[Artifact]]

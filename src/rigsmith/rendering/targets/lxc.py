@@ -7,10 +7,13 @@ the venv's vllm and installs a systemd service in the CT whose ExecStart is the 
 argv. The pct.conf carries the CT side of the same facts: GPU nodes, a sized /dev/shm, memlock, env, the
 model dir, and a ``startup: down=`` that outlasts every stop timeout inside.
 
-An existing config is merged, never clobbered: the user's lines stay, the lines rigsmith manages (same key,
-same mount point, same device, same variable) are replaced, and everything goes before the first ``[section]``
-(snapshots, ``[pve:pending]``), because lines appended after it would land in the last snapshot
-(research/runtime-facts.md §4.1).
+A config rigsmith writes (``lxc/NAME/VMID.conf``) is its own: re-rendering replaces the lines it manages
+(same key, same mount point, same device, same variable) and keeps lines added by hand. A config the user
+hands in (``--lxc-config``) is theirs: it is read, never written, and the merged copy goes to
+``lxc/NAME/VMID.conf`` under the rules of :mod:`rigsmith.targets.pctconf` (only rigsmith's settings change,
+three-way against the recorded base, CT identity keys never touched). Either way everything goes before the
+first ``[section]`` (snapshots, ``[pve:pending]``), because lines appended after it would land in the last
+snapshot (research/runtime-facts.md §4.1).
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from rigsmith import render as tpl
-from rigsmith.errors import SpecError
+from rigsmith.errors import ConsentError, SpecError
 from rigsmith.render import banner
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import RenderContext, ini
+from rigsmith.rendering.targets import RenderContext, ini, pctconf
 from rigsmith.rendering.targets.common import (
     cannot_express,
     entrypoint_problems,
@@ -231,15 +235,46 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
     return out
 
 
-def check(lines_: Sequence[tuple[str, str]], pve: Version) -> list[str]:
-    """Problems with rendered (key, value) pairs against pct.conf(5) and PVE's raw-key whitelist."""
+#: pct.conf(5) keys a user's CT config may hold besides PVE_KEYS (rigsmith never writes them): key → value.
+PVE_USER_KEYS: dict[str, str] = {
+    "netN": r"\S+",
+    "description": r".*",
+    "tags": r"[^\s]*",
+    "lock": r"backup|create|destroyed|disk|fstrim|migrate|mounted|rollback|snapshot|snapshot-delete",
+    "cmode": r"shell|console|tty",
+    "console": r"[01]",
+    "tty": r"\d",
+    "protection": r"[01]",
+    "template": r"[01]",
+    "timezone": r"\S+",
+    "nameserver": r".+",
+    "searchdomain": r".+",
+    "hookscript": r"\S+",
+    "cpulimit": r"\d+(\.\d+)?",
+    "cpuunits": r"\d+",
+    "parent": r"\S+",
+    "unusedN": r"\S+",
+}
+_IDMAP_KEYS = re.compile(r"^lxc\.(idmap|apparmor\.profile|cap\.(drop|keep)|autodev|mount\.auto|hook\.\w+)$")
+
+
+def check(lines_: Sequence[tuple[str, str]], pve: Version, user_keys: bool = False) -> list[str]:
+    """Problems with (key, value) pairs against pct.conf(5) and PVE's raw-key whitelist.
+
+    ``user_keys`` also accepts the keys of a user's own CT config that rigsmith never writes (net0, tags,
+    idmap lines…), for checking a merged config as a whole.
+    """
     bad = []
     for key, value in lines_:
+        name = re.sub(r"\d+$", "N", key) if re.match(r"^(mp|dev|net|unused)\d+$", key) else key
+        if user_keys and (name in PVE_USER_KEYS or _IDMAP_KEYS.match(key)):
+            if name in PVE_USER_KEYS and not re.fullmatch(PVE_USER_KEYS[name], value):
+                bad.append(f"{key}: {value!r} does not match pct.conf(5)")
+            continue
         if key.startswith("lxc."):
             if not RAW_ALLOWED.match(key):
                 bad.append(f"{key}: not a raw key PVE passes to liblxc")
             continue
-        name = re.sub(r"\d+$", "N", key) if re.match(r"^(mp|dev)\d+$", key) else key
         if name not in PVE_KEYS:
             bad.append(f"{key}: not a pct.conf key")
             continue
@@ -356,11 +391,64 @@ def unit_text(plan: RunPlan, ctx: RenderContext) -> str:
     )
 
 
+#: Keys that make the CT what it is: rigsmith writes them in a new config, never in the user's.
+CT_KEYS = frozenset(
+    {"arch", "cores", "hostname", "memory", "onboot", "ostype", "rootfs", "swap", "unprivileged"}
+)
+
+
+def _users_conf(plan: RunPlan, ctx: RenderContext, ours: Sequence[Line], out: Path) -> list[Artifact]:
+    """The user's --lxc-config (read, never written) merged with rigsmith's settings, to ``out``."""
+    opts = ctx.lxc
+    assert opts.config is not None
+    existing = ctx.read(opts.config)
+    if existing is None:
+        raise ConsentError(f"--lxc-config {opts.config}: no such file", hint="give the CT's config (a copy)")
+    base_path = out.parent / ".base" / f"{out.name}.json"
+    settings = [(ln.key, ln.value) for ln in ours if ln.key not in CT_KEYS]
+    merged = pctconf.merge_conf(
+        existing,
+        settings,
+        ctx.read(base_path),
+        resolve=opts.resolve,
+        replace_passthrough=opts.replace_passthrough,
+    )
+    if merged.passthrough and not opts.replace_passthrough:
+        raise ConsentError(
+            f"{opts.config} already passes GPUs through in another form: {' | '.join(merged.passthrough)}. "
+            "Nothing was written: keeping them next to rigsmith's devN lines would pass each device twice",
+            hint="re-run with --replace-gpu-passthrough to drop those lines (only those)",
+        )
+    if merged.conflicts and opts.resolve is None:
+        raise ConsentError(
+            f"{opts.config}: you and rigsmith changed the same settings: "
+            f"{'; '.join(c.describe() for c in merged.conflicts)}. Nothing was written",
+            hint="re-run with --ours to keep your values or --theirs to take rigsmith's",
+        )
+    _warn_below_need(plan, ctx, ours, existing)
+    return [Artifact(out, merged.text), Artifact(base_path, merged.base)]
+
+
+def _warn_below_need(plan: RunPlan, ctx: RenderContext, ours: Sequence[Line], existing: str) -> None:
+    need = {ln.key: ln.value for ln in ours if ln.key in ("memory", "cores")}
+    have: dict[str, str] = {}
+    for ln in existing.split("\n[", 1)[0].splitlines():
+        if m := _KEY_RE.match(ln):
+            have.setdefault(m.group(1), m.group(2))
+    for key, want in need.items():
+        got = have.get(key)
+        if got is not None and got.isdigit() and int(got) < int(want):
+            ctx.warn(
+                f"warning: {ctx.lxc.config} has {key}: {got}; {plan.name} needs {want} "
+                f"(kept as you wrote it: set it with `pct set {ctx.lxc.vmid} --{key} {want}`)"
+            )
+
+
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
-    """``lxc/NAME/VMID.conf`` (or the --lxc-config file, merged) and ``lxc/NAME/provision.sh``."""
+    """``lxc/NAME/VMID.conf`` (new, or the --lxc-config file merged) and ``lxc/NAME/provision.sh``."""
     opts = ctx.lxc
     base = ctx.out / "lxc" / plan.name
-    conf = opts.config or base / f"{opts.vmid}.conf"
+    conf = base / f"{opts.vmid}.conf"
     t = timings(plan)
     head = [
         *banner(ctx.command, plan.spec_path).rstrip("\n").splitlines(),
@@ -373,7 +461,10 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         + f" < systemd {t.systemd_stop}s < startup down={t.pve_down}s.",
     ]
     ours = lines(plan, ctx)
-    text = "\n".join(merge(ctx.read(conf), ours, head)) + "\n"
+    if opts.config is not None:
+        confs = _users_conf(plan, ctx, ours, conf)
+    else:
+        confs = [Artifact(conf, "\n".join(merge(ctx.read(conf), ours, head)) + "\n")]
     nodes = _gpu_nodes(plan, ctx.spec.resources.gpus.count, [])
     script = tpl.render(
         "lxc/provision.sh.j2",
@@ -393,4 +484,4 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         q=tpl.shquote,
         secrets=plan.secret_env,
     )
-    return [Artifact(conf, text), Artifact(base / "provision.sh", script, 0o755)]
+    return [*confs, Artifact(base / "provision.sh", script, 0o755)]
