@@ -1,8 +1,8 @@
 """The import rule, checked on the source (README § Architecture).
 
 Stages, in the order the flow runs: importing → resolving → rendering → operating. The core (spec, errors,
-project, writer, render) is imported by every stage and imports none. A stage may import the core and the
-stages before it, never a later one. Pure modules never import an adapter: no network, engine or
+project, writer, render, merge) is imported by every stage and imports none. A stage may import the core
+and the stages before it, never a later one. Pure modules never import an adapter: no network, engine or
 subprocess library, and none of rigsmith's own adapter modules.
 """
 
@@ -18,7 +18,14 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 STAGES = ("importing", "resolving", "rendering", "operating")
-CORE = ("rigsmith.spec", "rigsmith.errors", "rigsmith.project", "rigsmith.writer", "rigsmith.render")
+CORE = (
+    "rigsmith.spec",
+    "rigsmith.errors",
+    "rigsmith.project",
+    "rigsmith.writer",
+    "rigsmith.render",
+    "rigsmith.merge",
+)
 
 #: Modules that talk to the network, an engine or the host, and the libraries that do.
 ADAPTERS = (
