@@ -90,8 +90,8 @@ def deploy(
     """Render run artifacts for one target from the spec and the lock."""
     if ours and theirs:
         raise Exit("error: --ours and --theirs exclude each other; pick one", code=1)
-    from rigsmith import deploy as deploymod
-    from rigsmith.targets import LxcOptions
+    from rigsmith.rendering import deploy as deploymod
+    from rigsmith.rendering.targets import LxcOptions
 
     deploymod.deploy(
         project(c),
@@ -128,9 +128,9 @@ def check_container(
     c: Context, deployment: str | None = None, container: str | None = None, memlock: str | None = None
 ) -> None:
     """Fail loudly unless the running container got its CDI devices, shm and stop timeout."""
-    from rigsmith import deploy as deploymod
+    from rigsmith.operating import verify
 
-    deploymod.check_container(
+    verify.check_deployment(
         project(c),
         deployment=deployment,
         container=container,
@@ -145,7 +145,8 @@ def schema(c: Context, check: bool = False) -> None:
     """Write schema/{deployment,image}.schema.json (JSON Schemas of the spec files, for editors)."""
     import json
 
-    from rigsmith import image, spec, writer
+    from rigsmith import spec, writer
+    from rigsmith.resolving import image
 
     root = project(c).root
     schemas = {"deployment": spec.json_schema(), "image": image.schema()}

@@ -13,15 +13,15 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
-from rigsmith.modelfetch import pin_model
+from rigsmith.resolving.modelfetch import pin_model
 from tasks._common import echo, project, user_errors
 
 if TYPE_CHECKING:
-    from rigsmith.registry import Registry
+    from rigsmith.resolving.registry import Registry
 
 
 def _registry() -> Registry:
-    from rigsmith import registry as registrymod
+    from rigsmith.resolving import registry as registrymod
 
     return registrymod.Registry(registrymod.load_docker_config())
 
@@ -35,7 +35,7 @@ def _registry() -> Registry:
 @user_errors
 def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
     """Resolve image tags (and model branches) to digests/commits in rigsmith.lock."""
-    from rigsmith import build as buildmod
+    from rigsmith.resolving import build as buildmod
 
     proj = project(c)
     reg = _registry()
@@ -66,8 +66,8 @@ def build(
     push: str | None = None,
 ) -> None:
     """Render the Dockerfile, build it, record image ID (and pushed digest) in rigsmith.lock."""
-    from rigsmith import build as buildmod
-    from rigsmith import engine as enginemod
+    from rigsmith.resolving import build as buildmod
+    from rigsmith.resolving import engine as enginemod
 
     if engine is not None and engine not in enginemod.ENGINES:
         raise RigsmithError(f"--engine {engine!r} is not supported", hint="use --engine podman or docker")

@@ -7,7 +7,7 @@ from pathlib import Path
 from invoke.context import Context
 from invoke.tasks import task
 
-from rigsmith import modelfetch
+from rigsmith.resolving import modelfetch
 from tasks._common import DEFAULT_DEP, echo, project, user_errors
 
 

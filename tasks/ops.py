@@ -1,6 +1,6 @@
-"""Operations: doctor, up, down, status, logs, wait, bench, proxy-entry. Wiring only (see rigsmith.ops).
+"""Operations: doctor, up, down, status, logs, wait, bench, proxy-entry. Wiring only (see rigsmith.operating).
 
-rigsmith.ops (httpx, jinja2) loads inside the tasks: invoke imports every task module for every command.
+rigsmith.operating (httpx, jinja2) loads inside the tasks: invoke imports every task module for every command.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 from tasks.deploy import _memlock
 
 if TYPE_CHECKING:
-    from rigsmith.ops.lifecycle import Ops
+    from rigsmith.operating.lifecycle import Ops
 
 _DEP = "deployments/NAME.yaml to act on" + DEFAULT_DEP
 _TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
@@ -28,7 +28,7 @@ _OUT = "where the target's artifacts live: DIR/<target>/… (default: the checko
 
 
 def _ops(c: Context, target: str, out: str | None) -> Ops:
-    from rigsmith.ops import lifecycle
+    from rigsmith.operating import lifecycle
 
     return lifecycle.Ops(
         project(c), target=target, out=Path(out) if out else None, env=dict(os.environ), echo=echo
@@ -61,8 +61,8 @@ def doctor(c: Context, deployment: str | None = None, target: str = "podman", ve
     """Preflight: one go/no-go table of this host against the deployment's needs."""
     from rich.console import Console
 
-    from rigsmith.ops import doctor as doctormod
-    from rigsmith.ops.host import LocalHost
+    from rigsmith.operating import doctor as doctormod
+    from rigsmith.operating.host import LocalHost
 
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
@@ -101,7 +101,7 @@ def up(
     ignore_drift: bool = False,
 ) -> None:
     """Start the deployment (render-check, start if needed, verify devices and env arrived)."""
-    from rigsmith.ops import lifecycle
+    from rigsmith.operating import lifecycle
 
     lifecycle.up(
         _ops(c, target, out),
@@ -119,7 +119,7 @@ def up(
 @user_errors
 def down(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Stop the deployment with its grace, then confirm no process of it holds a GPU."""
-    from rigsmith.ops import lifecycle
+    from rigsmith.operating import lifecycle
 
     lifecycle.down(_ops(c, target, out), deployment=deployment)
 
@@ -128,8 +128,8 @@ def down(c: Context, deployment: str | None = None, target: str = "podman", out:
 @user_errors
 def status(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Show the deployment's container state, whether it runs the current spec, and /health."""
-    from rigsmith.ops import lifecycle
-    from rigsmith.ops import wait as waitmod
+    from rigsmith.operating import lifecycle
+    from rigsmith.operating import wait as waitmod
 
     st = lifecycle.status(_ops(c, target, out), deployment=deployment, health=waitmod.http_health_url)
     spec = {
@@ -166,7 +166,7 @@ def logs(
     tail: str | None = None,
 ) -> None:
     """Show the deployment's engine log (podman logs / journalctl)."""
-    from rigsmith.ops import lifecycle
+    from rigsmith.operating import lifecycle
 
     argv = lifecycle.logs_argv(
         _ops(c, target, out),
@@ -205,9 +205,9 @@ def wait(
     url: str | None = None,
 ) -> None:
     """Wait until the recipe's readiness gates pass (log lines, KV-cache size, /health)."""
-    from rigsmith.ops import bench as benchmod
-    from rigsmith.ops import lifecycle
-    from rigsmith.ops import wait as waitmod
+    from rigsmith.operating import bench as benchmod
+    from rigsmith.operating import lifecycle
+    from rigsmith.operating import wait as waitmod
 
     ops = _ops(c, target, out)
     spec = ops.project.load(deployment)
@@ -251,7 +251,7 @@ def bench(
     compare: bool = False,
 ) -> None:
     """Measure decode tok/s (1 and N streams), TTFT and prefill; append results keyed by the lock hash."""
-    from rigsmith.ops import bench as benchmod
+    from rigsmith.operating import bench as benchmod
 
     counts = [_int("--streams", s) for s in str(streams).split(",") if s.strip()]
     benchmod.bench_deployment(
@@ -282,7 +282,7 @@ def proxy_entry(
 ) -> None:
     """Emit a llama-swap model entry and the proxy family record for the deployment."""
     from rigsmith import writer
-    from rigsmith.ops import proxy
+    from rigsmith.operating import proxy
 
     p = project(c)
     spec = p.load(deployment)

@@ -6,7 +6,7 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from rigsmith import importer
+from rigsmith.importing import importer
 from tasks._common import confirm, echo, project, user_errors
 
 

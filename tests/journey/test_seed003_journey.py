@@ -22,13 +22,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rigsmith import lock as lockmod
 from rigsmith import spec as specmod
-from rigsmith.ops.standin import Standin, StandinConfig
-from tests.conftest import FAKE_VENDOR, REPO, Podman
-from tests.models.conftest import tiny_files
-from tests.models.hubserver import HubServer
-from tests.ops.conftest import OPS_IMAGE, free_port
+from rigsmith.operating.standin import Standin, StandinConfig
+from rigsmith.resolving import lock as lockmod
+from tests.support.common import FAKE_VENDOR, REPO
+from tests.support.hubserver import HubServer
+from tests.support.models import tiny_files
+from tests.support.ops import OPS_IMAGE, free_port
+from tests.support.podman import Podman
 
 RECIPE = "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
 HUB_REPO = "halt95/Qwen3.8-Flash-Next-W4A16-Merlin"
