@@ -29,13 +29,15 @@ def _registry() -> Registry:
 @task(
     help={
         "deployment": "pin only what this deployment uses (default: every deployment and image)",
-        "repin": "re-resolve model branches/tags already in the lock and show what changed",
+        "repin": "re-resolve model branches/tags and image source trees already in the lock and show "
+        "what changed",
     }
 )
 @user_errors
 def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
-    """Resolve image tags (and model branches) to digests/commits in rigsmith.lock."""
+    """Resolve image tags, source trees (and model branches) to digests/commits in rigsmith.lock."""
     from rigsmith.resolving import build as buildmod
+    from rigsmith.resolving import sources as sourcesmod
 
     proj = project(c)
     reg = _registry()
@@ -43,6 +45,11 @@ def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
         buildmod.pin_images(proj, reg, deployment=deployment, echo=echo)
     finally:
         reg.close()
+    src = sourcesmod.Sources(sourcesmod.cache_root())
+    try:
+        sourcesmod.pin_sources(proj, src, deployment=deployment, repin=repin, echo=echo)
+    finally:
+        src.close()
     names = [proj.resolve_name(deployment)] if deployment else proj.deployment_names()
     for name in names:
         pin_model(proj, proj.load(name), repin=repin, echo=echo)

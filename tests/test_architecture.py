@@ -35,6 +35,7 @@ ADAPTERS = (
     "rigsmith.resolving.engine",
     "rigsmith.resolving.modelfetch",
     "rigsmith.resolving.build",
+    "rigsmith.resolving.sources",
     "rigsmith.operating",
     "httpx",
     "requests",

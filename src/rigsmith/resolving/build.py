@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rigsmith.errors import AdapterError, LockError, RigsmithError, SpecError
@@ -21,6 +21,7 @@ from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.engine import Engine
 from rigsmith.resolving.imageref import parse_ref
 from rigsmith.resolving.registry import Resolver
+from rigsmith.resolving.sources import Sources, cache_root, tree_files
 
 Echo = Callable[[str], None]
 
@@ -146,8 +147,12 @@ def build_command(name: str) -> str:
     return f"invoke build --image {name}"
 
 
-def prepare(project: Project, name: str) -> tuple[imagemod.ImageDef, imagemod.Context]:
-    """Load, gather and render the build context of ``images/<name>``; no engine, no network."""
+def prepare(
+    project: Project, name: str, sources: Sources | None = None
+) -> tuple[imagemod.ImageDef, imagemod.Context]:
+    """Load, gather and render the build context of ``images/<name>``; no engine. A definition with a
+    source tree reads the locked commit and assets from ``sources``' cache (the network only for what
+    it lacks)."""
     definition = imagemod.load(project.images, name)
     lock = lockmod.read(project.lock_path)
     try:
@@ -160,6 +165,16 @@ def prepare(project: Project, name: str) -> tuple[imagemod.ImageDef, imagemod.Co
             raise SpecError(err.source, [*err.problems, ("base", f"{pin.message}; {pin.hint}")],
                             what="image definition") from None  # fmt: skip
         raise
+    if definition.tree is not None:
+        imagemod.base_digest(definition, lock, name)  # a missing pin fails before any download
+        imagemod.locked_source(definition, lock, name)
+        own = sources is None
+        src = Sources(cache_root()) if sources is None else sources
+        try:
+            inputs = replace(inputs, tree=tree_files(project, src, name, definition))
+        finally:
+            if own:
+                src.close()
     return definition, imagemod.render_context(inputs, lock, command=build_command(name))
 
 
@@ -176,6 +191,9 @@ def materialize(ctx: imagemod.Context, dest: Path, epoch: int) -> None:
         for rel, f in ctx.files.items():
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
+            if f.link is not None:
+                p.symlink_to(f.link)  # unpack_tar let only links that stay inside the tree through
+                continue
             p.write_bytes(f.data)
             p.chmod(f.mode)
         for p in sorted(tmp.rglob("*"), reverse=True):
@@ -207,6 +225,7 @@ def build_image(
     push: str | None = None,
     resolver: Resolver | None = None,
     echo: Echo = print,
+    sources: Sources | None = None,
 ) -> lockmod.LockedBuild:
     """Render, build (log streamed), optionally push, re-check, and record the build in the lock.
 
@@ -222,7 +241,7 @@ def build_image(
     name = image_name(project, image=image, deployment=deployment)
     if push and resolver is None:
         raise RigsmithError("--push needs a registry client")
-    definition, ctx = prepare(project, name)
+    definition, ctx = prepare(project, name, sources)
     epoch = definition.source_date_epoch
     dest = context_dir(project, name)
     materialize(ctx, dest, epoch)

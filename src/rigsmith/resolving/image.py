@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from rigsmith import render
-from rigsmith.errors import LockError, SpecError
+from rigsmith.errors import LockError, RigsmithError, SpecError
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.imageref import DIGEST_RE, parse_ref
 from rigsmith.spec import NAME_RE, problems_from
@@ -141,6 +141,166 @@ class ExtraFile(_Frozen):
         return _single_line(v, "dest")
 
 
+_SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]*$")
+#: Git URL schemes a tree may come from (no ext::/fd:: transports, no option-looking values).
+GIT_SCHEMES = ("https://", "http://", "git://", "ssh://", "file://")
+#: Where the tree lands in the build context.
+TREE_CONTEXT_DIR = "tree"
+
+
+def _no_escape(v: str, what: str) -> str:
+    p = PurePosixPath(v)
+    if p.is_absolute() or ".." in p.parts or "\\" in v:
+        raise ValueError(f"{what} must be a relative path inside the tree (no leading /, no ..)")
+    return _single_line(v, what)
+
+
+class Asset(_Frozen):
+    """A release asset: fetched by URL, verified by sha256, unpacked into the tree or placed in it."""
+
+    name: str = Field(description="Name of the asset (lowercase), e.g. compiled-ops.")
+    url: str | None = Field(None, description="http(s) URL; empty until filled in (pin refuses it then).")
+    sha256: str | None = Field(None, description="sha256:… if known; `invoke pin` locks it otherwise.")
+    unpack: str | None = Field(
+        None, description="Unpack this tar(.gz/.bz2/.xz) into this directory of the tree ('.' = its root)."
+    )
+    dest: str | None = Field(None, description="Or place the file unchanged at this path in the tree.")
+    note: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"asset name {v!r}: use lowercase letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_asset_url(v)
+        return v
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str | None) -> str | None:
+        if v is not None and not _SHA256_RE.match(v):
+            raise ValueError(f"{v!r} is not sha256:<64 lowercase hex digits>")
+        return v
+
+    @field_validator("unpack", "dest")
+    @classmethod
+    def _where(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return None if v is None else _no_escape(v, str(info.field_name))
+
+    @model_validator(mode="after")
+    def _check(self) -> Asset:
+        if (self.unpack is None) == (self.dest is None):
+            raise ValueError("set exactly one of unpack (a directory of the tree) or dest (a file in it)")
+        if self.dest is not None and PurePosixPath(self.dest).name in ("", "."):
+            raise ValueError("dest must name a file")
+        return self
+
+
+class Tree(_Frozen):
+    """A source tree: a git repository at a ref, locked to a commit by `invoke pin`, copied into the image."""
+
+    repo: str | None = Field(None, description="Git URL (https, http, git, ssh, file); empty until filled.")
+    ref: str = Field(description="Branch, tag or (short) commit sha; `invoke pin` locks the full commit.")
+    dest: str = Field(description="Absolute directory in the image the tree is copied to.")
+    install: Literal["pythonpath", "pip", "copy"] = Field(
+        "pythonpath",
+        description="pythonpath: copied and put on PYTHONPATH; pip: copied and `pip install`ed (no deps); "
+        "copy: copied only.",
+    )
+    pythonpath: str = Field(".", description="install: pythonpath: the tree directory put on PYTHONPATH.")
+    assets: tuple[Asset, ...] = ()
+    note: str | None = None
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_git_url(v)
+        return v
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, v: str) -> str:
+        if not _REF_RE.fullmatch(v) or ".." in v or v.endswith((".lock", "/", ".")) or "//" in v:
+            raise ValueError(f"{v!r} is not a branch, tag or commit sha")
+        return v
+
+    @field_validator("dest")
+    @classmethod
+    def _dest(cls, v: str) -> str:
+        p = PurePosixPath(v)
+        if not p.is_absolute() or ".." in p.parts or p == PurePosixPath("/"):
+            raise ValueError("dest must be an absolute directory inside the image (not /)")
+        return _single_line(v, "dest")
+
+    @field_validator("pythonpath")
+    @classmethod
+    def _pp(cls, v: str) -> str:
+        return _no_escape(v, "pythonpath")
+
+    @model_validator(mode="after")
+    def _check(self) -> Tree:
+        names = [a.name for a in self.assets]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"assets: name(s) {dup} used twice")
+        return self
+
+    @property
+    def dest_path(self) -> str:
+        """``dest`` without a trailing slash."""
+        return str(PurePosixPath(self.dest))
+
+    @property
+    def pythonpath_dir(self) -> str:
+        """The absolute directory put on PYTHONPATH."""
+        return str(PurePosixPath(self.dest) / self.pythonpath)
+
+    def unfilled(self) -> list[tuple[str, str]]:
+        """(field, what to do) for every field pin cannot work without."""
+        out: list[tuple[str, str]] = []
+        if not self.repo:
+            out.append(("tree.repo", "is empty; write the git URL of the source repository"))
+        for i, a in enumerate(self.assets):
+            if not a.url:
+                out.append((f"tree.assets[{i}].url", f"asset {a.name!r} has no URL; write its download URL"))
+        return out
+
+
+def check_git_url(v: str) -> str:
+    """Refuse a git URL that is not one of :data:`GIT_SCHEMES` (ext::, options, whitespace)."""
+    if not v.startswith(GIT_SCHEMES) or any(c.isspace() or ord(c) < 32 for c in v):
+        raise ValueError(f"{v!r}: a git URL must start with {', '.join(GIT_SCHEMES)} and hold no spaces")
+    return v
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+def check_asset_url(v: str) -> str:
+    """https, or http to a loopback host only (an asset's first download is what pin trusts); no
+    credentials in the URL (they would be written into image.yaml and the lock)."""
+    if any(c.isspace() for c in v) or any(ord(c) < 32 for c in v):
+        raise ValueError(f"{v!r}: a URL holds no spaces or control characters")
+    scheme, sep, rest = v.partition("://")
+    authority = rest.split("/", 1)[0]
+    host = authority.rsplit(":", 1)[0] if not authority.endswith("]") else authority
+    if not sep or scheme not in ("https", "http") or not authority:
+        raise ValueError(f"{v!r}: an asset URL must be https://HOST/…")
+    if "@" in authority:
+        raise ValueError(f"{v!r}: no credentials in an asset URL (they would be written into the lock)")
+    if scheme == "http" and host not in _LOOPBACK:
+        raise ValueError(f"{v!r}: plain http only to a loopback host; use https")
+    return v
+
+
 class ImageDef(_Frozen):
     """``images/<name>/image.yaml``: the inputs of one engine image."""
 
@@ -167,6 +327,9 @@ class ImageDef(_Frozen):
         None, description="A .j2 file in images/<name>/ that extends Dockerfile.j2 and overrides its blocks."
     )
     notes: tuple[str, ...] = ()
+    tree: Tree | None = Field(
+        None, description="A source tree (git repo at a ref, release assets) copied into the image."
+    )
 
     @field_validator("pip")
     @classmethod
@@ -280,6 +443,7 @@ class Inputs:
     patches: Mapping[str, bytes]  # slot → patch bytes
     files: Mapping[str, bytes]  # src → bytes
     template_dir: Path | None = None  # images/<name>/ when the definition overrides the template
+    tree: Mapping[str, ContextFile] | None = None  # the locked commit's files + assets, tree-relative
 
 
 def gather(images_dir: Path, name: str, definition: ImageDef) -> Inputs:
@@ -340,10 +504,11 @@ def base_digest(definition: ImageDef, lock: lockmod.Lock, name: str) -> str:
 
 @dataclass(frozen=True)
 class ContextFile:
-    """One file of the build context."""
+    """One file of the build context (a symlink when ``link`` is set; it points inside the context)."""
 
     data: bytes
     mode: int = 0o644
+    link: str | None = None
 
 
 @dataclass(frozen=True)
@@ -398,6 +563,9 @@ def render_context(inputs: Inputs, lock: lockmod.Lock, *, command: str) -> Conte
         patch_hashes[f"images/{name}/{p.file}"] = sha256(data)
     for f in d.files:
         files[f"files/{f.src}"] = ContextFile(inputs.files[f.src], f.mode)
+    tree = _tree_context(inputs, lock)
+    for rel, tf in (inputs.tree or {}).items():
+        files[f"{TREE_CONTEXT_DIR}/{rel}"] = tf
 
     labels: dict[str, str] = {
         "org.opencontainers.image.title": name,
@@ -408,6 +576,7 @@ def render_context(inputs: Inputs, lock: lockmod.Lock, *, command: str) -> Conte
         labels["org.opencontainers.image.source"] = d.source
     for p in d.patches:
         labels[f"io.rigsmith.patch.{p.slot}.sha256"] = sha256(inputs.patches[p.slot])
+    labels.update(tree_labels(d, lock, name))
     labels.update(d.labels)
 
     def dockerfile(revision: str) -> bytes:
@@ -425,6 +594,7 @@ def render_context(inputs: Inputs, lock: lockmod.Lock, *, command: str) -> Conte
             "image_dir": IMAGE_DIR,
             "patches": [(p.slot, _exec_form(_helper_argv(p, d.python))) for p in d.patches],
             "smoke": _exec_form(d.smoke) if d.smoke else None,
+            "tree": tree,
             "labels": sorted(all_labels.items()),
         }
         template = d.template or "Dockerfile.j2"
@@ -459,11 +629,176 @@ def context_tar(files: Mapping[str, ContextFile], epoch: int) -> bytes:
                 info.type = tarfile.DIRTYPE
                 info.mode = 0o755
                 tar.addfile(info)
+            elif f.link is not None:
+                info.type = tarfile.SYMTYPE
+                info.linkname = f.link
+                info.mode = 0o777
+                tar.addfile(info)
             else:
                 info.size = len(f.data)
                 info.mode = f.mode
                 tar.addfile(info, io.BytesIO(f.data))
     return buf.getvalue()
+
+
+# -- source trees -------------------------------------------------------------------------------------------
+
+
+def locked_source(definition: ImageDef, lock: lockmod.Lock, name: str) -> lockmod.LockedSource:
+    """The lock's entry for the tree of ``images/<name>``; refuses a missing or stale one."""
+    tree = definition.tree
+    assert tree is not None
+    entry = lock.sources.get(name)
+    where = f"images/{name}/image.yaml"
+    if entry is None:
+        raise LockError(
+            f"{where}: tree {tree.repo or '(repo not filled in)'} @ {tree.ref} is not locked; a build must "
+            "copy an exact commit",
+            hint="fill in every empty tree field and run `invoke pin` to lock the commit and asset hashes",
+        )
+    stale = [
+        f"{field} is {want!r} in image.yaml but {have!r} in the lock"
+        for field, want, have in (("tree.repo", tree.repo, entry.repo), ("tree.ref", tree.ref, entry.ref))
+        if want != have
+    ]
+    for a in tree.assets:
+        got = entry.assets.get(a.name)
+        if got is None or got.url != a.url or (a.sha256 and a.sha256 != got.sha256):
+            stale.append(f"asset {a.name!r} is not locked as declared")
+    extra = sorted(set(entry.assets) - {a.name for a in tree.assets})
+    if extra:
+        stale.append(f"the lock holds asset(s) {extra} image.yaml no longer declares")
+    if stale:
+        raise LockError(
+            f"{where}: the locked tree no longer matches the definition: {'; '.join(stale)}",
+            hint="run `invoke pin --repin` to lock what image.yaml now declares",
+        )
+    return entry
+
+
+def tree_labels(definition: ImageDef, lock: lockmod.Lock, name: str) -> dict[str, str]:
+    """io.rigsmith.tree.* and io.rigsmith.asset.*: what a built image says about its source."""
+    if definition.tree is None:
+        return {}
+    entry = locked_source(definition, lock, name)
+    out = {"io.rigsmith.tree.repo": entry.repo, "io.rigsmith.tree.commit": entry.commit}
+    for asset, got in sorted(entry.assets.items()):
+        out[f"io.rigsmith.asset.{asset}.sha256"] = got.sha256
+    return out
+
+
+def _tree_context(inputs: Inputs, lock: lockmod.Lock) -> dict[str, Any] | None:
+    tree = inputs.definition.tree
+    if tree is None:
+        return None
+    locked_source(inputs.definition, lock, inputs.name)
+    if inputs.tree is None:
+        raise LockError(
+            f"images/{inputs.name}: the tree's files were not gathered",
+            hint="build with `invoke build`, which checks out the locked commit",
+        )
+    py = inputs.definition.python
+    pip = [py, "-m", "pip", "install", "--no-cache-dir", "--no-deps", "--no-build-isolation", tree.dest_path]
+    return {
+        "copy_form": _exec_form([f"{TREE_CONTEXT_DIR}/", tree.dest_path + "/"]),
+        "env": [("PYTHONPATH", tree.pythonpath_dir)] if tree.install == "pythonpath" else [],
+        "pip": _exec_form(pip) if tree.install == "pip" else None,
+    }
+
+
+class ArchiveError(RigsmithError):
+    """An archive (a git tree or a release asset) holds a member that cannot be unpacked safely."""
+
+
+def _member_path(raw: str, what: str) -> str:
+    name = raw.removeprefix("./")
+    p = PurePosixPath(name)
+    if raw.startswith("/") or ".." in p.parts or "\\" in raw or any(ord(c) < 32 for c in raw):
+        raise ArchiveError(
+            f"{what}: member {raw!r} is an absolute path, climbs out with '..' or holds control characters",
+            hint="the archive is refused as a whole; check where it came from",
+        )
+    return str(p)
+
+
+def unpack_tar(data: bytes, what: str, into: str = ".") -> dict[str, ContextFile]:
+    """The regular files and inside-pointing symlinks of a tar (any compression), tree-relative under
+    ``into``. Refuses absolute names, '..', links leaving the tree, devices, duplicates and a member
+    below a symlink. Pure: nothing is written."""
+    out: dict[str, ContextFile] = {}
+    base = PurePosixPath(into)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+            for m in tar:
+                if m.isdir() or m.type in (tarfile.XGLTYPE, tarfile.XHDTYPE):
+                    continue
+                rel = str(base / _member_path(m.name, what))
+                if rel in out:
+                    raise ArchiveError(f"{what}: member {m.name!r} appears twice", hint="refused as a whole")
+                if m.issym() or m.islnk():
+                    target = PurePosixPath(m.linkname)
+                    resolved = (
+                        _normalize(PurePosixPath(rel).parent / target) if m.issym() else _normalize(target)
+                    )
+                    if target.is_absolute() or resolved is None:
+                        raise ArchiveError(
+                            f"{what}: link {m.name!r} -> {m.linkname!r} points outside the tree",
+                            hint="the archive is refused as a whole; check where it came from",
+                        )
+                    if m.islnk():
+                        src = out.get(str(base / resolved))
+                        if src is None or src.link is not None:
+                            raise ArchiveError(f"{what}: hard link {m.name!r} to a file not before it")
+                        out[rel] = src
+                    else:
+                        out[rel] = ContextFile(b"", 0o777, m.linkname)
+                    continue
+                if not m.isreg():
+                    raise ArchiveError(f"{what}: member {m.name!r} is not a file, directory or link")
+                f = tar.extractfile(m)
+                assert f is not None
+                out[rel] = ContextFile(f.read(), 0o755 if m.mode & 0o111 else 0o644)
+    except tarfile.TarError as err:
+        raise ArchiveError(f"{what}: not a readable tar archive ({err})") from None
+    links = {k for k, v in out.items() if v.link is not None}
+    for rel in out:
+        parents = {str(p) for p in PurePosixPath(rel).parents}
+        if parents & links:
+            raise ArchiveError(f"{what}: member {rel!r} lies below a symlink", hint="the archive is refused")
+    return out
+
+
+def _normalize(p: PurePosixPath) -> PurePosixPath | None:
+    """``p`` with '..' resolved lexically; None when it climbs above the root."""
+    parts: list[str] = []
+    for part in p.parts:
+        if part == "..":
+            if not parts:
+                return None
+            parts.pop()
+        elif part not in (".", ""):
+            parts.append(part)
+    return PurePosixPath(*parts) if parts else PurePosixPath(".")
+
+
+def merge_tree(
+    tree: Mapping[str, ContextFile], assets: Mapping[str, Mapping[str, ContextFile]]
+) -> dict[str, ContextFile]:
+    """The commit's files plus each asset's (in declaration order); an asset never replaces a file."""
+    out = dict(tree)
+    for asset, files in assets.items():
+        clash = sorted(set(files) & set(out))
+        if clash:
+            raise ArchiveError(
+                f"asset {asset!r} would replace {len(clash)} file(s) of the tree, e.g. {clash[0]!r}",
+                hint="unpack it into another directory (tree.assets[].unpack) or drop the clashing files",
+            )
+        out.update(files)
+    links = {k for k, v in out.items() if v.link is not None}
+    for rel in out:
+        if {str(p) for p in PurePosixPath(rel).parents} & links:
+            raise ArchiveError(f"{rel!r} lies below a symlink of the tree", hint="the asset is refused")
+    return out
 
 
 def schema() -> dict[str, Any]:

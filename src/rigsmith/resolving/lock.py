@@ -73,6 +73,23 @@ class LockedBuild(_M):
         return f"{self.ref}@{self.digest}" if self.digest else self.image_id
 
 
+class LockedAsset(_M):
+    """A release asset of a source tree: its URL and the sha256 verified before every use."""
+
+    url: str
+    sha256: str
+    size: int
+
+
+class LockedSource(_M):
+    """The source tree of an image: a git ref resolved to a commit, and its assets."""
+
+    repo: str
+    ref: str  # what image.yaml asked for (branch, tag or short sha)
+    commit: str
+    assets: dict[str, LockedAsset] = Field(default_factory=dict)
+
+
 class Lock(_M):
     """The whole lock file."""
 
@@ -80,6 +97,7 @@ class Lock(_M):
     models: dict[str, LockedModel] = Field(default_factory=dict)  # key: deployment name
     images: dict[str, LockedImage] = Field(default_factory=dict)  # key: image reference as written
     builds: dict[str, LockedBuild] = Field(default_factory=dict)  # key: images/<name>
+    sources: dict[str, LockedSource] = Field(default_factory=dict)  # key: images/<name>
 
 
 def read(path: Path) -> Lock:
@@ -99,7 +117,10 @@ def read(path: Path) -> Lock:
 
 def dumps(lock: Lock) -> str:
     """Stable JSON text."""
-    return json.dumps(lock.model_dump(mode="json", exclude_none=True), indent=2, sort_keys=True) + "\n"
+    data = lock.model_dump(mode="json", exclude_none=True)
+    if not data["sources"]:
+        del data["sources"]  # a lock without source trees stays as it was before the table existed
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
 @contextmanager
