@@ -46,7 +46,9 @@ def assets() -> Iterator[AssetServer]:
         yield srv
 
 
-def _project(tmp_path: Path, upstream: Upstream, assets: AssetServer, ref: str = "v2.5.1", **kw: object) -> Project:
+def _project(
+    tmp_path: Path, upstream: Upstream, assets: AssetServer, ref: str = "v2.5.1", **kw: object
+) -> Project:
     root = tmp_path / "project"
     # The base is pinned in image.yaml: only the tree is under test here.
     source_image(root, BASE, upstream.url, ref, serve_release(assets), digest=DIGEST, **kw)  # type: ignore[arg-type]

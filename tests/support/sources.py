@@ -86,7 +86,7 @@ def git_daemon(base: Path) -> Iterator[Upstream]:
     up.commit(
         {
             SCALES: '{"k_scale": 0.5, "v_scale": 0.25}\n',
-            "scripts/serve-v2.5.sh": "#!/bin/sh\nexec vllm serve \"$@\"\n",
+            "scripts/serve-v2.5.sh": '#!/bin/sh\nexec vllm serve "$@"\n',
             "README.md": "merlin\n",
         },
         "v2.5.1",

@@ -1,0 +1,128 @@
+"""Untrusted archives and URLs of source trees: what unpack_tar, merge_tree and the tree model refuse."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+from pydantic import ValidationError
+
+from rigsmith.resolving import image as imagemod
+from rigsmith.resolving.image import ArchiveError, ContextFile, merge_tree, unpack_tar
+
+
+def _tar(*members: tuple[str, str, bytes | str]) -> bytes:
+    """(name, kind, data-or-link) with kind file | sym | hard | fifo | dir."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, kind, payload in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                assert isinstance(payload, bytes)
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+                continue
+            types = {"sym": tarfile.SYMTYPE, "hard": tarfile.LNKTYPE, "fifo": tarfile.FIFOTYPE}
+            info.type = types.get(kind, tarfile.DIRTYPE)
+            if kind in ("sym", "hard"):
+                assert isinstance(payload, str)
+                info.linkname = payload
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+def test_files_links_inside_and_exec_bits_come_through_under_the_unpack_dir() -> None:
+    data = _tar(
+        ("./a/", "dir", ""), ("./a/x.py", "file", b"x"), ("a/l", "sym", "x.py"), ("a/h", "hard", "a/x.py")
+    )
+    with tarfile.open(fileobj=io.BytesIO(data)) as t:
+        assert t.getmember("./a/x.py").mode == 0o644
+    out = unpack_tar(data, "asset 'ops'", "vllm")
+    assert out == {
+        "vllm/a/x.py": ContextFile(b"x"),
+        "vllm/a/l": ContextFile(b"", 0o777, "x.py"),
+        "vllm/a/h": ContextFile(b"x"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("members", "words"),
+    [
+        ((("/etc/passwd", "file", b"x"),), "'/etc/passwd' is an absolute path"),
+        ((("a/../../x", "file", b"x"),), "climbs out with '..'"),
+        ((("l", "sym", "/etc"),), "link 'l' -> '/etc' points outside the tree"),
+        ((("a/l", "sym", "../../etc"),), "points outside the tree"),
+        ((("l", "sym", "a"), ("l/x", "file", b"x")), "lies below a symlink"),
+        ((("p", "fifo", b""),), "is not a file, directory or link"),
+        ((("x", "file", b"1"), ("x", "file", b"2")), "appears twice"),
+        ((("h", "hard", "nothing"),), "hard link 'h' to a file not before it"),
+    ],
+)
+def test_an_unsafe_member_refuses_the_whole_archive(
+    members: tuple[tuple[str, str, bytes | str], ...], words: str
+) -> None:
+    with pytest.raises(ArchiveError) as err:
+        unpack_tar(_tar(*members), "asset 'ops'")
+    assert words in str(err.value) and "asset 'ops'" in str(err.value)
+
+
+def test_garbage_is_not_a_tar_and_says_so() -> None:
+    with pytest.raises(ArchiveError, match="asset 'ops': not a readable tar archive"):
+        unpack_tar(b"<html>404</html>", "asset 'ops'")
+
+
+def test_an_asset_never_replaces_a_file_of_the_commit_nor_writes_below_its_symlink() -> None:
+    tree = {"scales/k.json": ContextFile(b"{}"), "latest": ContextFile(b"", 0o777, "scales")}
+    with pytest.raises(ArchiveError, match="asset 'ops' would replace 1 file"):
+        merge_tree(tree, {"ops": {"scales/k.json": ContextFile(b"evil")}})
+    with pytest.raises(ArchiveError, match="'latest/x' lies below a symlink"):
+        merge_tree(tree, {"ops": {"latest/x": ContextFile(b"evil")}})
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("http://example.com/ops.tar.gz", "plain http only to a loopback host"),
+        ("https://user:tok@example.com/x", "no credentials"),
+        ("ftp://example.com/x", "must be https://"),
+        ("https://example.com/a b", "no spaces"),
+    ],
+)
+def test_asset_urls_are_https_or_loopback_http_without_credentials(url: str, words: str) -> None:
+    with pytest.raises(ValidationError, match=words):
+        imagemod.Asset(name="ops", url=url, unpack=".")
+
+
+@pytest.mark.parametrize(
+    "repo", ["ext::sh -c touch% /tmp/pwned", "-uhttps://x", "https://x/a b", "/srv/repo"]
+)
+def test_git_urls_other_than_the_known_schemes_are_refused(repo: str) -> None:
+    with pytest.raises(ValidationError, match="a git URL must start with"):
+        imagemod.Tree(repo=repo, ref="main", dest="/opt/x")
+
+
+@pytest.mark.parametrize("ref", ["--upload-pack=x", "a..b", "main.lock", "a b"])
+def test_refs_that_are_not_git_refs_are_refused(ref: str) -> None:
+    with pytest.raises(ValidationError, match="is not a branch, tag or commit sha"):
+        imagemod.Tree(repo="https://x/y", ref=ref, dest="/opt/x")
+
+
+def test_pip_install_of_the_tree_renders_after_the_copy() -> None:
+    from rigsmith.resolving import lock as lockmod
+
+    d = imagemod.ImageDef.model_validate(
+        {
+            "base": {"name": "b", "digest": "sha256:" + "a" * 64},
+            "tree": {"repo": "https://x/y", "ref": "v1", "dest": "/opt/y/", "install": "pip"},
+        }
+    )
+    lock = lockmod.Lock(sources={"y": lockmod.LockedSource(repo="https://x/y", ref="v1", commit="c" * 40)})
+    inputs = imagemod.Inputs("y", d, {}, {}, None, {"setup.py": ContextFile(b"")})
+    text = imagemod.render_context(inputs, lock, command="t").dockerfile
+    assert (
+        'COPY ["tree/", "/opt/y/"]\n'
+        'RUN ["python3", "-m", "pip", "install", "--no-cache-dir", "--no-deps", "--no-build-isolation", '
+        '"/opt/y"]\n'
+    ) in text
+    assert "ENV PYTHONPATH" not in text
