@@ -19,6 +19,7 @@ from tasks._common import confirm, echo, project, user_errors
         "dry_run": "print what would be written; write nothing",
         "ours": "re-import: where you and the recipe changed the same field, keep your value",
         "theirs": "re-import: where you and the recipe changed the same field, take the recipe's value",
+        "source_repo": "git URL of the source tree the recipe's notes clone (the proposed image's tree.repo)",
     }
 )
 @user_errors
@@ -31,6 +32,7 @@ def import_recipe(
     dry_run: bool = False,
     ours: bool = False,
     theirs: bool = False,
+    source_repo: str | None = None,
 ) -> None:
     """Import a published vLLM recipe into deployments/NAME.yaml (a re-import merges into your edits)."""
     if ours and theirs:
@@ -45,4 +47,5 @@ def import_recipe(
         confirm=confirm(),
         echo=echo,
         resolve="ours" if ours else "theirs" if theirs else None,
+        source_repo=source_repo,
     )

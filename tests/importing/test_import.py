@@ -67,6 +67,7 @@ def _user_edits(data: dict) -> None:  # type: ignore[type-arg]
     """What a user does after the first import of seed 003 (issue 12's journey)."""
     data["placeholders"]["<repo>"] = "/opt/merlin"
     data["placeholders"]["<vllm tree>"] = "/opt/merlin/vllm-v2.5"
+    data["engine"].pop("build", None)  # the proposed source image, replaced by the user's own
     data["engine"]["image"] = "localhost/vllm-merlin:mine"
     data["mounts"] = [
         *data.get("mounts", []),
@@ -338,7 +339,8 @@ def test_cli_import_recipe_exit_codes_and_messages(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "create  deployments/merlin.yaml" in r.stdout
     assert "fill in before deploy: <repo>, <vllm tree>" in r.stdout
-    assert "no container image" in r.stdout
+    assert "engine image proposed from the recipe's notes: images/merlin/image.yaml" in r.stdout
+    assert "create  images/merlin/image.yaml" in r.stdout
 
     r = _cli(root, str(SEED_RECIPE), "--name", "merlin")
     assert r.returncode == 0 and "identical  deployments/merlin.yaml" in r.stdout

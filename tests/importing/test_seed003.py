@@ -25,9 +25,11 @@ SEED_BYTES = SEED_RECIPE.read_bytes()
 
 def _without_user_fields(dep: specmod.Deployment) -> dict[str, Any]:
     """Spec data minus what a user fills in after import (image, placeholder values, mounts) and
-    provenance.source (the shipped spec was imported from the site's URL)."""
+    provenance.source (the shipped spec was imported from the site's URL); engine.build is the image
+    import proposes from the notes, which the shipped spec replaced with its own image."""
     data = specmod.to_data(dep)
     data["engine"].pop("image", None)
+    data["engine"].pop("build", None)
     data.pop("mounts", None)
     data["placeholders"] = dict.fromkeys(data.get("placeholders", {}))
     data["provenance"].pop("source")
@@ -46,6 +48,7 @@ def test_seed_recipe_file_import_equals_shipped_spec_except_user_filled_fields(
     assert _without_user_fields(dep) == _without_user_fields(shipped)
     # and exactly those fields differ
     assert shipped.engine.image is not None and dep.engine.image is None
+    assert dep.engine.build == NAME and (empty_project.images / NAME / "image.yaml").is_file()
     assert dep.placeholders == {"<repo>": None, "<vllm tree>": None}
     assert shipped.placeholders == {"<repo>": "/opt/merlin", "<vllm tree>": "/opt/merlin/vllm-v2.5"}
     assert dep.mounts == () and shipped.mounts != ()
@@ -65,7 +68,10 @@ def test_seed_recipe_http_import_equals_file_import(
     )
     assert dep.provenance is not None and dep.provenance.source == url
     assert _without_user_fields(dep) == _without_user_fields(from_file)
-    assert dep.model_copy(update={"provenance": from_file.provenance}) == from_file
+    proposed = from_file.engine.model_copy(update={"build": NAME})  # the image proposed from the notes
+    assert dep.model_copy(update={"provenance": from_file.provenance}) == from_file.model_copy(
+        update={"engine": proposed}
+    )
 
 
 def test_seed_import_keeps_the_argv_byte_for_byte() -> None:
@@ -139,7 +145,9 @@ def test_deploy_refuses_the_fresh_import_naming_each_placeholder_then_the_image(
     filled = dep.model_copy(update={"placeholders": {"<repo>": "/opt/m", "<vllm tree>": "/opt/m/v"}})
     with pytest.raises(Exception) as err2:
         make(filled, Lock(), spec_path=f"deployments/{NAME}.yaml")
-    assert "names no container image" in str(err2.value) and "--image REF" in str(err2.value)
+    # the image proposed from the notes (engine.build) is not built yet
+    assert f"runs image build {NAME!r}, which has no entry in rigsmith.lock" in str(err2.value)
+    assert "--image REF" in str(err2.value)
     plan = make(filled, Lock(), spec_path=f"deployments/{NAME}.yaml", image="localhost/vllm:1")
     assert plan.command[:2] == ("serve", "/models/Flash-Next-Merlin")
 

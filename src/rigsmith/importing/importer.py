@@ -20,6 +20,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from rigsmith import spec as specmod
 from rigsmith import writer
 from rigsmith.errors import AdapterError, ConsentError, RecipeError, SpecError
+from rigsmith.importing import proposal as proposalmod
 from rigsmith.importing import recipe as recipemod
 from rigsmith.merge import Conflict, Resolve, merge3
 from rigsmith.project import Project
@@ -194,6 +195,7 @@ def import_recipe(
     echo: Callable[[str], None] = print,
     http: HttpOptions = HttpOptions(),
     resolve: Resolve | None = None,
+    source_repo: str | None = None,
 ) -> specmod.Deployment:
     """Import SOURCE into ``deployments/NAME.yaml`` (asking before changing an existing file).
 
@@ -212,33 +214,88 @@ def import_recipe(
         echo: where messages go.
         http: timeouts, size limit and retries for URLs (and the size limit for files).
         resolve: settle every conflict with the user's value ("ours") or upstream's ("theirs").
+        source_repo: git URL of the source tree the notes clone (the proposed image's tree.repo).
     """
     fetched = load_source(source, http=http)
     text = decode(fetched)
     upstream = recipemod.parse(text, source=fetched.source, sha256=fetched.sha256, name=name, image=image)
+    upstream, image_file = _proposed_image(project, upstream, fetched.source, source_repo, echo)
     path = project.spec_path(upstream.name)
     base_path = base_path_of(path)
     dep = merge_spec(path, base_path, upstream, resolve=resolve, confirm=confirm, echo=echo)
     content = specmod.dump(dep)
     if path.exists() and specmod.to_data(dep, defaults=True) == _full(_read_data(path, "your spec")):
         content = path.read_text(encoding="utf-8")  # nothing to take: the user's file stays byte for byte
-    artifact = writer.Artifact(path, content)
+    artifacts = [writer.Artifact(path, content), *image_file]
     if dry_run:
-        outcome = writer.plan([artifact])[0]
-        rel = path.relative_to(project.root) if path.is_relative_to(project.root) else path
-        echo(f"{outcome.status:>9}  {rel}  (dry run: nothing written)")
-        if outcome.status in ("update", "conflict"):
-            echo(outcome.diff(project.root))
-        elif outcome.status == "create":
-            echo(content)
+        for outcome in writer.plan(artifacts):
+            out = outcome.artifact.path
+            rel = out.relative_to(project.root) if out.is_relative_to(project.root) else out
+            echo(f"{outcome.status:>9}  {rel}  (dry run: nothing written)")
+            if outcome.status in ("update", "conflict"):
+                echo(outcome.diff(project.root))
+            elif outcome.status == "create":
+                echo(outcome.artifact.content)
         return dep
-    writer.write([artifact], yes=yes, confirm=confirm, echo=echo, root=project.root)
+    writer.write(artifacts, yes=yes, confirm=confirm, echo=echo, root=project.root)
     # The base is rigsmith's record of what the import said (not the user's file): written after the
     # spec, so an interrupted run leaves an older base, which only makes the next merge ask more.
     writer.write_one(base_path, specmod.dump(upstream))
     for line in next_steps(dep):
         echo(line)
     return dep
+
+
+def _user_engine(spec_path: Path) -> tuple[bool, dict[str, str]]:
+    """Whether the user's spec (if any) runs an image of its own (engine.image), and its placeholders."""
+    try:
+        data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False, {}
+    if not isinstance(data, dict):
+        return False, {}
+    engine, filled = data.get("engine"), data.get("placeholders")
+    own = isinstance(engine, dict) and bool(engine.get("image"))
+    values = {str(k): v for k, v in filled.items() if isinstance(v, str)} if isinstance(filled, dict) else {}
+    return own, values
+
+
+def _proposed_image(
+    project: Project,
+    dep: specmod.Deployment,
+    source: str,
+    source_repo: str | None,
+    echo: Callable[[str], None],
+) -> tuple[specmod.Deployment, list[writer.Artifact]]:
+    """When the notes build the engine from a source tree (and no image was given): the spec linked to
+    ``images/<name>/image.yaml`` and that file (values the user filled in an existing one are kept; a
+    change to it goes through the writer's consent like the spec's)."""
+    own_image, filled = _user_engine(project.spec_path(dep.name))
+    if dep.engine.image or dep.engine.build or own_image:
+        return dep, []  # the recipe or the user names the image: nothing to propose
+    try:
+        proposed = proposalmod.propose(dep, source_repo=source_repo, filled=filled)
+    except ValueError as err:
+        raise RecipeError(
+            f"--source-repo: {err}", hint="pass the repository's https:// or git:// URL"
+        ) from None
+    if proposed is None:
+        return dep, []
+    image_path = project.images / proposed.name / "image.yaml"
+    existing_text = image_path.read_text(encoding="utf-8") if image_path.is_file() else None
+    try:
+        existing = yaml.safe_load(existing_text) if existing_text else None
+    except yaml.YAMLError:
+        existing = None
+    proposed = proposalmod.keep_filled(proposed, existing)
+    text = existing_text if existing == proposed.data and existing_text else proposed.text(source)
+    echo(f"engine image proposed from the recipe's notes: images/{proposed.name}/image.yaml (engine.build)")
+    if proposed.to_fill:
+        echo(f"fill in images/{proposed.name}/image.yaml before `invoke pin`: {', '.join(proposed.to_fill)}")
+    if proposed.placeholders:
+        where = ", ".join(f"{t}: {v}" for t, v in proposed.placeholders.items())
+        echo(f"the tree is in the image at {proposed.data['tree']['dest']}: placeholders {where} point there")
+    return proposalmod.link(dep, proposed), [writer.Artifact(image_path, text)]
 
 
 #: Lists of mappings in a spec merged entry by entry (the field that names an entry); other lists

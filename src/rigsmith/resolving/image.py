@@ -31,6 +31,7 @@ from pydantic import (
 
 from rigsmith import render
 from rigsmith.errors import LockError, RigsmithError, SpecError
+from rigsmith.importing.proposal import check_asset_url, check_git_url
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.imageref import DIGEST_RE, parse_ref
 from rigsmith.spec import NAME_RE, problems_from
@@ -143,8 +144,6 @@ class ExtraFile(_Frozen):
 
 _SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]*$")
-#: Git URL schemes a tree may come from (no ext::/fd:: transports, no option-looking values).
-GIT_SCHEMES = ("https://", "http://", "git://", "ssh://", "file://")
 #: Where the tree lands in the build context.
 TREE_CONTEXT_DIR = "tree"
 
@@ -208,6 +207,11 @@ class Tree(_Frozen):
 
     repo: str | None = Field(None, description="Git URL (https, http, git, ssh, file); empty until filled.")
     ref: str = Field(description="Branch, tag or (short) commit sha; `invoke pin` locks the full commit.")
+    commit: str | None = Field(
+        None,
+        description="The commit (or its prefix) the recipe says ref is; pin refuses a ref resolving "
+        "elsewhere.",
+    )
     dest: str = Field(description="Absolute directory in the image the tree is copied to.")
     install: Literal["pythonpath", "pip", "copy"] = Field(
         "pythonpath",
@@ -230,6 +234,13 @@ class Tree(_Frozen):
     def _ref(cls, v: str) -> str:
         if not _REF_RE.fullmatch(v) or ".." in v or v.endswith((".lock", "/", ".")) or "//" in v:
             raise ValueError(f"{v!r} is not a branch, tag or commit sha")
+        return v
+
+    @field_validator("commit")
+    @classmethod
+    def _commit(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[0-9a-f]{4,40}", v):
+            raise ValueError(f"{v!r} is not a commit sha (4 to 40 lowercase hex digits)")
         return v
 
     @field_validator("dest")
@@ -272,33 +283,6 @@ class Tree(_Frozen):
             if not a.url:
                 out.append((f"tree.assets[{i}].url", f"asset {a.name!r} has no URL; write its download URL"))
         return out
-
-
-def check_git_url(v: str) -> str:
-    """Refuse a git URL that is not one of :data:`GIT_SCHEMES` (ext::, options, whitespace)."""
-    if not v.startswith(GIT_SCHEMES) or any(c.isspace() or ord(c) < 32 for c in v):
-        raise ValueError(f"{v!r}: a git URL must start with {', '.join(GIT_SCHEMES)} and hold no spaces")
-    return v
-
-
-_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
-
-
-def check_asset_url(v: str) -> str:
-    """https, or http to a loopback host only (an asset's first download is what pin trusts); no
-    credentials in the URL (they would be written into image.yaml and the lock)."""
-    if any(c.isspace() for c in v) or any(ord(c) < 32 for c in v):
-        raise ValueError(f"{v!r}: a URL holds no spaces or control characters")
-    scheme, sep, rest = v.partition("://")
-    authority = rest.split("/", 1)[0]
-    host = authority.rsplit(":", 1)[0] if not authority.endswith("]") else authority
-    if not sep or scheme not in ("https", "http") or not authority:
-        raise ValueError(f"{v!r}: an asset URL must be https://HOST/…")
-    if "@" in authority:
-        raise ValueError(f"{v!r}: no credentials in an asset URL (they would be written into the lock)")
-    if scheme == "http" and host not in _LOOPBACK:
-        raise ValueError(f"{v!r}: plain http only to a loopback host; use https")
-    return v
 
 
 class ImageDef(_Frozen):

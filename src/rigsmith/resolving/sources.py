@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from rigsmith.errors import AdapterError, CommandError, RigsmithError, SpecError
+from rigsmith.importing.proposal import check_asset_url, check_git_url
 from rigsmith.project import Project
 from rigsmith.resolving import image as imagemod
 from rigsmith.resolving import lock as lockmod
@@ -82,7 +83,7 @@ class Sources:
 
     def fetch(self, url: str, where: str) -> Path:
         """Fetch every branch and tag of ``url`` into its cached bare repository (created on first use)."""
-        imagemod.check_git_url(url)
+        check_git_url(url)
         path = self.mirror_path(url)
         if not (path / "HEAD").is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,7 +165,7 @@ class Sources:
 
     def download(self, name: str, url: str, want: str | None, where: str) -> tuple[str, int]:
         """Download ``url`` into the cache; refuse bytes whose hash is not ``want`` (when given)."""
-        imagemod.check_asset_url(url)
+        check_asset_url(url)
         client = self._client
         if client is None:
             client = self._client = httpx.Client(timeout=self.timeout, follow_redirects=True)
@@ -181,7 +182,7 @@ class Sources:
                                 f"{where}: asset {name!r}: GET {url} answered HTTP {resp.status_code}",
                                 hint="check the URL in tree.assets and re-run",
                             )
-                        imagemod.check_asset_url(str(resp.url))  # where a redirect ended
+                        check_asset_url(str(resp.url))  # where a redirect ended
                         for chunk in resp.iter_bytes(_CHUNK):
                             digest.update(chunk)
                             size += len(chunk)
@@ -280,6 +281,13 @@ def pin_sources(
                 sources.archive(tree.repo, commit, where)  # fills the cache for an offline build
         else:
             commit = sources.resolve(tree.repo, tree.ref, where)
+        if tree.commit and not commit.startswith(tree.commit):
+            raise RigsmithError(
+                f"images/{name}/image.yaml tree.ref: {tree.ref!r} of {tree.repo} is commit {commit}, but "
+                f"tree.commit says {tree.commit} (the commit the recipe names); nothing was locked",
+                hint="if the ref moved on purpose, update or remove tree.commit; otherwise point tree.ref at "
+                f"{tree.commit}",
+            )
         assets: dict[str, tuple[str | None, str]] = {}
         locked_assets: dict[str, lockmod.LockedAsset] = {}
         for i, a in enumerate(tree.assets):
