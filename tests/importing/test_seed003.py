@@ -15,6 +15,7 @@ from rigsmith.importing.importer import HttpOptions
 from rigsmith.project import Project
 from rigsmith.rendering.plan import make
 from rigsmith.resolving.lock import Lock
+from rigsmith.spec import Mount
 from tests.support.common import REPO
 from tests.support.recipes import SEED_RECIPE, RecipeServer
 
@@ -148,8 +149,23 @@ def test_deploy_refuses_the_fresh_import_naming_each_placeholder_then_the_image(
     # the image proposed from the notes (engine.build) is not built yet
     assert f"runs image build {NAME!r}, which has no entry in rigsmith.lock" in str(err2.value)
     assert "--image REF" in str(err2.value)
-    plan = make(filled, Lock(), spec_path=f"deployments/{NAME}.yaml", image="localhost/vllm:1")
+    # an image rigsmith cannot see into provides none of the paths the env names through <repo>
+    with pytest.raises(SpecError) as err3:
+        make(filled, Lock(), spec_path=f"deployments/{NAME}.yaml", image="localhost/vllm:1").check_env_paths()
+    assert [p for p, _ in err3.value.problems] == [
+        "env.VLLM_QSA_KV_SCALES",
+        "env.VLLM_CACHE_ROOT",
+        "env.PYTHONPATH",
+    ]
+    assert "(required — without it FP8 KV runs at scale 1.0)" in str(err3.value)
+    mounted = filled.model_copy(update={"mounts": (Mount(host="/srv/m", container="/opt/m"),)})
+    plan = make(mounted, Lock(), spec_path=f"deployments/{NAME}.yaml", image="localhost/vllm:1")
     assert plan.command[:2] == ("serve", "/models/Flash-Next-Merlin")
+    assert {(p.name, p.provider, p.by) for p in plan.env_paths} == {
+        ("VLLM_QSA_KV_SCALES", "mount", "/opt/m"),
+        ("VLLM_CACHE_ROOT", "mount", "/opt/m"),
+        ("PYTHONPATH", "mount", "/opt/m"),
+    }
 
 
 def test_image_flag_sets_the_engine_image(empty_project: Project) -> None:

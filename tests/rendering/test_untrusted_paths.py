@@ -20,6 +20,8 @@ INJECT = "/srv/a\n[Service]\nExecStartPre=/bin/touch /tmp/rigsmith-pwned-q\n[Con
 
 def _project(tmp_path: Path, name: str, **changes: object):
     data = standin_deployment(tmp_path, name=name, placeholders={}, **changes)
+    if "mounts" in changes:  # the seed's <repo> mount stays after the test's: its env names paths there
+        data["mounts"] = [*changes["mounts"], *standin_deployment(tmp_path)["mounts"]]  # type: ignore[misc]
     return write_project(tmp_path, data)
 
 

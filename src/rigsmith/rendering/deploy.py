@@ -61,7 +61,9 @@ def artifacts(
         read=read,
         warn=warn,
     )
-    return plan, table[target](plan, ctx)
+    rendered = table[target](plan, ctx)
+    plan.check_env_paths()
+    return plan, rendered
 
 
 def _show_merge(source: Path, merged: writer.Artifact, echo: Callable[[str], None]) -> None:

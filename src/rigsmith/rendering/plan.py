@@ -13,6 +13,7 @@ from typing import Literal
 
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
+from rigsmith.rendering.envpaths import EnvPath, env_paths, unprovided
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.imageref import parse_ref
 
@@ -63,11 +64,20 @@ class RunPlan:
     runtime: Literal["container", "venv"] = "container"
     venv: str | None = None
     model_word: int | None = None
+    #: Container paths the env names through a placeholder, each with what provides it (mount / image).
+    env_paths: tuple[EnvPath, ...] = ()
 
     @property
     def health_url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         return f"http://{host}:{self.port}{self.health_path}"
+
+    def check_env_paths(self) -> None:
+        """Refuse env paths (through a placeholder) that no mount and not the built image provide, naming
+        each variable and its note; deploy calls it after the target rendered (its refusals come first)."""
+        problems = unprovided(self.env_paths)
+        if problems:
+            raise SpecError(self.spec_path, problems)
 
     @property
     def memlock_ulimit(self) -> str | None:
@@ -263,6 +273,11 @@ def make(
         PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
         *(PlanMount(m.host, m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
     ]
+    paths: tuple[EnvPath, ...] = ()
+    if spec.engine.runtime == "container":
+        built = None if image or spec.engine.image else lock.builds.get(spec.engine.build or "")
+        provided = tuple(built.provides or ()) if built else ()
+        paths = env_paths(spec, (m.container for m in mounts), provided, image_known=built is not None)
     gpus = spec.resources.gpus
     indices = tuple(d.split("=", 1)[1] for d in gpus.cdi_devices)
     grace = spec.resources.stop_grace_seconds
@@ -308,4 +323,5 @@ def make(
         runtime=spec.engine.runtime,
         venv=spec.engine.venv,
         model_word=model_word,
+        env_paths=paths,
     )

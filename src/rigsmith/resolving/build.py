@@ -278,6 +278,7 @@ def build_image(
         base=ctx.base,
         patches=dict(ctx.patch_hashes),
         inputs_sha256=ctx.inputs_sha256,
+        provides=imagemod.provided_paths(definition) or None,
     )
     kept = ""
     with lockmod.locked(project.lock_path) as lock:

@@ -628,6 +628,12 @@ def context_tar(files: Mapping[str, ContextFile], epoch: int) -> bytes:
 # -- source trees -------------------------------------------------------------------------------------------
 
 
+def provided_paths(definition: ImageDef) -> list[str]:
+    """Absolute paths the definition puts into the image: the tree's dest and each copied file."""
+    out = [definition.tree.dest_path] if definition.tree else []
+    return out + [f.dest for f in definition.files]
+
+
 def locked_source(definition: ImageDef, lock: lockmod.Lock, name: str) -> lockmod.LockedSource:
     """The lock's entry for the tree of ``images/<name>``; refuses a missing or stale one."""
     tree = definition.tree

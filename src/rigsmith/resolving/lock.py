@@ -66,6 +66,7 @@ class LockedBuild(_M):
     base: str  # name@sha256:…
     patches: dict[str, str] = Field(default_factory=dict)  # patch file → sha256
     inputs_sha256: str | None = None
+    provides: list[str] | None = None  # absolute paths the image definition puts in (tree dest, files)
 
     @property
     def pinned_ref(self) -> str:
