@@ -187,6 +187,11 @@ class EnvVar(Frozen):
     opt_in: bool = Field(False, description="Published as optional; off unless enabled.")
     enabled: bool = Field(True, description="Opt-in variables start disabled; set true to pass them.")
     secret: bool = Field(False, description="Never written into a generated file; read from an env file.")
+    read_by: str | None = Field(
+        None,
+        description="A switch only the recipe's own script reads (e.g. scripts/serve-v2.5.sh): passed only "
+        "when engine.executable is that script.",
+    )
 
     @field_validator("name")
     @classmethod

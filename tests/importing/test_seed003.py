@@ -12,6 +12,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, RecipeError, SpecError
 from rigsmith.importing import importer, recipe
 from rigsmith.importing.importer import HttpOptions
+from rigsmith.importing.proposal import mark_script_switches
 from rigsmith.project import Project
 from rigsmith.rendering.plan import make
 from rigsmith.resolving.lock import Lock
@@ -64,8 +65,13 @@ def test_seed_recipe_http_import_equals_file_import(
 ) -> None:
     url = recipe_server.route("/api/v1/recipes/seed003.json", (200, SEED_BYTES))
     dep = importer.import_recipe(empty_project, url, name=NAME, echo=_quiet)
-    from_file = recipe.parse(
-        SEED_BYTES.decode(), source=str(SEED_RECIPE), sha256=hashlib.sha256(SEED_BYTES).hexdigest(), name=NAME
+    from_file = mark_script_switches(  # the importer marks the serve script's own switches
+        recipe.parse(
+            SEED_BYTES.decode(),
+            source=str(SEED_RECIPE),
+            sha256=hashlib.sha256(SEED_BYTES).hexdigest(),
+            name=NAME,
+        )
     )
     assert dep.provenance is not None and dep.provenance.source == url
     assert _without_user_fields(dep) == _without_user_fields(from_file)

@@ -52,12 +52,14 @@ def test_a_source_image_holds_the_locked_tree_and_rebuilds_offline_to_the_same_i
     run = podman_api.cli(
         "run", "--rm", "--network", "none", first.image_id, "/bin/sh", "-c",
         f"cat /opt/merlin/{SCALES}; ls /opt/merlin/{OPS}; test -x /opt/merlin/scripts/serve-v2.5.sh && "
-        "readlink /opt/merlin/latest; echo PYTHONPATH=$PYTHONPATH; test -e /opt/merlin/.git || echo no-git",
+        "readlink /opt/merlin/latest; echo PYTHONPATH=$PYTHONPATH; test -e /opt/merlin/.git || echo no-git; "
+        "cd ./vllm-v2.5 && pwd",
     )  # fmt: skip
     out = run.stdout.decode()
     assert '"k_scale": 0.5' in out
     assert f"/opt/merlin/{OPS}" in out
     assert "scales\n" in out and "PYTHONPATH=/opt/merlin/vllm-v2.5" in out and "no-git" in out
+    assert out.endswith("/opt/merlin/vllm-v2.5\n")  # TREE=./vllm-v2.5 resolves against the tree (WORKDIR)
     labels = podman_api.cli(
         "image", "inspect", "--format", "{{json .Labels}}", first.image_id
     ).stdout.decode()

@@ -181,7 +181,9 @@ def test_offline_after_pin_the_cached_verified_tree_and_assets_render(tmp_path: 
     assert ctx.files["tree/latest"].link == "scales"
     assert not [p for p in ctx.files if p.startswith("tree/.git")]
     assert ctx.labels["io.rigsmith.tree.commit"] == entry.commit
-    assert 'COPY ["tree/", "/opt/merlin/"]\nENV PYTHONPATH="/opt/merlin/vllm-v2.5"\n' in ctx.dockerfile
+    assert (
+        'COPY ["tree/", "/opt/merlin/"]\nENV PYTHONPATH="/opt/merlin/vllm-v2.5"\nWORKDIR /opt/merlin\n'
+    ) in ctx.dockerfile
 
 
 def test_pin_refuses_fields_still_to_fill_all_at_once(

@@ -102,6 +102,11 @@ def test_git_urls_other_than_the_known_schemes_are_refused(repo: str) -> None:
         imagemod.Tree(repo=repo, ref="main", dest="/opt/x")
 
 
+def test_a_tree_dest_that_would_not_stay_one_raw_workdir_word_is_refused() -> None:
+    with pytest.raises(ValidationError, match="written raw as WORKDIR"):
+        imagemod.Tree(repo="https://x/y", ref="main", dest="/opt/a b")
+
+
 @pytest.mark.parametrize("ref", ["--upload-pack=x", "a..b", "main.lock", "a b"])
 def test_refs_that_are_not_git_refs_are_refused(ref: str) -> None:
     with pytest.raises(ValidationError, match="is not a branch, tag or commit sha"):

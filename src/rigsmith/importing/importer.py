@@ -219,6 +219,7 @@ def import_recipe(
     fetched = load_source(source, http=http)
     text = decode(fetched)
     upstream = recipemod.parse(text, source=fetched.source, sha256=fetched.sha256, name=name, image=image)
+    upstream = proposalmod.mark_script_switches(upstream)
     upstream, image_file = _proposed_image(project, upstream, fetched.source, source_repo, echo)
     path = project.spec_path(upstream.name)
     base_path = base_path_of(path)

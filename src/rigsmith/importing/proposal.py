@@ -232,3 +232,33 @@ def link(dep: Deployment, proposal: Proposal) -> Deployment:
     data = to_data(dep)
     data["engine"]["build"] = proposal.name
     return from_data(data, f"deployments/{dep.name}.yaml")
+
+
+#: Env prefixes the engine (vLLM, PyTorch, NCCL, CUDA, the Hub libraries) reads itself.
+ENGINE_ENV_PREFIXES = (
+    "VLLM_", "NCCL_", "CUDA_", "HF_", "HUGGING", "TORCH", "PYTORCH_", "OMP_", "PYTHON", "TRANSFORMERS_",
+    "NVIDIA_", "LD_", "TRITON_", "TOKENIZERS_", "MKL_", "CUBLAS", "CUDNN",
+)  # fmt: skip
+#: Opt-ins the plan translates into engine flags (rendering.optins.EFFECTS): not script switches.
+TRANSLATED_OPT_INS = ("HOST",)
+_SCRIPT_RE = re.compile(r"(?<![\w./-])(?:\./)?(?P<script>scripts/[A-Za-z0-9._-]{1,80}\.sh)\b")
+
+
+def mark_script_switches(dep: Deployment) -> Deployment:
+    """Mark the opt-in switches only the recipe's own script reads (``read_by``): seed 003's notes run
+    ``scripts/serve-v2.5.sh``, whose AUTO_TOPO and COUNTERS no engine reads. Variables the engine reads
+    (by prefix) and opt-ins rigsmith translates itself (HOST) stay unmarked."""
+    found = _SCRIPT_RE.search("\n".join([*dep.notes, *dep.env_notes]))
+    if found is None:
+        return dep
+    script = found["script"]
+    env = tuple(
+        e.model_copy(update={"read_by": script})
+        if e.opt_in
+        and e.read_by is None
+        and not e.name.startswith(ENGINE_ENV_PREFIXES)
+        and e.name not in TRANSLATED_OPT_INS
+        else e
+        for e in dep.env
+    )
+    return dep if env == dep.env else dep.model_copy(update={"env": env})

@@ -13,6 +13,7 @@ from typing import Literal
 
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
+from rigsmith.rendering import optins
 from rigsmith.rendering.envpaths import EnvPath, env_paths, unprovided
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.imageref import parse_ref
@@ -255,9 +256,16 @@ def make(
                 for tok in missing
             ],
         )
-    problems = _secret_args(spec.engine.args) + _relative_hosts(spec)
+    written = spec  # the spec as the user wrote it (the opt-ins rewrite a copy's argv)
+    opted = optins.apply(spec, spec.engine.args)
+    problems = _secret_args(spec.engine.args) + _relative_hosts(spec) + list(opted.problems)
     if problems:
         raise SpecError(spec_path, problems)
+    listen = spec.network.host
+    if opted.args != spec.engine.args:
+        engine = spec.engine.model_copy(update={"args": opted.args})
+        listen = engine.flag_value("--host") or listen
+        spec = spec.model_copy(update={"engine": engine})
     if spec.engine.runtime == "venv":
         _check_venv(spec, image, spec_path)
         ref, pinned = "", False
@@ -293,7 +301,7 @@ def make(
                 )
             ],
         )
-    digest = hashlib.sha256(specmod.dump(spec).encode()).hexdigest()
+    digest = hashlib.sha256(specmod.dump(written).encode()).hexdigest()
     return RunPlan(
         name=spec.name,
         spec_path=spec_path,
@@ -308,11 +316,15 @@ def make(
         memlock=memlock if memlock is not None else spec.resources.memlock,
         stop_timeout=grace,
         shutdown_timeout=shutdown,
-        env=tuple((e.name, spec.fill(e.value)) for e in spec.active_env() if not e.secret),
+        env=tuple(
+            (e.name, spec.fill(e.value))
+            for e in spec.active_env()
+            if not e.secret and e.name not in opted.not_passed
+        ),
         secret_env=tuple(e.name for e in spec.active_env() if e.secret),
         mounts=tuple(mounts),
         network_mode=spec.network.mode,
-        host=spec.network.host,
+        host=listen,
         port=spec.network.port,
         health_path=spec.readiness.health_path,
         log_lines=spec.readiness.log_lines,

@@ -143,6 +143,7 @@ class ExtraFile(_Frozen):
 
 
 _SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DEST_RE = re.compile(r"/[A-Za-z0-9._+@/-]+")
 _REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]*$")
 #: Where the tree lands in the build context.
 TREE_CONTEXT_DIR = "tree"
@@ -219,6 +220,10 @@ class Tree(_Frozen):
         "copy: copied only.",
     )
     pythonpath: str = Field(".", description="install: pythonpath: the tree directory put on PYTHONPATH.")
+    workdir: bool = Field(
+        True,
+        description="WORKDIR is the tree: the recipe's relative env values (TREE=./vllm-v2.5) resolve there.",
+    )
     assets: tuple[Asset, ...] = ()
     note: str | None = None
 
@@ -249,6 +254,8 @@ class Tree(_Frozen):
         p = PurePosixPath(v)
         if not p.is_absolute() or ".." in p.parts or p == PurePosixPath("/"):
             raise ValueError("dest must be an absolute directory inside the image (not /)")
+        if not _DEST_RE.fullmatch(v):
+            raise ValueError("dest: use letters, digits and . _ - + @ / only (it is written raw as WORKDIR)")
         return _single_line(v, "dest")
 
     @field_validator("pythonpath")
@@ -693,6 +700,7 @@ def _tree_context(inputs: Inputs, lock: lockmod.Lock) -> dict[str, Any] | None:
         "copy_form": _exec_form([f"{TREE_CONTEXT_DIR}/", tree.dest_path + "/"]),
         "env": [("PYTHONPATH", tree.pythonpath_dir)] if tree.install == "pythonpath" else [],
         "pip": _exec_form(pip) if tree.install == "pip" else None,
+        "workdir": tree.dest_path if tree.workdir else None,
     }
 
 

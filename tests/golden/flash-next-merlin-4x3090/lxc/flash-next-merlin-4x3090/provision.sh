@@ -65,7 +65,7 @@ podman run --detach \
   --ulimit memlock=-1:-1 \
   --stop-timeout 70 \
   --label io.rigsmith.deployment=flash-next-merlin-4x3090 \
-  --label io.rigsmith.spec-sha256=13a0782483dbbd7f \
+  --label io.rigsmith.spec-sha256=87d0c1d08800f6f4 \
   --env TREE=./vllm-v2.5 \
   --env VENV=./venv-v2.5 \
   --env CUDA_VISIBLE_DEVICES=0,1,2,3 \
