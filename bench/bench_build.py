@@ -8,6 +8,9 @@ base, pins it, and times, on one storage, alternating:
   full   — build from clean storage (every image removed; the base is pulled from the registry again)
   no-op  — the same build again (every step from the cache)
 for rigsmith's build and for `podman build` of the very context rigsmith rendered (build/images/bench/).
+Then a source image (a tree from git daemon on 127.0.0.1 plus a release asset from a local HTTP server,
+pinned once): its no-op `invoke build` — which re-reads the locked commit from the cache, re-verifies the
+asset and re-renders the context — against a no-op `podman build` of the same rendered context.
 Prints medians and the ratios rigsmith / podman measured in this run. Not a test: nothing is asserted.
 """
 
@@ -26,11 +29,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO)]
 
 from tests.support import services  # noqa: E402
+from tests.support.sources import asset_server, git_daemon, serve_release, source_image  # noqa: E402
 
 from rigsmith.project import Project  # noqa: E402
 from rigsmith.resolving import build as buildmod  # noqa: E402
 from rigsmith.resolving import engine as enginemod  # noqa: E402
 from rigsmith.resolving import registry as registrymod  # noqa: E402
+from rigsmith.resolving import sources as sourcesmod  # noqa: E402
 
 #: A build with real work in it: a patch, an extra file, and a step that writes and hashes 64 MiB.
 IMAGE_YAML = """\
@@ -115,6 +120,7 @@ def main() -> int:
                 clean()
                 results["pt_full"].append(_time(plain_pinned))
                 results["pt_noop"].append(_time(plain_pinned))
+            results.update(_source_noop(base, base_ref, svc, eng, args.runs))
             eng.close()
             resolver.close()
     med = {k: statistics.median(v) for k, v in results.items()}
@@ -129,7 +135,51 @@ def main() -> int:
           f"(podman {med['pt_full']:.3f} / {med['pt_noop']:.3f})")  # fmt: skip
     rs, pm = med["rs_noop"] / med["rs_full"], med["pm_noop"] / med["pm_full"]
     print(f"  no-op / full: rigsmith {rs:.2f}, podman {pm:.2f}")
+    print(f"  source image ({TREE_FILES} tree files + 1 asset), no-op: rigsmith {med['src_rs_noop']:7.3f}   "
+          f"podman build --timestamp 0 --format oci {med['src_pt_noop']:7.3f}   "
+          f"ratio {med['src_rs_noop'] / med['src_pt_noop']:.2f}")  # fmt: skip
     return 0
+
+
+#: Files added to the source tree (4 KiB each), so reading the commit and rendering the context show.
+TREE_FILES = 400
+
+
+def _source_noop(
+    base: Path, base_ref: str, svc: services.PodmanService, eng: enginemod.DockerPyEngine, runs: int
+) -> dict[str, list[float]]:
+    """No-op build of a pinned source image: rigsmith vs `podman build` of the same rendered context."""
+    out: dict[str, list[float]] = {"src_rs_noop": [], "src_pt_noop": []}
+    with git_daemon(base / "git") as upstream, asset_server() as assets:
+        upstream.commit({f"pkg/m{i:04d}.py": f"# {i}\n" + "x" * 4096 for i in range(TREE_FILES)}, "bulk")
+        root = base / "source-project"
+        urls = serve_release(assets)
+        source_image(root, base_ref, upstream.url, "main", {"compiled-ops": urls["compiled-ops"]})
+        project = Project(root)
+        resolver = registrymod.Registry({})
+        src = sourcesmod.Sources(base / "cache")
+        try:
+            buildmod.pin_images(project, resolver, echo=lambda _: None)
+            sourcesmod.pin_sources(project, src, echo=lambda _: None)
+
+            def rigsmith() -> None:
+                buildmod.build_image(project, eng, image="merlin", echo=lambda _: None, sources=src)
+
+            context = buildmod.context_dir(project, "merlin")
+
+            def plain() -> None:
+                svc.cli("build", "-q", "--timestamp", "0", "--format", "oci", "-t", "localhost/plain/src:1",
+                        "-f", str(context / "Dockerfile"), str(context))  # fmt: skip
+
+            rigsmith()
+            plain()
+            for _ in range(runs):
+                out["src_rs_noop"].append(_time(rigsmith))
+                out["src_pt_noop"].append(_time(plain))
+        finally:
+            src.close()
+            resolver.close()
+    return out
 
 
 if __name__ == "__main__":
