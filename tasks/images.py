@@ -40,6 +40,7 @@ def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
     from rigsmith.resolving import sources as sourcesmod
 
     proj = project(c)
+    sourcesmod.check_filled(proj, deployment)  # an image.yaml still to fill stops pin before any network
     reg = _registry()
     try:
         buildmod.pin_images(proj, reg, deployment=deployment, echo=echo)

@@ -243,6 +243,22 @@ def _images_for(project: Project, deployment: str | None) -> list[str]:
     return [build] if build else []
 
 
+def check_filled(project: Project, deployment: str | None = None) -> dict[str, imagemod.ImageDef]:
+    """The definitions with a tree that pin resolves; refuses every field still to fill, all at once, before
+    anything touches the network."""
+    definitions = {n: imagemod.load(project.images, n) for n in _images_for(project, deployment)}
+    definitions = {n: d for n, d in definitions.items() if d.tree is not None}
+    for name, d in definitions.items():
+        unfilled = d.tree.unfilled() if d.tree else []
+        if unfilled:
+            raise SpecError(
+                f"images/{name}/image.yaml",
+                [(f, f"{msg}, then re-run `invoke pin`") for f, msg in unfilled],
+                what="image definition",
+            )
+    return definitions
+
+
 def pin_sources(
     project: Project,
     sources: Sources,
@@ -256,16 +272,7 @@ def pin_sources(
     A locked tree whose repo and ref are unchanged keeps its commit unless ``repin``; every field still to
     fill is refused first, all at once. Everything resolves before the lock is written.
     """
-    definitions = {n: imagemod.load(project.images, n) for n in _images_for(project, deployment)}
-    definitions = {n: d for n, d in definitions.items() if d.tree is not None}
-    problems = {n: d.tree.unfilled() for n, d in definitions.items() if d.tree is not None}
-    for name, unfilled in problems.items():
-        if unfilled:
-            raise SpecError(
-                f"images/{name}/image.yaml",
-                [(f, f"{msg}, then re-run `invoke pin`") for f, msg in unfilled],
-                what="image definition",
-            )
+    definitions = check_filled(project, deployment)
     current = lockmod.read(project.lock_path)
     out: list[PinnedTree] = []
     entries: dict[str, lockmod.LockedSource] = {}

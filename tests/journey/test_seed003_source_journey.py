@@ -1,0 +1,210 @@
+"""Seed 003 in a container, its engine built from the recipe's source tree, through the real CLI:
+
+recipe URL → import-recipe (image proposed from the notes) → fill image.yaml (repo, asset URLs, base) and
+the placeholders → pin (refused while tree.commit names another commit; then commit, assets, base and
+model locked) → build from source with Podman's API → fetch-model → deploy podman → up (the stand-in
+engine runs from the built image; the KV scales file the env names is in the container) → down; the same
+deployment renders for quadlet, compose and kube with the built image. git daemon, the asset server, the
+registry, the Hub stand-in: all on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from rigsmith import spec as specmod
+from rigsmith.resolving import lock as lockmod
+from tests.support import services
+from tests.support.common import FAKE_VENDOR, REPO
+from tests.support.hubserver import HubServer
+from tests.support.models import tiny_files
+from tests.support.ops import free_port
+from tests.support.podman import Podman
+from tests.support.sources import SCALES, asset_server, git, git_daemon, serve_release
+
+RECIPE = "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
+HUB_REPO = "halt95/Qwen3.8-Flash-Next-W4A16-Merlin"
+
+pytestmark = pytest.mark.engine
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _recipe_url() -> Iterator[str]:
+    handler = functools.partial(_Quiet, directory=str(REPO / "examples" / "recipes"))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{RECIPE}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def _api_on(podman: Podman, registry: str, base: Path) -> Iterator[str]:
+    """Podman's API service over the journey's own storage (so run.sh sees what `invoke build` made)."""
+    regs = base / "registries.conf"
+    regs.write_text(f'[[registry]]\nlocation = "{registry}"\ninsecure = true\n')
+    sock = Path(tempfile.mkdtemp(prefix="rs-api-", dir="/tmp")) / "podman.sock"
+    env = {**podman.env, "CONTAINERS_REGISTRIES_CONF": str(regs)}
+    log = base / "api.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            podman.argv("system", "service", "--time=0", f"unix://{sock}"), stdout=out, stderr=out, env=env
+        )
+    try:
+        transport = httpx.HTTPTransport(uds=str(sock))
+        services._wait(
+            "podman system service",
+            lambda: httpx.Client(transport=transport).get("http://d/_ping").status_code == 200,
+            proc,
+            log,
+        )
+        yield f"unix://{sock}"
+    finally:
+        services._stop(proc)
+        shutil.rmtree(sock.parent, ignore_errors=True)
+
+
+def _cli(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    inv = shutil.which("invoke")
+    assert inv, "invoke is not installed"
+    env = {**env, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+    return subprocess.run(
+        [sys.executable, inv, "-r", str(REPO), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_seed_003_built_from_its_source_tree_boots_in_a_container(
+    tmp_path: Path, hub_server: HubServer, podman: Podman, fake_cdi: Path, ops_image: str
+) -> None:
+    root = tmp_path / "rig"
+    (root / "deployments").mkdir(parents=True)
+    (tmp_path / "docker-config").mkdir()
+    (tmp_path / "docker-config" / "config.json").write_text("{}")  # no user registry credentials
+    hub_server.reset()
+    with (
+        _recipe_url() as recipe_url,
+        git_daemon(tmp_path / "git") as upstream,
+        asset_server() as assets,
+        services.registry(tmp_path / "registry") as reg,
+        _api_on(podman, reg.host, tmp_path) as api,
+    ):
+        # The base the tree runs on: the stand-in engine image, served by the local registry.
+        base_ref = f"{reg.host}/vllm-standin:1"
+        podman.run("tag", ops_image, base_ref)
+        podman.run("push", "--tls-verify=false", base_ref)
+        env = {k: v for k, v in podman.env.items() if not k.startswith(("HF_", "HUGGING", "DOCKER_HOST"))}
+        env.update(
+            HF_ENDPOINT=hub_server.url,
+            HF_HOME=str(tmp_path / "hf"),
+            HF_HUB_DISABLE_TELEMETRY="1",
+            HF_HUB_DISABLE_XET="1",
+            RIGSMITH_CACHE=str(tmp_path / "cache"),
+            DOCKER_CONFIG=str(tmp_path / "docker-config"),
+        )
+
+        # 1. import: no image given; the notes' git clone + release assets become images/merlin
+        imp = _cli(root, env, "import-recipe", recipe_url, "--name", "merlin")
+        assert imp.returncode == 0, imp.stderr
+        assert "create  images/merlin/image.yaml" in imp.stdout
+        spec_path, image_path = root / "deployments/merlin.yaml", root / "images/merlin/image.yaml"
+        assert specmod.load(spec_path).engine.build == "merlin"
+        refused = _cli(root, env, "pin")
+        assert refused.returncode == 1 and "tree.repo: is empty" in refused.stderr, refused.stderr
+
+        # 2. the user fills what the recipe does not say: the repo, the asset URLs, the base; <repo>
+        image = yaml.safe_load(image_path.read_text())
+        image["base"] = {"name": base_ref.rsplit(":", 1)[0], "tag": "1"}
+        image["tree"]["repo"] = upstream.url
+        urls = serve_release(assets)
+        for a in image["tree"]["assets"]:
+            a["url"] = urls[a["name"]]
+        image_path.write_text(yaml.safe_dump(image, sort_keys=False))
+        port = free_port()
+        data = yaml.safe_load(spec_path.read_text())
+        dest = image["tree"]["dest"]
+        data["placeholders"] = {"<repo>": dest, "<vllm tree>": f"{dest}/vllm-v2.5"}
+        data["model"]["local_dir"] = str(tmp_path / "models" / "Flash-Next-Merlin")
+        data["resources"]["gpus"]["cdi_devices"] = [f"{FAKE_VENDOR}={i}" for i in range(4)]
+        data["network"] = {"host": "127.0.0.1", "port": port}
+        spec_path.write_text(specmod.dump(specmod.from_data(data)))
+
+        # 3. pin: the recipe's commit (28cbb72) is not this test repo's, and pin says so
+        files = tiny_files(HUB_REPO, shards=1)
+        files["config.json"] = json.dumps(
+            {"architectures": ["Qwen3NextForCausalLM"], "text_config": {}}
+        ).encode()
+        model_commit = hub_server.repo(HUB_REPO).add_commit(files)
+        mismatch = _cli(root, env, "pin")
+        assert mismatch.returncode == 1 and "but tree.commit says 28cbb72" in mismatch.stderr, mismatch.stderr
+        image["tree"].pop("commit")
+        image_path.write_text(yaml.safe_dump(image, sort_keys=False))
+        pin = _cli(root, env, "pin")
+        assert pin.returncode == 0, pin.stderr
+        lock = lockmod.read(root / "rigsmith.lock")
+        assert lock.sources["merlin"].commit == git("rev-parse", "v2.5.1^{commit}", cwd=upstream.work)
+        assert set(lock.sources["merlin"].assets) == {"source-bundle", "compiled-ops"}
+        assert lock.models["merlin"].commit == model_commit and base_ref in lock.images
+
+        # 4. build from source (Podman's API on the journey's storage), fetch the model, render, start
+        # (CONTAINER_HOST for this step only: the podman CLI in run.sh would turn remote with it)
+        build = _cli(root, {**env, "CONTAINER_HOST": api}, "build", "--engine", "podman")
+        assert build.returncode == 0, build.stderr + build.stdout
+        built = lockmod.read(root / "rigsmith.lock").builds["merlin"]
+        assert built.provides == [dest]
+        fetch = _cli(root, env, "fetch-model")
+        assert fetch.returncode == 0, fetch.stderr
+        dep = _cli(root, env, "deploy", "--target", "podman", "--memlock", "host")
+        assert dep.returncode == 0, dep.stderr
+        try:
+            up = _cli(root, env, "up", "--memlock", "host")
+            assert up.returncode == 0, up.stderr + up.stdout
+            assert "verified merlin: running; 4 CDI device(s)" in up.stdout
+            inspect = podman.run("container", "inspect", "--format", "{{.Image}}", "merlin").stdout.strip()
+            assert built.image_id.removeprefix("sha256:").startswith(inspect.removeprefix("sha256:")[:12])
+            # The KV scales file the env names (required — without it FP8 KV runs at scale 1.0) is there.
+            script = 'f="$VLLM_QSA_KV_SCALES"; test -f "$f" && while read -r l; do echo "$l"; done < "$f"'
+            show = podman.run("exec", "merlin", "sh", "-c", script)
+            assert '"k_scale": 0.5' in show.stdout
+            assert podman.run("exec", "merlin", "sh", "-c", "echo $VLLM_QSA_KV_SCALES").stdout.strip() == (
+                f"{dest}/{SCALES}"
+            )
+            down = _cli(root, env, "down")
+            assert down.returncode == 0, down.stderr
+        finally:
+            podman.run("rm", "--force", "--time", "0", "merlin", check=False)
+
+        # 5. the other container targets render the same built image
+        for target in ("quadlet", "compose", "kube"):
+            out = tmp_path / f"out-{target}"
+            r = _cli(root, env, "deploy", "--target", target, "--out", str(out))
+            assert r.returncode == 0, r.stderr
+            text = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
+            assert built.pinned_ref in text, target
