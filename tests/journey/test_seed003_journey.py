@@ -8,15 +8,10 @@ down. Real podman with the fake CDI vendor, the Hub stand-in and a streaming Ope
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import shutil
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -25,8 +20,9 @@ import yaml
 from rigsmith import spec as specmod
 from rigsmith.operating.standin import Standin, StandinConfig
 from rigsmith.resolving import lock as lockmod
-from tests.support.common import FAKE_VENDOR, REPO
+from tests.support.common import FAKE_VENDOR
 from tests.support.hubserver import HubServer
+from tests.support.journey import invoke_cli, recipe_site
 from tests.support.models import tiny_files
 from tests.support.ops import OPS_IMAGE, free_port
 from tests.support.podman import Podman
@@ -35,37 +31,14 @@ RECIPE = "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
 HUB_REPO = "halt95/Qwen3.8-Flash-Next-W4A16-Merlin"
 
 
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def recipe_url() -> Iterator[str]:
-    handler = functools.partial(_Quiet, directory=str(REPO / "examples" / "recipes"))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/{RECIPE}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with recipe_site(RECIPE) as url:
+        yield url
 
 
 def _cli(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    inv = shutil.which("invoke")
-    assert inv, "invoke is not installed"
-    env = {**env, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
-    return subprocess.run(
-        [sys.executable, inv, "-r", str(REPO), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=600,
-        check=False,
-    )
+    return invoke_cli(root, env, *args)
 
 
 def test_seed_003_from_recipe_url_to_a_qualified_deployment_and_back(

@@ -11,15 +11,11 @@ registry, the Hub stand-in: all on 127.0.0.1.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
-import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -29,35 +25,17 @@ import yaml
 from rigsmith import spec as specmod
 from rigsmith.resolving import lock as lockmod
 from tests.support import services
-from tests.support.common import FAKE_VENDOR, REPO
+from tests.support.common import FAKE_VENDOR
 from tests.support.hubserver import HubServer
+from tests.support.journey import invoke_cli, recipe_site
 from tests.support.models import tiny_files
 from tests.support.ops import free_port
 from tests.support.podman import Podman
 from tests.support.sources import SCALES, asset_server, git, git_daemon, serve_release
 
-RECIPE = "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
 HUB_REPO = "halt95/Qwen3.8-Flash-Next-W4A16-Merlin"
 
 pytestmark = pytest.mark.engine
-
-
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def _recipe_url() -> Iterator[str]:
-    handler = functools.partial(_Quiet, directory=str(REPO / "examples" / "recipes"))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/{RECIPE}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @contextlib.contextmanager
@@ -86,21 +64,6 @@ def _api_on(podman: Podman, registry: str, base: Path) -> Iterator[str]:
         shutil.rmtree(sock.parent, ignore_errors=True)
 
 
-def _cli(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    inv = shutil.which("invoke")
-    assert inv, "invoke is not installed"
-    env = {**env, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
-    return subprocess.run(
-        [sys.executable, inv, "-r", str(REPO), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=600,
-        check=False,
-    )
-
-
 def test_seed_003_built_from_its_source_tree_boots_in_a_container(
     tmp_path: Path, hub_server: HubServer, podman: Podman, fake_cdi: Path, ops_image: str
 ) -> None:
@@ -110,7 +73,7 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
     (tmp_path / "docker-config" / "config.json").write_text("{}")  # no user registry credentials
     hub_server.reset()
     with (
-        _recipe_url() as recipe_url,
+        recipe_site() as recipe_url,
         git_daemon(tmp_path / "git") as upstream,
         asset_server() as assets,
         services.registry(tmp_path / "registry") as reg,
@@ -131,12 +94,12 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
         )
 
         # 1. import: no image given; the notes' git clone + release assets become images/merlin
-        imp = _cli(root, env, "import-recipe", recipe_url, "--name", "merlin")
+        imp = invoke_cli(root, env, "import-recipe", recipe_url, "--name", "merlin")
         assert imp.returncode == 0, imp.stderr
         assert "create  images/merlin/image.yaml" in imp.stdout
         spec_path, image_path = root / "deployments/merlin.yaml", root / "images/merlin/image.yaml"
         assert specmod.load(spec_path).engine.build == "merlin"
-        refused = _cli(root, env, "pin")
+        refused = invoke_cli(root, env, "pin")
         assert refused.returncode == 1 and "tree.repo: is empty" in refused.stderr, refused.stderr
 
         # 2. the user fills what the recipe does not say: the repo, the asset URLs, the base; <repo>
@@ -162,11 +125,11 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
             {"architectures": ["Qwen3NextForCausalLM"], "text_config": {}}
         ).encode()
         model_commit = hub_server.repo(HUB_REPO).add_commit(files)
-        mismatch = _cli(root, env, "pin")
+        mismatch = invoke_cli(root, env, "pin")
         assert mismatch.returncode == 1 and "but tree.commit says 28cbb72" in mismatch.stderr, mismatch.stderr
         image["tree"].pop("commit")
         image_path.write_text(yaml.safe_dump(image, sort_keys=False))
-        pin = _cli(root, env, "pin")
+        pin = invoke_cli(root, env, "pin")
         assert pin.returncode == 0, pin.stderr
         lock = lockmod.read(root / "rigsmith.lock")
         assert lock.sources["merlin"].commit == git("rev-parse", "v2.5.1^{commit}", cwd=upstream.work)
@@ -175,16 +138,16 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
 
         # 4. build from source (Podman's API on the journey's storage), fetch the model, render, start
         # (CONTAINER_HOST for this step only: the podman CLI in run.sh would turn remote with it)
-        build = _cli(root, {**env, "CONTAINER_HOST": api}, "build", "--engine", "podman")
+        build = invoke_cli(root, {**env, "CONTAINER_HOST": api}, "build", "--engine", "podman")
         assert build.returncode == 0, build.stderr + build.stdout
         built = lockmod.read(root / "rigsmith.lock").builds["merlin"]
         assert built.provides == [dest]
-        fetch = _cli(root, env, "fetch-model")
+        fetch = invoke_cli(root, env, "fetch-model")
         assert fetch.returncode == 0, fetch.stderr
-        dep = _cli(root, env, "deploy", "--target", "podman", "--memlock", "host")
+        dep = invoke_cli(root, env, "deploy", "--target", "podman", "--memlock", "host")
         assert dep.returncode == 0, dep.stderr
         try:
-            up = _cli(root, env, "up", "--memlock", "host")
+            up = invoke_cli(root, env, "up", "--memlock", "host")
             assert up.returncode == 0, up.stderr + up.stdout
             assert "verified merlin: running; 4 CDI device(s)" in up.stdout
             inspect = podman.run("container", "inspect", "--format", "{{.Image}}", "merlin").stdout.strip()
@@ -196,7 +159,7 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
             assert podman.run("exec", "merlin", "sh", "-c", "echo $VLLM_QSA_KV_SCALES").stdout.strip() == (
                 f"{dest}/{SCALES}"
             )
-            down = _cli(root, env, "down")
+            down = invoke_cli(root, env, "down")
             assert down.returncode == 0, down.stderr
         finally:
             podman.run("rm", "--force", "--time", "0", "merlin", check=False)
@@ -204,7 +167,7 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
         # 5. the other container targets render the same built image
         for target in ("quadlet", "compose", "kube"):
             out = tmp_path / f"out-{target}"
-            r = _cli(root, env, "deploy", "--target", target, "--out", str(out))
+            r = invoke_cli(root, env, "deploy", "--target", target, "--out", str(out))
             assert r.returncode == 0, r.stderr
             text = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
             assert built.pinned_ref in text, target

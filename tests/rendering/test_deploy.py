@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ from rigsmith.errors import ConsentError, DriftError, LockError, RigsmithError, 
 from rigsmith.project import Project
 from rigsmith.rendering import deploy, targets
 from tests.support.common import GOLDEN_BUILD_DIGEST, REPO, standin_deployment, write_project
+from tests.support.journey import invoke_cli
 from tests.support.targets import SEEDS
 
 
@@ -111,16 +110,7 @@ def test_deploy_asks_before_overwriting_and_check_detects_drift(tmp_path: Path) 
 
 
 def _invoke(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "-r", str(REPO), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-        check=False,
-    )
+    return invoke_cli(root, None, *args, timeout=120)
 
 
 def test_cli_deploy_refuses_without_terminal_then_accepts_yes(tmp_path: Path) -> None:

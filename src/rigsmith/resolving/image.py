@@ -16,10 +16,11 @@ import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -55,6 +56,12 @@ class _Frozen(BaseModel):
 def _single_line(v: str, what: str) -> str:
     if "\n" in v or "\r" in v:
         raise ValueError(f"{what} must be one line")
+    return v
+
+
+def _lower_name(v: str, what: str) -> str:
+    if not NAME_RE.match(v):
+        raise ValueError(f"{what} {v!r}: use lowercase letters, digits, '.', '_' or '-'")
     return v
 
 
@@ -104,9 +111,7 @@ class Patch(_Frozen):
     @field_validator("slot")
     @classmethod
     def _slot(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError(f"slot {v!r}: use lowercase letters, digits, '.', '_' or '-'")
-        return v
+        return _lower_name(v, "slot")
 
     @field_validator("file")
     @classmethod
@@ -143,6 +148,8 @@ class ExtraFile(_Frozen):
 
 
 _SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+GitUrl = Annotated[str, AfterValidator(check_git_url)]
+AssetUrl = Annotated[str, AfterValidator(check_asset_url)]
 _DEST_RE = re.compile(r"/[A-Za-z0-9._+@/-]+")
 _REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]*$")
 #: Where the tree lands in the build context.
@@ -160,7 +167,9 @@ class Asset(_Frozen):
     """A release asset: fetched by URL, verified by sha256, unpacked into the tree or placed in it."""
 
     name: str = Field(description="Name of the asset (lowercase), e.g. compiled-ops.")
-    url: str | None = Field(None, description="http(s) URL; empty until filled in (pin refuses it then).")
+    url: AssetUrl | None = Field(
+        None, description="http(s) URL; empty until filled in (pin refuses it then)."
+    )
     sha256: str | None = Field(None, description="sha256:… if known; `invoke pin` locks it otherwise.")
     unpack: str | None = Field(
         None, description="Unpack this tar(.gz/.bz2/.xz) into this directory of the tree ('.' = its root)."
@@ -171,16 +180,7 @@ class Asset(_Frozen):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError(f"asset name {v!r}: use lowercase letters, digits, '.', '_' or '-'")
-        return v
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        if v is not None:
-            check_asset_url(v)
-        return v
+        return _lower_name(v, "asset name")
 
     @field_validator("sha256")
     @classmethod
@@ -206,7 +206,9 @@ class Asset(_Frozen):
 class Tree(_Frozen):
     """A source tree: a git repository at a ref, locked to a commit by `invoke pin`, copied into the image."""
 
-    repo: str | None = Field(None, description="Git URL (https, http, git, ssh, file); empty until filled.")
+    repo: GitUrl | None = Field(
+        None, description="Git URL (https, http, git, ssh, file); empty until filled."
+    )
     ref: str = Field(description="Branch, tag or (short) commit sha; `invoke pin` locks the full commit.")
     commit: str | None = Field(
         None,
@@ -226,13 +228,6 @@ class Tree(_Frozen):
     )
     assets: tuple[Asset, ...] = ()
     note: str | None = None
-
-    @field_validator("repo")
-    @classmethod
-    def _repo(cls, v: str | None) -> str | None:
-        if v is not None:
-            check_git_url(v)
-        return v
 
     @field_validator("ref")
     @classmethod
