@@ -13,7 +13,7 @@ from rigsmith.errors import ConsentError, RecipeError
 from rigsmith.importing import importer
 from rigsmith.project import Project
 from rigsmith.resolving import image as imagemod
-from tests.support.common import REPO
+from tests.support.common import GOLDEN, REPO, compare_tree
 
 RECIPE = REPO / "examples/recipes/qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
 
@@ -56,6 +56,18 @@ def test_seed_003_notes_become_a_source_image_linked_as_engine_build(tmp_path: P
     # The placeholders stay the user's to fill; deploy names them (and checks they reach the tree).
     assert dep.placeholders == {"<repo>": None, "<vllm tree>": None}
     assert specmod.load(project.spec_path("merlin")).engine.build == "merlin"
+
+
+def test_the_proposed_image_file_matches_golden(
+    tmp_path: Path, update_golden: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = _project(tmp_path)
+    monkeypatch.chdir(REPO)  # the header names the recipe as given: a path relative to the checkout
+    _import(
+        project, "examples/recipes/" + RECIPE.name, source_repo="https://git.example.com/halt95/merlin.git"
+    )
+    text = (project.images / "merlin" / "image.yaml").read_text()
+    compare_tree({"image.yaml": text}, GOLDEN / "recipes" / "proposed" / "seed-003", update_golden)
 
 
 def test_source_repo_flag_fills_the_repo_and_names_the_tree_dir(tmp_path: Path) -> None:

@@ -131,3 +131,55 @@ def test_pip_install_of_the_tree_renders_after_the_copy() -> None:
         '"/opt/y"]\n'
     ) in text
     assert "ENV PYTHONPATH" not in text
+
+
+def test_source_image_context_matches_golden(update_golden: bool) -> None:
+    """The Dockerfile of a source image and its context's file list (the tree under tree/)."""
+    from rigsmith.resolving import lock as lockmod
+    from tests.support.common import GOLDEN, compare_tree
+
+    d = imagemod.ImageDef.model_validate(
+        {
+            "base": {"name": "127.0.0.1:5000/tinybase", "tag": "1"},
+            "tree": {
+                "repo": "git://127.0.0.1:9418/merlin",
+                "ref": "v2.5.1",
+                "dest": "/opt/merlin",
+                "pythonpath": "vllm-v2.5",
+                "assets": [{"name": "compiled-ops", "url": "https://example.com/ops.tar.gz", "unpack": "."}],
+            },
+            "smoke": ["/bin/sh", "-c", "test -s /opt/merlin/scales/k.json"],
+        }
+    )
+    lock = lockmod.Lock(
+        images={"127.0.0.1:5000/tinybase:1": lockmod.LockedImage(digest="sha256:" + "a" * 64)},
+        sources={
+            "merlin": lockmod.LockedSource(
+                repo="git://127.0.0.1:9418/merlin",
+                ref="v2.5.1",
+                commit="c" * 40,
+                assets={
+                    "compiled-ops": lockmod.LockedAsset(
+                        url="https://example.com/ops.tar.gz", sha256="sha256:" + "b" * 64, size=3
+                    )
+                },
+            )
+        },
+    )
+    tree = {
+        "scales/k.json": ContextFile(b"{}\n"),
+        "scripts/serve.sh": ContextFile(b"#!/bin/sh\n", 0o755),
+        "latest": ContextFile(b"", 0o777, "scales"),
+        "vllm-v2.5/vllm/_C.abi3.so": ContextFile(b"ops"),
+    }
+    ctx = imagemod.render_context(
+        imagemod.Inputs("merlin", d, {}, {}, None, tree), lock, command="invoke build"
+    )
+    listing = "".join(
+        f"{rel} {f.mode:o}{' -> ' + f.link if f.link else ''}\n" for rel, f in ctx.files.items()
+    )
+    compare_tree(
+        {"Dockerfile": ctx.dockerfile, "context.txt": listing},
+        GOLDEN / "images" / "source-tree",
+        update_golden,
+    )
