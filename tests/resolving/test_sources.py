@@ -217,3 +217,19 @@ def test_a_changed_ref_in_image_yaml_is_stale_until_pin(
     path.write_text(path.read_text().replace("ref: v2.5.1", "ref: main"))
     with pytest.raises(RigsmithError, match=r"tree.ref is 'main' in image.yaml but 'v2.5.1' in the lock"):
         buildmod.prepare(project, "merlin", Sources(tmp_path / "cache"))
+
+
+def test_an_asset_larger_than_the_limit_is_refused_and_not_cached(
+    tmp_path: Path, upstream: Upstream, assets: AssetServer
+) -> None:
+    project = _project(tmp_path, upstream, assets)
+    src = Sources(tmp_path / "cache", max_bytes=64)
+    try:
+        with pytest.raises(
+            RigsmithError, match=r"asset 'source-bundle': .* sent more than 64 bytes; refused"
+        ):
+            sourcesmod.pin_sources(project, src, echo=lambda _: None)
+    finally:
+        src.close()
+    assert list((tmp_path / "cache" / "assets" / "sha256").glob("*")) == []
+    assert not project.lock_path.exists()

@@ -67,6 +67,14 @@ def test_an_unsafe_member_refuses_the_whole_archive(
     assert words in str(err.value) and "asset 'ops'" in str(err.value)
 
 
+def test_an_archive_unpacking_past_the_limit_is_refused() -> None:
+    data = _tar(("a", "file", b"x" * 600), ("b", "file", b"y" * 600))
+    with pytest.raises(
+        ArchiveError, match="asset 'ops': unpacks to more than 1000 bytes \\(at member 'b'\\)"
+    ):
+        unpack_tar(data, "asset 'ops'", max_bytes=1000)
+
+
 def test_garbage_is_not_a_tar_and_says_so() -> None:
     with pytest.raises(ArchiveError, match="asset 'ops': not a readable tar archive"):
         unpack_tar(b"<html>404</html>", "asset 'ops'")

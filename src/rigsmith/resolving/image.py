@@ -714,12 +714,19 @@ def _member_path(raw: str, what: str) -> str:
     return str(p)
 
 
-def unpack_tar(data: bytes, what: str, into: str = ".") -> dict[str, ContextFile]:
+#: The most an archive may unpack to (a tree or an asset): a compression bomb stops here.
+MAX_UNPACKED = 16 << 30
+
+
+def unpack_tar(
+    data: bytes, what: str, into: str = ".", *, max_bytes: int = MAX_UNPACKED
+) -> dict[str, ContextFile]:
     """The regular files and inside-pointing symlinks of a tar (any compression), tree-relative under
     ``into``. Refuses absolute names, '..', links leaving the tree, devices, duplicates and a member
     below a symlink. Pure: nothing is written."""
     out: dict[str, ContextFile] = {}
     base = PurePosixPath(into)
+    total = 0
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
             for m in tar:
@@ -748,6 +755,12 @@ def unpack_tar(data: bytes, what: str, into: str = ".") -> dict[str, ContextFile
                     continue
                 if not m.isreg():
                     raise ArchiveError(f"{what}: member {m.name!r} is not a file, directory or link")
+                total += m.size
+                if total > max_bytes:
+                    raise ArchiveError(
+                        f"{what}: unpacks to more than {max_bytes} bytes (at member {m.name!r})",
+                        hint="the archive is refused; check that the URL names the asset you meant",
+                    )
                 f = tar.extractfile(m)
                 assert f is not None
                 out[rel] = ContextFile(f.read(), 0o755 if m.mode & 0o111 else 0o644)

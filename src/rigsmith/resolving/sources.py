@@ -51,9 +51,16 @@ class AssetHashError(AdapterError):
 class Sources:
     """The git and asset cache. ``client`` is an httpx client (made here when not given)."""
 
-    def __init__(self, cache: Path, client: httpx.Client | None = None, timeout: float = 600) -> None:
+    def __init__(
+        self,
+        cache: Path,
+        client: httpx.Client | None = None,
+        timeout: float = 600,
+        max_bytes: int = imagemod.MAX_UNPACKED,
+    ) -> None:
         self.cache = cache
         self.timeout = timeout
+        self.max_bytes = max_bytes
         self._client = client
         self._own = client is None
 
@@ -186,6 +193,12 @@ class Sources:
                         for chunk in resp.iter_bytes(_CHUNK):
                             digest.update(chunk)
                             size += len(chunk)
+                            if size > self.max_bytes:
+                                raise AdapterError(
+                                    f"{where}: asset {name!r}: {url} sent more than {self.max_bytes} bytes; "
+                                    "refused",
+                                    hint="check that the URL names the asset you meant",
+                                )
                             out.write(chunk)
                 except httpx.HTTPError as err:
                     raise AdapterError(
