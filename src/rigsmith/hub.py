@@ -9,11 +9,14 @@ exception tree decides what is transient (see research/library-facts.md §1.9: `
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
+from urllib.parse import quote
 
 import httpx2
 from huggingface_hub import HfApi, constants
@@ -28,9 +31,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.file_download import hf_hub_url
-from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils._headers import build_hf_headers
-from huggingface_hub.utils._http import hf_raise_for_status, http_stream_backoff
+from huggingface_hub.utils._http import hf_raise_for_status, http_backoff, http_stream_backoff
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -40,13 +42,20 @@ from tenacity import (
 )
 
 from rigsmith.errors import AdapterError
-from rigsmith.modelfiles import RemoteFile, read_text_or_none, token_from
+from rigsmith.modelfiles import RemoteFile, read_text_or_none, remote_files, token_from
 from rigsmith.spec import SHA1_RE
 
 log = logging.getLogger("rigsmith.hub")
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+#: A tree listing longer than this many pages is refused (1000 entries a page: far beyond any model).
+MAX_TREE_PAGES = 1000
+#: OS errors that mean "no route to the endpoint", not "the endpoint hiccuped": retrying them only makes
+#: an offline run slow (issue 11: 4 × 5 nested retries took 110 s).
+_UNREACHABLE_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH})
+#: huggingface_hub logs every one of its own retries (two lines each); rigsmith reports its own, once.
+_HF_HTTP_LOGGER = "huggingface_hub.utils._http"
 T = TypeVar("T")
 
 
@@ -88,7 +97,7 @@ def is_retryable(exc: BaseException) -> bool:
         return False
     if isinstance(exc, HfHubHTTPError):
         return exc.response is not None and exc.response.status_code in RETRY_STATUS
-    if isinstance(exc, httpx2.ProxyError):
+    if isinstance(exc, httpx2.ProxyError) or unreachable(exc):
         return False
     if isinstance(exc, httpx2.TransportError):
         return True
@@ -96,6 +105,21 @@ def is_retryable(exc: BaseException) -> bool:
         return exc.__cause__ is not None and is_retryable(exc.__cause__)
     # ShortBody is what _stream raises; the message test keeps huggingface_hub's own size check transient.
     return isinstance(exc, ShortBody) or (isinstance(exc, OSError) and "Consistency check failed" in str(exc))
+
+
+def unreachable(exc: BaseException) -> bool:
+    """True when ``exc`` (or what it wraps) says the endpoint cannot be reached at all: connection
+    refused, no route to the network or host, or a name that does not resolve."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, socket.gaierror) or (
+            isinstance(cur, OSError) and cur.errno in _UNREACHABLE_ERRNOS
+        ):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 class ShortBody(OSError):
@@ -142,6 +166,7 @@ class HfHub:
         self._token = token
         self._retry = retry or RetryPolicy()
         self._api = HfApi(endpoint=self.endpoint, token=token if token else False, library_name="rigsmith")
+        logging.getLogger(_HF_HTTP_LOGGER).setLevel(logging.ERROR)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ, retry: RetryPolicy | None = None) -> HfHub:
@@ -171,17 +196,44 @@ class HfHub:
         return info.sha
 
     def tree(self, repo: str, commit: str) -> list[RemoteFile]:
-        entries = self._call(
-            "list files",
-            repo,
-            lambda: list(self._api.list_repo_tree(repo, revision=commit, recursive=True)),
-            revision=commit,
+        entries = self._call("list files", repo, lambda: self._tree_entries(repo, commit), revision=commit)
+        return remote_files(entries, f"{self.endpoint} (tree of {repo}@{commit})")
+
+    def _tree_entries(self, repo: str, commit: str) -> list[object]:
+        """The raw recursive tree listing, every page (``HfApi.list_repo_tree`` without its own retries:
+        its ``http_backoff`` retries a refused connection 5 times inside each of ours)."""
+        url: str | None = f"{self.endpoint}/api/models/{repo}/tree/{quote(commit, safe='')}"
+        params: dict[str, str] | None = {"recursive": "true", "expand": "false"}
+        headers = build_hf_headers(token=self._token if self._token else False, library_name="rigsmith")
+        out: list[object] = []
+        for _page in range(MAX_TREE_PAGES):
+            if url is None:
+                return out
+            resp = http_backoff(
+                "GET", url, params=params, headers=headers, retry_on_exceptions=(), retry_on_status_codes=()
+            )
+            hf_raise_for_status(resp)
+            try:
+                page = resp.json()
+            except ValueError:
+                raise AdapterError(
+                    f"{self.endpoint} answered the file list of {repo}@{commit} with something that is not "
+                    "JSON",
+                    hint="check HF_ENDPOINT: it must be a Hugging Face Hub (or a mirror of its API)",
+                ) from None
+            if not isinstance(page, list):
+                raise AdapterError(
+                    f"{self.endpoint} answered the file list of {repo}@{commit} with a JSON "
+                    f"{type(page).__name__}, not a list",
+                    hint="check HF_ENDPOINT: it must be a Hugging Face Hub (or a mirror of its API)",
+                )
+            out.extend(page)
+            nxt = resp.links.get("next", {}).get("url")
+            url, params = (str(nxt) if nxt else None), None
+        raise AdapterError(
+            f"{self.endpoint}: the file list of {repo}@{commit} runs past {MAX_TREE_PAGES} pages",
+            hint="check HF_ENDPOINT: a Hub pages 1000 files at a time",
         )
-        out = []
-        for e in entries:
-            if isinstance(e, RepoFile):
-                out.append(RemoteFile(e.path, e.size, e.blob_id, e.lfs.sha256 if e.lfs else None))
-        return out
 
     def download(self, repo: str, commit: str, path: str, out: Sink, *, offset: int, size: int) -> None:
         url = hf_hub_url(repo, path, revision=commit, endpoint=self.endpoint)
@@ -243,8 +295,9 @@ class HfHub:
             )
         if isinstance(err, httpx2.TransportError | LocalEntryNotFoundError | OSError):
             return AdapterError(
-                f"{what}: {where}: cannot reach {self.endpoint}: {type(err).__name__}: {err}",
-                hint="check the network and HF_ENDPOINT; a re-run resumes where this one stopped",
+                f"{what}: {where}: cannot reach {self.endpoint} (HF_ENDPOINT): {type(err).__name__}: {err}",
+                hint="check the network and HF_ENDPOINT; a re-run resumes where this one stopped. Offline, "
+                "HF_HUB_OFFLINE=1 works once the lock pins the model and its local dir is complete",
             )
         return AdapterError(f"{what}: {where}: {type(err).__name__}: {err}")
 

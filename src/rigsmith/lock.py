@@ -88,6 +88,17 @@ def read(path: Path) -> Lock:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return Lock()
+    except UnicodeDecodeError as err:
+        raise LockError(
+            f"{path} is not a valid rigsmith lock: byte {err.start} is not UTF-8 text",
+            hint="restore it from git, or delete it and re-run `invoke pin`",
+        ) from None
+    except OSError as err:
+        raise LockError(
+            f"cannot read {path}: {err.strerror}",
+            hint="rigsmith.lock must be a readable file; restore it from git, or delete it and re-run "
+            "`invoke pin`",
+        ) from None
     try:
         return Lock.model_validate_json(text)
     except ValidationError as err:
