@@ -8,12 +8,13 @@ import socketserver
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from rigsmith import registry as registrymod
 from rigsmith.errors import AdapterError
+from tests.images import services
 
 GOOD = "sha256:" + "ab" * 32
 MANIFEST = json.dumps({"schemaVersion": 2, "mediaType": registrymod.OCI_MANIFEST}).encode()
@@ -33,20 +34,8 @@ class Script:
     hits: list[str] = field(default_factory=list)
 
 
-class _Hostile(BaseHTTPRequestHandler):
+class _Hostile(services.QuietHandler):
     script = Script()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def _send(self, code: int, headers: dict[str, str], body: bytes = b"") -> None:
-        self.send_response(code)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
 
     def _answer(self) -> None:
         s = type(self).script
