@@ -9,10 +9,8 @@ exception tree decides what is transient (see research/library-facts.md §1.9: `
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -43,6 +41,7 @@ from tenacity import (
 
 from rigsmith.errors import AdapterError
 from rigsmith.modelfiles import RemoteFile, read_text_or_none, remote_files, token_from
+from rigsmith.netfail import unreachable
 from rigsmith.spec import SHA1_RE
 
 log = logging.getLogger("rigsmith.hub")
@@ -51,9 +50,6 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 #: A tree listing longer than this many pages is refused (1000 entries a page: far beyond any model).
 MAX_TREE_PAGES = 1000
-#: OS errors that mean "no route to the endpoint", not "the endpoint hiccuped": retrying them only makes
-#: an offline run slow (issue 11: 4 × 5 nested retries took 110 s).
-_UNREACHABLE_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH})
 #: huggingface_hub logs every one of its own retries (two lines each); rigsmith reports its own, once.
 _HF_HTTP_LOGGER = "huggingface_hub.utils._http"
 T = TypeVar("T")
@@ -105,21 +101,6 @@ def is_retryable(exc: BaseException) -> bool:
         return exc.__cause__ is not None and is_retryable(exc.__cause__)
     # ShortBody is what _stream raises; the message test keeps huggingface_hub's own size check transient.
     return isinstance(exc, ShortBody) or (isinstance(exc, OSError) and "Consistency check failed" in str(exc))
-
-
-def unreachable(exc: BaseException) -> bool:
-    """True when ``exc`` (or what it wraps) says the endpoint cannot be reached at all: connection
-    refused, no route to the network or host, or a name that does not resolve."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, socket.gaierror) or (
-            isinstance(cur, OSError) and cur.errno in _UNREACHABLE_ERRNOS
-        ):
-            return True
-        cur = cur.__cause__ or cur.__context__
-    return False
 
 
 class ShortBody(OSError):

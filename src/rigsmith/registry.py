@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from rigsmith.errors import AdapterError, RigsmithError
+from rigsmith.netfail import unreachable
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -195,6 +196,11 @@ class _Transient(Exception):
     """A registry answer worth retrying (5xx, 429)."""
 
 
+def _transient(exc: BaseException) -> bool:
+    """Worth another try: a 5xx/429, or a transport error other than "no route" (refused, DNS)."""
+    return isinstance(exc, _Transient) or (isinstance(exc, httpx.TransportError) and not unreachable(exc))
+
+
 class Registry:
     """Registry HTTP API v2 client: manifest HEAD/GET, anonymous or basic → bearer token flow."""
 
@@ -213,14 +219,15 @@ class Registry:
             config: docker ``config.json`` content (for ``auths``).
             client: an httpx client to use (default: a new one with ``timeout``).
             timeout: seconds per HTTP request.
-            attempts: tries per request on transient failures (connection errors, 429, 5xx).
+            attempts: tries per request on transient failures (resets, timeouts, 429, 5xx; not a refused
+                connection or a name that does not resolve).
             backoff: first wait between tries in seconds; doubles, with jitter, up to 8 s.
         """
         self._config = config if config is not None else {}
         self._client = client or httpx.Client(timeout=timeout, follow_redirects=True)
         self._tokens: dict[tuple[str, str], str] = {}
         self._retrying = Retrying(
-            retry=retry_if_exception_type((httpx.TransportError, _Transient)),
+            retry=retry_if_exception(_transient),
             stop=stop_after_attempt(attempts),
             wait=wait_exponential_jitter(multiplier=backoff, max=8, jitter=backoff),
             reraise=True,

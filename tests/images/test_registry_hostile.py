@@ -4,12 +4,14 @@ never puts a non-digest into the lock (issue 10, low 11)."""
 from __future__ import annotations
 
 import json
+import socket
 import socketserver
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from rigsmith import registry as registrymod
@@ -128,3 +130,36 @@ def test_a_server_that_does_not_speak_http_is_one_adapter_error():
                 _resolve(f"127.0.0.1:{server.server_address[1]}")
         finally:
             server.shutdown()
+
+
+class _Counting(httpx.HTTPTransport):
+    """The real transport, counting the requests it is asked to send."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent += 1
+        return super().handle_request(request)
+
+
+def test_a_refused_connection_is_not_retried_but_a_reset_is():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    transport = _Counting()
+    reg = registrymod.Registry({}, client=httpx.Client(transport=transport), attempts=4, backoff=0.01)
+    with pytest.raises(AdapterError, match=r"cannot resolve.*Connection refused"):
+        reg.resolve(f"127.0.0.1:{closed}/acme/model:1")
+    assert transport.sent == 1
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Garbage) as server:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            with pytest.raises(AdapterError, match="cannot resolve"):
+                reg.resolve(f"127.0.0.1:{server.server_address[1]}/acme/model:1")
+        finally:
+            server.shutdown()
+    assert transport.sent == 1 + 4  # a server that answers garbage may be mid-restart: retried

@@ -17,8 +17,9 @@ import pytest
 
 from rigsmith import lock as lockmod
 from rigsmith.errors import AdapterError, LockError
-from rigsmith.hub import is_retryable, unreachable
+from rigsmith.hub import is_retryable
 from rigsmith.modelfetch import fetch_model
+from rigsmith.netfail import unreachable
 from tests.models.conftest import MiB, cli_env, invoke_argv, run_cli, tiny_files
 from tests.models.hubserver import Fault, random_bytes
 
@@ -130,13 +131,15 @@ def test_refused_connections_and_dns_failures_are_not_transient():
     assert is_retryable(httpx2.ReadTimeout("slow"))
 
 
-@pytest.mark.parametrize("revision", ["main", SHA])
-def test_an_unreachable_hub_fails_fast_and_quietly_through_the_cli(hub, make_project, revision):
+@pytest.mark.parametrize(
+    ("task", "revision"), [("fetch-model", "main"), ("fetch-model", SHA), ("pin", "main")]
+)
+def test_an_unreachable_hub_fails_fast_and_quietly_through_the_cli(hub, make_project, task, revision):
     project, _spec = make_project(repo="acme/offline", revision=revision)
     endpoint = f"http://127.0.0.1:{_closed_port()}"
     env = cli_env(hub, project, HF_ENDPOINT=endpoint)
     t0 = time.monotonic()
-    res = subprocess.run(invoke_argv("fetch-model"), env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(invoke_argv(task), env=env, capture_output=True, text=True, timeout=120)
     elapsed = time.monotonic() - t0
     lines = (res.stdout + res.stderr).strip().splitlines()
     assert res.returncode == 1, res
