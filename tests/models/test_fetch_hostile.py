@@ -211,3 +211,22 @@ def test_ctrl_c_cancels_queued_files_stops_transfers_and_keeps_partials(hub, mak
     assert [r.range for r in resumed] == [f"bytes={have}-"]
     name = resumed[0].path.rsplit("/", 1)[-1]
     assert partials[0].name == f"{hashlib.sha256(files[name]).hexdigest()}.incomplete"
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"name: t\nmodel:\n  repo: \xff\xfe\n", "byte 23 is not UTF-8 text"),
+        (b"name: t\nx: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+        (b"".join(b"  " * i + b"k:\n" for i in range(3000)), "nested too deeply"),
+    ],
+    ids=["not-utf8", "deep-flow", "deep-block"],
+)
+def test_a_broken_deployment_file_is_one_paragraph_through_the_cli(hub, make_project, data, says):
+    project, _spec = make_project()
+    path = project.spec_path("t")
+    path.write_bytes(data)
+    res = run_cli(hub, project, "fetch-model")
+    assert res.returncode == 1, res
+    assert "Traceback" not in res.stderr + res.stdout
+    assert f"{path}: 1 problem(s)" in res.stderr and says in res.stderr, res.stderr
