@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -40,7 +42,7 @@ from tenacity import (
 )
 
 from rigsmith.errors import AdapterError
-from rigsmith.modelfiles import RemoteFile, read_text_or_none, remote_files, token_from
+from rigsmith.modelfiles import RemoteFile, Stopped, read_text_or_none, remote_files, token_from
 from rigsmith.netfail import unreachable
 from rigsmith.spec import SHA1_RE
 
@@ -77,8 +79,19 @@ class Hub(Protocol):
         """Every file of the repo at ``commit`` with size and hashes."""
         ...
 
-    def download(self, repo: str, commit: str, path: str, out: Sink, *, offset: int, size: int) -> None:
-        """Write the file's bytes from ``offset`` to ``out`` (which is positioned at ``offset``)."""
+    def download(
+        self,
+        repo: str,
+        commit: str,
+        path: str,
+        out: Sink,
+        *,
+        offset: int,
+        size: int,
+        stop: threading.Event | None = None,
+    ) -> None:
+        """Write the file's bytes from ``offset`` to ``out`` (which is positioned at ``offset``); give up
+        between attempts once ``stop`` is set."""
         ...
 
 
@@ -116,7 +129,7 @@ class RetryPolicy:
     max_wait: float = 60.0
     jitter: float = 2.0
 
-    def retrying(self, what: str) -> Retrying:
+    def retrying(self, what: str, sleep: Callable[[float], None] | None = None) -> Retrying:
         def note(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             wait = state.next_action.sleep if state.next_action else 0.0
@@ -136,6 +149,7 @@ class RetryPolicy:
             retry=retry_if_exception(is_retryable),
             before_sleep=note,
             reraise=True,
+            sleep=sleep or time.sleep,
         )
 
 
@@ -157,9 +171,19 @@ class HfHub:
     def __repr__(self) -> str:  # never show the token
         return f"HfHub({self.endpoint!r}, token={'set' if self._token else 'none'})"
 
-    def _call(self, what: str, repo: str, fn: Callable[[], T], *, revision: str | None = None) -> T:
+    def _call(
+        self,
+        what: str,
+        repo: str,
+        fn: Callable[[], T],
+        *,
+        revision: str | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> T:
         try:
-            for attempt in self._retry.retrying(f"{what} {repo}" + (f"@{revision}" if revision else "")):
+            for attempt in self._retry.retrying(
+                f"{what} {repo}" + (f"@{revision}" if revision else ""), sleep
+            ):
                 with attempt:
                     return fn()
         except Exception as err:
@@ -216,7 +240,17 @@ class HfHub:
             hint="check HF_ENDPOINT: a Hub pages 1000 files at a time",
         )
 
-    def download(self, repo: str, commit: str, path: str, out: Sink, *, offset: int, size: int) -> None:
+    def download(
+        self,
+        repo: str,
+        commit: str,
+        path: str,
+        out: Sink,
+        *,
+        offset: int,
+        size: int,
+        stop: threading.Event | None = None,
+    ) -> None:
         url = hf_hub_url(repo, path, revision=commit, endpoint=self.endpoint)
         headers = build_hf_headers(token=self._token if self._token else False, library_name="rigsmith")
         if out.tell() != offset:
@@ -240,7 +274,14 @@ class HfHub:
                         repo, commit, path, type(err).__name__, err, out.tell(),
                     )  # fmt: skip
 
-        self._call("download", repo, once, revision=f"{commit}/{path}")
+        def sleep(seconds: float) -> None:
+            # A Ctrl-C must not wait out a backoff of up to a minute.
+            if stop is None:
+                time.sleep(seconds)
+            elif stop.wait(seconds):
+                raise Stopped("stopped while waiting to retry")
+
+        self._call("download", repo, once, revision=f"{commit}/{path}", sleep=sleep)
 
     def _translate(self, err: Exception, what: str, repo: str, revision: str | None) -> AdapterError:
         where = f"{repo}@{revision}" if revision else repo

@@ -58,6 +58,7 @@ from rigsmith.modelfiles import (
     Hasher,
     HashKind,
     HashMismatch,
+    Stopped,
     Want,
     check_disk,
     check_patch_files,
@@ -108,10 +109,6 @@ OVERWRITE_FLAG = "--overwrite-edited"
 
 class FetchInterrupted(KeyboardInterrupt):
     """Ctrl-C during a fetch: queued files were cancelled, transfers stopped, partial files kept."""
-
-
-class _Stopped(Exception):
-    """Raised inside a download thread once the fetch has been told to stop."""
 
 
 def parse_workers(text: object) -> int:
@@ -259,7 +256,7 @@ class _HashingWriter:
     def write(self, data: bytes) -> int:
         if self._stop is not None and self._stop.is_set():
             self._fh.flush()  # what arrived stays in the partial file: the next run resumes from it
-            raise _Stopped("stopped")
+            raise Stopped("stopped")
         n: int = self._fh.write(data)
         self.hasher.update(data)
         self.written += n
@@ -435,7 +432,13 @@ def _download(ctx: _Ctx, w: Want) -> None:
                 out = _HashingWriter(fh, hasher, w.kind, w.size, on_bytes, ctx.stop)
                 if have < w.size:
                     ctx.get_hub().download(
-                        ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
+                        ctx.entry.repo,
+                        ctx.entry.commit,
+                        w.repo_path,
+                        out,
+                        offset=have,
+                        size=w.size,
+                        stop=ctx.stop,
                     )
                 out.flush()
                 digest = out.hasher.hexdigest()

@@ -37,6 +37,10 @@ class HashMismatch(RigsmithError):
     """A downloaded or on-disk file does not hash to what the Hub says."""
 
 
+class Stopped(Exception):
+    """A download was told to stop (Ctrl-C): raised by the sink, or by the Hub adapter between attempts."""
+
+
 # --------------------------------------------------------------------------------------------------
 # Hashes
 

@@ -9,6 +9,7 @@ import json
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 
 from rigsmith import lock as lockmod
 from rigsmith.errors import AdapterError, LockError
-from rigsmith.hub import is_retryable
+from rigsmith.hub import HfHub, RetryPolicy, is_retryable
 from rigsmith.modelfetch import fetch_model
 from rigsmith.netfail import unreachable
 from tests.models.conftest import MiB, cli_env, invoke_argv, run_cli, tiny_files
@@ -230,3 +231,30 @@ def test_a_broken_deployment_file_is_one_paragraph_through_the_cli(hub, make_pro
     assert res.returncode == 1, res
     assert "Traceback" not in res.stderr + res.stdout
     assert f"{path}: 1 problem(s)" in res.stderr and says in res.stderr, res.stderr
+
+
+def test_a_stop_ends_a_download_waiting_out_a_retry_backoff(hub, tmp_path):
+    files = {"w.safetensors": random_bytes("backoff", 64 * 1024)}
+    sha = hub.repo("acme/backoff").add_commit(files, refs=())
+    hub.fault(Fault("503", "/resolve/", times=10))
+    slow = HfHub.from_env(retry=RetryPolicy(attempts=3, multiplier=30, max_wait=60, jitter=0))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        with (tmp_path / "part").open("w+b") as fh:
+            try:
+                slow.download("acme/backoff", sha, "w.safetensors", fh, offset=0, size=64 * 1024, stop=stop)
+            except BaseException as err:
+                errors.append(err)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while hub.count("/resolve/") < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop.set()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "the download kept waiting out a 30 s backoff after stop"
+    assert len(errors) == 1 and isinstance(errors[0], AdapterError)
+    assert hub.count("/resolve/") == 1
