@@ -79,19 +79,12 @@ class Hub(Protocol):
         """Every file of the repo at ``commit`` with size and hashes."""
         ...
 
-    def download(
-        self,
-        repo: str,
-        commit: str,
-        path: str,
-        out: Sink,
-        *,
-        offset: int,
-        size: int,
-        stop: threading.Event | None = None,
-    ) -> None:
-        """Write the file's bytes from ``offset`` to ``out`` (which is positioned at ``offset``); give up
-        between attempts once ``stop`` is set."""
+    def download(self, repo: str, commit: str, path: str, out: Sink, *, offset: int, size: int) -> None:
+        """Write the file's bytes from ``offset`` to ``out`` (which is positioned at ``offset``).
+
+        A sink with a ``stop`` attribute (a ``threading.Event``, set on Ctrl-C) also ends the retry
+        backoff early: the sink itself refuses further bytes once it is set.
+        """
         ...
 
 
@@ -240,18 +233,11 @@ class HfHub:
             hint="check HF_ENDPOINT: a Hub pages 1000 files at a time",
         )
 
-    def download(
-        self,
-        repo: str,
-        commit: str,
-        path: str,
-        out: Sink,
-        *,
-        offset: int,
-        size: int,
-        stop: threading.Event | None = None,
-    ) -> None:
+    def download(self, repo: str, commit: str, path: str, out: Sink, *, offset: int, size: int) -> None:
         url = hf_hub_url(repo, path, revision=commit, endpoint=self.endpoint)
+        stop = getattr(out, "stop", None)
+        if not isinstance(stop, threading.Event):
+            stop = None
         headers = build_hf_headers(token=self._token if self._token else False, library_name="rigsmith")
         if out.tell() != offset:
             raise ValueError("out must be positioned at offset")

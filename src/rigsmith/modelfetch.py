@@ -242,7 +242,7 @@ class _HashingWriter:
         stop: threading.Event | None = None,
     ) -> None:
         self._fh = fh
-        self._stop = stop
+        self.stop = stop  # read by the Hub adapter too: a set stop also cuts a retry backoff short
         self._fd: int = fh.fileno()
         self._kind = kind
         self._size = size
@@ -254,7 +254,7 @@ class _HashingWriter:
         self._synced = self._pos
 
     def write(self, data: bytes) -> int:
-        if self._stop is not None and self._stop.is_set():
+        if self.stop is not None and self.stop.is_set():
             self._fh.flush()  # what arrived stays in the partial file: the next run resumes from it
             raise Stopped("stopped")
         n: int = self._fh.write(data)
@@ -432,13 +432,7 @@ def _download(ctx: _Ctx, w: Want) -> None:
                 out = _HashingWriter(fh, hasher, w.kind, w.size, on_bytes, ctx.stop)
                 if have < w.size:
                     ctx.get_hub().download(
-                        ctx.entry.repo,
-                        ctx.entry.commit,
-                        w.repo_path,
-                        out,
-                        offset=have,
-                        size=w.size,
-                        stop=ctx.stop,
+                        ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
                     )
                 out.flush()
                 digest = out.hasher.hexdigest()

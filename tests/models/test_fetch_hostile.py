@@ -19,7 +19,8 @@ import pytest
 from rigsmith import lock as lockmod
 from rigsmith.errors import AdapterError, LockError
 from rigsmith.hub import HfHub, RetryPolicy, is_retryable
-from rigsmith.modelfetch import fetch_model
+from rigsmith.modelfetch import _HashingWriter, fetch_model
+from rigsmith.modelfiles import Hasher
 from rigsmith.netfail import unreachable
 from tests.models.conftest import MiB, cli_env, invoke_argv, run_cli, tiny_files
 from tests.models.hubserver import Fault, random_bytes
@@ -243,8 +244,9 @@ def test_a_stop_ends_a_download_waiting_out_a_retry_backoff(hub, tmp_path):
 
     def run() -> None:
         with (tmp_path / "part").open("w+b") as fh:
+            sink = _HashingWriter(fh, Hasher("sha256", 64 * 1024), "sha256", 64 * 1024, lambda _n: None, stop)
             try:
-                slow.download("acme/backoff", sha, "w.safetensors", fh, offset=0, size=64 * 1024, stop=stop)
+                slow.download("acme/backoff", sha, "w.safetensors", sink, offset=0, size=64 * 1024)
             except BaseException as err:
                 errors.append(err)
 
