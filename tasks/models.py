@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from invoke import Exit, task
@@ -44,7 +45,7 @@ def fetch_model(
     spec = proj.load(deployment)
     where = Path(dest).expanduser() if dest else None
     flags = {"verify": verify, "repin": repin, "adopt_dir": adopt_dir, "overwrite_edited": overwrite_edited}
-    ask = confirm()
+    ask = confirm() if sys.stdin is not None else None  # stdin closed (`<&-`): nobody to ask
     try:
         report = modelfetch.fetch_model(proj, spec, dest=where, echo=echo, workers=n, confirm=ask, **flags)
     except modelfetch.FetchInterrupted as err:

@@ -636,7 +636,7 @@ def fetch_model(
     entry = pin_model(project, spec, repin=repin, echo=echo, hub=get_hub)
     assert entry is not None
     m = spec.model
-    root = dest.absolute() if dest is not None else expand_dir(m.local_dir)
+    root = dest.absolute() if dest is not None else expand_dir(m.local_dir, {"HOME": home})
     files = select(entry.files, m.allow_patterns, m.ignore_patterns)
     if not files:
         raise SpecError(
@@ -732,7 +732,7 @@ def _guard_dir(
     """
     real = root.resolve()
     if real != root:
-        check_model_dir(str(real), home, f"{field} (resolved through symlinks)")
+        check_model_dir(str(real), _real(home), f"{field} (resolved through symlinks)")
     if not root.exists() or (root / STATE_DIR / STATE_FILE).is_file():
         return
     if not root.is_dir():
@@ -757,6 +757,12 @@ def _guard_dir(
         hint=f"point {field} at an empty directory of its own, or re-run with {ADOPT_FLAG} to fetch into "
         f"{root} anyway (files not in the snapshot are never touched)",
     )
+
+
+def _real(home: str) -> str:
+    """The home directory through its symlinks (``/home`` is ``/var/home`` on Fedora Atomic), so a model
+    dir under it is judged as a subdirectory of home, not as something in ``/var``."""
+    return str(Path(home).resolve()) if home else home
 
 
 def _foreign_files(root: Path, entry: LockedModel) -> list[str]:
@@ -839,7 +845,7 @@ def _local(spec: Deployment, dest: Path | None, echo: Echo, home: str) -> FetchR
                 )
             ],
         )
-    root = dest.absolute() if dest is not None else expand_dir(m.local_dir)
+    root = dest.absolute() if dest is not None else expand_dir(m.local_dir, {"HOME": home})
     if not root.is_dir():
         raise RigsmithError(
             f"{spec.name}: model.repo is null, so the checkpoint is local and there is nothing to download "
@@ -861,7 +867,7 @@ def _local(spec: Deployment, dest: Path | None, echo: Echo, home: str) -> FetchR
         check_model_dir(
             str(dest) if dest is not None else m.local_dir, home, "--dest" if dest else "model.local_dir"
         )
-        check_model_dir(str(root.resolve()), home, "model.local_dir (resolved through symlinks)")
+        check_model_dir(str(root.resolve()), _real(home), "model.local_dir (resolved through symlinks)")
         with _dir_lock(root / STATE_DIR / "fetch.lock", echo):
             _patch_local(spec, root, report, echo)
     return report

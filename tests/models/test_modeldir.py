@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,7 @@ from rigsmith import lock as lockmod
 from rigsmith.errors import ConsentError, PreflightError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir, model_dir_problem
 from rigsmith.modelfetch import fetch_model
-from tests.models.conftest import run_cli, tiny_files
+from tests.models.conftest import cli_env, invoke_argv, run_cli, tiny_files
 
 HOME = "/home/u"
 
@@ -200,3 +204,36 @@ def test_a_hand_edited_patched_config_is_not_reverted_silently(hub, client, make
     assert (root / "config.json").read_text() == patched
     assert lockmod.read(project.lock_path).models["t"].patches[0].file == "config.json"
     assert files["config.json"] == (root / ".rigsmith/original/config.json").read_bytes()
+
+
+def test_a_home_reached_through_a_symlink_is_still_home(hub, client, make_project, tmp_path):
+    # Fedora Atomic: /home -> /var/home. A model dir under the real home is not "inside /var".
+    real_home = Path(tempfile.mkdtemp(prefix="rigsmith-home-", dir="/var/tmp"))
+    try:
+        link = tmp_path / "home-link"
+        link.symlink_to(real_home)
+        sha, files = _repo(hub, "acme/var-home")
+        project, spec = make_project(repo="acme/var-home", revision=sha, local_dir="~/models/t")
+        fetch_model(project, spec, hub=client, echo=lambda _m: None, home=str(link))
+        assert (real_home / "models/t/README.md").read_bytes() == files["README.md"]
+    finally:
+        shutil.rmtree(real_home)
+
+
+def test_with_stdin_closed_a_foreign_dir_is_refused_not_a_traceback(hub, make_project):
+    sha, _files = _repo(hub, "acme/closed-stdin")
+    project, spec = make_project(repo="acme/closed-stdin", revision=sha)
+    root = Path(spec.model.local_dir)
+    root.mkdir(parents=True)
+    (root / "mine.txt").write_text("x\n")
+    res = subprocess.run(
+        invoke_argv("fetch-model"),
+        env=cli_env(hub, project),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(0),
+    )
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "--adopt-dir" in res.stderr
