@@ -404,8 +404,8 @@ def _check(ctx: _Ctx, w: Want) -> bool:
 
 def _download(ctx: _Ctx, w: Want) -> None:
     """Stream one file into its partial, verify, move into place; resume from a partial left earlier."""
-    (ctx.root / STATE_DIR / PARTIAL_DIR).mkdir(parents=True, exist_ok=True)
     part = ctx.inside(f"{STATE_DIR}/{PARTIAL_DIR}/{w.partial_name}")
+    part.parent.mkdir(parents=True, exist_ok=True)
     task = None
     if ctx.progress is not None:
         task = ctx.progress.add_task(w.repo_path, total=w.size)
@@ -453,8 +453,8 @@ def _download(ctx: _Ctx, w: Want) -> None:
                     hint="re-run later; if it persists, the mirror/endpoint is serving corrupt data "
                     "(or the repo was force-pushed: `invoke pin --repin`)",
                 )
-        (ctx.root / w.disk_path).parent.mkdir(parents=True, exist_ok=True)
         final = ctx.inside(w.disk_path)
+        final.parent.mkdir(parents=True, exist_ok=True)
         part.replace(final)
         ctx.record(w.disk_path, w.kind, w.digest)
         with ctx.mu:
@@ -733,12 +733,21 @@ def _guard_dir(
     real = root.resolve()
     if real != root:
         check_model_dir(str(real), _real(home), f"{field} (resolved through symlinks)")
-    if not root.exists() or (root / STATE_DIR / STATE_FILE).is_file():
+    if not root.exists():
         return
     if not root.is_dir():
         raise RigsmithError(
             f"{root} is not a directory", hint=f"point {field} at a directory of its own for the model"
         )
+    for book in (STATE_DIR, ".cache"):
+        if (root / book).is_symlink():
+            raise RigsmithError(
+                f"{root / book} is a symlink; rigsmith keeps its book-keeping (and deletes stale partial "
+                "files) there, so it must be a plain directory inside the model dir",
+                hint=f"remove the symlink {root / book}",
+            )
+    if (root / STATE_DIR / STATE_FILE).is_file():
+        return
     foreign = _foreign_files(root, entry)
     if not foreign or adopt:
         return

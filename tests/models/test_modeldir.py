@@ -165,7 +165,8 @@ def test_a_dir_holding_only_snapshot_files_is_this_model(hub, client, make_proje
 
 
 def test_a_symlinked_subdir_cannot_lead_writes_out_of_the_model_dir(hub, client, make_project, tmp_path):
-    sha, _files = _repo(hub, "acme/escape")
+    files = {**tiny_files("escape", shards=1, shard_size=4096), "tokenizer/deeper/extra.json": b"{}\n"}
+    sha = hub.repo("acme/escape").add_commit(files, refs=())
     outside = tmp_path / "outside"
     outside.mkdir()
     project, spec = make_project(repo="acme/escape", revision=sha)
@@ -237,3 +238,25 @@ def test_with_stdin_closed_a_foreign_dir_is_refused_not_a_traceback(hub, make_pr
     )
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     assert "--adopt-dir" in res.stderr
+
+
+@pytest.mark.parametrize("book", [".rigsmith", ".cache"])
+def test_symlinked_book_keeping_dirs_are_refused(hub, client, make_project, tmp_path, book):
+    sha, _files = _repo(hub, f"acme/book{book}")
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "huggingface/download").mkdir(parents=True)
+    (elsewhere / "huggingface/download/precious.incomplete").write_text("not rigsmith's\n")
+    (elsewhere / "state.json").write_text("{}")
+    project, spec = make_project(repo=f"acme/book{book}", revision=sha)
+    root = Path(spec.model.local_dir)
+    root.mkdir(parents=True)
+    (root / book).symlink_to(elsewhere)
+    with pytest.raises(RigsmithError) as err:
+        fetch_model(project, spec, hub=client, echo=lambda _m: None, adopt_dir=True)
+    assert f"{root / book} is a symlink" in str(err.value)
+    assert sorted(p.name for p in elsewhere.rglob("*")) == [
+        "download",
+        "huggingface",
+        "precious.incomplete",
+        "state.json",
+    ]
