@@ -197,7 +197,7 @@ def test_ctrl_c_cancels_queued_files_stops_transfers_and_keeps_partials(hub, mak
     assert proc.returncode == 130, (out, err)
     assert stopped < 5, stopped  # not after every queued file (4 x 3 s)
     assert "Traceback" not in err
-    assert err.strip().splitlines()[-1].startswith("interrupted: queued files cancelled")
+    assert err.strip().splitlines() == [err.strip()] and err.startswith("interrupted: queued files cancelled")
     partials = list(pdir.glob("*.incomplete"))
     assert len(partials) == 1 and 0 < partials[0].stat().st_size < 4 * MiB
     started = {r.path.rsplit("/", 1)[-1] for r in hub.hub_requests("/resolve/")}
