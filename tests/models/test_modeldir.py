@@ -260,3 +260,60 @@ def test_symlinked_book_keeping_dirs_are_refused(hub, client, make_project, tmp_
         "precious.incomplete",
         "state.json",
     ]
+
+
+def _cli_on_a_terminal(hub, project, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``invoke fetch-model`` with stdin on a real pseudo-terminal that answers ``answer``."""
+    master, slave = os.openpty()
+    try:
+        os.write(master, answer.encode() + b"\n")
+        return subprocess.run(
+            invoke_argv("fetch-model", *args),
+            env=cli_env(hub, project),
+            stdin=slave,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(slave)
+        os.close(master)
+
+
+def test_on_a_terminal_the_user_is_asked_and_no_means_no(hub, make_project):
+    sha, files = _repo(hub, "acme/asked")
+    project, spec = make_project(repo="acme/asked", revision=sha)
+    root = Path(spec.model.local_dir)
+    root.mkdir(parents=True)
+    (root / "mine.txt").write_text("x\n")
+    (root / "README.md").write_text("my readme\n")
+
+    no = _cli_on_a_terminal(hub, project, "n")
+    assert no.returncode == 1 and "Traceback" not in no.stderr
+    question = no.stderr.split("[y/N]")[0]
+    assert "mine.txt" in question and "README.md" in question and "Fetch into it?" in question
+    assert (root / "README.md").read_text() == "my readme\n"
+
+    yes = _cli_on_a_terminal(hub, project, "y")
+    assert yes.returncode == 0, yes.stderr
+    assert (root / "README.md").read_bytes() == files["README.md"]  # a snapshot path: replaced, as asked
+    assert (root / "mine.txt").read_text() == "x\n"
+
+
+def test_a_hand_edited_config_through_the_cli(hub, make_project):
+    sha, _files = _repo(hub, "acme/edited-cli")
+    patches = [{"key": "text_config.hidden_size", "value": 128}]
+    project, spec = make_project(repo="acme/edited-cli", revision=sha, config_patches=patches)
+    assert run_cli(hub, project, "fetch-model").returncode == 0
+    config = Path(spec.model.local_dir) / "config.json"
+    patched = config.read_text()
+    config.write_text(patched.replace("128", "256"))
+    refused = run_cli(hub, project, "fetch-model")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert f"{config} was changed by hand" in refused.stderr and "--overwrite-edited" in refused.stderr
+    asked = _cli_on_a_terminal(hub, project, "n")
+    assert asked.returncode == 1 and "replace your edit with the patched file? [y/N]" in asked.stderr
+    assert "256" in config.read_text()
+    done = run_cli(hub, project, "fetch-model", "--overwrite-edited")
+    assert done.returncode == 0, done.stderr
+    assert config.read_text() == patched
