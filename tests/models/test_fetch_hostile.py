@@ -260,3 +260,35 @@ def test_a_stop_ends_a_download_waiting_out_a_retry_backoff(hub, tmp_path):
     assert not worker.is_alive(), "the download kept waiting out a 30 s backoff after stop"
     assert len(errors) == 1 and isinstance(errors[0], AdapterError)
     assert hub.count("/resolve/") == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "where"),
+    [
+        ("commit", "../../etc", "models.t.commit"),
+        ("sha256", "../../../../etc/cron.d/x", "models.t.files.w.safetensors.sha256"),
+        ("git_sha1", "A" * 40, "models.t.files.w.safetensors.git_sha1"),
+        ("sha256", "a" * 64 + "\n", "models.t.files.w.safetensors.sha256"),
+        ("size", -1, "models.t.files.w.safetensors.size"),
+        ("digest", "sha256:$(id)", "images.vllm:1.digest"),
+    ],
+)
+def test_a_hand_mangled_lock_value_is_refused_naming_it(tmp_path, field, value, where):
+    files = {"w.safetensors": {"size": 3, "sha256": "a" * 64}}
+    good = {
+        "version": 1,
+        "models": {"t": {"repo": "a/b", "commit": SHA, "files": files}},
+        "images": {"vllm:1": {"digest": "sha256:" + "b" * 64}},
+    }
+    lockmod.Lock.model_validate(good)
+    if field == "commit":
+        good["models"]["t"]["commit"] = value
+    elif field == "digest":
+        good["images"]["vllm:1"]["digest"] = value
+    else:
+        good["models"]["t"]["files"]["w.safetensors"][field] = value
+    path = tmp_path / "rigsmith.lock"
+    path.write_text(json.dumps(good))
+    with pytest.raises(LockError) as err:
+        lockmod.read(path)
+    assert f"is not a valid rigsmith lock: {where}: " in str(err.value)
