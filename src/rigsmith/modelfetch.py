@@ -386,7 +386,7 @@ def _check(ctx: _Ctx, w: Want) -> bool:
                 continue
         except FileNotFoundError:
             continue
-        digest = hash_file(path, w.kind, w.size)
+        digest = hash_file(path, w.kind, w.size, ctx.stop)
         ctx.hashed(w.size)
         if digest != w.digest:
             continue
@@ -422,7 +422,11 @@ def _download(ctx: _Ctx, w: Want) -> None:
                 part.unlink()
                 have = 0
             with part.open("r+b" if have else "w+b") as fh:
-                hasher = hash_stream(w.kind, w.size, fh, limit=have) if have else Hasher(w.kind, w.size)
+                hasher = (
+                    hash_stream(w.kind, w.size, fh, limit=have, stop=ctx.stop)
+                    if have
+                    else Hasher(w.kind, w.size)
+                )
                 if have:
                     ctx.hashed(have)
                     on_bytes(have)
@@ -679,7 +683,13 @@ def fetch_model(
                 report.cached += 1
             else:
                 to_check.append(w)
-        checked = _run_all(lambda w: _check(ctx, w), to_check, workers, ctx.stop)
+        try:
+            checked = _run_all(lambda w: _check(ctx, w), to_check, workers, ctx.stop)
+        except KeyboardInterrupt:
+            raise FetchInterrupted(
+                "stopped while verifying the files on disk (those verified so far are remembered); run "
+                "`invoke fetch-model` again to continue"
+            ) from None
         for _w, res in checked:
             if isinstance(res, BaseException):
                 raise res

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from threading import Event
 from typing import Any, BinaryIO, Literal
 
 from huggingface_hub.utils._paths import filter_repo_objects
@@ -70,13 +71,21 @@ class Hasher:
         return self._h.hexdigest()
 
 
-def hash_stream(kind: HashKind, size: int, stream: BinaryIO, limit: int | None = None) -> Hasher:
-    """Hash ``stream`` from its position (``limit`` bytes, or to EOF) into a fresh Hasher."""
+def hash_stream(
+    kind: HashKind, size: int, stream: BinaryIO, limit: int | None = None, stop: Event | None = None
+) -> Hasher:
+    """Hash ``stream`` from its position (``limit`` bytes, or to EOF) into a fresh Hasher.
+
+    Raises:
+        Stopped: ``stop`` was set (Ctrl-C); checked every :data:`HASH_CHUNK` bytes.
+    """
     h = Hasher(kind, size)
     left = limit
     buf = bytearray(HASH_CHUNK)
     view = memoryview(buf)
     while left is None or left > 0:
+        if stop is not None and stop.is_set():
+            raise Stopped("stopped while hashing")
         want = HASH_CHUNK if left is None else min(HASH_CHUNK, left)
         n = stream.readinto(view[:want])  # type: ignore[attr-defined]
         if not n:
@@ -87,10 +96,10 @@ def hash_stream(kind: HashKind, size: int, stream: BinaryIO, limit: int | None =
     return h
 
 
-def hash_file(path: Path, kind: HashKind, size: int) -> str:
-    """Hex digest of a whole file (reads ``path``)."""
+def hash_file(path: Path, kind: HashKind, size: int, stop: Event | None = None) -> str:
+    """Hex digest of a whole file (reads ``path``); ``stop`` as for :func:`hash_stream`."""
     with path.open("rb") as fh:
-        return hash_stream(kind, size, fh).hexdigest()
+        return hash_stream(kind, size, fh, stop=stop).hexdigest()
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -20,7 +20,7 @@ from rigsmith import lock as lockmod
 from rigsmith.errors import AdapterError, LockError
 from rigsmith.hub import HfHub, RetryPolicy, is_retryable
 from rigsmith.modelfetch import _HashingWriter, fetch_model
-from rigsmith.modelfiles import Hasher
+from rigsmith.modelfiles import HASH_CHUNK, Hasher, Stopped, hash_file
 from rigsmith.netfail import unreachable
 from tests.models.conftest import MiB, cli_env, invoke_argv, run_cli, tiny_files
 from tests.models.hubserver import Fault, random_bytes
@@ -292,3 +292,13 @@ def test_a_hand_mangled_lock_value_is_refused_naming_it(tmp_path, field, value, 
     with pytest.raises(LockError) as err:
         lockmod.read(path)
     assert f"is not a valid rigsmith lock: {where}: " in str(err.value)
+
+
+def test_hashing_stops_at_the_next_chunk_once_told(tmp_path):
+    path = tmp_path / "big.bin"
+    path.write_bytes(random_bytes("hash-stop", 3 * HASH_CHUNK))
+    stop = threading.Event()
+    assert len(hash_file(path, "sha256", 3 * HASH_CHUNK, stop)) == 64
+    stop.set()
+    with pytest.raises(Stopped):
+        hash_file(path, "sha256", 3 * HASH_CHUNK, stop)
