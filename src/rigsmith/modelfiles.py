@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,16 +180,17 @@ _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 def unsafe_relpath(path: object) -> str | None:
     """Why ``path`` (a repo file path from the Hub or the lock) cannot be written under a model dir, or
-    None when it can: relative, ``/``-separated, no empty, ``.`` or ``..`` part, no NUL or backslash, each
-    part at most :data:`NAME_MAX` bytes, not inside rigsmith's or huggingface_hub's book-keeping."""
+    None when it can: relative, ``/``-separated, no empty, ``.`` or ``..`` part, no NUL, control character
+    or line break, each part at most :data:`NAME_MAX` bytes, not inside rigsmith's or huggingface_hub's
+    book-keeping."""
     if not isinstance(path, str) or not path:
         return "it is empty or not text"
     if "\0" in path:
         return "it contains a NUL byte"
     if path.startswith("/"):
         return "it is absolute"
-    if "\\" in path:
-        return "it contains a backslash"
+    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in path):
+        return "it contains a control character or line break"
     if len(path.encode("utf-8", "surrogatepass")) > PATH_MAX:
         return f"it is longer than {PATH_MAX} bytes"
     parts = path.split("/")

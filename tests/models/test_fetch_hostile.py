@@ -41,6 +41,8 @@ def _entry(path: object, **kw: object) -> dict[str, object]:
         ([_entry("a/../../x")], "'..'"),
         ([_entry("/etc/passwd")], "absolute"),
         ([_entry("a\0b")], "NUL"),
+        ([_entry("a\nb.json")], "control character or line break"),
+        ([_entry("a\u2028b.json")], "control character or line break"),
         ([_entry("x" * 300)], "longer than 255 bytes"),
         ([_entry("a//b")], "empty part"),
         ([_entry(".rigsmith/state.json")], "book-keeping"),
