@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -221,12 +222,18 @@ def test_a_home_reached_through_a_symlink_is_still_home(hub, client, make_projec
         shutil.rmtree(real_home)
 
 
-def test_with_stdin_closed_a_foreign_dir_is_refused_not_a_traceback(hub, make_project):
-    sha, _files = _repo(hub, "acme/closed-stdin")
-    project, spec = make_project(repo="acme/closed-stdin", revision=sha)
+def _foreign_dir(hub, make_project, name: str) -> tuple[Any, Path, dict[str, bytes]]:
+    """A project whose model dir already holds someone's mine.txt (not a file of the snapshot)."""
+    sha, files = _repo(hub, name)
+    project, spec = make_project(repo=name, revision=sha)
     root = Path(spec.model.local_dir)
     root.mkdir(parents=True)
     (root / "mine.txt").write_text("x\n")
+    return project, root, files
+
+
+def test_with_stdin_closed_a_foreign_dir_is_refused_not_a_traceback(hub, make_project):
+    project, _root, _files = _foreign_dir(hub, make_project, "acme/closed-stdin")
     res = subprocess.run(
         invoke_argv("fetch-model"),
         env=cli_env(hub, project),
@@ -281,11 +288,7 @@ def _cli_on_a_terminal(hub, project, answer: str, *args: str) -> subprocess.Comp
 
 
 def test_on_a_terminal_the_user_is_asked_and_no_means_no(hub, make_project):
-    sha, files = _repo(hub, "acme/asked")
-    project, spec = make_project(repo="acme/asked", revision=sha)
-    root = Path(spec.model.local_dir)
-    root.mkdir(parents=True)
-    (root / "mine.txt").write_text("x\n")
+    project, root, files = _foreign_dir(hub, make_project, "acme/asked")
     (root / "README.md").write_text("my readme\n")
 
     no = _cli_on_a_terminal(hub, project, "n")
