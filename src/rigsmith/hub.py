@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx2
 from huggingface_hub import HfApi, constants
@@ -228,6 +228,13 @@ class HfHub:
             out.extend(page)
             nxt = resp.links.get("next", {}).get("url")
             url, params = (str(nxt) if nxt else None), None
+            if url is not None and _origin(url) != _origin(self.endpoint):
+                # The token goes with every page: never to a host the user did not name.
+                raise AdapterError(
+                    f"{self.endpoint} sent the next page of the file list of {repo}@{commit} to another "
+                    f"host ({_origin(url)}); not following it",
+                    hint="check HF_ENDPOINT: a Hub pages within its own address",
+                )
         raise AdapterError(
             f"{self.endpoint}: the file list of {repo}@{commit} runs past {MAX_TREE_PAGES} pages",
             hint="check HF_ENDPOINT: a Hub pages 1000 files at a time",
@@ -308,6 +315,13 @@ class HfHub:
                 "HF_HUB_OFFLINE=1 works once the lock pins the model and its local dir is complete",
             )
         return AdapterError(f"{what}: {where}: {type(err).__name__}: {err}")
+
+
+def _origin(url: str) -> str:
+    """scheme://host:port of a URL, the port made explicit."""
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
 def _stream(url: str, headers: Mapping[str, str], out: Sink, size: int) -> None:

@@ -109,6 +109,7 @@ class Fault:
     delay: float = 0.0  # "slow": seconds per 256 KiB after ``after`` bytes
     after: int = 0
     body: bytes = b""  # "body": answer 200 with these bytes (a hostile or broken Hub)
+    headers: dict[str, str] = field(default_factory=dict)  # "body": extra response headers (Link: …)
 
 
 @dataclass
@@ -277,7 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reset()
             return
         if fault is not None and fault.kind == "body":
-            self._send(200, fault.body, {"Content-Type": "application/json"})
+            self._send(200, fault.body, {"Content-Type": "application/json", **fault.headers})
             return
         m = _API.match(path)
         if m:

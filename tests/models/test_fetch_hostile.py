@@ -304,3 +304,24 @@ def test_hashing_stops_at_the_next_chunk_once_told(tmp_path):
     stop.set()
     with pytest.raises(Stopped):
         hash_file(path, "sha256", 3 * HASH_CHUNK, stop)
+
+
+def test_tree_pages_are_followed_only_within_the_endpoint(hub, client, make_project):
+    hub.repo("acme/paged").add_commit({"a.json": b"{}\n"}, sha=SHA, refs=())
+    tree = f"/api/models/acme/paged/tree/{SHA}"
+    same = f"{hub.url}{tree}?cursor=2"
+    hub.fault(Fault("body", "/tree/", body=b"[]", headers={"Link": f'<{same}>; rel="next"'}))
+    project, spec = make_project(repo="acme/paged", revision=SHA)
+    fetch_model(project, spec, hub=client, echo=lambda _m: None)
+    assert (Path(spec.model.local_dir) / "a.json").read_bytes() == b"{}\n"
+    pages = [r.path for r in hub.hub_requests("/tree/")]
+    assert pages == [f"{tree}?recursive=true&expand=false", f"{tree}?cursor=2"]
+
+    port = _closed_port()
+    elsewhere = f"http://127.0.0.1:{port}{tree}?cursor=2"  # another port is another origin
+    hub.reset()
+    hub.fault(Fault("body", "/tree/", body=b"[]", headers={"Link": f'<{elsewhere}>; rel="next"'}))
+    project, spec = make_project(name="other", repo="acme/paged", revision=SHA)
+    with pytest.raises(AdapterError) as err:
+        fetch_model(project, spec, hub=client, echo=lambda _m: None)
+    assert f"to another host (http://127.0.0.1:{port})" in str(err.value)
