@@ -102,12 +102,14 @@ class Repo:
 class Fault:
     """Inject ``kind`` on requests whose path contains ``match`` (and method matches), ``times`` times."""
 
-    kind: str  # "500" | "503" | "reset" | "truncate" | "wrong" | "slow" | "norange"
+    kind: str  # "500" | "503" | "reset" | "truncate" | "wrong" | "slow" | "norange" | "body"
     match: str
     method: str = "GET"
     times: int = 1
     delay: float = 0.0  # "slow": seconds per 256 KiB after ``after`` bytes
     after: int = 0
+    body: bytes = b""  # "body": answer 200 with these bytes (a hostile or broken Hub)
+    headers: dict[str, str] = field(default_factory=dict)  # "body": extra response headers (Link: …)
 
 
 @dataclass
@@ -274,6 +276,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault is not None and fault.kind == "reset":
             self._reset()
+            return
+        if fault is not None and fault.kind == "body":
+            self._send(200, fault.body, {"Content-Type": "application/json", **fault.headers})
             return
         m = _API.match(path)
         if m:

@@ -31,8 +31,8 @@ from rigsmith.operating.probes import (
 from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import expand_dir
 from rigsmith.resolving.imageref import parse_ref
+from rigsmith.resolving.modelfiles import expand_dir
 from rigsmith.spec import Deployment
 
 Verdict = Literal["go", "warn", "no-go"]
