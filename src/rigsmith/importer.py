@@ -8,18 +8,26 @@ failures alone (connect errors, timeouts, 5xx, 429) — never on other 4xx. Pars
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_exponential_jitter,
+)
 
+from rigsmith import plan, writer
 from rigsmith import recipe as recipemod
 from rigsmith import spec as specmod
-from rigsmith import writer
-from rigsmith.errors import AdapterError, RecipeError
+from rigsmith.errors import AdapterError, ConsentError, RecipeError
 from rigsmith.project import Project
 
 #: Largest recipe accepted (a recipe is a page of text; anything bigger is not one).
@@ -34,6 +42,9 @@ class HttpOptions:
 
     timeout: float = 15.0
     connect_timeout: float = 5.0
+    #: Whole fetch, every attempt and wait included: the timeouts above hold per read, so a server that
+    #: sends a byte a second would otherwise never time out.
+    deadline: float = 30.0
     max_bytes: int = MAX_BYTES
     attempts: int = ATTEMPTS
     wait_max: float = 8.0
@@ -71,12 +82,50 @@ def is_url(source: str) -> bool:
     return _scheme(source) in ("http", "https")
 
 
+class _OutOfTime(Exception):
+    """The overall deadline passed (checked between reads, and by the watchdog around the attempts)."""
+
+
 def fetch_url(url: str, options: HttpOptions = HttpOptions()) -> Fetched:
-    """GET ``url`` with retries on transient failures only; refuse more than ``options.max_bytes``."""
+    """GET ``url`` with retries on transient failures only, within ``options.deadline`` seconds in all;
+    refuse more than ``options.max_bytes``."""
+    started = time.monotonic()
+    deadline = started + options.deadline
+    result: list[Fetched] = []
+    failure: list[BaseException] = []
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            result.append(_fetch(url, options, deadline, stop))
+        except BaseException as err:  # handed to the caller's thread, re-raised there
+            failure.append(err)
+
+    # A daemon thread, because one read can block for up to options.timeout (a server that dribbles its
+    # headers a byte at a time blocks for ever): the caller gets its answer at the deadline, and the
+    # worker stops at its next read (``stop``) or with the process.
+    worker = threading.Thread(target=work, name=f"fetch {url}", daemon=True)
+    worker.start()
+    worker.join(options.deadline + 0.5)
+    stop.set()
+    if worker.is_alive() or (failure and isinstance(failure[0], _OutOfTime)):
+        raise AdapterError(
+            f"GET {url} gave up: no complete answer within {options.deadline:g} s (the server is too slow "
+            "or never finishes)",
+            hint="download the recipe another way and import the file",
+        )
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def _fetch(url: str, options: HttpOptions, deadline: float, stop: threading.Event) -> Fetched:
     timeout = httpx.Timeout(options.timeout, connect=min(options.connect_timeout, options.timeout))
     max_bytes, attempts = options.max_bytes, options.attempts
 
     def once() -> bytes:
+        if stop.is_set() or time.monotonic() > deadline:
+            raise _OutOfTime
         with (
             httpx.Client(timeout=timeout, follow_redirects=True) as client,
             client.stream("GET", url, headers={"Accept": "application/json, text/plain, */*"}) as resp,
@@ -94,6 +143,8 @@ def fetch_url(url: str, options: HttpOptions = HttpOptions()) -> Fetched:
             chunks: list[bytes] = []
             total = 0
             for chunk in resp.iter_bytes():
+                if stop.is_set() or time.monotonic() > deadline:
+                    raise _OutOfTime
                 total += len(chunk)
                 if total > max_bytes:
                     raise _too_big(url, max_bytes, "it sent more")
@@ -101,7 +152,7 @@ def fetch_url(url: str, options: HttpOptions = HttpOptions()) -> Fetched:
             return b"".join(chunks)
 
     retrying = Retrying(
-        stop=stop_after_attempt(attempts),
+        stop=stop_after_attempt(attempts) | stop_before_delay(options.deadline),
         wait=wait_exponential_jitter(multiplier=0.5, max=options.wait_max, jitter=0.5),
         retry=retry_if_exception_type(
             (
@@ -181,6 +232,47 @@ def decode(fetched: Fetched) -> str:
         ) from None
 
 
+def mount_consent(
+    dep: specmod.Deployment,
+    allow: Sequence[str] = (),
+    confirm: Callable[[str], bool] | None = None,
+) -> specmod.Deployment:
+    """``dep`` with consent recorded on each dangerous mount (``--allow-mount HOST`` or a yes at the
+    prompt), or ConsentError naming every mount still without it. The model directory is never allowed."""
+    model = [msg for fld, msg in plan.dangerous_mounts(dep) if fld == "model.local_dir"]
+    if model:
+        raise RecipeError(
+            f"model.local_dir: {model[0]}",
+            hint="import a recipe whose model is a Hub repo or a checkpoint directory",
+        )
+    mounts = list(dep.mounts)
+    refused = []
+    for i, m in enumerate(mounts):
+        why = specmod.dangerous_host_path(m.host)
+        if why is None or m.consent:
+            continue
+        mode = "read-only" if m.readonly else "read-write"
+        if m.host in allow:
+            reason = "allowed with --allow-mount at import"
+        elif confirm is not None and confirm(
+            f"The recipe mounts the host path {m.host!r} ({why}) {mode} at {m.container} in its container. "
+            "Allow it?"
+        ):
+            reason = "accepted at the import-recipe prompt"
+        else:
+            refused.append(f"{m.host!r} ({why}, {mode} at {m.container})")
+            continue
+        mounts[i] = m.model_copy(update={"consent": reason})
+    if refused:
+        raise ConsentError(
+            f"refused: the recipe mounts {'; '.join(refused)} into its container, which hands it that part "
+            "of the host; nothing was written",
+            hint="remove the mount from the recipe, or consent per mount: --allow-mount HOST (or answer the "
+            "prompt in a terminal); deploy reads the consent from mounts[N].consent in the spec",
+        )
+    return dep.model_copy(update={"mounts": tuple(mounts)})
+
+
 def import_recipe(
     project: Project,
     source: str,
@@ -191,6 +283,7 @@ def import_recipe(
     confirm: Callable[[str], bool] | None = None,
     echo: Callable[[str], None] = print,
     http: HttpOptions = HttpOptions(),
+    allow_mount: Sequence[str] = (),
 ) -> specmod.Deployment:
     """Import SOURCE into ``deployments/NAME.yaml`` (asking before changing an existing file).
 
@@ -204,10 +297,12 @@ def import_recipe(
         confirm: asks the user; None means there is no terminal.
         echo: where messages go.
         http: timeouts, size limit and retries for URLs (and the size limit for files).
+        allow_mount: host paths of dangerous mounts (/, a home, a socket, /etc…) the user consents to.
     """
     fetched = load_source(source, http=http)
     text = decode(fetched)
     dep = recipemod.parse(text, source=fetched.source, sha256=fetched.sha256, name=name, image=image)
+    dep = mount_consent(dep, allow_mount, confirm)
     path = project.spec_path(dep.name)
     content = specmod.dump(dep)
     artifact = writer.Artifact(path, content)

@@ -46,10 +46,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rigsmith import shellwords
+from rigsmith import plan, shellwords
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
-from rigsmith.plan import SECRET_FLAGS
 
 # -- knowledge tables ---------------------------------------------------------------------------------
 
@@ -152,7 +151,9 @@ GPU_VENDOR_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
 DEFAULT_GPU_VENDOR = "nvidia.com/gpu"
 
 #: Whole ``_``-separated words, so HF_TOKEN is a secret and TOKENIZERS_PARALLELISM is not.
-_SECRET_NAME_RE = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY)(_|$)", re.IGNORECASE)
+_SECRET_NAME_RE = re.compile(
+    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|API_KEY|ACCESS_KEY|CREDENTIALS?)(_|$)", re.IGNORECASE
+)
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SELF_REF_RE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
@@ -259,11 +260,21 @@ def parse(
         name: deployment name (default: from the recipe id, title or model).
         image: container image to use when the recipe names none (or to replace the one it names).
     """
+    if "\x00" in text:
+        at = text.index("\x00")
+        line = text.count("\n", 0, at) + 1
+        raise _refuse(
+            source,
+            [
+                f"line {line} column {at - (text.rfind(chr(10), 0, at) + 1) + 1}: a NUL character, which "
+                "no shell, unit file or YAML reader carries; remove it"
+            ],
+        )
     stripped = text.lstrip("\ufeff \t\r\n")
     if stripped.startswith("{"):
         launch, meta = _from_json(text, source)
     else:
-        data = _compose_data(text)
+        data = _compose_data(text, source)
         if data is not None:
             launch = _from_compose(data)
             meta = Meta()
@@ -307,6 +318,14 @@ def _from_json(text: str, source: str) -> tuple[Launch, Meta]:
             f"{source}: not valid JSON: {err.msg} at line {err.lineno} column {err.colno}",
             hint='a recipe JSON needs at least a "command" string',
         ) from None
+    except RecursionError:
+        raise RecipeError(
+            f"{source}: the recipe JSON is nested more than {specmod.MAX_DEPTH} levels deep",
+            hint="a recipe JSON is a flat object",
+        ) from None
+    problem = specmod.tree_problem(data)
+    if problem:
+        raise RecipeError(f"{source}: the recipe JSON {problem}", hint="a recipe JSON is a flat object")
     if not isinstance(data, dict):
         raise RecipeError(f'{source}: the recipe JSON must be an object with a "command" string')
     problems = []
@@ -603,8 +622,9 @@ def _gpus_request(val: str, launch: Launch, where: str) -> None:
     v = val.strip().strip("\"'")
     if v == "all":
         return
-    if v.isdigit():
-        launch.gpu_count = int(v)
+    count = specmod.ascii_int(v)
+    if count is not None:
+        launch.gpu_count = count
         return
     if v.startswith("device="):
         ids = [x.strip() for x in v.removeprefix("device=").split(",") if x.strip()]
@@ -623,11 +643,10 @@ def _set_shm(val: str, launch: Launch, where: str) -> None:
 
 
 def _int(val: str, launch: Launch, where: str) -> int | None:
-    try:
-        return int(val)
-    except ValueError:
-        launch.problems.append(f"{where} {val!r}: not a whole number")
-        return None
+    n = specmod.ascii_int(val)
+    if n is None:
+        launch.problems.append(f"{where} {val!r}: not a whole number (write it in ASCII digits 0-9)")
+    return n
 
 
 def _volume(val: str, launch: Launch, where: str) -> None:
@@ -656,18 +675,34 @@ def _volume(val: str, launch: Launch, where: str) -> None:
         )
 
 
+def _secret_var(
+    name: str, value: str, note: str | None, where: str, **flags: bool
+) -> tuple[specmod.EnvVar, str] | None:
+    """A variable whose name says it holds a secret, with its value dropped (never stored in the spec),
+    and the note that says so; None for any other variable. Every env source goes through here."""
+    if not _SECRET_NAME_RE.search(name) or "$" in value or not value:
+        return None
+    if specmod.PLACEHOLDER_RE.fullmatch(value):
+        return specmod.EnvVar(name=name, value="", note=note, secret=True, **flags), (
+            f"{where}: {name} is a secret (placeholder {value} dropped); it is read from the host "
+            "environment at run time"
+        )
+    return specmod.EnvVar(name=name, value="", note=note, secret=True, **flags), (
+        f"{where}: the value of {name} was dropped (a secret is never stored in the spec); it is read from "
+        "the host environment at run time"
+    )
+
+
 def _env_var(name: str, value: str, note: str | None, launch: Launch, where: str) -> specmod.EnvVar:
     secret = bool(_SECRET_NAME_RE.search(name))
     m = _SELF_REF_RE.match(value)
     if m and m.group(1) == name:
         launch.notes.append(f"{where}: {name}={value} is read from the host environment at run time")
         return specmod.EnvVar(name=name, value=value, note=note, secret=True)
-    if secret and "$" not in value and value:
-        launch.notes.append(
-            f"{where}: the value of {name} was dropped (a secret is never stored in the spec); it is read "
-            "from the host environment at run time"
-        )
-        return specmod.EnvVar(name=name, value="", note=note, secret=True)
+    lifted = _secret_var(name, value, note, where)
+    if lifted is not None:
+        launch.notes.append(lifted[1])
+        return lifted[0]
     if "$" in value or "`" in value:
         launch.notes.append(
             f"{where}: {name}={value} holds shell syntax that a shell would expand; kept literally, "
@@ -700,7 +735,7 @@ def _merge_env(env: Sequence[specmod.EnvVar], launch: Launch) -> list[specmod.En
 # -- format (c): compose -----------------------------------------------------------------------------
 
 
-def _compose_data(text: str) -> dict[str, Any] | None:
+def _compose_data(text: str, source: str) -> dict[str, Any] | None:
     """The compose mapping if ``text`` is YAML with ``services``, else None (then it is shell text)."""
     if not _SERVICES_RE.search(text):
         return None
@@ -708,9 +743,19 @@ def _compose_data(text: str) -> dict[str, Any] | None:
         data = yaml.load(text, Loader=_YAML_LOADER)  # a safe loader (libyaml's when present)
     except yaml.YAMLError:
         return None
-    if isinstance(data, dict) and isinstance(data.get("services"), dict):
-        return data
-    return None
+    except RecursionError:
+        raise RecipeError(
+            f"{source}: the compose file is nested more than {specmod.MAX_DEPTH} levels deep",
+            hint="a compose file with one vLLM service is a few levels deep; import the service itself",
+        ) from None
+    if not (isinstance(data, dict) and isinstance(data.get("services"), dict)):
+        return None
+    problem = specmod.tree_problem(data)
+    if problem:
+        raise RecipeError(
+            f"{source}: the compose file {problem}", hint="import a compose file with plain values"
+        )
+    return data
 
 
 def _runs_vllm(svc: Any) -> bool:
@@ -965,8 +1010,15 @@ def parse_env_text(text: str) -> tuple[list[specmod.EnvVar], list[str], list[str
         if annotations and len(found) != 1:
             notes.extend(annotations)
         for name, value in found:
+            lifted = _secret_var(name, value, note, "env")
+            if lifted is not None:
+                notes.append(lifted[1])
             out.append(
-                specmod.EnvVar(name=name, value=value, note=note, secret=bool(_SECRET_NAME_RE.search(name)))
+                lifted[0]
+                if lifted
+                else specmod.EnvVar(
+                    name=name, value=value, note=note, secret=bool(_SECRET_NAME_RE.search(name))
+                )
             )
     if sep:
         items = [s.strip() for s in tail.split(";") if s.strip()]
@@ -977,13 +1029,20 @@ def parse_env_text(text: str) -> tuple[list[specmod.EnvVar], list[str], list[str
             if not m:
                 problems.append(f"env Opt-in item {idx + 1} ({item!r}): write NAME=value description")
                 continue
+            name, value, note = m.group(1), m.group(2), m.group(3).strip() or None
+            lifted = _secret_var(name, value, note, "env Opt-in", opt_in=True, enabled=False)
+            if lifted is not None:
+                notes.append(lifted[1])
             out.append(
-                specmod.EnvVar(
-                    name=m.group(1),
-                    value=m.group(2),
-                    note=m.group(3).strip() or None,
+                lifted[0]
+                if lifted
+                else specmod.EnvVar(
+                    name=name,
+                    value=value,
+                    note=note,
                     opt_in=True,
                     enabled=False,
+                    secret=bool(_SECRET_NAME_RE.search(name)),
                 )
             )
     return out, notes, problems
@@ -1159,6 +1218,36 @@ def _json_problems(args: Sequence[str]) -> list[str]:
     return out
 
 
+#: Flags whose value rigsmith reads as a whole number (GPU count, port, drain time).
+_NUMBER_FLAGS = (
+    "--tensor-parallel-size",
+    "--pipeline-parallel-size",
+    "--data-parallel-size",
+    "--data-parallel-size-local",
+    "--port",
+    "--shutdown-timeout",
+)
+
+
+def _number_problems(args: Sequence[str]) -> list[str]:
+    """Numbers written in non-ASCII digits (``-tp ²``, ``--port ٨٠``): vLLM refuses them, and ``int()``
+    would read some and crash on others, so the import refuses them naming the flag."""
+    out = []
+    for i, a in enumerate(args):
+        flag = canonical_flag(a) or plan.vllm_flag_name(a)
+        if flag not in _NUMBER_FLAGS:
+            continue
+        _, eq, value = a.partition("=")
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if any(not ch.isascii() and (ch.isdigit() or ch.isnumeric()) for ch in value):
+            out.append(
+                f"args[{i}]: {flag} {value!r} is not a whole number in ASCII digits (0-9), which vLLM "
+                "needs; write it with 0-9"
+            )
+    return out
+
+
 # -- Launch + Meta → Deployment ----------------------------------------------------------------------
 
 
@@ -1289,27 +1378,36 @@ def _local_model(launch: Launch, value: str, idx: int, problems: list[str]) -> _
     return _Model(None, local, idx, note)
 
 
-def _gpus(launch: Launch, facts: NoteFacts, vendor: str) -> specmod.GpuSpec:
+def _gpus(launch: Launch, facts: NoteFacts, vendor: str, problems: list[str]) -> specmod.GpuSpec | None:
+    """The GPU request, or None with the reason in problems (more GPUs than one node has)."""
+
     def size(canon: str) -> int:
         vals = flag_values(launch.args, canon)
-        return int(vals[-1][1]) if vals and vals[-1][1].isdigit() else 1
+        n = specmod.ascii_int(vals[-1][1]) if vals else None
+        return 1 if n is None else n
 
     parallel = size("--tensor-parallel-size") * size("--pipeline-parallel-size")
     dp_local = flag_values(launch.args, "--data-parallel-size-local")
     parallel *= size("--data-parallel-size-local") if dp_local else size("--data-parallel-size")
-    if launch.gpu_cdi and not any(c.endswith("=all") for c in launch.gpu_cdi):
+    pin_all = bool(launch.gpu_cdi) and any(c.endswith("=all") for c in launch.gpu_cdi or [])
+    explicit = None if pin_all else launch.gpu_cdi or launch.gpu_indices
+    count = len(explicit) if explicit else facts.gpu_count or launch.gpu_count or parallel
+    if count > specmod.MAX_GPUS:
+        # Checked before any CDI name is made: a count from the notes or -tp can be any size.
+        problems.append(
+            f"the recipe asks for {count} GPUs (from {_gpu_count_source(launch, facts, parallel)}); one node "
+            f"gives a container at most {specmod.MAX_GPUS}: fix the number in the recipe"
+        )
+        return None
+    if launch.gpu_cdi and not pin_all:
         cdi = tuple(launch.gpu_cdi)
-        count = len(cdi)
     elif launch.gpu_cdi:
         # "=all" is pinned to 0..N-1 so every target carries the same explicit devices.
-        count = facts.gpu_count or launch.gpu_count or parallel
         vendor = launch.gpu_cdi[0].split("=", 1)[0]
         cdi = tuple(f"{vendor}={i}" for i in range(count))
     elif launch.gpu_indices:
         cdi = tuple(f"{vendor}={i}" for i in launch.gpu_indices)
-        count = len(cdi)
     else:
-        count = facts.gpu_count or launch.gpu_count or parallel
         cdi = tuple(f"{vendor}={i}" for i in range(count))
     vram = GPUS.get(facts.gpu_model or "", (None, None))[0]
     return specmod.GpuSpec(
@@ -1321,6 +1419,16 @@ def _gpus(launch: Launch, facts: NoteFacts, vendor: str) -> specmod.GpuSpec:
         p2p=facts.p2p or "unknown",
         nvlink=facts.nvlink,
     )
+
+
+def _gpu_count_source(launch: Launch, facts: NoteFacts, parallel: int) -> str:
+    if launch.gpu_cdi or launch.gpu_indices:
+        return "its device list"
+    if facts.gpu_count:
+        return "the notes"
+    if launch.gpu_count:
+        return "--gpus or the compose device count"
+    return f"the parallel sizes, {parallel} in all"
 
 
 def _vendor(env: Sequence[specmod.EnvVar]) -> str:
@@ -1339,36 +1447,37 @@ def _placeholders(texts: Iterable[str]) -> dict[str, str | None]:
     return out
 
 
-def _lift_secret_flags(launch: Launch) -> list[specmod.EnvVar]:
-    """``--api-key VALUE`` / ``--hf-token VALUE``: the value never enters the spec (it would be written into
-    deployments/NAME.yaml and every artifact); vLLM reads the same secret from an environment variable,
-    which every target passes by name. Removes the flag and its values from ``launch.args``."""
+def _lift_secret_flags(launch: Launch, problems: list[str]) -> list[specmod.EnvVar]:
+    """``--api-key VALUE`` / ``--hf-token VALUE`` in any spelling vLLM's parser accepts (``--api_key``,
+    ``--api-key=V``, ``--api-ke V``; :func:`rigsmith.plan.secret_flag`): the value never enters the spec (it
+    would be written into deployments/NAME.yaml and every artifact); vLLM reads the same secret from an
+    environment variable, which every target passes by name. Removes the flag and its values from
+    ``launch.args``; an ambiguous abbreviation is removed too and refused (vLLM refuses it)."""
     lifted: list[specmod.EnvVar] = []
     keep: list[int] = []
     i = 0
     while i < len(launch.args):
         a = launch.args[i]
-        flag = a.split("=", 1)[0]
-        var = SECRET_FLAGS.get(flag)
-        if var is None:
+        match = plan.secret_flag(a)
+        j = plan.secret_flag_span(launch.args, i)
+        if match is None or (j == i + 1 and "=" not in a and not match.ambiguous):
+            # Not a secret flag, or a bare --hf-token (vLLM: use the stored login), nothing secret.
             keep.append(i)
             i += 1
             continue
-        j = i + 1
-        if "=" not in a:
-            while j < len(launch.args) and not launch.args[j].startswith("-"):
-                j += 1
-                if flag != "--api-key":  # --api-key takes one or more keys; --hf-token one
-                    break
-        if j == i + 1 and "=" not in a:  # a bare --hf-token: use the stored login, nothing secret
-            keep.append(i)
-            i += 1
-            continue
+        spelled = a.split("=", 1)[0]
+        if match.ambiguous:
+            problems.append(
+                f"args: {spelled} abbreviates {', '.join((match.flag, *match.ambiguous))}, which vLLM "
+                "refuses as ambiguous (and it may carry a secret); write the full flag name"
+            )
+        var = match.variable
         launch.notes.append(
-            f"{flag} and its value were removed from the args (a secret is never stored in the spec); "
-            f"vLLM reads it from {var}: export it (or use a 0600 env file / podman secret) before starting"
+            f"{spelled} ({match.flag}) and its value were removed from the args (a secret is never stored in "
+            f"the spec); vLLM reads it from {var}: export it (or use a 0600 env file / podman secret) before "
+            "starting"
         )
-        lifted.append(specmod.EnvVar(name=var, value="", secret=True, note=f"lifted from {flag}"))
+        lifted.append(specmod.EnvVar(name=var, value="", secret=True, note=f"lifted from {match.flag}"))
         i = j
     launch.args = [launch.args[k] for k in keep]
     launch.arg_expands = [launch.arg_expands[k] for k in keep if k < len(launch.arg_expands)]
@@ -1401,9 +1510,9 @@ def build(
                 env.append(
                     _passthrough(k, launch, "env") if v is None else _env_var(k, v, None, launch, "env")
                 )
-    env = _merge_env([*env, *_lift_secret_flags(launch)], launch)
+    env = _merge_env([*env, *_lift_secret_flags(launch, problems)], launch)
     facts = note_facts(meta.notes_text or "")
-    problems += _json_problems(launch.args)
+    problems += _json_problems(launch.args) + _number_problems(launch.args)
     model = _model(launch, facts, problems) if not launch.problems else None
     if name is not None and not specmod.NAME_RE.match(name):
         problems.append(
@@ -1412,7 +1521,8 @@ def build(
         )
     if image is not None and (not image.strip() or any(ch.isspace() for ch in image)):
         problems.append(f"--image {image!r}: not an image reference (e.g. localhost/vllm:1 or name@sha256:…)")
-    if problems or model is None:
+    gpus = _gpus(launch, facts, _vendor(env), problems)
+    if problems or model is None or gpus is None:
         raise _refuse(source, problems or ["no model"])
     repo, local_dir, model_idx = model.repo, model.local_dir, model.arg
     for i, a in enumerate(launch.args):
@@ -1446,8 +1556,8 @@ def build(
     if hosts:
         network["host"] = hosts[-1][1]
     if ports:
-        if ports[-1][1].isdigit():
-            network["port"] = int(ports[-1][1])
+        if (port := specmod.ascii_int(ports[-1][1])) is not None:
+            network["port"] = port
         else:
             notes.append(f"--port {ports[-1][1]} is not a number; network.port stays 8000 until you set it")
     revision = flag_values(launch.args, "--revision")
@@ -1476,7 +1586,7 @@ def build(
         "env_notes": env_notes,
         "placeholders": _placeholders([*launch.args, *(e.value for e in env)]),
         "resources": {
-            "gpus": _gpus(launch, facts, _vendor(env)).model_dump(),
+            "gpus": gpus.model_dump(),
             "host_ram_gib": facts.host_ram_gib,
             "disk_gib": facts.disk_gib,
             **({"shm_size": s} if (s := launch.shm_size or facts.shm_size) else {}),
@@ -1498,7 +1608,25 @@ def build(
         "notes": all_notes,
         "provenance": meta.provenance.model_dump() if meta.provenance else None,
     }
+    nul = sorted(_nul_paths(data, ""))
+    if nul:
+        # A JSON "\u0000" or a YAML "\0" escape: the raw text had none.
+        raise _refuse(
+            source, [f"{p}: holds a NUL character, which no target can carry; remove it" for p in nul]
+        )
     try:
         return specmod.Deployment.model_validate(data)
     except ValidationError as err:
         raise _refuse(source, [f"{p}: {m}" for p, m in specmod.problems_from(err)]) from None
+
+
+def _nul_paths(value: Any, path: str) -> Iterable[str]:
+    if isinstance(value, str):
+        if "\x00" in value:
+            yield path
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _nul_paths(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _nul_paths(v, f"{path}[{i}]")
