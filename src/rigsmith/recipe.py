@@ -1454,6 +1454,17 @@ def _lift_secret_flags(launch: Launch, problems: list[str]) -> list[specmod.EnvV
     environment variable, which every target passes by name. Removes the flag and its values from
     ``launch.args``; an ambiguous abbreviation is removed too and refused (vLLM refuses it)."""
     lifted: list[specmod.EnvVar] = []
+    # Removing a flag and its values joins its neighbours (`--hf-token --hf-token S V`: the bare one now
+    # takes V), so lift until nothing changes.
+    while True:
+        found = _lift_once(launch, problems)
+        if not found:
+            return lifted
+        lifted += found
+
+
+def _lift_once(launch: Launch, problems: list[str]) -> list[specmod.EnvVar]:
+    lifted: list[specmod.EnvVar] = []
     keep: list[int] = []
     i = 0
     while i < len(launch.args):

@@ -115,6 +115,8 @@ _DANGEROUS_TREES: tuple[tuple[str, str], ...] = (
     ("/lib64", "the host's libraries"),
 )
 _DANGEROUS_EXACT = {"/": "the host's whole file system", "~": "your home directory", "/home": "every home"}
+#: The GPU device nodes (NVIDIA, DRM render nodes, AMD's KFD): what a GPU container is given anyway.
+_GPU_NODE_RE = re.compile(r"^/dev/(nvidia[a-z0-9-]*|nvidia-caps(/.*)?|dri(/.*)?|kfd)\Z")
 #: Dot-directories that are caches vLLM and the Hub client read and fill, not a user's private state.
 _CACHE_DIRS = frozenset({"huggingface", "vllm", "torch", "triton", "flashinfer"})
 
@@ -138,6 +140,8 @@ def dangerous_host_path(host: str) -> str | None:
         return _DANGEROUS_EXACT[norm]
     if re.fullmatch(r"/home/[^/]+", norm):
         return "a home directory"
+    if _GPU_NODE_RE.match(norm):
+        return None
     if norm.endswith(".sock") or "/.sock" in norm:
         return "a socket (a container engine's socket gives root on the host)"
     for tree, why in _DANGEROUS_TREES:

@@ -111,6 +111,13 @@ def test_deploy_refuses_secret_flag_in_any_spelling(word: str) -> None:
     assert "engine.args[3]" in str(err.value) and "secret" in str(err.value)
 
 
+def test_lifting_repeats_until_no_secret_is_left() -> None:
+    # Found by the fuzzer: removing the second flag and its value handed the first one a value.
+    dep = _parse(f"vllm serve org/model --hf_token --hf_token {SECRET} {SECRET}2 --port 8001")
+    assert SECRET not in specmod.dump(dep)
+    assert dep.engine.args == ("org/model", "--port", "8001")
+
+
 def test_one_matcher_serves_import_and_deploy() -> None:
     assert plan.secret_flag("--api_ke=x") == plan.SecretFlag("--api-key")
     assert plan.secret_flag("--hf-token") == plan.SecretFlag("--hf-token")
@@ -139,6 +146,8 @@ DANGEROUS = [
     "/run/docker.sock",
     "/srv/engine/api.sock",
     "/dev",
+    "/dev/sda",
+    "/dev/nvidia0/../sda",
     "/proc",
     "/sys",
     "/boot",
@@ -164,6 +173,10 @@ def test_dangerous_host_paths_are_named(host: str) -> None:
         "/home/me/models",
         "/srv/vllm-cache",
         "./cache",
+        "/dev/nvidia0",
+        "/dev/nvidiactl",
+        "/dev/dri/renderD128",
+        "/dev/kfd",
     ],
 )
 def test_ordinary_data_directories_are_not_dangerous(host: str) -> None:
@@ -428,6 +441,17 @@ def test_spec_files_that_are_not_plain_yaml_are_refused(
     with pytest.raises(SpecError) as err:
         specmod.load(path)
     assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "latin-1", "cp1252"])
+def test_recipe_text_in_other_encodings_is_one_paragraph(
+    empty_project: Project, tmp_path: Path, encoding: str
+) -> None:
+    src = tmp_path / "r.sh"
+    src.write_bytes("vllm serve org/m --served-model-name café-ÿ\n".encode(encoding))
+    with pytest.raises(RecipeError) as err:
+        importer.import_recipe(empty_project, str(src), name="x", echo=_quiet)
+    assert "not UTF-8 text" in str(err.value)
 
 
 # -- Low 12: NUL -------------------------------------------------------------------------------------
