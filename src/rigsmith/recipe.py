@@ -224,6 +224,8 @@ class Launch:
     memlock: str | int | None = None
     stop_grace: int | None = None
     mounts: list[specmod.Mount] = field(default_factory=list)
+    #: Container paths of the mounts the recipe marked ``:rw`` (it says it writes there).
+    writable: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -666,6 +668,8 @@ def _volume(val: str, launch: Launch, where: str) -> None:
         return
     try:
         launch.mounts.append(specmod.Mount(host=host, container=container, readonly="ro" in opts))
+        if "rw" in opts:
+            launch.writable.add(container)
     except ValidationError as err:
         for path, msg in specmod.problems_from(err):
             launch.problems.append(f"{where} {val!r}: {path}: {msg}")
@@ -1495,6 +1499,29 @@ def _lift_once(launch: Launch, problems: list[str]) -> list[specmod.EnvVar]:
     return lifted
 
 
+def _read_only_mounts(launch: Launch, model_path: str | None) -> list[str]:
+    """Mount the recipe's model and Hub-cache volumes read-only unless it wrote ``:rw``, and say so.
+
+    The container serves the checkpoint rigsmith fetched and locked (or the one already on disk); a
+    writable model or cache mount would let the engine, or anything running in it, change those files.
+    ``model_path`` is the container path of a local model (None for a Hub model).
+    """
+    notes = []
+    for i, m in enumerate(launch.mounts):
+        if m.readonly or m.container in launch.writable:
+            continue
+        holds_model = model_path is not None and PurePosixPath(model_path).is_relative_to(m.container)
+        cache = "huggingface" in PurePosixPath(m.container).parts
+        if holds_model or cache:
+            launch.mounts[i] = m.model_copy(update={"readonly": True})
+            what = "holds the model" if holds_model else "is the Hub cache"
+            notes.append(
+                f"the volume {m.host}:{m.container} {what}, so it is mounted read-only (the recipe did not "
+                f"write :rw); set mounts[{i}].readonly: false if the engine must write there"
+            )
+    return notes
+
+
 def build(
     launch: Launch,
     meta: Meta,
@@ -1557,6 +1584,7 @@ def build(
             notes.append(
                 f"args[{i}] {a!r} is a path relative to where the recipe ran; mount it and fix the path"
             )
+    notes += _read_only_mounts(launch, model_value[0][1] if repo is None else None)
     basename = PurePosixPath(local_dir.rstrip("/")).name or PurePosixPath(repo or "model").name
     final_image = image or launch.image
     if image and launch.image and image != launch.image:

@@ -261,6 +261,24 @@ def test_model_directory_that_is_the_host_is_refused(
     assert "model.local_dir" in str(serr.value)
 
 
+def test_model_and_hub_cache_volumes_are_read_only_unless_the_recipe_writes_rw() -> None:
+    dep = _parse(
+        "docker run -v /data/models:/models -v ~/.cache/huggingface:/root/.cache/huggingface "
+        "-v /srv/logs:/logs vllm/vllm-openai:v1 /models/qwen"
+    )
+    assert [(m.host, m.readonly) for m in dep.mounts] == [
+        ("/data/models", True),
+        ("~/.cache/huggingface", True),
+        ("/srv/logs", False),
+    ]
+    assert any("mounts[1].readonly: false" in n for n in dep.notes)
+    said_rw = _parse(
+        "docker run -v /data/models:/models:rw -v ~/.cache/huggingface:/root/.cache/huggingface:rw "
+        "vllm/vllm-openai:v1 /models/qwen"
+    )
+    assert [m.readonly for m in said_rw.mounts] == [False, False]
+
+
 # -- Medium 5: secrets in the seed-format env string -------------------------------------------------
 
 
