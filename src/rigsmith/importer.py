@@ -137,9 +137,9 @@ def _fetch(url: str, options: HttpOptions, deadline: float, stop: threading.Even
                     f"GET {url} failed: HTTP {resp.status_code} {resp.reason_phrase}",
                     hint="check the URL (this is not retried: the server says the request itself is wrong)",
                 )
-            declared = resp.headers.get("content-length")
-            if declared and declared.isdigit() and int(declared) > max_bytes:
-                raise _too_big(url, max_bytes, f"it declares {int(declared)} bytes")
+            declared = specmod.ascii_int(resp.headers.get("content-length") or "")
+            if declared is not None and declared > max_bytes:
+                raise _too_big(url, max_bytes, f"it declares {declared} bytes")
             chunks: list[bytes] = []
             total = 0
             for chunk in resp.iter_bytes():

@@ -1647,7 +1647,7 @@ def build(
         "notes": all_notes,
         "provenance": meta.provenance.model_dump() if meta.provenance else None,
     }
-    nul = sorted(_nul_paths(data, ""))
+    nul = specmod.nul_paths(data)
     if nul:
         # A JSON "\u0000" or a YAML "\0" escape: the raw text had none.
         raise _refuse(
@@ -1657,15 +1657,3 @@ def build(
         return specmod.Deployment.model_validate(data)
     except ValidationError as err:
         raise _refuse(source, [f"{p}: {m}" for p, m in specmod.problems_from(err)]) from None
-
-
-def _nul_paths(value: Any, path: str) -> Iterable[str]:
-    if isinstance(value, str):
-        if "\x00" in value:
-            yield path
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _nul_paths(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            yield from _nul_paths(v, f"{path}[{i}]")

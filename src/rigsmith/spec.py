@@ -83,6 +83,18 @@ def tree_problem(data: Any) -> str | None:
     return walk(data, 0)
 
 
+def nul_paths(value: Any, path: str = "") -> list[str]:
+    """Field paths of the strings in ``value`` that hold a NUL (no shell, unit file or YAML line carries
+    one: run.sh would drop it, quadlet drops the whole line)."""
+    if isinstance(value, str):
+        return [path or "(top level)"] if "\x00" in value else []
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in nul_paths(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, list | tuple):
+        return [p for i, v in enumerate(value) for p in nul_paths(v, f"{path}[{i}]")]
+    return []
+
+
 def ascii_int(text: str) -> int | None:
     """``text`` as a non-negative whole number written in ASCII digits, else None.
 
@@ -554,6 +566,11 @@ def from_data(data: Any, source: str = "<spec>") -> Deployment:
     """Validate plain data into a Deployment; every problem in one SpecError."""
     if not isinstance(data, dict):
         raise SpecError(source, [("(top level)", "must be a mapping (YAML object)")])
+    nul = nul_paths(data)
+    if nul:
+        raise SpecError(
+            source, [(p, "holds a NUL character, which no target can carry; remove it") for p in nul]
+        )
     try:
         return Deployment.model_validate(data)
     except ValidationError as err:

@@ -23,6 +23,7 @@ from rigsmith.importer import HttpOptions
 from rigsmith.lock import Lock
 from rigsmith.project import Project
 from tests.recipes.conftest import SEED_RECIPE
+from tests.recipes.test_import import _cli
 
 SHA = "0" * 64
 SECRET = "sk-SECRET-4f1c"
@@ -448,8 +449,9 @@ def test_deploy_of_a_hand_edited_unicode_shutdown_timeout_does_not_crash() -> No
         (ALIAS_BOMB.replace("services:", "x:").encode(), "alias"),
         (b"a: &a [*a]\n", "contains itself"),
         (b"name: x\x00\n", "NUL"),
+        (b'name: x\nengine: {args: ["a\\0b"]}\n', "engine.args[0]: holds a NUL"),
     ],
-    ids=["non-utf8", "deep", "alias-bomb", "self-reference", "nul"],
+    ids=["non-utf8", "deep", "alias-bomb", "self-reference", "nul", "nul-escape"],
 )
 def test_spec_files_that_are_not_plain_yaml_are_refused(
     tmp_path: Path, content: bytes, fragment: str
@@ -496,3 +498,22 @@ def test_nul_escaped_in_recipe_json_is_refused_naming_the_field(data: dict[str, 
 def test_nul_escaped_in_compose_is_refused() -> None:
     text = 'services:\n  vllm:\n    image: vllm/vllm-openai:v1\n    command: ["org/m", "--x", "a\\0b"]\n'
     assert "engine.args[2]: holds a NUL" in _refused(text)
+
+
+# -- the real CLI: consent flag --------------------------------------------------------------------
+
+
+def test_cli_refuses_a_dangerous_mount_without_a_terminal_and_takes_allow_mount(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    (root / "deployments").mkdir(parents=True)
+    src = _docker_recipe(tmp_path, "/var/run/docker.sock:/var/run/docker.sock")
+    r = _cli(root, str(src), "--name", "x")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: refused: the recipe mounts '/var/run/docker.sock'")
+    assert "--allow-mount HOST" in r.stderr and not (root / "deployments" / "x.yaml").exists()
+    r = _cli(root, str(src), "--name", "x", "--allow-mount", "/var/run/docker.sock")
+    assert r.returncode == 0, r.stderr
+    spec = specmod.load(root / "deployments" / "x.yaml")
+    assert [m.consent for m in spec.mounts if m.host.endswith(".sock")] == [
+        "allowed with --allow-mount at import"
+    ]
