@@ -157,7 +157,6 @@ _SECRET_NAME_RE = re.compile(
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SELF_REF_RE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SERVICES_RE = re.compile(r"^services:[ \t]*(#.*)?$", re.MULTILINE)
 _COMPOSE_VAR_RE = re.compile(r"(?<!\$)\$(\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*)")
 
@@ -744,9 +743,13 @@ def _compose_data(text: str, source: str) -> dict[str, Any] | None:
     if not _SERVICES_RE.search(text):
         return None
     try:
-        data = yaml.load(text, Loader=_YAML_LOADER)  # a safe loader (libyaml's when present)
-    except yaml.YAMLError:
-        return None
+        data = specmod.load_yaml(text)
+    except yaml.YAMLError as err:
+        raise RecipeError(
+            f"{source}: has a `services:` line, so it is read as a compose file, but it is not valid YAML: "
+            + " ".join(str(err).split()),
+            hint="fix the YAML, or import the vllm serve command on its own",
+        ) from None
     except RecursionError:
         raise RecipeError(
             f"{source}: the compose file is nested more than {specmod.MAX_DEPTH} levels deep",

@@ -83,6 +83,36 @@ def tree_problem(data: Any) -> str | None:
     return walk(data, 0)
 
 
+class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """A safe loader (libyaml's when present) that yields only JSON-like values: a timestamp stays the
+    text it was (compose and YAML 1.2 readers see a string), ``!!binary`` and ``!!set`` are refused."""
+
+
+def _as_text(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
+    return str(loader.construct_scalar(node))
+
+
+def _refuse_tag(loader: yaml.SafeLoader, node: yaml.Node) -> None:
+    raise yaml.constructor.ConstructorError(
+        None, None, f"{node.tag} values are not accepted (write plain text)", node.start_mark
+    )
+
+
+_YamlLoader.add_constructor("tag:yaml.org,2002:timestamp", _as_text)
+_YamlLoader.add_constructor("tag:yaml.org,2002:binary", _refuse_tag)
+_YamlLoader.add_constructor("tag:yaml.org,2002:set", _refuse_tag)
+
+
+def load_yaml(text: str) -> Any:
+    """YAML text as plain data. Every way it can fail is a ``yaml.YAMLError`` (the constructors raise
+    ValueError/OverflowError for scalars such as ``2001-13-14`` or ``.nanx``), except RecursionError for a
+    document nested deeper than the parser can follow, which callers report as such."""
+    try:
+        return yaml.load(text, Loader=_YamlLoader)
+    except (ValueError, TypeError, OverflowError) as err:
+        raise yaml.YAMLError(f"{type(err).__name__}: {err}") from None
+
+
 def nul_paths(value: Any, path: str = "") -> list[str]:
     """Field paths of the strings in ``value`` that hold a NUL (no shell, unit file or YAML line carries
     one: run.sh would drop it, quadlet drops the whole line)."""
@@ -617,7 +647,7 @@ def loads(text: str, source: str = "<spec>") -> Deployment:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise SpecError(source, [("(file)", f"holds a NUL character (line {line}); a spec is YAML text")])
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as err:
         raise SpecError(source, [("(file)", f"not valid YAML: {err}")]) from None
     except RecursionError:

@@ -348,6 +348,31 @@ def test_self_referencing_and_deep_compose_is_refused() -> None:
     assert "levels deep" in _refused(deep)
 
 
+_COMPOSE = "services:\n  vllm:\n    image: vllm/vllm-openai:v1\n    command: [org/m]\n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ("    x: 2001-13-14\n", None),  # a timestamp stays text, as compose reads it
+        ('    x: !!binary "@@"\n', "binary values are not accepted"),
+        ("    x: !!set {a}\n", "set values are not accepted"),
+        ("    x: !!float .nanx\n", "ValueError"),
+        ("    x: [\n", "not valid YAML"),
+    ],
+)
+def test_compose_and_spec_yaml_that_python_cannot_construct_is_one_paragraph(
+    extra: str, fragment: str | None
+) -> None:
+    if fragment is None:
+        dep = _parse(_COMPOSE + extra)
+        assert "2001-13-14" in " ".join(dep.notes)
+    else:
+        assert fragment in _refused(_COMPOSE + extra)
+    with pytest.raises(SpecError):
+        specmod.loads(_COMPOSE + extra)
+
+
 def test_deep_recipe_json_is_refused() -> None:
     deep = '{"command": "vllm serve org/m", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
     assert "levels deep" in _refused(deep)
