@@ -1,5 +1,6 @@
-"""A fuzzer over the corpus: mutated published recipes go through import and deploy planning, and
-nothing but a RigsmithError may come out.
+"""A fuzzer over the corpus: mutated published recipes go through import and deploy planning, mutated
+imported specs (deployments/NAME.yaml) through spec loading and planning, and nothing but a
+RigsmithError may come out.
 
 Mutations insert hostile characters (NUL, line separators, unicode digits, shell and YAML syntax),
 duplicate or delete words, swap numbers for huge or non-ASCII ones, and splice in secret flags and
@@ -9,6 +10,7 @@ examples every run; set RIGSMITH_FUZZ_EXAMPLES to search longer (and with fresh 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -140,3 +142,76 @@ def test_mutated_corpus_raises_nothing_but_rigsmith_errors(text: str) -> None:
     except RigsmithError as err:
         # Import lifts every secret flag it can see; deploy refusing one means import let it through.
         assert "carries a secret" not in str(err)
+
+
+def _imported_specs() -> list[str]:
+    out = []
+    for case in CASES:
+        try:
+            dep = recipe.parse(case["raw"], source=case["id"], sha256="0" * 64)
+        except RigsmithError:
+            continue
+        out.append(specmod.dump(dep))
+    return out
+
+
+SPECS = _imported_specs()
+YAML_HOSTILE = [
+    *HOSTILE,
+    "!!binary ",
+    "!!set ",
+    "!!python/object:os.system ",
+    "!!float ",
+    "2001-13-14",
+    "&x ",
+    "*x",
+    "? ",
+    "<<: ",
+    "%YAML 1.1\n---\n",
+    "\n---\n",
+    "'\\0'",
+    '"\\0"',
+    '"\\x85"',
+    "[" * 200,
+]
+
+
+@st.composite
+def mutated_spec(draw: st.DrawFn) -> str:
+    text: str = draw(st.sampled_from(SPECS))
+    for _ in range(draw(st.integers(1, 4))):
+        lines = text.split("\n")
+        op = draw(st.sampled_from(["insert", "duplicate", "delete", "number"]))
+        if op == "insert":
+            at = draw(st.integers(0, len(text)))
+            text = text[:at] + draw(st.sampled_from(YAML_HOSTILE)) + text[at:]
+        elif op == "duplicate":
+            i = draw(st.integers(0, len(lines) - 1))
+            text = "\n".join([*lines[: i + 1], lines[i], *lines[i + 1 :]])
+        elif op == "delete" and len(lines) > 1:
+            i = draw(st.integers(0, len(lines) - 1))
+            text = "\n".join(lines[:i] + lines[i + 1 :])
+        else:
+            runs = list(re.finditer(r"\d+", text))
+            if runs:
+                m = draw(st.sampled_from(runs))
+                text = text[: m.start()] + draw(st.sampled_from(NUMBERS)) + text[m.end() :]
+    return text
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize="RIGSMITH_FUZZ_EXAMPLES" not in os.environ,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(mutated_spec())
+def test_mutated_specs_raise_nothing_but_rigsmith_errors(text: str) -> None:
+    try:
+        dep = specmod.loads(text, "deployments/fuzz.yaml")
+    except RigsmithError as err:
+        assert "Traceback" not in str(err)
+        return
+    with contextlib.suppress(RigsmithError):
+        plan.make(dep, Lock(), spec_path="deployments/fuzz.yaml", image="localhost/vllm:1")
