@@ -89,8 +89,7 @@ class _OutOfTime(Exception):
 def fetch_url(url: str, options: HttpOptions = HttpOptions()) -> Fetched:
     """GET ``url`` with retries on transient failures only, within ``options.deadline`` seconds in all;
     refuse more than ``options.max_bytes``."""
-    started = time.monotonic()
-    deadline = started + options.deadline
+    deadline = time.monotonic() + options.deadline
     result: list[Fetched] = []
     failure: list[BaseException] = []
     stop = threading.Event()
@@ -241,9 +240,10 @@ def mount_consent(
     prompt), or ConsentError naming every mount still without it. The model directory is never allowed."""
     model = [msg for fld, msg in plan.dangerous_mounts(dep) if fld == "model.local_dir"]
     if model:
+        source = dep.provenance.source if dep.provenance else dep.name
         raise RecipeError(
-            f"model.local_dir: {model[0]}",
-            hint="import a recipe whose model is a Hub repo or a checkpoint directory",
+            f"{source}: refused: model.local_dir {model[0]}",
+            hint="import a recipe whose model is a Hub repo id (owner/name) or the checkpoint's directory",
         )
     mounts = list(dep.mounts)
     refused = []
