@@ -223,6 +223,8 @@ class Launch:
     memlock: str | int | None = None
     stop_grace: int | None = None
     mounts: list[specmod.Mount] = field(default_factory=list)
+    #: Secret values taken out of the args and env; scrubbed from every other field (comments, notes).
+    secrets: list[str] = field(default_factory=list)
     #: Container paths of the mounts the recipe marked ``:rw`` (it says it writes there).
     writable: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
@@ -705,6 +707,7 @@ def _env_var(name: str, value: str, note: str | None, launch: Launch, where: str
     lifted = _secret_var(name, value, note, where)
     if lifted is not None:
         launch.notes.append(lifted[1])
+        launch.secrets.append(value)
         return lifted[0]
     if "$" in value or "`" in value:
         launch.notes.append(
@@ -1496,10 +1499,29 @@ def _lift_once(launch: Launch, problems: list[str]) -> list[specmod.EnvVar]:
             "starting"
         )
         lifted.append(specmod.EnvVar(name=var, value="", secret=True, note=f"lifted from {match.flag}"))
+        launch.secrets += [a.split("=", 1)[1]] if "=" in a else launch.args[i + 1 : j]
         i = j
     launch.args = [launch.args[k] for k in keep]
     launch.arg_expands = [launch.arg_expands[k] for k in keep if k < len(launch.arg_expands)]
     return lifted
+
+
+#: Token shapes that are secrets wherever they appear (Hugging Face user tokens, OpenAI-style keys).
+_TOKEN_SHAPE_RE = re.compile(r"(?<![A-Za-z0-9_-])(hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,})")
+
+
+def _scrub(value: Any, secrets: Sequence[str]) -> Any:
+    """``value`` with every lifted secret, and every token-shaped word, replaced by ``<redacted>``: the
+    recipe's comments and notes (kept verbatim) would otherwise carry what the args and env lost."""
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, "<redacted>")
+        return _TOKEN_SHAPE_RE.sub("<redacted>", value)
+    if isinstance(value, dict):
+        return {k: _scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v, secrets) for v in value]
+    return value
 
 
 def _read_only_mounts(launch: Launch, model_path: str | None) -> list[str]:
@@ -1648,8 +1670,19 @@ def build(
         "network": network,
         "mounts": [m.model_dump() for m in launch.mounts],
         "notes": all_notes,
-        "provenance": meta.provenance.model_dump() if meta.provenance else None,
     }
+    secrets = [*launch.secrets]
+    if meta.env_text:
+        secrets += [v for n, v in _ENV_TOKEN_RE.findall(meta.env_text) if _SECRET_NAME_RE.search(n)]
+    # Free text only: the argv and values are exact (and already secret-free), a short key could be a word.
+    scrub = sorted({v for v in secrets if len(v) >= 4 and "$" not in v}, key=len, reverse=True)
+    for key in ("description", "notes", "env_notes"):
+        data[key] = _scrub(data[key], scrub)
+    for e in data["env"]:
+        e["note"] = _scrub(e["note"], scrub)
+    data["provenance"] = meta.provenance.model_dump() if meta.provenance else None
+    if data["provenance"]:
+        data["provenance"]["title"] = _scrub(data["provenance"]["title"], scrub)
     nul = specmod.nul_paths(data)
     if nul:
         # A JSON "\u0000" or a YAML "\0" escape: the raw text had none.

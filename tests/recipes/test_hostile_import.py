@@ -72,6 +72,23 @@ def test_secret_flag_in_any_spelling_is_lifted_out_of_the_spec(words: str, var: 
     assert lifted and lifted[0].secret and lifted[0].value == ""
 
 
+def test_lifted_secrets_and_token_shapes_are_scrubbed_from_comments_and_notes() -> None:
+    hf = "hf_" + "a1B2" * 9
+    text = json.dumps(
+        {
+            "title": f"served with {hf}",
+            "command": f"vllm serve org/model --api-key {SECRET} --tokenizer org/tok  # key: {SECRET}",
+            "notes": f"export HF_TOKEN={hf}; the key is {SECRET}",
+            "env": "MY_TOKEN=tok-9876 (was tok-9876) | A=1",
+        }
+    )
+    dumped = specmod.dump(_parse(text))
+    for secret in (SECRET, hf, "tok-9876"):
+        assert secret not in dumped
+    assert "--tokenizer" in dumped and "org/tok" in dumped  # the argv is never rewritten
+    assert "key: <redacted>" in dumped
+
+
 @pytest.mark.parametrize("flag", ["--api", "--api-", "--hf", "--a", "--h"])
 def test_ambiguous_abbreviation_of_a_secret_flag_is_refused(flag: str) -> None:
     message = _refused(f"vllm serve org/model {flag} {SECRET}")
