@@ -302,7 +302,13 @@ def import_recipe(
     fetched = load_source(source, http=http)
     text = decode(fetched)
     dep = recipemod.parse(text, source=fetched.source, sha256=fetched.sha256, name=name, image=image)
-    dep = mount_consent(dep, allow_mount, confirm)
+    try:
+        dep = mount_consent(dep, allow_mount, None if dry_run else confirm)
+    except ConsentError as err:
+        if not dry_run:
+            raise
+        # A dry run asks nothing and writes nothing: it says what a real import would need.
+        echo(f"consent needed (dry run): {err.message}; {err.hint}")
     path = project.spec_path(dep.name)
     content = specmod.dump(dep)
     artifact = writer.Artifact(path, content)

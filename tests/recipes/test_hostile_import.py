@@ -223,6 +223,20 @@ def test_import_without_a_terminal_refuses_a_dangerous_mount_and_writes_nothing(
     assert not list((empty_project.root / "deployments").iterdir())
 
 
+def test_dry_run_names_the_consent_a_dangerous_mount_needs_and_asks_nothing(
+    empty_project: Project, tmp_path: Path
+) -> None:
+    src = _docker_recipe(tmp_path, "/:/host")
+    lines: list[str] = []
+
+    def never(question: str) -> bool:
+        raise AssertionError(f"a dry run asked: {question}")
+
+    importer.import_recipe(empty_project, str(src), name="x", echo=lines.append, confirm=never, dry_run=True)
+    assert any(line.startswith("consent needed (dry run): refused: the recipe mounts '/'") for line in lines)
+    assert not list((empty_project.root / "deployments").iterdir())
+
+
 def test_allow_mount_records_consent_and_deploy_accepts_it(empty_project: Project, tmp_path: Path) -> None:
     src = _docker_recipe(tmp_path, "/run/podman/podman.sock:/run/podman/podman.sock")
     dep = importer.import_recipe(
