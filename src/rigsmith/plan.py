@@ -241,7 +241,7 @@ def secret_flag_span(args: tuple[str, ...] | list[str], i: int) -> int:
     return j
 
 
-def _secret_args(args: tuple[str, ...]) -> list[tuple[str, str]]:
+def _secret_args(args: tuple[str, ...], where: str = "engine.args") -> list[tuple[str, str]]:
     """Problems for secret flag values in the argv, which every target would write into its files."""
     out = []
     for i, a in enumerate(args):
@@ -251,7 +251,7 @@ def _secret_args(args: tuple[str, ...]) -> list[tuple[str, str]]:
         if match.ambiguous:
             out.append(
                 (
-                    f"engine.args[{i}]",
+                    f"{where}[{i}]",
                     f"{a.split('=', 1)[0]} abbreviates {', '.join((match.flag, *match.ambiguous))}, which "
                     "vLLM refuses as ambiguous; write the full flag name",
                 )
@@ -259,7 +259,7 @@ def _secret_args(args: tuple[str, ...]) -> list[tuple[str, str]]:
         elif secret_flag_span(args, i) > i + 1 or "=" in a:
             out.append(
                 (
-                    f"engine.args[{i}]",
+                    f"{where}[{i}]",
                     f"{a.split('=', 1)[0]} ({match.flag}) carries a secret, which would be written into "
                     f"every generated file; remove the flag and its value and add env {match.variable} with "
                     "secret: true (podman secret or a 0600 env file supplies it)",
@@ -340,7 +340,8 @@ def make(
                 for tok in missing
             ],
         )
-    problems = _secret_args(spec.engine.args) + _relative_hosts(spec) + dangerous_mounts(spec)
+    problems = _secret_args(spec.engine.subcommand, "engine.subcommand") + _secret_args(spec.engine.args)
+    problems += _relative_hosts(spec) + dangerous_mounts(spec)
     if problems:
         raise SpecError(spec_path, problems)
     if spec.engine.runtime == "venv":

@@ -1574,6 +1574,12 @@ def build(
                     _passthrough(k, launch, "env") if v is None else _env_var(k, v, None, launch, "env")
                 )
     env = _merge_env([*env, *_lift_secret_flags(launch, problems)], launch)
+    problems += [
+        f"the entrypoint holds {w.split('=', 1)[0]} ({sf.flag}), a secret flag; move it and its value to "
+        f"the command (import then passes the secret as {sf.variable} by name) or remove it"
+        for w in launch.subcommand
+        if (sf := plan.secret_flag(w)) is not None
+    ]
     facts = note_facts(meta.notes_text or "")
     problems += _json_problems(launch.args) + _number_problems(launch.args)
     model = _model(launch, facts, problems) if not launch.problems else None

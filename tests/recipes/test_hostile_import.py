@@ -96,6 +96,23 @@ def test_ambiguous_abbreviation_of_a_secret_flag_is_refused(flag: str) -> None:
     assert SECRET not in message
 
 
+def test_secret_flag_in_a_compose_entrypoint_is_refused_at_import_and_deploy() -> None:
+    text = (
+        "services:\n  vllm:\n    image: vllm/vllm-openai:v1\n"
+        f"    entrypoint: [python3, -m, vllm.entrypoints.openai.api_server, --api_key, {SECRET}]\n"
+        "    command: [--model, org/m]\n"
+    )
+    message = _refused(text)
+    assert "the entrypoint holds --api_key (--api-key)" in message and SECRET not in message
+    dep = _parse("vllm serve org/model")
+    edited = dep.model_copy(
+        update={"engine": dep.engine.model_copy(update={"subcommand": ("serve", f"--api-key={SECRET}")})}
+    )
+    with pytest.raises(SpecError) as err:
+        plan.make(edited, Lock(), spec_path="deployments/x.yaml", image="localhost/vllm:1")
+    assert "engine.subcommand[1]" in str(err.value)
+
+
 def test_non_secret_neighbours_are_kept() -> None:
     dep = _parse("vllm serve org/model --api-server-count 2 --hf-overrides {} --host 0.0.0.0 --hf-token")
     assert dep.engine.args == (
