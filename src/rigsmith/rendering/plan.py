@@ -13,6 +13,8 @@ from typing import Literal
 
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
+from rigsmith.policy import SECRET_FLAGS as SECRET_FLAGS  # re-exported for the targets
+from rigsmith.policy import dangerous_mounts, secret_flag, secret_flag_span
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.imageref import parse_ref
 
@@ -174,29 +176,28 @@ def _check_venv(spec: specmod.Deployment, override: str | None, spec_path: str) 
         raise SpecError(spec_path, problems)
 
 
-#: vLLM flags whose value is a secret, and the environment variable vLLM reads it from instead.
-SECRET_FLAGS: dict[str, str] = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
-
-
-def _secret_args(args: tuple[str, ...]) -> list[tuple[str, str]]:
-    """Problems for secret flag values in the argv, which every target would write into its files.
-
-    ``--hf-token`` alone (vLLM: use the stored login) is fine; ``--api-key`` takes one or more values.
-    """
+def _secret_args(args: tuple[str, ...], where: str = "engine.args") -> list[tuple[str, str]]:
+    """Problems for secret flag values in the argv, which every target would write into its files."""
     out = []
     for i, a in enumerate(args):
-        flag = a.split("=", 1)[0]
-        if flag not in SECRET_FLAGS:
+        match = secret_flag(a)
+        if match is None:
             continue
-        has_value = "=" in a or (i + 1 < len(args) and not args[i + 1].startswith("-"))
-        if has_value:
-            var = SECRET_FLAGS[flag]
+        if match.ambiguous:
             out.append(
                 (
-                    f"engine.args[{i}]",
-                    f"{flag} carries a secret, which would be written into every generated file; remove "
-                    f"the flag and its value and add env {var} with secret: true (podman secret or a 0600 "
-                    "env file supplies it)",
+                    f"{where}[{i}]",
+                    f"{a.split('=', 1)[0]} abbreviates {', '.join((match.flag, *match.ambiguous))}, which "
+                    "vLLM refuses as ambiguous; write the full flag name",
+                )
+            )
+        elif secret_flag_span(args, i) > i + 1 or "=" in a:
+            out.append(
+                (
+                    f"{where}[{i}]",
+                    f"{a.split('=', 1)[0]} ({match.flag}) carries a secret, which would be written into "
+                    f"every generated file; remove the flag and its value and add env {match.variable} with "
+                    "secret: true (podman secret or a 0600 env file supplies it)",
                 )
             )
     return out
@@ -245,7 +246,8 @@ def make(
                 for tok in missing
             ],
         )
-    problems = _secret_args(spec.engine.args) + _relative_hosts(spec)
+    problems = _secret_args(spec.engine.subcommand, "engine.subcommand") + _secret_args(spec.engine.args)
+    problems += _relative_hosts(spec) + dangerous_mounts(spec)
     if problems:
         raise SpecError(spec_path, problems)
     if spec.engine.runtime == "venv":
