@@ -218,6 +218,25 @@ def _relative_hosts(spec: specmod.Deployment) -> list[tuple[str, str]]:
     ]
 
 
+def _nul_problems(data: object, path: str = "") -> list[tuple[str, str]]:
+    """Every spec string holding a NUL, by field path. No target can carry one: bash drops it from run.sh,
+    quadlet drops every engine argument of the unit, podman-compose crashes, and no argv or environment
+    can hold it."""
+    if isinstance(data, str):
+        if "\0" in data:
+            return [(path, f"{data!r} holds a NUL character, which no target can write; remove it")]
+        return []
+    if isinstance(data, dict):
+        return [
+            p
+            for k, v in data.items()
+            for p in _nul_problems(k, path) + _nul_problems(v, f"{path}.{k}".lstrip("."))
+        ]
+    if isinstance(data, list | tuple):
+        return [p for i, v in enumerate(data) for p in _nul_problems(v, f"{path}[{i}]")]
+    return []
+
+
 def _has_tag(ref: str) -> bool:
     last = ref.rsplit("/", 1)[-1]
     return ":" in last
@@ -245,7 +264,8 @@ def make(
                 for tok in missing
             ],
         )
-    problems = _secret_args(spec.engine.args) + _relative_hosts(spec)
+    problems = _nul_problems(spec.model_dump(mode="python")) + _nul_problems(image, "--image")
+    problems += _secret_args(spec.engine.args) + _relative_hosts(spec)
     if problems:
         raise SpecError(spec_path, problems)
     if spec.engine.runtime == "venv":

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from rigsmith.ops.wait import timeout_for
-from rigsmith.render import banner
+from rigsmith.render import banner, escape_line_breaks
 from rigsmith.spec import Deployment
 from rigsmith.writer import BANNER_MARK, Artifact
 
@@ -101,7 +101,9 @@ def family_entry(spec: Deployment) -> dict[str, Any]:
 def _comment_word(text: str) -> str:
     """A recipe value shown in a YAML comment: bare when plain, else JSON-quoted, so a line break in it
     cannot end the comment and add keys (a model with its own ``cmd``) to llama-swap's config."""
-    return text if re.fullmatch(r"[\w.:/@+-]+", text) else json.dumps(text, ensure_ascii=False)
+    if re.fullmatch(r"[\w.:/@+-]+", text):
+        return text
+    return escape_line_breaks(json.dumps(text, ensure_ascii=False))
 
 
 def render(spec: Deployment, target: str = "podman") -> dict[str, str]:

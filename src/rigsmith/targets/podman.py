@@ -37,12 +37,14 @@ def run_lines(plan: RunPlan) -> list[str]:
     opts = plan.podman_options()
     lines: list[str] = []
     i = 0
+    # Layout only: an option and its value share a line. Every word is quoted, whatever it looks like (a
+    # recipe's entrypoint may well be `--$(cmd)`).
     while i < len(opts):
         if opts[i].startswith("--") and i + 1 < len(opts) and not opts[i + 1].startswith("--"):
-            lines.append(f"{opts[i]} {shquote(opts[i + 1])}")
+            lines.append(f"{shquote(opts[i])} {shquote(opts[i + 1])}")
             i += 2
         else:
-            lines.append(opts[i])
+            lines.append(shquote(opts[i]))
             i += 1
     lines += [f"-v {mount_arg(m)}" for m in plan.mounts]
     lines.append('"$IMAGE"')
@@ -66,8 +68,6 @@ def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
     common = {
         "banner": banner(ctx.command, plan.spec_path),
         "plan": plan,
-        "name_q": shquote(plan.name),
-        "image_q": shquote(plan.image),
     }
     run = tpl.render(
         "podman/run.sh.j2",
@@ -77,7 +77,6 @@ def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
         gpu_ids=shquote(",".join(plan.gpu_indices)) if "all" not in plan.gpu_indices else "",
         sparse=[(shpath(m.host), m.sparse_size) for m in plan.mounts if m.sparse_size],
         dirs=[(shpath(m.host), m.role) for m in plan.mounts if m.kind == "dir"],
-        q=shquote,
         secrets=plan.secret_env,
     )
     stop = tpl.render("podman/stop.sh.j2", **common)
