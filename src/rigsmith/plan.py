@@ -211,11 +211,17 @@ def _relative_hosts(spec: specmod.Deployment) -> list[tuple[str, str]]:
     """
     hosts = [("model.local_dir", spec.model.local_dir, "the checkpoint's")]
     hosts += [(f"mounts[{i}].host", m.host, "the host directory's") for i, m in enumerate(spec.mounts)]
-    return [
+    out = [
         (fld, f"{host!r} is relative (to where the recipe ran); set {what} absolute path or ~/…")
         for fld, host, what in hosts
         if not (host.startswith("/") or host == "~" or host.startswith("~/"))
     ]
+    out += [
+        (f"mounts[{i}].host", f"{m.host!r} ends in '/', but kind: file mounts a file; name the file")
+        for i, m in enumerate(spec.mounts)
+        if m.kind == "file" and (m.host.endswith("/") or m.host == "~")
+    ]
+    return out
 
 
 def _nul_problems(data: object, path: str = "") -> list[tuple[str, str]]:
