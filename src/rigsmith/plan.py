@@ -272,6 +272,10 @@ def make(
         )
     problems = _nul_problems(spec.model_dump(mode="python")) + _nul_problems(image, "--image")
     problems += _secret_args(spec.engine.args) + _relative_hosts(spec)
+    if spec.engine.runtime == "container" and not spec.engine.executable.strip():
+        # podman reads --entrypoint '' as "no entrypoint", quadlet drops an empty Entrypoint=: the targets
+        # would run different programs.
+        problems.append(("engine.executable", "is empty; set the program the container runs (e.g. vllm)"))
     if problems:
         raise SpecError(spec_path, problems)
     if spec.engine.runtime == "venv":

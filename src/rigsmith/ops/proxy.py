@@ -16,11 +16,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rigsmith.ops.wait import timeout_for
 from rigsmith.render import banner, escape_line_breaks
 from rigsmith.spec import Deployment
+from rigsmith.targets.common import yaml_text
 from rigsmith.writer import BANNER_MARK, Artifact
 
 ROOT_MACRO = "${env.RIGSMITH_ROOT}"
@@ -119,7 +118,9 @@ def render(spec: Deployment, target: str = "podman") -> dict[str, str]:
     if extra:
         shown = ", ".join(_comment_word(n) for n in extra)
         notes.append(f"# vLLM also serves: {shown} (add them as llama-swap aliases if you use them).")
-    swap = yaml.safe_dump(llama_swap_entry(spec, target), sort_keys=False, width=1000, allow_unicode=True)
+    # The targets' emitter: a served name with NEL/U+2028 is double-quoted (PyYAML's default single quotes
+    # fold it into a space), a name like `1e5` stays a string.
+    swap = yaml_text(llama_swap_entry(spec, target))
     family = json.dumps(family_entry(spec), indent=2, ensure_ascii=False) + "\n"
     return {
         "llama-swap.yaml": banner(cmd, src) + "\n".join(notes) + "\n" + swap,

@@ -154,7 +154,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def line_value_problems(values: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """Values written raw as one ``Key=value`` line (quadlet Image=, Entrypoint=, Volume=) that would not
     stay one literal value: a newline starts a new key or section (e.g. an ExecStartPre= run as root), a
-    trailing backslash continues the line, surrounding whitespace is trimmed by the unit parser."""
+    trailing backslash continues the line, surrounding whitespace and double quotes are trimmed by the unit
+    parser."""
     out = []
     for fld, value in values:
         if _CONTROL.search(value) or line_breaks(value):
@@ -163,6 +164,8 @@ def line_value_problems(values: Sequence[tuple[str, str]]) -> list[tuple[str, st
             out.append((fld, f"{value!r}: a trailing backslash continues the line"))
         elif value != value.strip():
             out.append((fld, f"{value!r}: leading or trailing whitespace is trimmed"))
+        elif value.startswith('"') or value.endswith('"'):  # seen with podman 5.4.2's generator
+            out.append((fld, f"{value!r}: quadlet strips a leading or trailing double quote"))
     return out
 
 

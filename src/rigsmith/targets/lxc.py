@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from rigsmith import render as tpl
 from rigsmith.errors import RigsmithError, SpecError
 from rigsmith.plan import RunPlan
-from rigsmith.render import banner
+from rigsmith.render import banner, line_breaks
 from rigsmith.targets import LxcOptions, RenderContext, ini
 from rigsmith.targets.common import (
     cannot_express,
     entrypoint_problems,
     home_path,
-    line_value_problems,
     timings,
     volume_problems,
 )
@@ -242,14 +241,14 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
         )
     )
     for k, v in plan.env:
-        problems += [
-            (
-                f"env.{k}",
-                f"{why}: a pct.conf line cannot hold a line break (of any kind), another control character "
-                "or leading/trailing whitespace",
+        if re.search(r"[\x00-\x1f\x7f]", v) or line_breaks(v) or v != v.strip():
+            problems.append(
+                (
+                    f"env.{k}",
+                    "a pct.conf line cannot hold a line break (of any kind), another control character or "
+                    "leading/trailing whitespace",
+                )
             )
-            for _fld, why in line_value_problems([(f"env.{k}", v)])
-        ]
         out.append(Line("lxc.environment", f"{k}={v}"))
     if plan.runtime == "container":  # provision.sh runs the podman target's argv
         problems += volume_problems(plan) + entrypoint_problems(plan)
