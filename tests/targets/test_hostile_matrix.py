@@ -38,6 +38,8 @@ from rigsmith.targets.kube import k8s_literal
 from tests.conftest import HOST_MEMLOCK, Podman, parse_recording, standin_deployment, write_project
 from tests.targets.conftest import run_quadlet
 from tests.targets.facts import exec_start, podman_facts, split_systemd
+from tests.targets.test_compose_real import _up
+from tests.targets.test_shell_property import FAKE_PODMAN
 from tests.targets.test_units import _k8s_expand
 
 MARK = "PWNED"
@@ -189,16 +191,6 @@ def _values_in(plan: RunPlan) -> None:
         assert v in plan.command or v == "", v
 
 
-FAKE_PODMAN = """#!/bin/bash
-case "$1 $2" in
-  "image exists") exit 0 ;;
-  "container exists") exit 1 ;;
-esac
-if [ "$1" = run ]; then printf '%s\\0' "$@" > "$FAKE_PODMAN_OUT"; exit 0; fi
-exit 3
-"""
-
-
 def _fake_run(script: str, base: Path) -> list[str]:
     """Run a generated script under bash with a recording podman, in an empty directory; podman's argv."""
     base.mkdir(parents=True, exist_ok=True)
@@ -285,24 +277,9 @@ def compose_up(
     (art,) = files
     path = base / "compose.yaml"
     path.write_text(art.content)
-    cwd = base / "cwd"
-    cwd.mkdir(exist_ok=True)
-    try:
-        proc = subprocess.run(
-            [
-                *compose_bins["1.6.0"],
-                "-f",
-                str(path),
-                f"--podman-run-args=--stop-timeout={plan.stop_timeout}",
-                "up",
-                "-d",
-            ],
-            cwd=cwd,
-            env=podman.env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
+    try:  # run from base: _no_marker looks there for anything a value ran
+        proc = _up(
+            compose_bins["1.6.0"], path, podman, [f"--podman-run-args=--stop-timeout={plan.stop_timeout}"]
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         yield data, plan, base
@@ -319,7 +296,6 @@ def test_compose_engine_receives_every_value_literally(compose_up, podman: Podma
     assert {k: rec.env.get(k) for k, _ in plan.env} == dict(plan.env)
     mounts = {(m["Source"], m["Destination"]) for m in podman.inspect(plan.name)["Mounts"]}  # type: ignore[union-attr]
     assert {(m.host, m.container) for m in plan.mounts} <= mounts
-    assert not list((base / "cwd").iterdir())
     _no_marker(base)
 
 
