@@ -100,13 +100,25 @@ class RunPlan:
         return opts
 
 
+#: A registry host as Docker's reference grammar has it (domain or IPv6 literal, optional port).
+_REGISTRY_HOST = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?"
+)
+
+
 def _image(
     spec: specmod.Deployment, lock: lockmod.Lock, override: str | None, spec_path: str
 ) -> tuple[str, bool]:
     ref = override or spec.engine.image
     if ref:
         try:
-            parse_ref(ref)
+            registry = parse_ref(ref).registry
+            if not _REGISTRY_HOST.fullmatch(registry):
+                # parse_ref takes any first component holding a '.' or ':' as the registry.
+                raise RigsmithError(
+                    f"image reference {ref!r}: {registry!r} is not a registry host[:port]",
+                    hint="write e.g. registry.example.com:5000/name:tag",
+                )
         except RigsmithError as err:
             # Every target writes the reference into a file (unit keys take it raw): it must be one.
             raise SpecError(

@@ -106,8 +106,6 @@ def _data(base: Path, name: str, drop: set[tuple[str, str]]) -> dict[str, Any]:
         if ("mount", cls) not in drop
     ]
     data["resources"]["host_ram_gib"] = 16  # type: ignore[index]
-    if name.endswith("lxc"):  # the fake CDI vendor has no device-node table (lxc's GPU part: test_lxc)
-        data["resources"]["gpus"] = {"count": 0, "cdi_devices": []}  # type: ignore[index]
     return data
 
 
@@ -150,39 +148,46 @@ MAY_REFUSE: dict[str, set[tuple[str, str]]] = {
 }
 
 
+def _render_packed(base: Path, target: str, name: str, venv: bool = False) -> tuple[Any, ...]:
+    """(data, plan, artifacts, refused, base), re-rendering without what the target refused."""
+    drop: set[tuple[str, str]] = set()
+    for _ in range(10):
+        data = _data(base, name, drop)
+        if target == "lxc":  # the fake CDI vendor has no device-node table (lxc's GPU part: test_lxc)
+            data["resources"]["gpus"] = {"count": 0, "cdi_devices": []}
+        if venv:
+            data["engine"] = {**data["engine"], "runtime": "venv", "venv": VENV, "image": None}
+        project = write_project(base, data)
+        try:
+            plan, files = deploy.artifacts(
+                project,
+                target,
+                deployment=name,
+                out=base / "out",
+                memlock=HOST_MEMLOCK,
+                podman_version="5.4.2",
+            )
+            break
+        except SpecError as err:
+            for fld, why in err.problems:
+                assert f"the {target} target cannot express this" in why, (fld, why)
+                drop.add(_classify(data, fld))
+    else:
+        raise AssertionError(f"{target}: refusals did not converge: {drop}")
+    assert drop <= MAY_REFUSE[target], sorted(drop - MAY_REFUSE[target])
+    for m in data["mounts"]:
+        Path(m["host"]).mkdir(parents=True, exist_ok=True)
+    Path(data["model"]["local_dir"]).mkdir(parents=True, exist_ok=True)
+    return data, plan, files, drop, base
+
+
+VENV = "/opt/vllm/venv"
+
+
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, ...]]:
-    """Per target: (data, plan, artifacts, refused), re-rendering without what the target refused."""
-    out: dict[str, tuple[Any, ...]] = {}
-    for target in TARGETS:
-        base = tmp_path_factory.mktemp(f"matrix-{target}")
-        name = f"matrix-{target}"
-        drop: set[tuple[str, str]] = set()
-        for _ in range(10):
-            data = _data(base, name, drop)
-            project = write_project(base, data)
-            try:
-                plan, files = deploy.artifacts(
-                    project,
-                    target,
-                    deployment=name,
-                    out=base / "out",
-                    memlock=HOST_MEMLOCK,
-                    podman_version="5.4.2",
-                )
-                break
-            except SpecError as err:
-                for fld, why in err.problems:
-                    assert f"the {target} target cannot express this" in why, (fld, why)
-                    drop.add(_classify(data, fld))
-        else:
-            raise AssertionError(f"{target}: refusals did not converge: {drop}")
-        assert drop <= MAY_REFUSE[target], sorted(drop - MAY_REFUSE[target])
-        for m in data["mounts"]:
-            Path(m["host"]).mkdir(parents=True, exist_ok=True)
-        Path(data["model"]["local_dir"]).mkdir(parents=True, exist_ok=True)
-        out[target] = (data, plan, files, drop, base)
-    return out
+    """Per target: the packed spec rendered (see _render_packed)."""
+    return {t: _render_packed(tmp_path_factory.mktemp(f"matrix-{t}"), t, f"matrix-{t}") for t in TARGETS}
 
 
 def _values_in(plan: RunPlan) -> None:
@@ -250,6 +255,35 @@ def test_lxc_provision_and_pct_conf_carry_every_value_literally(packed) -> None:
     )
     assert env == dict(plan.env)
     assert line_breaks(conf.content.replace("\n", "")) == []
+    _no_marker(base)
+
+
+def test_lxc_venv_provision_installs_a_unit_running_every_value_literally(tmp_path: Path) -> None:
+    _d, plan, files, _drop, base = _render_packed(tmp_path, "lxc", "matrix-venv", venv=True)
+    _values_in(plan)
+    root = base / "root"
+    exe = root / VENV.lstrip("/") / "bin/vllm"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    (script,) = [a for a in files if a.path.name == "provision.sh"]
+    path = base / "provision.sh"
+    path.write_text(script.content)
+    (base / "cwd").mkdir()
+    env = {**os.environ, "RIGSMITH_ROOT": str(root), "RIGSMITH_SYSTEMCTL": "true"}
+    proc = subprocess.run(["bash", str(path)], cwd=base / "cwd", env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert not list((base / "cwd").iterdir()), "a value ran on the host"
+    text = (root / "etc/systemd/system/matrix-venv.service").read_text()
+    assert line_breaks(text.replace("\n", "")) == [], "a value put a line break into the unit"
+    keys: dict[str, list[str]] = {}
+    for line in text.split("\n"):
+        if "=" in line and not line.startswith("#"):
+            k, _, v = line.partition("=")
+            keys.setdefault(k, []).append(v)
+    (start,) = keys["ExecStart"]
+    assert split_systemd(start) == [f"{VENV}/bin/vllm", *plan.command]
+    assert [split_systemd(e) for e in keys["Environment"]] == [[f"{k}={v}"] for k, v in plan.env]
     _no_marker(base)
 
 

@@ -246,4 +246,4 @@ def test_a_double_dash_entrypoint_is_quoted_in_both_scripts(tmp_path: Path) -> N
     ctx = RenderContext(spec=spec, out=tmp_path / "out", command="invoke deploy")
     for art in [*podman.render(plan, ctx), *lxc.render(plan, ctx)]:
         if art.path.name in ("run.sh", "provision.sh"):
-            assert f"'--$(touch {MARK})'" in art.content, art.path
+            assert f"  --entrypoint '--$(touch {MARK})' \\\n" in art.content, art.path

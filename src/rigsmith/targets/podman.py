@@ -32,20 +32,24 @@ def cdi_checks(plan: RunPlan) -> list[tuple[str, str, str]]:
     return out
 
 
+#: The options of RunPlan.podman_options that take no value; every other one is followed by its value.
+FLAGS_WITHOUT_VALUE = frozenset({"--init"})
+
+
 def run_lines(plan: RunPlan) -> list[str]:
     """``podman run`` as shell words grouped one option per line (each line already quoted)."""
     opts = plan.podman_options()
     lines: list[str] = []
     i = 0
-    # Layout only: an option and its value share a line. Every word is quoted, whatever it looks like (a
-    # recipe's entrypoint may well be `--$(cmd)`).
+    # Layout only: an option and its value share a line, whatever the value looks like (a recipe's
+    # entrypoint may well be `--$(cmd)`). Every word is quoted.
     while i < len(opts):
-        if opts[i].startswith("--") and i + 1 < len(opts) and not opts[i + 1].startswith("--"):
-            lines.append(f"{shquote(opts[i])} {shquote(opts[i + 1])}")
-            i += 2
-        else:
+        if opts[i] in FLAGS_WITHOUT_VALUE:
             lines.append(shquote(opts[i]))
             i += 1
+        else:
+            lines.append(f"{shquote(opts[i])} {shquote(opts[i + 1])}")
+            i += 2
     lines += [f"-v {mount_arg(m)}" for m in plan.mounts]
     lines.append('"$IMAGE"')
     lines += group_flags(plan.command)
