@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith import deploy
-from rigsmith.errors import ConsentError, SpecError
+from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.project import Project
 from rigsmith.targets import LxcOptions, lxc
 from rigsmith.targets.common import timings
@@ -557,3 +557,36 @@ def test_container_targets_refuse_a_venv_plan_naming_target_and_runtime(
     assert fld == "engine.runtime"
     assert f"the {target} target cannot express this" in msg
     assert "engine.image" in msg and "--target lxc" in msg
+
+
+def _many_gpus(tmp_path: Path, count: int) -> Project:
+    data = standin_deployment(tmp_path, name="many-gpus", placeholders={})
+    data["resources"]["gpus"] = {"count": count, "cdi_devices": ["nvidia.com/gpu=all"]}  # type: ignore[index]
+    data["resources"]["host_ram_gib"] = 64  # type: ignore[index]
+    return write_project(tmp_path, data)
+
+
+def test_more_gpus_than_pct_conf_dev_slots_is_one_error_not_stop_iteration(tmp_path: Path) -> None:
+    """253 GPUs + the 4 shared nvidia nodes need dev0..dev256 (issue 10 #11: StopIteration before)."""
+    project = _many_gpus(tmp_path, 253)
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(project, "lxc", deployment="many-gpus", out=tmp_path / "out")
+    assert "resources.gpus.count" in str(err.value) and "dev0..dev255" in str(err.value), str(err.value)
+    _plan, files = deploy.artifacts(  # 252 fit exactly; PVE < 8.1 writes unindexed raw lines: no limit
+        _many_gpus(tmp_path / "fit", 252), "lxc", deployment="many-gpus", out=tmp_path / "out"
+    )
+    assert "dev255: /dev/nvidia-modeset" in files[0].content
+    deploy.artifacts(
+        project,
+        "lxc",
+        deployment="many-gpus",
+        out=tmp_path / "out",
+        lxc=LxcOptions(pve_version="7.4", uvm_major=509),
+    )
+
+
+def test_a_pct_conf_with_no_free_dev_index_is_one_error(tmp_path: Path) -> None:
+    user = "\n".join(f"dev{i}: /dev/user{i}" for i in range(256)) + "\n"
+    with pytest.raises(RigsmithError) as err:
+        lxc.merge(user, [lxc.Line("dev", "/dev/nvidia0")], [])
+    assert "no free devN index" in str(err.value) and err.value.hint, str(err.value)
