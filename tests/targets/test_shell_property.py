@@ -26,6 +26,7 @@ from rigsmith.errors import RigsmithError
 from rigsmith.targets import LxcOptions, RenderContext, lxc, podman
 from rigsmith.targets.common import home_path
 from tests.conftest import REPO
+from tests.targets.facts import split_systemd
 
 MARK = "PWNED"
 #: Shell syntax of every kind around a relative `touch PWNED` (run in an empty working directory), and
@@ -235,6 +236,68 @@ def test_any_text_in_any_script_field_is_refused_by_name_or_reaches_podman_liter
             assert not (base / "cwd" / MARK).exists() and not list((base / "cwd").iterdir()), target
             assert proc.returncode == 0, f"{target}: {proc.stderr}"
             assert argv == _expected(plan, str(base / "home")), target
+
+
+VENV_FIELDS = ["args", "env value", "model dir", "placeholder", "subcommand", "venv"]
+
+
+@pytest.mark.parametrize("field", VENV_FIELDS)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=VALUE)
+def test_any_text_in_a_venv_field_is_refused_by_name_or_reaches_the_unit_literally(
+    field: str, value: str
+) -> None:
+    """engine.runtime venv: provision.sh writes a systemd unit through a quoted heredoc; its ExecStart= and
+    Environment= must split back to the exact argv and env, and nothing may run."""
+    assume(".." not in value)
+    with tempfile.TemporaryDirectory(prefix="rs-prop-") as tmp:
+        base = Path(tmp)
+        for d in ("cwd", "out", "root/opt/v/bin"):
+            (base / d).mkdir(parents=True)
+        (base / "root/opt/v/bin/vllm").write_text("#!/bin/sh\n")
+        (base / "root/opt/v/bin/vllm").chmod(0o755)
+        data = _data(base)
+        data["engine"] = {**data["engine"], "runtime": "venv", "venv": "/opt/v", "image": None}
+        fields = {**_field(value), "venv": (_set("engine.venv", f"/opt/v{value}"), ("engine.venv",))}
+        apply, names = fields[field]
+        apply(data, base)
+        try:
+            spec = specmod.loads(specmod.dump(specmod.from_data(data)))
+            plan = planmod.make(spec, lockmod.Lock(), spec_path="deployments/prop.yaml")
+            ctx = RenderContext(spec=spec, out=base / "out", command="invoke deploy --target lxc")
+            artifacts = lxc.render(plan, ctx)
+        except RigsmithError as err:
+            assert any(n in str(err) for n in names), str(err)
+            return
+        venv = base / "root" / str(plan.venv).lstrip("/") / "bin"
+        try:
+            venv.mkdir(parents=True, exist_ok=True)
+            (venv / "vllm").write_text("#!/bin/sh\n")
+            _prepare(plan, base)
+        except OSError:
+            assume(False)
+        (venv / "vllm").chmod(0o755)
+        env = {**os.environ, "RIGSMITH_ROOT": str(base / "root"), "RIGSMITH_SYSTEMCTL": "true"}
+        proc = subprocess.run(
+            ["bash", str(_script(artifacts, "provision.sh", base))],
+            cwd=base / "cwd",
+            env={**env, "HOME": str(base / "home")},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert not list((base / "cwd").iterdir()), "a value ran on the host"
+        assert proc.returncode == 0, proc.stderr
+        text = (base / f"root/etc/systemd/system/{plan.name}.service").read_text()
+        assert text == lxc.unit_text(plan, ctx)  # the heredoc carried the unit byte for byte
+        keys: dict[str, list[str]] = {}
+        for line in text.split("\n"):
+            if "=" in line and not line.startswith("#"):
+                k, _, v = line.partition("=")
+                keys.setdefault(k, []).append(v)
+        home = LxcOptions().home
+        assert split_systemd(keys["ExecStart"][0]) == lxc.venv_argv(plan, home)
+        assert [split_systemd(e) for e in keys.get("Environment", [])] == [[f"{k}={v}"] for k, v in plan.env]
 
 
 def test_a_double_dash_entrypoint_is_quoted_in_both_scripts(tmp_path: Path) -> None:
