@@ -193,13 +193,14 @@ def _prepare(plan: planmod.RunPlan, base: Path) -> None:
             os.truncate(host, m.sparse_size or 0)
 
 
-@pytest.mark.parametrize("field", FIELDS)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(value=VALUE)
-def test_any_text_in_any_script_field_is_refused_by_name_or_reaches_podman_literally(
-    field: str, value: str
-) -> None:
-    assume(".." not in value)  # path traversal is the import side's business; this is about the shell
+#: One hypothesis budget for every field (each example runs bash once or twice).
+PER_FIELD = settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def _container_scripts(field: str, value: str) -> None:
+    """run.sh and provision.sh (engine.runtime container) carry the value to podman's argv, or refuse it."""
     with tempfile.TemporaryDirectory(prefix="rs-prop-") as tmp:
         base = Path(tmp)
         for d in ("bin", "cwd", "home", "cdi", "out"):
@@ -241,15 +242,9 @@ def test_any_text_in_any_script_field_is_refused_by_name_or_reaches_podman_liter
 VENV_FIELDS = ["args", "env value", "model dir", "placeholder", "subcommand", "venv"]
 
 
-@pytest.mark.parametrize("field", VENV_FIELDS)
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(value=VALUE)
-def test_any_text_in_a_venv_field_is_refused_by_name_or_reaches_the_unit_literally(
-    field: str, value: str
-) -> None:
+def _venv_unit(field: str, value: str) -> None:
     """engine.runtime venv: provision.sh writes a systemd unit through a quoted heredoc; its ExecStart= and
     Environment= must split back to the exact argv and env, and nothing may run."""
-    assume(".." not in value)
     with tempfile.TemporaryDirectory(prefix="rs-prop-") as tmp:
         base = Path(tmp)
         for d in ("cwd", "out", "root/opt/v/bin"):
@@ -298,6 +293,19 @@ def test_any_text_in_a_venv_field_is_refused_by_name_or_reaches_the_unit_literal
         home = LxcOptions().home
         assert split_systemd(keys["ExecStart"][0]) == lxc.venv_argv(plan, home)
         assert [split_systemd(e) for e in keys.get("Environment", [])] == [[f"{k}={v}"] for k, v in plan.env]
+
+
+CASES = [("container", f) for f in FIELDS] + [("venv", f) for f in VENV_FIELDS]
+
+
+@pytest.mark.parametrize(("runtime", "field"), CASES, ids=[f"{r}-{f}" for r, f in CASES])
+@PER_FIELD
+@given(value=VALUE)
+def test_any_text_in_any_script_field_is_refused_by_name_or_reaches_the_engine_literally(
+    runtime: str, field: str, value: str
+) -> None:
+    assume(".." not in value)  # path traversal is the import side's business; this is about the shell
+    (_container_scripts if runtime == "container" else _venv_unit)(field, value)
 
 
 def test_a_double_dash_entrypoint_is_quoted_in_both_scripts(tmp_path: Path) -> None:
