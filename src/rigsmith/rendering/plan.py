@@ -102,13 +102,25 @@ class RunPlan:
         return opts
 
 
+#: A registry host as Docker's reference grammar has it (domain or IPv6 literal, optional port).
+_REGISTRY_HOST = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?"
+)
+
+
 def _image(
     spec: specmod.Deployment, lock: lockmod.Lock, override: str | None, spec_path: str
 ) -> tuple[str, bool]:
     ref = override or spec.engine.image
     if ref:
         try:
-            parse_ref(ref)
+            registry = parse_ref(ref).registry
+            if not _REGISTRY_HOST.fullmatch(registry):
+                # parse_ref takes any first component holding a '.' or ':' as the registry.
+                raise RigsmithError(
+                    f"image reference {ref!r}: {registry!r} is not a registry host[:port]",
+                    hint="write e.g. registry.example.com:5000/name:tag",
+                )
         except RigsmithError as err:
             # Every target writes the reference into a file (unit keys take it raw): it must be one.
             raise SpecError(
@@ -212,11 +224,36 @@ def _relative_hosts(spec: specmod.Deployment) -> list[tuple[str, str]]:
     """
     hosts = [("model.local_dir", spec.model.local_dir, "the checkpoint's")]
     hosts += [(f"mounts[{i}].host", m.host, "the host directory's") for i, m in enumerate(spec.mounts)]
-    return [
+    out = [
         (fld, f"{host!r} is relative (to where the recipe ran); set {what} absolute path or ~/…")
         for fld, host, what in hosts
         if not (host.startswith("/") or host == "~" or host.startswith("~/"))
     ]
+    out += [
+        (f"mounts[{i}].host", f"{m.host!r} ends in '/', but kind: file mounts a file; name the file")
+        for i, m in enumerate(spec.mounts)
+        if m.kind == "file" and (m.host.endswith("/") or m.host == "~")
+    ]
+    return out
+
+
+def _nul_problems(data: object, path: str = "") -> list[tuple[str, str]]:
+    """Every spec string holding a NUL, by field path. No target can carry one: bash drops it from run.sh,
+    quadlet drops every engine argument of the unit, podman-compose crashes, and no argv or environment
+    can hold it."""
+    if isinstance(data, str):
+        if "\0" in data:
+            return [(path, f"{data!r} holds a NUL character, which no target can write; remove it")]
+        return []
+    if isinstance(data, dict):
+        return [
+            p
+            for k, v in data.items()
+            for p in _nul_problems(k, path) + _nul_problems(v, f"{path}.{k}".lstrip("."))
+        ]
+    if isinstance(data, list | tuple):
+        return [p for i, v in enumerate(data) for p in _nul_problems(v, f"{path}[{i}]")]
+    return []
 
 
 def _has_tag(ref: str) -> bool:
@@ -246,8 +283,13 @@ def make(
                 for tok in missing
             ],
         )
-    problems = _secret_args(spec.engine.subcommand, "engine.subcommand") + _secret_args(spec.engine.args)
+    problems = _nul_problems(spec.model_dump(mode="python")) + _nul_problems(image, "--image")
+    problems += _secret_args(spec.engine.subcommand, "engine.subcommand") + _secret_args(spec.engine.args)
     problems += _relative_hosts(spec) + dangerous_mounts(spec)
+    if spec.engine.runtime == "container" and not spec.engine.executable.strip():
+        # podman reads --entrypoint '' as "no entrypoint", quadlet drops an empty Entrypoint=: the targets
+        # would run different programs.
+        problems.append(("engine.executable", "is empty; set the program the container runs (e.g. vllm)"))
     if problems:
         raise SpecError(spec_path, problems)
     if spec.engine.runtime == "venv":

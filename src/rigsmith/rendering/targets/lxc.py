@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rigsmith import render as tpl
-from rigsmith.errors import ConsentError, SpecError
-from rigsmith.render import banner
+from rigsmith.errors import ConsentError, RigsmithError, SpecError
+from rigsmith.render import banner, line_breaks
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import RenderContext, ini, pctconf
+from rigsmith.rendering.targets import LxcOptions, RenderContext, ini, pctconf
 from rigsmith.rendering.targets.common import (
     cannot_express,
     entrypoint_problems,
@@ -127,12 +127,27 @@ def _gpu_nodes(plan: RunPlan, count: int, problems: list[tuple[str, str]]) -> li
     ]
 
 
-def _version(text: str, plan: RunPlan) -> Version:
-    m = re.fullmatch(r"(\d+)\.(\d+)(?:[.-].*)?", text.strip())
-    if not m:
-        raise SpecError(
-            plan.spec_path, [("--pve-version", f"{text!r} is not a Proxmox VE version; write e.g. 8.2")]
-        )
+#: PVE's CT ids (pve-container: VMIDs 100 to 999999999); the id names the file and the rootfs volume.
+VMID_RANGE = range(100, 1_000_000_000)
+#: pct.conf(5) numbers its mount points and device passthroughs mp0..mp255 and dev0..dev255.
+MAX_INDEXED = 256
+
+
+def _option_problems(opts: LxcOptions) -> list[tuple[str, str]]:
+    """The deploy options that reach the files (file name, comments, rootfs, cgroup rules), checked."""
+    out = []
+    if opts.vmid not in VMID_RANGE:
+        out.append(("--vmid", f"{opts.vmid} is not a Proxmox CT id; use a number from 100 to 999999999"))
+    if not re.fullmatch(r"(\d+)\.(\d+)(?:[.-][0-9A-Za-z.+~_-]*)?", opts.pve_version):
+        out.append(("--pve-version", f"{opts.pve_version!r} is not a Proxmox VE version; write e.g. 8.2"))
+    if opts.uvm_major is not None and not 0 < opts.uvm_major < 4096:
+        out.append(("--uvm-major", f"{opts.uvm_major} is not a char major number (1-4095)"))
+    return out
+
+
+def _version(text: str) -> Version:
+    m = re.match(r"(\d+)\.(\d+)", text)
+    assert m is not None  # checked by _option_problems
     return int(m.group(1)), int(m.group(2))
 
 
@@ -153,8 +168,10 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
     """Every setting of the CT, in file order, before mp/dev indexes are assigned."""
     opts, spec = ctx.lxc, ctx.spec
     t = timings(plan)
-    problems: list[tuple[str, str]] = []
-    pve = _version(opts.pve_version, plan)
+    problems = _option_problems(opts)
+    if problems:
+        raise SpecError("invoke deploy --target lxc", problems, what="command-line options")
+    pve = _version(opts.pve_version)
     if spec.resources.host_ram_gib is None:
         problems.append(("resources.host_ram_gib", "is needed to size the CT's memory; set it (GiB)"))
     mem = math.ceil((spec.resources.host_ram_gib or 0) * 1024) + math.ceil(plan.shm_bytes / 2**20)
@@ -187,6 +204,15 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
             opt = "bind,create=file" + (",ro" if m.readonly else "")
             out.append(Line("lxc.mount.entry", f"{src} {src.lstrip('/')} none {opt} 0 0"))
     nodes = _gpu_nodes(plan, spec.resources.gpus.count, problems)
+    if len(nodes) > MAX_INDEXED and pve >= PVE_KEYS["devN"][1]:
+        problems.append(
+            (
+                "resources.gpus.count",
+                f"{len(nodes)} device nodes ({len(nodes) - len(NVIDIA_SHARED)} GPUs and the shared nvidia "
+                f"nodes) do not fit pct.conf's dev0..dev{MAX_INDEXED - 1}; give the CT fewer GPUs",
+            )
+        )
+        nodes = []
     if pve >= PVE_KEYS["devN"][1]:
         out += [Line("dev", path) for path, _opt in nodes]
     elif nodes:
@@ -219,11 +245,11 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
         )
     )
     for k, v in plan.env:
-        if re.search(r"[\x00-\x1f\x7f]", v) or v != v.strip():
+        if re.search(r"[\x00-\x1f\x7f]", v) or line_breaks(v) or v != v.strip():
             problems.append(
                 (
                     f"env.{k}",
-                    "a pct.conf line cannot hold a newline, another control character or "
+                    "a pct.conf line cannot hold a line break (of any kind), another control character or "
                     "leading/trailing whitespace",
                 )
             )
@@ -327,7 +353,16 @@ def merge(existing: str | None, ours: Sequence[Line], head: Sequence[str]) -> li
         if key in used:
             n = index_of.get(own.identity())
             if n is None or n in used[key]:
-                n = next(i for i in range(256) if i not in used[key] and i not in index_of.values())
+                n = next(
+                    (i for i in range(MAX_INDEXED) if i not in used[key] and i not in index_of.values()), -1
+                )
+                if n < 0:
+                    raise RigsmithError(
+                        f"pct.conf has no free {key}N index left (at most {key}0..{key}{MAX_INDEXED - 1}) "
+                        f"for {key}: {own.value}",
+                        hint=f"remove {key}N lines the CT no longer needs from the config, or give "
+                        "it fewer GPUs/mounts",
+                    )
             used[key].add(n)
             key = f"{key}{n}"
         laid.append(f"{key}: {own.value}")
@@ -471,17 +506,13 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         banner=banner(ctx.command, plan.spec_path),
         plan=plan,
         vmid=opts.vmid,
-        name_q=tpl.shquote(plan.name),
-        image_q=tpl.shquote(plan.image),
         nodes=[(p, o) for p, o in nodes],
         nvidia=bool(nodes),
         run_lines=run_lines(plan) if plan.runtime == "container" else [],
         unit=unit_text(plan, ctx) if plan.runtime == "venv" else "",
-        venv_q=tpl.shquote(plan.venv or ""),
         secrets_dir=SECRETS_DIR,
         dirs=[tpl.shpath(m.host) for m in plan.mounts if m.kind == "dir"],
         files=[(tpl.shpath(m.host), m.sparse_size) for m in plan.mounts if m.kind == "file"],
-        q=tpl.shquote,
         secrets=plan.secret_env,
     )
     return [*confs, Artifact(base / "provision.sh", script, 0o755)]

@@ -86,10 +86,18 @@ CDI_REFRESH_UNITS: dict[str, str] = {"nvidia.com": "nvidia-cdi-refresh.service"}
 
 def parse_version(text: str, plan: RunPlan) -> Version:
     """``4.9.3`` → (4, 9, 3); a bad value or a podman without quadlet is a SpecError on podman_version."""
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+~].*)?", text.strip())
+    # The suffix is bounded: the text goes into a comment line of the unit, where a CR or any other line
+    # break would start a new line (a `[Service]` with an ExecStartPre= run as root).
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~_-]*)?", text)
     if not m:
         raise SpecError(
-            plan.spec_path, [("podman_version", f"{text!r} is not a podman version; write e.g. 4.9.3")]
+            plan.spec_path,
+            [
+                (
+                    "podman_version (or --podman-version)",
+                    f"{text!r} is not a podman version; write e.g. 4.9.3",
+                )
+            ],
         )
     v = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
     if v < QUADLET_SINCE:
