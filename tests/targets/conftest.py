@@ -4,11 +4,14 @@
   per machine into /var/cache/rigsmith-test/quadlet exactly as shared/ENVIRONMENT.md says.
 - podman-compose: 1.6.0 is installed; 1.0.6 lives in its own venv under /var/cache/rigsmith-test/pc106.
 - liblxc: lxc-execute on a busybox rootfs.
+- systemd: a Debian trixie guest booted with systemd-nspawn (tests/support/systemd_guest.py), the stand-in
+  engine image in its podman storage and the fake CDI vendor in its /etc/cdi.
 A missing tool is a failure, never a skip.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -23,7 +26,23 @@ from filelock import FileLock
 from rigsmith import deploy
 from rigsmith.project import Project
 from rigsmith.targets import LxcOptions
-from tests.conftest import require
+from tests.conftest import (
+    BUSYBOX_IMAGE_ENV,
+    FAKE_CDI_SPEC,
+    RECORDER,
+    STANDIN_IMAGE,
+    busybox_rootfs_tar,
+    require,
+)
+from tests.support.systemd_guest import (
+    GUEST_TOOLS,
+    PYTHON3_HEALTH,
+    Guest,
+    booted,
+    guest_engine,
+    import_image,
+    install_cdi,
+)
 
 CACHE = Path(os.environ.get("RIGSMITH_TEST_CACHE", "/var/cache/rigsmith-test"))
 QUADLET_DIR = CACHE / "quadlet"
@@ -154,3 +173,21 @@ def as_venv(project: Project, name: str, venv: str = CT_VENV) -> Project:
     }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return project
+
+
+@pytest.fixture(scope="session")
+def systemd_guest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guest]:
+    """A booted systemd guest (session-wide) holding the stand-in image and the fake CDI vendor.
+
+    Its teardown powers it off and fails if any process, cgroup, mount or file of it is left behind.
+    """
+    work = tmp_path_factory.mktemp("guest")
+    with booted(work) as guest:
+        tar = busybox_rootfs_tar(
+            work / "standin-rootfs",
+            GUEST_TOOLS,
+            {"vllm": guest_engine(RECORDER), "python3": PYTHON3_HEALTH},
+        )
+        import_image(guest, tar, STANDIN_IMAGE, BUSYBOX_IMAGE_ENV)
+        install_cdi(guest, json.dumps(FAKE_CDI_SPEC, indent=1))
+        yield guest
