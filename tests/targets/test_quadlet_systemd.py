@@ -210,6 +210,8 @@ def test_an_engine_ignoring_sigterm_is_killed_after_the_stop_timeout_and_the_uni
     # What the unit declares (its header): a kill after the grace is a failure, not a clean exit.
     assert end == {"ActiveState": "failed", "Result": "exit-code", "ExecMainStatus": "137"}, end
     assert "SuccessExitStatus" not in guest.run("systemctl", "cat", f"{name}.service").stdout
+    unit = guest.path(f"{UNIT_DIR}/{name}.container").read_text()
+    assert f"still running {t.container_stop}s after SIGTERM gets SIGKILL and the unit ends failed" in unit
     assert guest.run("podman", "container", "exists", name, check=False).returncode == 1
 
 

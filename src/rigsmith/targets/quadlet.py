@@ -235,6 +235,11 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         f"Stop timeouts nest: vLLM {t.shutdown if t.shutdown is not None else 0}s "
         f"< container {t.container_stop}s"
         f" < TimeoutStopSec {t.systemd_stop}s.",
+        # Seen under systemd 257 + podman 5.4.2: podman kills at the stop timeout, conmon exits 137 and the
+        # unit ends failed. Kept a failure on purpose: SuccessExitStatus=137 would also make an OOM kill
+        # while serving a clean exit, which Restart=on-failure then never restarts.
+        f"An engine still running {t.container_stop}s after SIGTERM gets SIGKILL and the unit ends failed "
+        "(exit 137): vLLM did not drain in time.",
         *secrets,
     ]
     body = tpl.render(
