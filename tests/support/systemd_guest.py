@@ -11,6 +11,7 @@ goes into what rigsmith generates.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -232,16 +233,17 @@ def booted(
     _need("nsenter")
     _need("zstd")
     tarball = tar or ensure_rootfs()
+    reap_stale()
     name = f"rs-guest-{os.getpid()}-{time.monotonic_ns() % 100000}"
     root = workdir / name
     root.mkdir(parents=True)
-    # A tmpfs of its own: extracting and dropping 300 MiB of small files on the shared disk took 20 s.
-    _must(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0755", "tmpfs", str(root)], "mount a tmpfs")
     cgroups = [base / name for base in _cgroup_roots()]
     log = workdir / f"{name}.log"
     guest: Guest | None = None
     nspawn: subprocess.Popen[bytes] | None = None
     try:
+        # A tmpfs of its own: extracting and dropping 300 MiB of small files on the shared disk took 20 s.
+        _must(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0755", "tmpfs", str(root)], "mount")
         extract = subprocess.run(
             f"zstd -dcq {shlex.quote(str(tarball))} | tar -C {shlex.quote(str(root))} --numeric-owner "
             "--xattrs --xattrs-include='*' -xf -",
@@ -309,6 +311,59 @@ def booted(
             raise GuestError(f"guest {name} left things behind (now removed): {'; '.join(leftovers)}")
 
 
+_NAME = re.compile(r"^rs-guest-(\d+)-\d+$")
+
+
+def _owner_gone(name: str) -> bool:
+    """A guest name of ours whose test session (the PID in its name) no longer runs."""
+    m = _NAME.match(name)
+    return bool(m) and not Path(f"/proc/{m.group(1)}").exists()
+
+
+def reap_stale() -> list[str]:
+    """Remove the guests of test sessions that died before their teardown (a killed pytest): their
+    processes (by PID, from the guest's own cgroup), cgroups, tmpfs mounts and nspawn state. Returns the
+    names reaped. Guests of live sessions (other checkouts running tests now) are left alone."""
+    reaped: set[str] = set()
+    for base in _cgroup_roots():
+        for cg in base.glob("rs-guest-*"):
+            if not _owner_gone(cg.name):
+                continue
+            pids = _pids_in([cg])
+            for pid in pids:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            # gone from the cgroup and from /proc (reaped by their new parent), not only signalled
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and (
+                _pids_in([cg]) or any(Path(f"/proc/{p}").exists() for p in pids)
+            ):
+                time.sleep(0.1)
+            _rmdir_tree(cg)
+            reaped.add(cg.name)
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        mnt = Path(fields[1])
+        if fields[2] == "tmpfs" and _owner_gone(mnt.name):
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+            with suppress(OSError):
+                mnt.rmdir()
+            reaped.add(mnt.name)
+    for name in reaped:
+        shutil.rmtree(Path("/run/systemd/nspawn/propagate") / name, ignore_errors=True)
+    return sorted(reaped)
+
+
+def _rmdir_tree(cg: Path) -> None:
+    """Remove a cgroup and its children, deepest first (a concurrent reaper may remove some first)."""
+    if cg.exists():
+        for d in sorted((p for p in cg.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            with suppress(FileNotFoundError):
+                d.rmdir()
+        with suppress(FileNotFoundError):
+            cg.rmdir()
+
+
 def _tail(log: Path) -> str:
     try:
         return log.read_text(errors="replace")[-3000:]
@@ -344,12 +399,10 @@ def _teardown(
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.2)
     for cg in cgroups:
-        if cg.exists():
-            for d in sorted(
-                (p for p in cg.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
-            ):
-                d.rmdir()
-            cg.rmdir()
+        try:
+            _rmdir_tree(cg)
+        except OSError as err:
+            leftovers.append(f"cgroup {cg} could not be removed: {err}")
     for d in (Path("/run/systemd/nspawn/propagate") / name, Path("/run/systemd/nspawn/locks") / name):
         shutil.rmtree(d, ignore_errors=True)
     mounts = sorted(_mounts_under(root), key=len, reverse=True)
