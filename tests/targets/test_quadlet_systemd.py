@@ -167,8 +167,11 @@ def _usec(seconds: int) -> str:
     return " ".join(p for p in (f"{m}min" if m else "", f"{s}s" if s else "") if p)
 
 
-def _short_grace(guest: Guest, tmp_path: Path, name: str, grace: int, **env: str) -> Project:
-    """Seed 003 with a short stop grace (vLLM --shutdown-timeout 1 inside it) and extra env."""
+def _short_grace(
+    guest: Guest, units: list[str], tmp_path: Path, name: str, grace: int, **env: str
+) -> Project:
+    """Seed 003 as unit ``name`` with a short stop grace (vLLM --shutdown-timeout 1 inside) and extra env."""
+    units.append(name)
     base = standin_deployment(GUEST_BASE, name=name)
     args = list(base["engine"]["args"])  # type: ignore[index]
     args[args.index("--shutdown-timeout") + 1] = "1"
@@ -189,10 +192,8 @@ def test_an_engine_ignoring_sigterm_is_killed_after_the_stop_timeout_and_the_uni
     systemd_guest: Guest, units: list[str], tmp_path: Path
 ) -> None:
     """The kill comes at the container's stop timeout, well inside TimeoutStopSec; the unit ends failed."""
-    guest = systemd_guest
-    name = "sd-sigkill"
-    units.append(name)
-    project = _short_grace(guest, tmp_path, name, 3, STANDIN_IGNORE_TERM="1")
+    guest, name = systemd_guest, "sd-sigkill"
+    project = _short_grace(guest, units, tmp_path, name, 3, STANDIN_IGNORE_TERM="1")
     ops = _ops(guest, project, tmp_path, [])
     with HealthKick(guest, name):
         plan = lifecycle.up(ops, deployment=name, memlock=HOST_MEMLOCK, yes=True)
@@ -218,11 +219,9 @@ def test_an_engine_ignoring_sigterm_is_killed_after_the_stop_timeout_and_the_uni
 def test_notify_healthy_holds_systemctl_start_until_the_health_check_passes(
     systemd_guest: Guest, units: list[str], tmp_path: Path
 ) -> None:
-    guest = systemd_guest
-    name = "sd-healthy"
-    units.append(name)
-    delay = 2.0
-    project = _short_grace(guest, tmp_path, name, 3, STANDIN_HEALTH_DELAY=str(int(delay)))
+    delay = 2.0  # /health answers this long after the container starts
+    guest, name = systemd_guest, "sd-healthy"
+    project = _short_grace(guest, units, tmp_path, name, 3, STANDIN_HEALTH_DELAY=str(int(delay)))
     _plan, files = deploy.artifacts(project, "quadlet", deployment=name, out=tmp_path / "out", memlock="host")
     guest.path(f"{UNIT_DIR}/{name}.container").write_text(files[0].content)
     guest.run("systemctl", "daemon-reload")
