@@ -24,9 +24,9 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from rigsmith.ops.probes import CmdResult
+from rigsmith.operating.probes import CmdResult
+from tests.support.common import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("RIGSMITH_TEST_CACHE", "/var/cache/rigsmith-test"))
 #: Bump when .ci/build-systemd-guest changes what goes into the rootfs: a new name makes a new build.
 GUEST_VERSION = "trixie-1"
