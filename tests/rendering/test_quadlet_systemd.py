@@ -251,3 +251,31 @@ def test_notify_healthy_holds_systemctl_start_until_the_health_check_passes(
     health = guest.run("podman", "inspect", name, "--format", "{{.State.Health.Status}}").stdout.strip()
     assert health == "healthy"
     guest.run("systemctl", "stop", f"{name}.service")
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=[f"podman-{v}" for v in VERSIONS])
+def test_an_engine_crashing_at_startup_is_restarted_after_restartsec_not_in_a_tight_loop(
+    systemd_guest: Guest, units: list[str], tmp_path: Path, version: str
+) -> None:
+    """systemd's 100 ms default restarted it 4 times in 4 s and hit the start limit (unit failed for good)."""
+    guest, name = systemd_guest, f"sd-crash-{version.replace('.', '')}"
+    units.append(name)
+    base = standin_deployment(GUEST_BASE, name=name)
+    crash = [*base["env"], {"name": "STANDIN_EXIT", "value": "1"}]  # type: ignore[list-item]
+    project = _guest_deployment(guest, tmp_path, SEEDS[1], name, podman_version=version, env=crash)
+    _plan, files = deploy.artifacts(project, "quadlet", deployment=name, out=tmp_path / "out", memlock="host")
+    guest.path(f"{UNIT_DIR}/{name}.container").write_text(files[0].content)
+    guest.run("systemctl", "daemon-reload")
+    guest.run("systemctl", "start", "--no-block", f"{name}.service")
+    props = ("ActiveState", "SubState", "Result", "NRestarts", "RestartUSec", "ExecMainStatus")
+    t0 = time.monotonic()
+    svc = guest.show(f"{name}.service", *props)
+    while svc["SubState"] != "auto-restart" and time.monotonic() - t0 < 15:
+        time.sleep(0.1)
+        svc = guest.show(f"{name}.service", *props)
+    assert svc["SubState"] == "auto-restart" and svc["Result"] == "exit-code", svc
+    assert svc["ExecMainStatus"] == "1" and svc["RestartUSec"] == "10s"
+    time.sleep(2)  # with the 100 ms default this saw 2 to 3 more restarts
+    svc = guest.show(f"{name}.service", *props)
+    assert (svc["SubState"], svc["NRestarts"]) == ("auto-restart", "0"), svc
+    assert "exiting with 1" in guest.journal(f"{name}.service")

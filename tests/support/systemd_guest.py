@@ -427,13 +427,15 @@ def _teardown(
 
 #: The guest's stand-in engine: tests.conftest's RECORDER, plus what a unit's health check and stop need.
 #: /health (busybox httpd on the --port of its argv) answers STANDIN_HEALTH_DELAY seconds after start;
-#: with STANDIN_IGNORE_TERM set it ignores SIGTERM, like a vLLM that does not drain in time.
+#: with STANDIN_IGNORE_TERM set it ignores SIGTERM, like a vLLM that does not drain in time; with STANDIN_EXIT
+#: it exits with that status right after its startup lines, like a vLLM that crashes while loading.
 _TRAP = "trap 'echo \"SIGTERM received\"; exit 0' TERM\n"
 _HEALTH_AND_TRAP = """\
 port=8000; prev=
 for a in "$@"; do [ "$prev" = --port ] && port=$a; prev=$a; done
 ( sleep "${STANDIN_HEALTH_DELAY:-0}"; mkdir -p /tmp/www; echo ok > /tmp/www/health
   exec httpd -f -p "127.0.0.1:$port" -h /tmp/www ) &
+if [ -n "${STANDIN_EXIT:-}" ]; then echo "exiting with $STANDIN_EXIT"; exit "$STANDIN_EXIT"; fi
 if [ -n "${STANDIN_IGNORE_TERM:-}" ]; then
   trap 'echo "SIGTERM ignored"' TERM
 else

@@ -31,6 +31,7 @@ from rigsmith.render import banner
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.rendering.targets import RenderContext, ini, pctconf
 from rigsmith.rendering.targets.common import (
+    RESTART_SEC,
     cannot_express,
     entrypoint_problems,
     home_path,
@@ -392,7 +393,7 @@ def service_entries(plan: RunPlan, ctx: RenderContext) -> list[ini.Entry]:
         (svc, "KillSignal", "SIGTERM"),
         (svc, "TimeoutStopSec", str(t.systemd_stop)),
         (svc, "Restart", "on-failure"),
-        (svc, "RestartSec", "10"),
+        (svc, "RestartSec", str(RESTART_SEC)),
         ("Install", "WantedBy", "multi-user.target"),
     ]
     return out

@@ -20,6 +20,7 @@ from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_RETRIES,
     HEALTH_TIMEOUT,
+    RESTART_SEC,
     cannot_express,
     entrypoint_problems,
     health_argv,
@@ -175,6 +176,7 @@ def entries(plan: RunPlan, version: Version) -> list[Entry]:
         out.append(("Container", "PodmanArgs", systemd_words(fallback)))
     out += [
         ("Service", "Restart", "on-failure"),
+        ("Service", "RestartSec", str(RESTART_SEC)),
         ("Service", "TimeoutStartSec", str(t.systemd_start)),
         ("Service", "TimeoutStopSec", str(t.systemd_stop)),
         ("Install", "WantedBy", "multi-user.target default.target"),
