@@ -3,14 +3,24 @@ reaped by the next session (tests/support/systemd_guest.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from tests.support.common import REPO
-from tests.support.systemd_guest import _mounts_under, _pids_in, booted, reap_stale
+from tests.support.systemd_guest import (
+    GuestError,
+    _cgroup_roots,
+    _mounts_under,
+    _pids_in,
+    booted,
+    reap_stale,
+)
 
 
 def _guest_processes(name: str) -> list[int]:
@@ -65,3 +75,15 @@ def test_the_guest_of_a_killed_session_is_reaped_by_the_next(tmp_path: Path) -> 
     assert _guest_processes(name), "the guest died with its session: nothing to reap"
     assert name in reap_stale()
     _assert_gone(name, Path(root), cgroups)
+
+
+def test_a_guest_that_cannot_boot_is_an_error_and_leaves_nothing(tmp_path: Path) -> None:
+    def ours() -> set[Path]:  # this session's guests (the session's own systemd_guest may be up)
+        return {cg for base in _cgroup_roots() for cg in base.glob(f"rs-guest-{os.getpid()}-*")}
+
+    before = ours()
+    with pytest.raises(GuestError) as err, booted(tmp_path, tar=tmp_path / "missing.tar.zst"):
+        pytest.fail("the guest booted without a rootfs")
+    assert "missing.tar.zst" in str(err.value)
+    assert not _mounts_under(tmp_path) and not list(tmp_path.glob("rs-guest-*/"))
+    assert ours() == before

@@ -305,10 +305,12 @@ def booted(
             raise GuestError(f"guest {name} not up after {boot_timeout}s (state {state!r}):\n{_tail(log)}")
         guest._write_wrappers()
         yield guest
-    finally:
-        leftovers = _teardown(name, root, nspawn, guest, cgroups)
-        if leftovers:
-            raise GuestError(f"guest {name} left things behind (now removed): {'; '.join(leftovers)}")
+    except BaseException:
+        _teardown(name, root, nspawn, guest, cgroups)  # the error in flight is the one to report
+        raise
+    leftovers = _teardown(name, root, nspawn, guest, cgroups)
+    if leftovers:
+        raise GuestError(f"guest {name} left things behind (now removed): {'; '.join(leftovers)}")
 
 
 _NAME = re.compile(r"^rs-guest-(\d+)-\d+$")
