@@ -17,18 +17,17 @@ from rigsmith.rendering.targets.lxc import venv_workdir
 from tests.support.common import HOST_MEMLOCK, standin_deployment, write_project
 from tests.support.facts import split_systemd
 from tests.support.podman import RECORDER, parse_recording
-from tests.support.systemd_guest import Guest
+from tests.support.systemd_guest import Guest, recorder_ending
 from tests.support.targets import CT_VENV
 
 GUEST_BASE = Path("/srv/rigsmith")
 #: Where the fake CT's GPU facts live in the guest (provision.sh's RIGSMITH_* overrides).
 CT = "/srv/fake-ct"
 DRIVER = "550.54.14"
-_TRAP = "trap 'echo \"SIGTERM received\"; exit 0' TERM\n"
 #: The venv's vllm: the recorder, then its working directory, then vLLM's shutdown: on SIGTERM it drains
 #: for its --shutdown-timeout before exiting 0.
-VENV_VLLM = RECORDER.replace(
-    _TRAP,
+VENV_VLLM = recorder_ending(
+    RECORDER,
     """\
 echo "CWD $(pwd)"
 [ -f "$TREE/README" ] && echo "TREE $TREE resolves"
@@ -52,7 +51,6 @@ trap 'echo "SIGTERM received, draining ${shutdown}s"; sleep "$shutdown"; echo dr
 def test_the_venv_unit_runs_where_the_recipes_relative_paths_resolve(
     venv: str, exe: str, workdir: str
 ) -> None:
-    assert VENV_VLLM != RECORDER
     assert venv_workdir(venv, exe) == workdir
 
 

@@ -1,4 +1,4 @@
-"""quadlet units under a real systemd: `invoke up --target quadlet` / `down` (rigsmith.ops.lifecycle) drive
+"""quadlet units under a real systemd: `invoke up --target quadlet` / `down` (operating.lifecycle) drive
 systemd 257 + podman 5.4.2 in a booted guest (tests/support/systemd_guest.py): the rendered unit is
 installed in /etc/containers/systemd, turned into a service by podman's generator at daemon-reload,
 started, verified with the podman target's post-start check, and stopped by systemd.

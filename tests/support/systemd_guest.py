@@ -146,7 +146,7 @@ class Guest:
         return self.run("journalctl", "--unit", unit, "--no-pager", "--output", "short-precise").stdout
 
     def env(self) -> dict[str, str]:
-        """Environment whose PATH puts the guest's systemctl, journalctl and podman first (for ops.Ops)."""
+        """Environment whose PATH puts the guest's systemctl, journalctl and podman first (lifecycle.Ops)."""
         return {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}"}
 
     def _write_wrappers(self) -> None:
@@ -159,7 +159,7 @@ class Guest:
 
 @dataclass
 class GuestHost:
-    """rigsmith's Host protocol (ops.host) for the guest: probes run and files are read inside it."""
+    """rigsmith's Host protocol (operating.host) for the guest: probes run and files are read inside it."""
 
     guest: Guest
 
@@ -427,11 +427,12 @@ def _teardown(
 
 # -- the stand-in engine inside the guest -------------------------------------------------------------
 
-#: The guest's stand-in engine: tests.conftest's RECORDER, plus what a unit's health check and stop need.
+#: The guest's stand-in engine: tests.support.podman's RECORDER, plus what a unit's health check and stop
+#: need.
 #: /health (busybox httpd on the --port of its argv) answers STANDIN_HEALTH_DELAY seconds after start;
 #: with STANDIN_IGNORE_TERM set it ignores SIGTERM, like a vLLM that does not drain in time; with STANDIN_EXIT
 #: it exits with that status right after its startup lines, like a vLLM that crashes while loading.
-_TRAP = "trap 'echo \"SIGTERM received\"; exit 0' TERM\n"
+RECORDER_TRAP = "trap 'echo \"SIGTERM received\"; exit 0' TERM\n"
 _HEALTH_AND_TRAP = """\
 port=8000; prev=
 for a in "$@"; do [ "$prev" = --port ] && port=$a; prev=$a; done
@@ -462,9 +463,14 @@ GUEST_TOOLS = (
 
 def guest_engine(recorder: str) -> str:
     """The recorder with the health server and the SIGTERM switch in place of its plain trap."""
-    if _TRAP not in recorder:
-        raise GuestError("tests.conftest.RECORDER no longer ends with the trap this stand-in replaces")
-    return recorder.replace(_TRAP, _HEALTH_AND_TRAP)
+    return recorder_ending(recorder, _HEALTH_AND_TRAP)
+
+
+def recorder_ending(recorder: str, tail: str) -> str:
+    """The recorder with ``tail`` (shell lines) in place of its SIGTERM trap."""
+    if RECORDER_TRAP not in recorder:
+        raise GuestError("tests.support.podman.RECORDER no longer ends with the trap this stand-in replaces")
+    return recorder.replace(RECORDER_TRAP, tail)
 
 
 def import_image(guest: Guest, tar: bytes, ref: str, change: str) -> str:
