@@ -22,6 +22,10 @@ from rigsmith.rendering.plan import RunPlan
 STOP_MARGIN = 30
 #: The health start period is this many times the recipe's first-boot time (kernel JIT, cold caches).
 START_PERIOD_FACTOR = 2
+#: Seconds systemd waits before restarting a crashed engine (RestartSec=). systemd's 100 ms default was seen
+#: (systemd 257 + podman 5.4.2) to burn the 5-starts-in-10-s limit in under a second and leave the unit
+#: failed for good; a crash caused by VRAM still being released needs the pause too.
+RESTART_SEC = 10
 #: Seconds between health probes, per-probe timeout, failures before "unhealthy".
 HEALTH_INTERVAL = 30
 HEALTH_TIMEOUT = 10

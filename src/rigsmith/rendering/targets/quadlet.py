@@ -20,6 +20,7 @@ from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_RETRIES,
     HEALTH_TIMEOUT,
+    RESTART_SEC,
     cannot_express,
     entrypoint_problems,
     health_argv,
@@ -183,6 +184,7 @@ def entries(plan: RunPlan, version: Version) -> list[Entry]:
         out.append(("Container", "PodmanArgs", systemd_words(fallback)))
     out += [
         ("Service", "Restart", "on-failure"),
+        ("Service", "RestartSec", str(RESTART_SEC)),
         ("Service", "TimeoutStartSec", str(t.systemd_start)),
         ("Service", "TimeoutStopSec", str(t.systemd_stop)),
         ("Install", "WantedBy", "multi-user.target default.target"),
@@ -247,6 +249,11 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
             else f"Stop timeouts nest: container {t.container_stop}s < TimeoutStopSec {t.systemd_stop}s "
             "(the recipe sets no vLLM --shutdown-timeout)."
         ),
+        # Seen under systemd 257 + podman 5.4.2: podman kills at the stop timeout, conmon exits 137 and the
+        # unit ends failed. Kept a failure on purpose: SuccessExitStatus=137 would also make an OOM kill
+        # while serving a clean exit, which Restart=on-failure then never restarts.
+        f"An engine still running {t.container_stop}s after SIGTERM gets SIGKILL and the unit ends failed "
+        "(exit 137): vLLM did not drain in time.",
         *secrets,
     ]
     body = tpl.render(
