@@ -58,9 +58,13 @@ def doctor(c, deployment=None, target="podman"):
 
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
+    from rigsmith.fitreport import fit_check
+    from rigsmith.lock import read
+
     p = project()
     spec = p.load(deployment)
-    checks = doctormod.evaluate(spec, gather(LocalHost(), model_dir=spec.model.local_dir), target)
+    facts = gather(LocalHost(), model_dir=spec.model.local_dir)
+    checks = doctormod.evaluate(spec, facts, target, fit_check(spec, read(p.lock_path), facts, os.environ))
     Console().print(doctormod.table(checks, f"doctor: {spec.name} ({target})"))
     bad = [ch.name for ch in checks if ch.verdict == "no-go"]
     if bad:

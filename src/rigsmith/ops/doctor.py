@@ -397,8 +397,10 @@ def _check_podman(spec: Deployment, facts: HostFacts, target: str) -> Check:
     return Check("podman", "go", detail)
 
 
-def evaluate(spec: Deployment, facts: HostFacts, target: str = "podman") -> list[Check]:
-    """Every check, in table order. Pure."""
+def evaluate(
+    spec: Deployment, facts: HostFacts, target: str = "podman", fit: Check | None = None
+) -> list[Check]:
+    """Every check, in table order. Pure. ``fit``: the memory-fit row (rigsmith.fitreport), when estimated."""
     want = requested_gpus(spec, facts)
     return [
         _check_gpus(spec, facts, want),
@@ -410,6 +412,7 @@ def evaluate(spec: Deployment, facts: HostFacts, target: str = "podman") -> list
         _check_disk(spec, facts),
         _check_p2p(spec, facts, want),
         _check_podman(spec, facts, target),
+        *([fit] if fit is not None else []),
     ]
 
 
