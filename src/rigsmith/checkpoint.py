@@ -12,7 +12,8 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,13 +56,25 @@ def _rows(meta: SafetensorsFileMetadata) -> list[HeaderRow]:
     return [(n, t.data_offsets[1] - t.data_offsets[0], tuple(t.shape)) for n, t in meta.tensors.items()]
 
 
-def _pick(paths: list[str], index: Mapping[str, Any] | None) -> list[str]:
-    """The weight files vLLM loads: the index's shards, else model.safetensors, else every top-level one."""
-    if index is not None:
-        return sorted(set(map(str, (index.get("weight_map") or {}).values())))
+_SHARD = re.compile(r"^(.+)-(\d{5})-of-(\d{5})\.safetensors$")
+
+
+def _pick(paths: list[str], index: Callable[[], Mapping[str, Any] | None]) -> list[str]:
+    """The weight files vLLM loads: those the index maps to (vLLM's ``filter_duplicate_safetensors_files``),
+    else model.safetensors, else every top-level one. A complete ``*-0000k-of-0000n`` family alone at the
+    top level is taken as it is: its index maps every tensor name, so reading it would cost memory and a
+    download in proportion to the whole checkpoint, for the same answer."""
+    top = sorted(p for p in paths if p.endswith(".safetensors") and "/" not in p)
+    shards = [m for p in top if (m := _SHARD.match(p))]
+    family = top and len(shards) == len(top) and len({(m[1], m[3]) for m in shards}) == 1
+    if family and sorted(int(m[2]) for m in shards) == list(range(1, int(shards[0][3]) + 1)):
+        return top
+    idx = index()
+    if idx is not None:
+        return sorted(set(map(str, (idx.get("weight_map") or {}).values())))
     if SINGLE in paths:
         return [SINGLE]
-    return sorted(p for p in paths if p.endswith(".safetensors") and "/" not in p)
+    return top
 
 
 def _json(where: str, text: bytes | str) -> dict[str, Any]:
@@ -89,8 +102,10 @@ class LocalCheckpoint:
         return _json(str(path), text)
 
     def weight_files(self) -> list[str]:
-        index_text = read_text_or_none(self.root / INDEX)
-        index = _json(str(self.root / INDEX), index_text) if index_text is not None else None
+        def index() -> dict[str, Any] | None:
+            text = read_text_or_none(self.root / INDEX)
+            return _json(str(self.root / INDEX), text) if text is not None else None
+
         return _pick(sorted(p.name for p in self.root.glob("*.safetensors")), index)
 
     def header(self, file: str) -> list[HeaderRow]:
@@ -124,7 +139,9 @@ class HubCheckpoint:
         return _json(f"{self.where}/{CONFIG}", self._small(CONFIG))
 
     def weight_files(self) -> list[str]:
-        index = _json(f"{self.where}/{INDEX}", self._small(INDEX)) if INDEX in self.files else None
+        def index() -> dict[str, Any] | None:
+            return _json(f"{self.where}/{INDEX}", self._small(INDEX)) if INDEX in self.files else None
+
         return _pick(sorted(self.files), index)
 
     def header(self, file: str) -> list[HeaderRow]:
@@ -196,7 +213,7 @@ def open_checkpoint(
     if local_only:
         raise FitError(
             f"{spec.model.repo}@{commit[:12]} is not in {local} yet",
-            hint=f"`invoke fit --deployment {spec.name}` reads its headers from the Hub (range requests only)",
+            hint=f"`invoke fit --deployment {spec.name}` reads its headers from the Hub (range requests)",
         )
     if offline:
         raise FitError(

@@ -72,7 +72,7 @@ TORCH_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float": 4, "hal
 # Which linear layers vLLM builds as column-parallel (output split), row-parallel (input split) or
 # replicated, by module name (vllm/model_executor/models/{llama,qwen3_moe,qwen3_next,deepseek_v2}.py).
 COLUMN = frozenset(
-    [
+    {
         "q_proj",
         "k_proj",
         "v_proj",
@@ -82,17 +82,9 @@ COLUMN = frozenset(
         "up_proj",
         "gate_up_proj",
         "w1",
-        "w3",
-        "c_fc",
-        "fc1",
-        "q_b_proj",
-        "kv_b_proj",
-        "in_proj",
-        "in_proj_qkvz",
-        "in_proj_ba",
-        "in_proj_qkv",
-        "conv1d",
-    ]
+    }
+    | {"w3", "c_fc", "fc1", "q_b_proj", "kv_b_proj", "in_proj", "in_proj_qkvz", "in_proj_ba", "in_proj_qkv"}
+    | {"conv1d", "fc"}  # fc: Qwen3-Next MTP's ColumnParallelLinear(2h → h, gather_output=True)
 )
 ROW = frozenset(["o_proj", "down_proj", "out_proj", "w2", "dense", "c_proj", "fc2"])
 HEAD_PARAMS = frozenset({"A_log", "dt_bias"})  # per-head parameters of linear attention: split by heads
@@ -399,29 +391,27 @@ class Placement:
             self._put(0, "vision", [nbytes] * tp)
             return
         m = _LAYER.search(name)
-        is_mtp = (
-            name.startswith("mtp.") or ".mtp." in name or (m is not None and int(m.group(1)) >= s.num_layers)
-        )
-        if is_mtp:
+        stage: int | None = None
+        cat: Category = "layers"
+        if name.startswith("mtp.") or ".mtp." in name or (m is not None and int(m.group(1)) >= s.num_layers):
             if not p.mtp:
-                self.skipped["MTP module (no --speculative-config method mtp)"] = self.skipped.get(
-                    "MTP module (no --speculative-config method mtp)", 0) + nbytes  # fmt: skip
+                why = "MTP module (no --speculative-config method mtp)"
+                self.skipped[why] = self.skipped.get(why, 0) + nbytes
                 return
-            self._put(last, "mtp", self._tp_split(name, module, param, nbytes, shape))
-            return
-        if m is not None:
-            stage = self.stage_of(int(m.group(1)))
+            stage, cat = last, "mtp"
+        elif m is not None:
+            stage, cat = self.stage_of(int(m.group(1))), "experts" if ".experts." in name else "layers"
+        if stage is not None:
             e = _EXPERT.search(name)
             if e is not None and self._owner:
-                owner = self._owner[int(e.group(1))] if int(e.group(1)) < len(self._owner) else 0
-                self._put(stage, "experts", [nbytes if t == owner else 0 for t in range(tp)])
+                idx = int(e.group(1))
+                owner = self._owner[idx] if idx < len(self._owner) else 0
+                self._put(stage, cat, [nbytes if t == owner else 0 for t in range(tp)])
             elif ".experts." in name and self._owner and shape and shape[0] == s.num_experts:
-                # fused expert tensor [E, …]: each EP rank holds its experts' rows
-                row = nbytes // s.num_experts
-                self._put(stage, "experts", [row * self._owner.count(t) for t in range(tp)])
+                row = nbytes // s.num_experts  # fused expert tensor [E, …]: each EP rank holds its experts
+                self._put(stage, cat, [row * self._owner.count(t) for t in range(tp)])
             else:
-                cat: Category = "experts" if ".experts." in name else "layers"
-                self._put(stage, cat, self._tp_split(name, module, param, nbytes, shape))
+                self._put(stage, cat, self._tp_split(module, param, nbytes, shape))
             return
         if module in EMBED:
             self._embed_rank_bytes = self._vocab_split(nbytes, shape)
@@ -449,7 +439,7 @@ class Placement:
         padded = -(-rows // VOCAB_PAD) * VOCAB_PAD
         return per_row * (padded // self.params.tp)
 
-    def _tp_split(self, name: str, module: str, param: str, nbytes: int, shape: Sequence[int]) -> list[int]:
+    def _tp_split(self, module: str, param: str, nbytes: int, shape: Sequence[int]) -> list[int]:
         tp, s = self.params.tp, self.shape
         numel = math.prod(shape) if shape else 1
         if tp == 1:
