@@ -256,6 +256,8 @@ def render(est: Estimate, fits: list[GpuFit], comps: list[Comparison], title: st
         + (", expert parallel" if p.expert_parallel else "")
         + (", MTP" if p.mtp else "")
         + f"); {est.tensors} tensors; KV = {kv_src}",
+        "needs = runtime + the larger of --gpu-memory-utilization × total (vLLM wants that much free at start) "
+        "and weights + KV + act+graphs",
         "est. = estimate: profile-run activation peak, CUDA graphs, CUDA context + NCCL (rigsmith.fit)",
     ]
     lines += [f"{c.what}: estimate {c.estimate:,.2f} {c.unit}, published {c.published:,.2f} {c.unit}, "
