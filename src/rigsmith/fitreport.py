@@ -256,7 +256,7 @@ def render(est: Estimate, fits: list[GpuFit], comps: list[Comparison], title: st
         + (", expert parallel" if p.expert_parallel else "")
         + (", MTP" if p.mtp else "")
         + f"); {est.tensors} tensors; KV = {kv_src}",
-        "needs = runtime + the larger of --gpu-memory-utilization × total (vLLM wants that much free at start) "
+        "needs = runtime + the larger of --gpu-memory-utilization × total (vLLM wants it free at start) "
         "and weights + KV + act+graphs",
         "est. = estimate: profile-run activation peak, CUDA graphs, CUDA context + NCCL (rigsmith.fit)",
     ]
