@@ -89,7 +89,9 @@ COLUMN = frozenset(
 ROW = frozenset(["o_proj", "down_proj", "out_proj", "w2", "dense", "c_proj", "fc2"])
 HEAD_PARAMS = frozenset({"A_log", "dt_bias"})  # per-head parameters of linear attention: split by heads
 EMBED = frozenset({"embed_tokens", "wte", "word_embeddings", "tok_embeddings"})
-VISION = ("visual.", "vision_tower.", "vision_model.", "multi_modal_projector.", "mm_projector.", "vision_")
+_VISION = re.compile(
+    r"(?:^|\.)(?:visual\.|vision_tower\.|vision_model\.|multi_modal_projector\.|mm_projector\.|vision_)"
+)
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 _FINAL_NORM = re.compile(r"^(?:model\.)?(?:language_model\.)?(?:model\.)?(?:norm|final_layernorm|ln_f)\.")
@@ -383,7 +385,7 @@ class Placement:
         parts = name.split(".")
         module = parts[-2] if len(parts) > 1 else ""
         param = parts[-1]
-        if any(name.startswith(v) or f".{v}" in name for v in VISION):
+        if _VISION.search(name):
             if p.language_model_only:
                 self.skipped["vision tower (--language-model-only)"] = self.skipped.get(
                     "vision tower (--language-model-only)", 0) + nbytes  # fmt: skip
