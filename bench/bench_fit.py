@@ -5,7 +5,7 @@ Run on demand from the repository root:  python3 bench/bench_fit.py [--shards N]
 
 It serves a header-only synthetic checkpoint (N shards × M tensors of 8 MiB declared: hundreds of GiB, no
 weight bytes) from the Hub stand-in on 127.0.0.1 and times, alternating:
-  fit       — rigsmith.checkpoint.estimate_for: config + headers (ranged GETs), one file at a time, estimated
+  fit       — resolving.checkpoint.estimate_for: config + headers (ranged GETs), one file at a time
   hf-meta   — HfApi.get_safetensors_metadata on the same commit (HEAD probes, the index, threaded header GETs)
 Prints medians (timed without tracemalloc), bytes the server sent, the peak Python memory of each (one more
 run under tracemalloc) and the ratios fit / hf-meta measured in this run. Not a test: nothing is asserted.
@@ -27,11 +27,11 @@ sys.path[:0] = [str(REPO / "src"), str(REPO)]
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from huggingface_hub import HfApi  # noqa: E402
-from tests.models.hubserver import HubServer  # noqa: E402
-from tests.models.test_fit import _large, make_spec  # noqa: E402
+from tests.support.checkpoints import large_header_only, make_spec  # noqa: E402
+from tests.support.hubserver import HubServer  # noqa: E402
 
-from rigsmith.checkpoint import estimate_for  # noqa: E402
-from rigsmith.lock import Lock  # noqa: E402
+from rigsmith.resolving.checkpoint import estimate_for  # noqa: E402
+from rigsmith.resolving.lock import Lock  # noqa: E402
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--tensors-per-shard", type=int, default=1500)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    files, declared = _large(args.shards, args.tensors_per_shard)
+    files, declared = large_header_only(args.shards, args.tensors_per_shard)
     with HubServer() as hub, tempfile.TemporaryDirectory() as tmp:
         os.environ["HF_HOME"] = str(Path(tmp) / "hf-home")
         sha = hub.repo("acme/bench-fit").add_commit(files)

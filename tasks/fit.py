@@ -4,26 +4,29 @@ from __future__ import annotations
 
 import os
 
-from invoke import Exit, task
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
-from tasks._common import echo, project, user_errors
+from tasks._common import DEFAULT_DEP, echo, project, user_errors
 
 
 @task(
     help={
-        "deployment": "deployments/NAME.yaml to estimate (optional when there is only one)",
+        "deployment": "deployments/NAME.yaml to estimate" + DEFAULT_DEP,
         "vram_gib": "estimate for idle cards of this many GiB instead of this host's GPUs",
     }
 )
 @user_errors
-def fit(c, deployment=None, vram_gib=None):
+def fit(c: Context, deployment: str | None = None, vram_gib: str | None = None) -> None:
     """Per-GPU memory verdict from the checkpoint's headers and config (range requests only)."""
-    from rigsmith import fitreport, lock
-    from rigsmith.checkpoint import estimate_for
-    from rigsmith.ops.host import LocalHost, gather
+    from rigsmith.operating import fitreport
+    from rigsmith.operating.host import LocalHost, gather
+    from rigsmith.resolving import lock
+    from rigsmith.resolving.checkpoint import estimate_for
 
-    p = project()
+    p = project(c)
     spec = p.load(deployment)
     try:
         size = float(vram_gib) if vram_gib is not None else None
