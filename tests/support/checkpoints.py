@@ -62,12 +62,13 @@ class Arch:
         return out
 
 
-def _attn(a: Arch, i: int, h: int, heads: int, kv: int, hd: int, gate: int = 1) -> None:
-    p = f"model.layers.{i}.self_attn."
-    a.add(p + "q_proj.weight", (heads * hd * gate, h), "col", "layer", i)
-    a.add(p + "k_proj.weight", (kv * hd, h), "kv", "layer", i)
-    a.add(p + "v_proj.weight", (kv * hd, h), "kv", "layer", i)
-    a.add(p + "o_proj.weight", (h, heads * hd), "row", "layer", i)
+def _attn(a: Arch, prefix: str, where: str, i: int, dims: tuple[int, int, int, int], gate: int = 1) -> None:
+    h, heads, kv, hd = dims
+    p = prefix + "self_attn."
+    a.add(p + "q_proj.weight", (heads * hd * gate, h), "col", where, i)
+    a.add(p + "k_proj.weight", (kv * hd, h), "kv", where, i)
+    a.add(p + "v_proj.weight", (kv * hd, h), "kv", where, i)
+    a.add(p + "o_proj.weight", (h, heads * hd), "row", where, i)
 
 
 def dense() -> Arch:
@@ -92,7 +93,7 @@ def dense() -> Arch:
     a.add("model.embed_tokens.weight", (vocab, h), "vocab", "first")
     for i in range(layers):
         a.add(f"model.layers.{i}.input_layernorm.weight", (h,), "rep", "layer", i)
-        _attn(a, i, h, heads, kv, hd)
+        _attn(a, f"model.layers.{i}.", "layer", i, (h, heads, kv, hd))
         a.add(f"model.layers.{i}.post_attention_layernorm.weight", (h,), "rep", "layer", i)
         for proj in ("gate_proj", "up_proj"):
             a.add(f"model.layers.{i}.mlp.{proj}.weight", (inter, h), "col", "layer", i)
@@ -135,7 +136,7 @@ def moe() -> Arch:
     for i in range(layers):
         p = f"model.layers.{i}."
         a.add(p + "input_layernorm.weight", (h,), "rep", "layer", i)
-        _attn(a, i, h, heads, kv, hd)
+        _attn(a, p, "layer", i, (h, heads, kv, hd))
         a.add(p + "self_attn.q_norm.weight", (hd,), "rep", "layer", i)
         a.add(p + "self_attn.k_norm.weight", (hd,), "rep", "layer", i)
         a.add(p + "post_attention_layernorm.weight", (h,), "rep", "layer", i)
@@ -181,13 +182,9 @@ def hybrid_mtp() -> Arch:
     def block(prefix: str, where: str, i: int, full: bool) -> None:
         a.add(prefix + "input_layernorm.weight", (h,), "rep", where, i)
         if full:
-            p = prefix + "self_attn."
-            a.add(p + "q_proj.weight", (heads * hd * 2, h), "col", where, i)
-            a.add(p + "k_proj.weight", (kv * hd, h), "kv", where, i)
-            a.add(p + "v_proj.weight", (kv * hd, h), "kv", where, i)
-            a.add(p + "o_proj.weight", (h, heads * hd), "row", where, i)
-            a.add(p + "q_norm.weight", (hd,), "rep", where, i)
-            a.add(p + "k_norm.weight", (hd,), "rep", where, i)
+            _attn(a, prefix, where, i, (h, heads, kv, hd), gate=2)  # Qwen3-Next's q_proj carries the gate
+            a.add(prefix + "self_attn.q_norm.weight", (hd,), "rep", where, i)
+            a.add(prefix + "self_attn.k_norm.weight", (hd,), "rep", where, i)
         else:
             p = prefix + "linear_attn."
             a.add(p + "in_proj_qkvz.weight", (2 * nk * dk + 2 * nv * dv, h), "col", where, i)
