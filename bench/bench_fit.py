@@ -3,7 +3,7 @@
 
 Run on demand from the repository root:  python3 bench/bench_fit.py [--shards N] [--runs R]
 
-It serves a header-only synthetic checkpoint (N shards × M tensors of 8 MiB declared: hundreds of GiB, no
+It serves a header-only synthetic checkpoint (N shards × 1,500 tensors of 8 MiB declared: hundreds of GiB, no
 weight bytes) from the Hub stand-in on 127.0.0.1 and times, alternating:
   fit       — resolving.checkpoint.estimate_for: config + headers (ranged GETs), one file at a time
   hf-meta   — HfApi.get_safetensors_metadata on the same commit (HEAD probes, the index, threaded header GETs)
@@ -30,17 +30,16 @@ from huggingface_hub import HfApi  # noqa: E402
 from tests.support.checkpoints import large_header_only, make_spec  # noqa: E402
 from tests.support.hubserver import HubServer  # noqa: E402
 
-from rigsmith.resolving.checkpoint import estimate_for  # noqa: E402
+from rigsmith.resolving.checkpoint import estimate_for, open_checkpoint  # noqa: E402
 from rigsmith.resolving.lock import Lock  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shards", type=int, default=48)
-    ap.add_argument("--tensors-per-shard", type=int, default=1500)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    files, declared = large_header_only(args.shards, args.tensors_per_shard)
+    files, declared = large_header_only(args.shards)
     with HubServer() as hub, tempfile.TemporaryDirectory() as tmp:
         os.environ["HF_HOME"] = str(Path(tmp) / "hf-home")
         sha = hub.repo("acme/bench-fit").add_commit(files)
@@ -49,7 +48,7 @@ def main() -> None:
         api = HfApi(endpoint=hub.url, token=False)
 
         def fit_once() -> None:
-            estimate_for(spec, Lock(), env)
+            estimate_for(spec, open_checkpoint(spec, Lock(), env))
 
         def hf_once() -> None:
             api.get_safetensors_metadata("acme/bench-fit", revision=sha)

@@ -24,7 +24,7 @@ def fit(c: Context, deployment: str | None = None, vram_gib: str | None = None) 
     from rigsmith.operating import fitreport
     from rigsmith.operating.host import LocalHost, gather
     from rigsmith.resolving import lock
-    from rigsmith.resolving.checkpoint import estimate_for
+    from rigsmith.resolving.checkpoint import estimate_for, open_checkpoint
 
     p = project(c)
     spec = p.load(deployment)
@@ -32,7 +32,7 @@ def fit(c: Context, deployment: str | None = None, vram_gib: str | None = None) 
         size = float(vram_gib) if vram_gib is not None else None
     except ValueError:
         raise RigsmithError(f"--vram-gib {vram_gib!r} is not a number", hint="e.g. --vram-gib 24") from None
-    est = estimate_for(spec, lock.read(p.lock_path), os.environ)
+    est = estimate_for(spec, open_checkpoint(spec, lock.read(p.lock_path), os.environ))
     facts = None if size is not None else gather(LocalHost(), model_dir=spec.model.local_dir)
     fits = fitreport.fit_gpus(est, spec, facts, size)
     comps = fitreport.published(est, spec, fits)

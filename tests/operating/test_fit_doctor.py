@@ -15,8 +15,8 @@ from pathlib import Path
 from rigsmith.operating import doctor, fitreport
 from rigsmith.operating.host import gather
 from rigsmith.project import Project
-from rigsmith.resolving import fit
-from rigsmith.resolving.checkpoint import estimate_for
+from rigsmith.resolving import checkpoint, fit
+from rigsmith.resolving.checkpoint import open_checkpoint
 from rigsmith.resolving.lock import Lock
 from rigsmith.spec import Deployment, from_data, to_data
 from tests.support.checkpoints import header_only
@@ -27,6 +27,11 @@ OFFLINE = {"HF_HUB_OFFLINE": "1"}
 H, HEADS, KV, HD, VOCAB, LAYERS, EXPERTS = 2048, 16, 2, 128, 151936, 48, 64
 #: Fused-expert intermediate size chosen so the last stage (16 layers + LM head + norm) is 21.55 GiB.
 INTER = 1765
+
+
+def estimate_for(spec: Deployment, lock: Lock, env: dict[str, str], **how: bool) -> fit.Estimate:
+    """Open the checkpoint as `invoke fit` does (``local_only`` as doctor does), then estimate."""
+    return checkpoint.estimate_for(spec, open_checkpoint(spec, lock, env, **how))
 
 
 def seed000_checkpoint(root: Path) -> Path:

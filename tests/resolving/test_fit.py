@@ -16,14 +16,20 @@ import pytest
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError
 from rigsmith.operating import fitreport
-from rigsmith.resolving import fit
-from rigsmith.resolving.checkpoint import HubCheckpoint, LocalCheckpoint, estimate_for, open_checkpoint, rows
+from rigsmith.resolving import checkpoint, fit
+from rigsmith.resolving.checkpoint import HubCheckpoint, LocalCheckpoint, open_checkpoint, rows
 from rigsmith.resolving.lock import Lock, LockedFile, LockedModel
+from rigsmith.spec import Deployment
 from tests.support import checkpoints as ck
 from tests.support.hubserver import HubServer
 from tests.support.models import run_cli
 
 REPO_ID = "acme/fit-test"
+
+
+def estimate_for(spec: Deployment, lock: Lock, env: dict[str, str], **how: bool) -> fit.Estimate:
+    """Open the checkpoint as `invoke fit` does (``local_only`` as doctor does), then estimate."""
+    return checkpoint.estimate_for(spec, open_checkpoint(spec, lock, env, **how))
 
 
 def serve(hub: HubServer, files: dict[str, bytes]) -> str:

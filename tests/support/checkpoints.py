@@ -62,6 +62,19 @@ class Arch:
         return out
 
 
+def _cfg(layers: int, h: int, heads: int, kv: int, hd: int, vocab: int, **extra: Any) -> dict[str, Any]:
+    """The text-model fields of a transformers config.json."""
+    return {
+        "num_hidden_layers": layers,
+        "hidden_size": h,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": hd,
+        "vocab_size": vocab,
+        **extra,
+    }
+
+
 def _attn(a: Arch, prefix: str, where: str, i: int, dims: tuple[int, int, int, int], gate: int = 1) -> None:
     h, heads, kv, hd = dims
     p = prefix + "self_attn."
@@ -78,14 +91,7 @@ def dense() -> Arch:
         {
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
-            "num_hidden_layers": layers,
-            "hidden_size": h,
-            "num_attention_heads": heads,
-            "num_key_value_heads": kv,
-            "head_dim": hd,
-            "intermediate_size": inter,
-            "vocab_size": vocab,
-            "torch_dtype": "float16",
+            **_cfg(layers, h, heads, kv, hd, vocab, intermediate_size=inter, torch_dtype="float16"),
             "tie_word_embeddings": False,
             "max_position_embeddings": 4096,
         }
@@ -118,16 +124,9 @@ def moe() -> Arch:
         {
             "architectures": ["Qwen3MoeForCausalLM"],
             "model_type": "qwen3_moe",
-            "num_hidden_layers": layers,
-            "hidden_size": h,
-            "num_attention_heads": heads,
-            "num_key_value_heads": kv,
-            "head_dim": hd,
-            "intermediate_size": 256,
-            "moe_intermediate_size": inter,
+            **_cfg(layers, h, heads, kv, hd, vocab, intermediate_size=256, moe_intermediate_size=inter),
             "num_experts": experts,
             "num_experts_per_tok": 2,
-            "vocab_size": vocab,
             "torch_dtype": "bfloat16",
             "tie_word_embeddings": False,
         }
@@ -156,12 +155,7 @@ def hybrid_mtp() -> Arch:
             "architectures": ["Qwen3NextForCausalLM"],
             "model_type": "qwen3_next",
             "text_config": {
-                "num_hidden_layers": layers,
-                "hidden_size": h,
-                "num_attention_heads": heads,
-                "num_key_value_heads": kv,
-                "head_dim": hd,
-                "intermediate_size": 256,
+                **_cfg(layers, h, heads, kv, hd, vocab, intermediate_size=256),
                 "moe_intermediate_size": inter,
                 "shared_expert_intermediate_size": 128,
                 "num_experts": experts,
@@ -170,7 +164,6 @@ def hybrid_mtp() -> Arch:
                 "linear_num_key_heads": nk,
                 "linear_num_value_heads": nv,
                 "num_nextn_predict_layers": 1,
-                "vocab_size": vocab,
                 "torch_dtype": "bfloat16",
             },
         }

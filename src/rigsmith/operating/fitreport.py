@@ -306,10 +306,10 @@ def doctor_row(fits: list[GpuFit], comps: list[Comparison]) -> Check:
 def fit_check(spec: Deployment, lock: Lock, facts: HostFacts, env: Mapping[str, str]) -> Check:
     """doctor's fit row, from the metadata of a checkpoint on this host (doctor makes no network request);
     an estimate that cannot be made is a warn."""
-    from rigsmith.resolving.checkpoint import estimate_for
+    from rigsmith.resolving.checkpoint import estimate_for, open_checkpoint
 
     try:
-        est = estimate_for(spec, lock, env, local_only=True)
+        est = estimate_for(spec, open_checkpoint(spec, lock, env, local_only=True))
     except RigsmithError as err:
         return Check("fit", "warn", f"not estimated: {err.message}", err.hint or "`invoke fit` says more")
     fits = fit_gpus(est, spec, facts)

@@ -230,15 +230,7 @@ def open_checkpoint(
     return HubCheckpoint(hub, api, spec.model.repo, commit, files)
 
 
-def estimate_for(
-    spec: Deployment,
-    lock: Lock,
-    env: Mapping[str, str] = os.environ,
-    hub: HfHub | None = None,
-    *,
-    local_only: bool = False,
-) -> Estimate:
+def estimate_for(spec: Deployment, ckpt: Checkpoint) -> Estimate:
     """The per-rank estimate of a deployment, from its checkpoint's config.json and headers."""
-    ckpt = open_checkpoint(spec, lock, env, hub, local_only=local_only)
     shape = ModelShape.from_config(ckpt.config(), f"{ckpt.where}/{CONFIG}")
     return estimate(shape, engine_inputs(spec), rows(ckpt))
