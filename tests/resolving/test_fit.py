@@ -355,3 +355,33 @@ def test_a_duplicate_consolidated_file_is_left_out_by_the_index(hub: HubServer, 
     assert [r.weights for r in est.ranks] == ck.expected(a, 2, [0, 0, 0, 0])
     assert not hub.hub_requests("consolidated.safetensors")
     assert len(hub.hub_requests("model.safetensors.index.json")) == 1
+
+
+def test_fused_experts_split_over_tp_or_by_expert_and_tied_embeddings_copy_to_the_last_stage() -> None:
+    shape = fit.ModelShape(
+        num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=128,
+        num_experts=6, tie_word_embeddings=True,
+    )  # fmt: skip
+    fused = [
+        ("model.layers.0.mlp.experts.gate_up_proj", 6 * 32 * 64 * 2, (6, 32, 64)),
+        ("model.layers.1.mlp.experts.down_proj", 6 * 64 * 16 * 2, (6, 64, 16)),
+        ("model.embed_tokens.weight", 128 * 64 * 2, (128, 64)),
+    ]
+    tp = fit.estimate(shape, fit.engine_params(["-tp", "2", "-pp", "2"], {}), fused)
+    assert [r.by_category["experts"] for r in tp.ranks] == [
+        6 * 32 * 64,
+        6 * 32 * 64,
+        6 * 64 * 16,
+        6 * 64 * 16,
+    ]
+    # the last stage holds its own (vocab-parallel) copy of the tied embedding as LM head
+    assert [r.by_category["embed"] + r.by_category["head"] for r in tp.ranks] == [64 * 64 * 2] * 4
+    ep = fit.estimate(shape, fit.engine_params(["-tp", "4", "--enable-expert-parallel"], {}), fused)
+    # 6 experts over 4 EP ranks: 2, 2, 1, 1 (vLLM's linear placement gives the remainder to the first ranks)
+    per_expert = 32 * 64 * 2 + 64 * 16 * 2
+    assert [r.by_category["experts"] for r in ep.ranks] == [
+        2 * per_expert,
+        2 * per_expert,
+        per_expert,
+        per_expert,
+    ]

@@ -168,6 +168,16 @@ def _one(
             if headroom < WARN_HEADROOM
             else f"uses {_gib(inside)}, more than --gpu-memory-utilization reserves ({_gib(budget)})"
         )
+    block = r.kv_bytes_per_token * p.block_size
+    tokens = kv // block * p.block_size if block else None
+    if verdict != "no-go" and tokens is not None and p.max_model_len and tokens < p.max_model_len:
+        verdict = "warn"
+        short = (
+            f"the KV pool holds {tokens:,} tokens, less than one --max-model-len {p.max_model_len:,} "
+            "sequence: "
+            "stock vLLM refuses to start (an engine that offloads KV to host memory may not)"
+        )
+        why = f"{why}; {short}" if why else short
     if squat:
         names = "; ".join(s for s, _ in squat)
         if verdict == "no-go" and headroom + squat_bytes >= 0:
@@ -282,7 +292,7 @@ def doctor_row(fits: list[GpuFit], comps: list[Comparison]) -> Check:
     ratio = "; ".join(f"{c.what} est./published {c.ratio:.2f}" for c in comps)
 
     def line(f: GpuFit) -> str:
-        where = "-" if f.gpu is None else f"GPU{f.gpu}"
+        where = "-" if f.gpu is None else f"GPU{f.gpu}" + (f" ({f.card})" if "assumed" in f.card else "")
         return (
             f"{where} PP{f.need.pp_rank}/TP{f.need.tp_rank}: needs {_gib(f.needs)}, has {_gib(f.has)}, "
             f"headroom {_mib(f.headroom)}" + (f" — {f.why}" if f.why else "")

@@ -357,7 +357,7 @@ class Placement:
     unknown: list[str] = field(default_factory=list)  # names placed by the fallback rule (first few)
     _stages: list[tuple[int, int]] = field(default_factory=list)
     _owner: list[int] = field(default_factory=list)
-    _lm_head_seen: bool = False
+    lm_head_seen: bool = False
     _embed_rank_bytes: int = 0
 
     def __post_init__(self) -> None:
@@ -387,8 +387,8 @@ class Placement:
         param = parts[-1]
         if _VISION.search(name):
             if p.language_model_only:
-                self.skipped["vision tower (--language-model-only)"] = self.skipped.get(
-                    "vision tower (--language-model-only)", 0) + nbytes  # fmt: skip
+                why = "vision tower (--language-model-only)"
+                self.skipped[why] = self.skipped.get(why, 0) + nbytes
                 return
             self._put(0, "vision", [nbytes] * tp)
             return
@@ -413,7 +413,9 @@ class Placement:
                 row = nbytes // s.num_experts  # fused expert tensor [E, …]: each EP rank holds its experts
                 self._put(stage, cat, [row * self._owner.count(t) for t in range(tp)])
             else:
-                self._put(stage, cat, self._tp_split(module, param, nbytes, shape))
+                # a fused expert tensor (`experts.gate_up_proj`) is named after its projection
+                mod = param if module == "experts" else module
+                self._put(stage, cat, self._tp_split(mod, param, nbytes, shape))
             return
         if module in EMBED:
             self._embed_rank_bytes = self._vocab_split(nbytes, shape)
@@ -422,7 +424,7 @@ class Placement:
                 self._put(last, "head", [self._embed_rank_bytes] * tp)  # the last stage's own lm_head copy
             return
         if module == "lm_head" or (module == "head" and "shared_head" not in name):
-            self._lm_head_seen = True
+            self.lm_head_seen = True
             if s.tie_word_embeddings:
                 return  # vLLM ties it to the embedding (counted there) and skips the checkpoint's copy
             self._put(last, "head", [self._vocab_split(nbytes, shape)] * tp)
@@ -561,7 +563,7 @@ def estimate(
             "the checkpoint has no safetensors tensors", hint="fit reads .safetensors headers only"
         )
     notes = []
-    if shape.tie_word_embeddings and params.pp > 1 and not place._lm_head_seen:
+    if shape.tie_word_embeddings and params.pp > 1 and not place.lm_head_seen:
         notes.append("tied embeddings: the last stage holds its own copy of the embedding as LM head")
     if params.draft_model:
         notes.append(
