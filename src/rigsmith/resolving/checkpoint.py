@@ -1,10 +1,11 @@
 """A checkpoint's config.json and safetensors headers, without its weights (the adapter under ``invoke fit``).
 
 From the Hub: huggingface_hub's ``parse_safetensors_file_metadata`` reads each header with range requests
-(the first 100 kB, then the rest of the header if it is longer); config.json and the shard index are small
-plain downloads. From a directory (a local checkpoint, or a complete download): the first 8 bytes of each
-file are the header length, then the JSON header (``parse_local_safetensors_file_metadata``). Either way one
-file's header is in memory at a time.
+(the first 100 kB, then the rest of the header if it is longer); config.json is a small plain download, and
+so is the shard index when the shard files alone do not say which to load. From a directory (a local
+checkpoint, or a complete download): the first 8 bytes of each file are the header length, then the JSON
+header (``parse_local_safetensors_file_metadata``). Either way a bounded window of headers (``rows``) is in
+memory at a time, whatever the checkpoint's size.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import io
 import json
 import os
 import re
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,10 +49,21 @@ class Checkpoint(Protocol):
     def header(self, file: str) -> list[HeaderRow]: ...
 
 
-def rows(ckpt: Checkpoint) -> Iterator[HeaderRow]:
-    """Every tensor of every weight file, one file's header at a time."""
-    for f in ckpt.weight_files():
-        yield from ckpt.header(f)
+def rows(ckpt: Checkpoint, window: int = 4) -> Iterator[HeaderRow]:
+    """Every tensor of every weight file, in file order. Up to ``window`` headers are fetched at once (a
+    Hub round trip per header dominates), so at most ``window`` + 1 headers are in memory."""
+    files = iter(ckpt.weight_files())
+    pool = ThreadPoolExecutor(max_workers=window, thread_name_prefix="fit-header")
+    try:
+        pending = deque(pool.submit(ckpt.header, f) for f in islice(files, window))
+        while pending:
+            done = pending.popleft().result()
+            nxt = next(files, None)
+            if nxt is not None:
+                pending.append(pool.submit(ckpt.header, nxt))
+            yield from done
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _rows(meta: SafetensorsFileMetadata) -> list[HeaderRow]:

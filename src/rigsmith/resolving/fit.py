@@ -548,7 +548,7 @@ def estimate(
     shape: ModelShape, params: EngineParams, headers: Iterable[tuple[str, int, Sequence[int]]]
 ) -> Estimate:
     """Place every (name, nbytes, shape) of the checkpoint and add the named allowances. ``headers`` is
-    consumed once, lazily: pass a generator over the files and memory stays one file's header."""
+    consumed once, lazily: pass a generator over the files and memory stays a few files' headers."""
     if params.tp < 1 or params.pp < 1:
         raise FitError(f"tensor/pipeline parallel sizes must be ≥ 1 (got TP={params.tp}, PP={params.pp})")
     if params.pp > shape.num_layers:
