@@ -18,7 +18,7 @@ from rigsmith.project import Project
 from rigsmith.resolving import checkpoint, fit
 from rigsmith.resolving.checkpoint import open_checkpoint
 from rigsmith.resolving.lock import Lock
-from rigsmith.spec import Deployment, from_data, to_data
+from rigsmith.spec import Deployment, dump, from_data, to_data
 from tests.support.checkpoints import header_only
 from tests.support.common import REPO
 from tests.support.replay import ReplayHost
@@ -128,3 +128,15 @@ def test_doctor_row_is_a_warn_not_a_request_when_the_checkpoint_is_elsewhere(tmp
     row = fitreport.fit_check(spec, Lock(), facts, {"HF_ENDPOINT": "http://127.0.0.1:9"})
     assert row.verdict == "warn" and "is not in" in row.detail
     assert row.hint is not None and "invoke fit --deployment flash-next-int4-3x3090" in row.hint
+
+
+def test_invoke_doctor_diagnosis_carries_the_fit_row(tmp_path: Path) -> None:
+    spec = seed000(tmp_path)
+    root = tmp_path / "proj"
+    (root / "deployments").mkdir(parents=True)
+    (root / "deployments" / f"{spec.name}.yaml").write_text(dump(spec), encoding="utf-8")
+    name, checks = doctor.diagnose(
+        Project(root), spec.name, target="podman", host=ReplayHost("3x3090-squatter")
+    )
+    row = next(c for c in checks if c.name == "fit")
+    assert name == spec.name and row.verdict == "no-go" and "GPU0" in row.detail and "PID 48213" in row.detail
