@@ -35,6 +35,7 @@ ADAPTERS = (
     "rigsmith.resolving.engine",
     "rigsmith.resolving.modelfetch",
     "rigsmith.resolving.build",
+    "rigsmith.resolving.checkpoint",  # safetensors headers by range requests
     "rigsmith.operating",
     "httpx",
     "requests",
@@ -51,6 +52,7 @@ PURE = (
     "rigsmith.resolving.imageref",
     "rigsmith.resolving.lock",
     "rigsmith.resolving.image",
+    "rigsmith.resolving.fit",  # the memory estimate: config + headers + argv in, bytes out
     "rigsmith.rendering",
 )
 
