@@ -6,9 +6,9 @@ names are flat (`invoke deploy`, `invoke fetch-model`, …).
 
 from invoke import Collection
 
-from tasks import deploy, images, models, ops, recipes
+from tasks import bundle, deploy, images, models, ops, recipes
 
 ns = Collection()
-for _module in (recipes, deploy, models, images, ops):
+for _module in (recipes, deploy, models, images, ops, bundle):
     for _task in Collection.from_module(_module).tasks.values():
         ns.add_task(_task)
