@@ -26,8 +26,8 @@ Design:
   the image into local storage, the model into its directory through fetch-model's verified-state cache
   (so ``fetch-model`` afterwards makes no request and hashes nothing).
 - **Resumable.** Copies stream into ``partial/<hash>.incomplete`` and resume from there; members verified
-  by an interrupted unbundle are not hashed again (``LOCAL_DIR/.rigsmith/unbundle.json``: size, mtime and
-  inode → sha256); placed model files are recorded as they land.
+  by an interrupted unbundle are not hashed again (``.rigsmith-bundle/unbundle.json`` in the bundle: size,
+  mtime and inode → sha256); placed model files are recorded in fetch-model's cache as they land.
 """
 
 from __future__ import annotations
@@ -475,7 +475,6 @@ def bundle(
     out = out.absolute()
     report = BundleReport(out=str(out))
     small = _small_members(project, c, targets)
-    (out / BUNDLE_STATE).mkdir(parents=True, exist_ok=True)
     state_path = out / BUNDLE_STATE / STATE_FILE
     bstate = read_state(state_path)
     fetched = read_state(root / STATE_DIR / STATE_FILE)
@@ -493,8 +492,10 @@ def bundle(
 
     def remember(member: str, path: Path, kind: HashKind, digest: str) -> None:
         st = path.stat()
-        bstate.files[member] = FileState(size=st.st_size, mtime_ns=st.st_mtime_ns, kind=kind, digest=digest)
-        write_one(state_path, dump_state(bstate))
+        new = FileState(size=st.st_size, mtime_ns=st.st_mtime_ns, kind=kind, digest=digest)
+        if bstate.files.get(member) != new:
+            bstate.files[member] = new
+            write_one(state_path, dump_state(bstate))
 
     # Plan the model: which sources are verified, which members must be placed, what must be copied.
     todo: list[Want] = []
@@ -525,6 +526,7 @@ def bundle(
         "the bundle (model files that cannot be hard-linked across filesystems, and the image archive)",
         "free space there, or bundle into a directory on the model's filesystem (hard links, no copy)",
     )
+    (out / BUNDLE_STATE).mkdir(parents=True, exist_ok=True)
     if copy_bytes:
         echo(
             f"bundle: {out} is on another filesystem than {root}: copying {_gib(copy_bytes)} of model files "
@@ -541,7 +543,8 @@ def bundle(
             write_one(path, data.decode("utf-8"))
             report.written.append(member)
         remember(member, path, "sha256", sha)
-    _drop_stale(out, set(small) | {MODEL_PREFIX + w.repo_path for w in c.wanted} | {IMAGE_MEMBER}, bstate)
+    if _drop_stale(out, set(small) | {MODEL_PREFIX + w.repo_path for w in c.wanted} | {IMAGE_MEMBER}, bstate):
+        write_one(state_path, dump_state(bstate))
 
     with _progress(progress) as prog:
         task = prog.add_task(f"bundle {spec.name}", total=sum(w.size for w in todo))
@@ -589,8 +592,9 @@ def bundle(
         members[IMAGE_MEMBER] = Member(
             size=image_dst.stat().st_size, sha256=bstate.files[IMAGE_MEMBER].digest
         )
-        bstate.commit = _pin_key(c.pin)
-        write_one(state_path, dump_state(bstate))
+        if bstate.commit != _pin_key(c.pin):
+            bstate.commit = _pin_key(c.pin)
+            write_one(state_path, dump_state(bstate))
 
     manifest = Manifest(
         deployment=spec.name,
@@ -639,11 +643,13 @@ def _verify_source(src: Path, w: Want, report: BundleReport) -> None:
         )
 
 
-def _drop_stale(out: Path, keep: set[str], bstate: DirState) -> None:
+def _drop_stale(out: Path, keep: set[str], bstate: DirState) -> list[str]:
     """Remove members an earlier bundle of another lock state left (files the lock no longer names)."""
-    for member in [m for m in bstate.files if m not in keep]:
+    stale = [m for m in bstate.files if m not in keep]
+    for member in stale:
         (out / member).unlink(missing_ok=True)
         del bstate.files[member]
+    return stale
 
 
 def _bundle_image(
@@ -935,7 +941,7 @@ def _unbundle_dir(
         "hard-linked, not copied)",
     )
 
-    _verify_members(bundle_dir, manifest, c, root, report, progress)
+    _verify_members(bundle_dir, manifest, c, report, progress)
 
     # Everything checks out: place the project files, the image, the model.
     _place_project(project, bundle_dir, manifest, spec, bundle_lock, c, into, root, yes, confirm, echo)
@@ -968,16 +974,15 @@ def _verify_members(
     bundle_dir: Path,
     manifest: Manifest,
     c: Contents,
-    root: Path,
     report: UnbundleReport,
     progress: bool | None,
 ) -> None:
     """Hash every member (sha256, plus the git blob sha1 of small model files); refuse any mismatch.
 
-    Members an interrupted run already hashed (same size, mtime and inode) are taken from
-    ``ROOT/.rigsmith/unbundle.json``.
+    Members an interrupted run already hashed (same size, mtime and inode) are taken from the bundle's
+    ``.rigsmith-bundle/unbundle.json``; on read-only media nothing is cached and a re-run hashes again.
     """
-    cache_path = root / STATE_DIR / UNBUNDLE_STATE
+    cache_path = bundle_dir / BUNDLE_STATE / UNBUNDLE_STATE
     cache = read_state(cache_path)
     if cache.commit != manifest.lock_sha256 or cache.repo != str(bundle_dir):
         cache = DirState(repo=str(bundle_dir), commit=manifest.lock_sha256)
@@ -995,7 +1000,7 @@ def _verify_members(
             report.verified_earlier += 1
         else:
             todo.append(member)
-    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    writable = os.access(bundle_dir, os.W_OK)
     with _progress(progress) as prog:
         task = prog.add_task("verify bundle", total=sum(manifest.members[m].size for m in todo))
         for member in todo:
@@ -1024,7 +1029,9 @@ def _verify_members(
             cache.files[member] = FileState(
                 size=st.st_size, mtime_ns=st.st_mtime_ns, kind="sha256", digest=f"{got}:{st.st_ino}"
             )
-            write_one(cache_path, dump_state(cache))
+            if writable:
+                cache_path.parent.mkdir(exist_ok=True)
+                write_one(cache_path, dump_state(cache))
     if bad:
         raise BundleError(
             f"refusing the bundle {bundle_dir}: {len(bad)} member(s) do not match: "
