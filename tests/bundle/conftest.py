@@ -149,7 +149,8 @@ def offline_podman(tmp_path: Path) -> Iterator[Podman]:
     p.conf.write_text(CONTAINERS_CONF + f'tmp_dir = "{runroot}/libpod"\n')
     p.bin.mkdir()
     (p.bin / "podman").write_text(
-        f'#!/bin/sh\nCONTAINERS_CONF={p.conf}; export CONTAINERS_CONF\nexec /usr/bin/podman --root {p.root} --runroot {p.runroot} "$@"\n'
+        f"#!/bin/sh\nCONTAINERS_CONF={p.conf}; export CONTAINERS_CONF\n"
+        f'exec /usr/bin/podman --root {p.root} --runroot {p.runroot} "$@"\n'
     )
     (p.bin / "podman").chmod(0o755)
     yield p
