@@ -51,6 +51,7 @@ from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
+    TaskProgressColumn,
     TextColumn,
     TimeRemainingColumn,
     TransferSpeedColumn,
@@ -263,10 +264,12 @@ def place(
 
 
 def _progress(show: bool | None) -> Progress:
+    """One bar per phase; with a percentage, since a 100 GiB phase moves the bar slowly."""
     console = Console(stderr=True)
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
+        TaskProgressColumn(),
         DownloadColumn(binary_units=True),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
@@ -274,6 +277,47 @@ def _progress(show: bool | None) -> Progress:
         disable=not (console.is_terminal if show is None else show),
         transient=True,
     )
+
+
+@dataclass
+class Moved:
+    """How model files got where they go: hard links, copies (and what a resumed copy did not redo)."""
+
+    linked: int = 0
+    copied: int = 0
+    copied_bytes: int = 0
+    resumed_bytes: int = 0
+
+    def describe(self) -> str:
+        resumed = f", {_gib(self.resumed_bytes)} resumed" if self.resumed_bytes else ""
+        return f"{self.linked} hard-linked, {self.copied} copied ({_gib(self.copied_bytes)}{resumed})"
+
+
+def place_all(
+    todo: Sequence[Want],
+    where: Callable[[Want], tuple[Path, Path, Path]],
+    moved: Moved,
+    *,
+    title: str,
+    progress: bool | None,
+    placed: Callable[[Want], None] = lambda w: None,
+) -> None:
+    """:func:`place` each file (``where(w)`` = source, destination, partial) under one progress bar."""
+    with _progress(progress) as prog:
+        task = prog.add_task(title, total=sum(w.size for w in todo))
+        for w in todo:
+            src, dst, partial = where(w)
+            how, resumed = place(
+                src, dst, partial=partial, kind=w.kind, digest=w.digest, size=w.size,
+                on_bytes=lambda n: prog.advance(task, n),
+            )  # fmt: skip
+            if how == "linked":
+                moved.linked += 1
+            else:
+                moved.copied += 1
+                moved.copied_bytes += w.size - resumed
+                moved.resumed_bytes += resumed
+            placed(w)
 
 
 def _gib(n: int) -> str:
@@ -397,10 +441,7 @@ class BundleReport:
     out: str = ""
     members: int = 0
     total_bytes: int = 0
-    linked: int = 0
-    copied: int = 0
-    copied_bytes: int = 0
-    resumed_bytes: int = 0
+    moved: Moved = field(default_factory=Moved)
     hashed_bytes: int = 0
     unchanged: int = 0
     written: list[str] = field(default_factory=list)
@@ -409,17 +450,17 @@ class BundleReport:
 
     @property
     def nothing_done(self) -> bool:
-        return not (self.linked or self.copied or self.written or self.image)
+        return not (self.moved.linked or self.moved.copied or self.written or self.image)
 
     def summary(self) -> str:
         if self.nothing_done:
             head = f"bundle {self.out}: up to date, nothing to do ({self.members} members, "
             head += f"{_gib(self.total_bytes)})"
         else:
-            parts = [f"{self.linked} hard-linked", f"{self.copied} copied ({_gib(self.copied_bytes)}"
-                     + (f", {_gib(self.resumed_bytes)} resumed" if self.resumed_bytes else "") + ")",
-                     f"{len(self.written)} written", f"{self.unchanged} unchanged",
-                     f"{_gib(self.hashed_bytes)} hashed"]  # fmt: skip
+            parts = [
+                self.moved.describe(),
+                f"{len(self.written)} written, {self.unchanged} unchanged, {_gib(self.hashed_bytes)} hashed",
+            ]
             if self.image:
                 parts.append(f"image exported: {self.image}")
             head = f"bundle {self.out}: {self.members} members, {_gib(self.total_bytes)}; " + "; ".join(parts)
@@ -546,26 +587,18 @@ def bundle(
     if _drop_stale(out, set(small) | {MODEL_PREFIX + w.repo_path for w in c.wanted} | {IMAGE_MEMBER}, bstate):
         write_one(state_path, dump_state(bstate))
 
-    with _progress(progress) as prog:
-        task = prog.add_task(f"bundle {spec.name}", total=sum(w.size for w in todo))
-        for w in todo:
-            member = MODEL_PREFIX + w.repo_path
-            how, resumed = place(
-                root / w.disk_path,
-                out / member,
-                partial=out / BUNDLE_STATE / "partial" / w.partial_name,
-                kind=w.kind,
-                digest=w.digest,
-                size=w.size,
-                on_bytes=lambda n: prog.advance(task, n),
-            )
-            if how == "linked":
-                report.linked += 1
-            else:
-                report.copied += 1
-                report.copied_bytes += w.size - resumed
-                report.resumed_bytes += resumed
-        report.unchanged += len(c.wanted) - len(todo)
+    place_all(
+        todo,
+        lambda w: (
+            root / w.disk_path,
+            out / (MODEL_PREFIX + w.repo_path),
+            out / BUNDLE_STATE / "partial" / w.partial_name,
+        ),
+        report.moved,
+        title=f"bundle {spec.name}",
+        progress=progress,
+    )
+    report.unchanged += len(c.wanted) - len(todo)
 
     model: dict[str, ModelFile] = {}
     members: dict[str, Member] = {}
@@ -738,10 +771,7 @@ class UnbundleReport:
     verified: int = 0
     verified_earlier: int = 0
     hashed_bytes: int = 0
-    linked: int = 0
-    copied: int = 0
-    copied_bytes: int = 0
-    resumed_bytes: int = 0
+    moved: Moved = field(default_factory=Moved)
     already_placed: int = 0
     image: str = ""
     image_loaded: bool = False
@@ -751,10 +781,7 @@ class UnbundleReport:
         parts = [
             f"unbundled {self.deployment}: {self.verified + self.verified_earlier} members verified "
             f"({self.verified_earlier} earlier, {_gib(self.hashed_bytes)} hashed)",
-            f"model in {self.local_dir}: {self.linked} hard-linked, {self.copied} copied "
-            f"({_gib(self.copied_bytes)}"
-            + (f", {_gib(self.resumed_bytes)} resumed" if self.resumed_bytes else "")
-            + f"), {self.already_placed} already in place",
+            f"model in {self.local_dir}: {self.moved.describe()}, {self.already_placed} already in place",
         ]
         if self.image:
             parts.append(f"image {self.image} " + ("loaded" if self.image_loaded else "already present"))
@@ -1110,26 +1137,23 @@ def _place_model(
     state_path = root / STATE_DIR / STATE_FILE
     (root / STATE_DIR).mkdir(parents=True, exist_ok=True)
     fetched.repo, fetched.commit = c.entry.repo, c.entry.commit
-    with _progress(progress) as prog:
-        task = prog.add_task(f"place {c.spec.name}", total=sum(w.size for w in todo))
-        for w in todo:
-            how, resumed = place(
-                bundle_dir / (MODEL_PREFIX + w.repo_path),
-                root / w.disk_path,
-                partial=root / STATE_DIR / "partial" / w.partial_name,
-                kind=w.kind,
-                digest=w.digest,
-                size=w.size,
-                on_bytes=lambda n: prog.advance(task, n),
-            )
-            if how == "linked":
-                report.linked += 1
-            else:
-                report.copied += 1
-                report.copied_bytes += w.size - resumed
-                report.resumed_bytes += resumed
-            st = (root / w.disk_path).stat()
-            fetched.files[w.disk_path] = FileState(
-                size=st.st_size, mtime_ns=st.st_mtime_ns, kind=w.kind, digest=w.digest
-            )
-            write_one(state_path, dump_state(fetched))
+
+    def record(w: Want) -> None:
+        st = (root / w.disk_path).stat()
+        fetched.files[w.disk_path] = FileState(
+            size=st.st_size, mtime_ns=st.st_mtime_ns, kind=w.kind, digest=w.digest
+        )
+        write_one(state_path, dump_state(fetched))
+
+    place_all(
+        todo,
+        lambda w: (
+            bundle_dir / (MODEL_PREFIX + w.repo_path),
+            root / w.disk_path,
+            root / STATE_DIR / "partial" / w.partial_name,
+        ),
+        report.moved,
+        title=f"place {c.spec.name}",
+        progress=progress,
+        placed=record,
+    )

@@ -83,23 +83,20 @@ def image_pin(spec: Deployment, lock: Lock) -> ImagePin | None:
         tag = parsed.tag if parsed.tag and "@" not in ref else None
         sources = (f"{name}@{digest}", *([ref] if tag else []))
         return ImagePin(name, tag, digest, None, f"{name}@{digest}", sources)
-    if spec.engine.build:
-        built = lock.builds.get(spec.engine.build)
-        if built is None:
-            raise LockError(
-                f"deployment {spec.name!r} runs image build {spec.engine.build!r}, which has no entry in "
-                "rigsmith.lock",
-                hint=f"run `invoke build --image {spec.engine.build}` first",
-            )
+    built = lock.builds.get(spec.engine.build) if spec.engine.build else None
+    if built is not None:
         tag = (built.inputs_sha256 or "").removeprefix("sha256:")[:16] or None
         names = [f"{built.ref}@{built.digest}"] if built.digest else []
         if tag:
             names.append(f"{built.ref}:{tag}")
         names.append(built.image_id)
         return ImagePin(built.ref, tag, built.digest, built.image_id, built.pinned_ref, tuple(names))
+    what = f"image build {spec.engine.build!r}, not in rigsmith.lock" if spec.engine.build else "no image"
     raise LockError(
-        f"deployment {spec.name!r} names no container image",
-        hint="set engine.image (and `invoke pin`) or engine.build (and `invoke build`)",
+        f"deployment {spec.name!r} runs {what}: there is no pinned image to bundle",
+        hint=f"run `invoke build --image {spec.engine.build}` first"
+        if spec.engine.build
+        else "set engine.image (and `invoke pin`) or engine.build (and `invoke build`)",
     )
 
 

@@ -65,7 +65,7 @@ class Source:
 
 def cli_env(project: Project, podman: Podman, **extra: str) -> dict[str, str]:
     """`invoke` acting on ``project`` with ``podman``'s storage first on PATH; no Hub unless given."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "DOCKER_"))}
     env.update(
         HF_HOME=str(project.root / ".hf-home"),
         HF_HUB_DISABLE_TELEMETRY="1",
@@ -76,7 +76,6 @@ def cli_env(project: Project, podman: Podman, **extra: str) -> dict[str, str]:
         PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]),
         PATH=f"{podman.bin}:{os.environ['PATH']}",
         CONTAINERS_CONF=str(podman.conf),
-        DOCKER_CONFIG=str(project.root / ".docker-config"),
     )
     env.update(extra)
     return env
