@@ -447,6 +447,7 @@ class BundleReport:
     written: list[str] = field(default_factory=list)
     image: str = ""
     tar: str | None = None
+    lock_sha256: str = ""
 
     @property
     def nothing_done(self) -> bool:
@@ -464,6 +465,7 @@ class BundleReport:
             if self.image:
                 parts.append(f"image exported: {self.image}")
             head = f"bundle {self.out}: {self.members} members, {_gib(self.total_bytes)}; " + "; ".join(parts)
+        head += f"\nlock sha256 {self.lock_sha256} (compare it on the offline machine)"
         return head + (f"\ntar: {self.tar}" if self.tar else "")
 
 
@@ -646,6 +648,7 @@ def bundle(
         report.written.append(MANIFEST)
     report.members = len(members)
     report.total_bytes = sum(m.size for m in members.values())
+    report.lock_sha256 = manifest.lock_sha256
     if tar is not None:
         write_tar(out, manifest, tar, progress=progress)
         report.tar = str(tar)
@@ -776,6 +779,7 @@ class UnbundleReport:
     image: str = ""
     image_loaded: bool = False
     fetch_summary: str = ""
+    lock_sha256: str = ""
 
     def summary(self) -> str:
         parts = [
@@ -785,7 +789,8 @@ class UnbundleReport:
         ]
         if self.image:
             parts.append(f"image {self.image} " + ("loaded" if self.image_loaded else "already present"))
-        return "; ".join(parts) + (f"\nfetch-model: {self.fetch_summary}" if self.fetch_summary else "")
+        text = "; ".join(parts) + f"\nlock sha256 {self.lock_sha256} (the bundling machine printed it too)"
+        return text + (f"\nfetch-model: {self.fetch_summary}" if self.fetch_summary else "")
 
 
 class OfflineHub:
@@ -940,7 +945,7 @@ def _unbundle_dir(
                           hint="bundle again on the connected machine")  # fmt: skip
 
     root = into.absolute() if into is not None else expand_dir(spec.model.local_dir)
-    report = UnbundleReport(deployment=name, local_dir=str(root))
+    report = UnbundleReport(deployment=name, local_dir=str(root), lock_sha256=lock_sha)
     fetched = read_state(root / STATE_DIR / STATE_FILE)
 
     def in_place(w: Want) -> bool:

@@ -20,6 +20,7 @@ from rigsmith import lock as lockmod
 from rigsmith.bundle import IMAGE_MEMBER, MANIFEST, Manifest
 from rigsmith.modelfiles import STATE_DIR
 from rigsmith.ops.standin import Standin, StandinConfig
+from rigsmith.project import Project
 from rigsmith.spec import load
 from tests.bundle.conftest import BIG, NAME, Source, cli_env, invoke, must, offline_project
 from tests.conftest import HOST_MEMLOCK, Podman
@@ -78,7 +79,7 @@ def test_bundle_hard_links_the_model_and_keeps_the_registry_digest(source: Sourc
         ["tar", "-xOf", str(source.bundle / IMAGE_MEMBER), "index.json"], capture_output=True, check=True
     ).stdout
     assert json.loads(index)["manifests"][0]["digest"] == source.digest
-    assert "1 image" not in source.bundle_stdout
+    assert f"lock sha256 {m.lock_sha256}" in source.bundle_stdout
 
 
 def test_rerunning_bundle_on_an_unchanged_deployment_does_nothing(source: Source, podman: Podman) -> None:
@@ -106,6 +107,7 @@ def test_round_trip_offline_then_fetch_model_makes_no_request_and_up_wait_down_r
         proc = invoke(project, offline_podman, "unbundle", str(source.bundle))
         out = must(proc)
         assert f"image {source.pinned} loaded" in out, out
+        assert f"lock sha256 {manifest(source.bundle).lock_sha256}" in out
         assert "hard-linked" in out
         info = offline_podman.inspect(source.pinned)
         assert info["Digest"] == source.digest
@@ -257,3 +259,45 @@ def test_tar_bundle_round_trip_into_another_filesystem_copies_with_progress(
     assert "loaded" in out
     assert (tmp_path / "m" / BIG).read_bytes() == source.files[BIG]
     assert not (tmp_path / "m" / BIG).samefile(source.bundle / "model" / BIG)
+
+
+def test_a_local_build_travels_by_image_id_with_its_definition(
+    source: Source, podman: Podman, offline_podman: Podman, tmp_path: Path
+) -> None:
+    """A build that was never pushed is pinned by its image ID alone (what `invoke build` locks)."""
+    import yaml
+
+    from tests.bundle.conftest import LOCAL_IMAGE
+
+    project = Project(tmp_path / "built-project")
+    shutil.copytree(source.project.root / "deployments", project.deployments)
+    data = yaml.safe_load(project.spec_path(NAME).read_text())
+    data["engine"].pop("image")
+    data["engine"]["build"] = "tiny"
+    project.spec_path(NAME).write_text(yaml.safe_dump(data, sort_keys=False))
+    (project.images / "tiny" / "patches").mkdir(parents=True)
+    (project.images / "tiny" / "image.yaml").write_text("version: 1\n")
+    (project.images / "tiny" / "patches" / "x.patch").write_text("--- a\n+++ b\n")
+    image_id = "sha256:" + podman.inspect(LOCAL_IMAGE)["Id"].removeprefix("sha256:")  # type: ignore[union-attr]
+    inputs = "sha256:" + "7" * 64
+    podman.run("tag", LOCAL_IMAGE, f"localhost/rigsmith/tiny:{'7' * 16}")
+    lock = lockmod.read(source.project.lock_path)
+    lock.builds["tiny"] = lockmod.LockedBuild(
+        ref="localhost/rigsmith/tiny", image_id=image_id, base="x@sha256:" + "1" * 64, inputs_sha256=inputs
+    )
+    project.lock_path.write_text(lockmod.dumps(lock))
+
+    must(invoke(project, podman, "bundle", "--out", str(tmp_path / "b")))
+    m = manifest(tmp_path / "b")
+    assert m.image is not None and m.image.image_id == image_id and m.image.digest is None
+    assert {"images/tiny/image.yaml", "images/tiny/patches/x.patch"} <= set(m.members)
+
+    offline = offline_project(tmp_path)
+    out = must(
+        invoke(offline, offline_podman, "unbundle", str(tmp_path / "b"), "--into", str(tmp_path / "m"))
+    )
+    assert f"image {image_id} loaded" in out, out
+    info = offline_podman.inspect(image_id)
+    assert "localhost/rigsmith/tiny:" + "7" * 16 in info["RepoTags"]  # type: ignore[operator]
+    assert (offline.images / "tiny" / "patches" / "x.patch").read_text() == "--- a\n+++ b\n"
+    assert lockmod.read(offline.lock_path).builds["tiny"].image_id == image_id
