@@ -245,7 +245,7 @@ def test_bundle_onto_a_full_disk_is_refused_before_the_first_byte(
     assert list(small_disk.iterdir()) == []
 
 
-def test_tar_bundle_round_trip_into_another_filesystem_copies_with_progress(
+def test_tar_bundle_streams_and_unbundles_from_the_tar_file(
     source: Source, podman: Podman, offline_podman: Podman, tmp_path: Path
 ) -> None:
     tar = tmp_path / "airgap.tar"
@@ -254,6 +254,13 @@ def test_tar_bundle_round_trip_into_another_filesystem_copies_with_progress(
         ["tar", "-tf", str(tar)], capture_output=True, text=True, check=True
     ).stdout.split()
     assert names[0] == MANIFEST and f"model/{BIG}" in names and ".rigsmith-bundle/state.json" not in names
+    # --tar - streams the same tar to stdout (status lines go to stderr).
+    streamed = subprocess.run(
+        [shutil.which("invoke") or "invoke", "-r", str(Path(__file__).resolve().parents[2]), "bundle",
+         "--out", str(source.bundle), "--tar", "-"],
+        env=cli_env(source.project, podman), capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    assert streamed == tar.read_bytes()
     project = offline_project(tmp_path)
     out = must(invoke(project, offline_podman, "unbundle", str(tar), "--into", str(tmp_path / "m")))
     assert "loaded" in out
@@ -301,3 +308,44 @@ def test_a_local_build_travels_by_image_id_with_its_definition(
     assert "localhost/rigsmith/tiny:" + "7" * 16 in info["RepoTags"]  # type: ignore[operator]
     assert (offline.images / "tiny" / "patches" / "x.patch").read_text() == "--- a\n+++ b\n"
     assert lockmod.read(offline.lock_path).builds["tiny"].image_id == image_id
+
+
+def test_bundle_refuses_a_model_file_changed_since_fetch_model_verified_it(
+    source: Source, podman: Podman, tmp_path: Path
+) -> None:
+    import yaml
+
+    project = Project(tmp_path / "p")
+    shutil.copytree(source.project.root / "deployments", project.deployments)
+    shutil.copy2(source.project.lock_path, project.lock_path)
+    model = tmp_path / "model"
+    shutil.copytree(source.model_dir, model)  # copy2 keeps mtimes: fetch-model's cache still vouches
+    data = yaml.safe_load(project.spec_path(NAME).read_text())
+    data["model"]["local_dir"] = str(model)
+    project.spec_path(NAME).write_text(yaml.safe_dump(data, sort_keys=False))
+    flip_byte(model / SHARD, 99)  # a new mtime: the cache no longer vouches, so bundle hashes it
+
+    proc = invoke(project, podman, "bundle", "--out", str(tmp_path / "b"))
+
+    assert proc.returncode == 1
+    want = hashlib.sha256(source.files[SHARD]).hexdigest()
+    got = hashlib.sha256((model / SHARD).read_bytes()).hexdigest()
+    assert str(model / SHARD) in proc.stderr and want in proc.stderr and got in proc.stderr, proc.stderr
+    assert "fetch-model --verify" in proc.stderr
+    assert not (tmp_path / "b" / MANIFEST).exists()
+
+
+def test_unbundle_asks_before_replacing_a_different_spec_and_places_nothing_without_consent(
+    source: Source, offline_podman: Podman, tmp_path: Path
+) -> None:
+    project = offline_project(tmp_path)
+    mine = "# my own spec\nname: airgap\n"
+    project.spec_path(NAME).write_text(mine)
+    into = tmp_path / "m"
+    proc = invoke(project, offline_podman, "unbundle", str(source.bundle), "--into", str(into))
+    assert proc.returncode == 1
+    assert "deployments/airgap.yaml" in proc.stderr and "--yes" in proc.stderr, proc.stderr
+    assert project.spec_path(NAME).read_text() == mine
+    assert not into.exists() and images(offline_podman) == []
+    must(invoke(project, offline_podman, "unbundle", str(source.bundle), "--into", str(into), "--yes"))
+    assert (into / BIG).read_bytes() == source.files[BIG]
