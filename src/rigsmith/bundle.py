@@ -570,6 +570,10 @@ def bundle(
         "free space there, or bundle into a directory on the model's filesystem (hard links, no copy)",
     )
     (out / BUNDLE_STATE).mkdir(parents=True, exist_ok=True)
+    stale_small = [m for m, data in small.items() if not _same_bytes(out / m, data)]
+    if todo or not image_fresh or stale_small:
+        # The manifest is written last: while members change, no manifest vouches for a half-made bundle.
+        (out / MANIFEST).unlink(missing_ok=True)
     if copy_bytes:
         echo(
             f"bundle: {out} is on another filesystem than {root}: copying {_gib(copy_bytes)} of model files "
@@ -578,14 +582,13 @@ def bundle(
 
     for member, data in small.items():
         path = out / member
-        sha = hashlib.sha256(data).hexdigest()
-        if path.is_file() and path.read_bytes() == data:
-            report.unchanged += 1
-        else:
+        if member in stale_small:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_one(path, data.decode("utf-8"))
             report.written.append(member)
-        remember(member, path, "sha256", sha)
+        else:
+            report.unchanged += 1
+        remember(member, path, "sha256", hashlib.sha256(data).hexdigest())
     if _drop_stale(out, set(small) | {MODEL_PREFIX + w.repo_path for w in c.wanted} | {IMAGE_MEMBER}, bstate):
         write_one(state_path, dump_state(bstate))
 
@@ -653,6 +656,13 @@ def bundle(
         write_tar(out, manifest, tar, progress=progress)
         report.tar = str(tar)
     return report
+
+
+def _same_bytes(path: Path, data: bytes) -> bool:
+    try:
+        return path.stat().st_size == len(data) and path.read_bytes() == data
+    except FileNotFoundError:
+        return False
 
 
 def _pin_key(pin: ociarchive.ImagePin) -> str:
@@ -850,7 +860,11 @@ def unbundle(
     """
     with _offline():
         bundle_dir = _unpacked(project, path.absolute(), echo, progress, disk_free)
-        return _unbundle_dir(project, bundle_dir, into, yes, confirm, echo, progress, run, disk_free)
+        report = _unbundle_dir(project, bundle_dir, into, yes, confirm, echo, progress, run, disk_free)
+        if bundle_dir != path.absolute():
+            # The model holds hard links to what was unpacked (or copies): the unpacked tree can go.
+            shutil.rmtree(bundle_dir)
+        return report
 
 
 def _unpacked(project: Project, path: Path, echo: Echo, progress: bool | None, disk_free: DiskFree) -> Path:
@@ -874,10 +888,11 @@ def _unpacked(project: Project, path: Path, echo: Echo, progress: bool | None, d
     with tarfile.open(path, "r:") as tf, _progress(progress) as prog:
         task = prog.add_task(f"unpack {path.name}", total=sum(i.size for i in infos))
         for info in tf:
-            if info.isfile() and _have(dest / info.name, info.size):
-                prog.advance(task, info.size)
-                continue
-            tf.extract(info, dest, filter="data")
+            if not (info.isfile() and _have(dest / info.name, info.size)):
+                try:
+                    tf.extract(info, dest, filter="data")
+                except tarfile.TarError as err:  # FilterError: a name leaving the bundle, a link, a device
+                    raise BundleError(f"{path}: refusing member {info.name!r}: {err}") from None
             prog.advance(task, info.size)
     return dest
 
