@@ -3,7 +3,7 @@
 
     python bench/bench_bundle.py [--model-mib 256 | --gib 2] [--image-mib 32] [--repeat 1]
 
-Set-up (not timed): a Hub stand-in serving a model of 4 shards, a local registry, an engine image
+Set-up (not timed): a Hub stand-in serving a model in shards of at most 128 MiB, a local registry, an engine image
 (busybox + ``--image-mib`` of random bytes) pushed there, `invoke pin` and `invoke fetch-model`. Then, each
 a whole command (process start included), median over ``--repeat`` runs, every run from fresh dirs and
 fresh podman storage:
@@ -79,20 +79,21 @@ def _timed(fn: Callable[[int], object], repeat: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model-mib", type=int, default=256, help="model size (4 shards)")
+    ap.add_argument("--model-mib", type=int, default=256, help="model size (4+ shards of at most 128 MiB)")
     ap.add_argument("--gib", type=float, default=None, help="model size in GiB instead (e.g. --gib 2)")
     ap.add_argument("--image-mib", type=int, default=32, help="random bytes added to the engine image")
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
     mib = int(args.gib * 1024) if args.gib else args.model_mib
+    shards = max(4, mib // 128)  # the stand-in generates each shard in one call, at most 128 MiB
     for tool in ("invoke", "podman", "skopeo", "docker-registry", "tar", "sha256sum"):
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is not installed")
     tmp = Path(tempfile.mkdtemp(prefix="bench-bundle-", dir="/var/tmp"))
     pyenv = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     server = subprocess.Popen(
-        [sys.executable, "-m", "tests.models.hubserver", "--repo", REPO, "--shards", "4",
-         "--shard-mib", str(max(1, mib // 4))],
+        [sys.executable, "-m", "tests.models.hubserver", "--repo", REPO, "--shards", str(shards),
+         "--shard-mib", str(max(1, mib // shards))],
         cwd=ROOT, env=pyenv, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
