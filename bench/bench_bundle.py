@@ -4,7 +4,7 @@
     python bench/bench_bundle.py [--model-mib 256 | --gib 2] [--image-mib 32] [--repeat 1]
 
 Set-up (not timed): a Hub stand-in serving a model in shards of at most 128 MiB, a local registry, an engine
-image (busybox + ``--image-mib`` of random bytes) pushed there, `invoke pin` and `invoke fetch-model`. Then, each
+image (busybox + ``--image-mib`` of random bytes) pushed there, `invoke pin`, `invoke fetch-model`. Then, each
 a whole command (process start included), median over ``--repeat`` runs, every run from fresh dirs and
 fresh podman storage:
 
