@@ -24,7 +24,7 @@ from typing import Any
 
 from rigsmith.errors import AdapterError, CommandError, LockError, RigsmithError
 from rigsmith.lock import Lock
-from rigsmith.registry import parse_ref
+from rigsmith.registry import DOCKER_LIST, OCI_INDEX, parse_ref
 from rigsmith.spec import Deployment
 
 Run = Callable[[Sequence[str]], subprocess.CompletedProcess[bytes]]
@@ -74,6 +74,16 @@ def image_pin(spec: Deployment, lock: Lock) -> ImagePin | None:
         if parsed.tag and name.endswith(f":{parsed.tag}"):
             name = name[: -len(parsed.tag) - 1]
         digest = parsed.digest or (lock.images[ref].digest if ref in lock.images else None)
+        locked = lock.images.get(ref)
+        if locked is not None and locked.media_type in (OCI_INDEX, DOCKER_LIST) and not parsed.digest:
+            # podman 4.3 cannot `load` an archive whose index holds an index (seen: "loading tar component
+            # manifest.json: file does not exist"), so a multi-platform digest cannot travel as is.
+            raise LockError(
+                f"deployment {spec.name!r} runs {ref}, which the lock pins to a multi-platform index "
+                f"({locked.digest}); a bundle carries one platform's image",
+                hint=f"pin the platform's manifest: set engine.image to {name}@sha256:… (the linux/amd64 "
+                f"entry of `skopeo inspect --raw docker://{name}@{locked.digest}`), then bundle again",
+            )
         if digest is None:
             raise LockError(
                 f"deployment {spec.name!r} runs {ref}, which rigsmith.lock does not pin by digest",

@@ -208,3 +208,13 @@ def test_check_space_sums_what_lands_on_one_filesystem(tmp_path: Path) -> None:
     check_space({tmp_path / "a": 600}, lambda p: 1000, "x", "h")
     with pytest.raises(PreflightError, match=r"needs 0\.0 MiB, 0\.0 MiB is free; nothing was written"):
         check_space(needs, lambda p: 1000, "x", "h")
+
+
+def test_a_multi_platform_index_pin_is_refused_with_the_way_out() -> None:
+    multi = lock()
+    multi.images["127.0.0.1:5000/vllm:1"] = lockmod.LockedImage(
+        digest=DIGEST, media_type="application/vnd.oci.image.index.v1+json"
+    )
+    with pytest.raises(LockError, match="multi-platform index") as err:
+        ociarchive.image_pin(spec(), multi)
+    assert "skopeo inspect --raw docker://127.0.0.1:5000/vllm@" + DIGEST in str(err.value)
