@@ -25,12 +25,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO)]
 
-from tests.images import services  # noqa: E402
+from tests.support import services  # noqa: E402
 
-from rigsmith import build as buildmod  # noqa: E402
-from rigsmith import engine as enginemod  # noqa: E402
-from rigsmith import registry as registrymod  # noqa: E402
 from rigsmith.project import Project  # noqa: E402
+from rigsmith.resolving import build as buildmod  # noqa: E402
+from rigsmith.resolving import engine as enginemod  # noqa: E402
+from rigsmith.resolving import registry as registrymod  # noqa: E402
 
 #: A build with real work in it: a patch, an extra file, and a step that writes and hashes 64 MiB.
 IMAGE_YAML = """\

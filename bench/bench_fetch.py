@@ -3,7 +3,7 @@
 
     python bench/bench_fetch.py [--shards 4] [--shard-mib 64] [--repeat 3]
 
-Everything talks to a Hub stand-in on 127.0.0.1 (tests/models/hubserver.py) started in its own process.
+Everything talks to a Hub stand-in on 127.0.0.1 (tests/support/hubserver.py) started in its own process.
 Every number is a wall-clock median over ``--repeat`` runs of a whole command (process start included):
 
 - cold download: ``invoke fetch-model`` (pin + download + verify) vs ``curl --parallel`` of the same URLs
@@ -64,7 +64,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-fetch-"))
     pyenv = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     server = subprocess.Popen(
-        [sys.executable, "-m", "tests.models.hubserver", "--repo", REPO, "--shards", str(args.shards),
+        [sys.executable, "-m", "tests.support.hubserver", "--repo", REPO, "--shards", str(args.shards),
          "--shard-mib", str(args.shard_mib)],
         cwd=ROOT, env=pyenv, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

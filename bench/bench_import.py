@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src")]
 
-from rigsmith import recipe, shellwords  # noqa: E402
 from rigsmith.errors import RigsmithError  # noqa: E402
+from rigsmith.importing import recipe, shellwords  # noqa: E402
 
 
 def _best(fn: Callable[[], object], rounds: int = 7, inner: int = 20) -> float:
@@ -34,7 +34,7 @@ def _best(fn: Callable[[], object], rounds: int = 7, inner: int = 20) -> float:
 
 def main() -> None:
     cases = json.loads(
-        (ROOT / "tests" / "recipes" / "data" / "vllm-commands.json").read_text(encoding="utf-8")
+        (ROOT / "tests" / "importing" / "data" / "vllm-commands.json").read_text(encoding="utf-8")
     )
     shell = [c["raw"] for c in cases if c["kind"] != "compose"]
     seed = next((ROOT / "examples" / "recipes").glob("*.json")).read_text(encoding="utf-8")

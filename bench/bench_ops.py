@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src")]
 
-from rigsmith.ops import bench  # noqa: E402
+from rigsmith.operating import bench  # noqa: E402
 
 CLIENT_CORE, SERVER_CORE = 0, 1
 TARGET_TPS = 5000.0
@@ -39,7 +39,7 @@ def start_server(rate: float, ttft: float) -> tuple[subprocess.Popen[bytes], str
     argv = [
         sys.executable,
         "-m",
-        "rigsmith.ops.standin",
+        "rigsmith.operating.standin",
         "--port",
         str(port),
         "--rate",

@@ -12,10 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.conftest import make_seed_project
+from tests.support.common import make_seed_project
 
-from rigsmith import deploy
 from rigsmith.project import TARGETS, Project
+from rigsmith.rendering import deploy
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = ("flash-next-int4-3x3090", "flash-next-merlin-4x3090")

@@ -4,11 +4,14 @@ Each area lives in its own module; this collection puts their tasks at the top l
 names are flat (`invoke deploy`, `invoke fetch-model`, …).
 """
 
-from invoke import Collection
+from invoke.collection import Collection
 
 from tasks import bundle, deploy, images, models, ops, recipes
 
 ns = Collection()
 for _module in (recipes, deploy, models, images, ops, bundle):
     for _task in Collection.from_module(_module).tasks.values():
+        # Invoke would give each flag its first free letter (`wait -i` = --timeout, `deploy -e` =
+        # --pve-version): long flags only, so no letter means something surprising.
+        _task.auto_shortflags = False
         ns.add_task(_task)

@@ -3,31 +3,75 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from invoke import Exit
+from invoke.context import Context
+from invoke.exceptions import Exit
 
 from rigsmith.errors import RigsmithError
 from rigsmith.project import Project, find_root
+
+#: The end of every --deployment help line.
+DEFAULT_DEP = " (default: RIGSMITH_DEPLOYMENT, invoke.yaml's rigsmith.deployment, or the only one)"
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def project() -> Project:
-    """The checkout the command runs in (RIGSMITH_ROOT overrides, for tests and scripts)."""
-    import os
-
+def project(c: Context | None = None) -> Project:
+    """The checkout the command runs in (RIGSMITH_ROOT overrides, for tests and scripts), with its default
+    deployment: RIGSMITH_DEPLOYMENT, else Invoke's config value ``rigsmith.deployment`` (invoke.yaml)."""
     env = os.environ.get("RIGSMITH_ROOT")
-    return Project(Path(env).resolve() if env else find_root())
+    root = Path(env).resolve() if env else find_root()
+    named = os.environ.get("RIGSMITH_DEPLOYMENT", "").strip()
+    if named:
+        return Project(root, named, "RIGSMITH_DEPLOYMENT")
+    # Invoke loaded invoke.yaml from the checkout holding tasks/; another RIGSMITH_ROOT has its own.
+    value = _invoke_yaml(root) if env else _config_value(c)
+    return Project(root, value, f"rigsmith.deployment in {root / 'invoke.yaml'}" if value else None)
+
+
+def _config_value(c: Context | None) -> str | None:
+    if c is None:
+        return None
+    section = c.config.get("rigsmith") or {}
+    value = section.get("deployment") if hasattr(section, "get") else None
+    return str(value) if value else None
+
+
+def _invoke_yaml(root: Path) -> str | None:
+    import yaml
+
+    try:
+        data = yaml.safe_load((root / "invoke.yaml").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, yaml.YAMLError) as err:
+        raise RigsmithError(
+            f"cannot read {root / 'invoke.yaml'}: {err}", hint="fix or remove the file"
+        ) from None
+    section = data.get("rigsmith") if isinstance(data, dict) else None
+    value = section.get("deployment") if isinstance(section, dict) else None
+    return str(value) if value else None
+
+
+def interactive() -> bool:
+    """True when stdin is a terminal; False for a pipe, /dev/null and a closed stdin (``<&-``: Python's
+    sys.stdin is None then)."""
+    stdin = sys.stdin
+    try:
+        return stdin is not None and stdin.isatty()
+    except (ValueError, OSError):  # closed or detached stream
+        return False
 
 
 def confirm() -> Callable[[str], bool] | None:
     """A y/N prompt when stdin is a terminal, else None (the writer then refuses to change files)."""
-    if not sys.stdin.isatty():
+    if not interactive():
         return None
 
     def ask(question: str) -> bool:

@@ -7,14 +7,17 @@ task module for every command.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from invoke import Exit, task
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
-from tasks._common import confirm, echo, project, user_errors
+from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 
 
-def _memlock(value: str | None) -> int | str | None:
+def _memlock(value: str | None) -> Literal["unlimited", "host"] | int | None:
     if value is None:
         return None
     if value in ("unlimited", "-1", "host"):
@@ -47,7 +50,7 @@ def _vmid(value: str | None, lxc_config: str | None) -> int:
 @task(
     help={
         "target": "podman | quadlet | compose | lxc | kube",
-        "deployment": "deployments/NAME.yaml to render (optional when there is only one)",
+        "deployment": "deployments/NAME.yaml to render" + DEFAULT_DEP,
         "image": "container image reference, overriding the spec and the lock",
         "out": "write under DIR/<target>/… instead of the checkout",
         "yes": "change existing files without asking",
@@ -67,31 +70,31 @@ def _vmid(value: str | None, lxc_config: str | None) -> int:
 )
 @user_errors
 def deploy(
-    c,
-    target,
-    deployment=None,
-    image=None,
-    out=None,
-    yes=False,
-    check=False,
-    memlock=None,
-    podman_version=None,
-    vmid=None,
-    pve_version="8.2",
-    lxc_config=None,
-    uvm_major=None,
-    ours=False,
-    theirs=False,
-    replace_gpu_passthrough=False,
-):
+    c: Context,
+    target: str,
+    deployment: str | None = None,
+    image: str | None = None,
+    out: str | None = None,
+    yes: bool = False,
+    check: bool = False,
+    memlock: str | None = None,
+    podman_version: str | None = None,
+    vmid: str | None = None,
+    pve_version: str = "8.2",
+    lxc_config: str | None = None,
+    uvm_major: str | None = None,
+    ours: bool = False,
+    theirs: bool = False,
+    replace_gpu_passthrough: bool = False,
+) -> None:
     """Render run artifacts for one target from the spec and the lock."""
     if ours and theirs:
         raise Exit("error: --ours and --theirs exclude each other; pick one", code=1)
-    from rigsmith import deploy as deploymod
-    from rigsmith.targets import LxcOptions
+    from rigsmith.rendering import deploy as deploymod
+    from rigsmith.rendering.targets import LxcOptions
 
     deploymod.deploy(
-        project(),
+        project(c),
         target,
         deployment=deployment,
         image=image,
@@ -100,7 +103,7 @@ def deploy(
         check=check,
         confirm=confirm(),
         echo=echo,
-        memlock=_memlock(memlock),  # type: ignore[arg-type]
+        memlock=_memlock(memlock),
         podman_version=podman_version,
         lxc=LxcOptions(
             vmid=_vmid(vmid, lxc_config),
@@ -115,34 +118,37 @@ def deploy(
 
 @task(
     help={
-        "deployment": "deployments/NAME.yaml the container runs (optional when there is only one)",
+        "deployment": "deployments/NAME.yaml the container runs" + DEFAULT_DEP,
         "container": "container name, when it differs from the deployment name",
         "memlock": "the --memlock the artifacts were rendered with, if any",
     }
 )
 @user_errors
-def check_container(c, deployment=None, container=None, memlock=None):
+def check_container(
+    c: Context, deployment: str | None = None, container: str | None = None, memlock: str | None = None
+) -> None:
     """Fail loudly unless the running container got its CDI devices, shm and stop timeout."""
-    from rigsmith import deploy as deploymod
+    from rigsmith.operating import verify
 
-    deploymod.check_container(
-        project(),
+    verify.check_deployment(
+        project(c),
         deployment=deployment,
         container=container,
-        memlock=_memlock(memlock),  # type: ignore[arg-type]
+        memlock=_memlock(memlock),
     )
     echo("ok: devices, shm and stop timeout are as the deployment asks")
 
 
 @task(help={"check": "write nothing; fail if the committed schema is stale"})
 @user_errors
-def schema(c, check=False):
+def schema(c: Context, check: bool = False) -> None:
     """Write schema/{deployment,image}.schema.json (JSON Schemas of the spec files, for editors)."""
     import json
 
-    from rigsmith import image, spec, writer
+    from rigsmith import spec, writer
+    from rigsmith.resolving import image
 
-    root = project().root
+    root = project(c).root
     schemas = {"deployment": spec.json_schema(), "image": image.schema()}
     writer.write(
         [

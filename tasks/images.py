@@ -13,15 +13,15 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
-from rigsmith.modelfetch import pin_model
+from rigsmith.resolving.modelfetch import pin_model
 from tasks._common import echo, project, user_errors
 
 if TYPE_CHECKING:
-    from rigsmith.registry import Registry
+    from rigsmith.resolving.registry import Registry
 
 
 def _registry() -> Registry:
-    from rigsmith import registry as registrymod
+    from rigsmith.resolving import registry as registrymod
 
     return registrymod.Registry(registrymod.load_docker_config())
 
@@ -35,9 +35,9 @@ def _registry() -> Registry:
 @user_errors
 def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
     """Resolve image tags (and model branches) to digests/commits in rigsmith.lock."""
-    from rigsmith import build as buildmod
+    from rigsmith.resolving import build as buildmod
 
-    proj = project()
+    proj = project(c)
     reg = _registry()
     try:
         buildmod.pin_images(proj, reg, deployment=deployment, echo=echo)
@@ -50,7 +50,8 @@ def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
 
 @task(
     help={
-        "deployment": "build the image this deployment's engine.build names",
+        "deployment": "build the image this deployment's engine.build names (default: every image a "
+        "deployment builds)",
         "image": "images/NAME to build (instead of --deployment)",
         "engine": "podman | docker (default: DOCKER_HOST, CONTAINER_HOST, then the podman/docker sockets)",
         "push": "registry to push to, e.g. 127.0.0.1:5000; the lock then holds REGISTRY/NAME@sha256:…",
@@ -65,19 +66,20 @@ def build(
     push: str | None = None,
 ) -> None:
     """Render the Dockerfile, build it, record image ID (and pushed digest) in rigsmith.lock."""
-    from rigsmith import build as buildmod
-    from rigsmith import engine as enginemod
+    from rigsmith.resolving import build as buildmod
+    from rigsmith.resolving import engine as enginemod
 
     if engine is not None and engine not in enginemod.ENGINES:
         raise RigsmithError(f"--engine {engine!r} is not supported", hint="use --engine podman or docker")
-    proj = project()
-    buildmod.prepare(proj, buildmod.image_name(proj, image=image, deployment=deployment))
+    proj = project(c)
+    names = buildmod.images_to_build(proj, image=image, deployment=deployment)
+    for name in names:  # every definition renders (files, base pin) before any engine is touched
+        buildmod.prepare(proj, name)
     eng = enginemod.connect(engine, os.environ)
     reg = _registry()
     try:
-        buildmod.build_image(
-            proj, eng, image=image, deployment=deployment, push=push, resolver=reg, echo=echo
-        )
+        for name in names:
+            buildmod.build_image(proj, eng, image=name, push=push, resolver=reg, echo=echo)
     finally:
         reg.close()
         eng.close()

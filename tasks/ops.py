@@ -1,6 +1,6 @@
-"""Operations: doctor, up, down, status, logs, wait, bench, proxy-entry. Wiring only (see rigsmith.ops).
+"""Operations: doctor, up, down, status, logs, wait, bench, proxy-entry. Wiring only (see rigsmith.operating).
 
-rigsmith.ops (httpx, jinja2) loads inside the tasks: invoke imports every task module for every command.
+rigsmith.operating (httpx, jinja2) loads inside the tasks: invoke imports every task module for every command.
 """
 
 from __future__ import annotations
@@ -10,26 +10,28 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from invoke import Exit, task
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
 from rigsmith.project import TARGETS
-from tasks._common import confirm, echo, project, user_errors
+from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 from tasks.deploy import _memlock
 
 if TYPE_CHECKING:
-    from rigsmith.ops.lifecycle import Ops
+    from rigsmith.operating.lifecycle import Ops
 
-_DEP = "deployments/NAME.yaml to act on (optional when there is only one)"
+_DEP = "deployments/NAME.yaml to act on" + DEFAULT_DEP
 _TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
 _OUT = "where the target's artifacts live: DIR/<target>/… (default: the checkout)"
 
 
-def _ops(target: str, out: str | None) -> Ops:
-    from rigsmith.ops import lifecycle
+def _ops(c: Context, target: str, out: str | None) -> Ops:
+    from rigsmith.operating import lifecycle
 
     return lifecycle.Ops(
-        project(), target=target, out=Path(out) if out else None, env=dict(os.environ), echo=echo
+        project(c), target=target, out=Path(out) if out else None, env=dict(os.environ), echo=echo
     )
 
 
@@ -47,21 +49,25 @@ def _seconds(flag: str, value: object) -> float:
         raise RigsmithError(f"{flag} {value!r} is not a number of seconds", hint=f"e.g. {flag} 900") from None
 
 
-@task(help={"deployment": _DEP, "target": _TARGET})
+@task(
+    help={
+        "deployment": _DEP,
+        "target": "podman | quadlet | compose | lxc | kube: the artifacts whose needs are checked",
+        "verify": "hash every model file against rigsmith.lock (default: sizes + fetch-model's cache)",
+    }
+)
 @user_errors
-def doctor(c, deployment=None, target="podman"):
+def doctor(c: Context, deployment: str | None = None, target: str = "podman", verify: bool = False) -> None:
     """Preflight: one go/no-go table of this host against the deployment's needs."""
     from rich.console import Console
 
-    from rigsmith.ops import doctor as doctormod
-    from rigsmith.ops.host import LocalHost, gather
+    from rigsmith.operating import doctor as doctormod
+    from rigsmith.operating.host import LocalHost
 
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
-    p = project()
-    spec = p.load(deployment)
-    checks = doctormod.evaluate(spec, gather(LocalHost(), model_dir=spec.model.local_dir), target)
-    Console().print(doctormod.table(checks, f"doctor: {spec.name} ({target})"))
+    name, checks = doctormod.diagnose(project(c), deployment, target=target, host=LocalHost(), verify=verify)
+    Console().print(doctormod.table(checks, f"doctor: {name} ({target})"))
     bad = [ch.name for ch in checks if ch.verdict == "no-go"]
     if bad:
         raise Exit(
@@ -79,41 +85,53 @@ def doctor(c, deployment=None, target="podman"):
         "out": _OUT,
         "yes": "change existing generated files without asking",
         "dry_run": "print what would change and be started; do nothing",
+        "ignore_drift": "start even when the model dir or the image differ from rigsmith.lock",
     }
 )
 @user_errors
-def up(c, deployment=None, target="podman", image=None, memlock=None, out=None, yes=False, dry_run=False):
+def up(
+    c: Context,
+    deployment: str | None = None,
+    target: str = "podman",
+    image: str | None = None,
+    memlock: str | None = None,
+    out: str | None = None,
+    yes: bool = False,
+    dry_run: bool = False,
+    ignore_drift: bool = False,
+) -> None:
     """Start the deployment (render-check, start if needed, verify devices and env arrived)."""
-    from rigsmith.ops import lifecycle
+    from rigsmith.operating import lifecycle
 
     lifecycle.up(
-        _ops(target, out),
+        _ops(c, target, out),
         deployment=deployment,
         image=image,
-        memlock=_memlock(memlock),  # type: ignore[arg-type]
+        memlock=_memlock(memlock),
         yes=yes,
         confirm=confirm(),
         dry_run=dry_run,
+        ignore_drift=ignore_drift,
     )
 
 
 @task(help={"deployment": _DEP, "target": _TARGET, "out": _OUT})
 @user_errors
-def down(c, deployment=None, target="podman", out=None):
+def down(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Stop the deployment with its grace, then confirm no process of it holds a GPU."""
-    from rigsmith.ops import lifecycle
+    from rigsmith.operating import lifecycle
 
-    lifecycle.down(_ops(target, out), deployment=deployment)
+    lifecycle.down(_ops(c, target, out), deployment=deployment)
 
 
 @task(help={"deployment": _DEP, "target": _TARGET, "out": _OUT})
 @user_errors
-def status(c, deployment=None, target="podman", out=None):
+def status(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Show the deployment's container state, whether it runs the current spec, and /health."""
-    from rigsmith.ops import lifecycle
-    from rigsmith.ops import wait as waitmod
+    from rigsmith.operating import lifecycle
+    from rigsmith.operating import wait as waitmod
 
-    st = lifecycle.status(_ops(target, out), deployment=deployment, health=waitmod.http_health_url)
+    st = lifecycle.status(_ops(c, target, out), deployment=deployment, health=waitmod.http_health_url)
     spec = {
         True: "current spec",
         False: "STALE spec (run `invoke down` then `invoke up`)",
@@ -139,12 +157,19 @@ def status(c, deployment=None, target="podman", out=None):
     }
 )
 @user_errors
-def logs(c, deployment=None, target="podman", out=None, follow=False, tail=None):
+def logs(
+    c: Context,
+    deployment: str | None = None,
+    target: str = "podman",
+    out: str | None = None,
+    follow: bool = False,
+    tail: str | None = None,
+) -> None:
     """Show the deployment's engine log (podman logs / journalctl)."""
-    from rigsmith.ops import lifecycle
+    from rigsmith.operating import lifecycle
 
     argv = lifecycle.logs_argv(
-        _ops(target, out),
+        _ops(c, target, out),
         deployment=deployment,
         follow=follow,
         tail=_int("--tail", tail) if tail is not None else None,
@@ -170,13 +195,21 @@ def logs(c, deployment=None, target="podman", out=None, follow=False, tail=None)
     }
 )
 @user_errors
-def wait(c, deployment=None, target="podman", out=None, timeout=None, log_file=None, url=None):
+def wait(
+    c: Context,
+    deployment: str | None = None,
+    target: str = "podman",
+    out: str | None = None,
+    timeout: str | None = None,
+    log_file: str | None = None,
+    url: str | None = None,
+) -> None:
     """Wait until the recipe's readiness gates pass (log lines, KV-cache size, /health)."""
-    from rigsmith.ops import bench as benchmod
-    from rigsmith.ops import lifecycle
-    from rigsmith.ops import wait as waitmod
+    from rigsmith.operating import bench as benchmod
+    from rigsmith.operating import lifecycle
+    from rigsmith.operating import wait as waitmod
 
-    ops = _ops(target, out)
+    ops = _ops(c, target, out)
     spec = ops.project.load(deployment)
     if log_file:
         follower = waitmod.LogFollower(path=Path(log_file))
@@ -207,22 +240,22 @@ def wait(c, deployment=None, target="podman", out=None, timeout=None, log_file=N
 )
 @user_errors
 def bench(
-    c,
-    deployment=None,
-    url=None,
-    model=None,
-    streams="",
-    max_tokens=None,
-    prompt_words=None,
-    chat=False,
-    compare=False,
-):
+    c: Context,
+    deployment: str | None = None,
+    url: str | None = None,
+    model: str | None = None,
+    streams: str = "",
+    max_tokens: str | None = None,
+    prompt_words: str | None = None,
+    chat: bool = False,
+    compare: bool = False,
+) -> None:
     """Measure decode tok/s (1 and N streams), TTFT and prefill; append results keyed by the lock hash."""
-    from rigsmith.ops import bench as benchmod
+    from rigsmith.operating import bench as benchmod
 
     counts = [_int("--streams", s) for s in str(streams).split(",") if s.strip()]
     benchmod.bench_deployment(
-        project(),
+        project(c),
         deployment,
         url=url,
         model=model,
@@ -244,12 +277,14 @@ def bench(
     }
 )
 @user_errors
-def proxy_entry(c, deployment=None, target="podman", write=False, yes=False):
+def proxy_entry(
+    c: Context, deployment: str | None = None, target: str = "podman", write: bool = False, yes: bool = False
+) -> None:
     """Emit a llama-swap model entry and the proxy family record for the deployment."""
     from rigsmith import writer
-    from rigsmith.ops import proxy
+    from rigsmith.operating import proxy
 
-    p = project()
+    p = project(c)
     spec = p.load(deployment)
     if write:
         writer.write(

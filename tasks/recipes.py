@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from invoke import Exit, task
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
 
-from rigsmith import importer
+from rigsmith.importing import importer
 from tasks._common import confirm, echo, project, user_errors
 
 
@@ -20,12 +22,21 @@ from tasks._common import confirm, echo, project, user_errors
     }
 )
 @user_errors
-def import_recipe(c, source, name=None, image=None, yes=False, dry_run=False, ours=False, theirs=False):
+def import_recipe(
+    c: Context,
+    source: str,
+    name: str | None = None,
+    image: str | None = None,
+    yes: bool = False,
+    dry_run: bool = False,
+    ours: bool = False,
+    theirs: bool = False,
+) -> None:
     """Import a published vLLM recipe into deployments/NAME.yaml (a re-import merges into your edits)."""
     if ours and theirs:
         raise Exit("error: --ours and --theirs exclude each other; pick one", code=1)
     importer.import_recipe(
-        project(),
+        project(c),
         source,
         name=name,
         image=image,

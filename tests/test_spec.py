@@ -10,7 +10,7 @@ import yaml
 
 from rigsmith import spec as specmod
 from rigsmith.errors import SpecError
-from tests.conftest import REPO
+from tests.support.common import REPO
 
 SEEDS = sorted((REPO / "deployments").glob("*.yaml"))
 

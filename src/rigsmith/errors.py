@@ -48,6 +48,10 @@ class PreflightError(RigsmithError):
     """A host check failed before any side effect."""
 
 
+class LockDriftError(PreflightError):
+    """The model dir or the local image differs from what ``rigsmith.lock`` pins."""
+
+
 class AdapterError(RigsmithError):
     """An external system (engine, registry, Hub, HTTP, subprocess) failed."""
 

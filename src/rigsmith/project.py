@@ -11,11 +11,21 @@ from rigsmith.errors import RigsmithError
 TARGETS = ("podman", "quadlet", "compose", "lxc", "kube")
 
 
+#: Where a default deployment may be named, as the error for an ambiguous bare command lists them.
+DEFAULT_HOW = (
+    "set a default: `rigsmith: {deployment: NAME}` in invoke.yaml at the checkout's root, "
+    "or RIGSMITH_DEPLOYMENT=NAME in the environment"
+)
+
+
 @dataclass(frozen=True)
 class Project:
-    """Paths of one rigsmith checkout."""
+    """Paths of one rigsmith checkout, and the deployment bare commands act on (``default``, named in
+    ``default_source``) when there are several."""
 
     root: Path
+    default: str | None = None
+    default_source: str | None = None
 
     @property
     def deployments(self) -> Path:
@@ -40,8 +50,16 @@ class Project:
         return sorted(p.stem for p in self.deployments.glob("*.yaml"))
 
     def resolve_name(self, name: str | None) -> str:
-        """The deployment a task acts on: the one named, or the only one there is."""
+        """The deployment a task acts on: the one named, else the default, else the only one there is."""
         names = self.deployment_names()
+        if not name and self.default:
+            if self.default not in names:
+                raise RigsmithError(
+                    f"{self.default_source or 'the default deployment'} names {self.default!r}, which is not "
+                    f"in {self.deployments}",
+                    hint=f"known: {', '.join(names) or 'none'}; fix the default or pass --deployment NAME",
+                )
+            return self.default
         if name:
             if name not in names:
                 raise RigsmithError(
@@ -52,9 +70,14 @@ class Project:
             return name
         if len(names) == 1:
             return names[0]
+        if not names:
+            raise RigsmithError(
+                f"no deployment in {self.deployments}",
+                hint="import one with `invoke import-recipe SOURCE`",
+            )
         raise RigsmithError(
-            f"{len(names)} deployments in {self.deployments}; say which one",
-            hint=f"pass --deployment NAME (one of: {', '.join(names) or 'none yet'})",
+            f"{len(names)} deployments in {self.deployments} and no default; say which one",
+            hint=f"pass --deployment NAME (one of: {', '.join(names)}), or {DEFAULT_HOW}",
         )
 
     def load(self, name: str | None) -> specmod.Deployment:

@@ -22,13 +22,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rigsmith import lock as lockmod
 from rigsmith import spec as specmod
-from rigsmith.ops.standin import Standin, StandinConfig
-from tests.conftest import FAKE_VENDOR, REPO, Podman
-from tests.models.conftest import tiny_files
-from tests.models.hubserver import HubServer
-from tests.ops.conftest import OPS_IMAGE, free_port
+from rigsmith.operating.standin import Standin, StandinConfig
+from rigsmith.resolving import lock as lockmod
+from tests.support.common import FAKE_VENDOR, REPO
+from tests.support.hubserver import HubServer
+from tests.support.models import tiny_files
+from tests.support.ops import OPS_IMAGE, free_port
+from tests.support.podman import Podman
 
 RECIPE = "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
 HUB_REPO = "halt95/Qwen3.8-Flash-Next-W4A16-Merlin"
@@ -121,9 +122,29 @@ def test_seed_003_from_recipe_url_to_a_qualified_deployment_and_back(
     assert cfg["text_config"] == {"hidden_size": 64, "ple_embedding_dtype": "float8_e4m3fn"}
     assert lockmod.read(root / "rigsmith.lock").models["merlin"].patches[0].file == "config.json"
 
-    # 5. render, start, verify, wait on the recipe's gates, qualify, stop
+    # 5. render; doctor: everything the artifacts need from this host is GO (no GPUs or memlock here)
     dep = _cli(root, env, "deploy", "--target", "podman", "--memlock", "host")
     assert dep.returncode == 0, dep.stderr
+    doc = _cli(root, {**env, "COLUMNS": "400"}, "doctor", "--verify")
+    rows = {
+        cells[0]: cells[1]
+        for line in doc.stdout.splitlines()
+        if len(cells := [c.strip() for c in line.strip("│ ").split("│")]) > 2 and cells[0]
+    }
+    for row in (
+        "CDI devices",
+        "shm",
+        "podman",
+        "init binary",
+        "OCI runtime",
+        "conmon",
+        "image",
+        "model files",
+    ):
+        assert rows.get(row) == "go", f"{row}: {rows.get(row)}\n{doc.stdout}"
+    assert rows["GPUs"] == "no-go" and doc.returncode == 1  # no NVIDIA driver on this machine
+
+    # 6. start, verify, wait on the recipe's gates, qualify, stop
     try:
         up = _cli(root, env, "up", "--memlock", "host")
         assert up.returncode == 0, up.stderr

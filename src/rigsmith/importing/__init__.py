@@ -1,0 +1,1 @@
+"""Importing: a published recipe (JSON, command text, compose) → deployments/NAME.yaml."""

@@ -1,0 +1,1504 @@
+"""Recipe import, the pure part: recipe text → :class:`rigsmith.spec.Deployment`.
+
+Three formats (``parse`` picks one): (a) the recipe JSON (``title``/``command``/``env``/``notes``),
+(b) raw command text — ``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``, ``docker run`` /
+``podman run`` — with continuations, comments, ``VAR=value`` prefixes and ``export`` lines, (c) a compose
+file holding one vLLM service. The argv is kept exactly as a POSIX shell parses it (see
+:mod:`rigsmith.shellwords`); whatever a shell would read differently from what the author meant is
+refused with a reason that names the line or field. Facts the notes state in prose (Hub repo, size,
+GPUs, shm, memlock, stop grace, readiness, config patches) are read with the regex table
+``NOTE_FACTS``; the notes themselves are kept verbatim.
+
+Decisions (each is a corpus case in tests/recipes/corpus_expected.yaml):
+
+- A comment that ends in ``\\``, a ``\\`` followed by a space, two commands, shell control flow, shell
+  operators (``;``, ``&``, ``|``, ``&&``) and a missing space that glues two words: refused.
+- Blank lines after a ``\\`` (a web-paste artifact): accepted, joined, and said so in ``notes``.
+- ``$VAR``, ``$(…)`` and backticks are never expanded; they are kept literally and listed in ``notes``.
+  ``-e NAME=$NAME`` / ``NAME=$NAME`` is a pass-through from the host environment.
+- ``<name>`` tokens are placeholders: kept in the value, listed in ``placeholders`` with no value, so
+  ``deploy`` refuses until the user fills each one.
+- The model is a Hub repo (``owner/name``), a path the notes tie to one (``hf download REPO --local-dir
+  DIR``), or a local checkpoint: ``model.repo: null``, ``model.local_dir`` the path, never downloaded.
+  An absolute or ``~/`` path is that directory; ``./x`` and a bare name that is not ``owner/name``
+  (``Qwen2.5-VL-32B-Instruct``) are a directory relative to where the recipe ran, because vLLM opens a
+  local directory of that name before it asks the Hub — imported as ``./NAME`` with a note, and
+  ``deploy``/``fetch-model`` refuse it until the user writes the absolute path. In a ``docker run`` /
+  compose recipe the path is inside the container: the bind mount that holds it gives the host directory
+  (``$(pwd)``/``$PWD`` as ``.``); no such mount, or a mount whose host side is ``$VAR``, is refused.
+  ``...``, ``<placeholder>``, ``/path/to/…`` documentation paths, ``~user/…`` and ``$VAR`` are refused.
+- Compose ``${VAR:-default}`` interpolation is refused (rigsmith would have to guess the value); ``$$``
+  is compose's escape for a literal ``$``.
+- GPUs: explicit device ids win, then a count in the notes, then tensor × pipeline × data parallel
+  sizes; CDI names ``nvidia.com/gpu=0..N-1`` (``amd.com/gpu`` when the env is ROCm's). ``--gpus all`` and
+  ``VENDOR=all`` are pinned to ``VENDOR=0..N-1`` so every target carries the same explicit devices.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from rigsmith import spec as specmod
+from rigsmith.errors import RecipeError
+from rigsmith.importing import shellwords
+from rigsmith.rendering.plan import SECRET_FLAGS
+
+# -- knowledge tables ---------------------------------------------------------------------------------
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+#: vLLM flags whose value is JSON (argparse ``type=json.loads``-like); a bad value is refused.
+JSON_FLAGS = frozenset(
+    {
+        "--speculative-config",
+        "--compilation-config",
+        "--hf-overrides",
+        "--kv-transfer-config",
+        "--kv-events-config",
+        "--limit-mm-per-prompt",
+        "--mm-processor-kwargs",
+        "--override-generation-config",
+        "--default-chat-template-kwargs",
+        "--rope-scaling",
+        "--override-pooler-config",
+        "--additional-config",
+        "--structured-outputs-config",
+        "--model-loader-extra-config",
+        "--media-io-kwargs",
+    }
+)
+
+#: Canonical vLLM flag → its short aliases. Underscore spellings and (for ``*parallel*`` flags)
+#: argparse prefix abbreviations resolve to the canonical name too.
+FLAG_ALIASES: Mapping[str, tuple[str, ...]] = {
+    "--model": (),
+    "--revision": (),
+    "--host": (),
+    "--port": (),
+    "--tensor-parallel-size": ("-tp",),
+    "--pipeline-parallel-size": ("-pp",),
+    "--data-parallel-size": ("-dp",),
+    "--data-parallel-size-local": ("-dpl",),
+}
+
+#: ``docker run`` / ``podman run`` options that take a value (so the image is found correctly).
+DOCKER_VALUE_OPTS = _words(
+    """
+    --gpus --device -p --publish -v --volume -e --env --env-file --name --ipc --shm-size --ulimit
+    --runtime --restart --network --net -w --workdir --entrypoint --mount --security-opt --cap-add
+    --cap-drop -u --user -l --label --hostname --platform --pull -m --memory --cpus --pid --log-opt
+    --log-driver --add-host --group-add --stop-timeout --stop-signal --health-cmd --tmpfs --cgroupns
+    --userns --uts
+    """
+)
+DOCKER_BOOL_OPTS = _words(
+    """
+    -d --detach --rm -i --interactive -t --tty -it -ti -dit --privileged --init --read-only
+    """
+)
+#: Options rigsmith decides per target; importing drops them and says so.
+DOCKER_DROPPED = _words(
+    """
+    --name --restart --rm -d --detach -i -t -it -ti -dit --interactive --tty --runtime --network
+    --net -p --publish --privileged --init --pull --platform --log-opt --log-driver --hostname
+    """
+)
+
+#: Launchers: executable basename → (executable inside the container, subcommand it needs).
+LAUNCHERS: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    "vllm": ("vllm", ("serve",)),
+    "python": ("python3", ("-m", "vllm.entrypoints.openai.api_server")),
+    "python3": ("python3", ("-m", "vllm.entrypoints.openai.api_server")),
+}
+_PYTHON_RE = re.compile(r"^python3?(\.\d+)?$")
+
+#: The vLLM images' entrypoint (vllm/vllm-openai runs ``vllm serve`` with the container command as args).
+IMAGE_ENTRYPOINT = ("vllm", ("serve",))
+
+SHELL_KEYWORDS = _words(
+    """
+    if then else elif fi for while until do done case esac function select { }
+    """
+)
+
+#: GPU name → (VRAM GiB per card, CUDA arch).
+GPUS: Mapping[str, tuple[float, str]] = {
+    "RTX 3090": (24.0, "sm_86"),
+    "RTX 3090 Ti": (24.0, "sm_86"),
+    "RTX 4090": (24.0, "sm_89"),
+    "RTX 5090": (32.0, "sm_120"),
+    "RTX 5060 Ti": (16.0, "sm_120"),
+    "RTX 5070 Ti": (16.0, "sm_120"),
+    "RTX A6000": (48.0, "sm_86"),
+    "H100": (80.0, "sm_90"),
+    "H200": (141.0, "sm_90"),
+}
+
+#: Env names that mark the vendor of the GPUs (CDI vendor/class).
+GPU_VENDOR_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^(HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|VLLM_ROCM_\w+|MIOPEN_\w+)$"), "amd.com/gpu"),
+)
+DEFAULT_GPU_VENDOR = "nvidia.com/gpu"
+
+#: Whole ``_``-separated words, so HF_TOKEN is a secret and TOKENIZERS_PARALLELISM is not.
+_SECRET_NAME_RE = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY)(_|$)", re.IGNORECASE)
+_ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SELF_REF_RE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SERVICES_RE = re.compile(r"^services:[ \t]*(#.*)?$", re.MULTILINE)
+_COMPOSE_VAR_RE = re.compile(r"(?<!\$)\$(\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*)")
+
+#: Facts the recipe notes state in prose: (fact, pattern). The named groups are read by ``_note_facts``.
+NOTE_FACTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "download",
+        re.compile(
+            r"(?:hf|huggingface-cli) download (?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)"
+            r"(?: --revision (?P<rev>\S+))? --local-dir (?P<dir>[^\s,;)]+)"
+            r"(?: \((?P<size>\d+(?:\.\d+)?) ?(?P<unit>[KMGT]i?B)\))?"
+        ),
+    ),
+    (
+        "gpus",
+        re.compile(
+            r"(?P<count>\d+)\s*[x×]\s*(?P<model>RTX (?:PRO )?A?\d{4}(?: Ti)?|[AHBL]\d{2,3}|MI\d{3}X?)"
+            r"(?:\s*\((?P<arch>sm_\d+)\))?"
+        ),
+    ),
+    ("p2p", re.compile(r"\bP2P (?P<p2p>required|recommended)", re.IGNORECASE)),
+    ("no_nvlink", re.compile(r"\bno NVLink\b", re.IGNORECASE)),
+    ("host_ram", re.compile(r"(?P<gb>\d+(?:\.\d+)?) ?GB host RAM")),
+    ("disk", re.compile(r"~?(?P<gb>\d+(?:\.\d+)?) ?GB disk")),
+    ("shm", re.compile(r"\bshm_size (?P<size>\d+(?:\.\d+)?[kmgtKMGT]?)\b")),
+    ("memlock", re.compile(r"\bmemlock (?P<memlock>-1|unlimited|\d+)")),
+    ("stop_grace", re.compile(r"\bstop_grace_period (?P<seconds>\d+)s\b")),
+    ("ready", re.compile(r"ready when the log shows (?P<lines>'[^']+'(?:(?:,\s*|,?\s+and\s+)'[^']+')*)")),
+    ("kv_tokens", re.compile(r"GPU KV cache size: (?P<tokens>\d[\d,]*) tokens")),
+    ("startup", re.compile(r"Startup ~?(?P<lo>\d+)(?:-(?P<hi>\d+))? min\w* first boot", re.IGNORECASE)),
+    ("warm", re.compile(r"first boot[^,]*, ~?(?P<lo>\d+)(?:-(?P<hi>\d+))? min\w* after")),
+    (
+        "patch",
+        re.compile(
+            r"(?P<key>[A-Za-z_]\w*): (?P<value>[^\s,;]+) inside (?P<parent>[A-Za-z_][\w.]*)"
+            r"(?: \((?P<note>[^)]*)\))?"
+        ),
+    ),
+)
+
+_SIZE_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+_SIZE_UNITS["TIB"] = 2**40
+
+
+# -- intermediate ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Launch:
+    """What one launch command says, before it becomes a Deployment. Problems collect refusals."""
+
+    recipe_executable: str = "vllm"
+    executable: str = "vllm"
+    subcommand: tuple[str, ...] = ("serve",)
+    args: list[str] = field(default_factory=list)
+    arg_expands: list[bool] = field(default_factory=list)
+    first_arg_positional_ok: bool = True
+    env: list[specmod.EnvVar] = field(default_factory=list)
+    image: str | None = None
+    gpu_indices: list[str] | None = None
+    gpu_cdi: list[str] | None = None
+    gpu_count: int | None = None
+    shm_size: str | None = None
+    memlock: str | int | None = None
+    stop_grace: int | None = None
+    mounts: list[specmod.Mount] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What the recipe says besides its command."""
+
+    title: str | None = None
+    recipe_id: str | None = None
+    env_text: str | None = None
+    env_map: Mapping[str, str | None] | None = None
+    notes_text: str | None = None
+    provenance: specmod.Provenance | None = None
+
+
+# -- entry point -------------------------------------------------------------------------------------
+
+
+def parse(
+    text: str,
+    *,
+    source: str,
+    sha256: str,
+    name: str | None = None,
+    image: str | None = None,
+) -> specmod.Deployment:
+    """Recipe text (any of the three formats) → a validated Deployment, or RecipeError with every reason.
+
+    Args:
+        text: the recipe as fetched (decoded).
+        source: where it came from (URL or path), recorded in provenance and used in messages.
+        sha256: hex digest of the fetched bytes.
+        name: deployment name (default: from the recipe id, title or model).
+        image: container image to use when the recipe names none (or to replace the one it names).
+    """
+    stripped = text.lstrip("\ufeff \t\r\n")
+    if stripped.startswith("{"):
+        launch, meta = _from_json(text, source)
+    else:
+        data = _compose_data(text)
+        if data is not None:
+            launch = _from_compose(data)
+            meta = Meta()
+        else:
+            launch = _from_shell(text)
+            meta = Meta()
+    meta = Meta(
+        title=meta.title,
+        recipe_id=meta.recipe_id,
+        env_text=meta.env_text,
+        env_map=meta.env_map,
+        notes_text=meta.notes_text,
+        provenance=_provenance(source, sha256, meta),
+    )
+    return build(launch, meta, source=source, name=name, image=image)
+
+
+def _provenance(source: str, sha256: str, meta: Meta) -> specmod.Provenance:
+    return specmod.Provenance(source=source, sha256=sha256, title=meta.title, recipe_id=meta.recipe_id)
+
+
+def _refuse(source: str, problems: Sequence[str]) -> RecipeError:
+    lines = [f"{source}: cannot import this recipe ({len(problems)} problem(s))"]
+    lines += [f"  - {p}" for p in problems]
+    return RecipeError(
+        "\n".join(lines),
+        hint="fix the recipe text (a local copy is fine: `invoke import-recipe PATH`) and import again",
+    )
+
+
+# -- format (a): recipe JSON -------------------------------------------------------------------------
+
+_JSON_FIELDS = ("id", "title", "command", "env", "notes")
+
+
+def _from_json(text: str, source: str) -> tuple[Launch, Meta]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RecipeError(
+            f"{source}: not valid JSON: {err.msg} at line {err.lineno} column {err.colno}",
+            hint='a recipe JSON needs at least a "command" string',
+        ) from None
+    if not isinstance(data, dict):
+        raise RecipeError(f'{source}: the recipe JSON must be an object with a "command" string')
+    problems = []
+    for key in ("id", "title", "command", "notes"):
+        if key in data and data[key] is not None and not isinstance(data[key], str):
+            problems.append(f"{key}: must be a string, got {type(data[key]).__name__}")
+    command = data.get("command")
+    if command is None or (isinstance(command, str) and not command.strip()):
+        problems.append("command: missing or empty; the recipe must give the vLLM command as a string")
+    env = data.get("env")
+    env_text: str | None = None
+    env_map: dict[str, str | None] | None = None
+    if isinstance(env, str):
+        env_text = env
+    elif isinstance(env, dict):
+        env_map = {}
+        for k, v in env.items():
+            if not isinstance(v, str | int | float) and v is not None:
+                problems.append(f"env.{k}: must be a string, got {type(v).__name__}")
+            else:
+                env_map[str(k)] = None if v is None else str(v)
+    elif env is not None:
+        problems.append(f"env: must be a string or an object, got {type(env).__name__}")
+    if problems:
+        raise _refuse(source, problems)
+    launch = _from_shell(data["command"])
+    extra = sorted(set(data) - set(_JSON_FIELDS))
+    for key in extra:
+        launch.notes.append(f"recipe field {key!r} not imported: {json.dumps(data[key], ensure_ascii=False)}")
+    meta = Meta(
+        title=data.get("title"),
+        recipe_id=data.get("id"),
+        env_text=env_text,
+        env_map=env_map,
+        notes_text=data.get("notes"),
+    )
+    return launch, meta
+
+
+# -- format (b): shell command text ------------------------------------------------------------------
+
+
+def _is_assignment(word: str) -> bool:
+    return bool(_ASSIGN_RE.match(word))
+
+
+def _is_launcher(argv: Sequence[str]) -> bool:
+    if not argv:
+        return False
+    base = PurePosixPath(argv[0]).name
+    return base in ("vllm", "docker", "podman", "sudo") or bool(_PYTHON_RE.match(base))
+
+
+def _from_shell(text: str) -> Launch:
+    script = shellwords.scan(text)
+    launch = Launch()
+    launch.problems += script.problems
+    launch.notes += script.notes
+    for line, comment in script.comments:
+        if comment:
+            launch.notes.append(f"comment (line {line}): {comment}")
+    exported: list[specmod.EnvVar] = []
+    candidates: list[shellwords.Command] = []
+    for cmd in script.commands:
+        argv = cmd.argv
+        if argv[0] in SHELL_KEYWORDS:
+            launch.problems.append(
+                f"line {cmd.line}: shell control flow ({argv[0]!r}): this is a script, not one command; "
+                "import the vllm serve (or docker run) line on its own"
+            )
+        elif argv[0] == "export":
+            for w in cmd.words[1:]:
+                m = _ASSIGN_RE.match(w.text)
+                if not m:
+                    launch.problems.append(
+                        f"line {cmd.line}: 'export {w.text}' sets no value; write NAME=value"
+                    )
+                    continue
+                exported.append(_env_var(m.group(1), m.group(2), cmd.comment, launch, f"line {cmd.line}"))
+        elif all(_is_assignment(a) for a in argv):
+            launch.notes.append(
+                f"line {cmd.line}: shell variable(s) {', '.join(a.split('=', 1)[0] for a in argv)} set "
+                "without export (not passed to vLLM): not imported"
+            )
+        elif argv[0].startswith("-") and candidates:
+            launch.problems.append(
+                f"line {cmd.line} starts with the option {argv[0]!r}, but the line before it does not "
+                "continue with '\\', so a shell runs it as a separate command; add the missing '\\' line "
+                "continuations"
+            )
+        else:
+            candidates.append(cmd)
+    launchers = [c for c in candidates if _is_launcher([a for a in c.argv if not _is_assignment(a)])]
+    others = [c for c in candidates if c not in launchers]
+    for c in others:
+        launch.problems.append(
+            f"line {c.line}: {c.argv[0]!r} is not a vLLM launch command (vllm serve, python -m "
+            "vllm.entrypoints.openai.api_server, docker run or podman run); remove it"
+        )
+    if len(launchers) > 1:
+        launch.problems.append(
+            f"{len(launchers)} commands in one block (lines {', '.join(str(c.line) for c in launchers)}); "
+            "rigsmith imports one command per deployment: keep the one this machine runs"
+        )
+    if not launchers:
+        if not others and not launch.problems:
+            launch.problems.append(
+                "no command found: expected vllm serve, python -m vllm.entrypoints.openai.api_server, "
+                "docker run or podman run"
+            )
+        return launch
+    main = launchers[0]
+    words = list(main.words)
+    prefix: list[specmod.EnvVar] = []
+    while words and _is_assignment(words[0].text):
+        m = _ASSIGN_RE.match(words[0].text)
+        assert m is not None
+        prefix.append(_env_var(m.group(1), m.group(2), None, launch, f"line {main.line}"))
+        words.pop(0)
+    if words and words[0].text == "sudo":
+        launch.notes.append(f"line {main.line}: 'sudo' dropped (rigsmith's targets run the engine as needed)")
+        words.pop(0)
+    if main.comment:
+        launch.notes.append(f"comment (line {main.line}): {main.comment}")
+    if not words:
+        launch.problems.append(f"line {main.line}: only variable assignments, no command")
+        return launch
+    base = PurePosixPath(words[0].text).name
+    if base in ("docker", "podman"):
+        if prefix:
+            launch.problems.append(
+                f"line {main.line}: {', '.join(e.name for e in prefix)} set before {base} run reach the "
+                f"{base} client, not the container; pass them with -e NAME=value"
+            )
+        _docker(words, launch, main.line)
+    else:
+        _launcher(words, launch, main.line)
+    launch.env = _merge_env([*exported, *prefix, *launch.env], launch)
+    return launch
+
+
+def _launcher(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None:
+    exe = words[0].text
+    base = PurePosixPath(exe).name
+    rest = list(words[1:])
+    if base == "vllm":
+        if not rest or rest[0].text != "serve":
+            sub = rest[0].text if rest else "(nothing)"
+            launch.problems.append(
+                f"line {line}: 'vllm {sub}' is not the server; rigsmith imports 'vllm serve MODEL ...'"
+            )
+            return
+        launch.executable, launch.subcommand = LAUNCHERS["vllm"]
+        rest = rest[1:]
+    elif _PYTHON_RE.match(base):
+        if [w.text for w in rest[:2]] != ["-m", "vllm.entrypoints.openai.api_server"]:
+            launch.problems.append(
+                f"line {line}: '{exe} {' '.join(w.text for w in rest[:2])}' is not vLLM's OpenAI server; "
+                "expected python -m vllm.entrypoints.openai.api_server"
+            )
+            return
+        launch.executable, launch.subcommand = LAUNCHERS["python"]
+        launch.first_arg_positional_ok = False
+        rest = rest[2:]
+    else:  # pragma: no cover - _is_launcher filters these
+        launch.problems.append(f"line {line}: unknown launcher {exe!r}")
+        return
+    launch.recipe_executable = exe
+    launch.args = [w.text for w in rest]
+    launch.arg_expands = [w.expands for w in rest]
+
+
+def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None:
+    tool = PurePosixPath(words[0].text).name
+    if len(words) < 2 or words[1].text != "run":
+        launch.problems.append(
+            f"line {line}: '{tool} {words[1].text if len(words) > 1 else ''}' is not '{tool} run'"
+        )
+        return
+    rest = list(words[2:])
+    i = 0
+    dropped: list[str] = []
+    image: str | None = None
+    entrypoint: str | None = None
+    while i < len(rest):
+        w = rest[i].text
+        if w == "--":
+            i += 1
+            if i < len(rest):
+                image = rest[i].text
+            break
+        if not w.startswith("-"):
+            image = w
+            break
+        opt, eq, val = w.partition("=") if w.startswith("--") else (w, "", "")
+        if opt in DOCKER_BOOL_OPTS:
+            if opt in DOCKER_DROPPED:
+                dropped.append(w)
+            i += 1
+            continue
+        if opt not in DOCKER_VALUE_OPTS:
+            launch.problems.append(
+                f"line {line}: unknown {tool} run option {opt!r}: cannot tell whether it takes a value, so "
+                "the image and the vLLM args cannot be told apart; remove it or import a vllm serve command"
+            )
+            return
+        if not eq:
+            if i + 1 >= len(rest):
+                launch.problems.append(f"line {line}: {tool} run option {opt} needs a value")
+                return
+            val = rest[i + 1].text
+            i += 2
+        else:
+            i += 1
+        if opt == "--entrypoint":
+            entrypoint = val
+        else:
+            _docker_option(opt, val, launch, dropped, f"{tool} run {opt}")
+    if image is None:
+        launch.problems.append(f"line {line}: {tool} run names no image")
+        return
+    launch.image = image
+    after = rest[i + 1 :]
+    texts = [w.text for w in after]
+    if entrypoint is not None:
+        launch.recipe_executable = launch.executable = entrypoint
+        launch.subcommand = ()
+    elif texts and PurePosixPath(texts[0]).name == "vllm" and texts[1:2] == ["serve"]:
+        launch.recipe_executable = texts[0]
+        after = after[2:]
+    elif (
+        texts
+        and _PYTHON_RE.match(PurePosixPath(texts[0]).name)
+        and texts[1:3] == ["-m", LAUNCHERS["python"][1][1]]
+    ):
+        launch.recipe_executable = texts[0]
+        launch.executable, launch.subcommand = LAUNCHERS["python"]
+        launch.first_arg_positional_ok = False
+        after = after[3:]
+    else:
+        launch.recipe_executable = f"{image} (image entrypoint)"
+        launch.executable, launch.subcommand = IMAGE_ENTRYPOINT
+        launch.notes.append(
+            f"{tool} run: the image's entrypoint is taken to be `vllm serve` (as in vllm/vllm-openai); the "
+            "args after the image are its arguments"
+        )
+    launch.args = [w.text for w in after]
+    launch.arg_expands = [w.expands for w in after]
+    if dropped:
+        launch.notes.append(
+            f"{tool} run options not imported (rigsmith sets name, restart, network and ports per target; "
+            f"the server listens on --host/--port): {' '.join(dropped)}"
+        )
+
+
+def _docker_option(opt: str, val: str, launch: Launch, dropped: list[str], where: str) -> None:
+    if opt == "--gpus":
+        _gpus_request(val, launch, where)
+    elif opt == "--device":
+        if specmod.CDI_RE.match(val):
+            launch.gpu_cdi = [*(launch.gpu_cdi or []), val]
+        else:
+            launch.notes.append(f"{where} {val}: a device node, not a CDI name; not imported (add a mount)")
+    elif opt == "--shm-size":
+        _set_shm(val, launch, where)
+    elif opt == "--ulimit":
+        kind, _, limits = val.partition("=")
+        if kind == "memlock":
+            soft = limits.split(":", 1)[0]
+            launch.memlock = "unlimited" if soft in ("-1", "unlimited") else _int(soft, launch, where)
+        else:
+            launch.notes.append(f"{where} {val}: not imported (only memlock is carried by every target)")
+    elif opt in ("-e", "--env"):
+        m = _ASSIGN_RE.match(val)
+        if m:
+            launch.env.append(_env_var(m.group(1), m.group(2), None, launch, where))
+        elif specmod.ENV_NAME_RE.match(val):
+            launch.env.append(_passthrough(val, launch, where))
+        else:
+            launch.problems.append(f"{where} {val!r}: not NAME=value or NAME")
+    elif opt in ("-v", "--volume"):
+        _volume(val, launch, where)
+    elif opt == "--ipc":
+        launch.notes.append(f"{where}={val}: not imported; the container gets its own /dev/shm of shm_size")
+    elif opt == "--stop-timeout":
+        launch.stop_grace = _int(val, launch, where)
+    elif opt in DOCKER_DROPPED:
+        dropped.append(f"{opt} {val}")
+    else:
+        launch.notes.append(f"{where} {val}: not imported")
+
+
+def _gpus_request(val: str, launch: Launch, where: str) -> None:
+    v = val.strip().strip("\"'")
+    if v == "all":
+        return
+    if v.isdigit():
+        launch.gpu_count = int(v)
+        return
+    if v.startswith("device="):
+        ids = [x.strip() for x in v.removeprefix("device=").split(",") if x.strip()]
+        if ids and all(re.fullmatch(r"[A-Za-z0-9_.:-]+", x) for x in ids):
+            launch.gpu_indices = ids
+            return
+    launch.problems.append(f"{where} {val!r}: not a GPU request rigsmith understands (all, N or device=I,J)")
+
+
+def _set_shm(val: str, launch: Launch, where: str) -> None:
+    m = specmod.SIZE_RE.match(str(val).strip())
+    if not m:
+        launch.problems.append(f"{where} {val!r}: not a size (write it like 8g)")
+        return
+    launch.shm_size = f"{m.group(1)}{m.group(2).lower()}"
+
+
+def _int(val: str, launch: Launch, where: str) -> int | None:
+    try:
+        return int(val)
+    except ValueError:
+        launch.problems.append(f"{where} {val!r}: not a whole number")
+        return None
+
+
+def _volume(val: str, launch: Launch, where: str) -> None:
+    parts = val.split(":")
+    if len(parts) < 2:
+        launch.notes.append(f"{where} {val}: anonymous volume, not imported")
+        return
+    host, container = parts[0], parts[1]
+    opts = parts[2].split(",") if len(parts) > 2 else []
+    home = re.match(r"^(\$HOME|\$\{HOME\})(/|$)", host)
+    if home:
+        # `$HOME/x` and `~/x` name the same directory; the spec's mounts understand `~/`.
+        launch.notes.append(f"{where} {val}: {home.group(1)} written as ~ in the mount")
+        host = "~" + host[len(home.group(1)) :]
+    if not host.startswith(("/", "~", "./", "../", "$")) and host not in (".", ".."):
+        launch.notes.append(f"{where} {val}: named volume, not imported (use a host directory)")
+        return
+    try:
+        launch.mounts.append(specmod.Mount(host=host, container=container, readonly="ro" in opts))
+    except ValidationError as err:
+        for path, msg in specmod.problems_from(err):
+            launch.problems.append(f"{where} {val!r}: {path}: {msg}")
+    if "$" in host:
+        launch.notes.append(
+            f"{where} {val}: the host path holds shell syntax, kept literally; set a real path"
+        )
+
+
+def _env_var(name: str, value: str, note: str | None, launch: Launch, where: str) -> specmod.EnvVar:
+    secret = bool(_SECRET_NAME_RE.search(name))
+    m = _SELF_REF_RE.match(value)
+    if m and m.group(1) == name:
+        launch.notes.append(f"{where}: {name}={value} is read from the host environment at run time")
+        return specmod.EnvVar(name=name, value=value, note=note, secret=True)
+    if secret and "$" not in value and value:
+        launch.notes.append(
+            f"{where}: the value of {name} was dropped (a secret is never stored in the spec); it is read "
+            "from the host environment at run time"
+        )
+        return specmod.EnvVar(name=name, value="", note=note, secret=True)
+    if "$" in value or "`" in value:
+        launch.notes.append(
+            f"{where}: {name}={value} holds shell syntax that a shell would expand; kept literally, "
+            "replace it with the value you mean"
+        )
+    return specmod.EnvVar(name=name, value=value, note=note, secret=secret)
+
+
+def _passthrough(name: str, launch: Launch, where: str) -> specmod.EnvVar:
+    launch.notes.append(f"{where}: {name} is passed through from the host environment at run time")
+    return specmod.EnvVar(name=name, value="", secret=True, note="passed through from the host environment")
+
+
+def _merge_env(env: Sequence[specmod.EnvVar], launch: Launch) -> list[specmod.EnvVar]:
+    """Later settings of a name win (a prefix beats an export), as in the shell; repeats are noted."""
+    out: dict[str, specmod.EnvVar] = {}
+    for e in env:
+        old = out.get(e.name)
+        if old is not None:
+            same = (
+                "with the same value" if old.value == e.value else f"({old.value!r} → {e.value!r}, last wins)"
+            )
+            launch.notes.append(f"env {e.name} is set twice {same}")
+            if e.note is None and old.note is not None:
+                e = e.model_copy(update={"note": old.note})
+        out[e.name] = e
+    return list(out.values())
+
+
+# -- format (c): compose -----------------------------------------------------------------------------
+
+
+def _compose_data(text: str) -> dict[str, Any] | None:
+    """The compose mapping if ``text`` is YAML with ``services``, else None (then it is shell text)."""
+    if not _SERVICES_RE.search(text):
+        return None
+    try:
+        data = yaml.load(text, Loader=_YAML_LOADER)  # a safe loader (libyaml's when present)
+    except yaml.YAMLError:
+        return None
+    if isinstance(data, dict) and isinstance(data.get("services"), dict):
+        return data
+    return None
+
+
+def _runs_vllm(svc: Any) -> bool:
+    if not isinstance(svc, dict):
+        return False
+    blob = json.dumps([svc.get("image"), svc.get("entrypoint"), svc.get("command")])
+    return "vllm" in blob.lower()
+
+
+def _unescape(value: str) -> str:
+    return value.replace("$$", "$")
+
+
+def _interpolations(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    if isinstance(value, str):
+        for m in _COMPOSE_VAR_RE.finditer(value):
+            yield path, m.group(0)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _interpolations(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for idx, v in enumerate(value):
+            yield from _interpolations(v, f"{path}[{idx}]")
+
+
+def _from_compose(data: dict[str, Any]) -> Launch:
+    launch = Launch()
+    services = data["services"]
+    vllm = [name for name, svc in services.items() if _runs_vllm(svc)]
+    if len(vllm) != 1:
+        found = f"{len(vllm)} ({', '.join(vllm)})" if vllm else "none"
+        launch.problems.append(
+            f"services: exactly one service must run vLLM, found {found}; import a file with one vLLM service"
+        )
+        return launch
+    name = vllm[0]
+    svc: dict[str, Any] = services[name]
+    where = f"services.{name}"
+    entry = svc.get("entrypoint")
+    entry_list = _compose_words(entry, f"{where}.entrypoint", launch) if entry is not None else None
+    if (
+        entry_list
+        and PurePosixPath(entry_list[0]).name in ("bash", "sh", "dash", "zsh")
+        and "-c" in entry_list
+    ):
+        launch.problems.append(
+            f"{where}.entrypoint: runs a shell script ({entry_list[0]} -c …); rigsmith runs vLLM's "
+            "argv directly and does not import scripts — replace it with the vllm serve command it runs"
+        )
+    seen = list(_interpolations(svc, where))
+    if seen:
+        shown = "; ".join(f"{p}: {v}" for p, v in seen[:6]) + (
+            f"; … {len(seen) - 6} more" if len(seen) > 6 else ""
+        )
+        launch.problems.append(
+            f"compose interpolation is not imported (rigsmith would have to guess each value): {shown}. "
+            "Replace each ${VAR:-default} with the value you run"
+        )
+    if launch.problems:
+        return launch
+    image = svc.get("image")
+    if not isinstance(image, str) or not image:
+        launch.problems.append(f"{where}.image: missing; the service must name its image")
+        return launch
+    launch.image = image
+    command = svc.get("command")
+    cmd = _compose_words(command, f"{where}.command", launch) if command is not None else []
+    if isinstance(command, list):
+        for idx, item in enumerate(cmd):
+            if item.startswith("--") and " " in item and "=" not in item.split(" ", 1)[0]:
+                launch.problems.append(
+                    f"{where}.command[{idx}]: {item!r} is ONE argument containing a space (a YAML list item "
+                    "is passed whole), which vLLM rejects; split it into two items"
+                )
+    if entry_list == []:
+        # `entrypoint: []` clears the image's entrypoint: the command's first word is the executable.
+        if not cmd:
+            launch.problems.append(
+                f"{where}: entrypoint is [] and command is empty, so nothing would run; "
+                "write the vllm serve command under command:"
+            )
+            return launch
+        entry_list, cmd = cmd[:1], cmd[1:]
+    if entry_list and any(c.isspace() for c in entry_list[0]):
+        launch.problems.append(
+            f"{where}: the executable {entry_list[0]!r} contains whitespace (a YAML list item is passed "
+            "whole, so no such program exists); split it into one item per word"
+        )
+        return launch
+    full = [*(entry_list or []), *cmd]
+    if entry_list:
+        exe = entry_list[0]
+        if PurePosixPath(exe).name == "vllm" and full[1:2] == ["serve"]:
+            launch.recipe_executable, launch.executable, launch.subcommand = exe, "vllm", ("serve",)
+            full = full[2:]
+        else:
+            launch.recipe_executable = launch.executable = exe
+            launch.subcommand = tuple(entry_list[1:])
+            full = cmd
+    elif full and PurePosixPath(full[0]).name == "vllm" and full[1:2] == ["serve"]:
+        launch.recipe_executable = full[0]
+        full = full[2:]
+    else:
+        launch.recipe_executable = f"{image} (image entrypoint)"
+        launch.notes.append(
+            f"{where}: the image's entrypoint is taken to be `vllm serve` (as in vllm/vllm-openai); "
+            "command holds its arguments"
+        )
+    launch.args = full
+    launch.arg_expands = [False] * len(full)
+    _compose_env(svc.get("environment"), f"{where}.environment", launch)
+    for idx, dev in enumerate(svc.get("devices") or []):
+        if isinstance(dev, str) and specmod.CDI_RE.match(dev):
+            launch.gpu_cdi = [*(launch.gpu_cdi or []), dev]
+        else:
+            launch.notes.append(f"{where}.devices[{idx}] {dev!r}: not a CDI name; not imported")
+    _compose_gpus(svc.get("deploy"), f"{where}.deploy", launch)
+    if "shm_size" in svc:
+        _set_shm(str(svc["shm_size"]), launch, f"{where}.shm_size")
+    ulimits = svc.get("ulimits") or {}
+    if isinstance(ulimits, dict) and "memlock" in ulimits:
+        ml = ulimits["memlock"]
+        soft = ml.get("soft") if isinstance(ml, dict) else ml
+        launch.memlock = (
+            "unlimited" if str(soft) in ("-1", "unlimited") else _int(str(soft), launch, f"{where}.ulimits")
+        )
+    if "stop_grace_period" in svc:
+        launch.stop_grace = _duration(str(svc["stop_grace_period"]), launch, f"{where}.stop_grace_period")
+    for idx, vol in enumerate(svc.get("volumes") or []):
+        if isinstance(vol, str):
+            _volume(vol, launch, f"{where}.volumes[{idx}]")
+        else:
+            launch.notes.append(f"{where}.volumes[{idx}]: long syntax not imported: {json.dumps(vol)}")
+    known = {
+        "image",
+        "command",
+        "entrypoint",
+        "environment",
+        "devices",
+        "deploy",
+        "shm_size",
+        "ulimits",
+        "stop_grace_period",
+        "volumes",
+    }
+    dropped = sorted(set(svc) - known)
+    if dropped:
+        launch.notes.append(
+            f"{where}: keys not imported (rigsmith sets them per target): "
+            + ", ".join(f"{k}: {json.dumps(svc[k], ensure_ascii=False)}" for k in dropped)
+        )
+    return launch
+
+
+def _compose_words(value: Any, where: str, launch: Launch) -> list[str]:
+    if isinstance(value, list):
+        out = []
+        for idx, item in enumerate(value):
+            if isinstance(item, str | int | float) and not isinstance(item, bool):
+                out.append(_unescape(str(item)))
+            else:
+                launch.problems.append(f"{where}[{idx}]: must be a string, got {type(item).__name__}")
+        return out
+    if isinstance(value, str):
+        script = shellwords.scan(_unescape(value))
+        for p in script.problems:
+            launch.problems.append(f"{where}: {p}")
+        words = [w for c in script.commands for w in c.argv]
+        return words
+    launch.problems.append(f"{where}: must be a list or a string, got {type(value).__name__}")
+    return []
+
+
+def _compose_env(value: Any, where: str, launch: Launch) -> None:
+    items: list[tuple[str, str | None]] = []
+    if isinstance(value, list):
+        for item in value:
+            text = str(item)
+            k, eq, v = text.partition("=")
+            items.append((k, v if eq else None))
+    elif isinstance(value, dict):
+        items = [(str(k), None if v is None else str(v)) for k, v in value.items()]
+    elif value is not None:
+        launch.problems.append(f"{where}: must be a list or a mapping")
+    for k, val in items:
+        if not specmod.ENV_NAME_RE.match(k):
+            launch.problems.append(f"{where}: {k!r} is not an environment variable name")
+        elif val is None:
+            launch.env.append(_passthrough(k, launch, where))
+        else:
+            launch.env.append(_env_var(k, _unescape(val), None, launch, where))
+    launch.env = _merge_env(launch.env, launch)
+
+
+def _compose_gpus(deploy: Any, where: str, launch: Launch) -> None:
+    try:
+        devices = deploy["resources"]["reservations"]["devices"]
+    except (TypeError, KeyError):
+        return
+    for idx, dev in enumerate(devices or []):
+        if not isinstance(dev, dict):
+            continue
+        ids = dev.get("device_ids")
+        if dev.get("driver") == "cdi" and ids:
+            launch.gpu_cdi = [*(launch.gpu_cdi or []), *map(str, ids)]
+        elif ids:
+            launch.gpu_indices = [str(x) for x in ids]
+        elif isinstance(dev.get("count"), int):
+            launch.gpu_count = dev["count"]
+        elif dev.get("count") not in (None, "all"):
+            launch.problems.append(f"{where}.resources.reservations.devices[{idx}].count: {dev['count']!r}")
+
+
+def _duration(text: str, launch: Launch, where: str) -> int | None:
+    m = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", text.strip())
+    if not m or not any(m.groups()):
+        launch.problems.append(f"{where} {text!r}: not a duration (write it like 70s or 1m30s)")
+        return None
+    return int(m.group(1) or 0) * 60 + int(m.group(2) or 0)
+
+
+# -- env string grammar (seed 003) -------------------------------------------------------------------
+
+_ENV_TOKEN_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=((?:<[^<>]*>|[^\s<])+)")
+
+
+def parse_env_text(text: str) -> tuple[list[specmod.EnvVar], list[str], list[str]]:
+    """The recipe's env string → (variables, env notes, problems).
+
+    Grammar (seed 003): segments split by `` | ``; each holds ``NAME=value`` items separated by spaces
+    (a value may contain ``<placeholder with spaces>``) and optional ``(annotation)``. An annotation of a
+    one-variable segment is that variable's note; otherwise it is an env note. An ``Opt-in:`` tail holds
+    ``;``-separated ``NAME=value description`` items, imported as opt-in variables that start disabled.
+    """
+    problems: list[str] = []
+    notes: list[str] = []
+    out: list[specmod.EnvVar] = []
+    main, sep, tail = text.partition("Opt-in:")
+    main = main.strip()
+    if sep and main.endswith("."):
+        main = main[:-1].rstrip()
+    for idx, segment in enumerate(s for s in main.split(" | ") if s.strip()):
+        annotations = [a.strip() for a in _parens(segment)]
+        bare = _strip_parens(segment)
+        found = _ENV_TOKEN_RE.findall(bare)
+        leftover = _ENV_TOKEN_RE.sub("", bare).strip()
+        if leftover:
+            problems.append(
+                f"env segment {idx + 1} ({segment.strip()!r}): cannot read {leftover!r}; write NAME=value"
+            )
+        note = "; ".join(annotations) if annotations and len(found) == 1 else None
+        if annotations and len(found) != 1:
+            notes.extend(annotations)
+        for name, value in found:
+            out.append(
+                specmod.EnvVar(name=name, value=value, note=note, secret=bool(_SECRET_NAME_RE.search(name)))
+            )
+    if sep:
+        items = [s.strip() for s in tail.split(";") if s.strip()]
+        for idx, item in enumerate(items):
+            if idx == len(items) - 1 and item.endswith("."):
+                item = item[:-1].rstrip()
+            m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)=((?:<[^<>]*>|[^\s<])+)\s*(.*)$", item, re.DOTALL)
+            if not m:
+                problems.append(f"env Opt-in item {idx + 1} ({item!r}): write NAME=value description")
+                continue
+            out.append(
+                specmod.EnvVar(
+                    name=m.group(1),
+                    value=m.group(2),
+                    note=m.group(3).strip() or None,
+                    opt_in=True,
+                    enabled=False,
+                )
+            )
+    return out, notes, problems
+
+
+def _annotation_spans(text: str) -> list[tuple[int, int]]:
+    """Spans of ``(annotation)``: a ``(`` that starts a word (so ``$(id)`` in a value is not one)."""
+    spans, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(" and (depth or i == 0 or text[i - 1].isspace()):
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                spans.append((start, i + 1))
+    return spans
+
+
+def _parens(text: str) -> list[str]:
+    return [text[a + 1 : b - 1] for a, b in _annotation_spans(text)]
+
+
+def _strip_parens(text: str) -> str:
+    out, last = [], 0
+    for a, b in _annotation_spans(text):
+        out.append(text[last:a])
+        last = b
+    out.append(text[last:])
+    return "".join(out)
+
+
+# -- notes -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class NoteFacts:
+    """What ``NOTE_FACTS`` found in the recipe notes."""
+
+    repo: str | None = None
+    revision: str | None = None
+    local_dir: str | None = None
+    size_bytes: int | None = None
+    gpu_count: int | None = None
+    gpu_model: str | None = None
+    gpu_arch: str | None = None
+    p2p: str | None = None
+    nvlink: bool | None = None
+    host_ram_gib: float | None = None
+    disk_gib: float | None = None
+    shm_size: str | None = None
+    memlock: str | int | None = None
+    stop_grace: int | None = None
+    log_lines: list[str] = field(default_factory=list)
+    kv_tokens: int | None = None
+    startup: int | None = None
+    warm: int | None = None
+    patches: list[specmod.ConfigPatch] = field(default_factory=list)
+
+
+def _upper_minutes(m: re.Match[str]) -> int:
+    return int(m.group("hi") or m.group("lo")) * 60
+
+
+def _note_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+_FACT_READERS: Mapping[str, Callable[[NoteFacts, re.Match[str]], None]] = {
+    "download": lambda f, m: _download(f, m),
+    "gpus": lambda f, m: _gpu_fact(f, m),
+    "p2p": lambda f, m: setattr(f, "p2p", m.group("p2p").lower()),
+    "no_nvlink": lambda f, m: setattr(f, "nvlink", False),
+    "host_ram": lambda f, m: setattr(f, "host_ram_gib", float(m.group("gb"))),
+    "disk": lambda f, m: setattr(f, "disk_gib", float(m.group("gb"))),
+    "shm": lambda f, m: setattr(f, "shm_size", m.group("size").lower()),
+    "memlock": lambda f, m: setattr(
+        f, "memlock", "unlimited" if m.group("memlock") in ("-1", "unlimited") else int(m.group("memlock"))
+    ),
+    "stop_grace": lambda f, m: setattr(f, "stop_grace", int(m.group("seconds"))),
+    "ready": lambda f, m: f.log_lines.extend(re.findall(r"'([^']+)'", m.group("lines"))),
+    "kv_tokens": lambda f, m: setattr(f, "kv_tokens", int(m.group("tokens").replace(",", ""))),
+    "startup": lambda f, m: setattr(f, "startup", _upper_minutes(m)),
+    "warm": lambda f, m: setattr(f, "warm", _upper_minutes(m)),
+    "patch": lambda f, m: f.patches.append(
+        specmod.ConfigPatch(
+            key=f"{m.group('parent')}.{m.group('key')}",
+            value=_note_value(m.group("value")),
+            note=m.group("note"),
+        )
+    ),
+}
+
+
+def _download(f: NoteFacts, m: re.Match[str]) -> None:
+    f.repo, f.revision, f.local_dir = m.group("repo"), m.group("rev"), m.group("dir")
+    if m.group("size"):
+        f.size_bytes = int(float(m.group("size")) * _SIZE_UNITS[m.group("unit").upper()])
+
+
+def _gpu_fact(f: NoteFacts, m: re.Match[str]) -> None:
+    f.gpu_count, f.gpu_model = int(m.group("count")), m.group("model")
+    f.gpu_arch = m.group("arch") or GPUS.get(f.gpu_model, (0.0, None))[1]
+
+
+def note_facts(text: str) -> NoteFacts:
+    """Read the structural facts out of recipe notes (first match of each pattern wins)."""
+    facts = NoteFacts()
+    for key, pattern in NOTE_FACTS:
+        if key == "patch":
+            for m in pattern.finditer(text):
+                _FACT_READERS[key](facts, m)
+            continue
+        found = pattern.search(text)
+        if found:
+            _FACT_READERS[key](facts, found)
+    return facts
+
+
+# -- flags -------------------------------------------------------------------------------------------
+
+
+def canonical_flag(token: str) -> str | None:
+    """The canonical name of a flag in ``FLAG_ALIASES`` that ``token`` (``--x``/``--x=v``) spells."""
+    if not token.startswith("-"):
+        return None
+    name = token.split("=", 1)[0]
+    if name.startswith("--"):
+        name = name.replace("_", "-")
+    for canon, aliases in FLAG_ALIASES.items():
+        if name == canon or name in aliases:
+            return canon
+    if name.startswith("--") and "parallel" in name:
+        matches = [c for c in FLAG_ALIASES if c.startswith(name)]
+        if len(matches) == 1:
+            return matches[0]
+    return None
+
+
+def flag_values(args: Sequence[str], canon: str) -> list[tuple[int, str]]:
+    """Every (index of the value, value) given for ``canon`` in ``args``."""
+    out = []
+    for i, a in enumerate(args):
+        if canonical_flag(a) != canon:
+            continue
+        if "=" in a:
+            out.append((i, a.split("=", 1)[1]))
+        elif i + 1 < len(args):
+            out.append((i + 1, args[i + 1]))
+    return out
+
+
+def _json_problems(args: Sequence[str]) -> list[str]:
+    out = []
+    for i, a in enumerate(args):
+        name, eq, val = a.partition("=")
+        flag = name.replace("_", "-") if name.startswith("--") else name
+        if flag not in JSON_FLAGS:
+            continue
+        if not eq:
+            if i + 1 >= len(args):
+                out.append(f"args[{i}]: {a} needs a JSON value")
+                continue
+            val = args[i + 1]
+        try:
+            json.loads(val)
+        except ValueError as err:
+            out.append(f"{flag} takes JSON, but its value is not valid JSON ({err}): {val}")
+    return out
+
+
+# -- Launch + Meta → Deployment ----------------------------------------------------------------------
+
+
+def slug(text: str) -> str:
+    """``text`` as a deployment name matching spec.NAME_RE (lowercase, max 63)."""
+    s = re.sub(r"[^a-z0-9._-]+", "-", text.lower())
+    s = re.sub(r"-{2,}", "-", s).lstrip("-._")
+    return s[:63].rstrip("-._") or "recipe"
+
+
+def _expands(launch: Launch, idx: int) -> bool:
+    """Whether a shell would expand part of args[idx] (compose lists never do: interpolation is refused)."""
+    return idx < len(launch.arg_expands) and launch.arg_expands[idx]
+
+
+@dataclass(frozen=True)
+class _Model:
+    """Where the model comes from: a Hub repo (downloaded) or a checkpoint already on disk (repo None)."""
+
+    repo: str | None
+    local_dir: str
+    arg: int
+    note: str | None = None
+
+
+#: Documentation placeholders written as paths (``/path/to/model``); refused like ``<placeholder>``.
+_DOC_PATH_RE = re.compile(r"(^|/)path/to(/|$)")
+#: A bind mount's host side that is the directory the recipe ran in.
+_CWD_RE = re.compile(r"^(\$\(pwd\)|`pwd`|\$PWD|\$\{PWD\}|\.)(?=/|$)")
+
+
+def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | None:
+    """The model argument as a Hub repo or a local checkpoint, or None with the reason in problems."""
+    args = launch.args
+    picks = flag_values(args, "--model")
+    if picks:
+        idx, value = picks[-1]
+    elif launch.first_arg_positional_ok and args and not args[0].startswith("-"):
+        idx, value = 0, args[0]
+    else:
+        problems.append("the command names no model (no positional MODEL and no --model); add one")
+        return None
+    if value in ("...", "…") or re.fullmatch(r"\.{3,}", value):
+        problems.append(
+            f"the model is {value!r}, a placeholder in the published text; replace it with the Hub repo id "
+            "(owner/name) or the checkpoint's directory and import again"
+        )
+        return None
+    if specmod.PLACEHOLDER_RE.fullmatch(value):
+        problems.append(
+            f"the model is the placeholder {value!r}; replace it with a Hub repo id (owner/name) or the "
+            "checkpoint's directory"
+        )
+        return None
+    if _expands(launch, idx):
+        problems.append(
+            f"the model is {value!r}, which a shell would expand from a variable; rigsmith cannot know the "
+            "value — write the Hub repo id (owner/name) or the checkpoint's directory instead"
+        )
+        return None
+    if _DOC_PATH_RE.search(value):
+        problems.append(
+            f"the model is {value!r}, a documentation placeholder path (/path/to/…); write the checkpoint's "
+            "real directory or the Hub repo id (owner/name)"
+        )
+        return None
+    is_path = value.startswith(("/", "~", "./", "../")) or not _REPO_RE.match(value)
+    if not is_path:
+        if facts.repo == value and facts.local_dir:
+            return _Model(value, facts.local_dir, idx)
+        return _Model(value, f"~/models/{PurePosixPath(value).name}", idx)
+    if facts.repo and (facts.local_dir is None or facts.local_dir.rstrip("/") == value.rstrip("/")):
+        return _Model(facts.repo, value, idx)
+    return _local_model(launch, value, idx, problems)
+
+
+def _local_model(launch: Launch, value: str, idx: int, problems: list[str]) -> _Model | None:
+    """A model path with no Hub repo: a checkpoint already on disk, mounted but never fetched."""
+    if launch.image is None:
+        if value.startswith("~") and not (value == "~" or value.startswith("~/")):
+            problems.append(f"the model is {value!r}; write ~/… or an absolute path (~user is not expanded)")
+            return None
+        if value.startswith(("/", "~")):
+            return _Model(None, value, idx)
+        # vLLM loads a local directory of that name (relative to its cwd) before it asks the Hub.
+        rel = value if value.startswith(("./", "../")) else "./" + value
+        return _Model(
+            None,
+            rel,
+            idx,
+            f"the model {value!r} is a directory relative to where the recipe ran; model.local_dir is "
+            f"{rel!r} until you set its absolute path (deploy refuses a relative one)",
+        )
+    # A container recipe: the path is inside the container; a bind mount says where it is on the host.
+    path = PurePosixPath(value)
+    if not path.is_absolute():
+        problems.append(
+            f"the model is {value!r}, a path relative to the container's working directory; write an "
+            "absolute path under a mounted volume"
+        )
+        return None
+    covering = [m for m in launch.mounts if path.is_relative_to(m.container)]
+    if not covering:
+        problems.append(
+            f"the model is the container path {value!r} and no volume of the recipe mounts it from the host; "
+            "add the bind mount (-v HOSTDIR:CONTAINERDIR) that holds the checkpoint"
+        )
+        return None
+    mount = max(covering, key=lambda m: len(PurePosixPath(m.container).parts))
+    host = _CWD_RE.sub(".", mount.host)
+    if "$" in host or "`" in host:
+        problems.append(
+            f"the model is {value!r}, inside the volume {mount.host}:{mount.container} whose host side is "
+            "shell syntax; write the host directory instead"
+        )
+        return None
+    rest = path.relative_to(mount.container).as_posix()
+    local = host.rstrip("/") + ("/" + rest if rest != "." else "") if host != "/" else "/" + rest
+    note = (
+        f"the model {value!r} is the container path of {local!r} (volume {mount.host}:{mount.container}); "
+        "model.local_dir is that host directory"
+    )
+    if not local.startswith(("/", "~")):
+        note += (
+            ", relative to where the recipe ran, until you set its absolute path (deploy refuses a "
+            "relative one)"
+        )
+    return _Model(None, local, idx, note)
+
+
+def _gpus(launch: Launch, facts: NoteFacts, vendor: str) -> specmod.GpuSpec:
+    def size(canon: str) -> int:
+        vals = flag_values(launch.args, canon)
+        return int(vals[-1][1]) if vals and vals[-1][1].isdigit() else 1
+
+    parallel = size("--tensor-parallel-size") * size("--pipeline-parallel-size")
+    dp_local = flag_values(launch.args, "--data-parallel-size-local")
+    parallel *= size("--data-parallel-size-local") if dp_local else size("--data-parallel-size")
+    if launch.gpu_cdi and not any(c.endswith("=all") for c in launch.gpu_cdi):
+        cdi = tuple(launch.gpu_cdi)
+        count = len(cdi)
+    elif launch.gpu_cdi:
+        # "=all" is pinned to 0..N-1 so every target carries the same explicit devices.
+        count = facts.gpu_count or launch.gpu_count or parallel
+        vendor = launch.gpu_cdi[0].split("=", 1)[0]
+        cdi = tuple(f"{vendor}={i}" for i in range(count))
+    elif launch.gpu_indices:
+        cdi = tuple(f"{vendor}={i}" for i in launch.gpu_indices)
+        count = len(cdi)
+    else:
+        count = facts.gpu_count or launch.gpu_count or parallel
+        cdi = tuple(f"{vendor}={i}" for i in range(count))
+    vram = GPUS.get(facts.gpu_model or "", (None, None))[0]
+    return specmod.GpuSpec(
+        count=count,
+        model=facts.gpu_model,
+        arch=facts.gpu_arch,
+        vram_gib=vram,
+        cdi_devices=cdi,
+        p2p=facts.p2p or "unknown",
+        nvlink=facts.nvlink,
+    )
+
+
+def _vendor(env: Sequence[specmod.EnvVar]) -> str:
+    for e in env:
+        for pattern, vendor in GPU_VENDOR_HINTS:
+            if pattern.match(e.name):
+                return vendor
+    return DEFAULT_GPU_VENDOR
+
+
+def _placeholders(texts: Iterable[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for t in texts:
+        for tok in specmod.PLACEHOLDER_RE.findall(t):
+            out.setdefault(tok, None)
+    return out
+
+
+def _lift_secret_flags(launch: Launch) -> list[specmod.EnvVar]:
+    """``--api-key VALUE`` / ``--hf-token VALUE``: the value never enters the spec (it would be written into
+    deployments/NAME.yaml and every artifact); vLLM reads the same secret from an environment variable,
+    which every target passes by name. Removes the flag and its values from ``launch.args``."""
+    lifted: list[specmod.EnvVar] = []
+    keep: list[int] = []
+    i = 0
+    while i < len(launch.args):
+        a = launch.args[i]
+        flag = a.split("=", 1)[0]
+        var = SECRET_FLAGS.get(flag)
+        if var is None:
+            keep.append(i)
+            i += 1
+            continue
+        j = i + 1
+        if "=" not in a:
+            while j < len(launch.args) and not launch.args[j].startswith("-"):
+                j += 1
+                if flag != "--api-key":  # --api-key takes one or more keys; --hf-token one
+                    break
+        if j == i + 1 and "=" not in a:  # a bare --hf-token: use the stored login, nothing secret
+            keep.append(i)
+            i += 1
+            continue
+        launch.notes.append(
+            f"{flag} and its value were removed from the args (a secret is never stored in the spec); "
+            f"vLLM reads it from {var}: export it (or use a 0600 env file / podman secret) before starting"
+        )
+        lifted.append(specmod.EnvVar(name=var, value="", secret=True, note=f"lifted from {flag}"))
+        i = j
+    launch.args = [launch.args[k] for k in keep]
+    launch.arg_expands = [launch.arg_expands[k] for k in keep if k < len(launch.arg_expands)]
+    return lifted
+
+
+def build(
+    launch: Launch,
+    meta: Meta,
+    *,
+    source: str,
+    name: str | None = None,
+    image: str | None = None,
+) -> specmod.Deployment:
+    """Assemble and validate the Deployment; every problem found so far (and here) in one RecipeError."""
+    problems = list(launch.problems)
+    notes: list[str] = []
+    env_notes: list[str] = []
+    env = list(launch.env)
+    if meta.env_text:
+        more, more_notes, more_problems = parse_env_text(meta.env_text)
+        env = [*more, *env]
+        env_notes += more_notes
+        problems += more_problems
+    if meta.env_map:
+        for k, v in meta.env_map.items():
+            if not specmod.ENV_NAME_RE.match(k):
+                problems.append(f"env: {k!r} is not an environment variable name")
+            else:
+                env.append(
+                    _passthrough(k, launch, "env") if v is None else _env_var(k, v, None, launch, "env")
+                )
+    env = _merge_env([*env, *_lift_secret_flags(launch)], launch)
+    facts = note_facts(meta.notes_text or "")
+    problems += _json_problems(launch.args)
+    model = _model(launch, facts, problems) if not launch.problems else None
+    if name is not None and not specmod.NAME_RE.match(name):
+        problems.append(
+            f"--name {name!r}: use lowercase letters, digits, '.', '_' or '-' (max 63), starting with a "
+            "letter or digit"
+        )
+    if image is not None and (not image.strip() or any(ch.isspace() for ch in image)):
+        problems.append(f"--image {image!r}: not an image reference (e.g. localhost/vllm:1 or name@sha256:…)")
+    if problems or model is None:
+        raise _refuse(source, problems or ["no model"])
+    repo, local_dir, model_idx = model.repo, model.local_dir, model.arg
+    for i, a in enumerate(launch.args):
+        if _expands(launch, i):
+            notes.append(f"args[{i}] {a!r} holds shell syntax that a shell would expand; kept literally")
+    model_value = flag_values([launch.args[model_idx]], "--model") or [(model_idx, launch.args[model_idx])]
+    if repo is not None and model_value[0][1] == repo:
+        notes.append(
+            f"the model argument {repo} is replaced by the downloaded copy at model.container_path; "
+            "set --served-model-name if clients must see the repo id"
+        )
+    if repo is None:
+        notes.append(
+            "model.repo is null: the checkpoint is already on disk at model.local_dir, mounted read-only at "
+            "model.container_path; rigsmith downloads, pins and verifies nothing for it"
+        )
+    if model.note:
+        notes.append(model.note)
+    for i, a in enumerate(launch.args):
+        if a.startswith("./") and i != model_idx:
+            notes.append(
+                f"args[{i}] {a!r} is a path relative to where the recipe ran; mount it and fix the path"
+            )
+    basename = PurePosixPath(local_dir.rstrip("/")).name or PurePosixPath(repo or "model").name
+    final_image = image or launch.image
+    if image and launch.image and image != launch.image:
+        notes.append(f"the recipe's image {launch.image} was replaced by --image {image}")
+    network: dict[str, Any] = {}
+    hosts = flag_values(launch.args, "--host")
+    ports = flag_values(launch.args, "--port")
+    if hosts:
+        network["host"] = hosts[-1][1]
+    if ports:
+        if ports[-1][1].isdigit():
+            network["port"] = int(ports[-1][1])
+        else:
+            notes.append(f"--port {ports[-1][1]} is not a number; network.port stays 8000 until you set it")
+    revision = flag_values(launch.args, "--revision")
+    all_notes = [*([meta.notes_text] if meta.notes_text else []), *launch.notes, *notes]
+    data: dict[str, Any] = {
+        "name": name
+        or slug(meta.recipe_id or meta.title or (PurePosixPath(repo).name if repo else basename)),
+        "description": meta.title,
+        "model": {
+            "repo": repo,
+            "revision": revision[-1][1] if revision else facts.revision,
+            "local_dir": local_dir,
+            "container_path": f"/models/{basename}",
+            "size_bytes": facts.size_bytes,
+            "config_patches": [p.model_dump(exclude_defaults=True) for p in facts.patches],
+        },
+        "engine": {
+            "image": final_image,
+            "recipe_executable": launch.recipe_executable,
+            "executable": launch.executable,
+            "subcommand": list(launch.subcommand),
+            "args": launch.args,
+            "model_arg": model_idx,
+        },
+        "env": [e.model_dump() for e in env],
+        "env_notes": env_notes,
+        "placeholders": _placeholders([*launch.args, *(e.value for e in env)]),
+        "resources": {
+            "gpus": _gpus(launch, facts, _vendor(env)).model_dump(),
+            "host_ram_gib": facts.host_ram_gib,
+            "disk_gib": facts.disk_gib,
+            **({"shm_size": s} if (s := launch.shm_size or facts.shm_size) else {}),
+            **(
+                {"memlock": m}
+                if (m := launch.memlock if launch.memlock is not None else facts.memlock)
+                else {}
+            ),
+            **({"stop_grace_seconds": g} if (g := launch.stop_grace or facts.stop_grace) else {}),
+        },
+        "readiness": {
+            **({"log_lines": ln} if (ln := [x for x in facts.log_lines if "KV cache" not in x]) else {}),
+            "kv_cache_tokens": facts.kv_tokens,
+            **({"startup_seconds": facts.startup} if facts.startup else {}),
+            "warm_startup_seconds": facts.warm,
+        },
+        "network": network,
+        "mounts": [m.model_dump() for m in launch.mounts],
+        "notes": all_notes,
+        "provenance": meta.provenance.model_dump() if meta.provenance else None,
+    }
+    try:
+        return specmod.Deployment.model_validate(data)
+    except ValidationError as err:
+        raise _refuse(source, [f"{p}: {m}" for p, m in specmod.problems_from(err)]) from None

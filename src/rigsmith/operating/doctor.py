@@ -1,0 +1,652 @@
+"""``invoke doctor``: one go/no-go table of host facts against a deployment spec.
+
+``evaluate`` is pure (HostFacts + spec → checks); ``render`` lays the checks out with rich; ``diagnose``
+gathers the facts the rendered plan needs (its image, sparse files, the model dir against the lock) and
+evaluates them. Every failing check carries a hint saying what to do.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Literal
+
+from rich.console import Console
+from rich.table import Table
+
+from rigsmith.errors import RigsmithError
+from rigsmith.operating import drift
+from rigsmith.operating.drift import image_fix
+from rigsmith.operating.host import Host, gather
+from rigsmith.operating.probes import (
+    DEFAULT_INIT_PATH,
+    HELPER_DIRS,
+    P2P_LINKS,
+    PACKAGES,
+    PATH_DIRS,
+    QUADLET_GENERATORS,
+    CdiSpec,
+    HostFacts,
+)
+from rigsmith.project import Project
+from rigsmith.rendering import plan as planmod
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.modelfiles import expand_dir
+from rigsmith.resolving.imageref import parse_ref
+from rigsmith.spec import Deployment
+
+Verdict = Literal["go", "warn", "no-go"]
+GiB = 1024**3
+MiB = 1024**2
+
+#: podman release → newest CDI spec version its vendored CDI library accepts (runtime-facts §2.3, from
+#: podman's go.mod/validSpecVersions). A newer spec is skipped *silently* ("unresolvable CDI devices").
+PODMAN_CDI: tuple[tuple[str, str], ...] = (
+    ("4.1.0", "0.4.0"),
+    ("4.3.0", "0.5.0"),
+    ("4.9.0", "0.6.0"),
+    ("5.2.0", "0.8.0"),
+    ("5.8.0", "1.0.0"),
+)
+
+#: Feature → first podman version that has it (runtime-facts §2, §3).
+PODMAN_FEATURES: dict[str, str] = {
+    "cdi-device": "4.1.0",  # --device vendor/class=name routed to CDI
+    "quadlet": "4.4.0",  # systemd generator for .container units
+    "kube-play": "4.2.0",  # `podman kube play` (before: `podman play kube`)
+}
+
+#: What each target needs from the podman that runs it (lxc runs no podman on this host).
+TARGET_FEATURES: dict[str, tuple[str, ...]] = {
+    "podman": ("cdi-device",),
+    "quadlet": ("cdi-device", "quadlet"),
+    "compose": ("cdi-device",),
+    "kube": ("cdi-device", "kube-play"),
+    "lxc": (),
+}
+
+#: Targets whose artifacts run the container with podman's --init (run.sh, quadlet RunInit, compose init);
+#: kube's pod needs catatonit as its pause binary instead.
+INIT_TARGETS = ("podman", "quadlet", "compose")
+
+NVIDIA_CDI_HINT = "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml, then `nvidia-ctk cdi list`"
+
+
+def vtuple(v: str) -> tuple[int, ...]:
+    """'4.3.1' → (4, 3, 1); junk parts count as 0."""
+    return tuple(int(p) if p.isdigit() else 0 for p in v.split("-")[0].split("."))
+
+
+def max_cdi_version(podman_version: str) -> str | None:
+    """Newest CDI spec version the given podman reads (None: too old for CDI)."""
+    best = None
+    for since, cdi in PODMAN_CDI:
+        if vtuple(podman_version) >= vtuple(since):
+            best = cdi
+    return best
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the table."""
+
+    name: str
+    verdict: Verdict
+    detail: str
+    hint: str | None = None
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+def requested_gpus(spec: Deployment, facts: HostFacts) -> list[int]:
+    """Indices of the GPUs the spec's CDI devices name ('all' = every GPU found)."""
+    names = [d.split("=", 1)[1] for d in spec.resources.gpus.cdi_devices]
+    if "all" in names:
+        return [g.index for g in facts.gpus] or list(range(spec.resources.gpus.count))
+    out = []
+    by_uuid = {g.uuid: g.index for g in facts.gpus}
+    for n in names:
+        if n.isdigit():
+            out.append(int(n))
+        elif n in by_uuid:
+            out.append(by_uuid[n])
+    return out
+
+
+def _check_gpus(spec: Deployment, facts: HostFacts, want: list[int]) -> Check:
+    g = spec.resources.gpus
+    need = f"spec: {g.count}× {g.model or 'GPU'}" + (f", {g.vram_gib:g} GiB each" if g.vram_gib else "")
+    if facts.gpu_error:
+        return Check(
+            "GPUs",
+            "no-go",
+            f"no driver: {facts.gpu_error} ({need})",
+            "install and load the NVIDIA driver; `nvidia-smi -L` must list the GPUs",
+        )
+    by_index = {x.index: x for x in facts.gpus}
+    problems = []
+    missing = [i for i in want if i not in by_index]
+    if len(facts.gpus) < g.count or missing:
+        problems.append(f"found {len(facts.gpus)} GPU(s)" + (f", no GPU {missing}" if missing else ""))
+    for i in want:
+        x = by_index.get(i)
+        if x is None:
+            continue
+        if g.model and g.model.lower() not in x.name.lower():
+            problems.append(f"GPU{i} is {x.name}")
+        if g.vram_gib and x.memory_total_mib * MiB < g.vram_gib * GiB * 0.97:
+            problems.append(f"GPU{i} has {x.memory_total_mib} MiB")
+    names = sorted({by_index[i].name for i in want if i in by_index})
+    found = f"{len([i for i in want if i in by_index])}× {', '.join(names) or '?'}"
+    if facts.gpus:
+        found += f", {facts.gpus[0].memory_total_mib} MiB, driver {facts.gpus[0].driver_version}"
+    if problems:
+        return Check(
+            "GPUs",
+            "no-go",
+            f"{'; '.join(problems)} ({need})",
+            "fix resources.gpus (count, model, cdi_devices) or run on the rig the recipe names",
+        )
+    return Check("GPUs", "go", f"{found} ({need})")
+
+
+def _check_squatters(spec: Deployment, facts: HostFacts, want: list[int]) -> Check:
+    if facts.gpu_error:
+        return Check(
+            "VRAM holders", "no-go", "cannot list GPU processes without the driver", "fix the driver first"
+        )
+    uuid_index = {x.uuid: x.index for x in facts.gpus}
+    own: list[str] = []
+    foreign: list[str] = []
+    for app in facts.apps:
+        idx = uuid_index.get(app.gpu_uuid)
+        if idx is None or idx not in want:
+            continue
+        ctr = facts.containers.get(app.pid)
+        used = f"{app.used_mib} MiB" if app.used_mib is not None else "? MiB"
+        desc = f"GPU{idx}: PID {app.pid} {app.name} {used}" + (f" (container {ctr})" if ctr else "")
+        (own if ctr == spec.name else foreign).append(desc)
+    if foreign:
+        return Check(
+            "VRAM holders",
+            "no-go",
+            "; ".join(foreign),
+            "stop them first (`kill PID`, `podman stop NAME`): a squatter OOMs rank 0 at high "
+            "gpu-memory-utilization (seeds/000 pitfall 3)",
+        )
+    if own:
+        return Check(
+            "VRAM holders",
+            "warn",
+            f"this deployment is running: {'; '.join(own)}",
+            f"`invoke down --deployment {spec.name}` before starting it again",
+        )
+    return Check("VRAM holders", "go", f"no compute process on GPU {', '.join(map(str, want)) or '-'}")
+
+
+def _provider(dev: str, specs: list[CdiSpec]) -> CdiSpec | None:
+    found = None
+    for s in specs:  # later directories win (/var/run/cdi over /etc/cdi)
+        if not s.error and dev in s.qualified():
+            found = s
+    return found
+
+
+def conflicts(specs: list[CdiSpec]) -> dict[str, list[str]]:
+    """Devices defined by two spec files in one directory: podman's CDI registry refuses both (seen here:
+    "conflicting device ... (specs a, b)" then "unresolvable CDI devices")."""
+    where: dict[tuple[str, str], list[str]] = {}
+    for s in specs:
+        if not s.error:
+            for dev in s.qualified():
+                where.setdefault((s.directory, dev), []).append(s.path)
+    return {dev: paths for (_d, dev), paths in where.items() if len(paths) > 1}
+
+
+def _check_cdi(spec: Deployment, facts: HostFacts) -> Check:
+    problems: list[str] = []
+    hints: list[str] = []
+    ok: list[str] = []
+    clash = conflicts(facts.cdi)
+    readable = max_cdi_version(facts.podman_version) if facts.podman_version else None
+    for dev in spec.resources.gpus.cdi_devices:
+        if dev in clash:
+            problems.append(f"{dev} is defined twice ({', '.join(clash[dev])}); podman refuses both")
+            hints.append("remove the stale copy (keep one spec per vendor per directory)")
+            continue
+        s = _provider(dev, facts.cdi)
+        if s is None:
+            problems.append(f"no CDI spec provides {dev}")
+            hints.append(NVIDIA_CDI_HINT if dev.startswith("nvidia.com/") else "add a CDI spec for it")
+            continue
+        if readable and vtuple(s.cdi_version) > vtuple(readable):
+            problems.append(
+                f"{s.path} is cdiVersion {s.cdi_version}; podman {facts.podman_version} reads "
+                f"≤ {readable} and skips it silently"
+            )
+            hints.append("regenerate the spec at an older version or upgrade podman")
+            continue
+        if s.driver_version and facts.driver_version and s.driver_version != facts.driver_version:
+            problems.append(
+                f"{s.path} was generated for driver {s.driver_version}; the loaded driver is "
+                f"{facts.driver_version}"
+            )
+            hints.append(NVIDIA_CDI_HINT + " (after every driver update)")
+            continue
+        ok.append(f"{dev} ({s.path}, cdiVersion {s.cdi_version})")
+    broken = [f"{s.path}: {s.error}" for s in facts.cdi if s.error]
+    if problems:
+        return Check("CDI devices", "no-go", "; ".join(problems + broken), "; ".join(dict.fromkeys(hints)))
+    detail = (
+        "; ".join(ok)
+        if len(ok) <= 2
+        else f"{len(ok)} devices in " + ", ".join(sorted({o.split(" (")[1].split(",")[0] for o in ok}))
+    )
+    return Check(
+        "CDI devices",
+        "warn" if broken else "go",
+        "; ".join([detail, *broken]),
+        "fix or remove the broken spec file" if broken else None,
+    )
+
+
+def _check_shm(spec: Deployment, facts: HostFacts) -> Check:
+    want = spec.resources.shm_bytes
+    total = facts.meminfo.get("MemTotal")
+    detail = f"container /dev/shm {spec.resources.shm_size} (--shm-size)"
+    if facts.shm_bytes:
+        detail += f"; host /dev/shm {_gib(facts.shm_bytes)}"
+    if spec.resources.gpus.count > 1 and want < GiB:
+        return Check(
+            "shm",
+            "no-go",
+            detail + "; tensor/pipeline parallel NCCL needs ≥ 1 GiB",
+            "set resources.shm_size: 8g",
+        )
+    if total and want > total:
+        return Check(
+            "shm", "no-go", detail + f"; more than host RAM ({_gib(total)})", "lower resources.shm_size"
+        )
+    return Check("shm", "go", detail)
+
+
+def _kib(n: int | None) -> str:
+    return "unlimited" if n is None else f"{n // 1024} KiB"
+
+
+def _check_memlock(spec: Deployment, facts: HostFacts) -> Check:
+    want = spec.resources.memlock
+    ml = facts.memlock
+    if want == "host":
+        cur = "unknown" if ml is None else _kib(ml.hard_bytes)
+        return Check(
+            "memlock",
+            "warn",
+            f"spec sets none (memlock: host); runtime hard limit {cur}",
+            "NCCL may fail to pin memory (ENOMEM); prefer memlock: unlimited where the host allows",
+        )
+    if ml is None:
+        return Check("memlock", "warn", "could not probe RLIMIT_MEMLOCK", None)
+    need = None if want == "unlimited" else int(want)
+    hard = _kib(ml.hard_bytes)
+    fits = ml.hard_bytes is None or (need is not None and ml.hard_bytes >= need)
+    label = "unlimited" if need is None else f"{need} bytes"
+    if fits or ml.raisable:
+        return Check(
+            "memlock", "go", f"spec wants {label}; hard limit {hard}" + ("" if fits else ", raisable")
+        )
+    return Check(
+        "memlock",
+        "no-go",
+        f"spec wants {label}; hard limit {hard} and it cannot be raised here "
+        "(`--ulimit memlock` will fail at container start)",
+        "raise it for the container engine (LimitMEMLOCK=infinity in its systemd unit; "
+        "lxc.prlimit.memlock for an LXC host), or set resources.memlock: host and accept NCCL's risk",
+    )
+
+
+def _check_ram(spec: Deployment, facts: HostFacts) -> Check:
+    total = facts.meminfo.get("MemTotal")
+    avail = facts.meminfo.get("MemAvailable")
+    need = spec.resources.host_ram_gib
+    if total is None:
+        return Check("host RAM", "warn", "could not read /proc/meminfo")
+    detail = f"{_gib(total)} total, {_gib(avail or 0)} available"
+    if need is None:
+        return Check("host RAM", "go", detail + "; spec names no requirement")
+    # Recipes write "96 GB" loosely; allow 10 % for GB/GiB and firmware reservations.
+    if total < need * GiB * 0.9:
+        return Check(
+            "host RAM",
+            "no-go",
+            detail + f"; spec needs {need:g} GiB",
+            "run on a host with more RAM, or lower the offload settings the recipe uses",
+        )
+    return Check("host RAM", "go", detail + f"; spec needs {need:g} GiB")
+
+
+def _check_disk(spec: Deployment, facts: HostFacts) -> Check:
+    size = spec.model.size_bytes or (int(spec.resources.disk_gib * GiB) if spec.resources.disk_gib else None)
+    d = facts.disk
+    if d is None:
+        return Check("disk", "warn", f"could not stat {spec.model.local_dir}")
+    if spec.model.repo is None:
+        # A local checkpoint is never downloaded: what matters is that it is there, not free space.
+        if d.present_bytes == 0:
+            return Check(
+                "disk",
+                "no-go",
+                f"local checkpoint (model.repo is null): nothing at {spec.model.local_dir}",
+                "copy the checkpoint there or point model.local_dir at it; fetch-model downloads nothing",
+            )
+        return Check(
+            "disk", "go", f"local checkpoint: {_gib(d.present_bytes)} present at {spec.model.local_dir}"
+        )
+    if size is None:
+        return Check(
+            "disk",
+            "warn",
+            f"{_gib(d.free_bytes)} free at {d.path}; model size unknown",
+            "set model.size_bytes so doctor can check",
+        )
+    need = max(size - d.present_bytes, 0)
+    detail = f"{_gib(d.free_bytes)} free at {d.path}; model {_gib(size)}, {_gib(d.present_bytes)} present"
+    if d.free_bytes < need:
+        return Check(
+            "disk",
+            "no-go",
+            detail + f"; {_gib(need)} more needed",
+            "free space or point model.local_dir at a larger disk",
+        )
+    return Check("disk", "go", detail)
+
+
+def _check_p2p(spec: Deployment, facts: HostFacts, want: list[int]) -> Check:
+    gpus = [f"GPU{i}" for i in want]
+    if len(gpus) < 2:
+        return Check("PCIe P2P", "go", "single GPU; not needed")
+    if facts.gpu_error or (facts.topo is None and not facts.p2p):
+        return Check("PCIe P2P", "warn", "topology unknown (nvidia-smi topo -m unavailable)")
+    pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1 :]]
+    links = [facts.topo.links.get((a, b), "?") if facts.topo else "?" for a, b in pairs]
+    if facts.p2p:
+        no_p2p = [f"{a}-{b} {facts.p2p.get((a, b), '?')}" for a, b in pairs if facts.p2p.get((a, b)) != "OK"]
+    else:
+        no_p2p = [f"{a}-{b} {lk}" for (a, b), lk in zip(pairs, links, strict=True) if not P2P_LINKS.match(lk)]
+    kinds = ", ".join(sorted(set(links)))
+    if not no_p2p:
+        return Check("PCIe P2P", "go", f"P2P between all {len(gpus)} GPUs (links {kinds})")
+    env = {e.name: e.value for e in spec.active_env()}
+    detail = f"no P2P: {', '.join(no_p2p)} (links {kinds})"
+    if spec.resources.gpus.p2p == "required":
+        return Check(
+            "PCIe P2P",
+            "no-go",
+            detail + "; the recipe requires P2P",
+            "use GPUs behind one PCIe switch / NVLink, or a recipe variant without P2P",
+        )
+    if env.get("NCCL_P2P_DISABLE") == "1":
+        return Check("PCIe P2P", "go", detail + "; NCCL_P2P_DISABLE=1 is set")
+    return Check(
+        "PCIe P2P",
+        "warn",
+        detail,
+        "add env NCCL_P2P_DISABLE=1 to the spec (NCCL hangs on consumer PCIe boxes otherwise)",
+    )
+
+
+def _check_podman(spec: Deployment, facts: HostFacts, target: str) -> Check:
+    v = facts.podman_version
+    if target == "lxc":
+        return Check("podman", "go", "target lxc runs no podman on this host")
+    if v is None:
+        return Check("podman", "no-go", "podman not found", "apt-get install podman (≥ 4.1 for CDI devices)")
+    lacking = [
+        f"{f} needs ≥ {PODMAN_FEATURES[f]}"
+        for f in TARGET_FEATURES.get(target, ("cdi-device",))
+        if vtuple(v) < vtuple(PODMAN_FEATURES[f])
+    ]
+    detail = f"podman {v}; target {target}"
+    if lacking:
+        return Check(
+            "podman",
+            "no-go",
+            detail + f": {', '.join(lacking)}",
+            "upgrade podman, or use --target podman (plain podman run)",
+        )
+    if target == "quadlet" and facts.binaries and not any(facts.binaries.get(g) for g in QUADLET_GENERATORS):
+        return Check(
+            "podman",
+            "no-go",
+            detail
+            + f": no quadlet generator ({' or '.join(QUADLET_GENERATORS)}); systemd would find no unit",
+            "install the distribution's full podman package (Debian ≥ 13: podman), or use --target podman",
+        )
+    if spec.podman_version and spec.podman_version != v:
+        return Check(
+            "podman",
+            "warn",
+            detail + f"; spec was written for podman {spec.podman_version}",
+            "set podman_version in the spec to this host's version if you deploy here",
+        )
+    return Check("podman", "go", detail)
+
+
+def _package(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    return PACKAGES.get(name, name)
+
+
+def _check_init(facts: HostFacts, target: str) -> Check | None:
+    if target not in (*INIT_TARGETS, "kube") or facts.podman_version is None:
+        return None
+    if target == "kube":
+        found = [p for p in (f"{d}/catatonit" for d in (*HELPER_DIRS, *PATH_DIRS)) if facts.binaries.get(p)]
+        if found:
+            return Check("init binary", "go", f"pause binary for kube play: {found[0]}")
+        return Check(
+            "init binary",
+            "no-go",
+            "kube play needs catatonit as the pod's pause binary; none in podman's helper dirs or $PATH",
+            "apt-get install catatonit (podman only Recommends it)",
+        )
+    path = facts.init_path or DEFAULT_INIT_PATH
+    where = "containers.conf init_path" if facts.init_path else "podman's default init_path"
+    if facts.binaries.get(path):
+        return Check("init binary", "go", f"--init runs {path} ({where})")
+    return Check(
+        "init binary",
+        "no-go",
+        f"the artifacts run podman --init, and its init binary {path} ({where}) is missing: every start "
+        "fails with 'container-init binary not found on the host'",
+        f"apt-get install {_package(path)} (podman only Recommends it)"
+        + ("" if facts.init_path else ", or set init_path in containers.conf to an installed catatonit/tini"),
+    )
+
+
+def _check_helpers(facts: HostFacts, target: str) -> list[Check]:
+    info = facts.podman_info
+    if target == "lxc" or facts.podman_version is None or info is None:
+        return []
+    if info.error:
+        return [
+            Check(
+                "OCI runtime",
+                "no-go",
+                f"podman info failed: {info.error}",
+                "apt-get install runc conmon (or crun), then `podman info` must succeed",
+            )
+        ]
+    out = []
+    for row, name, path, pkg in (
+        ("OCI runtime", info.runtime or "runtime", info.runtime_path, "runc"),
+        ("conmon", "conmon", info.conmon_path, "conmon"),
+    ):
+        if path and facts.binaries.get(path):
+            out.append(Check(row, "go", f"{name} at {path}"))
+        else:
+            out.append(
+                Check(
+                    row,
+                    "no-go",
+                    f"podman names {name} at {path or '?'}, which is missing",
+                    f"apt-get install {_package(path) if path else pkg}",
+                )
+            )
+    return out
+
+
+def _check_image(facts: HostFacts) -> Check | None:
+    img = facts.image
+    if img is None:
+        return None
+    if img.present:
+        if img.pinned:
+            return Check("image", "go", f"{img.ref} in local storage (pinned by rigsmith.lock)")
+        if parse_ref(img.ref).registry == "localhost":
+            # No registry serves a localhost/ name: presence is all there is to check (pin skips it too).
+            return Check("image", "go", f"{img.ref} in local storage as {img.image_id} (local-only name)")
+        return Check(
+            "image",
+            "warn",
+            f"{img.ref} in local storage, NOT pinned by digest",
+            "`invoke pin` locks its digest (`invoke build` for an engine.build image)",
+        )
+    return Check(
+        "image",
+        "no-go",
+        f"{img.ref} is not in local storage" + (f" ({img.error})" if img.error else ""),
+        image_fix(img.ref),
+    )
+
+
+def _check_model(facts: HostFacts) -> Check | None:
+    m = facts.model
+    if m is None:
+        return None
+    if m.note:
+        return Check("model files", "go", m.note)
+    how = "full hashes" if m.hashed else "sizes + verified-state cache"
+    if not m.problems:
+        return Check("model files", "go", f"{m.checked} files at {m.local_dir} match rigsmith.lock ({how})")
+    return Check(
+        "model files",
+        "no-go",
+        f"{len(m.problems)} of {m.checked} files at {m.local_dir} differ from rigsmith.lock ({how}): "
+        + "; ".join(m.problems),
+        "`invoke fetch-model --verify` re-checks every file and downloads what differs",
+    )
+
+
+def _check_sparse(facts: HostFacts, target: str) -> Check | None:
+    if not facts.sparse:
+        return None
+    wrong = [
+        f"{p} is {have} bytes, wants {want}"
+        for p, (want, have) in facts.sparse.items()
+        if have not in (None, want)
+    ]
+    missing = [p for p, (_w, have) in facts.sparse.items() if have is None]
+    if wrong:
+        return Check(
+            "sparse files",
+            "no-go",
+            "; ".join(wrong),
+            "move each aside; `truncate -s SIZE PATH` (run.sh recreates it sparse at its size)",
+        )
+    if missing:
+        creates = target == "podman"
+        return Check(
+            "sparse files",
+            "go" if creates else "no-go",
+            f"missing: {', '.join(missing)}"
+            + ("; run.sh creates each sparse at its size" if creates else ""),
+            None if creates else "; ".join(f"truncate -s {facts.sparse[p][0]} {p}" for p in missing),
+        )
+    return Check("sparse files", "go", f"{len(facts.sparse)} file(s) at their exact size")
+
+
+def evaluate(spec: Deployment, facts: HostFacts, target: str = "podman") -> list[Check]:
+    """Every check, in table order. Pure."""
+    want = requested_gpus(spec, facts)
+    optional = [
+        _check_init(facts, target),
+        *_check_helpers(facts, target),
+        _check_image(facts),
+        _check_model(facts),
+        _check_sparse(facts, target),
+    ]
+    return [
+        _check_gpus(spec, facts, want),
+        _check_squatters(spec, facts, want),
+        _check_cdi(spec, facts),
+        _check_shm(spec, facts),
+        _check_memlock(spec, facts),
+        _check_ram(spec, facts),
+        _check_disk(spec, facts),
+        _check_p2p(spec, facts, want),
+        _check_podman(spec, facts, target),
+        *(c for c in optional if c is not None),
+    ]
+
+
+def diagnose(
+    project: Project, deployment: str | None, *, target: str, host: Host, verify: bool = False
+) -> tuple[str, list[Check]]:
+    """(deployment name, checks) for this host: every probe, the plan's image and sparse files, and the
+    model dir against the lock (full hashes with ``verify``)."""
+    name = project.resolve_name(deployment)
+    spec = project.load(name)
+    lock = lockmod.read(project.lock_path)
+    plan: planmod.RunPlan | None = None
+    planned: Check | None = None
+    try:
+        plan = planmod.make(spec, lock, spec_path=f"deployments/{name}.yaml")
+    except RigsmithError as err:
+        planned = Check("plan", "no-go", f"cannot render the artifacts: {err.message}", err.hint)
+    image = (
+        (plan.image, plan.image_pinned) if plan and plan.runtime == "container" and target != "lxc" else None
+    )
+    sparse = [(m.host, m.sparse_size) for m in plan.mounts if m.sparse_size] if plan else []
+    facts = gather(
+        host,
+        model_dir=spec.model.local_dir,
+        target=target,
+        image=image,
+        sparse=[(str(expand_dir(h)), s) for h, s in sparse],
+        model=drift.model_facts(spec, lock, verify=verify),
+    )
+    checks = evaluate(spec, facts, target)
+    return name, checks + ([planned] if planned else [])
+
+
+def go(checks: list[Check]) -> bool:
+    """True when nothing is no-go."""
+    return all(c.verdict != "no-go" for c in checks)
+
+
+_STYLE = {"go": "green", "warn": "yellow", "no-go": "bold red"}
+
+
+def table(checks: list[Check], title: str) -> Table:
+    """The rich table."""
+    t = Table(title=title, show_lines=False, expand=False)
+    t.add_column("check", no_wrap=True)
+    t.add_column("result", no_wrap=True)
+    t.add_column("detail", overflow="fold")
+    t.add_column("what to do", overflow="fold")
+    for c in checks:
+        t.add_row(c.name, f"[{_STYLE[c.verdict]}]{c.verdict}[/]", c.detail, c.hint or "")
+    return t
+
+
+def render(checks: list[Check], title: str, width: int = 160) -> str:
+    """Plain-text table plus the verdict line (no colour), for logs and golden tests."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False)
+    console.print(table(checks, title))
+    n = sum(c.verdict == "no-go" for c in checks)
+    console.print("verdict: GO" if n == 0 else f"verdict: NO-GO ({n} check(s) failed)")
+    return buf.getvalue()

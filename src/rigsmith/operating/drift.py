@@ -1,0 +1,111 @@
+"""The rig against the lock: is the model dir what ``fetch-model`` verified, is the locked image here?
+
+``doctor`` shows the answers as rows; ``up`` refuses to start on any difference (``--ignore-drift``
+starts anyway). The fast model check trusts the verified-state cache ``fetch-model`` keeps in
+``<local_dir>/.rigsmith/state.json`` (size and mtime still those of the verified bytes); ``verify`` hashes
+every file, as ``fetch-model --verify`` does, without downloading anything.
+"""
+
+from __future__ import annotations
+
+from rigsmith.errors import LockDriftError
+from rigsmith.operating.probes import ImageFacts, ModelFacts
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.modelfiles import (
+    STATE_DIR,
+    STATE_FILE,
+    HashKind,
+    expand_dir,
+    hash_file,
+    patches_by_file,
+    read_state,
+    select,
+    still_verified,
+    wants,
+)
+from rigsmith.spec import Deployment
+
+#: At most this many files are named one by one; the rest are counted.
+SHOWN = 8
+
+
+def model_facts(spec: Deployment, lock: lockmod.Lock, *, verify: bool = False) -> ModelFacts:
+    """Compare ``model.local_dir`` with the deployment's model entry in the lock."""
+    m = spec.model
+    if m.repo is None:
+        return ModelFacts(
+            m.local_dir, 0, verify, note="local checkpoint (model.repo is null): no lock to compare"
+        )
+    entry = lock.models.get(spec.name)
+    if entry is None:
+        return ModelFacts(
+            m.local_dir,
+            0,
+            verify,
+            note="rigsmith.lock pins no model for it yet: `invoke pin` then `fetch-model`",
+        )
+    root = expand_dir(m.local_dir)
+    state = read_state(root / STATE_DIR / STATE_FILE)
+    problems: list[str] = []
+    if state.commit and state.commit != entry.commit:
+        problems.append(f"the dir holds commit {state.commit[:12]}, the lock {entry.commit[:12]}")
+    files = select(entry.files, m.allow_patterns, m.ignore_patterns)
+    by_file = patches_by_file(m.config_patches)
+    # (path in the dir, size the lock gives or None, hash kind, digest): the Hub's files (a patched file's
+    # pristine copy under .rigsmith/original), then each patched file as fetch-model wrote it.
+    expected: list[tuple[str, int | None, HashKind, str]] = [
+        (w.disk_path, w.size, w.kind, w.digest) for w in wants(files, by_file)
+    ]
+    recorded = {p.file: p for p in entry.patches}
+    for file in by_file:
+        rec = recorded.get(file)
+        if rec is None:
+            problems.append(f"{file}: config patch not applied")
+        else:
+            expected.append((file, None, "sha256", rec.patched_sha256))
+    for rel, size, kind, digest in expected:
+        p = root / rel
+        try:
+            st = p.stat()
+        except OSError:
+            problems.append(f"{rel}: missing")
+            continue
+        if size is not None and st.st_size != size:
+            problems.append(f"{rel}: {st.st_size} bytes, the lock says {size}")
+        elif verify:
+            if hash_file(p, kind, st.st_size) != digest:
+                problems.append(f"{rel}: content differs from the lock ({kind})")
+        elif not still_verified(state.files.get(rel), st.st_size, st.st_mtime_ns, kind, digest):
+            problems.append(f"{rel}: changed since fetch-model verified it")
+    if len(problems) > SHOWN:
+        problems[SHOWN:] = [f"and {len(problems) - SHOWN} more"]
+    return ModelFacts(m.local_dir, len(expected), verify, tuple(problems))
+
+
+def image_fix(ref: str) -> str:
+    """The command that brings the locked image into local storage."""
+    if ref.startswith("sha256:") or "@" not in ref:
+        return f"`invoke build` (it records the new image in rigsmith.lock), or `podman pull {ref}`"
+    return f"`podman pull {ref}`, or `invoke build` when rigsmith builds it"
+
+
+def gate(name: str, model: ModelFacts | None, image: ImageFacts | None) -> None:
+    """Refuse (LockDriftError naming each difference and its fix) when the rig differs from the lock.
+
+    Only what the lock pins can drift: an unpinned image or a model with no lock entry passes here (deploy
+    and doctor warn about those).
+    """
+    problems: list[str] = []
+    fixes: list[str] = []
+    if model is not None and model.problems:
+        problems += [f"model {model.local_dir}: {p}" for p in model.problems]
+        fixes.append(f"`invoke fetch-model --deployment {name} --verify`")
+    if image is not None and image.pinned and not image.present:
+        problems.append(f"image {image.ref} (pinned in rigsmith.lock) is not in local storage")
+        fixes.append(image_fix(image.ref))
+    if problems:
+        raise LockDriftError(
+            f"{name} differs from rigsmith.lock; not starting it:\n"
+            + "\n".join(f"  - {p}" for p in problems),
+            hint="; ".join(fixes) + ". `--ignore-drift` starts it anyway",
+        )

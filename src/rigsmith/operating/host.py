@@ -1,0 +1,214 @@
+"""The host adapter runs probe commands and reads probe files; ``gather`` turns their output into facts.
+
+``LocalHost`` is the real machine. Tests pass a host that replays captured outputs, so ``gather`` and every
+parser run exactly as on a rig.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from rigsmith.operating import probes
+from rigsmith.operating.probes import CmdResult, DiskFacts, HostFacts, ImageFacts, ModelFacts
+
+
+class Host(Protocol):
+    """What probes need from a machine."""
+
+    def run(self, argv: Sequence[str]) -> CmdResult:
+        """Run argv; a missing binary is exit code 127."""
+        ...
+
+    def read(self, path: str) -> str | None:
+        """A file's text, or None when it cannot be read."""
+        ...
+
+    def listdir(self, path: str) -> list[str]:
+        """Names in a directory (empty when it does not exist)."""
+        ...
+
+    def statvfs(self, path: str) -> tuple[int, int] | None:
+        """(total, free-for-unprivileged) bytes of the filesystem holding path, None if unknown."""
+        ...
+
+    def tree_bytes(self, path: str) -> int:
+        """Bytes already stored under path (apparent sizes; 0 when it does not exist)."""
+        ...
+
+    def size(self, path: str) -> int | None:
+        """Apparent size of the file at path (symlinks followed), None when there is none."""
+        ...
+
+
+class LocalHost:
+    """The machine rigsmith runs on. ``env`` selects e.g. a test podman wrapper through PATH."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 30) -> None:
+        self.env = dict(env) if env is not None else None
+        self.timeout = timeout
+
+    def run(self, argv: Sequence[str]) -> CmdResult:
+        try:
+            proc = subprocess.run(
+                list(argv), capture_output=True, text=True, timeout=self.timeout, env=self.env, check=False
+            )
+        except FileNotFoundError:
+            return CmdResult(127, "", f"{argv[0]}: command not found")
+        except subprocess.TimeoutExpired:
+            return CmdResult(124, "", f"{argv[0]}: timed out after {self.timeout}s")
+        return CmdResult(proc.returncode, proc.stdout, proc.stderr)
+
+    def read(self, path: str) -> str | None:
+        try:
+            return Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return sorted(p.name for p in Path(path).iterdir())
+        except OSError:
+            return []
+
+    def statvfs(self, path: str) -> tuple[int, int] | None:
+        p = Path(path).expanduser()
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        try:
+            st = os.statvfs(p)
+        except OSError:
+            return None
+        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+    def size(self, path: str) -> int | None:
+        try:
+            st = Path(path).expanduser().stat()
+        except OSError:
+            return None
+        return st.st_size if Path(path).expanduser().is_file() else None
+
+    def tree_bytes(self, path: str) -> int:
+        total = 0
+        for dirpath, _dirs, files in os.walk(Path(path).expanduser()):
+            for f in files:
+                try:
+                    total += (Path(dirpath) / f).lstat().st_size
+                except OSError:
+                    continue
+        return total
+
+
+def probe(host: Host, argv: Sequence[str]) -> CmdResult:
+    """Run one probe command; its output without terminal escapes (the one place they are stripped)."""
+    res = host.run(argv)
+    return CmdResult(res.code, probes.strip_ansi(res.stdout), probes.strip_ansi(res.stderr))
+
+
+def read(host: Host, path: str) -> str | None:
+    """Read one probe file, without terminal escapes."""
+    text = host.read(path)
+    return None if text is None else probes.strip_ansi(text)
+
+
+def gather(
+    host: Host,
+    *,
+    model_dir: str | None = None,
+    target: str = "podman",
+    image: tuple[str, bool] | None = None,
+    sparse: Sequence[tuple[str, int]] = (),
+    model: ModelFacts | None = None,
+) -> HostFacts:
+    """Run every probe on ``host`` and parse the outputs into HostFacts. Never raises for a missing tool.
+
+    ``image`` is (reference, pinned by the lock) of the image the plan runs; ``sparse`` the plan's sparse
+    bind files (host path, size); ``model`` the model dir compared with the lock (rigsmith.drift).
+    """
+    facts = HostFacts(model=model)
+    cmd = probes.COMMANDS
+    try:
+        # `nvidia-smi -L` first: the cheapest "is the driver there" answer, and the index/UUID list the
+        # detailed query must agree with.
+        listed = probe(host, cmd["gpu_list"])
+        probes.check_nvsmi(listed.code, listed.stdout, listed.stderr)
+        res = probe(host, cmd["gpus"])
+        probes.check_nvsmi(res.code, res.stdout, res.stderr)
+        facts.gpus = probes.parse_gpus(res.stdout)
+        by_list = {(i, u) for i, _n, u in probes.parse_gpu_list(listed.stdout)}
+        if by_list != {(g.index, g.uuid) for g in facts.gpus}:
+            raise probes.NoDriver("nvidia-smi -L and --query-gpu disagree about the GPUs (driver in flux?)")
+        apps = probe(host, cmd["apps"])
+        probes.check_nvsmi(apps.code, apps.stdout, apps.stderr)
+        facts.apps = probes.parse_apps(apps.stdout)
+        topo = probe(host, cmd["topo"])
+        if topo.code == 0:
+            facts.topo = probes.parse_topo(topo.stdout)
+        p2p = probe(host, cmd["p2p"])
+        if p2p.code == 0:
+            facts.p2p = probes.parse_p2p(p2p.stdout)
+    except probes.NoDriver as err:
+        facts.gpu_error = str(err)
+    driver = read(host, probes.FILES["driver"])
+    facts.driver_version = probes.parse_driver_version(driver) if driver else None
+    if facts.driver_version is None and facts.gpus:
+        facts.driver_version = facts.gpus[0].driver_version
+    meminfo = read(host, probes.FILES["meminfo"])
+    facts.meminfo = probes.parse_meminfo(meminfo) if meminfo else {}
+    ml = probe(host, cmd["memlock"])
+    if ml.stdout.strip():
+        facts.memlock = probes.parse_memlock(ml.stdout)
+    shm = host.statvfs("/dev/shm")
+    facts.shm_bytes = shm[0] if shm else None
+    if model_dir:
+        st = host.statvfs(model_dir)
+        if st:
+            facts.disk = DiskFacts(model_dir, st[1], host.tree_bytes(model_dir))
+    pv = probe(host, cmd["podman_version"])
+    facts.podman_version = probes.parse_podman_version(pv.stdout) if pv.code == 0 else None
+    if facts.podman_version and target != "lxc":
+        _gather_podman(host, facts, image)
+    for d in probes.CDI_DIRS:
+        for name in host.listdir(d):
+            if name.endswith((".yaml", ".json")):
+                text = read(host, f"{d}/{name}")
+                if text is not None:
+                    facts.cdi.append(probes.parse_cdi(f"{d}/{name}", text))
+    for path, size in sparse:
+        facts.sparse[path] = (size, host.size(path))
+    if facts.apps:
+        ps = probe(host, cmd["containers"])
+        names = probes.parse_containers(ps.stdout) if ps.code == 0 else {}
+        for app in facts.apps:
+            cg = read(host, f"/proc/{app.pid}/cgroup")
+            cid = probes.parse_cgroup(cg) if cg else None
+            if cid:
+                facts.containers[app.pid] = names.get(cid, cid[:12])
+    return facts
+
+
+def _gather_podman(host: Host, facts: HostFacts, image: tuple[str, bool] | None) -> None:
+    """The helpers podman runs the rendered artifacts with, and the image in local storage."""
+    info = probe(host, probes.COMMANDS["podman_info"])
+    facts.podman_info = probes.parse_podman_info(info.code, info.stdout, info.stderr)
+    conf = probe(host, probes.COMMANDS["containers_conf"])
+    facts.init_path = probes.parse_containers_conf(conf.stdout) if conf.code == 0 else None
+    paths = [facts.init_path or probes.DEFAULT_INIT_PATH]
+    paths += [f"{d}/catatonit" for d in (*probes.HELPER_DIRS, *probes.PATH_DIRS)]
+    paths += list(probes.QUADLET_GENERATORS)
+    paths += [p for p in (facts.podman_info.runtime_path, facts.podman_info.conmon_path) if p]
+    for p in dict.fromkeys(paths):
+        facts.binaries[p] = host.size(p) is not None
+    if image is not None:
+        facts.image = image_facts(host, *image)
+
+
+def image_facts(host: Host, ref: str, pinned: bool) -> ImageFacts:
+    """Is ``ref`` (the plan's image: name@digest, an image ID, or a tag) in podman's local storage?"""
+    res = probe(host, probes.image_inspect_argv(ref))
+    image_id = probes.parse_image_inspect(res.code, res.stdout)
+    err = None if image_id else next((ln.strip() for ln in res.stderr.splitlines() if ln.strip()), None)
+    return ImageFacts(ref, pinned, image_id is not None, image_id, err)

@@ -1,0 +1,462 @@
+"""``invoke up`` / ``down`` / ``status`` / ``logs`` for the podman and quadlet targets.
+
+Converge, act, re-check:
+
+- ``up``: render the target's artifacts and compare them with the disk (writer: create silently, ask before
+  changing anything that exists); inspect the container; start it only if it is not already running from
+  this very spec; then inspect again and fail loudly unless every CDI device node and env var of the plan
+  really arrived (compose front-ends have been seen dropping devices silently: seeds/000 pitfall 1).
+- ``down``: note the container's host PIDs, stop it (the target's stop waits the plan's grace), confirm it
+  is gone, then list any process of this deployment still holding a GPU, with the command that reaps it
+  (vLLM workers can outlive their API server: anchors pain point 5).
+
+Commands are argv lists built per target (``Controller``); quadlet's systemctl/journalctl argv are unit-
+tested, and run for real only where systemd runs. podman is found on PATH (tests put an isolated-storage
+wrapper first, exactly as for the generated scripts).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rigsmith import writer
+from rigsmith.errors import CommandError, LockDriftError, PreflightError, RigsmithError
+from rigsmith.operating import drift, probes
+from rigsmith.operating.host import Host, LocalHost, image_facts, probe
+from rigsmith.operating.verify import SPEC_LABEL, cdi_edits, container_problems, inspect_argv, parse_inspect
+from rigsmith.project import Project
+from rigsmith.rendering import deploy as deploymod
+from rigsmith.rendering import plan as planmod
+from rigsmith.resolving import lock as lockmod
+
+OPS_TARGETS = ("podman", "quadlet")
+#: Where systemd's quadlet generator reads rootful units (podman-systemd.unit(5)).
+QUADLET_DIR = Path("/etc/containers/systemd")
+
+#: Process names (nvidia-smi / cmdline) of vLLM engine processes: setproctitle names + the CLI.
+ENGINE_PROCESS = re.compile(r"VLLM::|EngineCore|\bvllm\b|vllm\.entrypoints")
+
+Run = Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
+
+
+def runner(env: Mapping[str, str] | None = None, timeout: float = 600) -> Run:
+    """Run argv capturing output, with ``env`` (None = inherit)."""
+
+    def run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(
+                list(argv),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=dict(env) if env is not None else None,
+                check=False,
+            )
+        except FileNotFoundError:
+            return subprocess.CompletedProcess(list(argv), 127, "", f"{argv[0]}: command not found")
+
+    return run
+
+
+def _must(run: Run, argv: Sequence[str], hint: str | None = None) -> subprocess.CompletedProcess[str]:
+    proc = run(argv)
+    if proc.returncode != 0:
+        raise CommandError(argv, proc.returncode, proc.stderr or proc.stdout, hint=hint)
+    return proc
+
+
+# -- per-target commands ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Controller:
+    """The argv that start, stop and show one deployment under one target."""
+
+    target: Literal["podman", "quadlet"]
+    name: str
+    artifacts: Path  # the target's output directory for this deployment (podman/NAME, quadlet/)
+
+    @property
+    def unit(self) -> str:
+        return f"{self.name}.service"
+
+    def start(self) -> list[list[str]]:
+        if self.target == "quadlet":
+            # quadlet turns NAME.container into NAME.service at daemon-reload.
+            return [["systemctl", "daemon-reload"], ["systemctl", "start", self.unit]]
+        return [["bash", str(self.artifacts / "run.sh")]]
+
+    def stop(self, grace: int) -> list[list[str]]:
+        if self.target == "quadlet":
+            return [["systemctl", "stop", self.unit]]
+        script = self.artifacts / "stop.sh"
+        if script.is_file():
+            return [["bash", str(script)]]
+        return [["podman", "stop", "--time", str(grace), self.name], ["podman", "rm", "--force", self.name]]
+
+    def state(self) -> list[str] | None:
+        """Service-manager state probe (quadlet only; podman's state comes from inspect)."""
+        if self.target == "quadlet":
+            return ["systemctl", "show", self.unit, "--property=ActiveState,SubState,MainPID"]
+        return None
+
+    def logs(self, follow: bool = False, tail: int | None = None) -> list[str]:
+        if self.target == "quadlet":
+            argv = ["journalctl", "--unit", self.unit, "--no-pager", "--output", "cat"]
+            argv += ["--lines", str(tail)] if tail is not None else []
+            return argv + (["--follow"] if follow else [])
+        argv = ["podman", "logs"]
+        argv += ["--tail", str(tail)] if tail is not None else []
+        return argv + (["--follow"] if follow else []) + [self.name]
+
+
+def controller(project: Project, target: str, name: str, out: Path | None = None) -> Controller:
+    """The controller for a target, or a clear error for targets ops cannot drive."""
+    if target not in OPS_TARGETS:
+        raise RigsmithError(
+            f"up/down/status/logs drive the podman and quadlet targets, not {target!r}",
+            hint="use --target podman or --target quadlet",
+        )
+    base = (out or project.root).resolve()
+    d = base / "podman" / name if target == "podman" else base / "quadlet"
+    return Controller(target, name, d)  # type: ignore[arg-type]
+
+
+def parse_systemctl_show(text: str) -> dict[str, str]:
+    """``systemctl show --property=…`` → key → value."""
+    return dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln)
+
+
+# -- inspect ------------------------------------------------------------------------------------------
+
+
+def inspect(run: Run, name: str) -> dict[str, Any] | None:
+    proc = run(inspect_argv(name))
+    return parse_inspect(proc.stdout) if proc.returncode == 0 else None
+
+
+def top_argv(name: str) -> list[str]:
+    return ["podman", "top", name, "hpid", "args"]
+
+
+def parse_top(text: str) -> dict[int, str]:
+    """``podman top NAME hpid args`` → host PID → command line."""
+    out = {}
+    for line in text.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if pid.isdigit():
+            out[int(pid)] = args.strip()
+    return out
+
+
+def survivors(snapshot: Mapping[int, str], now: Mapping[int, str | None]) -> list[tuple[int, str]]:
+    """Pure: container processes (host PID → args before stop) still alive with the same command line
+    after the container is gone (``now``: PID → /proc cmdline with NULs as spaces, None if gone)."""
+    return [
+        (pid, args)
+        for pid, args in sorted(snapshot.items())
+        if now.get(pid) is not None and str(now[pid]).strip() == args
+    ]
+
+
+# -- up -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Ops:
+    """Where ops act: the project, a target, the subprocess env and the host probes."""
+
+    project: Project
+    target: str = "podman"
+    out: Path | None = None
+    env: Mapping[str, str] | None = None
+    echo: Callable[[str], None] = print
+    host: Host = field(default_factory=LocalHost)
+    quadlet_dir: Path = QUADLET_DIR
+
+    def __post_init__(self) -> None:
+        if self.target not in OPS_TARGETS:
+            raise RigsmithError(
+                f"up/down/status/logs drive the podman and quadlet targets, not {self.target!r}",
+                hint="use --target podman or --target quadlet",
+            )
+        if isinstance(self.host, LocalHost) and self.host.env is None and self.env is not None:
+            self.host = LocalHost(self.env)
+
+    @property
+    def run(self) -> Run:
+        return runner(self.env)
+
+
+def _plan(
+    ops: Ops, deployment: str | None, image: str | None, memlock: Literal["unlimited", "host"] | int | None
+) -> tuple[planmod.RunPlan, list[writer.Artifact]]:
+    return deploymod.artifacts(
+        ops.project, ops.target, deployment=deployment, image=image, out=ops.out, memlock=memlock
+    )
+
+
+def quadlet_installs(files: Sequence[writer.Artifact], name: str, unit_dir: Path) -> list[writer.Artifact]:
+    """The rendered quadlet units again, at the place systemd's generator reads them (same content, so
+    the writer reports identical/create/update there too and asks before changing an installed unit)."""
+    return [
+        writer.Artifact(unit_dir / a.path.name, a.content, 0o644)
+        for a in files
+        if a.path.name.startswith(f"{name}.")
+    ]
+
+
+def _rel(path: Path, root: Path) -> Path:
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
+def up(
+    ops: Ops,
+    *,
+    deployment: str | None = None,
+    image: str | None = None,
+    memlock: Literal["unlimited", "host"] | int | None = None,
+    yes: bool = False,
+    confirm: Callable[[str], bool] | None = None,
+    dry_run: bool = False,
+    ignore_drift: bool = False,
+) -> planmod.RunPlan:
+    """Converge the deployment to running-as-planned; returns the plan it verified against.
+
+    Refuses (LockDriftError) when the model dir or the pinned image differ from rigsmith.lock, unless
+    ``ignore_drift``: then it names the differences and starts anyway.
+    """
+    plan, files = _plan(ops, deployment, image, memlock)
+    _drift_gate(ops, plan, ignore_drift)
+    if ops.target == "quadlet":
+        files = [*files, *quadlet_installs(files, plan.name, ops.quadlet_dir)]
+    ctl = controller(ops.project, ops.target, plan.name, ops.out)
+    root = (ops.out or ops.project.root).resolve()
+    changed = [o for o in writer.plan(files) if o.status != "identical"]
+    info = inspect(ops.run, plan.name)
+    running = bool(info and (info.get("State") or {}).get("Running"))
+    same = bool(
+        info
+        and ((info.get("Config") or {}).get("Labels") or {}).get(SPEC_LABEL) == dict(plan.labels)[SPEC_LABEL]
+    )
+    steps = [f"{o.status} {_rel(o.artifact.path, root)}" for o in changed]
+    if running and not same:
+        raise RigsmithError(
+            f"{plan.name} is running from a different spec than deployments/{plan.name}.yaml renders now",
+            hint=f"`invoke down --deployment {plan.name}` first, then `invoke up` again",
+        )
+    if info and not running:
+        steps.append(f"remove the stopped container {plan.name}")
+    if not running:
+        steps += [f"run {' '.join(a)}" for a in ctl.start()]
+    ops.echo(
+        f"up {plan.name} ({ops.target}): " + ("; ".join(steps) if steps else "already running, up to date")
+    )
+    if dry_run:
+        return plan
+    if changed:
+        writer.write(files, yes=yes, confirm=confirm, echo=ops.echo, root=root)
+    if info and not running:
+        _must(ops.run, ["podman", "rm", "--force", plan.name])
+    if not running:
+        for argv in ctl.start():
+            _must(ops.run, argv, hint="fix what the script names, then `invoke up` again")
+    verify(ops, plan)
+    return plan
+
+
+def _drift_gate(ops: Ops, plan: planmod.RunPlan, ignore: bool) -> None:
+    spec = ops.project.load(plan.name)
+    model = drift.model_facts(spec, lockmod.read(ops.project.lock_path))
+    image = image_facts(ops.host, plan.image, plan.image_pinned) if plan.runtime == "container" else None
+    try:
+        drift.gate(plan.name, model, image)
+    except LockDriftError as err:
+        if not ignore:
+            raise
+        ops.echo(f"warning (--ignore-drift): {err.message}")
+
+
+def verify(ops: Ops, plan: planmod.RunPlan) -> None:
+    """Re-check the running container against the plan; PreflightError naming every difference."""
+    info = inspect(ops.run, plan.name)
+    if info is None:
+        raise PreflightError(
+            f"container {plan.name} does not exist after start",
+            hint=f"`invoke logs --deployment {plan.name}`; `podman ps -a`",
+        )
+    problems = container_problems(info, plan, cdi_edits(ops.host))
+    if problems:
+        raise PreflightError(
+            f"container {plan.name} is not what deployment {plan.name} asks for:\n"
+            + "\n".join(f"  - {p}" for p in problems),
+            hint=f"`invoke down --deployment {plan.name}`, fix the cause named above, `invoke up` again",
+        )
+    ops.echo(
+        f"verified {plan.name}: running; {len(plan.devices)} CDI device(s) and {len(plan.env)} env "
+        f"var(s) arrived; shm {plan.shm_size}; stop timeout {plan.stop_timeout}s"
+    )
+
+
+# -- down ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process still holding VRAM after down."""
+
+    pid: int
+    name: str
+    gpu: str
+    used_mib: int | None
+    why: str  # "was in the container" | "vLLM engine process" | "foreign"
+
+
+def classify_holders(
+    apps: Sequence[probes.GpuApp], container_pids: set[int], cmdlines: Mapping[int, str]
+) -> list[Holder]:
+    """Pure: GPU processes → which belong to this deployment (orphans) and which are foreign."""
+    out = []
+    for a in apps:
+        cmd = cmdlines.get(a.pid, "")
+        if a.pid in container_pids:
+            why = "was in the container"
+        elif ENGINE_PROCESS.search(a.name) or ENGINE_PROCESS.search(cmd):
+            why = "vLLM engine process"
+        else:
+            why = "foreign"
+        out.append(Holder(a.pid, a.name, a.gpu_uuid, a.used_mib, why))
+    return out
+
+
+def reap_command(holders: Sequence[Holder]) -> str:
+    """The command that ends the orphans: TERM, a grace, then KILL."""
+    pids = " ".join(str(h.pid) for h in holders)
+    return f"kill -TERM {pids}; sleep 10; kill -KILL {pids} 2>/dev/null"
+
+
+def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
+    """Stop the deployment, confirm it is gone, and fail listing orphans still holding a GPU."""
+    spec = ops.project.load(deployment)
+    name = spec.name
+    ctl = controller(ops.project, ops.target, name, ops.out)
+    info = inspect(ops.run, name)
+    snapshot: dict[int, str] = {}
+    if info:
+        top = ops.run(top_argv(name))
+        snapshot = parse_top(top.stdout) if top.returncode == 0 else {}
+        grace = int((info.get("Config") or {}).get("StopTimeout") or spec.resources.stop_grace_seconds)
+        ops.echo(f"down {name} ({ops.target}): stopping (up to {grace}s grace for vLLM to drain)")
+        for argv in ctl.stop(grace):
+            _must(ops.run, argv)
+        if inspect(ops.run, name) is not None:
+            raise RigsmithError(f"container {name} still exists after stop", hint=f"podman rm --force {name}")
+        ops.echo(f"down {name}: container stopped and removed")
+    else:
+        ops.echo(f"down {name}: no container named {name}; checking the GPUs anyway")
+    left = survivors(snapshot, {pid: _cmdline(ops.host, pid) for pid in snapshot})
+    holders: list[Holder] = []
+    res = probe(ops.host, probes.COMMANDS["apps"])
+    try:
+        probes.check_nvsmi(res.code, res.stdout, res.stderr)
+        apps = probes.parse_apps(res.stdout)
+        holders = classify_holders(
+            apps, set(snapshot), {a.pid: _cmdline(ops.host, a.pid) or "" for a in apps}
+        )
+    except probes.NoDriver as err:
+        ops.echo(f"down {name}: cannot check the GPUs for leftover processes ({err})")
+    held = {h.pid for h in holders}
+    orphans = [h for h in holders if h.why != "foreign"]
+    orphans += [
+        Holder(pid, args, "-", None, "survived the container stop") for pid, args in left if pid not in held
+    ]
+    for h in holders:
+        ops.echo(f"  GPU holder PID {h.pid} {h.name} on {h.gpu} {h.used_mib} MiB: {h.why}")
+    if orphans:
+        raise RigsmithError(
+            f"{len(orphans)} process(es) of {name} outlived the stop or still hold GPU memory: "
+            + ", ".join(f"PID {h.pid} ({h.name}, {h.why})" for h in orphans),
+            hint=f"reap them: {reap_command(orphans)}",
+        )
+    ops.echo(f"down {name}: no process of this deployment is left" + ("" if res.code else " or holds a GPU"))
+    return holders
+
+
+def _cmdline(host: Host, pid: int) -> str | None:
+    text = host.read(f"/proc/{pid}/cmdline")
+    return None if text is None else text.replace("\0", " ").strip()
+
+
+# -- status / logs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Status:
+    """What status reports."""
+
+    name: str
+    state: str  # running | exited | created | absent | …
+    started: str | None
+    image: str | None
+    spec_current: bool | None
+    service: dict[str, str] | None
+    healthy: bool | None
+
+
+def status(ops: Ops, *, deployment: str | None = None, health: Callable[[str], bool] | None = None) -> Status:
+    """Container (and unit) state, whether it runs the current spec, and /health."""
+    spec = ops.project.load(deployment)
+    name = spec.name
+    ctl = controller(ops.project, ops.target, name, ops.out)
+    info = inspect(ops.run, name)
+    service = None
+    sargv = ctl.state()
+    if sargv:
+        proc = ops.run(sargv)
+        service = (
+            parse_systemctl_show(proc.stdout) if proc.returncode == 0 else {"error": proc.stderr.strip()}
+        )
+    current: bool | None = None
+    if info:
+        try:
+            plan, _files = _plan(ops, deployment, None, None)
+            current = ((info.get("Config") or {}).get("Labels") or {}).get(SPEC_LABEL) == dict(plan.labels)[
+                SPEC_LABEL
+            ]
+        except RigsmithError:
+            current = None
+    st = (info or {}).get("State") or {}
+    healthy = None
+    if st.get("Running") and health is not None:
+        host = "127.0.0.1" if spec.network.host in ("0.0.0.0", "::", "") else spec.network.host
+        healthy = health(f"http://{host}:{spec.network.port}{spec.readiness.health_path}")
+    return Status(
+        name,
+        str(st.get("Status", "absent")) if info else "absent",
+        st.get("StartedAt"),
+        (info or {}).get("ImageName"),
+        current,
+        service,
+        healthy,
+    )
+
+
+def logs_argv(
+    ops: Ops, *, deployment: str | None = None, follow: bool = False, tail: int | None = None
+) -> list[str]:
+    """The command that shows the deployment's logs."""
+    name = ops.project.resolve_name(deployment)
+    return controller(ops.project, ops.target, name, ops.out).logs(follow, tail)
+
+
+def plan_for(project: Project, deployment: str | None, **kw: Any) -> planmod.RunPlan:
+    """The RunPlan of a deployment (spec + lock)."""
+    name = project.resolve_name(deployment)
+    return planmod.make(
+        project.load(name), lockmod.read(project.lock_path), spec_path=f"deployments/{name}.yaml", **kw
+    )

@@ -1,0 +1,1 @@
+"""Rendering: spec + lock → RunPlan → per-target artifacts (pure; the writer puts them on disk)."""

@@ -1,0 +1,165 @@
+"""``invoke deploy``: render one target's artifacts from spec + lock and hand them to the writer."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from rigsmith import writer
+from rigsmith.errors import RigsmithError
+from rigsmith.project import TARGETS, Project
+from rigsmith.rendering import plan as planmod
+from rigsmith.rendering.targets import LxcOptions, RenderContext, renderers
+from rigsmith.resolving import lock as lockmod
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        raise RigsmithError(f"cannot read {path}: {err}", hint="check the path and its permissions") from None
+
+
+def artifacts(
+    project: Project,
+    target: str,
+    *,
+    deployment: str | None = None,
+    image: str | None = None,
+    out: Path | None = None,
+    memlock: Literal["unlimited", "host"] | int | None = None,
+    podman_version: str | None = None,
+    lxc: LxcOptions | None = None,
+    read: Callable[[Path], str | None] = _read,
+    warn: Callable[[str], None] = lambda _msg: None,
+) -> tuple[planmod.RunPlan, list[writer.Artifact]]:
+    """Plan and render without writing (``read`` fetches a file a target merges into, e.g. a pct.conf)."""
+    if target not in TARGETS:
+        raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
+    table = renderers()
+    if target not in table:
+        raise RigsmithError(f"target {target!r} is not implemented yet", hint="use --target podman")
+    name = project.resolve_name(deployment)
+    spec = project.load(name)
+    spec_rel = f"deployments/{name}.yaml"
+    plan = planmod.make(
+        spec, lockmod.read(project.lock_path), spec_path=spec_rel, image=image, memlock=memlock
+    )
+    argv = ["invoke", "deploy", "--target", target, "--deployment", name]
+    if image:
+        argv += ["--image", image]
+    ctx = RenderContext(
+        spec=spec,
+        out=(out or project.root).resolve(),
+        command=shlex.join(argv),
+        podman_version=podman_version or spec.podman_version,
+        lxc=lxc or LxcOptions(),
+        read=read,
+        warn=warn,
+    )
+    return plan, table[target](plan, ctx)
+
+
+def _show_merge(source: Path, merged: writer.Artifact, echo: Callable[[str], None]) -> None:
+    """The diff from the user's pct.conf to the merged copy (the input itself is never written)."""
+    import difflib
+
+    before = (_read(source) or "").splitlines(keepends=True)
+    diff = "".join(
+        difflib.unified_diff(before, merged.content.splitlines(keepends=True), str(source), str(merged.path))
+    )
+    echo(f"merged {source} (unchanged) into {merged.path}:\n{diff or '  (no change)'}")
+
+
+def next_steps(target: str, plan: planmod.RunPlan, out: Path | None = None) -> list[str]:
+    """What to run after deploy writes the files (the post-start check included where a front-end may drop
+    devices). Paths are relative to the checkout, or under ``out`` when the files went there."""
+
+    def at(rel: str) -> str:
+        return str(out / rel) if out is not None else rel
+
+    check = (
+        "then check it really got its GPUs, shm and stop timeout: "
+        f"invoke check-container --deployment {plan.name}"
+    )
+    if target == "compose":
+        from rigsmith.rendering.targets.compose import up_argv
+
+        return [f"start: {shlex.join(up_argv(plan, at(f'compose/{plan.name}/compose.yaml')))}", check]
+    if target == "quadlet":
+        return [
+            f"install: cp {shlex.quote(at(f'quadlet/{plan.name}.container'))} /etc/containers/systemd/ "
+            f"&& systemctl daemon-reload && systemctl start {plan.name}",
+            check,
+        ]
+    merge = (
+        f"merge {shlex.quote(at(f'lxc/{plan.name}'))}/*.conf into /etc/pve/lxc/, start the CT, "
+        "run provision.sh inside it"
+    )
+    if target == "lxc" and plan.runtime == "venv":
+        return [
+            merge,
+            f"then inside the CT: systemctl status {plan.name}.service (logs: journalctl -u {plan.name})",
+        ]
+    if target == "lxc":
+        return [merge, check]
+    if target == "kube":
+        kube = shlex.quote(at(f"kube/{plan.name}.yaml"))
+        return [f"kubectl apply -f {kube} (or podman kube play {kube})"]
+    return [f"start: {shlex.quote(at(f'podman/{plan.name}/run.sh'))}"]
+
+
+def image_line(image: str, pinned: bool) -> str:
+    """Which image the artifacts run, and how firmly the lock pins it."""
+    if pinned:
+        return f"image: {image} (registry digest from rigsmith.lock)"
+    if image.startswith("sha256:"):
+        return (
+            f"warning: image {image} is the local build's image ID, no registry digest; "
+            "`invoke build --push REGISTRY` pins one"
+        )
+    return f"warning: image {image} is not pinned by digest; `invoke pin` or `invoke build` locks it"
+
+
+def deploy(
+    project: Project,
+    target: str,
+    *,
+    deployment: str | None = None,
+    image: str | None = None,
+    out: Path | None = None,
+    yes: bool = False,
+    check: bool = False,
+    confirm: Callable[[str], bool] | None = None,
+    echo: Callable[[str], None] = print,
+    memlock: Literal["unlimited", "host"] | int | None = None,
+    podman_version: str | None = None,
+    lxc: LxcOptions | None = None,
+) -> list[writer.Outcome]:
+    """Render and write (or ``check``) one target."""
+    plan, files = artifacts(
+        project,
+        target,
+        deployment=deployment,
+        image=image,
+        out=out,
+        memlock=memlock,
+        podman_version=podman_version,
+        lxc=lxc,
+        warn=echo,
+    )
+    if lxc is not None and lxc.config is not None and not check:
+        _show_merge(lxc.config, files[0], echo)
+    if plan.runtime == "container":
+        echo(image_line(plan.image, plan.image_pinned))
+    outcomes = writer.write(
+        files, yes=yes, check=check, confirm=confirm, echo=echo, root=(out or project.root).resolve()
+    )
+    if not check:
+        for line in next_steps(target, plan, out):
+            echo(line)
+    return outcomes

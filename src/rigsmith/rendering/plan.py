@@ -1,0 +1,311 @@
+"""From spec + lock to a RunPlan: the target-independent facts every artifact carries.
+
+Every target renders from a RunPlan, so GPU devices, shm, memlock, stop grace, env, mounts, argv and
+readiness are decided once, here. Pure: no filesystem, no engine, no network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rigsmith import spec as specmod
+from rigsmith.errors import LockError, RigsmithError, SpecError
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.imageref import parse_ref
+
+
+@dataclass(frozen=True)
+class PlanMount:
+    """A bind mount, host path as the user wrote it (``~/`` allowed)."""
+
+    host: str
+    container: str
+    readonly: bool
+    kind: Literal["dir", "file"]
+    sparse_size: int | None = None
+    role: Literal["model", "extra"] = "extra"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What any target must express for one deployment."""
+
+    name: str
+    spec_path: str
+    image: str
+    image_pinned: bool
+    entrypoint: str
+    command: tuple[str, ...]
+    devices: tuple[str, ...]
+    gpu_indices: tuple[str, ...]
+    shm_size: str
+    shm_bytes: int
+    memlock: Literal["unlimited", "host"] | int
+    stop_timeout: int
+    shutdown_timeout: int | None
+    env: tuple[tuple[str, str], ...]
+    secret_env: tuple[str, ...]
+    mounts: tuple[PlanMount, ...]
+    network_mode: Literal["host", "none"]
+    host: str
+    port: int
+    health_path: str
+    log_lines: tuple[str, ...]
+    kv_cache_tokens: int | None
+    startup_seconds: int
+    spec_sha256: str
+    labels: tuple[tuple[str, str], ...] = field(default=())
+    #: ``container``: ``image`` runs ``entrypoint`` + ``command``. ``venv``: no image; ``venv``/bin/vllm runs
+    #: ``command``, whose model word (``model_word``, an index) is the host path (``~/`` allowed).
+    runtime: Literal["container", "venv"] = "container"
+    venv: str | None = None
+    model_word: int | None = None
+
+    @property
+    def health_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}{self.health_path}"
+
+    @property
+    def memlock_ulimit(self) -> str | None:
+        """podman ``--ulimit`` value; None when the runtime's own limit is kept (memlock: host)."""
+        if self.memlock == "host":
+            return None
+        v = "-1" if self.memlock == "unlimited" else str(self.memlock)
+        return f"memlock={v}:{v}"
+
+    def podman_options(self) -> list[str]:
+        """``podman run`` options (everything between ``run`` and the image), as argv.
+
+        The podman target writes exactly these; the quadlet, compose and kube tests compare the argv
+        their real consumers produce against them.
+        """
+        opts = ["--name", self.name, "--init", "--network", self.network_mode]
+        for d in self.devices:
+            opts += ["--device", d]
+        opts += ["--shm-size", self.shm_size]
+        if self.memlock_ulimit:
+            opts += ["--ulimit", self.memlock_ulimit]
+        opts += ["--stop-timeout", str(self.stop_timeout)]
+        for k, v in self.labels:
+            opts += ["--label", f"{k}={v}"]
+        for k, v in self.env:
+            opts += ["--env", f"{k}={v}"]
+        for k in self.secret_env:
+            opts += ["--env", k]
+        opts += ["--entrypoint", self.entrypoint]
+        return opts
+
+
+def _image(
+    spec: specmod.Deployment, lock: lockmod.Lock, override: str | None, spec_path: str
+) -> tuple[str, bool]:
+    ref = override or spec.engine.image
+    if ref:
+        try:
+            parse_ref(ref)
+        except RigsmithError as err:
+            # Every target writes the reference into a file (unit keys take it raw): it must be one.
+            raise SpecError(
+                spec_path,
+                [
+                    (
+                        "--image" if override else "engine.image",
+                        err.message + (f"; {err.hint}" if err.hint else ""),
+                    )
+                ],
+            ) from None
+        if "@sha256:" in ref:
+            return ref, True
+        locked = lock.images.get(ref)
+        if locked:
+            return f"{ref.rsplit(':', 1)[0] if _has_tag(ref) else ref}@{locked.digest}", True
+        return ref, False
+    if spec.engine.build:
+        built = lock.builds.get(spec.engine.build)
+        if built is None:
+            raise LockError(
+                f"deployment {spec.name!r} runs image build {spec.engine.build!r}, which has no entry in "
+                "rigsmith.lock",
+                hint=f"run `invoke build --image {spec.engine.build}` first, or pass --image REF",
+            )
+        return built.pinned_ref, built.digest is not None
+    raise RigsmithError(
+        f"deployment {spec.name!r} names no container image (engine.image and engine.build are empty; "
+        "the recipe ran vLLM from a venv)",
+        hint="pass --image REF to deploy (or import-recipe), set engine.image in the spec, "
+        "or set engine.build to an images/<name> definition and run `invoke build`",
+    )
+
+
+def _check_venv(spec: specmod.Deployment, override: str | None, spec_path: str) -> None:
+    """A venv engine names its venv (absolute, inside the CT) and no image: every problem at once."""
+    problems = []
+    venv = spec.engine.venv
+    if not venv:
+        problems.append(
+            ("engine.venv", "runtime is venv but no venv is set; set the venv's absolute path inside the CT")
+        )
+    elif not venv.startswith("/") or re.search(r"[\x00-\x1f\x7f\s\\%$]", venv):
+        problems.append(
+            (
+                "engine.venv",
+                f"{venv!r} must be an absolute path (inside the CT) with no whitespace, control character, "
+                "backslash, '%' or '$'",
+            )
+        )
+    for fld, value in (
+        ("engine.image", spec.engine.image),
+        ("engine.build", spec.engine.build),
+        ("--image", override),
+    ):
+        if value:
+            problems.append(
+                (
+                    fld,
+                    f"runtime is venv, which runs no image; remove {value!r} "
+                    "or set engine.runtime: container",
+                )
+            )
+    if problems:
+        raise SpecError(spec_path, problems)
+
+
+#: vLLM flags whose value is a secret, and the environment variable vLLM reads it from instead.
+SECRET_FLAGS: dict[str, str] = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
+
+
+def _secret_args(args: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Problems for secret flag values in the argv, which every target would write into its files.
+
+    ``--hf-token`` alone (vLLM: use the stored login) is fine; ``--api-key`` takes one or more values.
+    """
+    out = []
+    for i, a in enumerate(args):
+        flag = a.split("=", 1)[0]
+        if flag not in SECRET_FLAGS:
+            continue
+        has_value = "=" in a or (i + 1 < len(args) and not args[i + 1].startswith("-"))
+        if has_value:
+            var = SECRET_FLAGS[flag]
+            out.append(
+                (
+                    f"engine.args[{i}]",
+                    f"{flag} carries a secret, which would be written into every generated file; remove "
+                    f"the flag and its value and add env {var} with secret: true (podman secret or a 0600 "
+                    "env file supplies it)",
+                )
+            )
+    return out
+
+
+def _relative_hosts(spec: specmod.Deployment) -> list[tuple[str, str]]:
+    """Host paths that are neither absolute nor under ``~/``.
+
+    Each target would resolve them against something else (run.sh: the shell's cwd; quadlet: the unit's
+    directory; compose: the compose file's; podman reads a bare word as a named volume; kube and PVE
+    refuse them), so the same spec would mount different directories.
+    """
+    hosts = [("model.local_dir", spec.model.local_dir, "the checkpoint's")]
+    hosts += [(f"mounts[{i}].host", m.host, "the host directory's") for i, m in enumerate(spec.mounts)]
+    return [
+        (fld, f"{host!r} is relative (to where the recipe ran); set {what} absolute path or ~/…")
+        for fld, host, what in hosts
+        if not (host.startswith("/") or host == "~" or host.startswith("~/"))
+    ]
+
+
+def _has_tag(ref: str) -> bool:
+    last = ref.rsplit("/", 1)[-1]
+    return ":" in last
+
+
+def make(
+    spec: specmod.Deployment,
+    lock: lockmod.Lock,
+    *,
+    spec_path: str,
+    image: str | None = None,
+    memlock: Literal["unlimited", "host"] | int | None = None,
+) -> RunPlan:
+    """Decide the run plan. Refuses unfilled placeholders and a missing image, naming each."""
+    missing = spec.unfilled_placeholders()
+    if missing:
+        raise SpecError(
+            spec_path,
+            [
+                (
+                    "placeholders",
+                    f"{tok!r} has no value; set `placeholders: {{{tok!r}: VALUE}}` in the spec "
+                    "(it is used by the recipe's args or env)",
+                )
+                for tok in missing
+            ],
+        )
+    problems = _secret_args(spec.engine.args) + _relative_hosts(spec)
+    if problems:
+        raise SpecError(spec_path, problems)
+    if spec.engine.runtime == "venv":
+        _check_venv(spec, image, spec_path)
+        ref, pinned = "", False
+        command = tuple(spec.fill(a) for a in spec.engine.argv_with_model(spec.model.local_dir))
+        model_word = (
+            None if spec.engine.model_arg is None else len(spec.engine.subcommand) + spec.engine.model_arg
+        )
+    else:
+        ref, pinned = _image(spec, lock, image, spec_path)
+        command = tuple(spec.fill(a) for a in spec.engine.container_argv(spec.model))
+        model_word = None
+    mounts = [
+        PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
+        *(PlanMount(m.host, m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
+    ]
+    gpus = spec.resources.gpus
+    indices = tuple(d.split("=", 1)[1] for d in gpus.cdi_devices)
+    grace = spec.resources.stop_grace_seconds
+    shutdown = spec.shutdown_timeout
+    if shutdown is not None and shutdown >= grace:
+        raise SpecError(
+            spec_path,
+            [
+                (
+                    "resources.stop_grace_seconds",
+                    f"is {grace}s but vLLM --shutdown-timeout is {shutdown}s; the container would be killed "
+                    f"mid-drain. Set it above {shutdown} (e.g. {shutdown + 10})",
+                )
+            ],
+        )
+    digest = hashlib.sha256(specmod.dump(spec).encode()).hexdigest()
+    return RunPlan(
+        name=spec.name,
+        spec_path=spec_path,
+        image=ref,
+        image_pinned=pinned,
+        entrypoint=spec.engine.executable,
+        command=command,
+        devices=gpus.cdi_devices,
+        gpu_indices=indices,
+        shm_size=spec.resources.shm_size,
+        shm_bytes=spec.resources.shm_bytes,
+        memlock=memlock if memlock is not None else spec.resources.memlock,
+        stop_timeout=grace,
+        shutdown_timeout=shutdown,
+        env=tuple((e.name, spec.fill(e.value)) for e in spec.active_env() if not e.secret),
+        secret_env=tuple(e.name for e in spec.active_env() if e.secret),
+        mounts=tuple(mounts),
+        network_mode=spec.network.mode,
+        host=spec.network.host,
+        port=spec.network.port,
+        health_path=spec.readiness.health_path,
+        log_lines=spec.readiness.log_lines,
+        kv_cache_tokens=spec.readiness.kv_cache_tokens,
+        startup_seconds=spec.readiness.startup_seconds,
+        spec_sha256=digest,
+        labels=(("io.rigsmith.deployment", spec.name), ("io.rigsmith.spec-sha256", digest[:16])),
+        runtime=spec.engine.runtime,
+        venv=spec.engine.venv,
+        model_word=model_word,
+    )

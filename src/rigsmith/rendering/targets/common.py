@@ -1,0 +1,200 @@
+"""What every target derives the same way from a RunPlan: timeouts that nest, the health probe, paths.
+
+Pure. The nesting rule (shared/DESIGN.md): vLLM ``--shutdown-timeout`` < container stop timeout < systemd
+``TimeoutStopSec`` < Proxmox ``startup: down=``. Each outer layer adds a fixed margin so a slow ``podman rm``
+or a systemd unit stop is never cut short by the layer around it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from rigsmith.errors import SpecError
+from rigsmith.rendering.plan import RunPlan
+
+#: Seconds each enclosing layer adds to the stop timeout inside it.
+STOP_MARGIN = 30
+#: The health start period is this many times the recipe's first-boot time (kernel JIT, cold caches).
+START_PERIOD_FACTOR = 2
+#: Seconds between health probes, per-probe timeout, failures before "unhealthy".
+HEALTH_INTERVAL = 30
+HEALTH_TIMEOUT = 10
+HEALTH_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds, all derived from the plan; the nesting holds by construction."""
+
+    shutdown: int | None  # vLLM --shutdown-timeout (None: vLLM's default 0, abort in-flight requests)
+    container_stop: int  # podman --stop-timeout / compose stop_grace_period / kube terminationGracePeriod
+    systemd_stop: int  # TimeoutStopSec of the unit that runs the container
+    pve_down: int  # Proxmox `startup: down=` of the CT that holds the unit
+    start_period: int  # health start period: failures before it do not count
+    systemd_start: int  # TimeoutStartSec: start period plus one full failure window
+    pve_up: int  # Proxmox `startup: up=`: delay before the next CT starts
+
+    @property
+    def chain(self) -> list[int]:
+        """The stop timeouts from the innermost out (shutdown first when set)."""
+        inner = [] if self.shutdown is None else [self.shutdown]
+        return [*inner, self.container_stop, self.systemd_stop, self.pve_down]
+
+
+def timings(plan: RunPlan) -> Timings:
+    """Every timeout a target writes, from the stop grace and the expected first boot."""
+    start = plan.startup_seconds * START_PERIOD_FACTOR
+    return Timings(
+        shutdown=plan.shutdown_timeout,
+        container_stop=plan.stop_timeout,
+        systemd_stop=plan.stop_timeout + STOP_MARGIN,
+        pve_down=plan.stop_timeout + 2 * STOP_MARGIN,
+        start_period=start,
+        systemd_start=start + HEALTH_INTERVAL * (HEALTH_RETRIES + 1),
+        pve_up=plan.startup_seconds,
+    )
+
+
+def health_url(plan: RunPlan) -> str:
+    """The URL probed from inside the container's network namespace (host network: loopback)."""
+    return f"http://127.0.0.1:{plan.port}{plan.health_path}"
+
+
+def health_argv(plan: RunPlan) -> list[str]:
+    """The health check command, run inside the container.
+
+    vLLM images always carry python3 but not always curl, so the probe is a python one-liner that exits
+    non-zero unless the server answers 2xx.
+    """
+    code = f"import urllib.request as u; u.urlopen({health_url(plan)!r}, timeout={HEALTH_TIMEOUT - 2})"
+    return ["python3", "-c", code]
+
+
+def home_path(path: str, home: str) -> str:
+    """``~/x`` → ``{home}/x``; other paths unchanged."""
+    if path == "~":
+        return home
+    if path.startswith("~/"):
+        return home.rstrip("/") + "/" + path[2:]
+    return path
+
+
+def cannot_express(plan: RunPlan, target: str, problems: Sequence[tuple[str, str]]) -> SpecError:
+    """The error for spec fields a target has no way to express, each naming the target."""
+    return SpecError(
+        plan.spec_path, [(fld, f"the {target} target cannot express this: {why}") for fld, why in problems]
+    )
+
+
+def require_container(plan: RunPlan, target: str) -> None:
+    """Refuse a venv plan in a target that runs an image (podman, quadlet, compose, kube)."""
+    if plan.runtime != "container":
+        raise cannot_express(
+            plan,
+            target,
+            [
+                (
+                    "engine.runtime",
+                    f"{plan.runtime!r} runs vLLM from {plan.venv or 'a venv'}, but this target runs "
+                    "a container image; set engine.runtime: container with engine.image (or engine.build), "
+                    "or use --target lxc, which runs the venv in the CT",
+                )
+            ],
+        )
+
+
+def mount_fields(plan: RunPlan) -> list[tuple[str, str, str, str]]:
+    """(host field, host path, container field, container path) of every mount, named as in the spec."""
+    out = []
+    extra = 0
+    for m in plan.mounts:
+        if m.role == "model":
+            out.append(("model.local_dir", m.host, "model.container_path", m.container))
+        else:
+            out.append((f"mounts[{extra}].host", m.host, f"mounts[{extra}].container", m.container))
+            extra += 1
+    return out
+
+
+def volume_problems(plan: RunPlan) -> list[tuple[str, str]]:
+    """Mount paths the ``host:container[:ro]`` volume syntax (podman -v, quadlet, compose) would split.
+
+    podman and the compose front-ends split that string on ``:``, so a path holding one would mount the
+    wrong directory (or fail with a misleading option error) instead of reaching the engine literally.
+    """
+    return [
+        (fld, f"{path!r}: the host:container volume syntax splits on ':'")
+        for hfld, host, cfld, cont in mount_fields(plan)
+        for fld, path in ((hfld, host), (cfld, cont))
+        if ":" in path
+    ]
+
+
+def entrypoint_problems(plan: RunPlan) -> list[tuple[str, str]]:
+    """An executable podman's ``--entrypoint`` (and quadlet's Entrypoint=) would parse as a JSON array."""
+    if plan.entrypoint.lstrip().startswith("["):
+        return [
+            (
+                "engine.executable",
+                f"{plan.entrypoint!r}: podman reads an --entrypoint starting with '[' as a JSON argv",
+            )
+        ]
+    return []
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def line_value_problems(values: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Values written raw as one ``Key=value`` line (quadlet Image=, Entrypoint=, Volume=) that would not
+    stay one literal value: a newline starts a new key or section (e.g. an ExecStartPre= run as root), a
+    trailing backslash continues the line, surrounding whitespace is trimmed by the unit parser."""
+    out = []
+    for fld, value in values:
+        if _CONTROL.search(value):
+            out.append((fld, f"{value!r}: holds a newline or other control character"))
+        elif value.endswith("\\"):
+            out.append((fld, f"{value!r}: a trailing backslash continues the line"))
+        elif value != value.strip():
+            out.append((fld, f"{value!r}: leading or trailing whitespace is trimmed"))
+    return out
+
+
+def duration(seconds: int) -> str:
+    """Seconds as a compact duration (``70s``, ``12m``, ``1h30m``) for compose, systemd and podman."""
+    if seconds % 60 or seconds < 60:
+        return f"{seconds}s"
+    minutes = seconds // 60
+    if minutes % 60 == 0:
+        return f"{minutes // 60}h"
+    return f"{minutes // 60}h{minutes % 60}m" if minutes >= 60 else f"{minutes}m"
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def yaml_text(*docs: Any, explicit_start: bool = False) -> str:
+    """YAML for generated files: key order kept, no anchors/aliases, unicode kept, no line folding."""
+    return yaml.dump_all(
+        docs,
+        Dumper=_NoAliasDumper,
+        sort_keys=False,
+        allow_unicode=True,
+        width=10_000,
+        explicit_start=explicit_start,
+    )
+
+
+def k8s_quantity(n: int) -> str:
+    """Bytes as a Kubernetes quantity (``8Gi`` when exact)."""
+    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)

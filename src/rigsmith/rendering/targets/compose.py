@@ -1,0 +1,115 @@
+"""The compose target: ``compose/NAME/compose.yaml`` for podman-compose (1.0.6 … 1.6.0) and docker compose.
+
+GPUs go in the service's ``devices:`` list, which every front-end passes through as ``--device``; never in
+``deploy.resources.reservations.devices`` with ``driver: cdi``, which podman-compose 1.0.6 and 1.6.0 both drop
+without a word (shared/ENVIRONMENT.md; seeds/000 pitfall 1). podman-compose also never passes
+``stop_grace_period`` to ``podman create/run`` (only to its own ``down``), so the up command rigsmith prints
+adds ``--stop-timeout`` through ``--podman-run-args``, and the post-start check (rigsmith.verify) fails loudly
+when either the devices or the stop timeout did not arrive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rigsmith import render as tpl
+from rigsmith.render import banner
+from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.targets import RenderContext
+from rigsmith.rendering.targets.common import (
+    HEALTH_INTERVAL,
+    HEALTH_RETRIES,
+    HEALTH_TIMEOUT,
+    cannot_express,
+    health_argv,
+    require_container,
+    timings,
+    volume_problems,
+    yaml_text,
+)
+from rigsmith.writer import Artifact
+
+
+def _no_interpolation(value: Any) -> Any:
+    """Compose interpolates ``$VAR`` in every string of the file; ``$$`` is a literal ``$``."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, list):
+        return [_no_interpolation(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _no_interpolation(v) for k, v in value.items()}
+    return value
+
+
+def _memlock(plan: RunPlan) -> dict[str, Any] | None:
+    if plan.memlock == "host":
+        return None
+    v = -1 if plan.memlock == "unlimited" else plan.memlock
+    return {"memlock": {"soft": v, "hard": v}}
+
+
+def service(plan: RunPlan) -> dict[str, Any]:
+    """The one service, as plain data (before ``$`` escaping)."""
+    t = timings(plan)
+    svc: dict[str, Any] = {
+        "image": plan.image,
+        "container_name": plan.name,
+        "pull_policy": "never",
+        "entrypoint": [plan.entrypoint],
+        "command": list(plan.command),
+        "init": True,
+        "network_mode": plan.network_mode,
+        "devices": list(plan.devices),
+        "shm_size": plan.shm_size,
+    }
+    ulimits = _memlock(plan)
+    if ulimits:
+        svc["ulimits"] = ulimits
+    svc["stop_grace_period"] = f"{t.container_stop}s"
+    svc["labels"] = [f"{k}={v}" for k, v in plan.labels]
+    # List form: a bare NAME takes the value from the shell that runs compose (secrets stay out of the file).
+    svc["environment"] = [f"{k}={v}" for k, v in plan.env] + list(plan.secret_env)
+    svc["volumes"] = [f"{m.host}:{m.container}{':ro' if m.readonly else ''}" for m in plan.mounts]
+    svc["healthcheck"] = {
+        "test": ["CMD", *health_argv(plan)],
+        "interval": f"{HEALTH_INTERVAL}s",
+        "timeout": f"{HEALTH_TIMEOUT}s",
+        "retries": HEALTH_RETRIES,
+        "start_period": f"{t.start_period}s",
+    }
+    return svc
+
+
+def document(plan: RunPlan) -> dict[str, Any]:
+    """The whole compose file as data, ``$`` escaped."""
+    return {"name": plan.name, "services": {plan.name: _no_interpolation(service(plan))}}
+
+
+def up_argv(plan: RunPlan, compose_file: str) -> list[str]:
+    """How to start it so the stop timeout reaches podman (podman-compose ignores stop_grace_period)."""
+    return [
+        "podman-compose",
+        "-f",
+        compose_file,
+        f"--podman-run-args=--stop-timeout={timings(plan).container_stop}",
+        "up",
+        "-d",
+    ]
+
+
+def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
+    """``compose/NAME/compose.yaml``."""
+    require_container(plan, "compose")
+    bad = volume_problems(plan)
+    if bad:
+        raise cannot_express(plan, "compose", bad)
+    rel = f"compose/{plan.name}/compose.yaml"
+    body = yaml_text(document(plan))
+    text = tpl.render(
+        "compose/compose.yaml.j2",
+        banner=banner(ctx.command, plan.spec_path),
+        up=" ".join(up_argv(plan, rel)),
+        check=f"invoke check-container --deployment {plan.name}",
+        body=body,
+    )
+    return [Artifact(ctx.out / rel, text)]

@@ -1,0 +1,192 @@
+"""The Kubernetes target: ``kube/NAME.yaml`` — Deployment + Service, for the step past one machine.
+
+GPUs are a count of the vendor's extended resource (``nvidia.com/gpu: 3``): the device plugin picks which,
+so fixed indices (``nvidia.com/gpu=1``) cannot be expressed and are refused. /dev/shm is a memory-backed
+emptyDir with a size limit; the model dir and extra mounts are hostPath volumes (the node holds the
+checkpoint, as on one box). Kubernetes has no per-pod RLIMIT_MEMLOCK: ``unlimited`` relies on the runtime's
+default (containerd's unit sets LimitMEMLOCK=infinity), and a byte count is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rigsmith import render as tpl
+from rigsmith.render import banner
+from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.targets import RenderContext
+from rigsmith.rendering.targets.common import (
+    HEALTH_INTERVAL,
+    HEALTH_TIMEOUT,
+    cannot_express,
+    home_path,
+    k8s_quantity,
+    require_container,
+    timings,
+    yaml_text,
+)
+from rigsmith.writer import Artifact
+
+
+def _gpu_limits(plan: RunPlan, count: int) -> dict[str, int]:
+    problems = []
+    limits: dict[str, int] = {}
+    for d in plan.devices:
+        kind, name = d.split("=", 1)
+        if name == "all":
+            limits[kind] = max(limits.get(kind, 0), count)
+        elif name.isdigit():
+            limits[kind] = limits.get(kind, 0) + 1
+        else:
+            problems.append(
+                ("resources.gpus.cdi_devices", f"{d}: only whole GPUs (index or all) map to a {kind} count")
+            )
+    indices = sorted(int(n) for n in plan.gpu_indices if n.isdigit())
+    if indices and indices != list(range(len(indices))):
+        problems.append(
+            (
+                "resources.gpus.cdi_devices",
+                f"GPUs {indices} are fixed indices; the device plugin picks them. Use 0..N-1 or =all",
+            )
+        )
+    if problems:
+        raise cannot_express(plan, "kube", problems)
+    return limits
+
+
+def object_name(name: str) -> str:
+    """The deployment name as a Kubernetes DNS-1035 label (Service and container names need one).
+
+    A deployment may be called ``qwen2.5-7b`` or ``3x3090_a``; the API server refuses a Service or
+    container named that (lowercase letters, digits and '-', starting with a letter, at most 63).
+    """
+    label = re.sub(r"[^a-z0-9-]+", "-", name).strip("-")
+    if not label[:1].isalpha():
+        label = f"vllm-{label}"
+    return label[:63].rstrip("-")
+
+
+#: Kubernetes label values: at most 63, alphanumeric at both ends, '-', '_' and '.' inside.
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def _label_value(value: str) -> str:
+    """A label value as is when Kubernetes accepts it, else as the object name (a deployment ``m_``)."""
+    return value if len(value) <= 63 and _LABEL_VALUE.fullmatch(value) else object_name(value)
+
+
+def _volume_name(i: int, role: str) -> str:
+    return "model" if role == "model" else f"mount-{i}"
+
+
+def k8s_literal(text: str) -> str:
+    """Text that Kubernetes' ``$(VAR)`` expansion (command, args, env values) gives back unchanged.
+
+    Kubernetes turns ``$$`` into ``$`` and ``$(NAME)`` into NAME's value; any other ``$`` stays. So
+    doubling every ``$`` is needed exactly when one is followed by ``$`` or ``(``.
+    (podman kube play expands the same way since 4.7; Debian 12's 4.3 does not expand at all.)
+    """
+    return text.replace("$", "$$") if "$(" in text or "$$" in text else text
+
+
+def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[dict[str, Any]]:
+    """Deployment and Service as data."""
+    if isinstance(plan.memlock, int):
+        raise cannot_express(
+            plan,
+            "kube",
+            [
+                (
+                    "resources.memlock",
+                    f"{plan.memlock} bytes: Kubernetes sets no per-pod RLIMIT_MEMLOCK; use unlimited "
+                    "(the runtime's default) or host",
+                )
+            ],
+        )
+    t = timings(plan)
+    kname = object_name(plan.name)
+    labels = {"app.kubernetes.io/name": kname, "app.kubernetes.io/managed-by": "rigsmith"}
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for i, m in enumerate(plan.mounts):
+        vname = _volume_name(i, m.role)
+        kind = "Directory" if m.kind == "dir" else "File"
+        volumes.append({"name": vname, "hostPath": {"path": home_path(m.host, home), "type": kind}})
+        mounts.append({"name": vname, "mountPath": m.container, **({"readOnly": True} if m.readonly else {})})
+    # Named after the deployment: podman kube play (4.3) turns an emptyDir into a named volume, which every
+    # pod using the same volume name would share.
+    shm = kname[:59].rstrip("-") + "-shm"
+    volumes.append({"name": shm, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(plan.shm_bytes)}})
+    mounts.append({"name": shm, "mountPath": "/dev/shm"})
+    env: list[dict[str, Any]] = [{"name": k, "value": k8s_literal(v)} for k, v in plan.env]
+    env += [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": f"{kname}-secrets", "key": k}}}
+        for k in plan.secret_env
+    ]
+    # With hostNetwork the server may listen on loopback only (the seeds do); kubelet probes from the node.
+    get = {
+        "path": plan.health_path,
+        "port": plan.port,
+        **({"host": "127.0.0.1"} if plan.network_mode == "host" else {}),
+    }
+    probe = {"httpGet": get, "periodSeconds": HEALTH_INTERVAL, "timeoutSeconds": HEALTH_TIMEOUT}
+    gpus = _gpu_limits(plan, ctx.spec.resources.gpus.count)
+    container: dict[str, Any] = {
+        "name": kname,
+        "image": plan.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [k8s_literal(plan.entrypoint)],
+        "args": [k8s_literal(a) for a in plan.command],
+        "env": env,
+        # With hostNetwork the server binds the node's port directly; podman kube play (4.3) also refuses
+        # port mappings there ("PortMappings can only be used with Bridge or slirp4netns networking").
+        **({} if plan.network_mode == "host" else {"ports": [{"name": "http", "containerPort": plan.port}]}),
+        "resources": {"limits": dict(gpus)} if gpus else {},
+        "volumeMounts": mounts,
+        "startupProbe": {**probe, "failureThreshold": -(-t.start_period // HEALTH_INTERVAL)},
+        "readinessProbe": {**probe, "failureThreshold": 3},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": kname, "labels": {**labels, **{k: _label_value(v) for k, v in plan.labels}}},
+        "spec": {
+            "replicas": 1,
+            "strategy": {
+                "type": "Recreate"
+            },  # one set of GPUs: the old pod must be gone before the new starts
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "hostNetwork": plan.network_mode == "host",
+                    "terminationGracePeriodSeconds": t.container_stop,
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": kname, "labels": labels},
+        "spec": {"selector": labels, "ports": [{"name": "http", "port": plan.port, "targetPort": plan.port}]},
+    }
+    return [deployment, service]
+
+
+def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
+    """``kube/NAME.yaml``."""
+    require_container(plan, "kube")
+    docs = manifests(plan, ctx, ctx.lxc.home)
+    body = yaml_text(*docs, explicit_start=True)
+    text = tpl.render(
+        "kube/kube.yaml.j2",
+        banner=banner(ctx.command, plan.spec_path),
+        name=plan.name,
+        home=ctx.lxc.home if any(m.host.startswith("~") for m in plan.mounts) else None,
+        body=body,
+    )
+    return [Artifact(ctx.out / "kube" / f"{plan.name}.yaml", text)]

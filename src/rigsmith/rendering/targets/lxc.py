@@ -1,0 +1,487 @@
+"""The Proxmox LXC target: ``lxc/NAME/VMID.conf`` (pct.conf) and ``lxc/NAME/provision.sh`` (runs in the CT).
+
+The CT holds podman; provision.sh checks what the CT needs from the host (device nodes, nvidia-uvm, a driver
+whose userspace matches the host's kernel module), makes the CDI spec inside the CT and starts the same
+``podman run`` as the podman target. With ``engine.runtime: venv`` there is no podman: provision.sh checks
+the venv's vllm and installs a systemd service in the CT whose ExecStart is the venv's vllm + the recipe
+argv. The pct.conf carries the CT side of the same facts: GPU nodes, a sized /dev/shm, memlock, env, the
+model dir, and a ``startup: down=`` that outlasts every stop timeout inside.
+
+A config rigsmith writes (``lxc/NAME/VMID.conf``) is its own: re-rendering replaces the lines it manages
+(same key, same mount point, same device, same variable) and keeps lines added by hand. A config the user
+hands in (``--lxc-config``) is theirs: it is read, never written, and the merged copy goes to
+``lxc/NAME/VMID.conf`` under the rules of :mod:`rigsmith.targets.pctconf` (only rigsmith's settings change,
+three-way against the recorded base, CT identity keys never touched). Either way everything goes before the
+first ``[section]`` (snapshots, ``[pve:pending]``), because lines appended after it would land in the last
+snapshot (research/runtime-facts.md §4.1).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rigsmith import render as tpl
+from rigsmith.errors import ConsentError, SpecError
+from rigsmith.render import banner
+from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.targets import RenderContext, ini, pctconf
+from rigsmith.rendering.targets.common import (
+    cannot_express,
+    entrypoint_problems,
+    home_path,
+    timings,
+    volume_problems,
+)
+from rigsmith.rendering.targets.podman import run_lines
+from rigsmith.writer import BANNER_MARK, Artifact
+
+Version = tuple[int, int]
+
+#: pct.conf(5) keys rigsmith may write: name → (value pattern, first PVE version). Indexed keys end in N.
+PVE_KEYS: dict[str, tuple[str, Version]] = {
+    "arch": (r"amd64|i386|arm64|armhf|riscv32|riscv64", (4, 0)),
+    "cores": (r"[1-9]\d{0,3}", (4, 0)),
+    "memory": (r"\d+", (4, 0)),
+    "swap": (r"\d+", (4, 0)),
+    "hostname": (r"[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?", (4, 0)),
+    "ostype": (
+        r"debian|devuan|ubuntu|centos|fedora|opensuse|archlinux|alpine|gentoo|nixos|unmanaged",
+        (4, 0),
+    ),
+    "rootfs": (r"[^,\s]+(,[a-z]+=[^,\s]+)*", (4, 0)),
+    "mpN": (r"[^,\s]+,mp=/[^,\s]*(,[a-z]+=[^,\s]+)*", (4, 0)),
+    "devN": (r"(path=)?/dev/[^,\s]+(,[a-z-]+=[^,\s]+)*", (8, 1)),
+    "features": (
+        r"(force_rw_sys|fuse|keyctl|mknod|nesting)=[01](,(force_rw_sys|fuse|keyctl|mknod|nesting)=[01])*",
+        (4, 0),
+    ),
+    "startup": (r"(order=)?\d+(,up=\d+)?(,down=\d+)?", (4, 0)),
+    "onboot": (r"[01]", (4, 0)),
+    "unprivileged": (r"[01]", (4, 0)),
+}
+#: Raw keys PVE passes to liblxc (Config.pm whitelist plus the lxc.cgroup2.*/lxc.prlimit.* families).
+RAW_ALLOWED = re.compile(r"^lxc\.(mount\.entry|environment|cgroup2\.[a-z0-9_.]+|prlimit\.[a-z]+)$")
+
+#: Device nodes per CDI vendor/class: per-GPU node pattern, shared nodes, and which may be absent.
+NVIDIA_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+NVIDIA_OPTIONAL = frozenset({"nvidia-uvm-tools", "nvidia-modeset"})
+#: Where provision.sh writes a venv service's secret env file (0600), read by its EnvironmentFile=.
+SECRETS_DIR = "/etc/rigsmith"
+#: nvidia.ko's fixed char major (NV_MAJOR_DEVICE_NUMBER); nvidia-uvm's is dynamic, a host fact.
+NVIDIA_MAJOR = 195
+
+
+@dataclass(frozen=True)
+class Line:
+    """One pct.conf line rigsmith manages; ``mp``/``dev`` keys get their index when the file is laid out."""
+
+    key: str
+    value: str
+
+    def identity(self) -> tuple[str, str]:
+        """What makes an existing line "the same setting" (so rigsmith replaces it instead of adding)."""
+        return _identity(self.key, self.value)
+
+
+def _identity(key: str, value: str) -> tuple[str, str]:
+    base = re.sub(r"\d+$", "", key)
+    if base == "mp":
+        m = re.search(r"(?:^|,)mp=([^,]+)", value)
+        return ("mp", m.group(1) if m else value)
+    if base == "dev":
+        return ("dev", value.split(",", 1)[0].removeprefix("path="))
+    if key == "lxc.mount.entry":
+        fields = value.split()
+        return (key, fields[1] if len(fields) > 1 else value)
+    if key == "lxc.environment":
+        return (key, value.split("=", 1)[0])
+    if key == "lxc.cgroup2.devices.allow":
+        return (key, value)
+    return (key, "")
+
+
+def _gpu_nodes(plan: RunPlan, count: int, problems: list[tuple[str, str]]) -> list[tuple[str, bool]]:
+    """(/dev path, optional) of every node the CT needs; vendors without a table go to ``problems``."""
+    vendors = sorted({d.split("=", 1)[0] for d in plan.devices})
+    bad = [v for v in vendors if v != "nvidia.com/gpu"]
+    if bad:
+        problems.append(
+            (
+                "resources.gpus.cdi_devices",
+                f"no device-node table for {', '.join(bad)} (only nvidia.com/gpu); pass the nodes through "
+                "by hand with devN: lines in your pct.conf, or use --target podman on the host",
+            )
+        )
+        return []
+    if not plan.devices:
+        return []
+    indices = (
+        list(range(count)) if "all" in plan.gpu_indices else [int(i) for i in plan.gpu_indices if i.isdigit()]
+    )
+    return [(f"/dev/nvidia{i}", False) for i in indices] + [
+        (f"/dev/{n}", n in NVIDIA_OPTIONAL) for n in NVIDIA_SHARED
+    ]
+
+
+def _version(text: str, plan: RunPlan) -> Version:
+    m = re.fullmatch(r"(\d+)\.(\d+)(?:[.-].*)?", text.strip())
+    if not m:
+        raise SpecError(
+            plan.spec_path, [("--pve-version", f"{text!r} is not a Proxmox VE version; write e.g. 8.2")]
+        )
+    return int(m.group(1)), int(m.group(2))
+
+
+def _fstab_path(path: str, field_name: str, problems: list[tuple[str, str]]) -> str:
+    # liblxc reads lxc.mount.entry with getmntent(3), which splits on whitespace and decodes \040-style
+    # octal escapes, so a backslash would name another path.
+    if re.search(r"[\s\\]", path) or not path.startswith("/"):
+        problems.append(
+            (
+                field_name,
+                f"{path!r}: an lxc.mount.entry path must be absolute and hold no whitespace or backslash",
+            )
+        )
+    return path
+
+
+def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
+    """Every setting of the CT, in file order, before mp/dev indexes are assigned."""
+    opts, spec = ctx.lxc, ctx.spec
+    t = timings(plan)
+    problems: list[tuple[str, str]] = []
+    pve = _version(opts.pve_version, plan)
+    if spec.resources.host_ram_gib is None:
+        problems.append(("resources.host_ram_gib", "is needed to size the CT's memory; set it (GiB)"))
+    mem = math.ceil((spec.resources.host_ram_gib or 0) * 1024) + math.ceil(plan.shm_bytes / 2**20)
+    hostname = re.sub(r"[^a-zA-Z0-9-]", "-", plan.name)[:63].strip("-")
+    out = [
+        Line("arch", "amd64"),
+        Line("cores", str(opts.cores)),
+        Line(
+            "features", "keyctl=1,nesting=1"
+        ),  # podman inside an unprivileged CT (keyctl), systemd (nesting)
+        Line("hostname", hostname),
+        Line("memory", str(mem)),  # host RAM the recipe needs + the /dev/shm tmpfs, which is charged here too
+        Line("onboot", "1"),
+        Line("ostype", "debian"),
+        Line("rootfs", f"{opts.storage}:vm-{opts.vmid}-disk-0,size={opts.rootfs_gib}G"),
+        Line("startup", f"order={opts.order},up={t.pve_up},down={t.pve_down}"),
+        Line("swap", "0"),
+        Line("unprivileged", "1"),
+    ]
+    for i, m in enumerate(plan.mounts):
+        path = home_path(m.host, opts.home)
+        fld = "model.local_dir" if m.role == "model" else f"mounts[{i - 1}].host"
+        if m.kind == "dir":
+            # PVE splits the mpN property string on ',' and reads a part holding '=' as key=value.
+            if re.search(r"[,=\s]", path):
+                problems.append((fld, f"{path!r}: a PVE mount point path cannot hold ',', '=' or whitespace"))
+            out.append(Line("mp", f"{path},mp={path}" + (",ro=1" if m.readonly else "")))
+        else:
+            src = _fstab_path(path, fld, problems)
+            opt = "bind,create=file" + (",ro" if m.readonly else "")
+            out.append(Line("lxc.mount.entry", f"{src} {src.lstrip('/')} none {opt} 0 0"))
+    nodes = _gpu_nodes(plan, spec.resources.gpus.count, problems)
+    if pve >= PVE_KEYS["devN"][1]:
+        out += [Line("dev", path) for path, _opt in nodes]
+    elif nodes:
+        if opts.uvm_major is None:
+            problems.append(
+                (
+                    "--uvm-major",
+                    f"PVE {opts.pve_version} has no devN: passthrough, and the raw form "
+                    "needs nvidia-uvm's char major, which differs per host: pass the number from "
+                    "`grep nvidia-uvm /proc/devices` on the PVE host (or use PVE >= 8.1)",
+                )
+            )
+        out.append(Line("lxc.cgroup2.devices.allow", f"c {NVIDIA_MAJOR}:* rwm"))
+        out.append(Line("lxc.cgroup2.devices.allow", f"c {opts.uvm_major}:* rwm"))
+        for path, optional in nodes:
+            out.append(
+                Line(
+                    "lxc.mount.entry",
+                    f"{path} {path.lstrip('/')} none bind,{'optional,' if optional else ''}create=file 0 0",
+                )
+            )
+    if plan.memlock != "host":
+        out.append(
+            Line("lxc.prlimit.memlock", "unlimited" if plan.memlock == "unlimited" else str(plan.memlock))
+        )
+    out.append(
+        Line(
+            "lxc.mount.entry",
+            f"tmpfs dev/shm tmpfs rw,nosuid,nodev,size={plan.shm_bytes // 1024}k,mode=1777,create=dir 0 0",
+        )
+    )
+    for k, v in plan.env:
+        if re.search(r"[\x00-\x1f\x7f]", v) or v != v.strip():
+            problems.append(
+                (
+                    f"env.{k}",
+                    "a pct.conf line cannot hold a newline, another control character or "
+                    "leading/trailing whitespace",
+                )
+            )
+        out.append(Line("lxc.environment", f"{k}={v}"))
+    if plan.runtime == "container":  # provision.sh runs the podman target's argv
+        problems += volume_problems(plan) + entrypoint_problems(plan)
+    if problems:
+        raise cannot_express(plan, "lxc", problems)
+    return out
+
+
+#: pct.conf(5) keys a user's CT config may hold besides PVE_KEYS (rigsmith never writes them): key → value.
+PVE_USER_KEYS: dict[str, str] = {
+    "netN": r"\S+",
+    "description": r".*",
+    "tags": r"[^\s]*",
+    "lock": r"backup|create|destroyed|disk|fstrim|migrate|mounted|rollback|snapshot|snapshot-delete",
+    "cmode": r"shell|console|tty",
+    "console": r"[01]",
+    "tty": r"\d",
+    "protection": r"[01]",
+    "template": r"[01]",
+    "timezone": r"\S+",
+    "nameserver": r".+",
+    "searchdomain": r".+",
+    "hookscript": r"\S+",
+    "cpulimit": r"\d+(\.\d+)?",
+    "cpuunits": r"\d+",
+    "parent": r"\S+",
+    "unusedN": r"\S+",
+}
+_IDMAP_KEYS = re.compile(r"^lxc\.(idmap|apparmor\.profile|cap\.(drop|keep)|autodev|mount\.auto|hook\.\w+)$")
+
+
+def check(lines_: Sequence[tuple[str, str]], pve: Version, user_keys: bool = False) -> list[str]:
+    """Problems with (key, value) pairs against pct.conf(5) and PVE's raw-key whitelist.
+
+    ``user_keys`` also accepts the keys of a user's own CT config that rigsmith never writes (net0, tags,
+    idmap lines…), for checking a merged config as a whole.
+    """
+    bad = []
+    for key, value in lines_:
+        name = re.sub(r"\d+$", "N", key) if re.match(r"^(mp|dev|net|unused)\d+$", key) else key
+        if user_keys and (name in PVE_USER_KEYS or _IDMAP_KEYS.match(key)):
+            if name in PVE_USER_KEYS and not re.fullmatch(PVE_USER_KEYS[name], value):
+                bad.append(f"{key}: {value!r} does not match pct.conf(5)")
+            continue
+        if key.startswith("lxc."):
+            if not RAW_ALLOWED.match(key):
+                bad.append(f"{key}: not a raw key PVE passes to liblxc")
+            continue
+        if name not in PVE_KEYS:
+            bad.append(f"{key}: not a pct.conf key")
+            continue
+        pattern, since = PVE_KEYS[name]
+        if pve < since:
+            bad.append(f"{key}: needs PVE {since[0]}.{since[1]}")
+        if not re.fullmatch(pattern, value):
+            bad.append(f"{key}: {value!r} does not match pct.conf(5)")
+    return bad
+
+
+_KEY_RE = re.compile(r"^(lxc\.[a-z0-9_.\-]+|[a-z][a-z_]*\d*)\s*(?::|=)\s*(.*?)\s*$")
+
+
+def merge(existing: str | None, ours: Sequence[Line], head: Sequence[str]) -> list[str]:
+    """The final file lines: the user's lines kept, ours replacing the settings they manage, before ``[…]``.
+
+    Args:
+        existing: the current file, or None for a new one.
+        ours: rigsmith's settings in order (``mp``/``dev`` without index).
+        head: comment lines rigsmith puts first (banner); older copies of them are dropped.
+    """
+    user = (existing or "").splitlines()
+    cut = next((i for i, ln in enumerate(user) if ln.startswith("[")), len(user))
+    main, rest = user[:cut], user[cut:]
+    our_ids = {ln.identity() for ln in ours}
+    kept: list[str] = []
+    index_of: dict[tuple[str, str], int] = {}
+    used: dict[str, set[int]] = {"mp": set(), "dev": set()}
+    for ln in main:
+        m = _KEY_RE.match(ln)
+        if ln.startswith("#") and (BANNER_MARK in ln or ln.startswith(("#   invoke ", "# rigsmith:"))):
+            continue
+        if m:
+            key, value = m.group(1), m.group(2)
+            ident = _identity(key, value)
+            base = re.sub(r"\d+$", "", key)
+            if ident in our_ids:
+                if base in used and key != base:
+                    index_of[ident] = int(key[len(base) :])
+                continue
+            if base in used and key != base:
+                used[base].add(int(key[len(base) :]))
+        kept.append(ln)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    laid: list[str] = []
+    for own in ours:
+        key = own.key
+        if key in used:
+            n = index_of.get(own.identity())
+            if n is None or n in used[key]:
+                n = next(i for i in range(256) if i not in used[key] and i not in index_of.values())
+            used[key].add(n)
+            key = f"{key}{n}"
+        laid.append(f"{key}: {own.value}")
+    body = [*head, *kept, *laid]
+    if rest:
+        body += ["", *rest]
+    return body
+
+
+def venv_argv(plan: RunPlan, home: str) -> list[str]:
+    """What the CT's service runs: the venv's vllm + the recipe argv, the model word at its CT path.
+
+    The model directory is bind-mounted at its host path (an ``mpN`` line), so that is where it is in the CT.
+    """
+    words = list(plan.command)
+    model = next(m for m in plan.mounts if m.role == "model")
+    i = plan.model_word
+    if i is not None and words[i].endswith(model.host):
+        words[i] = words[i][: len(words[i]) - len(model.host)] + home_path(model.host, home)
+    return [f"{plan.venv}/bin/vllm", *words]
+
+
+def service_entries(plan: RunPlan, ctx: RenderContext) -> list[ini.Entry]:
+    """The CT's systemd unit for a venv engine, as ordered (section, key, value) entries."""
+    t = timings(plan)
+    svc = "Service"
+    out: list[ini.Entry] = [
+        ("Unit", "Description", f"rigsmith: {plan.name} (vLLM from {plan.venv})"),
+        ("Unit", "Wants", "network-online.target"),
+        ("Unit", "After", "network-online.target"),
+        (svc, "Type", "exec"),
+    ]
+    out += [(svc, "Environment", ini.systemd_word(f"{k}={v}")) for k, v in plan.env]
+    if plan.secret_env:
+        out.append((svc, "EnvironmentFile", f"{SECRETS_DIR}/{plan.name}.env"))
+    out.append((svc, "ExecStart", ini.systemd_words(venv_argv(plan, ctx.lxc.home))))
+    if plan.memlock != "host":
+        out.append((svc, "LimitMEMLOCK", "infinity" if plan.memlock == "unlimited" else str(plan.memlock)))
+    out += [
+        # vLLM drains on SIGTERM for its --shutdown-timeout; systemd waits longer, PVE's down= longer still.
+        (svc, "KillSignal", "SIGTERM"),
+        (svc, "TimeoutStopSec", str(t.systemd_stop)),
+        (svc, "Restart", "on-failure"),
+        (svc, "RestartSec", "10"),
+        ("Install", "WantedBy", "multi-user.target"),
+    ]
+    return out
+
+
+def unit_text(plan: RunPlan, ctx: RenderContext) -> str:
+    """The CT's ``NAME.service`` (laid out by the same template as quadlet units)."""
+    t = timings(plan)
+    return tpl.render(
+        "quadlet/unit.j2",
+        banner=banner(ctx.command, plan.spec_path),
+        header=[
+            f"Written by provision.sh inside CT {ctx.lxc.vmid}. Stop timeouts nest: vLLM --shutdown-timeout "
+            f"{t.shutdown or 0}s < TimeoutStopSec {t.systemd_stop}s < PVE startup down={t.pve_down}s."
+        ],
+        sections=ini.sections(service_entries(plan, ctx)),
+    )
+
+
+#: Keys that make the CT what it is: rigsmith writes them in a new config, never in the user's.
+CT_KEYS = frozenset(
+    {"arch", "cores", "hostname", "memory", "onboot", "ostype", "rootfs", "swap", "unprivileged"}
+)
+
+
+def _users_conf(plan: RunPlan, ctx: RenderContext, ours: Sequence[Line], out: Path) -> list[Artifact]:
+    """The user's --lxc-config (read, never written) merged with rigsmith's settings, to ``out``."""
+    opts = ctx.lxc
+    assert opts.config is not None
+    existing = ctx.read(opts.config)
+    if existing is None:
+        raise ConsentError(f"--lxc-config {opts.config}: no such file", hint="give the CT's config (a copy)")
+    base_path = out.parent / ".base" / f"{out.name}.json"
+    settings = [(ln.key, ln.value) for ln in ours if ln.key not in CT_KEYS]
+    merged = pctconf.merge_conf(
+        existing,
+        settings,
+        ctx.read(base_path),
+        resolve=opts.resolve,
+        replace_passthrough=opts.replace_passthrough,
+    )
+    if merged.passthrough and not opts.replace_passthrough:
+        raise ConsentError(
+            f"{opts.config} already passes GPUs through in another form: {' | '.join(merged.passthrough)}. "
+            "Nothing was written: keeping them next to rigsmith's devN lines would pass each device twice",
+            hint="re-run with --replace-gpu-passthrough to drop those lines (only those)",
+        )
+    if merged.conflicts and opts.resolve is None:
+        raise ConsentError(
+            f"{opts.config}: you and rigsmith changed the same settings: "
+            f"{'; '.join(c.describe() for c in merged.conflicts)}. Nothing was written",
+            hint="re-run with --ours to keep your values or --theirs to take rigsmith's",
+        )
+    _warn_below_need(plan, ctx, ours, existing)
+    return [Artifact(out, merged.text), Artifact(base_path, merged.base)]
+
+
+def _warn_below_need(plan: RunPlan, ctx: RenderContext, ours: Sequence[Line], existing: str) -> None:
+    need = {ln.key: ln.value for ln in ours if ln.key in ("memory", "cores")}
+    have: dict[str, str] = {}
+    for ln in existing.split("\n[", 1)[0].splitlines():
+        if m := _KEY_RE.match(ln):
+            have.setdefault(m.group(1), m.group(2))
+    for key, want in need.items():
+        got = have.get(key)
+        if got is not None and got.isdigit() and int(got) < int(want):
+            ctx.warn(
+                f"warning: {ctx.lxc.config} has {key}: {got}; {plan.name} needs {want} "
+                f"(kept as you wrote it: set it with `pct set {ctx.lxc.vmid} --{key} {want}`)"
+            )
+
+
+def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
+    """``lxc/NAME/VMID.conf`` (new, or the --lxc-config file merged) and ``lxc/NAME/provision.sh``."""
+    opts = ctx.lxc
+    base = ctx.out / "lxc" / plan.name
+    conf = base / f"{opts.vmid}.conf"
+    t = timings(plan)
+    head = [
+        *banner(ctx.command, plan.spec_path).rstrip("\n").splitlines(),
+        f"# rigsmith: CT {opts.vmid} runs {plan.name}; run provision.sh inside it. "
+        + (
+            f"Stop timeouts nest: container {t.container_stop}s"
+            if plan.runtime == "container"
+            else f"Stop timeouts nest: vLLM --shutdown-timeout {t.shutdown or 0}s"
+        )
+        + f" < systemd {t.systemd_stop}s < startup down={t.pve_down}s.",
+    ]
+    ours = lines(plan, ctx)
+    if opts.config is not None:
+        confs = _users_conf(plan, ctx, ours, conf)
+    else:
+        confs = [Artifact(conf, "\n".join(merge(ctx.read(conf), ours, head)) + "\n")]
+    nodes = _gpu_nodes(plan, ctx.spec.resources.gpus.count, [])
+    script = tpl.render(
+        "lxc/provision.sh.j2",
+        banner=banner(ctx.command, plan.spec_path),
+        plan=plan,
+        vmid=opts.vmid,
+        name_q=tpl.shquote(plan.name),
+        image_q=tpl.shquote(plan.image),
+        nodes=[(p, o) for p, o in nodes],
+        nvidia=bool(nodes),
+        run_lines=run_lines(plan) if plan.runtime == "container" else [],
+        unit=unit_text(plan, ctx) if plan.runtime == "venv" else "",
+        venv_q=tpl.shquote(plan.venv or ""),
+        secrets_dir=SECRETS_DIR,
+        dirs=[tpl.shpath(m.host) for m in plan.mounts if m.kind == "dir"],
+        files=[(tpl.shpath(m.host), m.sparse_size) for m in plan.mounts if m.kind == "file"],
+        q=tpl.shquote,
+        secrets=plan.secret_env,
+    )
+    return [*confs, Artifact(base / "provision.sh", script, 0o755)]

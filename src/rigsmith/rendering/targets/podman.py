@@ -1,0 +1,99 @@
+"""The podman target: plain ``podman run`` / stop scripts (no compose: compose front-ends have been seen
+dropping CDI devices silently — seeds/000 pitfall 1)."""
+
+from __future__ import annotations
+
+import re
+
+from rigsmith import render as tpl
+from rigsmith.render import banner, shpath, shquote
+from rigsmith.rendering.plan import PlanMount, RunPlan
+from rigsmith.rendering.targets import RenderContext
+from rigsmith.rendering.targets.common import (
+    cannot_express,
+    entrypoint_problems,
+    require_container,
+    volume_problems,
+)
+from rigsmith.writer import Artifact
+
+
+def _ere(text: str) -> str:
+    """Escape text for a grep -E pattern."""
+    return re.sub(r"([.^$*+?()\[\]{}|\\/])", r"\\\1", text)
+
+
+def mount_arg(m: PlanMount) -> str:
+    """The shell word for ``-v host:container[:ro]``, with ~/ expanded and nothing else."""
+    return shpath(m.host) + shquote(":" + m.container + (":ro" if m.readonly else ""))
+
+
+def cdi_checks(plan: RunPlan) -> list[tuple[str, str, str]]:
+    """(device, kind pattern, name pattern) for the CDI pre-check, already ERE-escaped."""
+    out = []
+    for dev in plan.devices:
+        kind, name = dev.split("=", 1)
+        out.append((dev, _ere(kind), _ere(name)))
+    return out
+
+
+def run_lines(plan: RunPlan) -> list[str]:
+    """``podman run`` as shell words grouped one option per line (each line already quoted)."""
+    opts = plan.podman_options()
+    lines: list[str] = []
+    i = 0
+    while i < len(opts):
+        if opts[i].startswith("--") and i + 1 < len(opts) and not opts[i + 1].startswith("--"):
+            lines.append(f"{opts[i]} {shquote(opts[i + 1])}")
+            i += 2
+        else:
+            lines.append(opts[i])
+            i += 1
+    lines += [f"-v {mount_arg(m)}" for m in plan.mounts]
+    lines.append('"$IMAGE"')
+    lines += group_flags(plan.command)
+    return lines
+
+
+def group_flags(argv: tuple[str, ...] | list[str]) -> list[str]:
+    """Quoted argv, one line per flag with its values (layout only: the words are unchanged)."""
+    lines: list[list[str]] = []
+    for a in argv:
+        if not lines or a.startswith("-") or lines[-1][0].startswith("-") is False:
+            lines.append([a])
+        else:
+            lines[-1].append(a)
+    return [" ".join(shquote(a) for a in line) for line in lines]
+
+
+def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
+    """File name → text for podman/NAME/."""
+    common = {
+        "banner": banner(ctx.command, plan.spec_path),
+        "plan": plan,
+        "name_q": shquote(plan.name),
+        "image_q": shquote(plan.image),
+    }
+    run = tpl.render(
+        "podman/run.sh.j2",
+        **common,
+        run_lines=run_lines(plan),
+        cdi=cdi_checks(plan),
+        gpu_ids=shquote(",".join(plan.gpu_indices)) if "all" not in plan.gpu_indices else "",
+        sparse=[(shpath(m.host), m.sparse_size) for m in plan.mounts if m.sparse_size],
+        dirs=[(shpath(m.host), m.role) for m in plan.mounts if m.kind == "dir"],
+        q=shquote,
+        secrets=plan.secret_env,
+    )
+    stop = tpl.render("podman/stop.sh.j2", **common)
+    return {"run.sh": run, "stop.sh": stop}
+
+
+def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
+    """Artifacts of the podman target."""
+    require_container(plan, "podman")
+    bad = volume_problems(plan) + entrypoint_problems(plan)
+    if bad:
+        raise cannot_express(plan, "podman", bad)
+    base = ctx.out / "podman" / plan.name
+    return [Artifact(base / n, text, 0o755) for n, text in render_files(plan, ctx).items()]

@@ -1,0 +1,1 @@
+"""Resolving and pinning: Hub, registry, model files, image definitions, builds, the lock."""

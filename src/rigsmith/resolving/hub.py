@@ -1,0 +1,285 @@
+"""The Hub adapter: huggingface_hub behind a small interface, with retries and clear errors.
+
+It translates, nothing more: resolve a revision, list a commit's files with their hashes, stream one
+file's bytes from an offset. Retries (tenacity) cover transient failures only; huggingface_hub's own
+exception tree decides what is transient (see research/library-facts.md §1.9: ``GatedRepoError`` is a
+``RepositoryNotFoundError``, ``LocalEntryNotFoundError`` wraps the real cause, transport errors are
+``httpx2`` errors and not ``OSError``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import httpx2
+from huggingface_hub import HfApi, constants
+from huggingface_hub.errors import (
+    DisabledRepoError,
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.file_download import hf_hub_url
+from huggingface_hub.hf_api import RepoFile
+from huggingface_hub.utils._headers import build_hf_headers
+from huggingface_hub.utils._http import hf_raise_for_status, http_stream_backoff
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from rigsmith.errors import AdapterError
+from rigsmith.resolving.modelfiles import RemoteFile, read_text_or_none, token_from
+from rigsmith.spec import SHA1_RE
+
+log = logging.getLogger("rigsmith.hub")
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+T = TypeVar("T")
+
+
+class Sink(Protocol):
+    """Where downloaded bytes go: a binary file (or a wrapper that hashes as it writes)."""
+
+    def write(self, data: bytes, /) -> object: ...
+    def tell(self) -> int: ...
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+    def truncate(self, size: int | None = None, /) -> int: ...
+
+
+class Hub(Protocol):
+    """What fetch-model needs from a Hub."""
+
+    endpoint: str
+
+    def resolve(self, repo: str, revision: str) -> str:
+        """The commit a branch, tag or sha names."""
+        ...
+
+    def tree(self, repo: str, commit: str) -> list[RemoteFile]:
+        """Every file of the repo at ``commit`` with size and hashes."""
+        ...
+
+    def download(self, repo: str, commit: str, path: str, out: Sink, *, offset: int, size: int) -> None:
+        """Write the file's bytes from ``offset`` to ``out`` (which is positioned at ``offset``)."""
+        ...
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Transient (worth another attempt) vs final: the §1.9 classification, order matters."""
+    if isinstance(
+        exc,
+        RepositoryNotFoundError | RevisionNotFoundError | RemoteEntryNotFoundError | DisabledRepoError,
+    ):
+        return False  # includes GatedRepoError
+    if isinstance(exc, OfflineModeIsEnabled):
+        return False
+    if isinstance(exc, HfHubHTTPError):
+        return exc.response is not None and exc.response.status_code in RETRY_STATUS
+    if isinstance(exc, httpx2.ProxyError):
+        return False
+    if isinstance(exc, httpx2.TransportError):
+        return True
+    if isinstance(exc, LocalEntryNotFoundError):
+        return exc.__cause__ is not None and is_retryable(exc.__cause__)
+    # ShortBody is what _stream raises; the message test keeps huggingface_hub's own size check transient.
+    return isinstance(exc, ShortBody) or (isinstance(exc, OSError) and "Consistency check failed" in str(exc))
+
+
+class ShortBody(OSError):
+    """The server ended (or overran) a body at a size other than the one the lock records."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard to retry a transient failure (each attempt already has huggingface_hub's own retries)."""
+
+    attempts: int = 4
+    multiplier: float = 2.0
+    max_wait: float = 60.0
+    jitter: float = 2.0
+
+    def retrying(self, what: str) -> Retrying:
+        def note(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            wait = state.next_action.sleep if state.next_action else 0.0
+            log.warning(
+                "%s: %s: %s; retrying in %.1fs (attempt %d of %d)",
+                what,
+                type(exc).__name__,
+                exc,
+                wait,
+                state.attempt_number + 1,
+                self.attempts,
+            )
+
+        return Retrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential_jitter(multiplier=self.multiplier, max=self.max_wait, jitter=self.jitter),
+            retry=retry_if_exception(is_retryable),
+            before_sleep=note,
+            reraise=True,
+        )
+
+
+class HfHub:
+    """The real Hub (or any Hub-compatible endpoint) through huggingface_hub."""
+
+    def __init__(self, endpoint: str, token: str | None, retry: RetryPolicy | None = None) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        self._token = token
+        self._retry = retry or RetryPolicy()
+        self._api = HfApi(endpoint=self.endpoint, token=token if token else False, library_name="rigsmith")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ, retry: RetryPolicy | None = None) -> HfHub:
+        """Endpoint from HF_ENDPOINT, token from HF_TOKEN or the token file (read now, not at import)."""
+        return cls(env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT, token_from(env, read_text_or_none), retry)
+
+    def __repr__(self) -> str:  # never show the token
+        return f"HfHub({self.endpoint!r}, token={'set' if self._token else 'none'})"
+
+    def _call(self, what: str, repo: str, fn: Callable[[], T], *, revision: str | None = None) -> T:
+        try:
+            for attempt in self._retry.retrying(f"{what} {repo}" + (f"@{revision}" if revision else "")):
+                with attempt:
+                    return fn()
+        except Exception as err:
+            raise self._translate(err, what, repo, revision) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def resolve(self, repo: str, revision: str) -> str:
+        if SHA1_RE.fullmatch(revision):
+            return revision
+        info = self._call(
+            "resolve revision", repo, lambda: self._api.model_info(repo, revision=revision), revision=revision
+        )
+        if not info.sha or not SHA1_RE.fullmatch(info.sha):
+            raise AdapterError(f"{self.endpoint} answered {repo}@{revision} without a commit sha")
+        return info.sha
+
+    def tree(self, repo: str, commit: str) -> list[RemoteFile]:
+        entries = self._call(
+            "list files",
+            repo,
+            lambda: list(self._api.list_repo_tree(repo, revision=commit, recursive=True)),
+            revision=commit,
+        )
+        out = []
+        for e in entries:
+            if isinstance(e, RepoFile):
+                out.append(RemoteFile(e.path, e.size, e.blob_id, e.lfs.sha256 if e.lfs else None))
+        return out
+
+    def download(self, repo: str, commit: str, path: str, out: Sink, *, offset: int, size: int) -> None:
+        url = hf_hub_url(repo, path, revision=commit, endpoint=self.endpoint)
+        headers = build_hf_headers(token=self._token if self._token else False, library_name="rigsmith")
+        if out.tell() != offset:
+            raise ValueError("out must be positioned at offset")
+
+        def once() -> None:
+            # A transport error after some bytes arrived resumes at once from what was written (like
+            # http_get's own loop, whose budget also resets on progress); one without progress (or after
+            # a server ignoring Range sent us back to 0), and every HTTP error, goes to the retry
+            # policy's budget and backoff.
+            while True:
+                before = out.tell()
+                try:
+                    _stream(url, headers, out, size)
+                    return
+                except httpx2.TransportError as err:
+                    if out.tell() <= before or not is_retryable(err):
+                        raise
+                    log.warning(
+                        "download %s@%s/%s: %s: %s; resuming at byte %d",
+                        repo, commit, path, type(err).__name__, err, out.tell(),
+                    )  # fmt: skip
+
+        self._call("download", repo, once, revision=f"{commit}/{path}")
+
+    def _translate(self, err: Exception, what: str, repo: str, revision: str | None) -> AdapterError:
+        where = f"{repo}@{revision}" if revision else repo
+        status = getattr(getattr(err, "response", None), "status_code", None)
+        if isinstance(err, GatedRepoError):
+            return AdapterError(
+                f"{what}: {repo} is a gated repo and this token has no access (HTTP {status})",
+                hint=f"accept the terms at {self.endpoint}/{repo}, then set HF_TOKEN (or `hf auth login`)",
+            )
+        if isinstance(err, RepositoryNotFoundError):
+            auth = "with the token from HF_TOKEN/token file" if self._token else "without a token"
+            return AdapterError(
+                f"{what}: repo {repo} not found at {self.endpoint} ({auth}, HTTP {status})",
+                hint="check model.repo in the spec; a private repo needs HF_TOKEN with read access",
+            )
+        if isinstance(err, RevisionNotFoundError):
+            return AdapterError(
+                f"{what}: revision {revision!r} not found in {repo}",
+                hint="check model.revision in the spec (a branch, a tag or a 40-hex commit)",
+            )
+        if isinstance(err, RemoteEntryNotFoundError):
+            return AdapterError(
+                f"{what}: {where} not found on the Hub", hint="re-pin with `invoke pin --repin`"
+            )
+        if isinstance(err, OfflineModeIsEnabled):
+            return AdapterError(
+                f"{what}: {where}: HF_HUB_OFFLINE is set", hint="unset HF_HUB_OFFLINE to download"
+            )
+        if isinstance(err, HfHubHTTPError):
+            return AdapterError(
+                f"{what}: {where}: HTTP {status} from {self.endpoint}",
+                hint="retry later; the Hub may be down",
+            )
+        if isinstance(err, httpx2.TransportError | LocalEntryNotFoundError | OSError):
+            return AdapterError(
+                f"{what}: {where}: cannot reach {self.endpoint}: {type(err).__name__}: {err}",
+                hint="check the network and HF_ENDPOINT; a re-run resumes where this one stopped",
+            )
+        return AdapterError(f"{what}: {where}: {type(err).__name__}: {err}")
+
+
+def _stream(url: str, headers: Mapping[str, str], out: Sink, size: int) -> None:
+    """GET ``url`` from ``out.tell()`` to ``size`` into ``out``, each block written as it arrives.
+
+    huggingface_hub's ``http_get`` re-chunks the body into 10 MiB pieces through httpx's ``ByteChunker``
+    (a BytesIO write, ``getvalue`` and a slice: three extra copies of every byte) and so also resumes only
+    at 10 MiB boundaries. This uses the same session, backoff and error mapping (``http_stream_backoff``,
+    ``hf_raise_for_status``) and hands each block httpx read to ``out`` as it is.
+    """
+    have = out.tell()
+    req = dict(headers)
+    if have:
+        req["Range"] = f"bytes={have}-"
+    with http_stream_backoff(
+        "GET",
+        url,
+        headers=req,
+        timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT,
+        retry_on_exceptions=(),
+        retry_on_status_codes=(408, 429),
+    ) as resp:
+        hf_raise_for_status(resp)
+        if have and resp.status_code != 206:
+            # The server ignored Range (a CDN may answer 200 with the whole body): start the file over.
+            out.seek(0)
+            out.truncate()
+            have = 0
+        # No chunk size: the blocks h11 parsed (decoded when Content-Encoding says so), not re-chunked.
+        for block in resp.iter_bytes():
+            have += len(block)
+            if have > size:
+                raise ShortBody(f"Consistency check failed: the body runs past {size} bytes")
+            out.write(block)
+    if have != size:
+        raise ShortBody(f"Consistency check failed: the body ended at byte {have} of {size}")

@@ -1,0 +1,474 @@
+"""Image definitions (``images/<name>/image.yaml``) and the pure build-context render.
+
+Three steps, kept apart: :func:`load` validates the YAML (no other file is read, so ``pin`` works while
+patch files are still missing); :func:`gather` reads the patch and extra files and refuses a missing one by
+slot; :func:`render_context` turns definition + lock + file bytes into the exact build context (Dockerfile
+first), from which :func:`context_tar` makes a byte-stable tar. Only ``gather`` and ``load`` touch disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import tarfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from rigsmith import render
+from rigsmith.errors import LockError, SpecError
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.imageref import DIGEST_RE, parse_ref
+from rigsmith.spec import NAME_RE, problems_from
+
+#: Where rigsmith's helper and the patches live inside the image (also the build-context directory name).
+IMAGE_DIR = "/opt/rigsmith"
+CONTEXT_DIR = "rigsmith"
+#: The patch helper copied into every context; static, shellcheck-clean.
+HELPER = "apply-patch.sh"
+_PIP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
+_LABEL_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*[a-z0-9]$")
+_ARG_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Label keys rigsmith sets itself; an image.yaml may not set these.
+RESERVED_LABEL_PREFIXES = ("org.opencontainers.image.", "io.rigsmith.")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+def _single_line(v: str, what: str) -> str:
+    if "\n" in v or "\r" in v:
+        raise ValueError(f"{what} must be one line")
+    return v
+
+
+def _inside(v: str) -> str:
+    p = PurePosixPath(v)
+    if p.is_absolute() or ".." in p.parts or not p.parts:
+        raise ValueError("must be a relative path inside the image directory (no leading /, no ..)")
+    return v
+
+
+class Base(_Frozen):
+    """The base image: a human tag for reviewers, and the digest that is actually used."""
+
+    name: str = Field(description="Repository, e.g. vllm/vllm-openai or 127.0.0.1:5000/tinybase.")
+    tag: str | None = Field(None, description="Human tag; `invoke pin` locks its digest in rigsmith.lock.")
+    digest: str | None = Field(None, description="sha256:… when pinned here; else taken from rigsmith.lock.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Base:
+        if "@" in self.name or ":" in self.name.rsplit("/", 1)[-1]:
+            raise ValueError("name is the repository only; put the tag in `tag` and the digest in `digest`")
+        if self.tag is None and self.digest is None:
+            raise ValueError("set tag (and run `invoke pin`) or digest")
+        if self.digest is not None and not DIGEST_RE.match(self.digest):
+            raise ValueError(f"digest {self.digest!r} is not sha256:<64 hex digits>")
+        parse_ref(self.tag_ref or self.name)
+        return self
+
+    @property
+    def tag_ref(self) -> str | None:
+        """``name:tag`` as written: the key of rigsmith.lock's ``images`` table."""
+        return f"{self.name}:{self.tag}" if self.tag else None
+
+
+class Patch(_Frozen):
+    """A patch slot: a file applied with ``patch -pN`` to an installed Python package or a directory."""
+
+    slot: str = Field(description="Name of the slot, e.g. ple-host-gather.")
+    file: str = Field(description="Patch file, relative to images/<name>/.")
+    target: Literal["python-package", "path"] = "python-package"
+    package: str | None = Field(None, description="python-package: the import name, e.g. vllm.")
+    path: str | None = Field(None, description="path: absolute directory inside the image.")
+    strip: int = Field(1, ge=0, description="patch -p level (1 for `git diff` output).")
+    source: str | None = Field(None, description="Where the patch comes from (named when it is missing).")
+    note: str | None = None
+
+    @field_validator("slot")
+    @classmethod
+    def _slot(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"slot {v!r}: use lowercase letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, v: str) -> str:
+        return _inside(v)
+
+    @model_validator(mode="after")
+    def _check(self) -> Patch:
+        if self.target == "python-package" and not self.package:
+            raise ValueError("target python-package needs `package` (the import name, e.g. vllm)")
+        if self.target == "path" and not (self.path and self.path.startswith("/")):
+            raise ValueError("target path needs `path`, an absolute directory inside the image")
+        return self
+
+
+class ExtraFile(_Frozen):
+    """A file copied into the image."""
+
+    src: str = Field(description="Relative to images/<name>/.")
+    dest: str = Field(description="Absolute path inside the image.")
+    mode: int = Field(0o644, ge=0, le=0o7777, description="Permission bits (YAML: 0o755 or 493).")
+
+    @field_validator("src")
+    @classmethod
+    def _src(cls, v: str) -> str:
+        return _inside(v)
+
+    @field_validator("dest")
+    @classmethod
+    def _dest(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("dest must be an absolute path inside the image")
+        return _single_line(v, "dest")
+
+
+class ImageDef(_Frozen):
+    """``images/<name>/image.yaml``: the inputs of one engine image."""
+
+    version: Literal[1] = 1
+    description: str | None = None
+    base: Base
+    python: str = Field("python3", description="Interpreter in the image (pip, python-package patches).")
+    pip: tuple[str, ...] = Field((), description="Exact pins, name==version, installed in this order.")
+    files: tuple[ExtraFile, ...] = ()
+    patches: tuple[Patch, ...] = ()
+    build_args: dict[str, str] = Field(
+        default_factory=dict,
+        description="ARG defaults in the Dockerfile (also the env of RUN steps, e.g. PIP_INDEX_URL); they "
+        "are visible in the Dockerfile and the image history, so never put a secret here.",
+    )
+    labels: dict[str, str] = Field(default_factory=dict)
+    smoke: tuple[str, ...] = Field(
+        (), description="argv run as the last build step; failing fails the build."
+    )
+    source: str | None = Field(None, description="org.opencontainers.image.source (upstream of the patches).")
+    revision: str | None = Field(None, description="org.opencontainers.image.revision; default: inputs hash.")
+    source_date_epoch: int = Field(0, ge=0, description="Fixed timestamp for reproducible builds.")
+    template: str | None = Field(
+        None, description="A .j2 file in images/<name>/ that extends Dockerfile.j2 and overrides its blocks."
+    )
+    notes: tuple[str, ...] = ()
+
+    @field_validator("pip")
+    @classmethod
+    def _pip(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [p for p in v if not _PIP_RE.fullmatch(p)]
+        if bad:
+            raise ValueError(f"{bad} are not exact pins; write each as name==version")
+        return v
+
+    @field_validator("build_args")
+    @classmethod
+    def _args(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, val in v.items():
+            if not _ARG_RE.fullmatch(k):
+                raise ValueError(f"{k!r} is not a build-arg name")
+            _single_line(val, f"build_args.{k}")
+        if "SOURCE_DATE_EPOCH" in v:
+            raise ValueError("SOURCE_DATE_EPOCH comes from source_date_epoch; remove it from build_args")
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, val in v.items():
+            if not _LABEL_KEY_RE.fullmatch(k):
+                raise ValueError(f"{k!r} is not a label key (lowercase, dots and dashes)")
+            if k.startswith(RESERVED_LABEL_PREFIXES):
+                raise ValueError(f"{k!r}: rigsmith sets org.opencontainers.image.* and io.rigsmith.* itself")
+            _single_line(val, f"labels.{k}")
+        return v
+
+    @field_validator("source", "revision")
+    @classmethod
+    def _one_line(cls, v: str | None, info: ValidationInfo) -> str | None:
+        # Both become LABEL values; a newline would end the LABEL and start a Dockerfile instruction.
+        return None if v is None else _single_line(v, str(info.field_name))
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        if v is not None and (v == "Dockerfile.j2" or not v.endswith(".j2") or "/" in v):
+            raise ValueError(
+                "name a .j2 file in images/<name>/ (not Dockerfile.j2) that extends Dockerfile.j2"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _cross(self) -> ImageDef:
+        slots = [p.slot for p in self.patches]
+        dup = sorted({s for s in slots if slots.count(s) > 1})
+        if dup:
+            raise ValueError(f"patches: slot(s) {dup} used twice")
+        return self
+
+
+def load(images_dir: Path, name: str) -> ImageDef:
+    """Read and validate ``images/<name>/image.yaml`` (only that file)."""
+    path = images_dir / name / "image.yaml"
+    source = f"images/{name}/image.yaml"
+    if not NAME_RE.match(name):
+        raise SpecError(
+            source,
+            [("(name)", f"{name!r}: use lowercase letters, digits, '.', '_' or '-'")],
+            what="image definition",
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        known = sorted(p.parent.name for p in images_dir.glob("*/image.yaml"))
+        raise SpecError(
+            source,
+            [
+                (
+                    "(file)",
+                    f"does not exist; known images: {', '.join(known) or 'none'} "
+                    f"(create images/{name}/image.yaml)",
+                )
+            ],
+            what="image definition",
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise SpecError(source, [("(file)", f"not valid YAML: {err}")], what="image definition") from None
+    if not isinstance(data, dict):
+        raise SpecError(source, [("(top level)", "must be a mapping (YAML object)")], what="image definition")
+    try:
+        return ImageDef.model_validate(data)
+    except ValidationError as err:
+        problems = [
+            (path, msg.replace("schema/deployment.schema.json", "schema/image.schema.json"))
+            for path, msg in problems_from(err)
+        ]
+        raise SpecError(source, problems, what="image definition") from None
+
+
+def names(images_dir: Path) -> list[str]:
+    """Every image definition under images/."""
+    return sorted(p.parent.name for p in images_dir.glob("*/image.yaml"))
+
+
+# -- inputs -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a build context is made from: the definition plus the bytes of its files."""
+
+    name: str
+    definition: ImageDef
+    patches: Mapping[str, bytes]  # slot → patch bytes
+    files: Mapping[str, bytes]  # src → bytes
+    template_dir: Path | None = None  # images/<name>/ when the definition overrides the template
+
+
+def gather(images_dir: Path, name: str, definition: ImageDef) -> Inputs:
+    """Read the patch and extra files; every missing one is named with its slot and where it goes."""
+    home = images_dir / name
+    source = f"images/{name}/image.yaml"
+    problems: list[tuple[str, str]] = []
+    patches: dict[str, bytes] = {}
+    files: dict[str, bytes] = {}
+    for i, p in enumerate(definition.patches):
+        try:
+            patches[p.slot] = (home / p.file).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            where = f" (from {p.source})" if p.source else ""
+            problems.append(
+                (
+                    f"patches[{i}]",
+                    f"patch slot {p.slot!r} is declared but images/{name}/{p.file} is missing; put the patch "
+                    f"file{where} there, or remove the slot — the build cannot run without it",
+                )
+            )
+    for i, f in enumerate(definition.files):
+        try:
+            files[f.src] = (home / f.src).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            problems.append((f"files[{i}]", f"images/{name}/{f.src} is missing; add it or remove the entry"))
+    if definition.template and not (home / definition.template).is_file():
+        problems.append(("template", f"images/{name}/{definition.template} is missing"))
+    if problems:
+        raise SpecError(source, problems, what="image definition")
+    return Inputs(name, definition, patches, files, home if definition.template else None)
+
+
+def sha256(data: bytes) -> str:
+    """``sha256:<hex>``."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def base_digest(definition: ImageDef, lock: lockmod.Lock, name: str) -> str:
+    """The base digest: from image.yaml, else from the lock; refuses a tag-only base."""
+    base = definition.base
+    if base.digest:
+        return base.digest
+    assert base.tag_ref is not None
+    locked = lock.images.get(base.tag_ref)
+    if locked is None:
+        raise LockError(
+            f"images/{name}: base {base.tag_ref} is a tag without a digest; a build must start FROM a "
+            "pinned digest",
+            hint=f"run `invoke pin` to lock {base.tag_ref} in rigsmith.lock (or set base.digest in "
+            f"images/{name}/image.yaml)",
+        )
+    return locked.digest
+
+
+# -- render -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContextFile:
+    """One file of the build context."""
+
+    data: bytes
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class Context:
+    """A rendered build context and the facts recorded about it."""
+
+    files: Mapping[str, ContextFile]  # relative path → file; "Dockerfile" included
+    base: str  # name@sha256:…
+    base_digest: str
+    patch_hashes: Mapping[str, str]  # images/<name>/<file> → sha256:…
+    labels: Mapping[str, str]
+    inputs_sha256: str
+
+    @property
+    def dockerfile(self) -> str:
+        """The rendered Dockerfile text."""
+        return self.files["Dockerfile"].data.decode()
+
+
+def _exec_form(argv: list[str] | tuple[str, ...]) -> str:
+    """A Dockerfile exec-form array (JSON): no shell, no variable expansion."""
+    return json.dumps(list(argv))
+
+
+def _helper_argv(p: Patch, python: str) -> list[str]:
+    where = p.package if p.target == "python-package" else p.path
+    assert where is not None
+    return [
+        "/bin/sh",
+        f"{IMAGE_DIR}/{HELPER}",
+        p.target,
+        where,
+        str(p.strip),
+        f"{IMAGE_DIR}/patches/{p.slot}.patch",
+        python,
+    ]
+
+
+def render_context(inputs: Inputs, lock: lockmod.Lock, *, command: str) -> Context:
+    """The exact build context: Dockerfile, the patch helper, patches and extra files. Pure."""
+    d = inputs.definition
+    name = inputs.name
+    digest = base_digest(d, lock, name)
+    base_ref = parse_ref(d.base.name)
+    base = base_ref.pinned(digest)
+    helper = (render.TEMPLATES / "images" / HELPER).read_bytes()
+    files: dict[str, ContextFile] = {f"{CONTEXT_DIR}/{HELPER}": ContextFile(helper, 0o755)}
+    patch_hashes: dict[str, str] = {}
+    for p in d.patches:
+        data = inputs.patches[p.slot]
+        files[f"{CONTEXT_DIR}/patches/{p.slot}.patch"] = ContextFile(data)
+        patch_hashes[f"images/{name}/{p.file}"] = sha256(data)
+    for f in d.files:
+        files[f"files/{f.src}"] = ContextFile(inputs.files[f.src], f.mode)
+
+    labels: dict[str, str] = {
+        "org.opencontainers.image.title": name,
+        "org.opencontainers.image.base.name": base_ref.name + (f":{d.base.tag}" if d.base.tag else ""),
+        "org.opencontainers.image.base.digest": digest,
+    }
+    if d.source:
+        labels["org.opencontainers.image.source"] = d.source
+    for p in d.patches:
+        labels[f"io.rigsmith.patch.{p.slot}.sha256"] = sha256(inputs.patches[p.slot])
+    labels.update(d.labels)
+
+    def dockerfile(revision: str) -> bytes:
+        all_labels = {**labels, "org.opencontainers.image.revision": revision}
+        ctx: dict[str, Any] = {
+            "banner": render.banner(command, f"images/{name}/image.yaml"),
+            "base": base,
+            "base_tag": d.base.tag_ref,
+            "epoch": d.source_date_epoch,
+            "build_args": sorted(d.build_args.items()),
+            "pip": _exec_form([d.python, "-m", "pip", "install", "--no-cache-dir", *d.pip]) if d.pip else "",
+            "files": [(_exec_form([f"files/{f.src}", f.dest])) for f in d.files],
+            "has_patches": bool(d.patches),
+            "context_dir": CONTEXT_DIR,
+            "image_dir": IMAGE_DIR,
+            "patches": [(p.slot, _exec_form(_helper_argv(p, d.python))) for p in d.patches],
+            "smoke": _exec_form(d.smoke) if d.smoke else None,
+            "labels": sorted(all_labels.items()),
+        }
+        template = d.template or "Dockerfile.j2"
+        overlay = inputs.template_dir
+        return render.render_in(template, overlay, ctx).encode()
+
+    # The revision label defaults to a hash of everything else, so it is computed with the label empty.
+    files["Dockerfile"] = ContextFile(dockerfile(""))
+    inputs_sha256 = sha256(context_tar(files, d.source_date_epoch))
+    revision = d.revision or f"rigsmith-inputs-{inputs_sha256}"
+    files["Dockerfile"] = ContextFile(dockerfile(revision))
+    labels["org.opencontainers.image.revision"] = revision
+    return Context(dict(sorted(files.items())), base, digest, patch_hashes, labels, inputs_sha256)
+
+
+def context_tar(files: Mapping[str, ContextFile], epoch: int) -> bytes:
+    """A byte-stable tar of the context: sorted, fixed mtime, root-owned, explicit modes and parent dirs."""
+    buf = io.BytesIO()
+    dirs: set[str] = set()
+    for rel in files:
+        parts = PurePosixPath(rel).parts[:-1]
+        dirs.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    entries: list[tuple[str, ContextFile | None]] = [(d, None) for d in dirs]
+    entries += list(files.items())
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for rel, f in sorted(entries, key=lambda e: e[0]):
+            info = tarfile.TarInfo(rel)
+            info.mtime = epoch
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if f is None:
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                tar.addfile(info)
+            else:
+                info.size = len(f.data)
+                info.mode = f.mode
+                tar.addfile(info, io.BytesIO(f.data))
+    return buf.getvalue()
+
+
+def schema() -> dict[str, Any]:
+    """JSON Schema of image.yaml, for editors."""
+    out = ImageDef.model_json_schema()
+    out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    out["title"] = "rigsmith image definition"
+    return out

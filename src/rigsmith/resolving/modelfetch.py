@@ -1,0 +1,736 @@
+"""``pin`` (model part) and ``fetch-model``: a locked commit, downloaded, verified, patched.
+
+The flow (converge, act, re-check):
+
+1. :func:`pin_model` resolves the spec's branch/tag once into ``rigsmith.lock`` (commit + every file's
+   size and Hub hash). Afterwards the locked commit is used until the spec changes or ``--repin``.
+2. :func:`fetch_model` takes a per-directory file lock, removes stale partial downloads, and sorts the
+   wanted files into *verified earlier* (size and mtime match the verified-state cache: no hashing, no
+   network), *to check* (hash the file on disk) and *to download*. It checks disk space for what is left,
+   then downloads in parallel. Each file streams into ``.rigsmith/partial/<hash>.incomplete`` while being
+   hashed, so a killed run resumes from the partial file with an HTTP range request; a file reaches its
+   real path only once its hash matches the lock.
+3. Config patches are applied to a copy: the Hub's bytes stay in ``.rigsmith/original/<file>``, the
+   patched file takes the real path, and the lock records both sha256s.
+
+A local checkpoint (``model.repo: null``) skips 1 and 2: nothing is pinned or downloaded, the task reports
+what the directory holds, and config patches are applied the same way (original kept) but not locked — the
+lock records Hub facts only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from filelock import FileLock, Timeout
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from rigsmith.errors import AdapterError, RigsmithError, SpecError
+from rigsmith.project import Project
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import LockedModel
+from rigsmith.resolving.modelfiles import (
+    HF_DOWNLOAD_DIR,
+    ORIGINAL_DIR,
+    PARTIAL_DIR,
+    STATE_DIR,
+    STATE_FILE,
+    DirState,
+    FetchReport,
+    FileState,
+    Hasher,
+    HashKind,
+    HashMismatch,
+    Want,
+    check_disk,
+    check_patch_files,
+    describe_repin,
+    dump_state,
+    expand_dir,
+    hash_file,
+    hash_stream,
+    locked_model,
+    locked_patches,
+    patch_json,
+    patches_by_file,
+    read_state,
+    select,
+    sha256_bytes,
+    stale_partials,
+    still_verified,
+    wants,
+)
+from rigsmith.spec import Deployment
+from rigsmith.writer import write_one
+
+if TYPE_CHECKING:
+    from rigsmith.resolving.hub import Hub
+
+Echo = Callable[[str], None]
+HubFactory = Callable[[], "Hub"]
+
+#: How many files download and hash at once, like ``hf download`` (hashlib releases the GIL on large
+#: buffers, so the threads really overlap).
+WORKERS = 8
+MAX_WORKERS = 64
+#: Report download progress in steps of at least this many bytes.
+PROGRESS_STEP = 1 << 20
+#: Ask the kernel to start writing a download out every this many bytes.
+WRITEBACK_STEP = 16 << 20
+#: A file that hashes wrong after download is fetched once more before it is refused.
+MISMATCH_ATTEMPTS = 2
+
+
+def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
+    """Build the Hub client only when the network is really needed (a warm run makes no requests)."""
+    cache: list[Hub] = []
+
+    def get() -> Hub:
+        if not cache:
+            if hub is None:
+                from rigsmith.resolving.hub import (
+                    HfHub,  # huggingface_hub's HTTP stack: import only when needed
+                )
+
+                cache.append(HfHub.from_env())
+            elif callable(hub) and not hasattr(hub, "download"):
+                cache.append(hub())
+            else:
+                cache.append(hub)  # type: ignore[arg-type]
+        return cache[0]
+
+    return get
+
+
+def _up_to_date(entry: LockedModel | None, spec: Deployment) -> bool:
+    m = spec.model
+    return (
+        entry is not None
+        and entry.repo == m.repo
+        and entry.requested == m.revision
+        and bool(entry.files)
+        and (not m.pinned or entry.commit == m.revision)
+    )
+
+
+def pin_model(
+    project: Project,
+    spec: Deployment,
+    *,
+    repin: bool = False,
+    echo: Echo = print,
+    hub: Hub | HubFactory | None = None,
+) -> LockedModel | None:
+    """Resolve the spec's model revision into ``rigsmith.lock`` once; re-resolve only when asked.
+
+    Args:
+        project: the checkout (its ``rigsmith.lock`` is read and written).
+        spec: the deployment; ``spec.model.repo`` and ``revision`` (None means ``main``) are resolved.
+        repin: resolve the branch/tag again even when the lock already has a commit; prints what changed.
+        echo: where status lines go.
+        hub: a Hub (or a factory for one); default: huggingface_hub with HF_ENDPOINT / HF_TOKEN.
+
+    Returns:
+        The lock entry (``models[spec.name]``): repo, requested revision, commit, every file's hashes;
+        None for a local checkpoint (``model.repo: null``), which has nothing to pin.
+
+    Raises:
+        AdapterError: the Hub said no (not found, gated, bad revision) or stayed unreachable.
+    """
+    get_hub = _lazy(hub)
+    old = lockmod.read(project.lock_path).models.get(spec.name)
+    m = spec.model
+    if m.repo is None:
+        echo(
+            f"{spec.name}: model skipped — model.repo is null (a local checkpoint in {m.local_dir}); "
+            "nothing to pin"
+        )
+        if old is not None:
+            # The lock must not claim a Hub commit for a checkpoint rigsmith no longer fetches.
+            with lockmod.locked(project.lock_path) as lock:
+                lock.models.pop(spec.name, None)
+            echo(
+                f"{spec.name}: dropped the lock's {old.repo}@{old.commit[:12]} (the spec no longer names "
+                "a repo)"
+            )
+        return None
+    if _up_to_date(old, spec) and not repin:
+        assert old is not None
+        return old
+    repo = m.repo
+    commit = get_hub().resolve(repo, m.revision or "main")
+    if old is not None and _up_to_date(old, spec) and old.commit == commit:
+        echo(describe_repin(old, old)[0])
+        return old
+    new = locked_model(repo, m.revision, commit, get_hub().tree(repo, commit))
+    with lockmod.locked(project.lock_path) as lock:
+        current = lock.models.get(spec.name)
+        if not repin and _up_to_date(current, spec):
+            assert current is not None
+            return current  # a concurrent pin got there first; keep its commit
+        if current is not None and current.commit == new.commit:
+            new = new.model_copy(update={"patches": current.patches})
+        lock.models[spec.name] = new
+    for line in describe_repin(old, new):
+        echo(line)
+    return new
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+class _HashingWriter:
+    """The download sink: writes, hashes and counts each block as it arrives; absolute positions.
+
+    Progress is reported in steps of at least :data:`PROGRESS_STEP` bytes (a rich update per 64 KiB
+    block costs more than the hashing). Every :data:`WRITEBACK_STEP` bytes the kernel is asked to start
+    writing the range out (:func:`_start_writeback`), so the fsync before the rename waits for the last
+    few MiB rather than for the whole file.
+    """
+
+    def __init__(
+        self, fh: Any, hasher: Hasher, kind: HashKind, size: int, on_bytes: Callable[[int], None]
+    ) -> None:
+        self._fh = fh
+        self._fd: int = fh.fileno()
+        self._kind = kind
+        self._size = size
+        self.hasher = hasher
+        self.on_bytes = on_bytes
+        self.written = 0
+        self._pos: int = fh.tell()
+        self._unreported = 0
+        self._synced = self._pos
+
+    def write(self, data: bytes) -> int:
+        n: int = self._fh.write(data)
+        self.hasher.update(data)
+        self.written += n
+        self._pos += n
+        self._unreported += n
+        if self._unreported >= PROGRESS_STEP:
+            self.on_bytes(self._unreported)
+            self._unreported = 0
+        if self._pos - self._synced >= WRITEBACK_STEP:
+            self._fh.flush()
+            _start_writeback(self._fd, self._synced, self._pos - self._synced)
+            self._synced = self._pos
+        return n
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        # The adapter rewinds to 0 when a server ignores Range; the hash restarts with it.
+        pos: int = self._fh.seek(offset, whence)
+        if pos != self._pos:
+            if pos != 0:
+                raise ValueError("only a rewind to the start is supported")
+            self.hasher = Hasher(self._kind, self._size)
+            self.on_bytes(self._unreported - self._pos)
+            self._unreported = 0
+            self._synced = 0
+        self._pos = pos
+        return pos
+
+    def truncate(self, size: int | None = None) -> int:
+        n: int = self._fh.truncate(size)
+        return n
+
+    def flush(self) -> None:
+        self._fh.flush()
+        if self._unreported:
+            self.on_bytes(self._unreported)
+            self._unreported = 0
+
+
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (AttributeError, OSError):
+        return None  # not Linux/glibc: the fsync before the rename does all the work
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return cast(Callable[[int, int, int, int], int], fn)
+
+
+_SYNC_FILE_RANGE = _load_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writeback of dirty pages in the range, do not wait
+
+
+def _start_writeback(fd: int, offset: int, n: int) -> None:
+    """Start (not wait for) writing ``n`` bytes at ``offset`` to disk; a hint, errors are ignored.
+
+    Without it a fresh download stays dirty in the page cache until the fsync (or the kernel's 30 s /
+    dirty_background_ratio writeback), and the fsync then writes the whole file while nothing else
+    happens. PostgreSQL does the same for its checkpoints (``pg_flush_data``, ``*_flush_after``).
+    """
+    if _SYNC_FILE_RANGE is not None:
+        _SYNC_FILE_RANGE(fd, offset, n, _SYNC_FILE_RANGE_WRITE)
+
+
+@dataclass
+class _Ctx:
+    """One fetch run's shared, mutable bits (guarded by ``mu``)."""
+
+    spec: Deployment
+    entry: LockedModel
+    root: Path
+    state: DirState
+    report: FetchReport
+    mu: threading.Lock
+    get_hub: Callable[[], Hub]
+    progress: Progress | None = None
+    overall: TaskID | None = None
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / STATE_DIR / STATE_FILE
+
+    def record(self, rel: str, kind: HashKind, digest: str) -> None:
+        st = (self.root / rel).stat()
+        with self.mu:
+            self.state.files[rel] = FileState(
+                size=st.st_size, mtime_ns=st.st_mtime_ns, kind=kind, digest=digest
+            )
+            write_one(self.state_path, dump_state(self.state))
+
+    def hashed(self, n: int) -> None:
+        with self.mu:
+            self.report.hashed_files += 1
+            self.report.hashed_bytes += n
+
+    def advance(self, n: int) -> None:
+        if self.progress is not None and self.overall is not None:
+            self.progress.advance(self.overall, n)
+
+
+def _alternate(w: Want) -> str:
+    """Where a good copy of the Hub's bytes may already be: the real path of a newly patched file, or the
+    kept original of a file whose patch was dropped from the spec."""
+    return w.repo_path if w.disk_path != w.repo_path else f"{STATE_DIR}/{ORIGINAL_DIR}/{w.repo_path}"
+
+
+def _check(ctx: _Ctx, w: Want) -> bool:
+    """Hash what is on disk for ``w``; adopt it (and cache the verification) when it matches."""
+    for rel in (w.disk_path, _alternate(w)):
+        path = ctx.root / rel
+        try:
+            if path.stat().st_size != w.size:
+                continue
+        except FileNotFoundError:
+            continue
+        digest = hash_file(path, w.kind, w.size)
+        ctx.hashed(w.size)
+        if digest != w.digest:
+            continue
+        if rel != w.disk_path:
+            dst = ctx.root / w.disk_path
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if rel == w.repo_path:
+                shutil.copy2(path, dst)  # keep the real path until the patch replaces it
+            else:
+                path.replace(dst)
+        ctx.record(w.disk_path, w.kind, w.digest)
+        return True
+    return False
+
+
+def _download(ctx: _Ctx, w: Want) -> None:
+    """Stream one file into its partial, verify, move into place; resume from a partial left earlier."""
+    part = ctx.root / STATE_DIR / PARTIAL_DIR / w.partial_name
+    part.parent.mkdir(parents=True, exist_ok=True)
+    task = None
+    if ctx.progress is not None:
+        task = ctx.progress.add_task(w.repo_path, total=w.size)
+
+    def on_bytes(n: int) -> None:
+        ctx.advance(n)
+        if task is not None and ctx.progress is not None:
+            ctx.progress.advance(task, n)
+
+    try:
+        for attempt in range(1, MISMATCH_ATTEMPTS + 1):
+            have = part.stat().st_size if part.exists() else 0
+            if have > w.size:
+                part.unlink()
+                have = 0
+            with part.open("r+b" if have else "w+b") as fh:
+                hasher = hash_stream(w.kind, w.size, fh, limit=have) if have else Hasher(w.kind, w.size)
+                if have:
+                    ctx.hashed(have)
+                    on_bytes(have)
+                    with ctx.mu:
+                        ctx.report.resumed_bytes += have
+                fh.seek(have)
+                out = _HashingWriter(fh, hasher, w.kind, w.size, on_bytes)
+                if have < w.size:
+                    ctx.get_hub().download(
+                        ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
+                    )
+                out.flush()
+                digest = out.hasher.hexdigest()
+                got = out.tell()
+                if got == w.size and digest == w.digest:
+                    # Durable before the rename: the state cache will vouch for these bytes unhashed.
+                    os.fsync(fh.fileno())
+            with ctx.mu:
+                ctx.report.downloaded_bytes += out.written
+            if got == w.size and digest == w.digest:
+                break
+            part.unlink()
+            on_bytes(-got)
+            if attempt == MISMATCH_ATTEMPTS:
+                raise HashMismatch(
+                    f"{w.repo_path}: the Hub sent bytes that do not match the lock "
+                    f"({w.kind} {digest} != {w.digest}, {got} of {w.size} bytes); the file was discarded",
+                    hint="re-run later; if it persists, the mirror/endpoint is serving corrupt data "
+                    "(or the repo was force-pushed: `invoke pin --repin`)",
+                )
+        final = ctx.root / w.disk_path
+        final.parent.mkdir(parents=True, exist_ok=True)
+        part.replace(final)
+        ctx.record(w.disk_path, w.kind, w.digest)
+        with ctx.mu:
+            ctx.report.downloaded.append(w.repo_path)
+    finally:
+        if task is not None and ctx.progress is not None:
+            ctx.progress.remove_task(task)
+
+
+def _run_all(fn: Callable[[Want], Any], items: Sequence[Want], workers: int) -> list[tuple[Want, Any]]:
+    """Run ``fn`` over items in a thread pool; return (item, result-or-exception) pairs, all of them."""
+    out: list[tuple[Want, Any]] = []
+    if not items:
+        return out
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(items)))) as pool:
+        futs = [(w, pool.submit(fn, w)) for w in items]
+        for w, f in futs:
+            exc = f.exception()
+            out.append((w, exc if exc is not None else f.result()))
+    return out
+
+
+def _clean(root: Path, wanted: Sequence[Want]) -> list[str]:
+    """Remove partial downloads nothing can resume from, and huggingface_hub's own orphaned temp files."""
+    removed = []
+    pdir = root / STATE_DIR / PARTIAL_DIR
+    if pdir.is_dir():
+        names = [p.name for p in pdir.iterdir() if p.is_file()]
+        for name in stale_partials(names, wanted):
+            (pdir / name).unlink(missing_ok=True)
+            removed.append(f"{STATE_DIR}/{PARTIAL_DIR}/{name}")
+    hf = root / HF_DOWNLOAD_DIR
+    if hf.is_dir():
+        for p in sorted(hf.rglob("*.incomplete")):
+            p.unlink(missing_ok=True)
+            removed.append(str(p.relative_to(root)))
+    return removed
+
+
+def _dir_lock(path: Path, echo: Echo) -> FileLock:
+    lock = FileLock(str(path), timeout=-1)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        echo(f"waiting for another fetch into {path.parent.parent} to finish …")
+        lock.acquire()
+    return lock
+
+
+def free_bytes(path: Path) -> int:
+    """Free space on the filesystem that holds ``path`` (host fact; tests pass their own)."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return shutil.disk_usage(p).free
+    return shutil.disk_usage("/").free
+
+
+def _patch(ctx: _Ctx, verify: bool) -> dict[str, tuple[str, str]]:
+    """Apply the spec's config patches from the kept originals; idempotent."""
+    spec_patches = [p.model_dump(mode="json", exclude={"note"}) for p in ctx.spec.model.config_patches]
+    recorded = {p.file: p for p in ctx.entry.patches}
+    applied: dict[str, tuple[str, str]] = {}
+    for file, plist in patches_by_file(ctx.spec.model.config_patches).items():
+        target = ctx.root / file
+        rec = recorded.get(file)
+        if not verify and rec is not None and ctx.state.patches == spec_patches:
+            try:
+                st = target.stat()
+            except FileNotFoundError:
+                st = None
+            if st is not None and still_verified(
+                ctx.state.files.get(file), st.st_size, st.st_mtime_ns, "sha256", rec.patched_sha256
+            ):
+                applied[file] = (rec.original_sha256, rec.patched_sha256)
+                continue
+        original = (ctx.root / STATE_DIR / ORIGINAL_DIR / file).read_bytes()
+        new = _patched(original, plist, file)
+        a, b = sha256_bytes(original), sha256_bytes(new)
+        ctx.hashed(len(original))
+        current = target.read_bytes() if target.is_file() else None
+        if current is None or sha256_bytes(current) != b:
+            write_one(target, new.decode("utf-8"))
+            ctx.report.patched.append(file)
+        ctx.record(file, "sha256", b)
+        applied[file] = (a, b)
+    ctx.state.patches = spec_patches
+    return applied
+
+
+def fetch_model(
+    project: Project,
+    spec: Deployment,
+    *,
+    dest: Path | None = None,
+    verify: bool = False,
+    repin: bool = False,
+    echo: Echo = print,
+    hub: Hub | HubFactory | None = None,
+    disk_free: Callable[[Path], int] = free_bytes,
+    workers: int = WORKERS,
+    progress: bool | None = None,
+) -> FetchReport:
+    """Download the locked model revision into its local dir, verify every file, apply config patches.
+
+    Args:
+        project: the checkout (lock read/written).
+        spec: the deployment whose ``model`` section is fetched.
+        dest: directory to fetch into instead of ``spec.model.local_dir``.
+        verify: hash every file again even where the verified-state cache vouches for it.
+        repin: re-resolve a branch/tag before fetching (shows what changed).
+        echo: where status lines go.
+        hub: Hub adapter (or factory); built only when a request is needed.
+        disk_free: bytes free at a path (host fact).
+        workers: files downloaded (or hashed) at once, 1 to :data:`MAX_WORKERS`.
+        progress: show a rich progress bar (default: when stderr is a terminal).
+
+    Returns:
+        What was done (downloaded, hashed, cached, cleaned, patched).
+
+    Raises:
+        RigsmithError: a bad spec field, the Hub refusing, a hash mismatch, too little disk space.
+    """
+    if not 1 <= workers <= MAX_WORKERS:
+        raise RigsmithError(
+            f"--workers {workers}: must be between 1 and {MAX_WORKERS}",
+            hint=f"the default, {WORKERS}, matches `hf download`",
+        )
+    if spec.model.repo is None:
+        return _local(spec, dest, echo)
+    get_hub = _lazy(hub)
+    entry = pin_model(project, spec, repin=repin, echo=echo, hub=get_hub)
+    assert entry is not None
+    m = spec.model
+    root = dest.absolute() if dest is not None else expand_dir(m.local_dir)
+    files = select(entry.files, m.allow_patterns, m.ignore_patterns)
+    if not files:
+        raise SpecError(
+            "model",
+            [
+                (
+                    "model.allow_patterns",
+                    f"no file of {entry.repo}@{entry.commit[:12]} matches the allow/ignore patterns",
+                )
+            ],
+        )
+    check_patch_files(m.config_patches, files)
+    by_file = patches_by_file(m.config_patches)
+    wanted = wants(files, by_file)
+
+    try:
+        (root / STATE_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RigsmithError(
+            f"cannot create {root}: {err.strerror}", hint="pass --dest DIR you can write to"
+        ) from None
+    report = FetchReport(commit=entry.commit, local_dir=str(root), files=len(wanted))
+    with _dir_lock(root / STATE_DIR / "fetch.lock", echo):
+        state = read_state(root / STATE_DIR / STATE_FILE)
+        state.repo, state.commit = entry.repo, entry.commit
+        ctx = _Ctx(spec, entry, root, state, report, threading.Lock(), get_hub)
+        report.cleaned = _clean(root, wanted)
+
+        to_check: list[Want] = []
+        for w in wanted:
+            try:
+                st = (root / w.disk_path).stat()
+            except FileNotFoundError:
+                st = None
+            fresh = st is not None and still_verified(
+                state.files.get(w.disk_path), st.st_size, st.st_mtime_ns, w.kind, w.digest
+            )
+            if fresh and not verify:
+                report.cached += 1
+            else:
+                to_check.append(w)
+        checked = _run_all(lambda w: _check(ctx, w), to_check, workers)
+        for _w, res in checked:
+            if isinstance(res, BaseException):
+                raise res
+        todo = [w for w, ok in checked if ok is not True]
+
+        if todo:
+            pdir = root / STATE_DIR / PARTIAL_DIR
+            have = {w.repo_path: _size(pdir / w.partial_name) for w in todo}
+            check_disk(sum(max(w.size - have[w.repo_path], 0) for w in todo), disk_free(root), root)
+            for w in todo:
+                if verify and (root / w.disk_path).exists():
+                    echo(f"{w.repo_path}: does not match the lock; downloading it again")
+            _download_all(ctx, todo, workers, progress)
+
+        applied = _patch(ctx, verify)
+        with ctx.mu:
+            write_one(ctx.state_path, dump_state(state))
+
+    new_patches = locked_patches(applied)
+    if new_patches != entry.patches:
+        with lockmod.locked(project.lock_path) as lock:
+            cur = lock.models.get(spec.name)
+            if cur is not None and cur.commit == entry.commit:
+                lock.models[spec.name] = cur.model_copy(update={"patches": new_patches})
+    return report
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _download_all(ctx: _Ctx, todo: Sequence[Want], workers: int, progress: bool | None) -> None:
+    console = Console(stderr=True)
+    show = console.is_terminal if progress is None else progress
+    errors: list[BaseException] = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not show,
+        transient=True,
+    ) as prog:
+        ctx.progress = prog
+        ctx.overall = prog.add_task(f"{ctx.entry.repo}", total=sum(w.size for w in todo))
+        for _w, res in _run_all(lambda w: _download(ctx, w), todo, workers):
+            if isinstance(res, BaseException):
+                errors.append(res)
+        ctx.progress = None
+    if not errors:
+        return
+    if len(errors) == 1 or all(not isinstance(e, RigsmithError) for e in errors[1:]):
+        first = errors[0]
+        if isinstance(first, RigsmithError):
+            raise first
+        raise AdapterError(f"download failed: {type(first).__name__}: {first}") from first
+    msgs = [str(e) for e in errors]
+    raise AdapterError(
+        f"{len(errors)} files failed; the others are verified and kept:\n"
+        + "\n".join(f"- {m}" for m in msgs),
+        hint="re-run `invoke fetch-model`: finished files are not downloaded again",
+    )
+
+
+# -- local checkpoints (model.repo: null) ---------------------------------------------------------------
+
+#: File suffixes that hold weights, for the report.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def _local(spec: Deployment, dest: Path | None, echo: Echo) -> FetchReport:
+    """A checkpoint already on disk: report what is there and apply the config patches; download nothing."""
+    m = spec.model
+    if dest is None and not m.local_dir.startswith(("/", "~")):
+        raise SpecError(
+            "model.local_dir",
+            [
+                (
+                    "model.local_dir",
+                    f"{m.local_dir!r} is relative (to where the recipe ran); set the checkpoint's absolute "
+                    "path",
+                )
+            ],
+        )
+    root = dest.absolute() if dest is not None else expand_dir(m.local_dir)
+    if not root.is_dir():
+        raise RigsmithError(
+            f"{spec.name}: model.repo is null, so the checkpoint is local and there is nothing to download "
+            f"— but {root} is not a directory",
+            hint="copy the checkpoint there, point model.local_dir at it, or set model.repo to owner/name to "
+            "download it",
+        )
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != STATE_DIR)
+    report = FetchReport(
+        local_dir=str(root),
+        files=len(files),
+        local=True,
+        local_bytes=sum(p.stat().st_size for p in files),
+        weight_files=sum(p.name.endswith(_WEIGHT_SUFFIXES) for p in files),
+        has_config=(root / "config.json").is_file(),
+    )
+    if m.config_patches:
+        with _dir_lock(root / STATE_DIR / "fetch.lock", echo):
+            _patch_local(spec, root, report, echo)
+    return report
+
+
+def _patch_local(spec: Deployment, root: Path, report: FetchReport, echo: Echo) -> None:
+    """Config patches on a local checkpoint: the first-seen bytes are kept as the original, as for the Hub.
+
+    A file that matches neither the kept original nor its patched form was replaced outside rigsmith (a new
+    checkpoint copied in); it becomes the new original, and rigsmith says so.
+    """
+    missing = [
+        (f"model.config_patches[{i}].file", f"{p.file} is not in the local checkpoint {root}")
+        for i, p in enumerate(spec.model.config_patches)
+        if not (root / p.file).is_file() and not (root / STATE_DIR / ORIGINAL_DIR / p.file).is_file()
+    ]
+    if missing:
+        raise SpecError("model.config_patches", missing)
+    for file, plist in patches_by_file(spec.model.config_patches).items():
+        target, kept = root / file, root / STATE_DIR / ORIGINAL_DIR / file
+        current = target.read_bytes() if target.is_file() else None
+        original = kept.read_bytes() if kept.is_file() else current
+        assert original is not None
+        new = _patched(original, plist, file)
+        if current is not None and current not in (original, new):
+            echo(f"{file}: changed outside rigsmith since it was patched; keeping it as the new original")
+            original = current
+            new = _patched(original, plist, file)
+        if not kept.is_file() or kept.read_bytes() != original:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            write_one(kept, original.decode("utf-8"))
+        if current != new:
+            write_one(target, new.decode("utf-8"))
+            report.patched.append(file)
+
+
+def _patched(original: bytes, plist: Sequence[tuple[int, Any]], file: str) -> bytes:
+    try:
+        text = original.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(
+            "model.config_patches",
+            [(f"model.config_patches[{plist[0][0]}].file", f"{file} is not UTF-8 text")],
+        ) from None
+    return patch_json(text, plist, file).encode("utf-8")

@@ -1,0 +1,174 @@
+"""Every case of the corpus (tests/importing/data/vllm-commands.json, a verbatim copy of shared/corpus):
+imported with its argv exact, or refused with a reason.
+
+The expected outcome per case is data (corpus_expected.yaml). Where bash can parse the published text
+the way the author meant, bash itself is the oracle for the argv: the text runs under ``bash`` with
+stub functions for the launchers that print their argv, and the spec must hold exactly that argv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rigsmith.errors import RecipeError
+from rigsmith.importing import recipe
+from rigsmith.spec import Deployment
+from tests.support.common import require
+from tests.support.recipes import corpus, expected
+
+CASES = corpus()
+EXPECTED = expected()
+_STUBS = """
+set -f
+_argv() { printf '%s\\0' "$@" > "$ARGV_OUT"; }
+vllm() { _argv vllm "$@"; }
+python() { _argv python "$@"; }
+python3() { _argv python3 "$@"; }
+docker() { _argv docker "$@"; }
+podman() { _argv podman "$@"; }
+sudo() { "$@"; }
+"""
+
+
+def _import(case: dict[str, Any]) -> Deployment:
+    sha = hashlib.sha256(case["raw"].encode()).hexdigest()
+    return recipe.parse(case["raw"], source=f"corpus:{case['id']}", sha256=sha)
+
+
+def test_expected_outcomes_cover_exactly_the_corpus() -> None:
+    assert len(CASES) == 40
+    assert sorted(EXPECTED) == sorted(c["id"] for c in CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_corpus_case(case: dict[str, Any]) -> None:
+    want = EXPECTED[case["id"]]
+    if want["outcome"] == "refused":
+        with pytest.raises(RecipeError) as err:
+            _import(case)
+        message = str(err.value)
+        for fragment in want["reason"]:
+            assert fragment in message
+        assert "Traceback" not in message
+        return
+    dep = _import(case)
+    eng = dep.engine
+    assert eng.model_arg is not None and eng.model_arg == want["model_arg"]
+    assert dep.model.repo == want.get("repo", case["model"]), "the corpus' own model field"
+    if "local_dir" in want:
+        assert dep.model.local_dir == want["local_dir"]
+    if dep.model.repo is not None:
+        assert eng.args[eng.model_arg] in (case["model"], dep.model.local_dir)
+    model_word = eng.container_argv(dep.model)[len(eng.subcommand) + eng.model_arg]
+    assert model_word == want.get("container_argv_model", dep.model.container_path)
+    assert eng.executable == want.get("executable", "vllm")
+    assert list(eng.subcommand) == want.get("subcommand", ["serve"])
+    assert eng.image == want.get("image")
+    env = want.get("env", "corpus")
+    assert {e.name: e.value for e in dep.env} == (case["env"] if env == "corpus" else env)
+    gpus = dep.resources.gpus
+    assert gpus.count == want["gpus"]
+    vendor = want.get("vendor", "nvidia.com/gpu")
+    assert list(gpus.cdi_devices) == want.get("cdi", [f"{vendor}={i}" for i in range(want["gpus"])])
+    assert sorted(dep.placeholders) == sorted(want.get("placeholders", []))
+    assert all(v is None for v in dep.placeholders.values())
+    assert dep.unfilled_placeholders() == sorted(want.get("placeholders", []))
+    if "shm_size" in want:
+        assert dep.resources.shm_size == want["shm_size"]
+    if "mounts" in want:
+        assert len(dep.mounts) == want["mounts"]
+    notes = "\n".join(dep.notes)
+    for fragment in want.get("notes_contain", []):
+        assert fragment in notes
+    if "args" in want:
+        assert list(eng.args) == want["args"]
+    assert want.get("args") is not None or "oracle_skip" not in want
+
+
+_ORACLE = [
+    c for c in CASES if EXPECTED[c["id"]]["outcome"] == "imported" and "oracle_skip" not in EXPECTED[c["id"]]
+]
+
+
+@pytest.mark.parametrize("case", _ORACLE, ids=[c["id"] for c in _ORACLE])
+def test_imported_argv_is_what_bash_parses(case: dict[str, Any], tmp_path: Path) -> None:
+    bash = require("bash")
+    out = tmp_path / "argv"
+    env = {"PATH": os.environ["PATH"], "ARGV_OUT": str(out), "HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [bash, "--noprofile", "--norc", "-c", _STUBS + case["raw"]],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    shell_argv = out.read_bytes().decode().split("\0")[:-1]
+    eng = _import(case).engine
+    if shell_argv[0] in ("docker", "podman"):
+        image = eng.image
+        assert image is not None
+        shell_args = shell_argv[shell_argv.index(image) + 1 :]
+    else:
+        shell_args = shell_argv[1 + len(eng.subcommand) :]
+        assert shell_argv[0] == eng.recipe_executable
+    assert list(eng.args) == shell_args
+
+
+_IMPORTED = [c for c in CASES if EXPECTED[c["id"]]["outcome"] == "imported"]
+
+
+@pytest.mark.parametrize("case", _IMPORTED, ids=[c["id"] for c in _IMPORTED])
+def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any], tmp_path: Path) -> None:
+    from rigsmith import spec as specmod
+    from rigsmith.project import Project
+    from rigsmith.rendering import deploy
+
+    dep = _import(case)
+    local_dir = dep.model.local_dir
+    # A relative host path (compose's ./x) is refused by deploy until the user writes the real one.
+    mounts = tuple(
+        m if m.host.startswith(("/", "~")) else m.model_copy(update={"host": f"/filled{m.container}"})
+        for m in dep.mounts
+    )
+    filled = dep.model_copy(
+        update={
+            "placeholders": {t: f"/filled/{i}" for i, t in enumerate(dep.placeholders)},
+            "engine": dep.engine.model_copy(update={"image": dep.engine.image or "localhost/vllm:1"}),
+            "mounts": mounts,
+            # A relative checkpoint dir (a local model) is the other value the user must fill.
+            "model": dep.model.model_copy(
+                update={"local_dir": local_dir if local_dir.startswith(("/", "~")) else "/filled/model"}
+            ),
+        }
+    )
+    project = Project(tmp_path)
+    project.spec_path(dep.name).parent.mkdir()
+    project.spec_path(dep.name).write_text(specmod.dump(filled), encoding="utf-8")
+    plan, files = deploy.artifacts(project, "podman", deployment=dep.name)
+    assert plan.command == tuple(filled.fill(a) for a in filled.engine.container_argv(filled.model))
+    assert plan.devices == dep.resources.gpus.cdi_devices
+    assert files
+
+
+def test_imported_specs_match_golden(update_golden: bool) -> None:
+    """The generated artifact of import-recipe is deployments/NAME.yaml: one golden file per imported case."""
+    from rigsmith import spec as specmod
+    from tests.support.common import GOLDEN, compare_tree
+    from tests.support.recipes import SEED_RECIPE
+
+    actual = {f"{c['id']}.yaml": specmod.dump(_import(c)) for c in _IMPORTED}
+    seed = SEED_RECIPE.read_bytes()
+    dep = recipe.parse(
+        seed.decode(), source="examples/recipes/" + SEED_RECIPE.name, sha256=hashlib.sha256(seed).hexdigest()
+    )
+    actual["seed-003-recipe.yaml"] = specmod.dump(dep)
+    compare_tree(actual, GOLDEN / "recipes" / "imported", update_golden)

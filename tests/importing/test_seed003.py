@@ -1,0 +1,238 @@
+"""Seed 003: the recipe JSON imports from a file and from an http URL into the shipped spec."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rigsmith import spec as specmod
+from rigsmith.errors import AdapterError, RecipeError, SpecError
+from rigsmith.importing import importer, recipe
+from rigsmith.importing.importer import HttpOptions
+from rigsmith.project import Project
+from rigsmith.rendering.plan import make
+from rigsmith.resolving.lock import Lock
+from tests.support.common import REPO
+from tests.support.recipes import SEED_RECIPE, RecipeServer
+
+SHIPPED = REPO / "deployments" / "flash-next-merlin-4x3090.yaml"
+NAME = "flash-next-merlin-4x3090"
+SEED_BYTES = SEED_RECIPE.read_bytes()
+
+
+def _without_user_fields(dep: specmod.Deployment) -> dict[str, Any]:
+    """Spec data minus what a user fills in after import (image, placeholder values, mounts) and
+    provenance.source (the shipped spec was imported from the site's URL)."""
+    data = specmod.to_data(dep)
+    data["engine"].pop("image", None)
+    data.pop("mounts", None)
+    data["placeholders"] = dict.fromkeys(data.get("placeholders", {}))
+    data["provenance"].pop("source")
+    return data
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def test_seed_recipe_file_import_equals_shipped_spec_except_user_filled_fields(
+    empty_project: Project,
+) -> None:
+    dep = importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=_quiet)
+    shipped = specmod.load(SHIPPED)
+    assert _without_user_fields(dep) == _without_user_fields(shipped)
+    # and exactly those fields differ
+    assert shipped.engine.image is not None and dep.engine.image is None
+    assert dep.placeholders == {"<repo>": None, "<vllm tree>": None}
+    assert shipped.placeholders == {"<repo>": "/opt/merlin", "<vllm tree>": "/opt/merlin/vllm-v2.5"}
+    assert dep.mounts == () and shipped.mounts != ()
+    assert dep.provenance is not None and dep.provenance.source == str(SEED_RECIPE)
+    assert dep.provenance.sha256 == hashlib.sha256(SEED_BYTES).hexdigest() == shipped.provenance.sha256  # type: ignore[union-attr]
+    # the file on disk is the spec, and it loads back to the same thing
+    assert specmod.load(empty_project.spec_path(NAME)) == dep
+
+
+def test_seed_recipe_http_import_equals_file_import(
+    empty_project: Project, recipe_server: RecipeServer
+) -> None:
+    url = recipe_server.route("/api/v1/recipes/seed003.json", (200, SEED_BYTES))
+    dep = importer.import_recipe(empty_project, url, name=NAME, echo=_quiet)
+    from_file = recipe.parse(
+        SEED_BYTES.decode(), source=str(SEED_RECIPE), sha256=hashlib.sha256(SEED_BYTES).hexdigest(), name=NAME
+    )
+    assert dep.provenance is not None and dep.provenance.source == url
+    assert _without_user_fields(dep) == _without_user_fields(from_file)
+    assert dep.model_copy(update={"provenance": from_file.provenance}) == from_file
+
+
+def test_seed_import_keeps_the_argv_byte_for_byte() -> None:
+    import json
+    import shlex
+
+    command = json.loads(SEED_BYTES)["command"]
+    dep = recipe.parse(SEED_BYTES.decode(), source="seed", sha256="0" * 64)
+    assert [dep.engine.recipe_executable, *dep.engine.subcommand, *dep.engine.args] == shlex.split(command)
+    assert dep.engine.model_arg == 0 and dep.engine.args[0] == "~/models/Flash-Next-Merlin"
+    assert dep.model.container_path == "/models/Flash-Next-Merlin"
+
+
+def test_env_string_grammar() -> None:
+    env, notes, problems = recipe.parse_env_text(
+        "A=1 B=<x y>/z | C=2 (needed — really) | D=3 E=4 (two vars, so a note). "
+        "Opt-in: F=1 turns on f; G=0.0.0.0 then set KEY."
+    )
+    assert problems == []
+    assert [(e.name, e.value, e.note, e.opt_in, e.enabled) for e in env] == [
+        ("A", "1", None, False, True),
+        ("B", "<x y>/z", None, False, True),
+        ("C", "2", "needed — really", False, True),
+        ("D", "3", None, False, True),
+        ("E", "4", None, False, True),
+        ("F", "1", "turns on f", True, False),
+        ("G", "0.0.0.0", "then set KEY", True, False),
+    ]
+    assert notes == ["two vars, so a note"]
+
+
+def test_env_string_garbage_is_refused_naming_the_segment() -> None:
+    _, _, problems = recipe.parse_env_text("A=1 | not an assignment | B=2")
+    assert problems == [
+        "env segment 2 ('not an assignment'): cannot read 'not an assignment'; write NAME=value"
+    ]
+
+
+def test_note_facts_from_seed_notes() -> None:
+    import json
+
+    facts = recipe.note_facts(json.loads(SEED_BYTES)["notes"])
+    assert (facts.repo, facts.local_dir, facts.size_bytes) == (
+        "halt95/Qwen3.8-Flash-Next-W4A16-Merlin",
+        "~/models/Flash-Next-Merlin",
+        115 * 2**30,
+    )
+    assert (facts.gpu_count, facts.gpu_model, facts.gpu_arch, facts.p2p, facts.nvlink) == (
+        4,
+        "RTX 3090",
+        "sm_86",
+        "recommended",
+        False,
+    )
+    assert (facts.host_ram_gib, facts.disk_gib) == (96.0, 250.0)
+    assert (facts.shm_size, facts.memlock, facts.stop_grace) == ("8g", "unlimited", 70)
+    assert facts.log_lines == ["Application startup complete", "GPU KV cache size: 924,993 tokens"]
+    assert (facts.kv_tokens, facts.startup, facts.warm) == (924993, 360, 180)
+    assert [(p.file, p.key, p.value, p.note) for p in facts.patches] == [
+        ("config.json", "text_config.ple_embedding_dtype", "float8_e4m3fn", "present in HF since 2026-09-18")
+    ]
+
+
+def test_deploy_refuses_the_fresh_import_naming_each_placeholder_then_the_image(
+    empty_project: Project,
+) -> None:
+    dep = importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=_quiet)
+    with pytest.raises(SpecError) as err:
+        make(dep, Lock(), spec_path=f"deployments/{NAME}.yaml")
+    assert "'<repo>' has no value" in str(err.value) and "'<vllm tree>' has no value" in str(err.value)
+    filled = dep.model_copy(update={"placeholders": {"<repo>": "/opt/m", "<vllm tree>": "/opt/m/v"}})
+    with pytest.raises(Exception) as err2:
+        make(filled, Lock(), spec_path=f"deployments/{NAME}.yaml")
+    assert "names no container image" in str(err2.value) and "--image REF" in str(err2.value)
+    plan = make(filled, Lock(), spec_path=f"deployments/{NAME}.yaml", image="localhost/vllm:1")
+    assert plan.command[:2] == ("serve", "/models/Flash-Next-Merlin")
+
+
+def test_image_flag_sets_the_engine_image(empty_project: Project) -> None:
+    dep = importer.import_recipe(
+        empty_project, str(SEED_RECIPE), name=NAME, image="localhost/vllm-merlin:v2.5.1", echo=_quiet
+    )
+    assert dep.engine.image == "localhost/vllm-merlin:v2.5.1"
+
+
+def test_default_name_is_the_recipe_id_cut_to_63(empty_project: Project) -> None:
+    dep = importer.import_recipe(empty_project, str(SEED_RECIPE), echo=_quiet)
+    assert dep.name == "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3"
+    assert empty_project.spec_path(dep.name).is_file()
+
+
+@pytest.mark.parametrize("bad", ["Bad Name", "-x", "a" * 64])
+def test_bad_name_is_refused(empty_project: Project, bad: str) -> None:
+    with pytest.raises(RecipeError, match="--name"):
+        importer.import_recipe(empty_project, str(SEED_RECIPE), name=bad, echo=_quiet)
+    assert list(empty_project.deployments.iterdir()) == []
+
+
+def test_http_404_is_not_retried(recipe_server: RecipeServer, empty_project: Project) -> None:
+    url = recipe_server.route("/gone.json", (404, b"no"))
+    with pytest.raises(AdapterError, match="HTTP 404"):
+        importer.import_recipe(empty_project, url, echo=_quiet, http=HttpOptions(wait_max=0.0))
+    assert recipe_server.routes["/gone.json"].hits == 1
+
+
+def test_http_503_then_200_is_retried(recipe_server: RecipeServer, empty_project: Project) -> None:
+    url = recipe_server.route("/flaky.json", (503, b"busy"), (429, b"slow down"), (200, SEED_BYTES))
+    dep = importer.import_recipe(empty_project, url, name=NAME, echo=_quiet, http=HttpOptions(wait_max=0.0))
+    assert recipe_server.routes["/flaky.json"].hits == 3
+    assert dep.provenance is not None and dep.provenance.sha256 == hashlib.sha256(SEED_BYTES).hexdigest()
+
+
+def test_http_5xx_gives_up_after_the_attempts(recipe_server: RecipeServer, empty_project: Project) -> None:
+    url = recipe_server.route("/down.json", (500, b"down"))
+    with pytest.raises(AdapterError, match="HTTP 500 after 3 attempt"):
+        importer.import_recipe(empty_project, url, echo=_quiet, http=HttpOptions(attempts=3, wait_max=0.0))
+    assert recipe_server.routes["/down.json"].hits == 3
+    assert list(empty_project.deployments.iterdir()) == []
+
+
+def test_oversize_recipe_is_refused_streamed_and_declared(recipe_server: RecipeServer) -> None:
+    big = b"x" * (importer.MAX_BYTES + 1)
+    url = recipe_server.route("/big.json", (200, big))
+    with pytest.raises(RecipeError, match="larger than 1048576 bytes"):
+        importer.fetch_url(url, HttpOptions(wait_max=0.0))
+    # a body without a declared length is counted while streaming and cut off
+    url2 = recipe_server.route("/nolength.json", (200, b"x" * 300), declare_length=-1)
+    with pytest.raises(RecipeError, match="it sent more"):
+        importer.fetch_url(url2, HttpOptions(max_bytes=250, wait_max=0.0))
+    assert recipe_server.routes["/nolength.json"].hits == 1
+
+
+def test_timeout_is_retried_then_reported(recipe_server: RecipeServer) -> None:
+    url = recipe_server.route("/slow.json", (200, SEED_BYTES), delay=1.5)
+    with pytest.raises(AdapterError, match="timed out after 2 attempt"):
+        importer.fetch_url(url, HttpOptions(timeout=0.3, attempts=2, wait_max=0.0))
+    assert recipe_server.routes["/slow.json"].hits == 2
+
+
+def test_connection_refused_is_retried_then_reported() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(AdapterError, match="after 2 attempt"):
+        importer.fetch_url(f"http://127.0.0.1:{port}/x.json", HttpOptions(attempts=2, wait_max=0.0))
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("http://[::1", "not a valid URL"),
+        ("http://", "UnsupportedProtocol"),
+        ("ftp://127.0.0.1/x.json", "unsupported scheme 'ftp'"),
+        ("/nonexistent/recipe.json", "no such file"),
+        ("/", "not a file"),
+    ],
+)
+def test_bad_sources_are_clear_errors(empty_project: Project, source: str, fragment: str) -> None:
+    with pytest.raises((RecipeError, AdapterError)) as err:
+        importer.import_recipe(empty_project, source, echo=_quiet, http=HttpOptions(attempts=1, wait_max=0.0))
+    assert fragment in str(err.value)
+
+
+def test_non_utf8_recipe_is_refused(empty_project: Project, tmp_path: Path) -> None:
+    src = tmp_path / "latin1.txt"
+    src.write_bytes("vllm serve org/m --served-model-name caf\xe9".encode("latin-1"))
+    with pytest.raises(RecipeError, match="not UTF-8 text"):
+        importer.import_recipe(empty_project, str(src), echo=_quiet)

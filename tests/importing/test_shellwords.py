@@ -1,0 +1,67 @@
+"""The scanner splits words exactly like a POSIX shell (no expansion) and names the published quirks."""
+
+from __future__ import annotations
+
+import shlex
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rigsmith.importing import shellwords
+
+_ARG = st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=40)
+
+
+@given(st.lists(_ARG, min_size=1, max_size=12))
+@settings(max_examples=400, deadline=None)
+def test_split_of_shlex_join_gives_the_argv_back(argv: list[str]) -> None:
+    assert shellwords.split(shlex.join(argv)) == argv
+
+
+@given(st.lists(_ARG, min_size=1, max_size=8))
+@settings(max_examples=200, deadline=None)
+def test_backslash_continued_lines_give_the_same_argv(argv: list[str]) -> None:
+    text = " \\\n    ".join(shlex.quote(a) for a in argv)
+    assert shellwords.split(text) == argv
+
+
+def test_double_quotes_drop_the_backslash_before_dollar_as_posix_does() -> None:
+    # shlex.split keeps the backslash here; bash and dash do not.
+    assert shellwords.split(r'echo "a\$b" "c\"d" "e\xf"') == ["echo", "a$b", 'c"d', r"e\xf"]
+
+
+def test_nothing_is_expanded_and_expansions_are_marked() -> None:
+    script = shellwords.scan("run \"$HOME/x\" $(pwd) `id` '$lit'")
+    words = script.commands[0].words
+    assert [w.text for w in words] == ["run", "$HOME/x", "$(pwd)", "`id`", "$lit"]
+    assert [w.expands for w in words] == [False, True, True, True, False]
+
+
+def test_placeholder_is_a_word_not_a_redirection() -> None:
+    script = shellwords.scan("vllm serve m --max-model-len <n_of_tokens> # up to 131072")
+    assert script.problems == []
+    assert script.commands[0].argv[-1] == "<n_of_tokens>"
+    assert script.commands[0].comment == "up to 131072"
+
+
+def test_redirection_and_operators_are_problems() -> None:
+    problems = shellwords.scan("vllm serve m > log").problems
+    assert any("redirection" in p for p in problems)
+    problems = shellwords.scan("vllm serve m && echo ok | tee x").problems
+    assert any("'&&'" in p for p in problems) and any("'|'" in p for p in problems)
+
+
+def test_missing_space_before_continuation_that_glues_words_is_a_problem() -> None:
+    problems = shellwords.scan("vllm serve org/model\\\n--port 8000").problems
+    assert len(problems) == 1 and "glues them into one word ('org/model--port')" in problems[0]
+    # the next line indented: bash still separates the words (corpus case 35)
+    assert shellwords.scan("vllm serve org/model\\\n  --port 8000").problems == []
+
+
+def test_crlf_line_ends_count_as_lf_outside_quotes_only() -> None:
+    assert shellwords.split("vllm serve m \\\r\n  --port 1\r\n") == ["vllm", "serve", "m", "--port", "1"]
+    assert shellwords.split("a 'x\r\ny'") == ["a", "x\r\ny"]
+
+
+def test_unclosed_quote_is_a_problem() -> None:
+    assert "never closed" in shellwords.scan("vllm serve 'abc").problems[0]

@@ -1,0 +1,55 @@
+"""The recipe corpus, its expectations and a local recipe HTTP server."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from tests.support.common import REPO
+
+HERE = REPO / "tests" / "importing"
+#: The 40 published commands (a verbatim copy of the project's shared corpus, so CI needs nothing else).
+CORPUS = HERE / "data" / "vllm-commands.json"
+SEED_RECIPE = (
+    REPO / "examples" / "recipes" / "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
+)
+
+
+EXPECTED = HERE / "corpus_expected.yaml"
+
+
+def corpus() -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = json.loads(CORPUS.read_text(encoding="utf-8"))
+    return data
+
+
+def expected() -> dict[str, dict[str, Any]]:
+    data: dict[str, dict[str, Any]] = yaml.safe_load(EXPECTED.read_text(encoding="utf-8"))
+    return data
+
+
+@dataclass
+class Route:
+    """A scripted response: a list of (status, body) served in turn (the last one repeats)."""
+
+    responses: list[tuple[int, bytes]]
+    delay: float = 0.0
+    hits: int = 0
+    declare_length: int | None = None
+
+
+@dataclass
+class RecipeServer:
+    """A real ThreadingHTTPServer on 127.0.0.1 whose routes tests script."""
+
+    base: str
+    routes: dict[str, Route] = field(default_factory=dict)
+
+    def route(
+        self, path: str, *responses: tuple[int, bytes], delay: float = 0.0, declare_length: int | None = None
+    ) -> str:
+        self.routes[path] = Route(list(responses), delay, 0, declare_length)
+        return self.base + path
