@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
-from tests.conftest import CONTAINERS_CONF  # noqa: E402
-from tests.images import services  # noqa: E402
+from tests.support import services  # noqa: E402
+from tests.support.podman import CONTAINERS_CONF  # noqa: E402
 
 REPO = "acme/bench-bundle"
 
@@ -92,7 +92,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-bundle-", dir="/var/tmp"))
     pyenv = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     server = subprocess.Popen(
-        [sys.executable, "-m", "tests.models.hubserver", "--repo", REPO, "--shards", str(shards),
+        [sys.executable, "-m", "tests.support.hubserver", "--repo", REPO, "--shards", str(shards),
          "--shard-mib", str(max(1, mib // shards))],
         cwd=ROOT, env=pyenv, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -40,7 +40,7 @@ def _targets(text: str) -> list[str]:
 @user_errors
 def bundle(c, out, deployment=None, tar=None, targets="podman"):
     """Bundle model files, engine image (OCI archive, digest kept), spec, lock and artifacts, for offline."""
-    from rigsmith import bundle as bundlemod
+    from rigsmith.operating import bundle as bundlemod
 
     dest = Path(out).expanduser()
     say = _stderr if tar == "-" else echo  # stdout carries the tar stream
@@ -70,7 +70,7 @@ def _stderr(msg: str) -> None:
 def unbundle(c, path, into=None, yes=False):
     """Verify a bundle completely, then place spec, lock, image and model; offline (no Hub, no registry)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    from rigsmith import bundle as bundlemod
+    from rigsmith.operating import bundle as bundlemod
 
     report = bundlemod.unbundle(
         project(),

@@ -16,14 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith import lock as lockmod
-from rigsmith.bundle import IMAGE_MEMBER, MANIFEST, Manifest
-from rigsmith.modelfiles import STATE_DIR
-from rigsmith.ops.standin import Standin, StandinConfig
+from rigsmith.operating.bundle import IMAGE_MEMBER, MANIFEST, Manifest
+from rigsmith.operating.standin import Standin, StandinConfig
 from rigsmith.project import Project
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.modelfiles import STATE_DIR
 from rigsmith.spec import load
-from tests.bundle.conftest import BIG, NAME, Source, cli_env, invoke, must, offline_project
-from tests.conftest import HOST_MEMLOCK, Podman
+from tests.support.bundle import BIG, NAME, REPO, Source, cli_env, invoke, must, offline_project
+from tests.support.common import HOST_MEMLOCK
+from tests.support.ops import OPS_IMAGE
+from tests.support.podman import Podman
 
 SHARD = "model-00001-of-00002.safetensors"
 
@@ -196,7 +198,7 @@ def test_kill_9_during_unbundle_then_the_next_run_resumes_and_ends_verified(
     into = tmp_path / "model-here"
     cache = bundle / ".rigsmith-bundle" / "unbundle.json"
     proc = subprocess.Popen(
-        [shutil.which("invoke") or "invoke", "-r", str(Path(__file__).resolve().parents[2]), "unbundle",
+        [shutil.which("invoke") or "invoke", "-r", str(REPO), "unbundle",
          str(bundle), "--into", str(into)],
         env=cli_env(project, offline_podman), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -256,7 +258,7 @@ def test_tar_bundle_streams_and_unbundles_from_the_tar_file(
     assert names[0] == MANIFEST and f"model/{BIG}" in names and ".rigsmith-bundle/state.json" not in names
     # --tar - streams the same tar to stdout (status lines go to stderr).
     streamed = subprocess.run(
-        [shutil.which("invoke") or "invoke", "-r", str(Path(__file__).resolve().parents[2]), "bundle",
+        [shutil.which("invoke") or "invoke", "-r", str(REPO), "bundle",
          "--out", str(source.bundle), "--tar", "-"],
         env=cli_env(source.project, podman), capture_output=True, check=True,
     ).stdout  # fmt: skip
@@ -274,8 +276,6 @@ def test_a_local_build_travels_by_image_id_with_its_definition(
     """A build that was never pushed is pinned by its image ID alone (what `invoke build` locks)."""
     import yaml
 
-    from tests.bundle.conftest import LOCAL_IMAGE
-
     project = Project(tmp_path / "built-project")
     shutil.copytree(source.project.root / "deployments", project.deployments)
     data = yaml.safe_load(project.spec_path(NAME).read_text())
@@ -285,9 +285,9 @@ def test_a_local_build_travels_by_image_id_with_its_definition(
     (project.images / "tiny" / "patches").mkdir(parents=True)
     (project.images / "tiny" / "image.yaml").write_text("version: 1\n")
     (project.images / "tiny" / "patches" / "x.patch").write_text("--- a\n+++ b\n")
-    image_id = "sha256:" + podman.inspect(LOCAL_IMAGE)["Id"].removeprefix("sha256:")  # type: ignore[union-attr]
+    image_id = "sha256:" + podman.inspect(OPS_IMAGE)["Id"].removeprefix("sha256:")  # type: ignore[union-attr]
     inputs = "sha256:" + "7" * 64
-    podman.run("tag", LOCAL_IMAGE, f"localhost/rigsmith/tiny:{'7' * 16}")
+    podman.run("tag", OPS_IMAGE, f"localhost/rigsmith/tiny:{'7' * 16}")
     lock = lockmod.read(source.project.lock_path)
     lock.builds["tiny"] = lockmod.LockedBuild(
         ref="localhost/rigsmith/tiny", image_id=image_id, base="x@sha256:" + "1" * 64, inputs_sha256=inputs

@@ -18,7 +18,7 @@ Design:
   (``LOCAL_DIR/.rigsmith/state.json``: size + mtime → the lock's hash); files it does not vouch for are
   hashed against the lock before they are bundled. The bundle keeps its own cache
   (``.rigsmith-bundle/state.json``), so a second run on an unchanged deployment does nothing.
-- **Digest preserved.** See :mod:`rigsmith.ociarchive`: ``podman save --format oci-archive`` where that
+- **Digest preserved.** See :mod:`.ociarchive`: ``podman save --format oci-archive`` where that
   reproduces the lock's manifest digest, else ``skopeo copy --preserve-digests`` from the registry; the
   archive's manifest digest is checked against the lock either way, and again after ``podman load``.
 - **Verify before placing.** ``unbundle`` checks the disk space, then hashes every member against the
@@ -57,11 +57,13 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from rigsmith import lock as lockmod
-from rigsmith import ociarchive, writer
 from rigsmith import spec as specmod
+from rigsmith import writer
 from rigsmith.errors import AdapterError, LockError, PreflightError, RigsmithError
-from rigsmith.modelfiles import (
+from rigsmith.operating import ociarchive
+from rigsmith.project import Project
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.modelfiles import (
     HASH_CHUNK,
     STATE_DIR,
     STATE_FILE,
@@ -79,7 +81,6 @@ from rigsmith.modelfiles import (
     still_verified,
     wants,
 )
-from rigsmith.project import Project
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
@@ -471,7 +472,7 @@ class BundleReport:
 
 def _small_members(project: Project, c: Contents, targets: Sequence[str]) -> dict[str, bytes]:
     """Spec, lock, image definition and rendered artifacts: member name → bytes (all read or rendered now)."""
-    from rigsmith import deploy as deploymod  # the targets: loaded only by the commands that render
+    from rigsmith.rendering import deploy as deploymod  # the targets: loaded only by the commands that render
 
     name = c.spec.name
     out: dict[str, bytes] = {
@@ -1001,7 +1002,7 @@ def _unbundle_dir(
     _place_model(bundle_dir, c, root, todo, fetched, report, progress)
     report.already_placed = len(c.wanted) - len(todo)
 
-    from rigsmith import modelfetch  # re-check through fetch-model itself: offline, from the cache
+    from rigsmith.resolving import modelfetch  # re-check through fetch-model itself: offline, from the cache
 
     placed = project.load(name)
     fetch = modelfetch.fetch_model(
@@ -1110,7 +1111,7 @@ def _place_project(
     echo: Echo,
 ) -> None:
     """Spec, image definition and artifacts through the writer (consent rules); the lock entries merged."""
-    from rigsmith import deploy as deploymod
+    from rigsmith.rendering import deploy as deploymod
 
     name = spec.name
     relocated = into is not None and root != expand_dir(spec.model.local_dir)

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from rigsmith.errors import AdapterError, CommandError, LockError, RigsmithError
-from rigsmith.lock import Lock
-from rigsmith.registry import DOCKER_LIST, OCI_INDEX, parse_ref
+from rigsmith.resolving.imageref import parse_ref
+from rigsmith.resolving.lock import Lock
+from rigsmith.resolving.registry import DOCKER_LIST, OCI_INDEX
 from rigsmith.spec import Deployment
 
 Run = Callable[[Sequence[str]], subprocess.CompletedProcess[bytes]]

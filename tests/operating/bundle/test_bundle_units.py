@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith import lock as lockmod
-from rigsmith import ociarchive
-from rigsmith.bundle import (
+from rigsmith.errors import LockError, PreflightError
+from rigsmith.operating import ociarchive
+from rigsmith.operating.bundle import (
     BundleError,
     Manifest,
     Member,
@@ -24,10 +24,10 @@ from rigsmith.bundle import (
     place,
     read_manifest,
 )
-from rigsmith.errors import LockError, PreflightError
+from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import Deployment, from_data, load, to_data
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 COMMIT = "a" * 40
 DIGEST = "sha256:" + "d" * 64
 
