@@ -26,8 +26,9 @@ Design:
   the image into local storage, the model into its directory through fetch-model's verified-state cache
   (so ``fetch-model`` afterwards makes no request and hashes nothing).
 - **Resumable.** Copies stream into ``partial/<hash>.incomplete`` and resume from there; members verified
-  by an interrupted unbundle are not hashed again (``.rigsmith-bundle/unbundle.json`` in the bundle: size,
-  mtime and inode → sha256); placed model files are recorded in fetch-model's cache as they land.
+  by an interrupted unbundle are not hashed again (``.rigsmith/unbundle/verified-*.json`` in the checkout,
+  never in the bundle: size, mtime and inode → sha256); placed model files are recorded in fetch-model's
+  cache as they land.
 """
 
 from __future__ import annotations
@@ -95,7 +96,6 @@ MODEL_PREFIX = "model/"
 ARTIFACT_PREFIX = "artifacts/"
 #: The bundle's own book-keeping (never a member, never in the tar).
 BUNDLE_STATE = ".rigsmith-bundle"
-UNBUNDLE_STATE = "unbundle.json"
 DEFAULT_TARGETS = ("podman",)
 
 
@@ -874,7 +874,7 @@ def _unpacked(project: Project, path: Path, echo: Echo, progress: bool | None, d
         return path
     if not path.is_file():
         raise BundleError(f"{path}: no such bundle (a directory made by `invoke bundle`, or its --tar file)")
-    dest = project.root / ".rigsmith-unbundle" / path.name.removesuffix(".tar")
+    dest = _work_dir(project) / path.name.removesuffix(".tar")
     try:
         with tarfile.open(path, "r:") as tf:
             infos = tf.getmembers()
@@ -896,6 +896,12 @@ def _unpacked(project: Project, path: Path, echo: Echo, progress: bool | None, d
                     raise BundleError(f"{path}: refusing member {info.name!r}: {err}") from None
             prog.advance(task, info.size)
     return dest
+
+
+def _work_dir(project: Project) -> Path:
+    """Unbundle's own book-keeping in the checkout (``.rigsmith/`` is git-ignored): unpacked tars and the
+    cache of members verified so far."""
+    return project.root / STATE_DIR / "unbundle"
 
 
 def _have(p: Path, size: int) -> bool:
@@ -989,7 +995,8 @@ def _unbundle_dir(
         "hard-linked, not copied)",
     )
 
-    _verify_members(bundle_dir, manifest, c, report, progress)
+    key = hashlib.sha256(str(bundle_dir).encode()).hexdigest()[:16]
+    _verify_members(bundle_dir, manifest, c, report, progress, _work_dir(project) / f"verified-{key}.json")
 
     # Everything checks out: place the project files, the image, the model.
     _place_project(project, bundle_dir, manifest, spec, bundle_lock, c, into, root, yes, confirm, echo)
@@ -1024,13 +1031,14 @@ def _verify_members(
     c: Contents,
     report: UnbundleReport,
     progress: bool | None,
+    cache_path: Path,
 ) -> None:
     """Hash every member (sha256, plus the git blob sha1 of small model files); refuse any mismatch.
 
-    Members an interrupted run already hashed (same size, mtime and inode) are taken from the bundle's
-    ``.rigsmith-bundle/unbundle.json``; on read-only media nothing is cached and a re-run hashes again.
+    Members an earlier (interrupted) run hashed, still at the same size, mtime and inode, are taken from
+    ``cache_path``. It lives on this machine, never in the bundle: a cache that travelled with the bundle
+    could vouch for tampered bytes.
     """
-    cache_path = bundle_dir / BUNDLE_STATE / UNBUNDLE_STATE
     cache = read_state(cache_path)
     if cache.commit != manifest.lock_sha256 or cache.repo != str(bundle_dir):
         cache = DirState(repo=str(bundle_dir), commit=manifest.lock_sha256)
@@ -1048,7 +1056,6 @@ def _verify_members(
             report.verified_earlier += 1
         else:
             todo.append(member)
-    writable = os.access(bundle_dir, os.W_OK)
     with _progress(progress) as prog:
         task = prog.add_task("verify bundle", total=sum(manifest.members[m].size for m in todo))
         for member in todo:
@@ -1077,9 +1084,8 @@ def _verify_members(
             cache.files[member] = FileState(
                 size=st.st_size, mtime_ns=st.st_mtime_ns, kind="sha256", digest=f"{got}:{st.st_ino}"
             )
-            if writable:
-                cache_path.parent.mkdir(exist_ok=True)
-                write_one(cache_path, dump_state(cache))
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            write_one(cache_path, dump_state(cache))
     if bad:
         raise BundleError(
             f"refusing the bundle {bundle_dir}: {len(bad)} member(s) do not match: "
