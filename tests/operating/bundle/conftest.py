@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -79,14 +80,26 @@ def offline_podman(tmp_path: Path) -> Iterator[Podman]:
     shutil.rmtree(runroot, ignore_errors=True)
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs mounted for this test (and unmounted after it)."""
+@contextmanager
+def _tmpfs(where: Path, size: str) -> Iterator[Path]:
     require("mount")
-    where = tmp_path / "small-disk"
     where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
     try:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs mounted for this test (and unmounted after it): too small for the bundle."""
+    with _tmpfs(tmp_path / "small-disk", "4m") as where:
+        yield where
+
+
+@pytest.fixture
+def other_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 96 MiB tmpfs mounted for this test: another filesystem, so nothing can be hard-linked there."""
+    with _tmpfs(tmp_path / "other-disk", "96m") as where:
+        yield where

@@ -349,3 +349,30 @@ def test_unbundle_asks_before_replacing_a_different_spec_and_places_nothing_with
     assert not into.exists() and images(offline_podman) == []
     must(invoke(project, offline_podman, "unbundle", str(source.bundle), "--into", str(into), "--yes"))
     assert (into / BIG).read_bytes() == source.files[BIG]
+
+
+def test_bundle_onto_another_filesystem_says_it_copies_and_resumes_a_partial_copy(
+    source: Source, podman: Podman, offline_podman: Podman, other_disk: Path, tmp_path: Path
+) -> None:
+    out = other_disk / "b"
+    # What a killed run leaves: the first 5 MiB of the big shard in its partial file.
+    partial = (
+        out / ".rigsmith-bundle" / "partial" / f"{hashlib.sha256(source.files[BIG]).hexdigest()}.incomplete"
+    )
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(source.files[BIG][: 5 << 20])
+
+    said = must(invoke(source.project, podman, "bundle", "--out", str(out)))
+
+    assert "on another filesystem" in said and "copying" in said, said
+    assert "5.0 MiB resumed" in said, said
+    assert not partial.exists()
+    assert (out / "model" / BIG).read_bytes() == source.files[BIG]
+    assert not (out / "model" / BIG).samefile(source.model_dir / BIG)
+    again = must(invoke(source.project, podman, "bundle", "--out", str(out)))
+    assert "nothing to do" in again, again
+    unbundled = must(
+        invoke(offline_project(tmp_path), offline_podman, "unbundle", str(out), "--into", str(tmp_path / "m"))
+    )
+    # ... and back across filesystems on the offline side: every model file copied (hashed), none linked.
+    assert f"0 hard-linked, {len(source.files)} copied" in unbundled, unbundled
