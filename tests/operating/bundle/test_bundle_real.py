@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from rigsmith.operating import doctor
 from rigsmith.operating.bundle import IMAGE_MEMBER, MANIFEST, Manifest
+from rigsmith.operating.host import LocalHost
 from rigsmith.operating.standin import Standin, StandinConfig
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
@@ -130,6 +132,15 @@ def test_round_trip_offline_then_fetch_model_makes_no_request_and_up_wait_down_r
             and "0 hashed" in fetch
             and f"{len(source.files)} verified earlier" in fetch
         )
+
+        # doctor's drift rows, with full hashes: the model dir and the image are what the lock pins.
+        _name, checks = doctor.diagnose(
+            project, NAME, target="podman", host=LocalHost(offline_podman.env), verify=True
+        )
+        rows = {ch.name: ch for ch in checks}
+        assert rows["image"].verdict == "go" and source.pinned in rows["image"].detail, rows["image"]
+        assert rows["model files"].verdict == "go", rows["model files"]
+        assert "full hashes" in rows["model files"].detail
 
         # up / wait / down as the user runs them, with the stand-in engine, from the offline storage only.
         port = load(project.spec_path(NAME)).network.port
