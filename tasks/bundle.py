@@ -1,23 +1,24 @@
 """invoke bundle, invoke unbundle: carry one deployment to a machine without internet, verified.
 
-rigsmith.bundle (rich, the targets) loads inside the tasks: invoke imports every task module for every
-command.
+rigsmith.operating.bundle (rich, the targets) loads inside the tasks: invoke imports every task module for
+every command.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
-from invoke import task
+from invoke.context import Context
+from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
-from tasks._common import confirm, echo, project, user_errors
+from rigsmith.project import TARGETS
+from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 
 
 def _targets(text: str) -> list[str]:
-    from rigsmith.project import TARGETS
-
     names = [t.strip() for t in text.split(",") if t.strip()]
     unknown = [t for t in names if t not in TARGETS]
     if unknown:
@@ -27,10 +28,14 @@ def _targets(text: str) -> list[str]:
     return names
 
 
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
 @task(
     optional=["tar"],
     help={
-        "deployment": "deployments/NAME.yaml to bundle (optional when there is only one)",
+        "deployment": "deployments/NAME.yaml to bundle" + DEFAULT_DEP,
         "out": "bundle directory (created; on the model's filesystem the model files are hard-linked)",
         "tar": "also write the bundle as one tar: --tar alone writes OUT.tar; --tar FILE; --tar - streams it "
         "to stdout",
@@ -38,7 +43,13 @@ def _targets(text: str) -> list[str]:
     },
 )
 @user_errors
-def bundle(c, out, deployment=None, tar=None, targets="podman"):
+def bundle(
+    c: Context,
+    out: str,
+    deployment: str | None = None,
+    tar: str | bool | None = None,
+    targets: str = "podman",
+) -> None:
     """Bundle model files, engine image (OCI archive, digest kept), spec, lock and artifacts, for offline."""
     from rigsmith.operating import bundle as bundlemod
 
@@ -47,16 +58,10 @@ def bundle(c, out, deployment=None, tar=None, targets="podman"):
     tar_path = None
     if tar is True:
         tar_path = dest.with_name(dest.name + ".tar")
-    elif tar:
+    elif isinstance(tar, str) and tar:
         tar_path = Path(tar) if tar == "-" else Path(tar).expanduser()
-    report = bundlemod.bundle(project(), deployment, dest, targets=_targets(targets), tar=tar_path, echo=say)
+    report = bundlemod.bundle(project(c), deployment, dest, targets=_targets(targets), tar=tar_path, echo=say)
     say(report.summary())
-
-
-def _stderr(msg: str) -> None:
-    import sys
-
-    print(msg, file=sys.stderr, flush=True)
 
 
 @task(
@@ -67,13 +72,13 @@ def _stderr(msg: str) -> None:
     }
 )
 @user_errors
-def unbundle(c, path, into=None, yes=False):
+def unbundle(c: Context, path: str, into: str | None = None, yes: bool = False) -> None:
     """Verify a bundle completely, then place spec, lock, image and model; offline (no Hub, no registry)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     from rigsmith.operating import bundle as bundlemod
 
     report = bundlemod.unbundle(
-        project(),
+        project(c),
         Path(path).expanduser(),
         into=Path(into).expanduser() if into else None,
         yes=yes,
