@@ -60,7 +60,7 @@ from rich.progress import (
 
 from rigsmith import spec as specmod
 from rigsmith import writer
-from rigsmith.errors import AdapterError, LockError, PreflightError, RigsmithError
+from rigsmith.errors import AdapterError, ConsentError, LockError, PreflightError, RigsmithError
 from rigsmith.operating import ociarchive
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
@@ -585,7 +585,7 @@ def bundle(
         path = out / member
         if member in stale_small:
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_one(path, data.decode("utf-8"))
+            _write_bytes(path, data)
             report.written.append(member)
         else:
             report.unchanged += 1
@@ -657,6 +657,21 @@ def bundle(
         write_tar(out, manifest, tar, progress=progress)
         report.tar = str(tar)
     return report
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    """Atomically replace ``path`` with ``data`` (temp file beside it, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.rigsmith-tmp")
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _same_bytes(path: Path, data: bytes) -> bool:
@@ -1129,16 +1144,29 @@ def _place_project(
         spec_text = specmod.dump(specmod.from_data(data))
         echo(f"unbundle: model.local_dir of deployments/{name}.yaml set to {root} (--into)")
     files.append(writer.Artifact(project.spec_path(name), spec_text))
+    # Image-definition files that are not text go around the (text-only) writer, under the same consent.
+    binary: list[tuple[Path, bytes]] = []
     for member in manifest.members:
         if member.startswith("images/"):
-            files.append(
-                writer.Artifact(project.root / member, (bundle_dir / member).read_text(encoding="utf-8"))
-            )
+            blob = (bundle_dir / member).read_bytes()
+            try:
+                files.append(writer.Artifact(project.root / member, blob.decode("utf-8")))
+            except UnicodeDecodeError:
+                binary.append((project.root / member, blob))
         elif member.startswith(ARTIFACT_PREFIX) and not relocated:
             p = project.root / member.removeprefix(ARTIFACT_PREFIX)
             mode = 0o755 if p.suffix == ".sh" else 0o644
             files.append(writer.Artifact(p, (bundle_dir / member).read_text(encoding="utf-8"), mode))
+    differs = [str(p) for p, b in binary if p.exists() and not _same_bytes(p, b)]
+    if differs and not yes:
+        raise ConsentError(
+            f"would replace existing file(s) with the bundle's: {', '.join(differs)}; nothing was written",
+            hint="re-run with --yes to accept them",
+        )
     writer.write(files, yes=yes, confirm=confirm, echo=echo, root=project.root)
+    for path, b in binary:
+        if not _same_bytes(path, b):
+            _write_bytes(path, b)
     with lockmod.locked(project.lock_path) as lk:
         lk.models[name] = c.entry
         if spec.engine.image and spec.engine.image in bundle_lock.images:

@@ -296,6 +296,7 @@ def test_a_local_build_travels_by_image_id_with_its_definition(
     (project.images / "tiny" / "patches").mkdir(parents=True)
     (project.images / "tiny" / "image.yaml").write_text("version: 1\n")
     (project.images / "tiny" / "patches" / "x.patch").write_text("--- a\n+++ b\n")
+    (project.images / "tiny" / "blob.bin").write_bytes(bytes(range(256)))  # a file: entry need not be text
     image_id = "sha256:" + podman.inspect(OPS_IMAGE)["Id"].removeprefix("sha256:")  # type: ignore[union-attr]
     inputs = "sha256:" + "7" * 64
     podman.run("tag", OPS_IMAGE, f"localhost/rigsmith/tiny:{'7' * 16}")
@@ -318,6 +319,7 @@ def test_a_local_build_travels_by_image_id_with_its_definition(
     info = offline_podman.inspect(image_id)
     assert "localhost/rigsmith/tiny:" + "7" * 16 in info["RepoTags"]  # type: ignore[operator]
     assert (offline.images / "tiny" / "patches" / "x.patch").read_text() == "--- a\n+++ b\n"
+    assert (offline.images / "tiny" / "blob.bin").read_bytes() == bytes(range(256))
     assert lockmod.read(offline.lock_path).builds["tiny"].image_id == image_id
 
 
