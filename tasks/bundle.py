@@ -60,7 +60,9 @@ def bundle(
         tar_path = dest.with_name(dest.name + ".tar")
     elif isinstance(tar, str) and tar:
         tar_path = Path(tar) if tar == "-" else Path(tar).expanduser()
-    report = bundlemod.bundle(project(c), deployment, dest, targets=_targets(targets), tar=tar_path, echo=say)
+    report = bundlemod.bundle(
+        project(c), deployment, dest, targets=_targets(targets), tar=tar_path, io=bundlemod.Io(echo=say)
+    )
     say(report.summary())
 
 
@@ -83,6 +85,6 @@ def unbundle(c: Context, path: str, into: str | None = None, yes: bool = False) 
         into=Path(into).expanduser() if into else None,
         yes=yes,
         confirm=confirm(),
-        echo=echo,
+        io=bundlemod.Io(echo=echo),
     )
     echo(report.summary())

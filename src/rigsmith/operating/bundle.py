@@ -356,6 +356,20 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(_existing(path)).free
 
 
+@dataclass(frozen=True)
+class Io:
+    """How bundle and unbundle reach the host: status lines, progress bars (default: when stderr is a
+    terminal), the podman/skopeo runner and free space (tests pass their own)."""
+
+    echo: Echo = print
+    progress: bool | None = None
+    run: ociarchive.Run = ociarchive.run_command
+    disk_free: DiskFree = free_bytes
+
+
+DEFAULT_IO = Io()
+
+
 # -- what a deployment's bundle holds ---------------------------------------------------------------------
 
 
@@ -499,10 +513,7 @@ def bundle(
     *,
     targets: Sequence[str] = DEFAULT_TARGETS,
     tar: Path | None = None,
-    echo: Echo = print,
-    progress: bool | None = None,
-    run: ociarchive.Run = ociarchive.run_command,
-    disk_free: DiskFree = free_bytes,
+    io: Io = DEFAULT_IO,
 ) -> BundleReport:
     """Write (or bring up to date) the bundle of one deployment in ``out``; optionally tar it.
 
@@ -512,6 +523,7 @@ def bundle(
         ImageMismatch: the image cannot be exported with the lock's digest.
         PreflightError: too little disk space (checked before anything is copied).
     """
+    echo, progress, run, disk_free = io.echo, io.progress, io.run, io.disk_free
     spec = project.load(deployment)
     lock = lockmod.read(project.lock_path)
     c = contents(spec, lock)
@@ -659,19 +671,25 @@ def bundle(
     return report
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
-    """Atomically replace ``path`` with ``data`` (temp file beside it, fsync, rename)."""
+@contextmanager
+def _atomic(path: Path) -> Iterator[IO[bytes]]:
+    """Write a file beside ``path``, fsync it, rename it over ``path``; on any error leave no trace."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.rigsmith-tmp")
     try:
         with tmp.open("wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    with _atomic(path) as fh:
+        fh.write(data)
 
 
 def _same_bytes(path: Path, data: bytes) -> bool:
@@ -763,16 +781,8 @@ def write_tar(out: Path, manifest: Manifest, dest: Path, *, progress: bool | Non
         _tar_to(sys.stdout.buffer, out, names, total, progress)
         return
     dest = dest.absolute()
-    tmp = dest.with_name(f".{dest.name}.partial")
-    try:
-        with tmp.open("wb") as fh:
-            _tar_to(fh, out, names, total, progress)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with _atomic(dest) as fh:
+        _tar_to(fh, out, names, total, progress)
 
 
 def _tar_to(fh: IO[bytes], out: Path, names: Sequence[str], total: int, progress: bool | None) -> None:
@@ -861,10 +871,7 @@ def unbundle(
     into: Path | None = None,
     yes: bool = False,
     confirm: Callable[[str], bool] | None = None,
-    echo: Echo = print,
-    progress: bool | None = None,
-    run: ociarchive.Run = ociarchive.run_command,
-    disk_free: DiskFree = free_bytes,
+    io: Io = DEFAULT_IO,
 ) -> UnbundleReport:
     """Verify a bundle completely, then place spec, lock, image and model; never touches the network.
 
@@ -874,6 +881,7 @@ def unbundle(
         ImageMismatch: the engine holds another image than the lock pins after the load.
         ConsentError: the project holds a different spec or artifact and ``yes`` was not given.
     """
+    echo, progress, run, disk_free = io.echo, io.progress, io.run, io.disk_free
     with _offline():
         bundle_dir = _unpacked(project, path.absolute(), echo, progress, disk_free)
         report = _unbundle_dir(project, bundle_dir, into, yes, confirm, echo, progress, run, disk_free)
