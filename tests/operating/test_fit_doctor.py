@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rigsmith.operating import doctor, fitreport
+from rigsmith.operating import doctor, fitreport, observed
 from rigsmith.operating.host import gather
 from rigsmith.project import Project
 from rigsmith.resolving import checkpoint, fit
@@ -140,3 +140,24 @@ def test_invoke_doctor_diagnosis_carries_the_fit_row(tmp_path: Path) -> None:
     )
     row = next(c for c in checks if c.name == "fit")
     assert name == spec.name and row.verdict == "no-go" and "GPU0" in row.detail and "PID 48213" in row.detail
+
+
+def test_the_engines_own_kv_number_from_a_boot_is_shown_beside_the_estimate(tmp_path: Path) -> None:
+    spec = seed000(tmp_path)
+    facts = gather(ReplayHost("3x3090-squatter"), model_dir=spec.model.local_dir)
+    est = estimate_for(spec, Lock(), OFFLINE, local_only=True)
+    fits = fitreport.fit_gpus(est, spec, facts)
+    root = tmp_path / "proj"
+    assert observed.last(root, spec, Lock()) is None
+    observed.record(root, spec, Lock(), 30_000)
+    other = spec.model_copy(
+        update={"engine": spec.engine.model_copy(update={"args": (*spec.engine.args, "-x")})}
+    )
+    observed.record(root, other, Lock(), 1)  # other argv: a number that does not apply to this spec
+    with (root / observed.RECORD).open("a") as f:
+        f.write("not json\n")
+    seen = observed.last(root, spec, Lock())
+    assert seen is not None and seen.kv_cache_tokens == 30_000
+    comps = {c.what: c for c in fitreport.published(est, spec, fits, seen.kv_cache_tokens)}
+    boot = comps["GPU KV cache size, last boot here"]
+    assert boot.published == 30_000 and boot.estimate == est.kv_tokens([f.total for f in fits])

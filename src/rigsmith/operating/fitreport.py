@@ -194,8 +194,11 @@ def _one(
 _PER_RANK = re.compile(r"[Ww]eights?[^.;]*?(\d+(?:\.\d+)?)\s*GiB\s*/\s*rank")
 
 
-def published(est: Estimate, spec: Deployment, fits: list[GpuFit]) -> list[Comparison]:
-    """The recipe's numbers (readiness.kv_cache_tokens; "weights … N GiB/rank" in its notes) next to ours."""
+def published(
+    est: Estimate, spec: Deployment, fits: list[GpuFit], observed: int | None = None
+) -> list[Comparison]:
+    """The recipe's numbers (readiness.kv_cache_tokens; "weights … N GiB/rank" in its notes) next to ours,
+    and ``observed``: the KV-cache size the engine itself logged on this rig's last boot (``invoke wait``)."""
     out = []
     for note in spec.notes:
         m = _PER_RANK.search(note)
@@ -205,10 +208,11 @@ def published(est: Estimate, spec: Deployment, fits: list[GpuFit]) -> list[Compa
             break
     kv = spec.readiness.kv_cache_tokens
     totals = [f.total for f in fits if f.gpu is not None]
-    if kv and len(totals) == len(est.ranks):
-        tokens = est.kv_tokens(totals)
-        if tokens is not None:
-            out.append(Comparison("GPU KV cache size", float(tokens), float(kv), "tokens"))
+    tokens = est.kv_tokens(totals) if len(totals) == len(est.ranks) else None
+    if tokens is not None and kv:
+        out.append(Comparison("GPU KV cache size", float(tokens), float(kv), "tokens"))
+    if tokens is not None and observed:
+        out.append(Comparison("GPU KV cache size, last boot here", float(tokens), float(observed), "tokens"))
     return out
 
 
