@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export DEBIAN_FRONTEND=noninteractive
-apt_pkgs=(podman catatonit conmon runc docker.io docker-registry skopeo lxc busybox-static shellcheck curl python3-pip)
+apt_pkgs=(podman catatonit conmon runc docker.io docker-registry skopeo lxc busybox-static shellcheck curl python3-pip
+  debootstrap systemd-container zstd)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -19,3 +20,6 @@ python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
 
 # Tools the tests check generated artifacts with (quadlet generator, podman-compose 1.0.6), cached.
 bash .ci/fetch-test-tools
+
+# The Debian trixie rootfs (systemd, podman 5.4) the tests boot with systemd-nspawn, built once and cached.
+python3 -c 'from tests.support.systemd_guest import ensure_rootfs; print("systemd guest rootfs:", ensure_rootfs())'

@@ -6,10 +6,10 @@ names are flat (`invoke deploy`, `invoke fetch-model`, …).
 
 from invoke.collection import Collection
 
-from tasks import deploy, images, models, ops, recipes
+from tasks import bundle, deploy, fit, images, models, ops, recipes
 
 ns = Collection()
-for _module in (recipes, deploy, models, images, ops):
+for _module in (recipes, deploy, models, fit, images, ops, bundle):
     for _task in Collection.from_module(_module).tasks.values():
         # Invoke would give each flag its first free letter (`wait -i` = --timeout, `deploy -e` =
         # --pve-version): long flags only, so no letter means something surprising.

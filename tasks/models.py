@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from invoke.context import Context
+from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from rigsmith.resolving import modelfetch
-from tasks._common import DEFAULT_DEP, echo, project, user_errors
+from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 
 
 @task(
@@ -19,6 +20,9 @@ from tasks._common import DEFAULT_DEP, echo, project, user_errors
         "verify": "hash every file again, even those verified on an earlier run",
         "repin": "resolve the spec's branch/tag again first and show what changed",
         "workers": f"files downloaded (and hashed) at once (default {modelfetch.WORKERS})",
+        "adopt-dir": "fetch into a non-empty directory that does not hold this model yet "
+        "(files not in the snapshot are never touched)",
+        "overwrite-edited": "replace a patched config file that was edited by hand since the last fetch",
     },
 )
 @user_errors
@@ -28,22 +32,32 @@ def fetch_model(
     dest: str | None = None,
     verify: bool = False,
     repin: bool = False,
-    workers: int = modelfetch.WORKERS,
+    workers: str = str(modelfetch.WORKERS),
+    adopt_dir: bool = False,
+    overwrite_edited: bool = False,
 ) -> None:
     """Download the locked model revision, verify every file, apply declared config patches.
 
     A local checkpoint (``model.repo: null``) is not downloaded or verified: the task reports what
     model.local_dir holds (or fails when it is missing) and applies the config patches, keeping the original.
     """
+    n = modelfetch.parse_workers(workers)
     proj = project(c)
     spec = proj.load(deployment)
-    report = modelfetch.fetch_model(
-        proj,
-        spec,
-        dest=Path(dest).expanduser() if dest else None,
-        verify=verify,
-        repin=repin,
-        echo=echo,
-        workers=int(workers),
-    )
+    where = Path(dest).expanduser() if dest else None
+    try:
+        report = modelfetch.fetch_model(
+            proj,
+            spec,
+            dest=where,
+            echo=echo,
+            workers=n,
+            confirm=confirm(),
+            verify=verify,
+            repin=repin,
+            adopt_dir=adopt_dir,
+            overwrite_edited=overwrite_edited,
+        )
+    except modelfetch.FetchInterrupted as err:
+        raise Exit(f"interrupted: {err}", code=130) from None
     echo(report.summary())

@@ -224,6 +224,11 @@ def wait(
         f"wait: {spec.name} ready after {res.seconds:.0f}s"
         + (f" (GPU KV cache {res.kv_seen:,} tokens)" if res.kv_seen is not None else "")
     )
+    if res.kv_seen is not None:  # the engine's own number, for `invoke fit` to show beside its estimate
+        from rigsmith.operating import observed
+        from rigsmith.resolving import lock
+
+        observed.record(ops.project.root, spec, lock.read(ops.project.lock_path), res.kv_seen)
 
 
 @task(

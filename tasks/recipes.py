@@ -19,8 +19,11 @@ from tasks._common import confirm, echo, project, user_errors
         "dry_run": "print what would be written; write nothing",
         "ours": "re-import: where you and the recipe changed the same field, keep your value",
         "theirs": "re-import: where you and the recipe changed the same field, take the recipe's value",
+        "allow_mount": "consent to the recipe's mount of this dangerous host path (/, a home, a socket, "
+        "/etc, a dot-directory…); repeatable",
         "source_repo": "git URL of the source tree the recipe's notes clone (the proposed image's tree.repo)",
-    }
+    },
+    iterable=["allow_mount"],
 )
 @user_errors
 def import_recipe(
@@ -32,6 +35,7 @@ def import_recipe(
     dry_run: bool = False,
     ours: bool = False,
     theirs: bool = False,
+    allow_mount: list[str] | None = None,
     source_repo: str | None = None,
 ) -> None:
     """Import a published vLLM recipe into deployments/NAME.yaml (a re-import merges into your edits)."""
@@ -47,5 +51,6 @@ def import_recipe(
         confirm=confirm(),
         echo=echo,
         resolve="ours" if ours else "theirs" if theirs else None,
+        allow_mount=tuple(allow_mount or ()),
         source_repo=source_repo,
     )

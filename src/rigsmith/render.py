@@ -15,6 +15,25 @@ from rigsmith.writer import BANNER_MARK
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
+#: Every character that ends a line for some reader of a generated file: exactly the ones Python's
+#: ``str.splitlines`` splits on (YAML also breaks at NEL, U+2028 and U+2029; systemd and bash at LF/CR).
+LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def line_breaks(text: str) -> list[str]:
+    """The line-break characters in ``text`` (``repr``-able, in order of appearance), empty when none.
+
+    The one test for "would this value end a comment or a ``Key=value`` line"; every target and every
+    comment writer asks it.
+    """
+    return [c for c in text if c in LINE_BREAKS]
+
+
+def escape_line_breaks(text: str) -> str:
+    """``text`` with each line-break character written as a ``\\uXXXX`` escape (valid in JSON and YAML
+    double-quoted strings), so the value stays on one line wherever it is shown."""
+    return "".join(f"\\u{ord(c):04x}" if c in LINE_BREAKS else c for c in text)
+
 
 def shquote(value: object) -> str:
     """POSIX-shell quote one word; safe for any bytes the recipe holds."""
@@ -31,7 +50,11 @@ def shpath(path: str) -> str:
 
 
 def banner(command: str, spec_path: str, comment: str = "#") -> str:
-    """The first lines of every generated file: who made it, from what, do not edit."""
+    """The first lines of every generated file: who made it, from what, do not edit.
+
+    A line break in the command (a value the user passed) is escaped: it would end the comment.
+    """
+    command, spec_path = escape_line_breaks(command), escape_line_breaks(spec_path)
     return f"{comment} {BANNER_MARK} — do not edit; edit {spec_path} and re-run:\n{comment}   {command}\n"
 
 

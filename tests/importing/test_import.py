@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +15,9 @@ from rigsmith import spec as specmod
 from rigsmith.errors import ConsentError, RecipeError, RigsmithError
 from rigsmith.importing import importer, recipe
 from rigsmith.project import Project
-from tests.support.common import GOLDEN, REPO, compare_tree
+from tests.support.common import GOLDEN, compare_tree
 from tests.support.recipes import SEED_RECIPE, corpus
+from tests.support.recipes import import_cli as _cli
 
 NAME = "merlin"
 
@@ -310,20 +308,6 @@ def test_refusal_messages_match_golden(update_golden: bool) -> None:
 
 
 # -- the real CLI ------------------------------------------------------------------------------------
-
-
-def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "import-recipe", *args],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_cli_import_recipe_exit_codes_and_messages(tmp_path: Path) -> None:

@@ -126,6 +126,8 @@ def test_seed_003_from_recipe_url_to_a_qualified_deployment_and_back(
             wait = _cli(root, env, "wait")
             assert wait.returncode == 0, wait.stderr
             assert "GPU KV cache 924,993 tokens" in wait.stdout
+            seen = [json.loads(r) for r in (root / ".rigsmith/observed.jsonl").read_text().splitlines()]
+            assert seen[-1]["kv_cache_tokens"] == 924_993 and seen[-1]["deployment"] == "merlin"
             bench = _cli(root, env, "bench", "--max-tokens", "30", "--prompt-words", "10")
             assert bench.returncode == 0, bench.stderr
         rows = [json.loads(r) for r in (root / ".rigsmith/bench.jsonl").read_text().splitlines()]

@@ -4,11 +4,14 @@
   per machine into /var/cache/rigsmith-test/quadlet exactly as shared/ENVIRONMENT.md says.
 - podman-compose: 1.6.0 is installed; 1.0.6 lives in its own venv under /var/cache/rigsmith-test/pc106.
 - liblxc: lxc-execute on a busybox rootfs.
+- systemd: a Debian trixie guest booted with systemd-nspawn (tests/support/systemd_guest.py), the stand-in
+  engine image in its podman storage and the fake CDI vendor in its /etc/cdi.
 A missing tool is a failure, never a skip.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 from collections.abc import Iterator
@@ -17,7 +20,17 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from tests.support.common import require
+from tests.support.common import STANDIN_IMAGE, require
+from tests.support.podman import BUSYBOX_IMAGE_ENV, FAKE_CDI_SPEC, RECORDER, busybox_rootfs_tar
+from tests.support.systemd_guest import (
+    GUEST_TOOLS,
+    PYTHON3_HEALTH,
+    Guest,
+    booted,
+    guest_engine,
+    import_image,
+    install_cdi,
+)
 from tests.support.targets import PC106_DIR, capture, fetch_quadlet
 
 
@@ -60,3 +73,21 @@ def busybox_rootfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     for tool in ("sh", "df", "env", "ls", "cat", "stat", "grep", "tail", "tr", "cut", "echo", "test"):
         (root / "bin" / tool).symlink_to("busybox")
     yield root
+
+
+@pytest.fixture(scope="session")
+def systemd_guest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guest]:
+    """A booted systemd guest (session-wide) holding the stand-in image and the fake CDI vendor.
+
+    Its teardown powers it off and fails if any process, cgroup, mount or file of it is left behind.
+    """
+    work = tmp_path_factory.mktemp("guest")
+    with booted(work) as guest:
+        tar = busybox_rootfs_tar(
+            work / "standin-rootfs",
+            GUEST_TOOLS,
+            {"vllm": guest_engine(RECORDER), "python3": PYTHON3_HEALTH},
+        )
+        import_image(guest, tar, STANDIN_IMAGE, BUSYBOX_IMAGE_ENV)
+        install_cdi(guest, json.dumps(FAKE_CDI_SPEC, indent=1))
+        yield guest

@@ -126,3 +126,34 @@ def test_check_container_without_podman_on_path_is_an_error_not_a_traceback(
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
     assert "podman is not installed" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--vmid", "-5"], "--vmid"),
+        (["--vmid", "99"], "--vmid"),
+        (["--vmid", "1000000000"], "--vmid"),
+        (["--pve-version", "8.2-\r[x]"], "--pve-version"),
+        (["--uvm-major", "-1", "--pve-version", "7.4"], "--uvm-major"),
+    ],
+    ids=["negative", "below-100", "above-max", "cr-in-pve-version", "negative-uvm-major"],
+)
+def test_lxc_cli_values_that_would_reach_a_file_are_checked_first(
+    seed_project: Project, flags: list[str], named: str
+) -> None:
+    """--vmid -5 wrote -5.conf with rootfs vm--5-disk-0 (issue 10 #15); now one message, nothing written."""
+    proc = _invoke(seed_project, "deploy", "--target", "lxc", "--deployment", SEEDS[0], *flags)
+    assert proc.returncode == 1 and named in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (seed_project.root / "lxc").exists()
+
+
+def test_a_podman_version_with_a_line_break_never_reaches_the_quadlet_unit(seed_project: Project) -> None:
+    """A CR went raw into the unit's comment (issue 10 #14): systemd ends lines at CR."""
+    for value in ("5.4.2-\r[Service]\rExecStartPre=/bin/touch /tmp/x", "5.4.2\u2028x", "5.4.2 x"):
+        proc = _invoke(
+            seed_project, "deploy", "--target", "quadlet", "--deployment", SEEDS[0], "--podman-version", value
+        )
+        assert proc.returncode == 1 and "podman_version" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert not (seed_project.root / "quadlet").exists()

@@ -596,3 +596,29 @@ def test_container_targets_refuse_a_venv_plan_naming_target_and_runtime(
     assert fld == "engine.runtime"
     assert f"the {target} target cannot express this" in msg
     assert "engine.image" in msg and "--target lxc" in msg
+
+
+def _many_gpus(tmp_path: Path, count: int) -> Project:
+    data = standin_deployment(tmp_path, name="many-gpus", placeholders={})
+    data["resources"]["gpus"] = {"count": count, "cdi_devices": ["nvidia.com/gpu=all"]}  # type: ignore[index]
+    data["resources"]["host_ram_gib"] = 64  # type: ignore[index]
+    return write_project(tmp_path, data)
+
+
+def test_a_gpu_count_beyond_any_host_is_refused_before_devn_lines_are_made(tmp_path: Path) -> None:
+    """253 GPUs would need dev0..dev256 (issue 10 #11: StopIteration before): the spec caps the count first,
+    naming the field; 64 GPUs render (and a full devN table is covered by the index test below)."""
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(_many_gpus(tmp_path, 253), "lxc", deployment="many-gpus", out=tmp_path / "out")
+    assert "resources.gpus.count" in str(err.value), str(err.value)
+    _plan, files = deploy.artifacts(
+        _many_gpus(tmp_path / "fit", 64), "lxc", deployment="many-gpus", out=tmp_path / "out"
+    )
+    assert "dev63: /dev/nvidia63" in files[0].content
+
+
+def test_a_pct_conf_with_no_free_dev_index_is_one_error(tmp_path: Path) -> None:
+    user = "\n".join(f"dev{i}: /dev/user{i}" for i in range(256)) + "\n"
+    with pytest.raises(RigsmithError) as err:
+        lxc.merge(user, [lxc.Line("dev", "/dev/nvidia0")], [])
+    assert "no free devN index" in str(err.value) and err.value.hint, str(err.value)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rigsmith.rendering.targets import lxc
-from rigsmith.rendering.targets.common import duration, k8s_quantity
+from rigsmith.rendering.targets.common import duration, k8s_quantity, yaml_text
 from rigsmith.rendering.targets.ini import sections, systemd_words
 from tests.support.facts import split_systemd
 
@@ -99,3 +101,27 @@ def test_kube_values_survive_kubernetes_expansion(text: str) -> None:
     from rigsmith.rendering.targets.kube import k8s_literal
 
     assert _k8s_expand(k8s_literal(text), {"A": "EXPANDED", "B": ""}) == text
+
+
+#: Strings some YAML reader types: 1.2 core (podman kube play's Go reader, docker compose), 1.1 (PyYAML,
+#: podman-compose) and Go strconv forms (issue 10 #7).
+TYPED = ["1e5", "1.0e3", "0o17", "0x1F", ".inf", "-.Inf", ".NaN", "yes", "On", "y", "N", "~", "null", "NULL"]
+TYPED += ["1_000", "12:30:00", "+1", "-2", ".5", "1.", "0b101", "017", "true", "False", "off", "8000"]
+
+
+@pytest.mark.parametrize("text", TYPED)
+def test_compose_and_kube_yaml_quote_every_string_a_yaml_reader_would_type(text: str) -> None:
+    assert yaml_text({"args": [text]}) == f"args:\n- '{text}'\n"
+    assert yaml.safe_load(yaml_text({"args": [text]})) == {"args": [text]}
+
+
+@pytest.mark.parametrize("text", ["v1", "1.2.3", "10s", "127.0.0.1", "nvidia.com/gpu=0", "serve", "8g"])
+def test_plain_strings_stay_plain(text: str) -> None:
+    assert yaml_text({"k": text}) == f"k: {text}\n"
+
+
+@pytest.mark.parametrize("brk", ["\x85", "\u2028", "\u2029", "\n", "\x1c"], ids=lambda c: f"U+{ord(c):04X}")
+def test_a_line_break_of_any_class_is_double_quoted_and_read_back_literally(brk: str) -> None:
+    """PyYAML's default single quotes fold NEL/U+2028/U+2029 into a space when read (issue 10 #12)."""
+    text = yaml_text({"k": f"a{brk}b"})
+    assert text.startswith('k: "') and yaml.safe_load(text) == {"k": f"a{brk}b"}

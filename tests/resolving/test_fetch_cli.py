@@ -90,11 +90,14 @@ def test_user_errors_exit_1_with_a_message_and_no_traceback(hub, make_project, g
         ("gated", {"repo": "acme/gated-cli"}, {"HF_TOKEN": "hf_v3ry_s3cret_token"}, []),
         ("missing", {"repo": "acme/absent"}, {}, []),
         ("bad-revision", {"repo": "acme/ok-cli", "revision": "nope"}, {}, []),
-        ("unwritable-dest", {"repo": "acme/ok-cli"}, {}, ["--dest", "/proc/rigsmith-cannot-write-here"]),
+        ("system-dest", {"repo": "acme/ok-cli"}, {}, ["--dest", "/proc/rigsmith-cannot-write-here"]),
+        ("unwritable-dest", {"repo": "acme/ok-cli"}, {}, ["--dest", "ROOT/a-file/models"]),
     ]
     out = []
     for name, model, env, extra in cases:
         project, _ = make_project(name=name, **model)
+        (project.root / "a-file").write_text("in the way\n")
+        extra = [a.replace("ROOT", str(project.root)) for a in extra]
         res = run_cli(hub, project, "fetch-model", "--deployment", name, *extra, **env)
         assert res.returncode == 1, res
         assert "Traceback" not in res.stderr + res.stdout

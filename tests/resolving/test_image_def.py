@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import tarfile
 from pathlib import Path
@@ -245,3 +246,25 @@ def test_a_newline_that_would_start_a_dockerfile_instruction_is_refused(
     with pytest.raises(SpecError) as err:
         imagemod.load(tmp_path / "images", "tiny")
     assert field in [p for p, _ in err.value.problems], str(err.value)
+
+
+@pytest.mark.parametrize("brk", list("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"), ids=lambda c: f"U+{ord(c):04X}")
+def test_a_line_break_of_any_class_in_a_dockerfile_value_is_refused(tmp_path: Path, brk: str) -> None:
+    """LABEL/ARG values are one Dockerfile line each: every str.splitlines break is refused (issue 10 #6)."""
+    home = tmp_path / "images" / "brk"
+    home.mkdir(parents=True)
+    (home / "image.yaml").write_text(  # JSON is YAML, and escapes the break (PyYAML would fold a NEL)
+        json.dumps(
+            {
+                "base": {"name": "vllm/vllm-openai", "digest": "sha256:" + "2" * 64},
+                "labels": {"x.note": f"a{brk}RUN touch /pwned"},
+                "build_args": {"PIP_INDEX_URL": f"http://127.0.0.1/{brk}RUN id"},
+                "source": f"https://example.invalid/{brk}x",
+            }
+        )
+    )
+    with pytest.raises(SpecError) as err:
+        imagemod.load(tmp_path / "images", "brk")
+    paths = " ".join(p for p, _ in err.value.problems)
+    for field in ("labels", "build_args", "source"):
+        assert field in paths, (field, str(err.value))

@@ -6,7 +6,7 @@ import base64
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -117,7 +117,7 @@ def test_resolve_matches_skopeo_for_an_image_and_an_index(
     reg.close()
 
 
-class _AuthFront(BaseHTTPRequestHandler):
+class _AuthFront(services.QuietHandler):
     """A registry front that demands a bearer token (issued for basic credentials), then proxies."""
 
     upstream = ""
@@ -125,18 +125,6 @@ class _AuthFront(BaseHTTPRequestHandler):
     failures_left = 0
     drop_digest_header = False
     anonymous_tokens = False
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def _send(self, code: int, headers: dict[str, str], body: bytes = b"") -> None:
-        self.send_response(code)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
 
     def _manifest(self) -> None:
         cls = type(self)

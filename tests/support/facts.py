@@ -48,9 +48,10 @@ def split_systemd(line: str, home: str = "~") -> list[str]:
                 continue
             if ch == "\\" and i + 1 < n:
                 nxt = line[i + 1]
-                if nxt == "x":
-                    word.append(chr(int(line[i + 2 : i + 4], 16)))
-                    i += 4
+                if nxt in "xuU":
+                    width = {"x": 2, "u": 4, "U": 8}[nxt]
+                    word.append(chr(int(line[i + 2 : i + 2 + width], 16)))
+                    i += 2 + width
                     continue
                 word.append(_C.get(nxt, nxt))
                 i += 2

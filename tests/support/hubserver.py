@@ -102,12 +102,14 @@ class Repo:
 class Fault:
     """Inject ``kind`` on requests whose path contains ``match`` (and method matches), ``times`` times."""
 
-    kind: str  # "500" | "503" | "reset" | "truncate" | "wrong" | "slow" | "norange"
+    kind: str  # "500" | "503" | "reset" | "truncate" | "wrong" | "slow" | "norange" | "body"
     match: str
     method: str = "GET"
     times: int = 1
     delay: float = 0.0  # "slow": seconds per 256 KiB after ``after`` bytes
     after: int = 0
+    body: bytes = b""  # "body": answer 200 with these bytes (a hostile or broken Hub)
+    headers: dict[str, str] = field(default_factory=dict)  # "body": extra response headers (Link: …)
 
 
 @dataclass
@@ -275,6 +277,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None and fault.kind == "reset":
             self._reset()
             return
+        if fault is not None and fault.kind == "body":
+            self._send(200, fault.body, {"Content-Type": "application/json", **fault.headers})
+            return
         m = _API.match(path)
         if m:
             self._api(unquote(m.group(1)), m.group(2), unquote(m.group(3)))
@@ -356,20 +361,22 @@ class _Handler(BaseHTTPRequestHandler):
             "Accept-Ranges": "bytes",
             "Content-Type": "application/octet-stream",
         }
-        start, code = 0, 200
+        start, end, code = 0, len(data), 200
         rng = self.headers.get("Range")
         if fault is not None and fault.kind == "norange":
             rng = None  # like a CDN that answers 200 with the whole body
         if rng and self.command == "GET":
-            mm = re.fullmatch(r"bytes=(\d+)-", rng.strip())
+            # `bytes=N-` (resume) and `bytes=N-M` (safetensors header reads), M inclusive and clamped.
+            mm = re.fullmatch(r"bytes=(\d+)-(\d*)", rng.strip())
             if mm:
                 start = int(mm.group(1))
                 if start >= len(data):
                     self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
                     return
+                end = min(int(mm.group(2)) + 1, len(data)) if mm.group(2) else len(data)
                 code = 206
-                headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
-        body = data[start:]
+                headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(data)}"
+        body = data[start:end]
         self.send_response(code)
         for k, v in headers.items():
             self.send_header(k, v)

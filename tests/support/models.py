@@ -60,8 +60,8 @@ def cli_env(hub: HubServer, project: Project, **extra: str) -> dict[str, str]:
         HF_HUB_DISABLE_XET="1",
         RIGSMITH_ROOT=str(project.root),
         PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]),
-        **extra,
     )
+    env.update(extra)
     return env
 
 

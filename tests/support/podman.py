@@ -141,8 +141,13 @@ def parse_recording(logs: str) -> Recording:
     return Recording(argv, env, int(fields["SHM"]), fields["MEMLOCK"], fields["DEVICES"].split())
 
 
-def import_busybox_image(podman: Podman, root: Path, ref: str, tools: Sequence[str], vllm: str) -> str:
-    """Import a busybox rootfs under ``ref`` whose ``/usr/local/bin/vllm`` is the script ``vllm``."""
+#: The stand-in images' PATH (podman import --change).
+BUSYBOX_IMAGE_ENV = "ENV=PATH=/usr/local/bin:/bin"
+
+
+def busybox_rootfs_tar(root: Path, tools: Sequence[str], scripts: dict[str, str]) -> bytes:
+    """A busybox rootfs built under ``root``, as a tar: ``tools`` linked in /bin, ``scripts`` (name → text)
+    as executables in /usr/local/bin."""
     busybox = Path("/bin/busybox")
     if not busybox.exists():
         pytest.fail("busybox-static is not installed; run `bash scripts/setup.sh` first", pytrace=False)
@@ -151,12 +156,18 @@ def import_busybox_image(podman: Podman, root: Path, ref: str, tools: Sequence[s
     shutil.copy2(busybox, root / "bin/busybox")
     for tool in tools:
         (root / "bin" / tool).symlink_to("busybox")
-    rec = root / "usr/local/bin/vllm"
-    rec.write_text(vllm)
-    rec.chmod(0o755)
-    tar = subprocess.run(["tar", "-C", str(root), "-c", "."], capture_output=True, check=True).stdout
+    for name, text in scripts.items():
+        exe = root / "usr/local/bin" / name
+        exe.write_text(text)
+        exe.chmod(0o755)
+    return subprocess.run(["tar", "-C", str(root), "-c", "."], capture_output=True, check=True).stdout
+
+
+def import_busybox_image(podman: Podman, root: Path, ref: str, tools: Sequence[str], vllm: str) -> str:
+    """Import a busybox rootfs under ``ref`` whose ``/usr/local/bin/vllm`` is the script ``vllm``."""
+    tar = busybox_rootfs_tar(root, tools, {"vllm": vllm})
     proc = subprocess.run(
-        podman.argv("import", "--change", "ENV=PATH=/usr/local/bin:/bin", "-", ref),
+        podman.argv("import", "--change", BUSYBOX_IMAGE_ENV, "-", ref),
         input=tar,
         capture_output=True,
         env={**os.environ, "CONTAINERS_CONF": str(podman.conf)},

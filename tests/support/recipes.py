@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -53,3 +57,18 @@ class RecipeServer:
     ) -> str:
         self.routes[path] = Route(list(responses), delay, 0, declare_length)
         return self.base + path
+
+
+def import_cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`invoke import-recipe ARGS` in a subprocess against the checkout at ``root`` (no terminal)."""
+    env = {**os.environ, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "import-recipe", *args],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -25,6 +26,22 @@ import httpx
 from tests.support.podman import CONTAINERS_CONF
 
 BASE_TAG = "tinybase:1"
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """An HTTP handler for scripted registry fronts: no access log, one call per whole answer."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, code: int, headers: dict[str, str], body: bytes = b"") -> None:
+        self.send_response(code)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
 
 def missing_binaries(names: Sequence[str]) -> list[str]:

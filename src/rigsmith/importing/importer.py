@@ -8,17 +8,25 @@ failures alone (connect errors, timeouts, 5xx, 429) — never on other 4xx. Pars
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import yaml
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_exponential_jitter,
+)
 
+from rigsmith import policy, writer
 from rigsmith import spec as specmod
-from rigsmith import writer
 from rigsmith.errors import AdapterError, ConsentError, RecipeError, SpecError
 from rigsmith.importing import proposal as proposalmod
 from rigsmith.importing import recipe as recipemod
@@ -37,6 +45,9 @@ class HttpOptions:
 
     timeout: float = 15.0
     connect_timeout: float = 5.0
+    #: Whole fetch, every attempt and wait included: the timeouts above hold per read, so a server that
+    #: sends a byte a second would otherwise never time out.
+    deadline: float = 30.0
     max_bytes: int = MAX_BYTES
     attempts: int = ATTEMPTS
     wait_max: float = 8.0
@@ -74,12 +85,49 @@ def is_url(source: str) -> bool:
     return _scheme(source) in ("http", "https")
 
 
+class _OutOfTime(Exception):
+    """The overall deadline passed (checked between reads, and by the watchdog around the attempts)."""
+
+
 def fetch_url(url: str, options: HttpOptions = HttpOptions()) -> Fetched:
-    """GET ``url`` with retries on transient failures only; refuse more than ``options.max_bytes``."""
+    """GET ``url`` with retries on transient failures only, within ``options.deadline`` seconds in all;
+    refuse more than ``options.max_bytes``."""
+    deadline = time.monotonic() + options.deadline
+    result: list[Fetched] = []
+    failure: list[BaseException] = []
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            result.append(_fetch(url, options, deadline, stop))
+        except BaseException as err:  # handed to the caller's thread, re-raised there
+            failure.append(err)
+
+    # A daemon thread, because one read can block for up to options.timeout (a server that dribbles its
+    # headers a byte at a time blocks for ever): the caller gets its answer at the deadline, and the
+    # worker stops at its next read (``stop``) or with the process.
+    worker = threading.Thread(target=work, name=f"fetch {url}", daemon=True)
+    worker.start()
+    worker.join(options.deadline + 0.5)
+    stop.set()
+    if worker.is_alive() or (failure and isinstance(failure[0], _OutOfTime)):
+        raise AdapterError(
+            f"GET {url} gave up: no complete answer within {options.deadline:g} s (the server is too slow "
+            "or never finishes)",
+            hint="download the recipe another way and import the file",
+        )
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def _fetch(url: str, options: HttpOptions, deadline: float, stop: threading.Event) -> Fetched:
     timeout = httpx.Timeout(options.timeout, connect=min(options.connect_timeout, options.timeout))
     max_bytes, attempts = options.max_bytes, options.attempts
 
     def once() -> bytes:
+        if stop.is_set() or time.monotonic() > deadline:
+            raise _OutOfTime
         with (
             httpx.Client(timeout=timeout, follow_redirects=True) as client,
             client.stream("GET", url, headers={"Accept": "application/json, text/plain, */*"}) as resp,
@@ -91,12 +139,14 @@ def fetch_url(url: str, options: HttpOptions = HttpOptions()) -> Fetched:
                     f"GET {url} failed: HTTP {resp.status_code} {resp.reason_phrase}",
                     hint="check the URL (this is not retried: the server says the request itself is wrong)",
                 )
-            declared = resp.headers.get("content-length")
-            if declared and declared.isdigit() and int(declared) > max_bytes:
-                raise _too_big(url, max_bytes, f"it declares {int(declared)} bytes")
+            declared = specmod.ascii_int(resp.headers.get("content-length") or "")
+            if declared is not None and declared > max_bytes:
+                raise _too_big(url, max_bytes, f"it declares {declared} bytes")
             chunks: list[bytes] = []
             total = 0
             for chunk in resp.iter_bytes():
+                if stop.is_set() or time.monotonic() > deadline:
+                    raise _OutOfTime
                 total += len(chunk)
                 if total > max_bytes:
                     raise _too_big(url, max_bytes, "it sent more")
@@ -104,7 +154,7 @@ def fetch_url(url: str, options: HttpOptions = HttpOptions()) -> Fetched:
             return b"".join(chunks)
 
     retrying = Retrying(
-        stop=stop_after_attempt(attempts),
+        stop=stop_after_attempt(attempts) | stop_before_delay(options.deadline),
         wait=wait_exponential_jitter(multiplier=0.5, max=options.wait_max, jitter=0.5),
         retry=retry_if_exception_type(
             (
@@ -184,6 +234,65 @@ def decode(fetched: Fetched) -> str:
         ) from None
 
 
+def _consented(spec_path: Path) -> dict[str, str]:
+    """Host path → the consent the user's current spec records for it (a re-import does not ask again)."""
+    if not spec_path.exists():
+        return {}
+    data = _read_data(spec_path, "your spec")
+    mounts = data.get("mounts") if isinstance(data, dict) else None
+    return {
+        m["host"]: m["consent"]
+        for m in (mounts if isinstance(mounts, list) else [])
+        if isinstance(m, dict) and isinstance(m.get("host"), str) and isinstance(m.get("consent"), str)
+    }
+
+
+def mount_consent(
+    dep: specmod.Deployment,
+    allow: Sequence[str] = (),
+    confirm: Callable[[str], bool] | None = None,
+    recorded: Mapping[str, str] | None = None,
+) -> specmod.Deployment:
+    """``dep`` with consent recorded on each dangerous mount (``--allow-mount HOST``, a consent the user's
+    spec already records for that host path, or a yes at the prompt), or ConsentError naming every mount
+    still without it. The model directory is never allowed."""
+    model = [msg for fld, msg in policy.dangerous_mounts(dep) if fld == "model.local_dir"]
+    if model:
+        source = dep.provenance.source if dep.provenance else dep.name
+        raise RecipeError(
+            f"{source}: refused: model.local_dir {model[0]}",
+            hint="import a recipe whose model is a Hub repo id (owner/name) or the checkpoint's directory",
+        )
+    mounts = list(dep.mounts)
+    refused = []
+    for i, m in enumerate(mounts):
+        why = specmod.dangerous_host_path(m.host)
+        if why is None or m.consent:
+            continue
+        mode = "read-only" if m.readonly else "read-write"
+        if recorded and m.host in recorded:
+            reason = recorded[m.host]
+        elif m.host in allow:
+            reason = "allowed with --allow-mount at import"
+        elif confirm is not None and confirm(
+            f"The recipe mounts the host path {m.host!r} ({why}) {mode} at {m.container} in its container. "
+            "Allow it?"
+        ):
+            reason = "accepted at the import-recipe prompt"
+        else:
+            refused.append(f"{m.host!r} ({why}, {mode} at {m.container})")
+            continue
+        mounts[i] = m.model_copy(update={"consent": reason})
+    if refused:
+        raise ConsentError(
+            f"refused: the recipe mounts {'; '.join(refused)} into its container, which hands it that part "
+            "of the host; nothing was written",
+            hint="remove the mount from the recipe, or consent per mount: --allow-mount HOST (or answer the "
+            "prompt in a terminal); deploy reads the consent from mounts[N].consent in the spec",
+        )
+    return dep.model_copy(update={"mounts": tuple(mounts)})
+
+
 def import_recipe(
     project: Project,
     source: str,
@@ -195,6 +304,7 @@ def import_recipe(
     echo: Callable[[str], None] = print,
     http: HttpOptions = HttpOptions(),
     resolve: Resolve | None = None,
+    allow_mount: Sequence[str] = (),
     source_repo: str | None = None,
 ) -> specmod.Deployment:
     """Import SOURCE into ``deployments/NAME.yaml`` (asking before changing an existing file).
@@ -213,6 +323,7 @@ def import_recipe(
         confirm: asks the user; None means there is no terminal.
         echo: where messages go.
         http: timeouts, size limit and retries for URLs (and the size limit for files).
+        allow_mount: host paths of dangerous mounts (/, a home, a socket, /etc…) the user consents to.
         resolve: settle every conflict with the user's value ("ours") or upstream's ("theirs").
         source_repo: git URL of the source tree the notes clone (the proposed image's tree.repo).
     """
@@ -222,6 +333,13 @@ def import_recipe(
     upstream = proposalmod.mark_script_switches(upstream)
     upstream, image_file = _proposed_image(project, upstream, fetched.source, source_repo, echo)
     path = project.spec_path(upstream.name)
+    try:
+        upstream = mount_consent(upstream, allow_mount, None if dry_run else confirm, _consented(path))
+    except ConsentError as err:
+        if not dry_run:
+            raise
+        # A dry run asks nothing and writes nothing: it says what a real import would need.
+        echo(f"consent needed (dry run): {err.message}; {err.hint}")
     base_path = base_path_of(path)
     dep = merge_spec(path, base_path, upstream, resolve=resolve, confirm=confirm, echo=echo)
     content = specmod.dump(dep)

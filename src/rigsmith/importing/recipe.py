@@ -46,10 +46,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from rigsmith import policy
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
 from rigsmith.importing import shellwords
-from rigsmith.rendering.plan import SECRET_FLAGS
 
 # -- knowledge tables ---------------------------------------------------------------------------------
 
@@ -152,11 +152,12 @@ GPU_VENDOR_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
 DEFAULT_GPU_VENDOR = "nvidia.com/gpu"
 
 #: Whole ``_``-separated words, so HF_TOKEN is a secret and TOKENIZERS_PARALLELISM is not.
-_SECRET_NAME_RE = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY)(_|$)", re.IGNORECASE)
+_SECRET_NAME_RE = re.compile(
+    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|API_KEY|ACCESS_KEY|CREDENTIALS?)(_|$)", re.IGNORECASE
+)
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SELF_REF_RE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SERVICES_RE = re.compile(r"^services:[ \t]*(#.*)?$", re.MULTILINE)
 _COMPOSE_VAR_RE = re.compile(r"(?<!\$)\$(\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*)")
 
@@ -223,6 +224,10 @@ class Launch:
     memlock: str | int | None = None
     stop_grace: int | None = None
     mounts: list[specmod.Mount] = field(default_factory=list)
+    #: Secret values taken out of the args and env; scrubbed from every other field (comments, notes).
+    secrets: list[str] = field(default_factory=list)
+    #: Container paths of the mounts the recipe marked ``:rw`` (it says it writes there).
+    writable: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -259,11 +264,21 @@ def parse(
         name: deployment name (default: from the recipe id, title or model).
         image: container image to use when the recipe names none (or to replace the one it names).
     """
+    if "\x00" in text:
+        at = text.index("\x00")
+        line = text.count("\n", 0, at) + 1
+        raise _refuse(
+            source,
+            [
+                f"line {line} column {at - (text.rfind(chr(10), 0, at) + 1) + 1}: a NUL character, which "
+                "no shell, unit file or YAML reader carries; remove it"
+            ],
+        )
     stripped = text.lstrip("\ufeff \t\r\n")
     if stripped.startswith("{"):
         launch, meta = _from_json(text, source)
     else:
-        data = _compose_data(text)
+        data = _compose_data(text, source)
         if data is not None:
             launch = _from_compose(data)
             meta = Meta()
@@ -307,6 +322,14 @@ def _from_json(text: str, source: str) -> tuple[Launch, Meta]:
             f"{source}: not valid JSON: {err.msg} at line {err.lineno} column {err.colno}",
             hint='a recipe JSON needs at least a "command" string',
         ) from None
+    except RecursionError:
+        raise RecipeError(
+            f"{source}: the recipe JSON is nested more than {specmod.MAX_DEPTH} levels deep",
+            hint="a recipe JSON is a flat object",
+        ) from None
+    problem = specmod.tree_problem(data)
+    if problem:
+        raise RecipeError(f"{source}: the recipe JSON {problem}", hint="a recipe JSON is a flat object")
     if not isinstance(data, dict):
         raise RecipeError(f'{source}: the recipe JSON must be an object with a "command" string')
     problems = []
@@ -603,8 +626,9 @@ def _gpus_request(val: str, launch: Launch, where: str) -> None:
     v = val.strip().strip("\"'")
     if v == "all":
         return
-    if v.isdigit():
-        launch.gpu_count = int(v)
+    count = specmod.ascii_int(v)
+    if count is not None:
+        launch.gpu_count = count
         return
     if v.startswith("device="):
         ids = [x.strip() for x in v.removeprefix("device=").split(",") if x.strip()]
@@ -623,11 +647,10 @@ def _set_shm(val: str, launch: Launch, where: str) -> None:
 
 
 def _int(val: str, launch: Launch, where: str) -> int | None:
-    try:
-        return int(val)
-    except ValueError:
-        launch.problems.append(f"{where} {val!r}: not a whole number")
-        return None
+    n = specmod.ascii_int(val)
+    if n is None:
+        launch.problems.append(f"{where} {val!r}: not a whole number (write it in ASCII digits 0-9)")
+    return n
 
 
 def _volume(val: str, launch: Launch, where: str) -> None:
@@ -647,6 +670,8 @@ def _volume(val: str, launch: Launch, where: str) -> None:
         return
     try:
         launch.mounts.append(specmod.Mount(host=host, container=container, readonly="ro" in opts))
+        if "rw" in opts:
+            launch.writable.add(container)
     except ValidationError as err:
         for path, msg in specmod.problems_from(err):
             launch.problems.append(f"{where} {val!r}: {path}: {msg}")
@@ -656,18 +681,35 @@ def _volume(val: str, launch: Launch, where: str) -> None:
         )
 
 
+def _secret_var(
+    name: str, value: str, note: str | None, where: str, **flags: bool
+) -> tuple[specmod.EnvVar, str] | None:
+    """A variable whose name says it holds a secret, with its value dropped (never stored in the spec),
+    and the note that says so; None for any other variable. Every env source goes through here."""
+    if not _SECRET_NAME_RE.search(name) or "$" in value or not value:
+        return None
+    if specmod.PLACEHOLDER_RE.fullmatch(value):
+        return specmod.EnvVar(name=name, value="", note=note, secret=True, **flags), (
+            f"{where}: {name} is a secret (placeholder {value} dropped); it is read from the host "
+            "environment at run time"
+        )
+    return specmod.EnvVar(name=name, value="", note=note, secret=True, **flags), (
+        f"{where}: the value of {name} was dropped (a secret is never stored in the spec); it is read from "
+        "the host environment at run time"
+    )
+
+
 def _env_var(name: str, value: str, note: str | None, launch: Launch, where: str) -> specmod.EnvVar:
     secret = bool(_SECRET_NAME_RE.search(name))
     m = _SELF_REF_RE.match(value)
     if m and m.group(1) == name:
         launch.notes.append(f"{where}: {name}={value} is read from the host environment at run time")
         return specmod.EnvVar(name=name, value=value, note=note, secret=True)
-    if secret and "$" not in value and value:
-        launch.notes.append(
-            f"{where}: the value of {name} was dropped (a secret is never stored in the spec); it is read "
-            "from the host environment at run time"
-        )
-        return specmod.EnvVar(name=name, value="", note=note, secret=True)
+    lifted = _secret_var(name, value, note, where)
+    if lifted is not None:
+        launch.notes.append(lifted[1])
+        launch.secrets.append(value)
+        return lifted[0]
     if "$" in value or "`" in value:
         launch.notes.append(
             f"{where}: {name}={value} holds shell syntax that a shell would expand; kept literally, "
@@ -700,17 +742,31 @@ def _merge_env(env: Sequence[specmod.EnvVar], launch: Launch) -> list[specmod.En
 # -- format (c): compose -----------------------------------------------------------------------------
 
 
-def _compose_data(text: str) -> dict[str, Any] | None:
+def _compose_data(text: str, source: str) -> dict[str, Any] | None:
     """The compose mapping if ``text`` is YAML with ``services``, else None (then it is shell text)."""
     if not _SERVICES_RE.search(text):
         return None
     try:
-        data = yaml.load(text, Loader=_YAML_LOADER)  # a safe loader (libyaml's when present)
-    except yaml.YAMLError:
+        data = specmod.load_yaml(text)
+    except yaml.YAMLError as err:
+        raise RecipeError(
+            f"{source}: has a `services:` line, so it is read as a compose file, but it is not valid YAML: "
+            + " ".join(str(err).split()),
+            hint="fix the YAML, or import the vllm serve command on its own",
+        ) from None
+    except RecursionError:
+        raise RecipeError(
+            f"{source}: the compose file is nested more than {specmod.MAX_DEPTH} levels deep",
+            hint="a compose file with one vLLM service is a few levels deep; import the service itself",
+        ) from None
+    if not (isinstance(data, dict) and isinstance(data.get("services"), dict)):
         return None
-    if isinstance(data, dict) and isinstance(data.get("services"), dict):
-        return data
-    return None
+    problem = specmod.tree_problem(data)
+    if problem:
+        raise RecipeError(
+            f"{source}: the compose file {problem}", hint="import a compose file with plain values"
+        )
+    return data
 
 
 def _runs_vllm(svc: Any) -> bool:
@@ -965,8 +1021,15 @@ def parse_env_text(text: str) -> tuple[list[specmod.EnvVar], list[str], list[str
         if annotations and len(found) != 1:
             notes.extend(annotations)
         for name, value in found:
+            lifted = _secret_var(name, value, note, "env")
+            if lifted is not None:
+                notes.append(lifted[1])
             out.append(
-                specmod.EnvVar(name=name, value=value, note=note, secret=bool(_SECRET_NAME_RE.search(name)))
+                lifted[0]
+                if lifted
+                else specmod.EnvVar(
+                    name=name, value=value, note=note, secret=bool(_SECRET_NAME_RE.search(name))
+                )
             )
     if sep:
         items = [s.strip() for s in tail.split(";") if s.strip()]
@@ -977,13 +1040,20 @@ def parse_env_text(text: str) -> tuple[list[specmod.EnvVar], list[str], list[str
             if not m:
                 problems.append(f"env Opt-in item {idx + 1} ({item!r}): write NAME=value description")
                 continue
+            name, value, note = m.group(1), m.group(2), m.group(3).strip() or None
+            lifted = _secret_var(name, value, note, "env Opt-in", opt_in=True, enabled=False)
+            if lifted is not None:
+                notes.append(lifted[1])
             out.append(
-                specmod.EnvVar(
-                    name=m.group(1),
-                    value=m.group(2),
-                    note=m.group(3).strip() or None,
+                lifted[0]
+                if lifted
+                else specmod.EnvVar(
+                    name=name,
+                    value=value,
+                    note=note,
                     opt_in=True,
                     enabled=False,
+                    secret=bool(_SECRET_NAME_RE.search(name)),
                 )
             )
     return out, notes, problems
@@ -1159,6 +1229,36 @@ def _json_problems(args: Sequence[str]) -> list[str]:
     return out
 
 
+#: Flags whose value rigsmith reads as a whole number (GPU count, port, drain time).
+_NUMBER_FLAGS = (
+    "--tensor-parallel-size",
+    "--pipeline-parallel-size",
+    "--data-parallel-size",
+    "--data-parallel-size-local",
+    "--port",
+    "--shutdown-timeout",
+)
+
+
+def _number_problems(args: Sequence[str]) -> list[str]:
+    """Numbers written in non-ASCII digits (``-tp ²``, ``--port ٨٠``): vLLM refuses them, and ``int()``
+    would read some and crash on others, so the import refuses them naming the flag."""
+    out = []
+    for i, a in enumerate(args):
+        flag = canonical_flag(a) or policy.vllm_flag_name(a)
+        if flag not in _NUMBER_FLAGS:
+            continue
+        _, eq, value = a.partition("=")
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if any(not ch.isascii() and (ch.isdigit() or ch.isnumeric()) for ch in value):
+            out.append(
+                f"args[{i}]: {flag} {value!r} is not a whole number in ASCII digits (0-9), which vLLM "
+                "needs; write it with 0-9"
+            )
+    return out
+
+
 # -- Launch + Meta → Deployment ----------------------------------------------------------------------
 
 
@@ -1289,27 +1389,36 @@ def _local_model(launch: Launch, value: str, idx: int, problems: list[str]) -> _
     return _Model(None, local, idx, note)
 
 
-def _gpus(launch: Launch, facts: NoteFacts, vendor: str) -> specmod.GpuSpec:
+def _gpus(launch: Launch, facts: NoteFacts, vendor: str, problems: list[str]) -> specmod.GpuSpec | None:
+    """The GPU request, or None with the reason in problems (more GPUs than one node has)."""
+
     def size(canon: str) -> int:
         vals = flag_values(launch.args, canon)
-        return int(vals[-1][1]) if vals and vals[-1][1].isdigit() else 1
+        n = specmod.ascii_int(vals[-1][1]) if vals else None
+        return 1 if n is None else n
 
     parallel = size("--tensor-parallel-size") * size("--pipeline-parallel-size")
     dp_local = flag_values(launch.args, "--data-parallel-size-local")
     parallel *= size("--data-parallel-size-local") if dp_local else size("--data-parallel-size")
-    if launch.gpu_cdi and not any(c.endswith("=all") for c in launch.gpu_cdi):
+    pin_all = bool(launch.gpu_cdi) and any(c.endswith("=all") for c in launch.gpu_cdi or [])
+    explicit = None if pin_all else launch.gpu_cdi or launch.gpu_indices
+    count = len(explicit) if explicit else facts.gpu_count or launch.gpu_count or parallel
+    if count > specmod.MAX_GPUS:
+        # Checked before any CDI name is made: a count from the notes or -tp can be any size.
+        problems.append(
+            f"the recipe asks for {count} GPUs (from {_gpu_count_source(launch, facts, parallel)}); one node "
+            f"gives a container at most {specmod.MAX_GPUS}: fix the number in the recipe"
+        )
+        return None
+    if launch.gpu_cdi and not pin_all:
         cdi = tuple(launch.gpu_cdi)
-        count = len(cdi)
     elif launch.gpu_cdi:
         # "=all" is pinned to 0..N-1 so every target carries the same explicit devices.
-        count = facts.gpu_count or launch.gpu_count or parallel
         vendor = launch.gpu_cdi[0].split("=", 1)[0]
         cdi = tuple(f"{vendor}={i}" for i in range(count))
     elif launch.gpu_indices:
         cdi = tuple(f"{vendor}={i}" for i in launch.gpu_indices)
-        count = len(cdi)
     else:
-        count = facts.gpu_count or launch.gpu_count or parallel
         cdi = tuple(f"{vendor}={i}" for i in range(count))
     vram = GPUS.get(facts.gpu_model or "", (None, None))[0]
     return specmod.GpuSpec(
@@ -1321,6 +1430,16 @@ def _gpus(launch: Launch, facts: NoteFacts, vendor: str) -> specmod.GpuSpec:
         p2p=facts.p2p or "unknown",
         nvlink=facts.nvlink,
     )
+
+
+def _gpu_count_source(launch: Launch, facts: NoteFacts, parallel: int) -> str:
+    if launch.gpu_cdi or launch.gpu_indices:
+        return "its device list"
+    if facts.gpu_count:
+        return "the notes"
+    if launch.gpu_count:
+        return "--gpus or the compose device count"
+    return f"the parallel sizes, {parallel} in all"
 
 
 def _vendor(env: Sequence[specmod.EnvVar]) -> str:
@@ -1339,40 +1458,94 @@ def _placeholders(texts: Iterable[str]) -> dict[str, str | None]:
     return out
 
 
-def _lift_secret_flags(launch: Launch) -> list[specmod.EnvVar]:
-    """``--api-key VALUE`` / ``--hf-token VALUE``: the value never enters the spec (it would be written into
-    deployments/NAME.yaml and every artifact); vLLM reads the same secret from an environment variable,
-    which every target passes by name. Removes the flag and its values from ``launch.args``."""
+def _lift_secret_flags(launch: Launch, problems: list[str]) -> list[specmod.EnvVar]:
+    """``--api-key VALUE`` / ``--hf-token VALUE`` in any spelling vLLM's parser accepts (``--api_key``,
+    ``--api-key=V``, ``--api-ke V``; :func:`rigsmith.policy.secret_flag`): the value never enters the spec (it
+    would be written into deployments/NAME.yaml and every artifact); vLLM reads the same secret from an
+    environment variable, which every target passes by name. Removes the flag and its values from
+    ``launch.args``; an ambiguous abbreviation is removed too and refused (vLLM refuses it)."""
+    lifted: list[specmod.EnvVar] = []
+    # Removing a flag and its values joins its neighbours (`--hf-token --hf-token S V`: the bare one now
+    # takes V), so lift until nothing changes.
+    while True:
+        found = _lift_once(launch, problems)
+        if not found:
+            return lifted
+        lifted += found
+
+
+def _lift_once(launch: Launch, problems: list[str]) -> list[specmod.EnvVar]:
     lifted: list[specmod.EnvVar] = []
     keep: list[int] = []
     i = 0
     while i < len(launch.args):
         a = launch.args[i]
-        flag = a.split("=", 1)[0]
-        var = SECRET_FLAGS.get(flag)
-        if var is None:
+        match = policy.secret_flag(a)
+        j = policy.secret_flag_span(launch.args, i)
+        if match is None or (j == i + 1 and "=" not in a and not match.ambiguous):
+            # Not a secret flag, or a bare --hf-token (vLLM: use the stored login), nothing secret.
             keep.append(i)
             i += 1
             continue
-        j = i + 1
-        if "=" not in a:
-            while j < len(launch.args) and not launch.args[j].startswith("-"):
-                j += 1
-                if flag != "--api-key":  # --api-key takes one or more keys; --hf-token one
-                    break
-        if j == i + 1 and "=" not in a:  # a bare --hf-token: use the stored login, nothing secret
-            keep.append(i)
-            i += 1
-            continue
+        spelled = a.split("=", 1)[0]
+        if match.ambiguous:
+            problems.append(
+                f"args: {spelled} abbreviates {', '.join((match.flag, *match.ambiguous))}, which vLLM "
+                "refuses as ambiguous (and it may carry a secret); write the full flag name"
+            )
+        var = match.variable
         launch.notes.append(
-            f"{flag} and its value were removed from the args (a secret is never stored in the spec); "
-            f"vLLM reads it from {var}: export it (or use a 0600 env file / podman secret) before starting"
+            f"{spelled} ({match.flag}) and its value were removed from the args (a secret is never stored in "
+            f"the spec); vLLM reads it from {var}: export it (or use a 0600 env file / podman secret) before "
+            "starting"
         )
-        lifted.append(specmod.EnvVar(name=var, value="", secret=True, note=f"lifted from {flag}"))
+        lifted.append(specmod.EnvVar(name=var, value="", secret=True, note=f"lifted from {match.flag}"))
+        launch.secrets += [a.split("=", 1)[1]] if "=" in a else launch.args[i + 1 : j]
         i = j
     launch.args = [launch.args[k] for k in keep]
     launch.arg_expands = [launch.arg_expands[k] for k in keep if k < len(launch.arg_expands)]
     return lifted
+
+
+#: Token shapes that are secrets wherever they appear (Hugging Face user tokens, OpenAI-style keys).
+_TOKEN_SHAPE_RE = re.compile(r"(?<![A-Za-z0-9_-])(hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,})")
+
+
+def _scrub(value: Any, secrets: Sequence[str]) -> Any:
+    """``value`` with every lifted secret, and every token-shaped word, replaced by ``<redacted>``: the
+    recipe's comments and notes (kept verbatim) would otherwise carry what the args and env lost."""
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, "<redacted>")
+        return _TOKEN_SHAPE_RE.sub("<redacted>", value)
+    if isinstance(value, dict):
+        return {k: _scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v, secrets) for v in value]
+    return value
+
+
+def _read_only_mounts(launch: Launch, model_path: str | None) -> list[str]:
+    """Mount the recipe's model and Hub-cache volumes read-only unless it wrote ``:rw``, and say so.
+
+    The container serves the checkpoint rigsmith fetched and locked (or the one already on disk); a
+    writable model or cache mount would let the engine, or anything running in it, change those files.
+    ``model_path`` is the container path of a local model (None for a Hub model).
+    """
+    notes = []
+    for i, m in enumerate(launch.mounts):
+        if m.readonly or m.container in launch.writable:
+            continue
+        holds_model = model_path is not None and PurePosixPath(model_path).is_relative_to(m.container)
+        cache = "huggingface" in PurePosixPath(m.container).parts
+        if holds_model or cache:
+            launch.mounts[i] = m.model_copy(update={"readonly": True})
+            what = "holds the model" if holds_model else "is the Hub cache"
+            notes.append(
+                f"the volume {m.host}:{m.container} {what}, so it is mounted read-only (the recipe did not "
+                f"write :rw); set mounts[{i}].readonly: false if the engine must write there"
+            )
+    return notes
 
 
 def build(
@@ -1401,9 +1574,15 @@ def build(
                 env.append(
                     _passthrough(k, launch, "env") if v is None else _env_var(k, v, None, launch, "env")
                 )
-    env = _merge_env([*env, *_lift_secret_flags(launch)], launch)
+    env = _merge_env([*env, *_lift_secret_flags(launch, problems)], launch)
+    problems += [
+        f"the entrypoint holds {w.split('=', 1)[0]} ({sf.flag}), a secret flag; move it and its value to "
+        f"the command (import then passes the secret as {sf.variable} by name) or remove it"
+        for w in launch.subcommand
+        if (sf := policy.secret_flag(w)) is not None
+    ]
     facts = note_facts(meta.notes_text or "")
-    problems += _json_problems(launch.args)
+    problems += _json_problems(launch.args) + _number_problems(launch.args)
     model = _model(launch, facts, problems) if not launch.problems else None
     if name is not None and not specmod.NAME_RE.match(name):
         problems.append(
@@ -1412,7 +1591,8 @@ def build(
         )
     if image is not None and (not image.strip() or any(ch.isspace() for ch in image)):
         problems.append(f"--image {image!r}: not an image reference (e.g. localhost/vllm:1 or name@sha256:…)")
-    if problems or model is None:
+    gpus = _gpus(launch, facts, _vendor(env), problems)
+    if problems or model is None or gpus is None:
         raise _refuse(source, problems or ["no model"])
     repo, local_dir, model_idx = model.repo, model.local_dir, model.arg
     for i, a in enumerate(launch.args):
@@ -1436,6 +1616,7 @@ def build(
             notes.append(
                 f"args[{i}] {a!r} is a path relative to where the recipe ran; mount it and fix the path"
             )
+    notes += _read_only_mounts(launch, model_value[0][1] if repo is None else None)
     basename = PurePosixPath(local_dir.rstrip("/")).name or PurePosixPath(repo or "model").name
     final_image = image or launch.image
     if image and launch.image and image != launch.image:
@@ -1446,8 +1627,8 @@ def build(
     if hosts:
         network["host"] = hosts[-1][1]
     if ports:
-        if ports[-1][1].isdigit():
-            network["port"] = int(ports[-1][1])
+        if (port := specmod.ascii_int(ports[-1][1])) is not None:
+            network["port"] = port
         else:
             notes.append(f"--port {ports[-1][1]} is not a number; network.port stays 8000 until you set it")
     revision = flag_values(launch.args, "--revision")
@@ -1476,7 +1657,7 @@ def build(
         "env_notes": env_notes,
         "placeholders": _placeholders([*launch.args, *(e.value for e in env)]),
         "resources": {
-            "gpus": _gpus(launch, facts, _vendor(env)).model_dump(),
+            "gpus": gpus.model_dump(),
             "host_ram_gib": facts.host_ram_gib,
             "disk_gib": facts.disk_gib,
             **({"shm_size": s} if (s := launch.shm_size or facts.shm_size) else {}),
@@ -1496,8 +1677,25 @@ def build(
         "network": network,
         "mounts": [m.model_dump() for m in launch.mounts],
         "notes": all_notes,
-        "provenance": meta.provenance.model_dump() if meta.provenance else None,
     }
+    secrets = [*launch.secrets]
+    if meta.env_text:
+        secrets += [v for n, v in _ENV_TOKEN_RE.findall(meta.env_text) if _SECRET_NAME_RE.search(n)]
+    # Free text only: the argv and values are exact (and already secret-free), a short key could be a word.
+    scrub = sorted({v for v in secrets if len(v) >= 4 and "$" not in v}, key=len, reverse=True)
+    for key in ("description", "notes", "env_notes"):
+        data[key] = _scrub(data[key], scrub)
+    for e in data["env"]:
+        e["note"] = _scrub(e["note"], scrub)
+    data["provenance"] = meta.provenance.model_dump() if meta.provenance else None
+    if data["provenance"]:
+        data["provenance"]["title"] = _scrub(data["provenance"]["title"], scrub)
+    nul = specmod.nul_paths(data)
+    if nul:
+        # A JSON "\u0000" or a YAML "\0" escape: the raw text had none.
+        raise _refuse(
+            source, [f"{p}: holds a NUL character, which no target can carry; remove it" for p in nul]
+        )
     try:
         return specmod.Deployment.model_validate(data)
     except ValidationError as err:

@@ -8,6 +8,7 @@ evaluates them. Every failing check carries a hint saying what to do.
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,8 +32,8 @@ from rigsmith.operating.probes import (
 from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import expand_dir
 from rigsmith.resolving.imageref import parse_ref
+from rigsmith.resolving.modelfiles import expand_dir
 from rigsmith.spec import Deployment
 
 Verdict = Literal["go", "warn", "no-go"]
@@ -568,8 +569,10 @@ def _check_sparse(facts: HostFacts, target: str) -> Check | None:
     return Check("sparse files", "go", f"{len(facts.sparse)} file(s) at their exact size")
 
 
-def evaluate(spec: Deployment, facts: HostFacts, target: str = "podman") -> list[Check]:
-    """Every check, in table order. Pure."""
+def evaluate(
+    spec: Deployment, facts: HostFacts, target: str = "podman", fit: Check | None = None
+) -> list[Check]:
+    """Every check, in table order. Pure. ``fit``: the memory-fit row (operating.fitreport), when given."""
     want = requested_gpus(spec, facts)
     optional = [
         _check_init(facts, target),
@@ -589,6 +592,7 @@ def evaluate(spec: Deployment, facts: HostFacts, target: str = "podman") -> list
         _check_p2p(spec, facts, want),
         _check_podman(spec, facts, target),
         *(c for c in optional if c is not None),
+        *([fit] if fit is not None else []),
     ]
 
 
@@ -618,7 +622,9 @@ def diagnose(
         sparse=[(str(expand_dir(h)), s) for h, s in sparse],
         model=drift.model_facts(spec, lock, verify=verify),
     )
-    checks = evaluate(spec, facts, target)
+    from rigsmith.operating.fitreport import fit_check  # fitreport builds on this module's Check
+
+    checks = evaluate(spec, facts, target, fit_check(spec, lock, facts, os.environ))
     return name, checks + ([planned] if planned else [])
 
 

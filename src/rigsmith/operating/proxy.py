@@ -16,10 +16,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rigsmith.operating.wait import timeout_for
-from rigsmith.render import banner
+from rigsmith.render import banner, escape_line_breaks
+from rigsmith.rendering.targets.common import yaml_text
 from rigsmith.spec import Deployment
 from rigsmith.writer import BANNER_MARK, Artifact
 
@@ -101,7 +100,9 @@ def family_entry(spec: Deployment) -> dict[str, Any]:
 def _comment_word(text: str) -> str:
     """A recipe value shown in a YAML comment: bare when plain, else JSON-quoted, so a line break in it
     cannot end the comment and add keys (a model with its own ``cmd``) to llama-swap's config."""
-    return text if re.fullmatch(r"[\w.:/@+-]+", text) else json.dumps(text, ensure_ascii=False)
+    if re.fullmatch(r"[\w.:/@+-]+", text):
+        return text
+    return escape_line_breaks(json.dumps(text, ensure_ascii=False))
 
 
 def render(spec: Deployment, target: str = "podman") -> dict[str, str]:
@@ -117,7 +118,9 @@ def render(spec: Deployment, target: str = "podman") -> dict[str, str]:
     if extra:
         shown = ", ".join(_comment_word(n) for n in extra)
         notes.append(f"# vLLM also serves: {shown} (add them as llama-swap aliases if you use them).")
-    swap = yaml.safe_dump(llama_swap_entry(spec, target), sort_keys=False, width=1000, allow_unicode=True)
+    # The targets' emitter: a served name with NEL/U+2028 is double-quoted (PyYAML's default single quotes
+    # fold it into a space), a name like `1e5` stays a string.
+    swap = yaml_text(llama_swap_entry(spec, target))
     family = json.dumps(family_entry(spec), indent=2, ensure_ascii=False) + "\n"
     return {
         "llama-swap.yaml": banner(cmd, src) + "\n".join(notes) + "\n" + swap,

@@ -13,6 +13,8 @@ from typing import Literal
 
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
+from rigsmith.policy import SECRET_FLAGS as SECRET_FLAGS  # re-exported for the targets
+from rigsmith.policy import dangerous_mounts, secret_flag, secret_flag_span
 from rigsmith.rendering import optins
 from rigsmith.rendering.envpaths import EnvPath, env_paths, unprovided
 from rigsmith.resolving import lock as lockmod
@@ -111,13 +113,25 @@ class RunPlan:
         return opts
 
 
+#: A registry host as Docker's reference grammar has it (domain or IPv6 literal, optional port).
+_REGISTRY_HOST = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?"
+)
+
+
 def _image(
     spec: specmod.Deployment, lock: lockmod.Lock, override: str | None, spec_path: str
 ) -> tuple[str, bool]:
     ref = override or spec.engine.image
     if ref:
         try:
-            parse_ref(ref)
+            registry = parse_ref(ref).registry
+            if not _REGISTRY_HOST.fullmatch(registry):
+                # parse_ref takes any first component holding a '.' or ':' as the registry.
+                raise RigsmithError(
+                    f"image reference {ref!r}: {registry!r} is not a registry host[:port]",
+                    hint="write e.g. registry.example.com:5000/name:tag",
+                )
         except RigsmithError as err:
             # Every target writes the reference into a file (unit keys take it raw): it must be one.
             raise SpecError(
@@ -185,29 +199,28 @@ def _check_venv(spec: specmod.Deployment, override: str | None, spec_path: str) 
         raise SpecError(spec_path, problems)
 
 
-#: vLLM flags whose value is a secret, and the environment variable vLLM reads it from instead.
-SECRET_FLAGS: dict[str, str] = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
-
-
-def _secret_args(args: tuple[str, ...]) -> list[tuple[str, str]]:
-    """Problems for secret flag values in the argv, which every target would write into its files.
-
-    ``--hf-token`` alone (vLLM: use the stored login) is fine; ``--api-key`` takes one or more values.
-    """
+def _secret_args(args: tuple[str, ...], where: str = "engine.args") -> list[tuple[str, str]]:
+    """Problems for secret flag values in the argv, which every target would write into its files."""
     out = []
     for i, a in enumerate(args):
-        flag = a.split("=", 1)[0]
-        if flag not in SECRET_FLAGS:
+        match = secret_flag(a)
+        if match is None:
             continue
-        has_value = "=" in a or (i + 1 < len(args) and not args[i + 1].startswith("-"))
-        if has_value:
-            var = SECRET_FLAGS[flag]
+        if match.ambiguous:
             out.append(
                 (
-                    f"engine.args[{i}]",
-                    f"{flag} carries a secret, which would be written into every generated file; remove "
-                    f"the flag and its value and add env {var} with secret: true (podman secret or a 0600 "
-                    "env file supplies it)",
+                    f"{where}[{i}]",
+                    f"{a.split('=', 1)[0]} abbreviates {', '.join((match.flag, *match.ambiguous))}, which "
+                    "vLLM refuses as ambiguous; write the full flag name",
+                )
+            )
+        elif secret_flag_span(args, i) > i + 1 or "=" in a:
+            out.append(
+                (
+                    f"{where}[{i}]",
+                    f"{a.split('=', 1)[0]} ({match.flag}) carries a secret, which would be written into "
+                    f"every generated file; remove the flag and its value and add env {match.variable} with "
+                    "secret: true (podman secret or a 0600 env file supplies it)",
                 )
             )
     return out
@@ -222,11 +235,36 @@ def _relative_hosts(spec: specmod.Deployment) -> list[tuple[str, str]]:
     """
     hosts = [("model.local_dir", spec.model.local_dir, "the checkpoint's")]
     hosts += [(f"mounts[{i}].host", m.host, "the host directory's") for i, m in enumerate(spec.mounts)]
-    return [
+    out = [
         (fld, f"{host!r} is relative (to where the recipe ran); set {what} absolute path or ~/…")
         for fld, host, what in hosts
         if not (host.startswith("/") or host == "~" or host.startswith("~/"))
     ]
+    out += [
+        (f"mounts[{i}].host", f"{m.host!r} ends in '/', but kind: file mounts a file; name the file")
+        for i, m in enumerate(spec.mounts)
+        if m.kind == "file" and (m.host.endswith("/") or m.host == "~")
+    ]
+    return out
+
+
+def _nul_problems(data: object, path: str = "") -> list[tuple[str, str]]:
+    """Every spec string holding a NUL, by field path. No target can carry one: bash drops it from run.sh,
+    quadlet drops every engine argument of the unit, podman-compose crashes, and no argv or environment
+    can hold it."""
+    if isinstance(data, str):
+        if "\0" in data:
+            return [(path, f"{data!r} holds a NUL character, which no target can write; remove it")]
+        return []
+    if isinstance(data, dict):
+        return [
+            p
+            for k, v in data.items()
+            for p in _nul_problems(k, path) + _nul_problems(v, f"{path}.{k}".lstrip("."))
+        ]
+    if isinstance(data, list | tuple):
+        return [p for i, v in enumerate(data) for p in _nul_problems(v, f"{path}[{i}]")]
+    return []
 
 
 def _has_tag(ref: str) -> bool:
@@ -258,7 +296,13 @@ def make(
         )
     written = spec  # the spec as the user wrote it (the opt-ins rewrite a copy's argv)
     opted = optins.apply(spec, spec.engine.args)
-    problems = _secret_args(spec.engine.args) + _relative_hosts(spec) + list(opted.problems)
+    problems = _nul_problems(spec.model_dump(mode="python")) + _nul_problems(image, "--image")
+    problems += _secret_args(spec.engine.subcommand, "engine.subcommand") + _secret_args(spec.engine.args)
+    problems += _relative_hosts(spec) + dangerous_mounts(spec) + list(opted.problems)
+    if spec.engine.runtime == "container" and not spec.engine.executable.strip():
+        # podman reads --entrypoint '' as "no entrypoint", quadlet drops an empty Entrypoint=: the targets
+        # would run different programs.
+        problems.append(("engine.executable", "is empty; set the program the container runs (e.g. vllm)"))
     if problems:
         raise SpecError(spec_path, problems)
     listen = spec.network.host

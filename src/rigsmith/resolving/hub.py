@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
+from urllib.parse import quote, urlsplit
 
 import httpx2
 from huggingface_hub import HfApi, constants
@@ -28,9 +31,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.file_download import hf_hub_url
-from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils._headers import build_hf_headers
-from huggingface_hub.utils._http import hf_raise_for_status, http_stream_backoff
+from huggingface_hub.utils._http import hf_raise_for_status, http_backoff, http_stream_backoff
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -40,13 +42,18 @@ from tenacity import (
 )
 
 from rigsmith.errors import AdapterError
-from rigsmith.resolving.modelfiles import RemoteFile, read_text_or_none, token_from
+from rigsmith.resolving.modelfiles import RemoteFile, Stopped, read_text_or_none, remote_files, token_from
+from rigsmith.resolving.netfail import unreachable
 from rigsmith.spec import SHA1_RE
 
 log = logging.getLogger("rigsmith.hub")
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+#: A tree listing longer than this many pages is refused (1000 entries a page: far beyond any model).
+MAX_TREE_PAGES = 1000
+#: huggingface_hub logs every one of its own retries (two lines each); rigsmith reports its own, once.
+_HF_HTTP_LOGGER = "huggingface_hub.utils._http"
 T = TypeVar("T")
 
 
@@ -73,7 +80,11 @@ class Hub(Protocol):
         ...
 
     def download(self, repo: str, commit: str, path: str, out: Sink, *, offset: int, size: int) -> None:
-        """Write the file's bytes from ``offset`` to ``out`` (which is positioned at ``offset``)."""
+        """Write the file's bytes from ``offset`` to ``out`` (which is positioned at ``offset``).
+
+        A sink with a ``stop`` attribute (a ``threading.Event``, set on Ctrl-C) also ends the retry
+        backoff early: the sink itself refuses further bytes once it is set.
+        """
         ...
 
 
@@ -88,7 +99,7 @@ def is_retryable(exc: BaseException) -> bool:
         return False
     if isinstance(exc, HfHubHTTPError):
         return exc.response is not None and exc.response.status_code in RETRY_STATUS
-    if isinstance(exc, httpx2.ProxyError):
+    if isinstance(exc, httpx2.ProxyError) or unreachable(exc):
         return False
     if isinstance(exc, httpx2.TransportError):
         return True
@@ -111,7 +122,7 @@ class RetryPolicy:
     max_wait: float = 60.0
     jitter: float = 2.0
 
-    def retrying(self, what: str) -> Retrying:
+    def retrying(self, what: str, sleep: Callable[[float], None] | None = None) -> Retrying:
         def note(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             wait = state.next_action.sleep if state.next_action else 0.0
@@ -131,6 +142,7 @@ class RetryPolicy:
             retry=retry_if_exception(is_retryable),
             before_sleep=note,
             reraise=True,
+            sleep=sleep or time.sleep,
         )
 
 
@@ -142,6 +154,7 @@ class HfHub:
         self._token = token
         self._retry = retry or RetryPolicy()
         self._api = HfApi(endpoint=self.endpoint, token=token if token else False, library_name="rigsmith")
+        logging.getLogger(_HF_HTTP_LOGGER).setLevel(logging.ERROR)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ, retry: RetryPolicy | None = None) -> HfHub:
@@ -151,9 +164,19 @@ class HfHub:
     def __repr__(self) -> str:  # never show the token
         return f"HfHub({self.endpoint!r}, token={'set' if self._token else 'none'})"
 
-    def _call(self, what: str, repo: str, fn: Callable[[], T], *, revision: str | None = None) -> T:
+    def _call(
+        self,
+        what: str,
+        repo: str,
+        fn: Callable[[], T],
+        *,
+        revision: str | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> T:
         try:
-            for attempt in self._retry.retrying(f"{what} {repo}" + (f"@{revision}" if revision else "")):
+            for attempt in self._retry.retrying(
+                f"{what} {repo}" + (f"@{revision}" if revision else ""), sleep
+            ):
                 with attempt:
                     return fn()
         except Exception as err:
@@ -171,20 +194,57 @@ class HfHub:
         return info.sha
 
     def tree(self, repo: str, commit: str) -> list[RemoteFile]:
-        entries = self._call(
-            "list files",
-            repo,
-            lambda: list(self._api.list_repo_tree(repo, revision=commit, recursive=True)),
-            revision=commit,
+        entries = self._call("list files", repo, lambda: self._tree_entries(repo, commit), revision=commit)
+        return remote_files(entries, f"{self.endpoint} (tree of {repo}@{commit})")
+
+    def _tree_entries(self, repo: str, commit: str) -> list[object]:
+        """The raw recursive tree listing, every page (``HfApi.list_repo_tree`` without its own retries:
+        its ``http_backoff`` retries a refused connection 5 times inside each of ours)."""
+        url: str | None = f"{self.endpoint}/api/models/{repo}/tree/{quote(commit, safe='')}"
+        params: dict[str, str] | None = {"recursive": "true", "expand": "false"}
+        headers = build_hf_headers(token=self._token if self._token else False, library_name="rigsmith")
+        out: list[object] = []
+        for _page in range(MAX_TREE_PAGES):
+            if url is None:
+                return out
+            resp = http_backoff(
+                "GET", url, params=params, headers=headers, retry_on_exceptions=(), retry_on_status_codes=()
+            )
+            hf_raise_for_status(resp)
+            try:
+                page = resp.json()
+            except ValueError:
+                raise AdapterError(
+                    f"{self.endpoint} answered the file list of {repo}@{commit} with something that is not "
+                    "JSON",
+                    hint="check HF_ENDPOINT: it must be a Hugging Face Hub (or a mirror of its API)",
+                ) from None
+            if not isinstance(page, list):
+                raise AdapterError(
+                    f"{self.endpoint} answered the file list of {repo}@{commit} with a JSON "
+                    f"{type(page).__name__}, not a list",
+                    hint="check HF_ENDPOINT: it must be a Hugging Face Hub (or a mirror of its API)",
+                )
+            out.extend(page)
+            nxt = resp.links.get("next", {}).get("url")
+            url, params = (str(nxt) if nxt else None), None
+            if url is not None and _origin(url) != _origin(self.endpoint):
+                # The token goes with every page: never to a host the user did not name.
+                raise AdapterError(
+                    f"{self.endpoint} sent the next page of the file list of {repo}@{commit} to another "
+                    f"host ({_origin(url)}); not following it",
+                    hint="check HF_ENDPOINT: a Hub pages within its own address",
+                )
+        raise AdapterError(
+            f"{self.endpoint}: the file list of {repo}@{commit} runs past {MAX_TREE_PAGES} pages",
+            hint="check HF_ENDPOINT: a Hub pages 1000 files at a time",
         )
-        out = []
-        for e in entries:
-            if isinstance(e, RepoFile):
-                out.append(RemoteFile(e.path, e.size, e.blob_id, e.lfs.sha256 if e.lfs else None))
-        return out
 
     def download(self, repo: str, commit: str, path: str, out: Sink, *, offset: int, size: int) -> None:
         url = hf_hub_url(repo, path, revision=commit, endpoint=self.endpoint)
+        stop = getattr(out, "stop", None)
+        if not isinstance(stop, threading.Event):
+            stop = None
         headers = build_hf_headers(token=self._token if self._token else False, library_name="rigsmith")
         if out.tell() != offset:
             raise ValueError("out must be positioned at offset")
@@ -207,7 +267,14 @@ class HfHub:
                         repo, commit, path, type(err).__name__, err, out.tell(),
                     )  # fmt: skip
 
-        self._call("download", repo, once, revision=f"{commit}/{path}")
+        def sleep(seconds: float) -> None:
+            # A Ctrl-C must not wait out a backoff of up to a minute.
+            if stop is None:
+                time.sleep(seconds)
+            elif stop.wait(seconds):
+                raise Stopped("stopped while waiting to retry")
+
+        self._call("download", repo, once, revision=f"{commit}/{path}", sleep=sleep)
 
     def _translate(self, err: Exception, what: str, repo: str, revision: str | None) -> AdapterError:
         where = f"{repo}@{revision}" if revision else repo
@@ -243,10 +310,18 @@ class HfHub:
             )
         if isinstance(err, httpx2.TransportError | LocalEntryNotFoundError | OSError):
             return AdapterError(
-                f"{what}: {where}: cannot reach {self.endpoint}: {type(err).__name__}: {err}",
-                hint="check the network and HF_ENDPOINT; a re-run resumes where this one stopped",
+                f"{what}: {where}: cannot reach {self.endpoint} (HF_ENDPOINT): {type(err).__name__}: {err}",
+                hint="check the network and HF_ENDPOINT; a re-run resumes where this one stopped. Offline, "
+                "HF_HUB_OFFLINE=1 works once the lock pins the model and its local dir is complete",
             )
         return AdapterError(f"{what}: {where}: {type(err).__name__}: {err}")
+
+
+def _origin(url: str) -> str:
+    """scheme://host:port of a URL, the port made explicit."""
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
 def _stream(url: str, headers: Mapping[str, str], out: Sink, size: int) -> None:

@@ -54,8 +54,9 @@ class _Frozen(BaseModel):
 
 
 def _single_line(v: str, what: str) -> str:
-    if "\n" in v or "\r" in v:
-        raise ValueError(f"{what} must be one line")
+    breaks = render.line_breaks(v)
+    if breaks:
+        raise ValueError(f"{what} must be one line (holds the line break {breaks[0]!r})")
     return v
 
 

@@ -10,14 +10,21 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Annotated
 
 from filelock import FileLock
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from rigsmith.errors import LockError
 from rigsmith.writer import write_one
 
 LOCK_VERSION = 1
+
+# The lock is committed and edited by hand; its hashes and digests become file names and image references,
+# so each is held to its exact shape (a hostile or mangled value is a LockError, not a path or a ref).
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Sha1 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
+Digest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
 
 
 class _M(BaseModel):
@@ -27,17 +34,17 @@ class _M(BaseModel):
 class LockedFile(_M):
     """One file of a model snapshot as the Hub describes it."""
 
-    size: int
-    sha256: str | None = None  # LFS files
-    git_sha1: str | None = None  # small (non-LFS) files: git blob sha1
+    size: int = Field(ge=0)
+    sha256: Sha256 | None = None  # LFS files
+    git_sha1: Sha1 | None = None  # small (non-LFS) files: git blob sha1
 
 
 class LockedPatch(_M):
     """A checkpoint config patch applied after verification."""
 
     file: str
-    original_sha256: str
-    patched_sha256: str
+    original_sha256: Sha256
+    patched_sha256: Sha256
 
 
 class LockedModel(_M):
@@ -45,7 +52,7 @@ class LockedModel(_M):
 
     repo: str
     requested: str | None = None  # what the spec asked for (branch, tag or sha)
-    commit: str
+    commit: Sha1
     files: dict[str, LockedFile] = Field(default_factory=dict)
     patches: list[LockedPatch] = Field(default_factory=list)
 
@@ -53,7 +60,7 @@ class LockedModel(_M):
 class LockedImage(_M):
     """An image tag resolved to a registry digest."""
 
-    digest: str
+    digest: Digest
     media_type: str | None = None
 
 
@@ -61,8 +68,8 @@ class LockedBuild(_M):
     """An image rigsmith built."""
 
     ref: str  # repository the digest belongs to, e.g. 127.0.0.1:5000/vllm-3x3090
-    image_id: str
-    digest: str | None = None  # registry digest after a push
+    image_id: Digest
+    digest: Digest | None = None  # registry digest after a push
     base: str  # name@sha256:…
     patches: dict[str, str] = Field(default_factory=dict)  # patch file → sha256
     inputs_sha256: str | None = None
@@ -107,11 +114,24 @@ def read(path: Path) -> Lock:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return Lock()
+    except UnicodeDecodeError as err:
+        raise LockError(
+            f"{path} is not a valid rigsmith lock: byte {err.start} is not UTF-8 text",
+            hint="restore it from git, or delete it and re-run `invoke pin`",
+        ) from None
+    except OSError as err:
+        raise LockError(
+            f"cannot read {path}: {err.strerror}",
+            hint="rigsmith.lock must be a readable file; restore it from git, or delete it and re-run "
+            "`invoke pin`",
+        ) from None
     try:
         return Lock.model_validate_json(text)
     except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])[:200]
         raise LockError(
-            f"{path} is not a valid rigsmith lock: {err.errors()[0]['msg']}",
+            f"{path} is not a valid rigsmith lock: {where + ': ' if where else ''}{first['msg']}",
             hint="restore it from git, or delete it and re-run `invoke pin`",
         ) from None
 

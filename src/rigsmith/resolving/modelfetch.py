@@ -42,7 +42,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from rigsmith.errors import AdapterError, RigsmithError, SpecError
+from rigsmith.errors import AdapterError, ConsentError, RigsmithError, SpecError
+from rigsmith.modeldir import check_model_dir
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.lock import LockedModel
@@ -58,6 +59,7 @@ from rigsmith.resolving.modelfiles import (
     Hasher,
     HashKind,
     HashMismatch,
+    Stopped,
     Want,
     check_disk,
     check_patch_files,
@@ -85,6 +87,8 @@ if TYPE_CHECKING:
 
 Echo = Callable[[str], None]
 HubFactory = Callable[[], "Hub"]
+#: Asks the user a yes/no question (None: no terminal, so nothing may be asked and the answer is no).
+Confirm = Callable[[str], bool]
 
 #: How many files download and hash at once, like ``hf download`` (hashlib releases the GIL on large
 #: buffers, so the threads really overlap).
@@ -96,6 +100,31 @@ PROGRESS_STEP = 1 << 20
 WRITEBACK_STEP = 16 << 20
 #: A file that hashes wrong after download is fetched once more before it is refused.
 MISMATCH_ATTEMPTS = 2
+#: Entries of a non-empty model dir looked at before deciding it holds something else.
+SCAN_LIMIT = 10_000
+#: The flags that give consent (named in the refusals).
+ADOPT_FLAG = "--adopt-dir"
+OVERWRITE_FLAG = "--overwrite-edited"
+
+
+class FetchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a fetch: queued files were cancelled, transfers stopped, partial files kept."""
+
+
+def parse_workers(text: object) -> int:
+    """``--workers`` as given on the command line: a whole number from 1 to :data:`MAX_WORKERS`.
+
+    Raises:
+        RigsmithError: naming the flag and the range.
+    """
+    raw = str(text).strip()
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_WORKERS:
+        shown = raw if len(raw) <= 20 else raw[:20] + "…"
+        raise RigsmithError(
+            f"--workers {shown!r}: must be a whole number from 1 to {MAX_WORKERS}",
+            hint=f"the default, {WORKERS}, matches `hf download`",
+        )
+    return int(raw)
 
 
 def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
@@ -206,9 +235,16 @@ class _HashingWriter:
     """
 
     def __init__(
-        self, fh: Any, hasher: Hasher, kind: HashKind, size: int, on_bytes: Callable[[int], None]
+        self,
+        fh: Any,
+        hasher: Hasher,
+        kind: HashKind,
+        size: int,
+        on_bytes: Callable[[int], None],
+        stop: threading.Event | None = None,
     ) -> None:
         self._fh = fh
+        self.stop = stop  # read by the Hub adapter too: a set stop also cuts a retry backoff short
         self._fd: int = fh.fileno()
         self._kind = kind
         self._size = size
@@ -220,6 +256,9 @@ class _HashingWriter:
         self._synced = self._pos
 
     def write(self, data: bytes) -> int:
+        if self.stop is not None and self.stop.is_set():
+            self._fh.flush()  # what arrived stays in the partial file: the next run resumes from it
+            raise Stopped("stopped")
         n: int = self._fh.write(data)
         self.hasher.update(data)
         self.written += n
@@ -297,8 +336,20 @@ class _Ctx:
     report: FetchReport
     mu: threading.Lock
     get_hub: Callable[[], Hub]
+    stop: threading.Event
     progress: Progress | None = None
     overall: TaskID | None = None
+
+    def inside(self, rel: str) -> Path:
+        """``root/rel``, refusing it when a symlinked directory on the way leads out of the model dir."""
+        path = self.root / rel
+        real_root = self.root.resolve()
+        if not path.parent.resolve().is_relative_to(real_root):
+            raise RigsmithError(
+                f"{path}: a directory on the way is a symlink out of the model dir ({path.parent.resolve()})",
+                hint=f"remove the symlink from {self.root}; rigsmith writes only inside the model dir",
+            )
+        return path
 
     @property
     def state_path(self) -> Path:
@@ -337,12 +388,12 @@ def _check(ctx: _Ctx, w: Want) -> bool:
                 continue
         except FileNotFoundError:
             continue
-        digest = hash_file(path, w.kind, w.size)
+        digest = hash_file(path, w.kind, w.size, ctx.stop)
         ctx.hashed(w.size)
         if digest != w.digest:
             continue
         if rel != w.disk_path:
-            dst = ctx.root / w.disk_path
+            dst = ctx.inside(w.disk_path)
             dst.parent.mkdir(parents=True, exist_ok=True)
             if rel == w.repo_path:
                 shutil.copy2(path, dst)  # keep the real path until the patch replaces it
@@ -355,7 +406,7 @@ def _check(ctx: _Ctx, w: Want) -> bool:
 
 def _download(ctx: _Ctx, w: Want) -> None:
     """Stream one file into its partial, verify, move into place; resume from a partial left earlier."""
-    part = ctx.root / STATE_DIR / PARTIAL_DIR / w.partial_name
+    part = ctx.inside(f"{STATE_DIR}/{PARTIAL_DIR}/{w.partial_name}")
     part.parent.mkdir(parents=True, exist_ok=True)
     task = None
     if ctx.progress is not None:
@@ -373,14 +424,18 @@ def _download(ctx: _Ctx, w: Want) -> None:
                 part.unlink()
                 have = 0
             with part.open("r+b" if have else "w+b") as fh:
-                hasher = hash_stream(w.kind, w.size, fh, limit=have) if have else Hasher(w.kind, w.size)
+                hasher = (
+                    hash_stream(w.kind, w.size, fh, limit=have, stop=ctx.stop)
+                    if have
+                    else Hasher(w.kind, w.size)
+                )
                 if have:
                     ctx.hashed(have)
                     on_bytes(have)
                     with ctx.mu:
                         ctx.report.resumed_bytes += have
                 fh.seek(have)
-                out = _HashingWriter(fh, hasher, w.kind, w.size, on_bytes)
+                out = _HashingWriter(fh, hasher, w.kind, w.size, on_bytes, ctx.stop)
                 if have < w.size:
                     ctx.get_hub().download(
                         ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
@@ -404,7 +459,7 @@ def _download(ctx: _Ctx, w: Want) -> None:
                     hint="re-run later; if it persists, the mirror/endpoint is serving corrupt data "
                     "(or the repo was force-pushed: `invoke pin --repin`)",
                 )
-        final = ctx.root / w.disk_path
+        final = ctx.inside(w.disk_path)
         final.parent.mkdir(parents=True, exist_ok=True)
         part.replace(final)
         ctx.record(w.disk_path, w.kind, w.digest)
@@ -415,16 +470,28 @@ def _download(ctx: _Ctx, w: Want) -> None:
             ctx.progress.remove_task(task)
 
 
-def _run_all(fn: Callable[[Want], Any], items: Sequence[Want], workers: int) -> list[tuple[Want, Any]]:
-    """Run ``fn`` over items in a thread pool; return (item, result-or-exception) pairs, all of them."""
+def _run_all(
+    fn: Callable[[Want], Any], items: Sequence[Want], workers: int, stop: threading.Event
+) -> list[tuple[Want, Any]]:
+    """Run ``fn`` over items in a thread pool; return (item, result-or-exception) pairs, all of them.
+
+    Ctrl-C (KeyboardInterrupt in this, the main thread) cancels every queued item, sets ``stop`` so the
+    running ones end at their next block (keeping their partial files), waits for them, and re-raises.
+    """
     out: list[tuple[Want, Any]] = []
     if not items:
         return out
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(items)))) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))))
+    try:
         futs = [(w, pool.submit(fn, w)) for w in items]
         for w, f in futs:
             exc = f.exception()
             out.append((w, exc if exc is not None else f.result()))
+    except KeyboardInterrupt:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return out
 
 
@@ -463,8 +530,15 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage("/").free
 
 
-def _patch(ctx: _Ctx, verify: bool) -> dict[str, tuple[str, str]]:
-    """Apply the spec's config patches from the kept originals; idempotent."""
+def _patch(
+    ctx: _Ctx, verify: bool, confirm: Confirm | None, overwrite_edited: bool
+) -> dict[str, tuple[str, str]]:
+    """Apply the spec's config patches from the kept originals; idempotent.
+
+    A patched file whose bytes are neither the patch rigsmith wrote last (the lock's ``patched_sha256``)
+    nor the one it would write now was edited by hand: it is replaced only with consent (asked, or
+    :data:`OVERWRITE_FLAG`); without a terminal the fetch stops, naming the file.
+    """
     spec_patches = [p.model_dump(mode="json", exclude={"note"}) for p in ctx.spec.model.config_patches]
     recorded = {p.file: p for p in ctx.entry.patches}
     applied: dict[str, tuple[str, str]] = {}
@@ -486,7 +560,25 @@ def _patch(ctx: _Ctx, verify: bool) -> dict[str, tuple[str, str]]:
         a, b = sha256_bytes(original), sha256_bytes(new)
         ctx.hashed(len(original))
         current = target.read_bytes() if target.is_file() else None
-        if current is None or sha256_bytes(current) != b:
+        have = sha256_bytes(current) if current is not None else None
+        if (
+            rec is not None
+            and have is not None
+            and have not in (rec.patched_sha256, b, a)
+            and not overwrite_edited
+        ):
+            question = (
+                f"{target} was edited since fetch-model patched it (sha256 {have[:12]}, rigsmith wrote "
+                f"{rec.patched_sha256[:12]}); replace your edit with the patched file?"
+            )
+            if confirm is None or not confirm(question):
+                raise ConsentError(
+                    f"{target} was changed by hand since fetch-model patched it; not replacing your edit",
+                    hint=f"to keep the change, put it in model.config_patches of the spec; to discard it, "
+                    f"re-run with {OVERWRITE_FLAG}",
+                )
+        if current is None or have != b:
+            target = ctx.inside(file)
             write_one(target, new.decode("utf-8"))
             ctx.report.patched.append(file)
         ctx.record(file, "sha256", b)
@@ -507,6 +599,10 @@ def fetch_model(
     disk_free: Callable[[Path], int] = free_bytes,
     workers: int = WORKERS,
     progress: bool | None = None,
+    confirm: Confirm | None = None,
+    adopt_dir: bool = False,
+    overwrite_edited: bool = False,
+    home: str | None = None,
 ) -> FetchReport:
     """Download the locked model revision into its local dir, verify every file, apply config patches.
 
@@ -521,6 +617,10 @@ def fetch_model(
         disk_free: bytes free at a path (host fact).
         workers: files downloaded (or hashed) at once, 1 to :data:`MAX_WORKERS`.
         progress: show a rich progress bar (default: when stderr is a terminal).
+        confirm: asks the user yes/no; None when there is no terminal (then every question is a no).
+        adopt_dir: fetch into a non-empty directory that does not hold this model yet, without asking.
+        overwrite_edited: replace a hand-edited patched file (config.json) without asking.
+        home: the user's home directory (default: ``$HOME``), for the model-dir check.
 
     Returns:
         What was done (downloaded, hashed, cached, cleaned, patched).
@@ -533,13 +633,16 @@ def fetch_model(
             f"--workers {workers}: must be between 1 and {MAX_WORKERS}",
             hint=f"the default, {WORKERS}, matches `hf download`",
         )
+    home = home if home is not None else os.environ.get("HOME") or str(Path.home())
     if spec.model.repo is None:
-        return _local(spec, dest, echo)
+        return _local(spec, dest, echo, home)
+    written, field = (str(dest), "--dest") if dest is not None else (spec.model.local_dir, "model.local_dir")
+    check_model_dir(written, home, field)
     get_hub = _lazy(hub)
     entry = pin_model(project, spec, repin=repin, echo=echo, hub=get_hub)
     assert entry is not None
     m = spec.model
-    root = dest.absolute() if dest is not None else expand_dir(m.local_dir)
+    root = dest.absolute() if dest is not None else expand_dir(m.local_dir, {"HOME": home})
     files = select(entry.files, m.allow_patterns, m.ignore_patterns)
     if not files:
         raise SpecError(
@@ -554,6 +657,7 @@ def fetch_model(
     check_patch_files(m.config_patches, files)
     by_file = patches_by_file(m.config_patches)
     wanted = wants(files, by_file)
+    _guard_dir(root, field, home, entry, wanted, confirm, adopt_dir)
 
     try:
         (root / STATE_DIR).mkdir(parents=True, exist_ok=True)
@@ -565,7 +669,7 @@ def fetch_model(
     with _dir_lock(root / STATE_DIR / "fetch.lock", echo):
         state = read_state(root / STATE_DIR / STATE_FILE)
         state.repo, state.commit = entry.repo, entry.commit
-        ctx = _Ctx(spec, entry, root, state, report, threading.Lock(), get_hub)
+        ctx = _Ctx(spec, entry, root, state, report, threading.Lock(), get_hub, threading.Event())
         report.cleaned = _clean(root, wanted)
 
         to_check: list[Want] = []
@@ -581,7 +685,13 @@ def fetch_model(
                 report.cached += 1
             else:
                 to_check.append(w)
-        checked = _run_all(lambda w: _check(ctx, w), to_check, workers)
+        try:
+            checked = _run_all(lambda w: _check(ctx, w), to_check, workers, ctx.stop)
+        except KeyboardInterrupt:
+            raise FetchInterrupted(
+                "stopped while verifying the files on disk (those verified so far are remembered); run "
+                "`invoke fetch-model` again to continue"
+            ) from None
         for _w, res in checked:
             if isinstance(res, BaseException):
                 raise res
@@ -594,9 +704,15 @@ def fetch_model(
             for w in todo:
                 if verify and (root / w.disk_path).exists():
                     echo(f"{w.repo_path}: does not match the lock; downloading it again")
-            _download_all(ctx, todo, workers, progress)
+            try:
+                _download_all(ctx, todo, workers, progress)
+            except KeyboardInterrupt:
+                raise FetchInterrupted(
+                    f"queued files cancelled; partial downloads kept in {root / STATE_DIR / PARTIAL_DIR}; "
+                    "run `invoke fetch-model` again to resume"
+                ) from None
 
-        applied = _patch(ctx, verify)
+        applied = _patch(ctx, verify, confirm, overwrite_edited)
         with ctx.mu:
             write_one(ctx.state_path, dump_state(state))
 
@@ -607,6 +723,85 @@ def fetch_model(
             if cur is not None and cur.commit == entry.commit:
                 lock.models[spec.name] = cur.model_copy(update={"patches": new_patches})
     return report
+
+
+def _guard_dir(
+    root: Path,
+    field: str,
+    home: str,
+    entry: LockedModel,
+    wanted: Sequence[Want],
+    confirm: Confirm | None,
+    adopt: bool,
+) -> None:
+    """Refuse a model dir that is not dedicated to this model, on the disk (the text was checked before).
+
+    The directory may be missing or empty, hold rigsmith's verified-state cache (a model dir rigsmith
+    made), or hold only files of the locked snapshot (an earlier ``hf download``). Anything else is
+    someone's directory: ask, showing what would be written over, or (no terminal) refuse naming the
+    directory and :data:`ADOPT_FLAG`. Files that are not part of the snapshot are never touched either
+    way: rigsmith writes only the snapshot's paths and its own ``.rigsmith/``.
+    """
+    real = root.resolve()
+    if real != root:
+        check_model_dir(str(real), _real(home), f"{field} (resolved through symlinks)")
+    if not root.exists():
+        return
+    if not root.is_dir():
+        raise RigsmithError(
+            f"{root} is not a directory", hint=f"point {field} at a directory of its own for the model"
+        )
+    for book in (STATE_DIR, ".cache"):
+        if (root / book).is_symlink():
+            raise RigsmithError(
+                f"{root / book} is a symlink; rigsmith keeps its book-keeping (and deletes stale partial "
+                "files) there, so it must be a plain directory inside the model dir",
+                hint=f"remove the symlink {root / book}",
+            )
+    if (root / STATE_DIR / STATE_FILE).is_file():
+        return
+    foreign = _foreign_files(root, entry)
+    if not foreign or adopt:
+        return
+    present = sorted(w.repo_path for w in wanted if (root / w.repo_path).exists())
+    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    replaced = ", ".join(present[:10]) + (f" and {len(present) - 10} more" if len(present) > 10 else "")
+    what = (
+        f"{root} is not empty and does not hold {entry.repo} (not in the snapshot: {shown}); "
+        f"fetch-model writes {len(wanted)} file(s) there"
+        + (f", replacing any that differ from the snapshot: {replaced}" if present else "")
+    )
+    if confirm is not None and confirm(f"{what}. Files not in the snapshot are left alone. Fetch into it?"):
+        return
+    raise ConsentError(
+        what,
+        hint=f"point {field} at an empty directory of its own, or re-run with {ADOPT_FLAG} to fetch into "
+        f"{root} anyway (files not in the snapshot are never touched)",
+    )
+
+
+def _real(home: str) -> str:
+    """The home directory through its symlinks (``/home`` is ``/var/home`` on Fedora Atomic), so a model
+    dir under it is judged as a subdirectory of home, not as something in ``/var``."""
+    return str(Path(home).resolve()) if home else home
+
+
+def _foreign_files(root: Path, entry: LockedModel) -> list[str]:
+    """Paths under ``root`` that are not files of the locked snapshot (book-keeping dirs aside)."""
+    foreign: list[str] = []
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = Path(dirpath).relative_to(root)
+        if rel_dir == Path():
+            dirnames[:] = [d for d in dirnames if d not in (STATE_DIR, ".cache")]
+        for name in (*filenames, *(d for d in dirnames if Path(dirpath, d).is_symlink())):
+            seen += 1
+            rel = (rel_dir / name).as_posix()
+            if rel not in entry.files:
+                foreign.append(rel)
+            if seen >= SCAN_LIMIT or len(foreign) >= 100:
+                return sorted(foreign)
+    return sorted(foreign)
 
 
 def _size(p: Path) -> int:
@@ -632,7 +827,7 @@ def _download_all(ctx: _Ctx, todo: Sequence[Want], workers: int, progress: bool 
     ) as prog:
         ctx.progress = prog
         ctx.overall = prog.add_task(f"{ctx.entry.repo}", total=sum(w.size for w in todo))
-        for _w, res in _run_all(lambda w: _download(ctx, w), todo, workers):
+        for _w, res in _run_all(lambda w: _download(ctx, w), todo, workers, ctx.stop):
             if isinstance(res, BaseException):
                 errors.append(res)
         ctx.progress = None
@@ -657,7 +852,7 @@ def _download_all(ctx: _Ctx, todo: Sequence[Want], workers: int, progress: bool 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
-def _local(spec: Deployment, dest: Path | None, echo: Echo) -> FetchReport:
+def _local(spec: Deployment, dest: Path | None, echo: Echo, home: str) -> FetchReport:
     """A checkpoint already on disk: report what is there and apply the config patches; download nothing."""
     m = spec.model
     if dest is None and not m.local_dir.startswith(("/", "~")):
@@ -671,7 +866,7 @@ def _local(spec: Deployment, dest: Path | None, echo: Echo) -> FetchReport:
                 )
             ],
         )
-    root = dest.absolute() if dest is not None else expand_dir(m.local_dir)
+    root = dest.absolute() if dest is not None else expand_dir(m.local_dir, {"HOME": home})
     if not root.is_dir():
         raise RigsmithError(
             f"{spec.name}: model.repo is null, so the checkpoint is local and there is nothing to download "
@@ -689,6 +884,11 @@ def _local(spec: Deployment, dest: Path | None, echo: Echo) -> FetchReport:
         has_config=(root / "config.json").is_file(),
     )
     if m.config_patches:
+        # Patching writes into the checkpoint dir: the same refusals as a download.
+        check_model_dir(
+            str(dest) if dest is not None else m.local_dir, home, "--dest" if dest else "model.local_dir"
+        )
+        check_model_dir(str(root.resolve()), _real(home), "model.local_dir (resolved through symlinks)")
         with _dir_lock(root / STATE_DIR / "fetch.lock", echo):
             _patch_local(spec, root, report, echo)
     return report

@@ -9,15 +9,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from threading import Event
 from typing import Any, BinaryIO, Literal
 
 from huggingface_hub.utils._paths import filter_repo_objects
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rigsmith.errors import PreflightError, RigsmithError, SpecError
+from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
 from rigsmith.resolving.lock import LockedFile, LockedModel, LockedPatch
 from rigsmith.spec import ConfigPatch
 
@@ -34,6 +37,10 @@ HashKind = Literal["sha256", "git_sha1"]
 
 class HashMismatch(RigsmithError):
     """A downloaded or on-disk file does not hash to what the Hub says."""
+
+
+class Stopped(Exception):
+    """A download was told to stop (Ctrl-C): raised by the sink, or by the Hub adapter between attempts."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -65,13 +72,21 @@ class Hasher:
         return self._h.hexdigest()
 
 
-def hash_stream(kind: HashKind, size: int, stream: BinaryIO, limit: int | None = None) -> Hasher:
-    """Hash ``stream`` from its position (``limit`` bytes, or to EOF) into a fresh Hasher."""
+def hash_stream(
+    kind: HashKind, size: int, stream: BinaryIO, limit: int | None = None, stop: Event | None = None
+) -> Hasher:
+    """Hash ``stream`` from its position (``limit`` bytes, or to EOF) into a fresh Hasher.
+
+    Raises:
+        Stopped: ``stop`` was set (Ctrl-C); checked every :data:`HASH_CHUNK` bytes.
+    """
     h = Hasher(kind, size)
     left = limit
     buf = bytearray(HASH_CHUNK)
     view = memoryview(buf)
     while left is None or left > 0:
+        if stop is not None and stop.is_set():
+            raise Stopped("stopped while hashing")
         want = HASH_CHUNK if left is None else min(HASH_CHUNK, left)
         n = stream.readinto(view[:want])  # type: ignore[attr-defined]
         if not n:
@@ -82,10 +97,10 @@ def hash_stream(kind: HashKind, size: int, stream: BinaryIO, limit: int | None =
     return h
 
 
-def hash_file(path: Path, kind: HashKind, size: int) -> str:
-    """Hex digest of a whole file (reads ``path``)."""
+def hash_file(path: Path, kind: HashKind, size: int, stop: Event | None = None) -> str:
+    """Hex digest of a whole file (reads ``path``); ``stop`` as for :func:`hash_stream`."""
     with path.open("rb") as fh:
-        return hash_stream(kind, size, fh).hexdigest()
+        return hash_stream(kind, size, fh, stop=stop).hexdigest()
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -156,14 +171,99 @@ def select(
     return {p: files[p] for p in sorted(keep)}
 
 
+#: Longest file name one path component may have (NAME_MAX on Linux filesystems), and a whole path.
+NAME_MAX = 255
+PATH_MAX = 4096
+_HEX40 = re.compile(r"[0-9a-f]{40}\Z")
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def unsafe_relpath(path: object) -> str | None:
+    """Why ``path`` (a repo file path from the Hub or the lock) cannot be written under a model dir, or
+    None when it can: relative, ``/``-separated, no empty, ``.`` or ``..`` part, no NUL, control character
+    or line break, each part at most :data:`NAME_MAX` bytes, not inside rigsmith's or huggingface_hub's
+    book-keeping."""
+    if not isinstance(path, str) or not path:
+        return "it is empty or not text"
+    if "\0" in path:
+        return "it contains a NUL byte"
+    if path.startswith("/"):
+        return "it is absolute"
+    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in path):
+        return "it contains a control character or line break"
+    if len(path.encode("utf-8", "surrogatepass")) > PATH_MAX:
+        return f"it is longer than {PATH_MAX} bytes"
+    parts = path.split("/")
+    for part in parts:
+        if part in ("", ".", ".."):
+            return f"it has a {part!r} part" if part else "it has an empty part (// or a trailing /)"
+        if len(part.encode("utf-8", "surrogatepass")) > NAME_MAX:
+            return f"a part of it is longer than {NAME_MAX} bytes"
+    if parts[0] in (STATE_DIR, ".cache"):
+        return f"it is inside {parts[0]}/, the download book-keeping"
+    return None
+
+
 def safe_relpath(path: str) -> str:
-    """Refuse repo paths that would escape the model dir (the tree listing is untrusted)."""
-    parts = Path(path).parts
-    if not path or path.startswith("/") or ".." in parts or parts[0] in (STATE_DIR, ".cache"):
+    """Refuse repo paths that would escape the model dir (the tree listing and the lock are untrusted)."""
+    why = unsafe_relpath(path)
+    if why is not None:
         raise RigsmithError(
-            f"the Hub listed a file with an unsafe path: {path!r}", hint="check the repo and endpoint"
+            f"the Hub listed a file with an unsafe path: {path!r} ({why})",
+            hint="check the repo and HF_ENDPOINT; rigsmith writes only plain relative paths under the "
+            "model dir",
         )
     return path
+
+
+def remote_files(entries: Sequence[object], source: str) -> list[RemoteFile]:
+    """The files of a Hub tree listing (``/api/models/REPO/tree/COMMIT?recursive=true``), each checked.
+
+    Args:
+        entries: the listing's JSON items, as received (untrusted).
+        source: where they came from, for messages.
+
+    Raises:
+        AdapterError: an entry is not a Hub tree entry, or names a path that cannot be written safely
+            (``.``, ``..``, absolute, NUL, an over-long name, a path escaping the model dir).
+    """
+    out: dict[str, RemoteFile] = {}
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or e.get("type") not in ("file", "directory"):
+            raise AdapterError(
+                f"{source}: entry {i} is not a tree entry (an object with type file or directory)",
+                hint="check HF_ENDPOINT: it must be a Hugging Face Hub (or a mirror of its API)",
+            )
+        path = e.get("path")
+        why = unsafe_relpath(path)
+        if why is not None:
+            raise AdapterError(
+                f"{source}: refusing the file {path!r}: {why}",
+                hint="rigsmith writes only plain relative paths under the model dir; check the repo and "
+                "HF_ENDPOINT",
+            )
+        assert isinstance(path, str)
+        if e["type"] == "directory":
+            continue
+        size, oid, lfs = e.get("size"), e.get("oid"), e.get("lfs")
+        sha256 = lfs.get("oid") if isinstance(lfs, dict) else None
+        if (
+            not isinstance(size, int)
+            or isinstance(size, bool)
+            or size < 0
+            or not isinstance(oid, str)
+            or not _HEX40.match(oid)
+            or (lfs is not None and not (isinstance(sha256, str) and _HEX64.match(sha256)))
+        ):
+            raise AdapterError(
+                f"{source}: the entry for {path!r} lacks a size or a hash (size: a whole number, "
+                "oid: 40 hex, lfs.oid: 64 hex)",
+                hint="check HF_ENDPOINT: it must be a Hugging Face Hub (or a mirror of its API)",
+            )
+        if path in out:
+            raise AdapterError(f"{source}: the file {path!r} is listed twice", hint="check HF_ENDPOINT")
+        out[path] = RemoteFile(path, size, oid, sha256)
+    return list(out.values())
 
 
 # --------------------------------------------------------------------------------------------------

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from rigsmith.errors import AdapterError, RigsmithError
 from rigsmith.resolving.imageref import DIGEST_RE as DIGEST_RE  # re-exported: the reference names moved
 from rigsmith.resolving.imageref import DOCKER_HUB, DOCKER_HUB_API, ImageRef, parse_ref
+from rigsmith.resolving.netfail import unreachable
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -118,6 +119,11 @@ class _Transient(Exception):
     """A registry answer worth retrying (5xx, 429)."""
 
 
+def _transient(exc: BaseException) -> bool:
+    """Worth another try: a 5xx/429, or a transport error other than "no route" (refused, DNS)."""
+    return isinstance(exc, _Transient) or (isinstance(exc, httpx.TransportError) and not unreachable(exc))
+
+
 class Registry:
     """Registry HTTP API v2 client: manifest HEAD/GET, anonymous or basic → bearer token flow."""
 
@@ -136,14 +142,15 @@ class Registry:
             config: docker ``config.json`` content (for ``auths``).
             client: an httpx client to use (default: a new one with ``timeout``).
             timeout: seconds per HTTP request.
-            attempts: tries per request on transient failures (connection errors, 429, 5xx).
+            attempts: tries per request on transient failures (resets, timeouts, 429, 5xx; not a refused
+                connection or a name that does not resolve).
             backoff: first wait between tries in seconds; doubles, with jitter, up to 8 s.
         """
         self._config = config if config is not None else {}
         self._client = client or httpx.Client(timeout=timeout, follow_redirects=True)
         self._tokens: dict[tuple[str, str], str] = {}
         self._retrying = Retrying(
-            retry=retry_if_exception_type((httpx.TransportError, _Transient)),
+            retry=retry_if_exception(_transient),
             stop=stop_after_attempt(attempts),
             wait=wait_exponential_jitter(multiplier=backoff, max=8, jitter=backoff),
             reraise=True,
@@ -164,15 +171,18 @@ class Registry:
         try:
             resp = self._request("HEAD", url, parsed)
             if resp.status_code == 200 and resp.headers.get("Docker-Content-Digest"):
-                return Resolved(resp.headers["Docker-Content-Digest"], _media_type(resp))
+                return Resolved(_digest(resp, parsed, ref), _media_type(resp))
             if resp.status_code in (200, 405):
                 resp = self._request("GET", url, parsed)
                 if resp.status_code == 200:
-                    digest = resp.headers.get("Docker-Content-Digest") or (
-                        "sha256:" + hashlib.sha256(resp.content).hexdigest()
+                    _check_manifest(resp, parsed, ref)
+                    digest = (
+                        _digest(resp, parsed, ref)
+                        if resp.headers.get("Docker-Content-Digest")
+                        else "sha256:" + hashlib.sha256(resp.content).hexdigest()
                     )
                     return Resolved(digest, _media_type(resp))
-        except (httpx.HTTPError, _Transient) as err:
+        except (httpx.HTTPError, httpx.InvalidURL, _Transient) as err:
             raise AdapterError(
                 f"registry {parsed.api_host}: cannot resolve {ref}: {err}",
                 hint="check that the registry is reachable and the name is right",
@@ -218,6 +228,12 @@ class Registry:
             return "Basic " + base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
         if scheme != "bearer" or "realm" not in params:
             return None
+        if not params["realm"].startswith(("https://", "http://")):
+            raise AdapterError(
+                f"registry {ref.api_host}: its token endpoint (realm) is not an http(s) URL: "
+                f"{params['realm'][:100]!r}",
+                hint="check the registry name; a registry's WWW-Authenticate realm is an https URL",
+            )
         query = {"scope": params.get("scope") or f"repository:{ref.repository}:pull"}
         if params.get("service"):
             query["service"] = params["service"]
@@ -226,9 +242,46 @@ class Registry:
             raise _Transient(f"token endpoint: HTTP {resp.status_code}")
         if resp.status_code != 200:
             return None
-        body = resp.json()
-        token = body.get("token") or body.get("access_token")
-        return f"Bearer {token}" if token else None
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
+        if not isinstance(token, str) or not token or not token.isascii() or not token.isprintable():
+            raise AdapterError(
+                f"registry {ref.api_host}: its token endpoint {params['realm'][:100]} did not answer with a "
+                "JSON object holding a token (HTTP 200, "
+                f"{_media_type(resp) or 'no Content-Type'}, {len(resp.content)} bytes)",
+                hint="check the registry name and that it speaks the registry v2 token protocol",
+            )
+        return f"Bearer {token}"
+
+
+def _digest(resp: httpx.Response, ref: ImageRef, text: str) -> str:
+    """The Docker-Content-Digest header, refused unless it is ``sha256:<64 hex>`` (it goes into the lock
+    and from there into every artifact)."""
+    digest = str(resp.headers.get("Docker-Content-Digest", ""))
+    if not DIGEST_RE.match(digest):
+        raise AdapterError(
+            f"registry {ref.api_host}: answered {text} with a digest that is not sha256:<64 hex>: "
+            f"{digest[:80]!r}",
+            hint="check the registry name; a registry answers Docker-Content-Digest: sha256:…",
+        )
+    return digest
+
+
+def _check_manifest(resp: httpx.Response, ref: ImageRef, text: str) -> None:
+    """A manifest body is a JSON object with a schemaVersion; anything else is not a registry talking."""
+    try:
+        body = json.loads(resp.content)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or not isinstance(body.get("schemaVersion"), int):
+        raise AdapterError(
+            f"registry {ref.api_host}: answered {text} with something that is not an image manifest "
+            f"({_media_type(resp) or 'no Content-Type'}, {len(resp.content)} bytes)",
+            hint="check the registry name and that it speaks the registry v2 API",
+        )
 
 
 def _media_type(resp: httpx.Response) -> str | None:

@@ -15,12 +15,17 @@ from typing import Any
 import yaml
 
 from rigsmith.errors import SpecError
+from rigsmith.render import line_breaks
 from rigsmith.rendering.plan import RunPlan
 
 #: Seconds each enclosing layer adds to the stop timeout inside it.
 STOP_MARGIN = 30
 #: The health start period is this many times the recipe's first-boot time (kernel JIT, cold caches).
 START_PERIOD_FACTOR = 2
+#: Seconds systemd waits before restarting a crashed engine (RestartSec=). systemd's 100 ms default was seen
+#: (systemd 257 + podman 5.4.2) to burn the 5-starts-in-10-s limit in under a second and leave the unit
+#: failed for good; a crash caused by VRAM still being released needs the pause too.
+RESTART_SEC = 10
 #: Seconds between health probes, per-probe timeout, failures before "unhealthy".
 HEALTH_INTERVAL = 30
 HEALTH_TIMEOUT = 10
@@ -153,15 +158,18 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def line_value_problems(values: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """Values written raw as one ``Key=value`` line (quadlet Image=, Entrypoint=, Volume=) that would not
     stay one literal value: a newline starts a new key or section (e.g. an ExecStartPre= run as root), a
-    trailing backslash continues the line, surrounding whitespace is trimmed by the unit parser."""
+    trailing backslash continues the line, surrounding whitespace and double quotes are trimmed by the unit
+    parser."""
     out = []
     for fld, value in values:
-        if _CONTROL.search(value):
-            out.append((fld, f"{value!r}: holds a newline or other control character"))
+        if _CONTROL.search(value) or line_breaks(value):
+            out.append((fld, f"{value!r}: holds a line break (of any kind) or other control character"))
         elif value.endswith("\\"):
             out.append((fld, f"{value!r}: a trailing backslash continues the line"))
         elif value != value.strip():
             out.append((fld, f"{value!r}: leading or trailing whitespace is trimmed"))
+        elif value.startswith('"') or value.endswith('"'):  # seen with podman 5.4.2's generator
+            out.append((fld, f"{value!r}: quadlet strips a leading or trailing double quote"))
     return out
 
 
@@ -178,6 +186,37 @@ def duration(seconds: int) -> str:
 class _NoAliasDumper(yaml.SafeDumper):
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+#: Plain scalars that some YAML reader types as non-string: YAML 1.2 core (``1e5``, ``0o17``, ``.inf``),
+#: YAML 1.1 (``yes``/``on``/``y``, ``1_000``, sexagesimal ``12:30:00``, ``0b101``, ``017``) and Go's
+#: yaml/strconv (podman kube play, Kubernetes: ``0x1F``, underscores, ``+1``). PyYAML's own resolver (YAML
+#: 1.1) misses the 1.2 and Go forms, so a string matching this is emitted quoted. ``\Z``: ``$`` would
+#: accept a trailing newline.
+_TYPED_PLAIN = re.compile(
+    r"""(?:
+      ~|null|Null|NULL
+    | y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF
+    | [-+]?(?:0[bB][01_]*|0[oO][0-7_]*|0[xX][0-9a-fA-F_]*)
+    | [-+]?[0-9][0-9_]*(?::[0-5]?[0-9])*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?
+    | [-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    | [-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)
+    )\Z""",
+    re.VERBOSE,
+)
+_TYPED_TAG = "tag:rigsmith,2026:typed-plain"
+_NoAliasDumper.add_implicit_resolver(_TYPED_TAG, _TYPED_PLAIN, None)
+
+
+def _str_scalar(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    # Double quotes whenever a character would be folded or dropped in any other style: a line break of
+    # any class (single quotes fold NEL/U+2028/U+2029 into a space) or anything unprintable; the
+    # double-quoted style escapes them (\N, \L, \P, \x00).
+    literal = not line_breaks(value) and value.isprintable() and "\ufeff" not in value
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=None if literal else '"')
+
+
+_NoAliasDumper.add_representer(str, _str_scalar)
 
 
 def yaml_text(*docs: Any, explicit_start: bool = False) -> str:

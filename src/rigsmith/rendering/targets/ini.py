@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from rigsmith.render import LINE_BREAKS
+
 Entry = tuple[str, str, str]
 
 #: Used with fullmatch: a `^…$` match also accepts a trailing newline, which must never come out bare.
@@ -45,6 +47,8 @@ def systemd_word(word: str) -> str:
             out.append(_C_ESCAPES[ch])
         elif ord(ch) < 0x20 or ord(ch) == 0x7F:
             out.append(f"\\x{ord(ch):02x}")
+        elif ch in LINE_BREAKS:  # NEL, U+2028, U+2029: kept off the unit's own lines (quadlet unescapes \u)
+            out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
     return '"' + "".join(out) + '"'

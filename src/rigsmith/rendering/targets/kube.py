@@ -24,6 +24,7 @@ from rigsmith.rendering.targets.common import (
     k8s_quantity,
     require_container,
     timings,
+    volume_problems,
     yaml_text,
 )
 from rigsmith.writer import Artifact
@@ -180,6 +181,10 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``kube/NAME.yaml``."""
     require_container(plan, "kube")
+    # podman kube play turns a hostPath volume into a host:container[:opts] bind string (seen with 4.3).
+    bad = volume_problems(plan)
+    if bad:
+        raise cannot_express(plan, "kube", bad)
     docs = manifests(plan, ctx, ctx.lxc.home)
     body = yaml_text(*docs, explicit_start=True)
     text = tpl.render(

@@ -19,17 +19,19 @@ snapshot (research/runtime-facts.md §4.1).
 from __future__ import annotations
 
 import math
+import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rigsmith import render as tpl
-from rigsmith.errors import ConsentError, SpecError
-from rigsmith.render import banner
+from rigsmith.errors import ConsentError, RigsmithError, SpecError
+from rigsmith.render import banner, line_breaks
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import RenderContext, ini, pctconf
+from rigsmith.rendering.targets import LxcOptions, RenderContext, ini, pctconf
 from rigsmith.rendering.targets.common import (
+    RESTART_SEC,
     cannot_express,
     entrypoint_problems,
     home_path,
@@ -127,12 +129,27 @@ def _gpu_nodes(plan: RunPlan, count: int, problems: list[tuple[str, str]]) -> li
     ]
 
 
-def _version(text: str, plan: RunPlan) -> Version:
-    m = re.fullmatch(r"(\d+)\.(\d+)(?:[.-].*)?", text.strip())
-    if not m:
-        raise SpecError(
-            plan.spec_path, [("--pve-version", f"{text!r} is not a Proxmox VE version; write e.g. 8.2")]
-        )
+#: PVE's CT ids (pve-container: VMIDs 100 to 999999999); the id names the file and the rootfs volume.
+VMID_RANGE = range(100, 1_000_000_000)
+#: pct.conf(5) numbers its mount points and device passthroughs mp0..mp255 and dev0..dev255.
+MAX_INDEXED = 256
+
+
+def _option_problems(opts: LxcOptions) -> list[tuple[str, str]]:
+    """The deploy options that reach the files (file name, comments, rootfs, cgroup rules), checked."""
+    out = []
+    if opts.vmid not in VMID_RANGE:
+        out.append(("--vmid", f"{opts.vmid} is not a Proxmox CT id; use a number from 100 to 999999999"))
+    if not re.fullmatch(r"(\d+)\.(\d+)(?:[.-][0-9A-Za-z.+~_-]*)?", opts.pve_version):
+        out.append(("--pve-version", f"{opts.pve_version!r} is not a Proxmox VE version; write e.g. 8.2"))
+    if opts.uvm_major is not None and not 0 < opts.uvm_major < 4096:
+        out.append(("--uvm-major", f"{opts.uvm_major} is not a char major number (1-4095)"))
+    return out
+
+
+def _version(text: str) -> Version:
+    m = re.match(r"(\d+)\.(\d+)", text)
+    assert m is not None  # checked by _option_problems
     return int(m.group(1)), int(m.group(2))
 
 
@@ -153,8 +170,10 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
     """Every setting of the CT, in file order, before mp/dev indexes are assigned."""
     opts, spec = ctx.lxc, ctx.spec
     t = timings(plan)
-    problems: list[tuple[str, str]] = []
-    pve = _version(opts.pve_version, plan)
+    problems = _option_problems(opts)
+    if problems:
+        raise SpecError("invoke deploy --target lxc", problems, what="command-line options")
+    pve = _version(opts.pve_version)
     if spec.resources.host_ram_gib is None:
         problems.append(("resources.host_ram_gib", "is needed to size the CT's memory; set it (GiB)"))
     mem = math.ceil((spec.resources.host_ram_gib or 0) * 1024) + math.ceil(plan.shm_bytes / 2**20)
@@ -187,6 +206,15 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
             opt = "bind,create=file" + (",ro" if m.readonly else "")
             out.append(Line("lxc.mount.entry", f"{src} {src.lstrip('/')} none {opt} 0 0"))
     nodes = _gpu_nodes(plan, spec.resources.gpus.count, problems)
+    if len(nodes) > MAX_INDEXED and pve >= PVE_KEYS["devN"][1]:
+        problems.append(
+            (
+                "resources.gpus.count",
+                f"{len(nodes)} device nodes ({len(nodes) - len(NVIDIA_SHARED)} GPUs and the shared nvidia "
+                f"nodes) do not fit pct.conf's dev0..dev{MAX_INDEXED - 1}; give the CT fewer GPUs",
+            )
+        )
+        nodes = []
     if pve >= PVE_KEYS["devN"][1]:
         out += [Line("dev", path) for path, _opt in nodes]
     elif nodes:
@@ -219,11 +247,11 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
         )
     )
     for k, v in plan.env:
-        if re.search(r"[\x00-\x1f\x7f]", v) or v != v.strip():
+        if re.search(r"[\x00-\x1f\x7f]", v) or line_breaks(v) or v != v.strip():
             problems.append(
                 (
                     f"env.{k}",
-                    "a pct.conf line cannot hold a newline, another control character or "
+                    "a pct.conf line cannot hold a line break (of any kind), another control character or "
                     "leading/trailing whitespace",
                 )
             )
@@ -327,7 +355,16 @@ def merge(existing: str | None, ours: Sequence[Line], head: Sequence[str]) -> li
         if key in used:
             n = index_of.get(own.identity())
             if n is None or n in used[key]:
-                n = next(i for i in range(256) if i not in used[key] and i not in index_of.values())
+                n = next(
+                    (i for i in range(MAX_INDEXED) if i not in used[key] and i not in index_of.values()), -1
+                )
+                if n < 0:
+                    raise RigsmithError(
+                        f"pct.conf has no free {key}N index left (at most {key}0..{key}{MAX_INDEXED - 1}) "
+                        f"for {key}: {own.value}",
+                        hint=f"remove {key}N lines the CT no longer needs from the config, or give "
+                        "it fewer GPUs/mounts",
+                    )
             used[key].add(n)
             key = f"{key}{n}"
         laid.append(f"{key}: {own.value}")
@@ -350,6 +387,21 @@ def venv_argv(plan: RunPlan, home: str) -> list[str]:
     return [f"{plan.venv}/bin/vllm", *words]
 
 
+def venv_workdir(venv: str, recipe_executable: str) -> str:
+    """The directory the recipe ran from, where its relative paths (seed 003: ``TREE=./vllm-v2.5``) resolve.
+
+    A recipe that ran ``./venv-v2.5/bin/vllm`` ran it from the directory holding ``venv-v2.5``: the venv with
+    that relative part taken off. Otherwise the venv's parent, where such a tree sits beside it.
+    """
+    rel = posixpath.normpath(recipe_executable)
+    parts = rel.split("/")
+    if not rel.startswith("/") and parts[-2:] == ["bin", "vllm"] and len(parts) > 2:
+        tail = "/" + "/".join(parts[:-2])
+        if venv.rstrip("/").endswith(tail):
+            return venv.rstrip("/")[: -len(tail)] or "/"
+    return posixpath.dirname(venv.rstrip("/")) or "/"
+
+
 def service_entries(plan: RunPlan, ctx: RenderContext) -> list[ini.Entry]:
     """The CT's systemd unit for a venv engine, as ordered (section, key, value) entries."""
     t = timings(plan)
@@ -359,6 +411,7 @@ def service_entries(plan: RunPlan, ctx: RenderContext) -> list[ini.Entry]:
         ("Unit", "Wants", "network-online.target"),
         ("Unit", "After", "network-online.target"),
         (svc, "Type", "exec"),
+        (svc, "WorkingDirectory", venv_workdir(plan.venv or "/", ctx.spec.engine.recipe_executable)),
     ]
     out += [(svc, "Environment", ini.systemd_word(f"{k}={v}")) for k, v in plan.env]
     if plan.secret_env:
@@ -368,10 +421,14 @@ def service_entries(plan: RunPlan, ctx: RenderContext) -> list[ini.Entry]:
         out.append((svc, "LimitMEMLOCK", "infinity" if plan.memlock == "unlimited" else str(plan.memlock)))
     out += [
         # vLLM drains on SIGTERM for its --shutdown-timeout; systemd waits longer, PVE's down= longer still.
+        # KillMode=mixed: SIGTERM to vLLM's main process only, which then stops its engine and workers; the
+        # default (control-group) signals every process at once, so the drain's children die mid-drain (seen
+        # under systemd 257: stop took 0.02 s instead of the 1 s drain). SIGKILL still reaches them all.
+        (svc, "KillMode", "mixed"),
         (svc, "KillSignal", "SIGTERM"),
         (svc, "TimeoutStopSec", str(t.systemd_stop)),
         (svc, "Restart", "on-failure"),
-        (svc, "RestartSec", "10"),
+        (svc, "RestartSec", str(RESTART_SEC)),
         ("Install", "WantedBy", "multi-user.target"),
     ]
     return out
@@ -471,17 +528,13 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         banner=banner(ctx.command, plan.spec_path),
         plan=plan,
         vmid=opts.vmid,
-        name_q=tpl.shquote(plan.name),
-        image_q=tpl.shquote(plan.image),
         nodes=[(p, o) for p, o in nodes],
         nvidia=bool(nodes),
         run_lines=run_lines(plan) if plan.runtime == "container" else [],
         unit=unit_text(plan, ctx) if plan.runtime == "venv" else "",
-        venv_q=tpl.shquote(plan.venv or ""),
         secrets_dir=SECRETS_DIR,
         dirs=[tpl.shpath(m.host) for m in plan.mounts if m.kind == "dir"],
         files=[(tpl.shpath(m.host), m.sparse_size) for m in plan.mounts if m.kind == "file"],
-        q=tpl.shquote,
         secrets=plan.secret_env,
     )
     return [*confs, Artifact(base / "provision.sh", script, 0o755)]

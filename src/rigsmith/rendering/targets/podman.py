@@ -37,18 +37,24 @@ def cdi_checks(plan: RunPlan) -> list[tuple[str, str, str]]:
     return out
 
 
+#: The options of RunPlan.podman_options that take no value; every other one is followed by its value.
+FLAGS_WITHOUT_VALUE = frozenset({"--init"})
+
+
 def run_lines(plan: RunPlan) -> list[str]:
     """``podman run`` as shell words grouped one option per line (each line already quoted)."""
     opts = plan.podman_options()
     lines: list[str] = []
     i = 0
+    # Layout only: an option and its value share a line, whatever the value looks like (a recipe's
+    # entrypoint may well be `--$(cmd)`). Every word is quoted.
     while i < len(opts):
-        if opts[i].startswith("--") and i + 1 < len(opts) and not opts[i + 1].startswith("--"):
-            lines.append(f"{opts[i]} {shquote(opts[i + 1])}")
-            i += 2
-        else:
-            lines.append(opts[i])
+        if opts[i] in FLAGS_WITHOUT_VALUE:
+            lines.append(shquote(opts[i]))
             i += 1
+        else:
+            lines.append(f"{shquote(opts[i])} {shquote(opts[i + 1])}")
+            i += 2
     lines += [f"-v {mount_arg(m)}" for m in plan.mounts]
     lines.append('"$IMAGE"')
     lines += group_flags(plan.command)
@@ -71,8 +77,6 @@ def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
     common = {
         "banner": banner(ctx.command, plan.spec_path),
         "plan": plan,
-        "name_q": shquote(plan.name),
-        "image_q": shquote(plan.image),
     }
     run = tpl.render(
         "podman/run.sh.j2",
@@ -82,7 +86,6 @@ def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
         gpu_ids=shquote(",".join(plan.gpu_indices)) if "all" not in plan.gpu_indices else "",
         sparse=[(shpath(m.host), m.sparse_size) for m in plan.mounts if m.sparse_size],
         dirs=[(shpath(m.host), m.role) for m in plan.mounts if m.kind == "dir"],
-        q=shquote,
         secrets=plan.secret_env,
     )
     stop = tpl.render("podman/stop.sh.j2", **common)

@@ -20,6 +20,7 @@ from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_RETRIES,
     HEALTH_TIMEOUT,
+    RESTART_SEC,
     cannot_express,
     entrypoint_problems,
     health_argv,
@@ -86,10 +87,18 @@ CDI_REFRESH_UNITS: dict[str, str] = {"nvidia.com": "nvidia-cdi-refresh.service"}
 
 def parse_version(text: str, plan: RunPlan) -> Version:
     """``4.9.3`` → (4, 9, 3); a bad value or a podman without quadlet is a SpecError on podman_version."""
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+~].*)?", text.strip())
+    # The suffix is bounded: the text goes into a comment line of the unit, where a CR or any other line
+    # break would start a new line (a `[Service]` with an ExecStartPre= run as root).
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~_-]*)?", text)
     if not m:
         raise SpecError(
-            plan.spec_path, [("podman_version", f"{text!r} is not a podman version; write e.g. 4.9.3")]
+            plan.spec_path,
+            [
+                (
+                    "podman_version (or --podman-version)",
+                    f"{text!r} is not a podman version; write e.g. 4.9.3",
+                )
+            ],
         )
     v = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
     if v < QUADLET_SINCE:
@@ -175,6 +184,7 @@ def entries(plan: RunPlan, version: Version) -> list[Entry]:
         out.append(("Container", "PodmanArgs", systemd_words(fallback)))
     out += [
         ("Service", "Restart", "on-failure"),
+        ("Service", "RestartSec", str(RESTART_SEC)),
         ("Service", "TimeoutStartSec", str(t.systemd_start)),
         ("Service", "TimeoutStopSec", str(t.systemd_stop)),
         ("Install", "WantedBy", "multi-user.target default.target"),
@@ -239,6 +249,11 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
             else f"Stop timeouts nest: container {t.container_stop}s < TimeoutStopSec {t.systemd_stop}s "
             "(the recipe sets no vLLM --shutdown-timeout)."
         ),
+        # Seen under systemd 257 + podman 5.4.2: podman kills at the stop timeout, conmon exits 137 and the
+        # unit ends failed. Kept a failure on purpose: SuccessExitStatus=137 would also make an OOM kill
+        # while serving a clean exit, which Restart=on-failure then never restarts.
+        f"An engine still running {t.container_stop}s after SIGTERM gets SIGKILL and the unit ends failed "
+        "(exit 137): vLLM did not drain in time.",
         *secrets,
     ]
     body = tpl.render(

@@ -63,6 +63,7 @@ After=network-online.target
 
 [Service]
 Type=exec
+WorkingDirectory=/opt/vllm-merlin
 Environment=TREE=./vllm-v2.5
 Environment=VENV=./venv-v2.5
 Environment=CUDA_VISIBLE_DEVICES=0,1,2,3
@@ -93,6 +94,7 @@ Environment=PYTHONPATH=/opt/merlin/vllm-v2.5
 Environment=VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0
 ExecStart=/opt/vllm-merlin/venv-v2.5/bin/vllm serve /root/models/Flash-Next-Merlin --served-model-name flash-next-v2 flash-next flash-mtp flash-next-mtp --host 127.0.0.1 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 2 --enable-expert-parallel --speculative-config "{\"method\":\"mtp\",\"num_speculative_tokens\":3,\"draft_sample_method\":\"probabilistic\"}" --max-model-len 262144 --max-num-seqs 8 --max-num-batched-tokens 1024 --gpu-memory-utilization 0.96 --kv-cache-memory 4100000000 --kv-cache-dtype fp8_e4m3 --limit-mm-per-prompt "{\"image\":42,\"video\":0}" --mm-processor-cache-gb 0 --mm-processor-kwargs "{\"size\":{\"longest_edge\":4194304,\"shortest_edge\":65536}}" --compilation-config "{\"cudagraph_mode\":\"FULL_AND_PIECEWISE\",\"cudagraph_capture_sizes\":[1,2,3,4,6,8,12,16,24,32]}" --enable-prefix-caching --enable-prompt-tokens-details --no-enable-flashinfer-autotune --enable-auto-tool-choice --tool-call-parser qwen3_coder --reasoning-parser qwen3 --override-generation-config "{\"temperature\":1.0,\"top_p\":0.95,\"top_k\":20,\"min_p\":0.0,\"presence_penalty\":0.0,\"repetition_penalty\":1.0}" --default-chat-template-kwargs "{\"enable_thinking\": true, \"reasoning_effort\": \"low\"}" --shutdown-timeout 60 --block-size 4096 --use-replayssm --prefix-match-unit 64
 LimitMEMLOCK=infinity
+KillMode=mixed
 KillSignal=SIGTERM
 TimeoutStopSec=100
 Restart=on-failure

@@ -1,0 +1,330 @@
+"""The fit estimate against real GPUs: per-GPU needs, has, headroom and verdict; published numbers compared.
+
+Pure: an ``Estimate`` (resolving.fit), the spec and doctor's HostFacts in; rows, a rich table and one doctor
+row out. A squatter (a compute process on the GPU that is not this deployment) is named on the GPU whose
+headroom it eats.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from rigsmith.errors import RigsmithError
+from rigsmith.operating.doctor import Check, Verdict, requested_gpus
+from rigsmith.operating.probes import HostFacts
+from rigsmith.resolving.fit import WARN_HEADROOM, Estimate, GiB, MiB, RankNeed
+from rigsmith.resolving.lock import Lock
+from rigsmith.spec import Deployment
+
+
+@dataclass(frozen=True)
+class GpuFit:
+    """One rank on the GPU it gets."""
+
+    need: RankNeed
+    gpu: int | None  # nvidia-smi index; None: the spec selects fewer GPUs than TP × PP
+    card: str
+    total: int
+    others: int  # bytes used on the card by anything that is not this deployment
+    squatters: tuple[str, ...]
+    squat_bytes: int
+    kv: int
+    needs: int
+    has: int
+    headroom: int
+    verdict: Verdict
+    why: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """An estimate next to the number the recipe published."""
+
+    what: str
+    estimate: float
+    published: float
+    unit: str
+
+    @property
+    def ratio(self) -> float:
+        return self.estimate / self.published if self.published else float("nan")
+
+
+def _mib(n: int) -> str:
+    return f"{n / MiB:,.0f} MiB"
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.2f} GiB"
+
+
+def fit_gpus(
+    est: Estimate, spec: Deployment, facts: HostFacts | None, vram_gib: float | None = None
+) -> list[GpuFit]:
+    """Each rank on its GPU (rank r → the r-th GPU the spec selects, as vLLM numbers local ranks).
+
+    Without GPU facts (no driver here) or with ``vram_gib``, the cards are the spec's (or that size), idle.
+    """
+    p = est.params
+    cards: list[tuple[int | None, str, int, int, list[tuple[str, int]]]] = []
+    if facts is not None and facts.gpus and not facts.gpu_error and vram_gib is None:
+        by_index = {g.index: g for g in facts.gpus}
+        for i in requested_gpus(spec, facts):
+            g = by_index.get(i)
+            if g is None:
+                continue
+            own, squat = 0, []
+            for app in facts.apps:
+                if app.gpu_uuid != g.uuid:
+                    continue
+                used = (app.used_mib or 0) * MiB
+                ctr = facts.containers.get(app.pid)
+                if ctr == spec.name:
+                    own += used
+                else:
+                    where = f" (container {ctr})" if ctr else ""
+                    squat.append((f"PID {app.pid} {app.name}{where} holds {_mib(used)}", used))
+            cards.append((i, g.name, g.memory_total_mib * MiB, max(g.memory_used_mib * MiB - own, 0), squat))
+    else:
+        size = vram_gib if vram_gib is not None else spec.resources.gpus.vram_gib
+        if size is None:
+            return []
+        label = f"{spec.resources.gpus.model or 'GPU'} ({size:g} GiB, assumed idle)"
+        cards = [(i, label, int(size * GiB), 0, []) for i in range(max(p.world, spec.resources.gpus.count))]
+    out = []
+    for r in est.ranks:
+        if r.rank >= len(cards):
+            out.append(
+                GpuFit(
+                    r,
+                    None,
+                    "-",
+                    0,
+                    0,
+                    (),
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    "no-go",
+                    f"no GPU for rank {r.rank}: TP×PP = {p.world}, the spec selects {len(cards)}",
+                )
+            )
+            continue
+        idx, card, total, others, squat = cards[r.rank]
+        out.append(_one(est, r, idx, card, total, others, squat))
+    return out
+
+
+def _one(
+    est: Estimate,
+    r: RankNeed,
+    idx: int | None,
+    card: str,
+    total: int,
+    others: int,
+    squat: list[tuple[str, int]],
+) -> GpuFit:
+    p = est.params
+    kv = est.kv_budget(r, total)
+    budget = int(total * p.gpu_memory_utilization)
+    inside = r.weights + kv + r.activation + r.cuda_graphs
+    needs = r.runtime + max(budget, inside)
+    has = total - others
+    headroom = has - needs
+    squat_bytes = sum(b for _, b in squat)
+    verdict: Verdict = "go"
+    why = ""
+    if p.kv_cache_memory is None and kv == 0:
+        verdict, why = (
+            "no-go",
+            (
+                f"weights + activations + graphs ({_gib(r.weights + r.activation + r.cuda_graphs)}) leave no "
+                f"KV cache inside --gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(total)}"
+            ),
+        )
+    elif headroom < 0:
+        verdict = "no-go"
+        if inside <= budget:
+            why = (
+                f"vLLM refuses to start: after its runtime ({_mib(r.runtime)}, est.) it wants "
+                f"--gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(total)} = {_gib(budget)} free"
+            )
+        else:
+            why = (
+                f"weights + KV + activations + graphs ({_gib(inside)}) do not fit next to what the card holds"
+            )
+    elif headroom < WARN_HEADROOM or inside > budget:
+        verdict = "warn"
+        why = (
+            f"within {_mib(WARN_HEADROOM)} of the limit: the estimates are not finer than that"
+            if headroom < WARN_HEADROOM
+            else f"uses {_gib(inside)}, more than --gpu-memory-utilization reserves ({_gib(budget)})"
+        )
+    block = r.kv_bytes_per_token * p.block_size
+    tokens = kv // block * p.block_size if block else None
+    if verdict != "no-go" and tokens is not None and p.max_model_len and tokens < p.max_model_len:
+        verdict = "warn"
+        short = (
+            f"the KV pool holds {tokens:,} tokens, less than one --max-model-len {p.max_model_len:,} "
+            "sequence: "
+            "stock vLLM refuses to start (an engine that offloads KV to host memory may not)"
+        )
+        why = f"{why}; {short}" if why else short
+    if squat:
+        names = "; ".join(s for s, _ in squat)
+        if verdict == "no-go" and headroom + squat_bytes >= 0:
+            why = (
+                f"{names}: it takes the rank's headroom ({_mib(headroom + squat_bytes)} without it, "
+                f"{_mib(headroom)} with it); {why}"
+            )
+        else:
+            why = f"{names} of the headroom" + (f"; {why}" if why else "")
+    names_t = tuple(s for s, _ in squat)
+    return GpuFit(r, idx, card, total, others, names_t, squat_bytes, kv, needs, has, headroom, verdict, why)
+
+
+_PER_RANK = re.compile(r"[Ww]eights?[^.;]*?(\d+(?:\.\d+)?)\s*GiB\s*/\s*rank")
+
+
+def published(
+    est: Estimate, spec: Deployment, fits: list[GpuFit], observed: int | None = None
+) -> list[Comparison]:
+    """The recipe's numbers (readiness.kv_cache_tokens; "weights … N GiB/rank" in its notes) next to ours,
+    and ``observed``: the KV-cache size the engine itself logged on this rig's last boot (``invoke wait``)."""
+    out = []
+    for note in spec.notes:
+        m = _PER_RANK.search(note)
+        if m:
+            heaviest = max(r.weights for r in est.ranks)
+            out.append(Comparison("weights, heaviest rank", heaviest / GiB, float(m.group(1)), "GiB"))
+            break
+    kv = spec.readiness.kv_cache_tokens
+    totals = [f.total for f in fits if f.gpu is not None]
+    tokens = est.kv_tokens(totals) if len(totals) == len(est.ranks) else None
+    if tokens is not None and kv:
+        out.append(Comparison("GPU KV cache size", float(tokens), float(kv), "tokens"))
+    if tokens is not None and observed:
+        out.append(Comparison("GPU KV cache size, last boot here", float(tokens), float(observed), "tokens"))
+    return out
+
+
+_STYLE = {"go": "green", "warn": "yellow", "no-go": "bold red"}
+
+
+def table(fits: list[GpuFit], title: str) -> Table:
+    """Per-GPU rich table: needs, has, headroom, verdict."""
+    t = Table(title=title, expand=False)
+    for col in (
+        "GPU",
+        "rank",
+        "weights",
+        "KV",
+        "act+graphs est.",
+        "runtime est.",
+        "needs",
+        "has",
+        "headroom",
+    ):
+        t.add_column(col, justify="right" if col not in ("GPU", "rank") else "left", no_wrap=True)
+    t.add_column("verdict", no_wrap=True)
+    t.add_column("why", overflow="fold")
+    for f in fits:
+        r = f.need
+        t.add_row(
+            "-" if f.gpu is None else f"GPU{f.gpu}",
+            f"PP{r.pp_rank}/TP{r.tp_rank}",
+            _gib(r.weights),
+            _gib(f.kv),
+            _mib(r.activation + r.cuda_graphs),
+            _mib(r.runtime),
+            _gib(f.needs),
+            _gib(f.has),
+            _mib(f.headroom),
+            f"[{_STYLE[f.verdict]}]{f.verdict}[/]",
+            f.why,
+        )
+    return t
+
+
+def render(est: Estimate, fits: list[GpuFit], comps: list[Comparison], title: str, width: int = 200) -> str:
+    """Plain text: the table, the published comparisons, and what the estimate left out."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False)
+    console.print(table(fits, title))
+    p = est.params
+    kv_src = (
+        f"--kv-cache-memory {p.kv_cache_memory}"
+        if p.kv_cache_memory is not None
+        else f"what --gpu-memory-utilization {p.gpu_memory_utilization:g} leaves"
+    )
+    lines = [
+        f"layers per stage: {', '.join(f'{b - a}' for a, b in est.stages)} (TP={p.tp}, PP={p.pp}"
+        + (", expert parallel" if p.expert_parallel else "")
+        + (", MTP" if p.mtp else "")
+        + f"); {est.tensors} tensors; KV = {kv_src}",
+        "needs = runtime + the larger of --gpu-memory-utilization × total (vLLM wants it free at start) "
+        "and weights + KV + act+graphs",
+        "est. = estimate: profile-run activation peak, CUDA graphs, CUDA context + NCCL (resolving/fit.py)",
+    ]
+    lines += [f"{c.what}: estimate {c.estimate:,.2f} {c.unit}, published {c.published:,.2f} {c.unit}, "
+              f"ratio {c.ratio:.3f}" for c in comps]  # fmt: skip
+    lines += [f"not on the GPU: {why} ({_gib(n)})" for why, n in est.skipped.items()]
+    lines += [f"note: {n}" for n in est.notes]
+    if est.unknown:
+        lines.append(f"placed on the first stage, replicated (unrecognised names): {', '.join(est.unknown)}")
+    n = sum(f.verdict == "no-go" for f in fits)
+    lines.append("fit: GO" if n == 0 else f"fit: NO-GO on {n} GPU(s)")
+    console.print("\n".join(lines), highlight=False, markup=False)
+    return buf.getvalue()
+
+
+def doctor_row(fits: list[GpuFit], comps: list[Comparison]) -> Check:
+    """One row for ``doctor``: the worst GPU, named with its squatter."""
+    if not fits:
+        return Check("fit", "warn", "no GPU size known (no driver, no resources.gpus.vram_gib)")
+    bad = [f for f in fits if f.verdict == "no-go"]
+    warn = [f for f in fits if f.verdict == "warn"]
+    shown = bad or warn
+    ratio = "; ".join(f"{c.what} est./published {c.ratio:.2f}" for c in comps)
+
+    def line(f: GpuFit) -> str:
+        where = "-" if f.gpu is None else f"GPU{f.gpu}" + (f" ({f.card})" if "assumed" in f.card else "")
+        return (
+            f"{where} PP{f.need.pp_rank}/TP{f.need.tp_rank}: needs {_gib(f.needs)}, has {_gib(f.has)}, "
+            f"headroom {_mib(f.headroom)}" + (f" — {f.why}" if f.why else "")
+        )
+
+    if not shown:
+        least = min(fits, key=lambda f: f.headroom)
+        detail = f"every rank fits; least headroom {_mib(least.headroom)} on GPU{least.gpu}"
+        return Check("fit", "go", detail + (f" ({ratio})" if ratio else ""))
+    detail = "; ".join(line(f) for f in shown) + (f" ({ratio})" if ratio else "")
+    if not bad:
+        return Check("fit", "warn", detail, "`invoke fit` shows the per-rank estimate")
+    hint = (
+        "stop the process(es) named (`kill PID`, `podman stop NAME`), then run doctor again"
+        if any(f.squatters for f in bad)
+        else "lower --gpu-memory-utilization/--kv-cache-memory/--max-model-len, or use more or larger GPUs"
+    )
+    return Check("fit", "no-go", detail, hint)
+
+
+def fit_check(spec: Deployment, lock: Lock, facts: HostFacts, env: Mapping[str, str]) -> Check:
+    """doctor's fit row, from the metadata of a checkpoint on this host (doctor makes no network request);
+    an estimate that cannot be made is a warn."""
+    from rigsmith.resolving.checkpoint import estimate_for, open_checkpoint
+
+    try:
+        est = estimate_for(spec, open_checkpoint(spec, lock, env, local_only=True))
+    except RigsmithError as err:
+        return Check("fit", "warn", f"not estimated: {err.message}", err.hint or "`invoke fit` says more")
+    fits = fit_gpus(est, spec, facts)
+    return doctor_row(fits, published(est, spec, fits))

@@ -1,0 +1,606 @@
+"""Fit before you fetch: what each vLLM rank of a recipe needs in GPU memory, from checkpoint metadata alone.
+
+Pure: the checkpoint's config.json (a dict), its safetensors headers (tensor name + byte size, one file at a
+time), the recipe's argv and env, and doctor's HostFacts go in; per-rank numbers and per-GPU verdicts come
+out. Reading headers is ``rigsmith.resolving.checkpoint``'s job.
+
+What is exact and what is an estimate:
+
+- **Weights** are exact byte counts from the headers (``data_offsets`` end − begin), placed the way vLLM
+  places them: decoder layers split over pipeline stages like ``vllm.distributed.utils.get_pp_indices``
+  (even split, the remainder on the stages before the last; ``VLLM_PP_LAYER_PARTITION`` overrides);
+  embeddings on the first stage, final norm and LM head on the last; column-/row-parallel linear weights
+  and vocab-parallel embeddings split over TP (vocab padded to 64 as ``pad_vocab_size`` does; K/V heads
+  replicated when TP exceeds them); norms, routers and row-parallel biases replicated; experts either
+  TP-sharded or, with ``--enable-expert-parallel``, whole on the rank vLLM's linear expert map gives them;
+  MTP modules on the last stage only when ``--speculative-config`` asks for MTP; vision towers on the
+  first stage unless ``--language-model-only``.
+- **KV cache**: ``--kv-cache-memory`` when given (vLLM then ignores the utilisation for the KV pool),
+  else what ``--gpu-memory-utilization`` × total leaves after weights, activations and graphs.
+  Tokens = whole blocks of ``--block-size`` over the attention layers of the rank, min over ranks, as
+  vLLM reports "GPU KV cache size". Linear-attention / Mamba state is not modelled.
+- **Estimates**, named in the table: the activation peak of vLLM's profile run, CUDA-graph memory, and the
+  runtime (CUDA context + NCCL buffers) allocated before vLLM takes its memory snapshot. vLLM refuses to
+  start when free memory after that runtime is below utilisation × total ("Free memory on device … is less
+  than desired GPU memory utilization"): that is how a 256 MiB squatter breaks rank 0 at 0.97 (seed 000).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rigsmith.errors import RigsmithError
+from rigsmith.spec import Deployment
+
+GiB = 1024**3
+MiB = 1024**2
+
+#: Estimates (each shows in the table as "est."). Sources: CUDA 12 + PyTorch context on Ampere/Hopper is
+#: 300-500 MiB (cuBLAS workspaces and kernel images included); NCCL's buffers for a TP/PP communicator are
+#: ~100-200 MiB; vLLM logs CUDA-graph capture at a few hundred MiB for its default capture sizes.
+CUDA_CONTEXT = 400 * MiB
+NCCL_BUFFERS = 128 * MiB
+CUDA_GRAPHS = 256 * MiB
+#: A rank closer than this to the card's limit is "warn": the estimates above are not better than that.
+WARN_HEADROOM = 512 * MiB
+
+#: vLLM's defaults where the recipe sets nothing (engine/arg_utils.py; v1 online serving on a non-H100).
+DEFAULTS = {
+    "gpu_memory_utilization": 0.9,
+    "block_size": 16,
+    "max_num_seqs": 256,
+    "max_num_batched_tokens": 2048,
+}
+VOCAB_PAD = 64  # vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
+
+KV_DTYPE_BYTES = {
+    "auto": None,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_inc": 1,
+    "bfloat16": 2,
+    "float16": 2,
+}
+TORCH_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float": 4, "half": 2}
+
+# Which linear layers vLLM builds as column-parallel (output split), row-parallel (input split) or
+# replicated, by module name (vllm/model_executor/models/{llama,qwen3_moe,qwen3_next,deepseek_v2}.py).
+COLUMN = frozenset(
+    {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "qkv_proj",
+        "query_key_value",
+        "gate_proj",
+        "up_proj",
+        "gate_up_proj",
+        "w1",
+    }
+    | {"w3", "c_fc", "fc1", "q_b_proj", "kv_b_proj", "in_proj", "in_proj_qkvz", "in_proj_ba", "in_proj_qkv"}
+    | {"conv1d", "fc"}  # fc: Qwen3-Next MTP's ColumnParallelLinear(2h → h, gather_output=True)
+)
+ROW = frozenset(["o_proj", "down_proj", "out_proj", "w2", "dense", "c_proj", "fc2"])
+HEAD_PARAMS = frozenset({"A_log", "dt_bias"})  # per-head parameters of linear attention: split by heads
+EMBED = frozenset({"embed_tokens", "wte", "word_embeddings", "tok_embeddings"})
+_VISION = re.compile(
+    r"(?:^|\.)(?:visual\.|vision_tower\.|vision_model\.|multi_modal_projector\.|mm_projector\.|vision_)"
+)
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+_FINAL_NORM = re.compile(r"^(?:model\.)?(?:language_model\.)?(?:model\.)?(?:norm|final_layernorm|ln_f)\.")
+
+Category = Literal["embed", "layers", "experts", "head", "mtp", "vision", "other"]
+CATEGORIES: tuple[Category, ...] = ("embed", "layers", "experts", "head", "mtp", "vision", "other")
+
+
+class FitError(RigsmithError):
+    """The checkpoint, its config or the recipe's parallel flags cannot be estimated as they stand."""
+
+
+# -- the checkpoint's shape ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What config.json says about the language model (``text_config`` wins for multimodal checkpoints)."""
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int = 0
+    num_experts: int = 0
+    moe_intermediate_size: int = 0
+    experts_per_token: int = 0
+    mtp_layers: int = 0
+    attention_layers: tuple[int, ...] = ()  # layers with a KV cache (full or sliding attention)
+    kv_lora_rank: int = 0  # MLA (DeepSeek): latent KV per token instead of K and V heads
+    rope_head_dim: int = 0
+    tie_word_embeddings: bool = False
+    dtype_bytes: int = 2
+    max_position_embeddings: int | None = None
+    quantization: str | None = None
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], where: str = "config.json") -> ModelShape:
+        """Read the fields vLLM reads; a missing essential field is a FitError naming it."""
+        text = {**config, **(config.get("text_config") or config.get("language_config") or {})}
+
+        def first(*keys: str, default: Any = None) -> Any:
+            for k in keys:
+                if text.get(k) is not None:
+                    return text[k]
+            return default
+
+        need = {
+            "num_hidden_layers": first("num_hidden_layers", "n_layer", "num_layers"),
+            "hidden_size": first("hidden_size", "d_model", "n_embd"),
+            "num_attention_heads": first("num_attention_heads", "n_head"),
+            "vocab_size": first("vocab_size"),
+        }
+        missing = [k for k, v in need.items() if not isinstance(v, int)]
+        if missing:
+            raise FitError(
+                f"{where}: no {', '.join(missing)} (also looked in text_config)",
+                hint="fit needs the checkpoint's config.json as transformers writes it",
+            )
+        layers, hidden, heads = need["num_hidden_layers"], need["hidden_size"], need["num_attention_heads"]
+        kv = int(first("num_key_value_heads", "multi_query_group_num", default=heads))
+        types = first("layer_types")
+        interval = first("full_attention_interval")
+        if isinstance(types, list) and len(types) >= layers:
+            attn = tuple(
+                i for i, t in enumerate(types[:layers]) if "attention" in str(t) and "linear" not in str(t)
+            )
+        elif isinstance(interval, int) and interval > 0:
+            attn = tuple(i for i in range(layers) if (i + 1) % interval == 0)
+        else:
+            attn = tuple(range(layers))
+        quant = config.get("quantization_config") or text.get("quantization_config") or {}
+        return cls(
+            num_layers=layers,
+            hidden_size=hidden,
+            num_heads=heads,
+            num_kv_heads=kv,
+            head_dim=int(first("head_dim", default=hidden // heads)),
+            vocab_size=need["vocab_size"],
+            intermediate_size=int(first("intermediate_size", "ffn_hidden_size", default=0) or 0),
+            num_experts=int(first("num_experts", "num_local_experts", "n_routed_experts", default=0) or 0),
+            moe_intermediate_size=int(first("moe_intermediate_size", default=0) or 0),
+            experts_per_token=int(first("num_experts_per_tok", "moe_topk", default=0) or 0),
+            mtp_layers=int(first("num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
+            attention_layers=attn,
+            kv_lora_rank=int(first("kv_lora_rank", default=0) or 0),
+            rope_head_dim=int(first("qk_rope_head_dim", default=0) or 0),
+            tie_word_embeddings=bool(first("tie_word_embeddings", default=False)),
+            dtype_bytes=TORCH_DTYPE_BYTES.get(str(first("torch_dtype", "dtype", default="bfloat16")), 2),
+            max_position_embeddings=first("max_position_embeddings"),
+            quantization=str(quant.get("quant_method")) if isinstance(quant, dict) and quant else None,
+        )
+
+
+# -- the recipe's parallel layout and memory flags --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """The vLLM flags and env that decide memory, parsed from the recipe's argv."""
+
+    tp: int = 1
+    pp: int = 1
+    gpu_memory_utilization: float = DEFAULTS["gpu_memory_utilization"]
+    kv_cache_memory: int | None = None
+    max_model_len: int | None = None
+    kv_cache_dtype: str = "auto"
+    block_size: int = int(DEFAULTS["block_size"])
+    max_num_seqs: int = int(DEFAULTS["max_num_seqs"])
+    max_num_batched_tokens: int = int(DEFAULTS["max_num_batched_tokens"])
+    expert_parallel: bool = False
+    mtp: bool = False
+    draft_model: str | None = None
+    cuda_graphs: bool = True
+    language_model_only: bool = False
+    pp_partition: tuple[int, ...] | None = None
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp
+
+
+_HUMAN = re.compile(r"^(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB]?)$")
+
+
+def parse_bytes(flag: str, text: str) -> int:
+    """vLLM's ``human_readable_int``: plain bytes, or k/m/g/t (×1000ⁿ) and K/M/G/T or ``Gi`` (×1024ⁿ)."""
+    m = _HUMAN.match(text.strip())
+    if not m:
+        raise FitError(f"{flag} {text!r} is not a byte count", hint=f"e.g. {flag} 4100000000 or {flag} 4G")
+    num, unit, bin_ = m.groups()
+    power = "kmgt".find(unit.lower()) + 1 if unit else 0
+    base = 1024 if unit.isupper() or bin_.lower().startswith("i") else 1000
+    return int(float(num) * base**power)
+
+
+def _flag(args: Sequence[str], *names: str) -> str | None:
+    found: str | None = None
+    for i, a in enumerate(args):
+        for n in names:
+            if a == n and i + 1 < len(args):
+                found = args[i + 1]
+            elif a.startswith(n + "="):
+                found = a.split("=", 1)[1]
+    return found
+
+
+def _switch(args: Sequence[str], name: str) -> bool:
+    on = False
+    for a in args:
+        if a == name:
+            on = True
+        elif a == "--no-" + name.removeprefix("--"):
+            on = False
+    return on
+
+
+def engine_params(args: Sequence[str], env: Mapping[str, str]) -> EngineParams:
+    """Parse the recipe argv (after ``serve``) and env into EngineParams; bad values are a FitError."""
+
+    def num(kind: type[int] | type[float], *names: str) -> Any:
+        v = _flag(args, *names)
+        if v is None:
+            return None
+        try:
+            return kind(v)
+        except ValueError:
+            raise FitError(f"engine.args: {names[0]} {v!r} is not a number") from None
+
+    spec_cfg = _flag(args, "--speculative-config", "--speculative_config")
+    spec: dict[str, Any] = {}
+    if spec_cfg:
+        try:
+            loaded = json.loads(spec_cfg)
+        except json.JSONDecodeError as err:
+            raise FitError(f"engine.args: --speculative-config is not JSON: {err}") from None
+        spec = loaded if isinstance(loaded, dict) else {}
+    method = str(spec.get("method", ""))
+    comp = _flag(args, "--compilation-config", "-O")
+    graphs = not _switch(args, "--enforce-eager")
+    if comp and comp.startswith("{"):
+        try:
+            mode = json.loads(comp).get("cudagraph_mode")
+        except (json.JSONDecodeError, AttributeError):
+            mode = None
+        graphs = graphs and str(mode).upper() != "NONE"
+    partition = None
+    if env.get("VLLM_PP_LAYER_PARTITION"):
+        try:
+            partition = tuple(int(p) for p in env["VLLM_PP_LAYER_PARTITION"].split(","))
+        except ValueError:
+            raise FitError(
+                f"env VLLM_PP_LAYER_PARTITION={env['VLLM_PP_LAYER_PARTITION']!r} is not a list of layer "
+                "counts",
+                hint="write one count per pipeline stage, e.g. 25,23",
+            ) from None
+    kvm = _flag(args, "--kv-cache-memory", "--kv-cache-memory-bytes")
+    d = EngineParams()
+    return EngineParams(
+        tp=num(int, "--tensor-parallel-size", "-tp") or 1,
+        pp=num(int, "--pipeline-parallel-size", "-pp") or 1,
+        gpu_memory_utilization=num(float, "--gpu-memory-utilization") or d.gpu_memory_utilization,
+        kv_cache_memory=parse_bytes("--kv-cache-memory", kvm) if kvm else None,
+        max_model_len=parse_bytes("--max-model-len", v) if (v := _flag(args, "--max-model-len")) else None,
+        kv_cache_dtype=_flag(args, "--kv-cache-dtype") or "auto",
+        block_size=num(int, "--block-size") or d.block_size,
+        max_num_seqs=num(int, "--max-num-seqs") or d.max_num_seqs,
+        max_num_batched_tokens=num(int, "--max-num-batched-tokens") or d.max_num_batched_tokens,
+        expert_parallel=_switch(args, "--enable-expert-parallel"),
+        mtp="mtp" in method,
+        draft_model=str(spec["model"]) if spec.get("model") and "mtp" not in method else None,
+        cuda_graphs=graphs,
+        language_model_only=_switch(args, "--language-model-only"),
+        pp_partition=partition,
+    )
+
+
+def pp_partition(num_layers: int, pp: int, override: tuple[int, ...] | None = None) -> list[tuple[int, int]]:
+    """[start, end) of each stage's decoder layers, as ``vllm.distributed.utils.get_pp_indices``."""
+    if override is not None:
+        if len(override) != pp or sum(override) != num_layers:
+            raise FitError(
+                f"VLLM_PP_LAYER_PARTITION={','.join(map(str, override))} gives {len(override)} stage(s) and "
+                f"{sum(override)} layer(s); the recipe has {pp} stage(s) and the checkpoint {num_layers} "
+                "layers",
+                hint="vLLM refuses this too: make the counts one per stage and sum to the layer count",
+            )
+        parts = list(override)
+    else:
+        parts = [num_layers // pp] * pp
+        for i in range(2, num_layers % pp + 2):  # the remainder goes to the stages before the last
+            parts[-i] += 1
+    out, start = [], 0
+    for p in parts:
+        out.append((start, start + p))
+        start += p
+    return out
+
+
+def expert_owner(num_experts: int, ep: int) -> list[int]:
+    """EP rank of each expert under vLLM's linear placement (``determine_expert_map``)."""
+    base, rem = divmod(num_experts, ep)
+    owner = []
+    for r in range(ep):
+        owner += [r] * (base + (1 if r < rem else 0))
+    return owner
+
+
+# -- placing tensors on ranks -----------------------------------------------------------------------------
+
+
+@dataclass
+class Placement:
+    """Per-rank weight bytes by category, accumulated one tensor at a time (memory stays flat)."""
+
+    shape: ModelShape
+    params: EngineParams
+    bytes: list[dict[str, int]] = field(default_factory=list)
+    tensors: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)  # reason → bytes left off the GPU
+    unknown: list[str] = field(default_factory=list)  # names placed by the fallback rule (first few)
+    _stages: list[tuple[int, int]] = field(default_factory=list)
+    _owner: list[int] = field(default_factory=list)
+    lm_head_seen: bool = False
+    _embed_rank_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        p, s = self.params, self.shape
+        self.bytes = [dict.fromkeys(CATEGORIES, 0) for _ in range(p.world)]
+        self._stages = pp_partition(s.num_layers, p.pp, p.pp_partition)
+        if s.num_experts and p.expert_parallel:
+            self._owner = expert_owner(s.num_experts, p.tp)
+
+    def stage_of(self, layer: int) -> int:
+        for i, (a, b) in enumerate(self._stages):
+            if a <= layer < b:
+                return i
+        return self.params.pp - 1
+
+    def _put(self, stage: int, cat: Category, per_tp: Sequence[int]) -> None:
+        for t, n in enumerate(per_tp):
+            self.bytes[stage * self.params.tp + t][cat] += n
+
+    def add(self, name: str, nbytes: int, shape: Sequence[int]) -> None:
+        """Account one tensor of the checkpoint."""
+        self.tensors += 1
+        p, s = self.params, self.shape
+        tp, last = p.tp, p.pp - 1
+        parts = name.split(".")
+        module = parts[-2] if len(parts) > 1 else ""
+        param = parts[-1]
+        if _VISION.search(name):
+            if p.language_model_only:
+                why = "vision tower (--language-model-only)"
+                self.skipped[why] = self.skipped.get(why, 0) + nbytes
+                return
+            self._put(0, "vision", [nbytes] * tp)
+            return
+        m = _LAYER.search(name)
+        stage: int | None = None
+        cat: Category = "layers"
+        if name.startswith("mtp.") or ".mtp." in name or (m is not None and int(m.group(1)) >= s.num_layers):
+            if not p.mtp:
+                why = "MTP module (no --speculative-config method mtp)"
+                self.skipped[why] = self.skipped.get(why, 0) + nbytes
+                return
+            stage, cat = last, "mtp"
+        elif m is not None:
+            stage, cat = self.stage_of(int(m.group(1))), "experts" if ".experts." in name else "layers"
+        if stage is not None:
+            e = _EXPERT.search(name)
+            if e is not None and self._owner:
+                idx = int(e.group(1))
+                owner = self._owner[idx] if idx < len(self._owner) else 0
+                self._put(stage, cat, [nbytes if t == owner else 0 for t in range(tp)])
+            elif ".experts." in name and self._owner and shape and shape[0] == s.num_experts:
+                row = nbytes // s.num_experts  # fused expert tensor [E, …]: each EP rank holds its experts
+                self._put(stage, cat, [row * self._owner.count(t) for t in range(tp)])
+            else:
+                # a fused expert tensor (`experts.gate_up_proj`) is named after its projection
+                mod = param if module == "experts" else module
+                self._put(stage, cat, self._tp_split(mod, param, nbytes, shape))
+            return
+        if module in EMBED:
+            self._embed_rank_bytes = self._vocab_split(nbytes, shape)
+            self._put(0, "embed", [self._embed_rank_bytes] * tp)
+            if s.tie_word_embeddings and p.pp > 1:
+                self._put(last, "head", [self._embed_rank_bytes] * tp)  # the last stage's own lm_head copy
+            return
+        if module == "lm_head" or (module == "head" and "shared_head" not in name):
+            self.lm_head_seen = True
+            if s.tie_word_embeddings:
+                return  # vLLM ties it to the embedding (counted there) and skips the checkpoint's copy
+            self._put(last, "head", [self._vocab_split(nbytes, shape)] * tp)
+            return
+        if _FINAL_NORM.match(name):
+            self._put(last, "head", [nbytes] * tp)
+            return
+        if len(self.unknown) < 8:
+            self.unknown.append(name)
+        self._put(0, "other", [nbytes] * tp)
+
+    def _vocab_split(self, nbytes: int, shape: Sequence[int]) -> int:
+        """One TP rank's rows of a vocab-parallel table, vocab padded to a multiple of 64 as vLLM pads it."""
+        rows = shape[0] if shape else 1
+        per_row = nbytes // rows if rows else nbytes
+        padded = -(-rows // VOCAB_PAD) * VOCAB_PAD
+        return per_row * (padded // self.params.tp)
+
+    def _tp_split(self, module: str, param: str, nbytes: int, shape: Sequence[int]) -> list[int]:
+        tp, s = self.params.tp, self.shape
+        numel = math.prod(shape) if shape else 1
+        if tp == 1:
+            return [nbytes]
+        if numel <= 1 or param == "weight_shape":
+            return [nbytes] * tp
+        if param in HEAD_PARAMS or module == "conv1d":
+            return [nbytes // tp] * tp
+        if module in COLUMN:
+            rows = shape[0] if shape else 0
+            kvh = s.num_kv_heads
+            if module in ("k_proj", "v_proj") and tp > kvh and rows == kvh * s.head_dim:
+                return [nbytes // kvh] * tp  # one replicated K/V head per rank
+            if module == "qkv_proj" and tp > kvh and rows == (s.num_heads + 2 * kvh) * s.head_dim:
+                per_row = nbytes // rows
+                return [per_row * (s.num_heads // tp + 2) * s.head_dim] * tp
+            return [nbytes // tp] * tp
+        if module in ROW:
+            if param == "bias" or (len(shape) >= 2 and shape[-1] == 1):
+                return [nbytes] * tp  # row-parallel bias and per-output-channel scales are whole on each rank
+            return [nbytes // tp] * tp
+        return [nbytes] * tp  # norms, routers, replicated linears
+
+    def weights(self, rank: int) -> int:
+        return sum(self.bytes[rank].values())
+
+
+# -- the per-rank estimate ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankNeed:
+    """What one rank (pp stage × tp shard) needs, in bytes."""
+
+    rank: int
+    pp_rank: int
+    tp_rank: int
+    weights: int
+    by_category: dict[str, int]
+    kv_bytes_per_token: int
+    activation: int  # estimate
+    cuda_graphs: int  # estimate
+    runtime: int  # estimate: CUDA context + NCCL, allocated before vLLM's memory snapshot
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Per-rank needs of one recipe on one checkpoint, before any GPU is looked at."""
+
+    shape: ModelShape
+    params: EngineParams
+    ranks: tuple[RankNeed, ...]
+    stages: tuple[tuple[int, int], ...]
+    tensors: int
+    skipped: dict[str, int]
+    unknown: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def kv_budget(self, r: RankNeed, total: int) -> int:
+        """KV pool of one rank on a card of ``total`` bytes (explicit, or what the utilisation leaves)."""
+        if self.params.kv_cache_memory is not None:
+            return self.params.kv_cache_memory
+        left = int(total * self.params.gpu_memory_utilization) - r.weights - r.activation - r.cuda_graphs
+        return max(left, 0)
+
+    def kv_tokens(self, totals: Sequence[int]) -> int | None:
+        """vLLM's "GPU KV cache size: N tokens": whole blocks per rank, the smallest rank decides."""
+        out = None
+        for r, total in zip(self.ranks, totals, strict=True):
+            if r.kv_bytes_per_token == 0:
+                continue
+            block = r.kv_bytes_per_token * self.params.block_size
+            tokens = self.kv_budget(r, total) // block * self.params.block_size
+            out = tokens if out is None else min(out, tokens)
+        return out
+
+
+def _kv_per_token(shape: ModelShape, params: EngineParams, layers: Iterable[int], extra_layers: int) -> int:
+    b = KV_DTYPE_BYTES.get(params.kv_cache_dtype) or (1 if params.kv_cache_dtype.startswith("fp8") else None)
+    b = b or shape.dtype_bytes
+    n = sum(1 for _ in layers) + extra_layers
+    if shape.kv_lora_rank:
+        return n * (shape.kv_lora_rank + shape.rope_head_dim) * b  # MLA: one latent, not split over TP
+    heads = max(1, shape.num_kv_heads // params.tp)
+    return n * 2 * heads * shape.head_dim * b
+
+
+def _activation(shape: ModelShape, params: EngineParams, last_stage: bool) -> int:
+    """Estimate of vLLM's profile-run peak: T tokens through one layer (hidden states, residual, QKV, the MLP
+    or the routed experts' intermediate) at the model dtype, plus fp32 logits and probs on the last stage."""
+    t = params.max_num_batched_tokens
+    ffn = max(shape.intermediate_size, shape.experts_per_token * shape.moe_intermediate_size)
+    qkv = (shape.num_heads + 2 * shape.num_kv_heads) * shape.head_dim
+    per_token = 4 * shape.hidden_size + (qkv + 2 * ffn) // params.tp
+    act = t * per_token * shape.dtype_bytes
+    if last_stage:
+        act += 2 * min(params.max_num_seqs, t) * (shape.vocab_size // params.tp) * 4
+    return act
+
+
+def estimate(
+    shape: ModelShape, params: EngineParams, headers: Iterable[tuple[str, int, Sequence[int]]]
+) -> Estimate:
+    """Place every (name, nbytes, shape) of the checkpoint and add the named allowances. ``headers`` is
+    consumed once, lazily: pass a generator over the files and memory stays a few files' headers."""
+    if params.tp < 1 or params.pp < 1:
+        raise FitError(f"tensor/pipeline parallel sizes must be ≥ 1 (got TP={params.tp}, PP={params.pp})")
+    if params.pp > shape.num_layers:
+        raise FitError(
+            f"PP={params.pp} stages for {shape.num_layers} layers", hint="lower --pipeline-parallel-size"
+        )
+    place = Placement(shape, params)
+    for name, nbytes, tshape in headers:
+        place.add(name, nbytes, tshape)
+    if place.tensors == 0:
+        raise FitError(
+            "the checkpoint has no safetensors tensors", hint="fit reads .safetensors headers only"
+        )
+    notes = []
+    if shape.tie_word_embeddings and params.pp > 1 and not place.lm_head_seen:
+        notes.append("tied embeddings: the last stage holds its own copy of the embedding as LM head")
+    if params.draft_model:
+        notes.append(
+            f"draft model {params.draft_model} is not counted (only MTP modules of this checkpoint are)"
+        )
+    if len(shape.attention_layers) < shape.num_layers:
+        notes.append(
+            f"{shape.num_layers - len(shape.attention_layers)} linear-attention/Mamba layers: their "
+            "per-sequence state is not in the KV estimate"
+        )
+    stages = pp_partition(shape.num_layers, params.pp, params.pp_partition)
+    ranks = []
+    for rank in range(params.world):
+        pp_rank, tp_rank = divmod(rank, params.tp)
+        a, b = stages[pp_rank]
+        last = pp_rank == params.pp - 1
+        attn = [i for i in shape.attention_layers if a <= i < b]
+        mtp = shape.mtp_layers if (last and params.mtp) else 0
+        ranks.append(
+            RankNeed(
+                rank=rank,
+                pp_rank=pp_rank,
+                tp_rank=tp_rank,
+                weights=place.weights(rank),
+                by_category=dict(place.bytes[rank]),
+                kv_bytes_per_token=_kv_per_token(shape, params, attn, mtp),
+                activation=_activation(shape, params, last),
+                cuda_graphs=CUDA_GRAPHS if params.cuda_graphs else 0,
+                runtime=CUDA_CONTEXT + (NCCL_BUFFERS if params.world > 1 else 0),
+            )
+        )
+    return Estimate(
+        shape, params, tuple(ranks), tuple(stages), place.tensors, dict(place.skipped), tuple(place.unknown),
+        tuple(notes),
+    )  # fmt: skip
+
+
+def engine_inputs(spec: Deployment) -> EngineParams:
+    """EngineParams of a deployment spec: its argv and its enabled env."""
+    return engine_params(spec.engine.args, {e.name: e.value for e in spec.active_env()})

@@ -1,0 +1,90 @@
+"""invoke bundle, invoke unbundle: carry one deployment to a machine without internet, verified.
+
+rigsmith.operating.bundle (rich, the targets) loads inside the tasks: invoke imports every task module for
+every command.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from rigsmith.errors import RigsmithError
+from rigsmith.project import TARGETS
+from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
+
+
+def _targets(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in names if t not in TARGETS]
+    if unknown:
+        raise RigsmithError(
+            f"--targets: unknown target(s) {', '.join(unknown)}", hint=f"use some of: {', '.join(TARGETS)}"
+        )
+    return names
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+@task(
+    optional=["tar"],
+    help={
+        "deployment": "deployments/NAME.yaml to bundle" + DEFAULT_DEP,
+        "out": "bundle directory (created; on the model's filesystem the model files are hard-linked)",
+        "tar": "also write the bundle as one tar: --tar alone writes OUT.tar; --tar FILE; --tar - streams it "
+        "to stdout",
+        "targets": "comma-separated targets whose rendered artifacts go in (default: podman)",
+    },
+)
+@user_errors
+def bundle(
+    c: Context,
+    out: str,
+    deployment: str | None = None,
+    tar: str | bool | None = None,
+    targets: str = "podman",
+) -> None:
+    """Bundle model files, engine image (OCI archive, digest kept), spec, lock and artifacts, for offline."""
+    from rigsmith.operating import bundle as bundlemod
+
+    dest = Path(out).expanduser()
+    say = _stderr if tar == "-" else echo  # stdout carries the tar stream
+    tar_path = None
+    if tar is True:
+        tar_path = dest.with_name(dest.name + ".tar")
+    elif isinstance(tar, str) and tar:
+        tar_path = Path(tar) if tar == "-" else Path(tar).expanduser()
+    report = bundlemod.bundle(
+        project(c), deployment, dest, targets=_targets(targets), tar=tar_path, io=bundlemod.Io(echo=say)
+    )
+    say(report.summary())
+
+
+@task(
+    help={
+        "path": "the bundle directory (or its tar file)",
+        "into": "put the model in DIR instead of the spec's model.local_dir (the spec is updated to match)",
+        "yes": "replace a different spec or artifact already in this checkout without asking",
+    }
+)
+@user_errors
+def unbundle(c: Context, path: str, into: str | None = None, yes: bool = False) -> None:
+    """Verify a bundle completely, then place spec, lock, image and model; offline (no Hub, no registry)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from rigsmith.operating import bundle as bundlemod
+
+    report = bundlemod.unbundle(
+        project(c),
+        Path(path).expanduser(),
+        into=Path(into).expanduser() if into else None,
+        yes=yes,
+        confirm=confirm(),
+        io=bundlemod.Io(echo=echo),
+    )
+    echo(report.summary())
