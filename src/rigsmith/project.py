@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rigsmith import spec as specmod
-from rigsmith.errors import RigsmithError, SpecError
+from rigsmith.errors import RigsmithError
 
 TARGETS = ("podman", "quadlet", "compose", "lxc", "kube")
 
@@ -81,20 +81,9 @@ class Project:
         )
 
     def load(self, name: str | None) -> specmod.Deployment:
-        """Load and validate the named (or only) deployment.
-
-        Raises:
-            SpecError: the file is invalid, including bytes that are not UTF-8 and nesting deeper than
-                the YAML reader can follow (both were tracebacks, issue 10 low 11).
-        """
-        path = self.spec_path(self.resolve_name(name))
-        try:
-            return specmod.load(path)
-        except UnicodeDecodeError as err:
-            problem = f"byte {err.start} is not UTF-8 text; deployment files are UTF-8"
-        except RecursionError:
-            problem = "nested too deeply to read (a real deployment is a few levels deep)"
-        raise SpecError(str(path), [("(file)", problem)])
+        """Load and validate the named (or only) deployment (every bad file is one SpecError: see
+        :func:`rigsmith.spec.load`)."""
+        return specmod.load(self.spec_path(self.resolve_name(name)))
 
 
 def find_root(start: Path | None = None) -> Path:

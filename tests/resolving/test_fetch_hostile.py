@@ -220,9 +220,9 @@ def test_ctrl_c_cancels_queued_files_stops_transfers_and_keeps_partials(hub, mak
 @pytest.mark.parametrize(
     ("data", "says"),
     [
-        (b"name: t\nmodel:\n  repo: \xff\xfe\n", "byte 23 is not UTF-8 text"),
-        (b"name: t\nx: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
-        (b"".join(b"  " * i + b"k:\n" for i in range(3000)), "nested too deeply"),
+        (b"name: t\nmodel:\n  repo: \xff\xfe\n", "not UTF-8 text (at byte 23)"),
+        (b"name: t\nx: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested more than 64 levels deep"),
+        (b"".join(b"  " * i + b"k:\n" for i in range(3000)), "nested more than 64 levels deep"),
     ],
     ids=["not-utf8", "deep-flow", "deep-block"],
 )
