@@ -10,6 +10,7 @@ from __future__ import annotations
 from rigsmith.operating import doctor, probes
 from rigsmith.operating.host import gather, probe
 from rigsmith.project import Project
+from rigsmith.spec import Deployment, from_data, to_data
 from tests.support.common import REPO
 from tests.support.replay import DATA, ReplayHost
 
@@ -65,3 +66,46 @@ def test_real_vram_holder_is_named_by_doctor() -> None:
     assert rows["memlock"].verdict == "go"  # root on that host raises RLIMIT_MEMLOCK (raise-ok)
     idle = doctor.evaluate(spec, gather(ReplayHost("h200-1gpu-idle"), model_dir=spec.model.local_dir))
     assert {c.name: c.verdict for c in idle}["VRAM holders"] == "go"
+
+
+def _two_gpu_spec() -> Deployment:
+    """Seed 003's spec asking for the two GPUs of the captured NVLink host."""
+    data = to_data(Project(REPO).load("flash-next-merlin-4x3090"))
+    data["resources"]["gpus"].update(count=2, cdi_devices=["nvidia.com/gpu=0", "nvidia.com/gpu=1"])
+    return from_data(data)
+
+
+def _rows(spec: Deployment, case: str) -> dict[str, doctor.Check]:
+    return {c.name: c for c in doctor.evaluate(spec, gather(ReplayHost(case), model_dir="/x"))}
+
+
+def test_real_nvlink_pair_reads_nv18_and_p2p_ok_and_doctor_says_go() -> None:
+    topo = probes.parse_topo(_cmd("h200x2-nvlink-idle", "topo"))
+    assert "\x1b[4m" in _raw("h200x2-nvlink-idle", "topo")
+    assert topo.gpus == ("GPU0", "GPU1")
+    assert topo.links[("GPU0", "GPU1")] == "NV18" == topo.links[("GPU1", "GPU0")]
+    p2p = probes.parse_p2p(_cmd("h200x2-nvlink-idle", "p2p"))
+    assert p2p == {("GPU0", "GPU1"): "OK", ("GPU1", "GPU0"): "OK"}
+    spec = _two_gpu_spec()
+    rows = {
+        c.name: c for c in doctor.evaluate(spec, gather(ReplayHost("h200x2-nvlink-idle"), model_dir="/x"))
+    }
+    assert rows["PCIe P2P"].verdict == "go" and "links NV18" in rows["PCIe P2P"].detail
+    assert rows["VRAM holders"].verdict == "go"
+    # the right count, the wrong card: the spec (seed 003) asks for RTX 3090s
+    assert rows["GPUs"].verdict == "no-go" and "GPU1 is NVIDIA H200" in rows["GPUs"].detail
+
+
+def test_real_holder_of_both_gpus_is_named_on_each() -> None:
+    apps = probes.parse_apps(_cmd("h200x2-nvlink-holding", "apps"))
+    assert [(a.pid, a.name, a.used_mib) for a in apps] == [(660, "python3", 2566)] * 2
+    spec = _two_gpu_spec()
+    rows = {
+        c.name: c for c in doctor.evaluate(spec, gather(ReplayHost("h200x2-nvlink-holding"), model_dir="/x"))
+    }
+    holder = rows["VRAM holders"]
+    assert holder.verdict == "no-go"
+    assert (
+        "GPU0: PID 660 python3 2566 MiB" in holder.detail
+        and "GPU1: PID 660 python3 2566 MiB" in holder.detail
+    )

@@ -12,6 +12,8 @@ from tests.support.common import REPO
 
 DATA = REPO / "tests" / "operating" / "data"
 CASES = (
+    "h200x2-nvlink-idle",
+    "h200x2-nvlink-holding",
     "3x3090-squatter",
     "4x3090-idle",
     "no-driver",
