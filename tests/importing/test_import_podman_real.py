@@ -58,8 +58,15 @@ def test_imported_hostile_recipe_runs_with_its_exact_argv_in_real_podman(
     }
     spec_data["model"]["local_dir"] = str(tmp_path / "models" / "Flash-Next-Merlin")
     spec_data["resources"]["gpus"]["cdi_devices"] = [f"{FAKE_VENDOR}={i}" for i in range(4)]
+    # the env names files under <repo> (the KV scales, "required"): the user mounts it, or deploy refuses
+    repo = tmp_path / "merlin"
+    spec_data["mounts"] = [
+        *spec_data.get("mounts", []),
+        {"host": str(repo), "container": str(repo), "readonly": True},
+    ]
     path.write_text(yaml.safe_dump(spec_data, sort_keys=False), encoding="utf-8")
     Path(spec_data["model"]["local_dir"]).mkdir(parents=True)
+    repo.mkdir()
     spec = specmod.load(path)
 
     out = tmp_path / "out"
