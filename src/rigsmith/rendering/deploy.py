@@ -61,6 +61,10 @@ def artifacts(
         read=read,
         warn=warn,
     )
+    if spec.cluster is not None:
+        from rigsmith.rendering.targets import nodes
+
+        return plan, nodes.render(target, spec, plan, ctx)
     return plan, table[target](plan, ctx)
 
 

@@ -1,0 +1,32 @@
+"""Every target for a multi-node spec: the target's own renderer once per node (issue 15).
+
+Each node gets its own artifacts named ``NAME-NODE`` (``podman/NAME-node0/run.sh``,
+``quadlet/NAME-node1.container``, ``compose/NAME-node0/compose.yaml``, one Proxmox CT per node with VMIDs
+counted up from ``--vmid``), rendered from that node's plan, so devices, shm, memlock, grace, mounts and
+env follow the same rules as on one box. Kubernetes gets one LeaderWorkerSet instead (kube_lws).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rigsmith import spec as specmod
+from rigsmith.rendering import cluster
+from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.targets import RenderContext, renderers
+from rigsmith.writer import Artifact
+
+
+def render(target: str, spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
+    """Artifacts of ``target`` for every node of ``spec.cluster``, head first."""
+    nodes = cluster.node_plans(spec, plan)
+    if target == "kube":
+        from rigsmith.rendering.targets import kube_lws
+
+        return kube_lws.render(spec, plan, ctx)
+    render_one = renderers()[target]
+    out: list[Artifact] = []
+    for node in nodes:
+        lxc = dataclasses.replace(ctx.lxc, vmid=ctx.lxc.vmid + node.index)
+        out += render_one(node.plan, dataclasses.replace(ctx, lxc=lxc))
+    return out
