@@ -494,7 +494,9 @@ class Proxy(Frozen):
 #: An interface name as the kernel takes it (IFNAMSIZ 16 with the NUL; no '/', ':' or whitespace).
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}\Z")
 #: A node address: an IPv4/IPv6 literal or a host name, or a placeholder token until the user fills it.
-ADDRESS_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|[0-9A-Fa-f:.]+|<[A-Za-z_][A-Za-z0-9_ .-]*>)\Z")
+ADDRESS_RE = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|[0-9A-Fa-f:.]+|<[A-Za-z_][A-Za-z0-9_ .-]*>)\Z"
+)
 
 
 class ClusterNode(Frozen):

@@ -39,7 +39,9 @@ def _value(args: Sequence[str], names: Sequence[str]) -> str | None:
 def node_args(argvs: Sequence[Sequence[str]]) -> list[list[str]] | None:
     """The argv after ``vllm serve`` of every command, head first, when the commands are one
     data-parallel group; None when they are not (the caller refuses them as before)."""
-    if len(argvs) < 2 or any(len(a) < 3 or PurePosixPath(a[0]).name != "vllm" or a[1] != "serve" for a in argvs):
+    if len(argvs) < 2 or any(
+        len(a) < 3 or PurePosixPath(a[0]).name != "vllm" or a[1] != "serve" for a in argvs
+    ):
         return None
     args = [list(a[2:]) for a in argvs]
     head, rest = args[0], args[1:]
@@ -59,7 +61,7 @@ def cluster_data(args: Sequence[Sequence[str]], vendor: str) -> tuple[dict[str, 
     Each node gets ``--data-parallel-size-local`` GPUs (TP × PP each rank; 1 when the recipe leaves it out)
     as ``vendor=0..n-1``; its address is a placeholder until the user writes it.
     """
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     tokens = []
     for i, a in enumerate(args):
         local = _value(a, _LOCAL)
@@ -81,7 +83,7 @@ def cluster_data(args: Sequence[Sequence[str]], vendor: str) -> tuple[dict[str, 
         )
     notes = [
         f"{len(args)} commands, one per node: imported as cluster.layout data-parallel with nodes "
-        f"{', '.join(n['name'] for n in nodes)} (the first serves the API, the others are --headless ranks); "
+        f"{', '.join(str(n['name']) for n in nodes)} (the first serves the API, the others are --headless ranks); "
         "fill each node's address, and its interface for NCCL/Gloo",
         f"--data-parallel-address {_value(args[0], _ADDRESS)} and --data-parallel-rpc-port "
         f"{_value(args[0], _RPC)} are set on every node from cluster.nodes[0].address and "

@@ -40,6 +40,8 @@ FLAGS: dict[str, tuple[str, ...]] = {
 }
 #: Variables rigsmith sets per node; the spec's env may not set them too.
 NODE_ENV = ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+#: Variables that select GPUs on one host; in a cluster each node's cdi_devices do that.
+GPU_SELECT_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 #: Seconds between the head's checks of the cluster and the workers' checks of the head's port.
 POLL_SECONDS = 2
 
@@ -138,6 +140,15 @@ def problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
         for i, e in enumerate(spec.env)
         if e.active and e.name in NODE_ENV
     ]
+    out += [
+        (
+            f"env[{i}]",
+            f"{e.name} selects GPUs on one host; in a cluster each node's cdi_devices select them "
+            "(renumbered from 0 in the container): remove it",
+        )
+        for i, e in enumerate(spec.env)
+        if e.active and e.name in GPU_SELECT_ENV
+    ]
     ports = {"network.port": spec.network.port}
     ports["cluster.ray_port" if cluster.layout == "ray" else "cluster.dp_rpc_port"] = (
         cluster.ray_port if cluster.layout == "ray" else cluster.dp_rpc_port
@@ -172,7 +183,10 @@ def problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
                 )
             )
         out += [
-            (f"cluster.nodes[{i}].args", "is for the data-parallel layout; remove it (Ray workers run no vllm)")
+            (
+                f"cluster.nodes[{i}].args",
+                "is for the data-parallel layout; remove it (Ray workers run no vllm)",
+            )
             for i, n in enumerate(cluster.nodes)
             if n.args is not None
         ]
@@ -195,8 +209,10 @@ def _dp_problems(spec: specmod.Deployment, per_rank: int) -> list[tuple[str, str
             out.append((f"{where}.cdi_devices", f"{gpus} GPUs is not a multiple of TP × PP = {per_rank}"))
         args = _node_args(spec, i)
         model_arg = spec.engine.model_arg
-        if n.args is not None and model_arg is not None and (
-            model_arg >= len(n.args) or n.args[model_arg] != spec.engine.args[model_arg]
+        if (
+            n.args is not None
+            and model_arg is not None
+            and (model_arg >= len(n.args) or n.args[model_arg] != spec.engine.args[model_arg])
         ):
             out.append(
                 (f"{where}.args", f"args[{model_arg}] must be the model word of engine.args, as on node 0")
@@ -213,7 +229,12 @@ def _dp_problems(spec: specmod.Deployment, per_rank: int) -> list[tuple[str, str
         if i and n.args is not None and not headless:
             out.append((f"{where}.args", "a rank after the first serves no API: add --headless"))
         if i == 0 and headless:
-            out.append((f"{where}.args" if n.args else "engine.args", "the first node serves the API: drop --headless"))
+            out.append(
+                (
+                    f"{where}.args" if n.args else "engine.args",
+                    "the first node serves the API: drop --headless",
+                )
+            )
         start += local
     return out
 
@@ -237,11 +258,11 @@ def _node_env(node: specmod.ClusterNode) -> tuple[tuple[str, str], ...]:
 _WAIT_PY = (
     "import sys, time, ray; n, g, tries = map(int, sys.argv[1:4]); "
     'ray.init(address="auto", logging_level="ERROR"); '
-    "alive = lambda: [x for x in ray.nodes() if x['Alive']]; "
-    "ok = lambda: len(alive()) >= n and sum(x['Resources'].get('GPU', 0) for x in alive()) >= g; "
+    'alive = lambda: [x for x in ray.nodes() if x["Alive"]]; '
+    'ok = lambda: len(alive()) >= n and sum(x["Resources"].get("GPU", 0) for x in alive()) >= g; '
     f"ready = next((True for _ in range(tries) if ok() or time.sleep({POLL_SECONDS})), False); "
-    "sys.exit(0 if ready else f'rigsmith: the Ray cluster has {len(alive())} of {n} nodes after the join "
-    "timeout; start the workers (cluster.nodes) or raise cluster.join_timeout_seconds')"
+    'sys.exit(0 if ready else f"rigsmith: the Ray cluster has {len(alive())} of {n} nodes after the join '
+    'timeout; start the workers (cluster.nodes) or raise cluster.join_timeout_seconds")'
 )
 
 

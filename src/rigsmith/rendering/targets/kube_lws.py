@@ -130,7 +130,10 @@ def manifests_lws(spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": kname, "labels": labels},
-        "spec": {"selector": selector, "ports": [{"name": "http", "port": plan.port, "targetPort": plan.port}]},
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "http", "port": plan.port, "targetPort": plan.port}],
+        },
     }
     return [lws, service]
 
