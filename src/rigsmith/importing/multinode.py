@@ -83,8 +83,8 @@ def cluster_data(args: Sequence[Sequence[str]], vendor: str) -> tuple[dict[str, 
         )
     notes = [
         f"{len(args)} commands, one per node: imported as cluster.layout data-parallel with nodes "
-        f"{', '.join(str(n['name']) for n in nodes)} (the first serves the API, the others are --headless ranks); "
-        "fill each node's address, and its interface for NCCL/Gloo",
+        f"{', '.join(str(n['name']) for n in nodes)} (the first serves the API, the others are --headless "
+        "ranks); fill each node's address, and its interface for NCCL/Gloo",
         f"--data-parallel-address {_value(args[0], _ADDRESS)} and --data-parallel-rpc-port "
         f"{_value(args[0], _RPC)} are set on every node from cluster.nodes[0].address and "
         "cluster.dp_rpc_port",

@@ -1638,9 +1638,7 @@ def build(
             notes.append(f"--port {ports[-1][1]} is not a number; network.port stays 8000 until you set it")
     revision = flag_values(launch.args, "--revision")
     cluster, node_tokens, cluster_notes = (
-        multinode.cluster_data(launch.node_args, _vendor(env))
-        if launch.node_args
-        else (None, [], [])
+        multinode.cluster_data(launch.node_args, _vendor(env)) if launch.node_args else (None, [], [])
     )
     notes += cluster_notes
     all_notes = [*([meta.notes_text] if meta.notes_text else []), *launch.notes, *notes]
