@@ -561,12 +561,20 @@ class Cluster(Frozen):
         "--distributed-executor-backend ray. data-parallel: every node runs vllm serve for its ranks, the "
         "others with --headless."
     )
-    nodes: tuple[ClusterNode, ...] = Field(min_length=2, description="The head (rank 0) first.")
+    nodes: tuple[ClusterNode, ...] = Field(description="Two or more; the head (rank 0) first.")
     ray_port: int = Field(6379, ge=1, le=65535, description="Ray GCS port on the head.")
     dp_rpc_port: int = Field(13345, ge=1, le=65535, description="--data-parallel-rpc-port on the first node.")
     join_timeout_seconds: int = Field(
         600, gt=0, description="How long the head waits for every node and GPU (workers for the head)."
     )
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _two(cls, v: Any) -> Any:
+        # Checked before the items: pydantic's min_length counts only the nodes that validated.
+        if isinstance(v, list | tuple) and len(v) < 2:
+            raise ValueError(f"has {len(v)} node(s); a cluster needs two or more (or remove cluster)")
+        return v
 
 
 class Deployment(Frozen):

@@ -321,9 +321,13 @@ def _dp_command(spec: specmod.Deployment, plan: RunPlan, i: int) -> tuple[str, .
 
 def node_plans(spec: specmod.Deployment, plan: RunPlan) -> list[NodePlan]:
     """One plan per node, head (rank 0) first; ``plan`` is the deployment's single-node plan."""
+    assert spec.cluster is not None
+    check(spec, plan.spec_path)
+    # Addresses may be placeholders ('<node0 address>') the user filled in `placeholders`.
+    nodes = tuple(n.model_copy(update={"address": spec.fill(n.address)}) for n in spec.cluster.nodes)
+    spec = spec.model_copy(update={"cluster": spec.cluster.model_copy(update={"nodes": nodes})})
     cluster = spec.cluster
     assert cluster is not None
-    check(spec, plan.spec_path)
     out = []
     for i, node in enumerate(cluster.nodes):
         role: Literal["head", "worker"] = "head" if i == 0 else "worker"

@@ -1,0 +1,257 @@
+"""Multi-node deployments (issue 15): per-node artifacts for every target, validation, LeaderWorkerSet.
+
+Golden files: tests/golden/<deployment>/<target>/ for seed 003 as a two-node Ray cluster and for the
+corpus' two-node data-parallel Kimi-K2 recipe as imported. Refresh with --update-golden.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from rigsmith.errors import SpecError
+from rigsmith.project import Project
+from rigsmith.rendering import cluster, deploy
+from tests.support import cluster as fixtures
+from tests.support.common import GOLDEN, compare_tree
+from tests.support.targets import render_seed
+
+DATA = Path(__file__).parent / "data"
+NODE_TARGETS = ("podman", "quadlet", "compose", "lxc")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return Project(fixtures.write(tmp_path, fixtures.ray_data(), fixtures.dp_data()))
+
+
+@pytest.mark.parametrize("target", [*NODE_TARGETS, "kube"])
+def test_ray_cluster_artifacts_match_golden_files(
+    project: Project, tmp_path: Path, update_golden: bool, target: str
+) -> None:
+    files = render_seed(project, target, fixtures.RAY_NAME, tmp_path / "out")
+    compare_tree(files, GOLDEN / fixtures.RAY_NAME / target, update_golden)
+
+
+@pytest.mark.parametrize("target", NODE_TARGETS)
+def test_imported_data_parallel_pair_artifacts_match_golden_files(
+    project: Project, tmp_path: Path, update_golden: bool, target: str
+) -> None:
+    files = render_seed(project, target, fixtures.DP_NAME, tmp_path / "out")
+    compare_tree(files, GOLDEN / fixtures.DP_NAME / target, update_golden)
+
+
+def _run_argv(run_sh: str) -> list[str]:
+    """The words of run.sh's ``podman run`` command, as a shell would split them (``$IMAGE`` kept)."""
+    start = run_sh.index("\npodman run")
+    end = run_sh.index("\necho ", start)
+    return shlex.split(run_sh[start:end].replace("\\\n", " ").replace('"$IMAGE"', "IMAGE"))
+
+
+def test_every_node_container_gets_its_devices_env_shm_memlock_and_grace(
+    project: Project, tmp_path: Path
+) -> None:
+    files = render_seed(project, "podman", fixtures.RAY_NAME, tmp_path / "out")
+    for node, ip, role in (("box-a", fixtures.HEAD_IP, "head"), ("box-b", fixtures.WORKER_IP, "worker")):
+        argv = _run_argv(files[f"{fixtures.RAY_NAME}-{node}/run.sh"])
+        opts = argv[: argv.index("IMAGE")]
+        pairs = list(zip(opts, opts[1:], strict=False))
+        assert [v for k, v in pairs if k == "--device"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+        envs = [v for k, v in pairs if k == "--env"]
+        assert f"VLLM_HOST_IP={ip}" in envs
+        assert {"NCCL_SOCKET_IFNAME=enp65s0", "GLOO_SOCKET_IFNAME=enp65s0"} <= set(envs)
+        assert ("--shm-size", "8g") in pairs and ("--ulimit", "memlock=-1:-1") in pairs
+        assert ("--stop-timeout", "70") in pairs and ("--label", f"io.rigsmith.role={role}") in pairs
+        script = argv[argv.index("IMAGE") + 2]
+        assert argv[argv.index("IMAGE") + 1] == "-c" and ("--entrypoint", "bash") in pairs
+        if role == "head":
+            assert script.startswith(f"ray start --head --port=6379 --node-ip-address={ip} --num-gpus=2 ")
+            # The engine starts only after the wait for 2 nodes and 4 GPUs, with the recipe's argv intact.
+            wait, engine = script.split(" && exec ", 1)
+            assert shlex.split(wait)[-3:] == ["2", "4", "60"]
+            spec = project.load(fixtures.RAY_NAME)
+            assert shlex.split(engine) == ["vllm", *spec.engine.container_argv(spec.model)]
+        else:
+            assert script.endswith(
+                f"exec ray start --block --address={fixtures.HEAD_IP}:6379 --node-ip-address={ip} "
+                "--num-gpus=2 --disable-usage-stats"
+            )
+
+
+def test_data_parallel_ranks_get_their_rank_flags_and_the_first_nodes_address(
+    project: Project, tmp_path: Path
+) -> None:
+    files = render_seed(project, "podman", fixtures.DP_NAME, tmp_path / "out")
+    argvs = [_run_argv(files[f"{fixtures.DP_NAME}-node{i}/run.sh"]) for i in (0, 1)]
+    cmds = [a[a.index("IMAGE") + 1 :] for a in argvs]
+
+    def value(cmd: list[str], flag: str) -> str | None:
+        return cmd[cmd.index(flag) + 1] if flag in cmd else None
+
+    for cmd in cmds:
+        assert cmd[:2] == ["serve", "/models/Kimi-K2-Instruct"]
+        assert value(cmd, "--data-parallel-address") == "192.168.50.11"
+        assert value(cmd, "--data-parallel-rpc-port") == "13345"
+        assert value(cmd, "--data-parallel-size") == "16" and value(cmd, "--data-parallel-size-local") == "8"
+    assert "--headless" not in cmds[0] and value(cmds[0], "--data-parallel-start-rank") is None
+    # Node 1 keeps the recipe's own second command, word order included.
+    assert cmds[1][2:5] == ["--headless", "--data-parallel-start-rank", "8"]
+
+
+def _spec(data: dict[str, Any]) -> Any:
+    from rigsmith import spec as specmod
+
+    return specmod.from_data(data)
+
+
+def test_cluster_problems_are_all_reported_with_field_paths() -> None:
+    data = fixtures.ray_data()
+    data["engine"]["args"] = [
+        a for a in data["engine"]["args"] if a not in ("--distributed-executor-backend", "ray")
+    ]
+    data["env"].append({"name": "VLLM_HOST_IP", "value": "1.2.3.4"})
+    data["env"].append({"name": "CUDA_VISIBLE_DEVICES", "value": "0,1"})
+    data["cluster"]["nodes"][1]["name"] = "box-a"
+    data["cluster"]["nodes"][1]["cdi_devices"] = ["nvidia.com/gpu=0"]
+    data["cluster"]["ray_port"] = 8000
+    with pytest.raises(SpecError) as err:
+        cluster.check(_spec(data), "deployments/x.yaml")
+    fields = [f for f, _ in err.value.problems]
+    assert fields == [
+        "cluster.nodes[1].name",
+        f"env[{len(data['env']) - 2}]",
+        f"env[{len(data['env']) - 1}]",
+        "cluster.ray_port",
+        "cluster.nodes",
+        "engine.args",
+    ]
+    text = str(err.value)
+    assert "the nodes give 3 GPUs but TP 2 × PP 2 × DP 1 = 4" in text
+    assert "--distributed-executor-backend ray" in text and "Traceback" not in text
+
+
+def test_data_parallel_problems_name_the_node() -> None:
+    data = fixtures.dp_data()
+    data["cluster"]["nodes"][1]["args"] = [
+        a for a in data["cluster"]["nodes"][1]["args"] if a != "--headless"
+    ]
+    data["cluster"]["nodes"][1]["args"][2] = "4"  # --data-parallel-start-rank 4, node 0 has 8 ranks
+    with pytest.raises(SpecError) as err:
+        cluster.check(_spec(data), "deployments/x.yaml")
+    assert [f for f, _ in err.value.problems] == ["cluster.nodes[1].args", "cluster.nodes[1].args"]
+    assert "--data-parallel-start-rank is 4 but this node's GPUs give 8" in str(err.value)
+    assert "add --headless" in str(err.value)
+
+
+def test_spec_rejects_malformed_nodes_with_paths() -> None:
+    data = fixtures.ray_data()
+    data["cluster"]["nodes"][0]["interface"] = "eth0; reboot"
+    data["cluster"]["nodes"][1]["address"] = "10.0.0.1 --x"
+    data["cluster"]["nodes"] = data["cluster"]["nodes"][:2]
+    with pytest.raises(SpecError) as err:
+        _spec(data)
+    assert [f for f, _ in err.value.problems] == ["cluster.nodes[0].interface", "cluster.nodes[1].address"]
+
+
+def test_single_node_spec_dumps_without_a_cluster_key() -> None:
+    from rigsmith import spec as specmod
+
+    seed = yaml.safe_load((fixtures.REPO / "deployments/flash-next-merlin-4x3090.yaml").read_text())
+    assert "cluster" not in specmod.to_data(_spec(seed))
+    two = _spec(fixtures.ray_data())
+    assert specmod.loads(specmod.dump(two)) == two
+
+
+def test_deploy_refuses_unfilled_node_addresses(tmp_path: Path) -> None:
+    data = fixtures.dp_data()
+    data["placeholders"] = {t: None for t in data["placeholders"]}
+    project = Project(fixtures.write(tmp_path, data))
+    with pytest.raises(SpecError) as err:
+        deploy.artifacts(project, "podman", deployment=fixtures.DP_NAME)
+    assert "'<node0 address>' has no value" in str(err.value)
+
+
+# -- Kubernetes: LeaderWorkerSet ------------------------------------------------------------------
+
+
+def _closed(schema: Any) -> Any:
+    """The schema with every object closed to the CRD's own fields (an unknown field would be pruned by
+    the API server without a word, so the test treats one as an error)."""
+    if isinstance(schema, dict):
+        out = {k: _closed(v) for k, v in schema.items()}
+        if out.get("type") == "object" and "properties" in out:
+            out.setdefault("additionalProperties", False)
+        return out
+    if isinstance(schema, list):
+        return [_closed(v) for v in schema]
+    return schema
+
+
+def _lws_docs(project: Project, tmp_path: Path) -> list[dict[str, Any]]:
+    files = render_seed(project, "kube", fixtures.RAY_NAME, tmp_path / "out")
+    return list(yaml.safe_load_all(files[f"{fixtures.RAY_NAME}.yaml"]))
+
+
+def test_leaderworkerset_matches_the_crd_schema(project: Project, tmp_path: Path) -> None:
+    lws, service = _lws_docs(project, tmp_path)
+    schema = _closed(yaml.safe_load((DATA / "lws-crd-v1-excerpt.yaml").read_text()))
+    jsonschema.validate(lws, schema)
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert (lws["apiVersion"], lws["kind"]) == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+    assert template["size"] == 2 and template["restartPolicy"] == "RecreateGroupOnPodRestart"
+    assert service["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+    # The excerpt schema is strict enough to fail: a misspelt LWS field or a bad restart policy.
+    broken = copy.deepcopy(lws)
+    broken["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "RecreateGroupOnRestart"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+    broken = copy.deepcopy(lws)
+    broken["spec"]["leaderWorkerTemplate"]["sizee"] = 2
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+
+
+def test_leaderworkerset_pod_templates_are_valid_core_v1_pod_templates(
+    project: Project, tmp_path: Path
+) -> None:
+    kv = pytest.importorskip("kubernetes_validate")
+    lws, _ = _lws_docs(project, tmp_path)
+    for role in ("leaderTemplate", "workerTemplate"):
+        pod = lws["spec"]["leaderWorkerTemplate"][role]
+        doc = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": pod}
+        kv.validate(doc, "1.30", strict=True)
+
+
+def test_leaderworkerset_leader_runs_the_head_and_workers_join_the_leader_address(
+    project: Project, tmp_path: Path
+) -> None:
+    lws, _ = _lws_docs(project, tmp_path)
+    t = lws["spec"]["leaderWorkerTemplate"]
+    leader = t["leaderTemplate"]["spec"]["containers"][0]
+    worker = t["workerTemplate"]["spec"]["containers"][0]
+    for c in (leader, worker):
+        assert c["env"][0] == {
+            "name": "VLLM_HOST_IP",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+        }
+        assert c["resources"] == {"limits": {"nvidia.com/gpu": 2}}
+    assert leader["args"][1].startswith('ray start --head --port=6379 --node-ip-address="$VLLM_HOST_IP" ')
+    assert "exec vllm serve /models/Flash-Next-Merlin" in leader["args"][1]
+    # Kubernetes turns $$ into $: the worker's script reaches bash with one $ (the $(seq …) stays shell).
+    script = worker["args"][1].replace("$$", "$")
+    assert '--address="$LWS_LEADER_ADDRESS":6379' in script and "$(seq 60)" in script
+    assert "startupProbe" not in worker and "readinessProbe" in leader
+    assert not re.search(r"10\.231\.", yaml.safe_dump(lws)), "LWS pods learn addresses from the cluster"
+
+
+def test_kube_refuses_a_data_parallel_cluster_with_the_field(project: Project, tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as err:
+        render_seed(project, "kube", fixtures.DP_NAME, tmp_path / "out")
+    assert [f for f, _ in err.value.problems] == ["cluster.layout"]
