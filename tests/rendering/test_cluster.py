@@ -7,6 +7,7 @@ corpus' two-node data-parallel Kimi-K2 recipe as imported. Refresh with --update
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 import shlex
 from pathlib import Path
@@ -62,7 +63,7 @@ def test_every_node_container_gets_its_devices_env_shm_memlock_and_grace(
     for node, ip, role in (("box-a", fixtures.HEAD_IP, "head"), ("box-b", fixtures.WORKER_IP, "worker")):
         argv = _run_argv(files[f"{fixtures.RAY_NAME}-{node}/run.sh"])
         opts = argv[: argv.index("IMAGE")]
-        pairs = list(zip(opts, opts[1:], strict=False))
+        pairs = list(itertools.pairwise(opts))
         assert [v for k, v in pairs if k == "--device"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
         envs = [v for k, v in pairs if k == "--env"]
         assert f"VLLM_HOST_IP={ip}" in envs
