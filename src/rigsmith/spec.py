@@ -363,6 +363,14 @@ class EnvVar(Frozen):
         return self.enabled
 
 
+def cdi_names(v: tuple[str, ...]) -> tuple[str, ...]:
+    """``v`` when every entry is a fully qualified CDI name, else ValueError naming the others."""
+    bad = [d for d in v if not CDI_RE.match(d)]
+    if bad:
+        raise ValueError(f"{bad} are not CDI names; write vendor.com/class=name, e.g. nvidia.com/gpu=0")
+    return v
+
+
 class GpuSpec(Frozen):
     """The GPUs the recipe needs and the CDI names that give them to a container."""
 
@@ -379,10 +387,7 @@ class GpuSpec(Frozen):
     @field_validator("cdi_devices")
     @classmethod
     def _cdi(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [d for d in v if not CDI_RE.match(d)]
-        if bad:
-            raise ValueError(f"{bad} are not CDI names; write vendor.com/class=name, e.g. nvidia.com/gpu=0")
-        return v
+        return cdi_names(v)
 
 
 class Resources(Frozen):
@@ -499,6 +504,17 @@ ADDRESS_RE = re.compile(
 )
 
 
+#: Node fields written into commands and env on every node: (pattern, what a valid value is).
+_NODE_WORDS = {
+    "name": (
+        re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z"),
+        "a node name: lowercase letters, digits and '-' (max 32), alnum at both ends",
+    ),
+    "address": (ADDRESS_RE, "an IP address or host name"),
+    "interface": (IFNAME_RE, "a network interface name (e.g. enp65s0, at most 15 characters)"),
+}
+
+
 class ClusterNode(Frozen):
     """One machine of a multi-node deployment: where it is, which GPUs it gives, which link it talks on."""
 
@@ -519,34 +535,18 @@ class ClusterNode(Frozen):
         "recipe gave one per node (null: engine.args with this node's rank flags set).",
     )
 
-    @field_validator("name")
+    @field_validator("name", "address", "interface")
     @classmethod
-    def _node_name(cls, v: str) -> str:
-        if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?", v):
-            raise ValueError(f"{v!r}: use lowercase letters, digits and '-' (max 32), alnum at both ends")
-        return v
-
-    @field_validator("address")
-    @classmethod
-    def _address(cls, v: str) -> str:
-        if not ADDRESS_RE.match(v):
-            raise ValueError(f"{v!r} is not an IP address or host name")
-        return v
-
-    @field_validator("interface")
-    @classmethod
-    def _iface(cls, v: str | None) -> str | None:
-        if v is not None and not IFNAME_RE.match(v):
-            raise ValueError(f"{v!r} is not a network interface name (e.g. enp65s0, at most 15 characters)")
+    def _word(cls, v: str | None, info: ValidationInfo) -> str | None:
+        pattern, what = _NODE_WORDS[info.field_name or ""]
+        if v is not None and not pattern.match(v):
+            raise ValueError(f"{v!r} is not {what}")
         return v
 
     @field_validator("cdi_devices")
     @classmethod
     def _node_cdi(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [d for d in v if not CDI_RE.match(d)]
-        if bad:
-            raise ValueError(f"{bad} are not CDI names; write vendor.com/class=name, e.g. nvidia.com/gpu=0")
-        return v
+        return cdi_names(v)
 
 
 class Cluster(Frozen):

@@ -21,7 +21,7 @@ from rigsmith.errors import SpecError
 from rigsmith.project import Project
 from rigsmith.rendering import cluster, deploy
 from tests.support import cluster as fixtures
-from tests.support.common import GOLDEN, compare_tree
+from tests.support.common import GOLDEN, compare_tree, write_project
 from tests.support.targets import render_seed
 
 DATA = Path(__file__).parent / "data"
@@ -30,7 +30,7 @@ NODE_TARGETS = ("podman", "quadlet", "compose", "lxc")
 
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
-    return Project(fixtures.write(tmp_path, fixtures.ray_data(), fixtures.dp_data()))
+    return write_project(tmp_path, fixtures.ray_data(), fixtures.dp_data())
 
 
 @pytest.mark.parametrize("target", [*NODE_TARGETS, "kube"])
@@ -173,7 +173,7 @@ def test_single_node_spec_dumps_without_a_cluster_key() -> None:
 def test_deploy_refuses_unfilled_node_addresses(tmp_path: Path) -> None:
     data = fixtures.dp_data()
     data["placeholders"] = {t: None for t in data["placeholders"]}
-    project = Project(fixtures.write(tmp_path, data))
+    project = write_project(tmp_path, data)
     with pytest.raises(SpecError) as err:
         deploy.artifacts(project, "podman", deployment=fixtures.DP_NAME)
     assert "'<node0 address>' has no value" in str(err.value)

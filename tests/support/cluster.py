@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -65,12 +64,3 @@ def dp_data() -> dict[str, Any]:
     for node in data["cluster"]["nodes"]:
         node["interface"] = "enp65s0"
     return data
-
-
-def write(base: Path, *deployments: dict[str, Any]) -> Path:
-    """A project dir under ``base`` holding these deployments (no lock)."""
-    root = base / "project"
-    (root / "deployments").mkdir(parents=True, exist_ok=True)
-    for d in deployments:
-        (root / "deployments" / f"{d['name']}.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
-    return root
