@@ -256,3 +256,31 @@ def test_kube_refuses_a_data_parallel_cluster_with_the_field(project: Project, t
     with pytest.raises(SpecError) as err:
         render_seed(project, "kube", fixtures.DP_NAME, tmp_path / "out")
     assert [f for f, _ in err.value.problems] == ["cluster.layout"]
+
+
+def test_deploy_writes_every_nodes_files_and_says_where_each_runs(project: Project, tmp_path: Path) -> None:
+    said: list[str] = []
+    deploy.deploy(
+        project, "podman", deployment=fixtures.RAY_NAME, out=tmp_path / "o", yes=True, echo=said.append
+    )
+    for node in ("box-a", "box-b"):
+        assert (tmp_path / "o" / "podman" / f"{fixtures.RAY_NAME}-{node}" / "run.sh").is_file()
+    steps = [line for line in said if line.startswith("on ")]
+    assert steps[0].startswith(f"on box-a ({fixtures.HEAD_IP}, head): start: ")
+    assert steps[0].endswith(f"podman/{fixtures.RAY_NAME}-box-a/run.sh")
+    assert steps[1].startswith(f"on box-b ({fixtures.WORKER_IP}, worker): ")
+    assert said[-1] == f"stop the head ({fixtures.RAY_NAME}-box-a) first, then {fixtures.RAY_NAME}-box-b"
+
+
+def test_import_still_refuses_commands_that_are_not_one_node_group() -> None:
+    from rigsmith.errors import RecipeError
+    from rigsmith.importing import recipe
+
+    # Node 1 serves another model: not one deployment's ranks.
+    text = (
+        "vllm serve org/a --data-parallel-size 2 --data-parallel-address 10.0.0.1\n"
+        "vllm serve org/b --headless --data-parallel-start-rank 1 --data-parallel-size 2\n"
+    )
+    with pytest.raises(RecipeError) as err:
+        recipe.parse(text, source="x", sha256="0" * 64)
+    assert "2 commands in one block" in str(err.value)

@@ -9,6 +9,7 @@ env follow the same rules as on one box. Kubernetes gets one LeaderWorkerSet ins
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from rigsmith import spec as specmod
 from rigsmith.rendering import cluster
@@ -30,3 +31,26 @@ def render(target: str, spec: specmod.Deployment, plan: RunPlan, ctx: RenderCont
         lxc = dataclasses.replace(ctx.lxc, vmid=ctx.lxc.vmid + node.index)
         out += render_one(node.plan, dataclasses.replace(ctx, lxc=lxc))
     return out
+
+
+def next_steps(target: str, spec: specmod.Deployment, plan: RunPlan, out: Path | None) -> list[str]:
+    """What to run on each node after deploy, head first, and the order to stop them in."""
+    from rigsmith.rendering.deploy import next_steps as one_node
+
+    if target == "kube":
+        return one_node(target, plan, out)
+    nodes = cluster.node_plans(spec, plan)
+    lines = [
+        f"on {n.node.name} ({n.node.address}, {n.role}): {step}"
+        for n in nodes
+        for step in one_node(target, n.plan, out)
+    ]
+    if spec.cluster is not None and spec.cluster.layout == "ray":
+        lines.append(
+            f"workers wait up to {spec.cluster.join_timeout_seconds}s for the head; the head starts vllm "
+            "serve once every node and GPU has joined"
+        )
+    lines.append(
+        f"stop the head ({nodes[0].plan.name}) first, then " + ", ".join(n.plan.name for n in nodes[1:])
+    )
+    return lines
