@@ -20,6 +20,7 @@ import yaml
 from rigsmith.errors import SpecError
 from rigsmith.project import Project
 from rigsmith.rendering import cluster, deploy
+from tests.rendering.test_units import _k8s_expand
 from tests.support import cluster as fixtures
 from tests.support.common import GOLDEN, compare_tree, write_project
 from tests.support.targets import render_seed
@@ -243,10 +244,14 @@ def test_leaderworkerset_leader_runs_the_head_and_workers_join_the_leader_addres
             "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
         }
         assert c["resources"] == {"limits": {"nvidia.com/gpu": 2}}
-    assert leader["args"][1].startswith('ray start --head --port=6379 --node-ip-address="$VLLM_HOST_IP" ')
-    assert "exec vllm serve /models/Flash-Next-Merlin" in leader["args"][1]
-    # Kubernetes turns $$ into $: the worker's script reaches bash with one $ (the $(seq …) stays shell).
-    script = worker["args"][1].replace("$$", "$")
+    # Kubernetes turns $$ into $: the scripts reach bash with one $ (their $(…) stay shell).
+    head = _k8s_expand(leader["args"][1], {})
+    assert head.startswith('ray start --head --port=6379 --node-ip-address="$VLLM_HOST_IP" ')
+    assert (
+        ' "$LWS_GROUP_SIZE" "$((LWS_GROUP_SIZE * 2))" 60 && exec vllm serve /models/Flash-Next-Merlin '
+        in head
+    )
+    script = _k8s_expand(worker["args"][1], {})
     assert '--address="$LWS_LEADER_ADDRESS":6379' in script and "$(seq 60)" in script
     assert "startupProbe" not in worker and "readinessProbe" in leader
     assert not re.search(r"10\.231\.", yaml.safe_dump(lws)), "LWS pods learn addresses from the cluster"
@@ -284,3 +289,63 @@ def test_import_still_refuses_commands_that_are_not_one_node_group() -> None:
     with pytest.raises(RecipeError) as err:
         recipe.parse(text, source="x", sha256="0" * 64)
     assert "2 commands in one block" in str(err.value)
+
+
+STUB = '#!/bin/sh\nprintf "%s\\0" "$@" > "$OUT/$(basename "$0")"\n'
+
+
+def test_leaderworkerset_scripts_run_in_bash_with_the_pods_variables(tmp_path: Path) -> None:
+    """The leader's and a worker's script, as Kubernetes hands them to bash, call ray, the wait and vllm
+    with the pod's own address, the group size and the leader's address (stubs record each call)."""
+    import socket
+    import subprocess
+
+    data = fixtures.ray_data()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    data["cluster"]["ray_port"] = port = listener.getsockname()[1]
+    project = write_project(tmp_path, data)
+    lws, _ = yaml.safe_load_all(
+        render_seed(project, "kube", fixtures.RAY_NAME, tmp_path / "o")[f"{fixtures.RAY_NAME}.yaml"]
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("ray", "python3", "vllm"):
+        (bin_dir / tool).write_text(STUB)
+        (bin_dir / tool).chmod(0o755)
+    pod_env = {"LWS_GROUP_SIZE": "3", "VLLM_HOST_IP": "127.0.0.9", "LWS_LEADER_ADDRESS": "127.0.0.1"}
+    calls = {}
+    try:
+        for role in ("leaderTemplate", "workerTemplate"):
+            c = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]
+            out = tmp_path / role
+            out.mkdir()
+            argv = [_k8s_expand(a, pod_env) for a in [*c["command"], *c["args"]]]
+            env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), **pod_env}
+            subprocess.run(argv, env=env, check=True, timeout=30)
+            calls[role] = {f.name: f.read_bytes().decode().split("\0")[:-1] for f in out.iterdir()}
+    finally:
+        listener.close()
+    leader, worker = calls["leaderTemplate"], calls["workerTemplate"]
+    assert leader["ray"] == [
+        "start",
+        "--head",
+        f"--port={port}",
+        "--node-ip-address=127.0.0.9",
+        "--num-gpus=2",
+        "--disable-usage-stats",
+    ]
+    assert leader["python3"][0] == "-c" and leader["python3"][2:] == ["3", "6", "60"]
+    spec = project.load(fixtures.RAY_NAME)
+    assert leader["vllm"] == list(spec.engine.container_argv(spec.model))
+    assert worker == {
+        "ray": [
+            "start",
+            "--block",
+            f"--address=127.0.0.1:{port}",
+            "--node-ip-address=127.0.0.9",
+            "--num-gpus=2",
+            "--disable-usage-stats",
+        ]
+    }

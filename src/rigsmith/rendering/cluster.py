@@ -266,19 +266,29 @@ _WAIT_PY = (
 )
 
 
-def head_script(spec: specmod.Deployment, command: Sequence[str], executable: str) -> str:
-    """The Ray head's one-line bash program: start the head, wait for every node and GPU, exec vLLM."""
+def head_script(
+    spec: specmod.Deployment, command: Sequence[str], executable: str, group_size: str | None = None
+) -> str:
+    """The Ray head's one-line bash program: start the head, wait for every node and GPU, exec vLLM.
+
+    ``group_size``: a shell variable holding the node count (a LeaderWorkerSet's ``LWS_GROUP_SIZE``)
+    instead of the spec's, for nodes that all give the head's GPU count.
+    """
     cluster = spec.cluster
     assert cluster is not None
     head = cluster.nodes[0]
-    total = sum(len(n.cdi_devices) for n in cluster.nodes)
     tries = -(-cluster.join_timeout_seconds // POLL_SECONDS)
     start = [
         "ray", "start", "--head", f"--port={cluster.ray_port}", f"--node-ip-address={head.address}",
         f"--num-gpus={len(head.cdi_devices)}", "--disable-usage-stats",
     ]  # fmt: skip
-    wait = ["python3", "-c", _WAIT_PY, str(len(cluster.nodes)), str(total), str(tries)]
-    return f"{shlex.join(start)} && {shlex.join(wait)} && exec {shlex.join([executable, *command])}"
+    wait = shlex.join(["python3", "-c", _WAIT_PY])
+    if group_size is None:
+        total = sum(len(n.cdi_devices) for n in cluster.nodes)
+        wait += f" {len(cluster.nodes)} {total} {tries}"
+    else:
+        wait += f' "${group_size}" "$(({group_size} * {len(head.cdi_devices)}))" {tries}'
+    return f"{shlex.join(start)} && {wait} && exec {shlex.join([executable, *command])}"
 
 
 def worker_script(spec: specmod.Deployment, i: int) -> str:

@@ -13,6 +13,7 @@ interface on every node. Node addresses in the spec are not used here (the clust
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rigsmith import render as tpl
@@ -82,7 +83,7 @@ def _script(word: str, leader: bool) -> str:
 
 
 def _template(plan: RunPlan, ctx: RenderContext, leader: bool) -> dict[str, Any]:
-    plan = plan.__class__(**{**plan.__dict__, "command": tuple(_script(a, leader) for a in plan.command)})
+    plan = dataclasses.replace(plan, command=tuple(_script(a, leader) for a in plan.command))
     pod: dict[str, Any] = manifests(plan, ctx, ctx.lxc.home)[0]["spec"]["template"]
     container = pod["spec"]["containers"][0]
     container["env"] = [
@@ -106,7 +107,9 @@ def manifests_lws(spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -
     nodes = cluster.node_plans(_lws_spec(spec), plan)
     kname = object_name(plan.name)
     labels = {"app.kubernetes.io/name": kname, "app.kubernetes.io/managed-by": "rigsmith"}
-    leader = _template(nodes[0].plan, ctx, leader=True)
+    head = nodes[0].plan
+    script = cluster.head_script(_lws_spec(spec), plan.command, plan.entrypoint, group_size="LWS_GROUP_SIZE")
+    leader = _template(dataclasses.replace(head, command=("-c", script)), ctx, leader=True)
     worker = _template(nodes[1].plan, ctx, leader=False)
     for pod, role in ((leader, "leader"), (worker, "worker")):
         pod["metadata"] = {"labels": {**labels, "app.kubernetes.io/component": role}}
