@@ -1,6 +1,6 @@
 """Multi-node deployments (issue 15): per-node artifacts for every target, validation, LeaderWorkerSet.
 
-Golden files: tests/golden/<deployment>/<target>/ for seed 003 as a two-node Ray cluster and for the
+Golden files: tests/golden/cluster/<deployment>/<target>/ for seed 003 as a two-node Ray cluster and for the
 corpus' two-node data-parallel Kimi-K2 recipe as imported. Refresh with --update-golden.
 """
 
@@ -39,7 +39,7 @@ def test_ray_cluster_artifacts_match_golden_files(
     project: Project, tmp_path: Path, update_golden: bool, target: str
 ) -> None:
     files = render_seed(project, target, fixtures.RAY_NAME, tmp_path / "out")
-    compare_tree(files, GOLDEN / fixtures.RAY_NAME / target, update_golden)
+    compare_tree(files, GOLDEN / "cluster" / fixtures.RAY_NAME / target, update_golden)
 
 
 @pytest.mark.parametrize("target", NODE_TARGETS)
@@ -47,7 +47,23 @@ def test_imported_data_parallel_pair_artifacts_match_golden_files(
     project: Project, tmp_path: Path, update_golden: bool, target: str
 ) -> None:
     files = render_seed(project, target, fixtures.DP_NAME, tmp_path / "out")
-    compare_tree(files, GOLDEN / fixtures.DP_NAME / target, update_golden)
+    compare_tree(files, GOLDEN / "cluster" / fixtures.DP_NAME / target, update_golden)
+
+
+@pytest.mark.parametrize(
+    "script",
+    sorted((GOLDEN / "cluster").glob("*/*/*/*.sh")),
+    ids=lambda p: "/".join(p.parts[-4:]),
+)
+def test_node_scripts_are_shellcheck_clean(script: Path) -> None:
+    import subprocess
+
+    from tests.support.common import require
+
+    proc = subprocess.run(
+        [require("shellcheck"), "--severity=style", str(script)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout
 
 
 def _run_argv(run_sh: str) -> list[str]:
