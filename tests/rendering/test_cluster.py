@@ -365,3 +365,43 @@ def test_leaderworkerset_scripts_run_in_bash_with_the_pods_variables(tmp_path: P
             "--disable-usage-stats",
         ]
     }
+
+
+def test_quadlet_reads_every_node_unit_and_execstart_is_that_nodes_podman_argv(
+    project: Project, quadlet_bin: Path, tmp_path: Path
+) -> None:
+    from rigsmith.rendering import plan as planmod
+    from rigsmith.resolving import lock as lockmod
+    from tests.support.facts import exec_start, plan_facts, podman_facts, split_systemd
+    from tests.support.targets import run_quadlet
+
+    spec = project.load(fixtures.RAY_NAME)
+    base = planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml")
+    files = render_seed(project, "quadlet", fixtures.RAY_NAME, tmp_path / "out")
+    for node in cluster.node_plans(spec, base):
+        unit = tmp_path / "units" / f"{node.plan.name}.container"
+        unit.parent.mkdir(exist_ok=True)
+        unit.write_text(files[unit.name])
+        proc = run_quadlet(quadlet_bin, unit, tmp_path / node.node.name)
+        assert proc.returncode == 0 and "unsupported key" not in proc.stderr, proc.stderr
+        got = podman_facts(split_systemd(exec_start(proc.stdout)))
+        want = plan_facts(node.plan)
+        assert sorted(got.devices) == sorted(want.devices) == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+        assert got.env == want.env and got.env["VLLM_HOST_IP"] == node.node.address
+        assert (
+            (got.entrypoint, got.command)
+            == (want.entrypoint, want.command)
+            == ("bash", list(node.plan.command))
+        )
+        assert got.shm == want.shm and got.memlock == want.memlock and got.stop_timeout == want.stop_timeout
+
+
+def test_lxc_refuses_one_users_pct_conf_for_several_nodes(project: Project, tmp_path: Path) -> None:
+    from rigsmith.errors import RigsmithError
+    from rigsmith.rendering.targets import LxcOptions
+
+    conf = tmp_path / "100.conf"
+    conf.write_text("arch: amd64\n")
+    with pytest.raises(RigsmithError) as err:
+        deploy.artifacts(project, "lxc", deployment=fixtures.RAY_NAME, lxc=LxcOptions(config=conf))
+    assert "2 nodes, one CT each" in err.value.message and err.value.hint

@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from rigsmith import spec as specmod
+from rigsmith.errors import RigsmithError
 from rigsmith.rendering import cluster
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.rendering.targets import RenderContext, renderers
@@ -25,6 +26,12 @@ def render(target: str, spec: specmod.Deployment, plan: RunPlan, ctx: RenderCont
         from rigsmith.rendering.targets import kube_lws
 
         return kube_lws.render(spec, plan, ctx)
+    if target == "lxc" and ctx.lxc.config is not None:
+        raise RigsmithError(
+            f"--lxc-config {ctx.lxc.config} is one CT's pct.conf, but deployment {spec.name!r} has "
+            f"{len(nodes)} nodes, one CT each",
+            hint="render without --lxc-config (each node's NNN.conf is written new), then merge them by hand",
+        )
     render_one = renderers()[target]
     out: list[Artifact] = []
     for node in nodes:
