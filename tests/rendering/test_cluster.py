@@ -164,7 +164,7 @@ def test_data_parallel_problems_name_the_node() -> None:
     with pytest.raises(SpecError) as err:
         cluster.check(_spec(data), "deployments/x.yaml")
     assert [f for f, _ in err.value.problems] == ["cluster.nodes[1].args", "cluster.nodes[1].args"]
-    assert "--data-parallel-start-rank is 4 but this node's GPUs give 8" in str(err.value)
+    assert "--data-parallel-start-rank is 4 but node1's GPUs give 8" in str(err.value)
     assert "add --headless" in str(err.value)
 
 
@@ -405,3 +405,29 @@ def test_lxc_refuses_one_users_pct_conf_for_several_nodes(project: Project, tmp_
     with pytest.raises(RigsmithError) as err:
         deploy.artifacts(project, "lxc", deployment=fixtures.RAY_NAME, lxc=LxcOptions(config=conf))
     assert "2 nodes, one CT each" in err.value.message and err.value.hint
+
+
+def test_data_parallel_nodes_without_their_own_argv_get_rank_flags_from_their_gpus(tmp_path: Path) -> None:
+    from rigsmith import spec as specmod
+    from rigsmith.rendering import plan as planmod
+    from rigsmith.resolving import lock as lockmod
+
+    data = fixtures.dp_data()
+    del data["cluster"]["nodes"][1]["args"]
+    # Three nodes: 8 + 4 + 4 GPUs, TP 1: ranks 0-7, 8-11, 12-15.
+    data["cluster"]["nodes"][1]["cdi_devices"] = [f"nvidia.com/gpu={i}" for i in range(4)]
+    data["cluster"]["nodes"].append(
+        {**data["cluster"]["nodes"][1], "name": "node2", "address": "192.168.50.13"}
+    )
+    spec = specmod.from_data(data)
+    base = planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml")
+    cmds = [n.plan.command for n in cluster.node_plans(spec, base)]
+    # Node 0 runs engine.args with only the address and RPC port set from the cluster.
+    want = list(base.command)
+    want[want.index("$MASTER_IP")], want[want.index("$PORT")] = "192.168.50.11", "13345"
+    assert list(cmds[0]) == want
+    for cmd, local, start in ((cmds[1], "4", "8"), (cmds[2], "4", "12")):
+        tail = ["--data-parallel-start-rank", start, "--headless"]
+        assert list(cmd[-3:]) == tail
+        assert cmd[cmd.index("--data-parallel-size-local") + 1] == local
+        assert cmd[cmd.index("--data-parallel-address") + 1] == "192.168.50.11"

@@ -218,12 +218,15 @@ def _dp_problems(spec: specmod.Deployment, per_rank: int) -> list[tuple[str, str
                 (f"{where}.args", f"args[{model_arg}] must be the model word of engine.args, as on node 0")
             )
         local = gpus // per_rank
+        # A node's own argv (or node 0's engine.args) must agree with its GPUs; a node without one gets
+        # these flags set from them.
         checks = (("--data-parallel-size-local", local), ("--data-parallel-start-rank", start))
-        for flag, want in checks:
+        args_field = f"{where}.args" if n.args is not None else "engine.args"
+        for flag, want in checks if n.args is not None or i == 0 else ():
             got = flag_value(args, flag)
             if got is not None and specmod.ascii_int(got) != want:
                 out.append(
-                    (f"{where}.args", f"{flag} is {got} but this node's GPUs give {want}; fix it or drop it")
+                    (args_field, f"{flag} is {got} but {n.name}'s GPUs give {want}; fix it or drop it")
                 )
         headless = any(a == "--headless" for a in args)
         if i and n.args is not None and not headless:
