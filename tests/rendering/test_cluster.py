@@ -97,10 +97,11 @@ def test_every_node_container_gets_its_devices_env_shm_memlock_and_grace(
             spec = project.load(fixtures.RAY_NAME)
             assert shlex.split(engine) == ["vllm", *spec.engine.container_argv(spec.model)]
         else:
-            assert script.endswith(
-                f"exec ray start --block --address={fixtures.HEAD_IP}:6379 --node-ip-address={ip} "
-                "--num-gpus=2 --disable-usage-stats"
+            join = (
+                f"; ray start --block --address={fixtures.HEAD_IP}:6379 --node-ip-address={ip} "
+                "--num-gpus=2 --disable-usage-stats & exec python3 -c "
             )
+            assert join in script and script.endswith(" $! 8000 /health")
 
 
 def test_data_parallel_ranks_get_their_rank_flags_and_the_first_nodes_address(
@@ -269,7 +270,7 @@ def test_leaderworkerset_leader_runs_the_head_and_workers_join_the_leader_addres
     )
     script = _k8s_expand(worker["args"][1], {})
     assert '--address="$LWS_LEADER_ADDRESS":6379' in script and "$(seq 60)" in script
-    assert "startupProbe" not in worker and "readinessProbe" in leader
+    assert worker["readinessProbe"] == leader["readinessProbe"]  # the worker's responder answers it
     assert not re.search(r"10\.231\.", yaml.safe_dump(lws)), "LWS pods learn addresses from the cluster"
 
 
@@ -315,6 +316,7 @@ def test_leaderworkerset_scripts_run_in_bash_with_the_pods_variables(tmp_path: P
     with the pod's own address, the group size and the leader's address (stubs record each call)."""
     import socket
     import subprocess
+    import time
 
     data = fixtures.ray_data()
     listener = socket.socket()
@@ -340,6 +342,11 @@ def test_leaderworkerset_scripts_run_in_bash_with_the_pods_variables(tmp_path: P
             argv = [_k8s_expand(a, pod_env) for a in [*c["command"], *c["args"]]]
             env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), **pod_env}
             subprocess.run(argv, env=env, check=True, timeout=30)
+            # The worker's ray runs in the background of its script: give it a moment (bounded).
+            for _ in range(50):
+                if (out / "ray").exists():
+                    break
+                time.sleep(0.1)
             calls[role] = {f.name: f.read_bytes().decode().split("\0")[:-1] for f in out.iterdir()}
     finally:
         listener.close()
@@ -355,6 +362,8 @@ def test_leaderworkerset_scripts_run_in_bash_with_the_pods_variables(tmp_path: P
     assert leader["python3"][0] == "-c" and leader["python3"][2:] == ["3", "6", "60"]
     spec = project.load(fixtures.RAY_NAME)
     assert leader["vllm"] == list(spec.engine.container_argv(spec.model))
+    # The worker's main process is the health responder: ray's pid, the API port and the health path.
+    assert worker.pop("python3")[3:] == ["8000", "/health"]
     assert worker == {
         "ray": [
             "start",

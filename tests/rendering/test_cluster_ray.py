@@ -27,6 +27,7 @@ import pytest
 from rigsmith import spec as specmod
 from rigsmith.rendering import cluster
 from rigsmith.rendering import plan as planmod
+from rigsmith.rendering.targets.common import health_argv
 from rigsmith.resolving import lock as lockmod
 from tests.support import cluster as fixtures
 
@@ -163,6 +164,10 @@ def test_generated_node_commands_form_a_real_ray_cluster(netns: tuple[str, str],
         assert env["VLLM_HOST_IP"] == fixtures.HEAD_IP
         assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == IFACE
         assert {k: env[k] for k, _ in base.env} == dict(base.env)
+        # The worker's health check, as every target writes it, is answered while its Ray node runs.
+        probe = ["ip", "netns", "exec", worker_ns, *health_argv(nodes[1].plan)]
+        checked = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
+        assert checked.returncode == 0, checked.stderr
         seen = json.loads((outs["box-a"] / "cluster.json").read_text() or "{}")
         assert seen == {"nodes": [fixtures.HEAD_IP, fixtures.WORKER_IP], "gpus": 4.0}, _tail(
             outs["box-a"] / "err"
@@ -205,7 +210,8 @@ def test_a_worker_gives_up_after_the_join_timeout_when_no_head_comes(
         if created_ray_dir:
             Path("/tmp/ray").rmdir()
     # The bounded wait ran (2 tries × 2 s), then the worker still tried to join (ray start reports the
-    # unreachable head itself; here the stand-in only records the call).
+    # unreachable head itself; here the stand-in only records the call and exits 0, and the worker's
+    # health responder exits with ray's status).
     assert rc == 0, _tail(tmp_path / "worker.log")
     assert waited >= 3.5
     assert (

@@ -21,7 +21,7 @@ import dataclasses
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rigsmith import spec as specmod
 from rigsmith.errors import SpecError
@@ -44,6 +44,20 @@ NODE_ENV = ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 GPU_SELECT_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 #: Seconds between the head's checks of the cluster and the workers' checks of the head's port.
 POLL_SECONDS = 2
+#: A Ray worker serves no API, but every target health-checks ``network.port`` + ``readiness.health_path`` on
+#: each node (quadlet's Notify=healthy waits for it). So the worker's main process is this responder: it
+#: answers that path while its child ``ray start --block`` (argv[1], started by the script) lives, forwards
+#: SIGTERM to it, and exits with its status. Ray's own agent endpoint needs ray[default], which vLLM's
+#: images do not carry. argv: pid, port, path.
+_WORKER_HEALTH_PY = (
+    "import http.server, os, signal, sys, threading; pid, port, path = int(sys.argv[1]), int(sys.argv[2]), "
+    "sys.argv[3]; signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGTERM)); "
+    "H = type('H', (http.server.BaseHTTPRequestHandler,), {'do_GET': lambda s: (s.send_response(200 if "
+    "s.path == path else 404), s.end_headers()), 'log_message': lambda *_: None}); "
+    "srv = http.server.HTTPServer(('127.0.0.1', port), H); "
+    "threading.Thread(target=srv.serve_forever, daemon=True).start(); "
+    "sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))"
+)
 
 
 @dataclass(frozen=True)
@@ -295,7 +309,8 @@ def head_script(
 
 
 def worker_script(spec: specmod.Deployment, i: int) -> str:
-    """A Ray worker's one-line bash program: wait (bounded) for the head's port, then join and block."""
+    """A Ray worker's one-line bash program: wait (bounded) for the head's port, join, and answer the
+    health path while Ray runs (the container ends when ``ray start --block`` does)."""
     cluster = spec.cluster
     assert cluster is not None
     node, head = cluster.nodes[i], cluster.nodes[0]
@@ -305,9 +320,11 @@ def worker_script(spec: specmod.Deployment, i: int) -> str:
         "ray", "start", "--block", f"--address={head.address}:{cluster.ray_port}",
         f"--node-ip-address={node.address}", f"--num-gpus={len(node.cdi_devices)}", "--disable-usage-stats",
     ]  # fmt: skip
+    health = ["python3", "-c", _WORKER_HEALTH_PY]
     return (
         f"for _ in $(seq {tries}); do (exec 3<>{shlex.quote(probe)}) 2>/dev/null && break; "
-        f"sleep {POLL_SECONDS}; done; exec {shlex.join(join)}"
+        f"sleep {POLL_SECONDS}; done; {shlex.join(join)} & "
+        f"exec {shlex.join(health)} $! {spec.network.port} {shlex.quote(spec.readiness.health_path)}"
     )
 
 
@@ -345,6 +362,10 @@ def node_plans(spec: specmod.Deployment, plan: RunPlan) -> list[NodePlan]:
     for i, node in enumerate(cluster.nodes):
         role: Literal["head", "worker"] = "head" if i == 0 else "worker"
         entrypoint, command = plan.entrypoint, plan.command
+        # The head's first boot includes waiting for every node: its health start period covers both.
+        health: dict[str, Any] = (
+            {"startup_seconds": plan.startup_seconds + cluster.join_timeout_seconds} if i == 0 else {}
+        )
         if cluster.layout == "ray":
             script = head_script(spec, plan.command, plan.entrypoint) if i == 0 else worker_script(spec, i)
             entrypoint, command = "bash", ("-c", script)
@@ -365,6 +386,7 @@ def node_plans(spec: specmod.Deployment, plan: RunPlan) -> list[NodePlan]:
                     gpu_indices=tuple(d.split("=", 1)[1] for d in node.cdi_devices),
                     env=(*plan.env, *_node_env(node)),
                     labels=(*plan.labels, ("io.rigsmith.node", node.name), ("io.rigsmith.role", role)),
+                    **health,
                 ),
             )
         )

@@ -7,6 +7,7 @@ group when one pod fails, because a Ray cluster that lost a node cannot finish a
 are the single-node kube target's pods built from each node's plan, so GPUs, shm, mounts, grace and env
 follow the same rules; a pod learns its own address from the downward API (``status.podIP``).
 
+A worker's probes ask the responder its script runs while Ray lives (rendering/cluster.py).
 LWS pods share one worker template, so every worker must look the same: the same GPU count and NCCL
 interface on every node. Node addresses in the spec are not used here (the cluster's DNS is).
 """
@@ -90,10 +91,6 @@ def _template(plan: RunPlan, ctx: RenderContext, leader: bool) -> dict[str, Any]
         {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         *(e for e in container["env"] if e["name"] != "VLLM_HOST_IP"),
     ]
-    if not leader:
-        # A worker runs Ray only: no HTTP server to probe.
-        for key in ("startupProbe", "readinessProbe", "ports"):
-            container.pop(key, None)
     return pod
 
 

@@ -98,5 +98,5 @@ podman run --detach \
   -v "${HOME}"/models/Flash-Next-Merlin:/models/Flash-Next-Merlin:ro \
   -v "${HOME}"/src/merlin:/opt/merlin \
   "$IMAGE" \
-  -c 'for _ in $(seq 60); do (exec 3<>/dev/tcp/10.231.0.1/6379) 2>/dev/null && break; sleep 2; done; exec ray start --block --address=10.231.0.1:6379 --node-ip-address=10.231.0.2 --num-gpus=2 --disable-usage-stats'
+  -c 'for _ in $(seq 60); do (exec 3<>/dev/tcp/10.231.0.1/6379) 2>/dev/null && break; sleep 2; done; ray start --block --address=10.231.0.1:6379 --node-ip-address=10.231.0.2 --num-gpus=2 --disable-usage-stats & exec python3 -c '"'"'import http.server, os, signal, sys, threading; pid, port, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]; signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGTERM)); H = type('"'"'"'"'"'"'"'"'H'"'"'"'"'"'"'"'"', (http.server.BaseHTTPRequestHandler,), {'"'"'"'"'"'"'"'"'do_GET'"'"'"'"'"'"'"'"': lambda s: (s.send_response(200 if s.path == path else 404), s.end_headers()), '"'"'"'"'"'"'"'"'log_message'"'"'"'"'"'"'"'"': lambda *_: None}); srv = http.server.HTTPServer(('"'"'"'"'"'"'"'"'127.0.0.1'"'"'"'"'"'"'"'"', port), H); threading.Thread(target=srv.serve_forever, daemon=True).start(); sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))'"'"' $! 8000 /health'
 echo "provision.sh: started $NAME; ready when" http://127.0.0.1:8000/health answers
