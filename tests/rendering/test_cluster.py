@@ -110,6 +110,11 @@ def test_data_parallel_ranks_get_their_rank_flags_and_the_first_nodes_address(
     files = render_seed(project, "podman", fixtures.DP_NAME, tmp_path / "out")
     argvs = [_run_argv(files[f"{fixtures.DP_NAME}-node{i}/run.sh"]) for i in (0, 1)]
     cmds = [a[a.index("IMAGE") + 1 :] for a in argvs]
+    # The headless rank runs under the health responder: `bash -c 'vllm serve … & exec python3 …'`.
+    assert argvs[1][argvs[1].index("--entrypoint") + 1] == "bash" and cmds[1][0] == "-c"
+    words = shlex.split(cmds[1][1])
+    cmds[1] = words[1 : words.index("&")]
+    assert words[0] == "vllm" and words[-3:] == ["$!", "8000", "/health"]
 
     def value(cmd: list[str], flag: str) -> str | None:
         return cmd[cmd.index(flag) + 1] if flag in cmd else None
@@ -431,6 +436,7 @@ def test_data_parallel_nodes_without_their_own_argv_get_rank_flags_from_their_gp
     spec = specmod.from_data(data)
     base = planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml")
     cmds = [n.plan.command for n in cluster.node_plans(spec, base)]
+    cmds[1:] = [tuple(shlex.split(c[1])[1 : shlex.split(c[1]).index("&")]) for c in cmds[1:]]
     # Node 0 runs engine.args with only the address and RPC port set from the cluster.
     want = list(base.command)
     want[want.index("$MASTER_IP")], want[want.index("$PORT")] = "192.168.50.11", "13345"
@@ -440,3 +446,58 @@ def test_data_parallel_nodes_without_their_own_argv_get_rank_flags_from_their_gp
         assert list(cmd[-3:]) == tail
         assert cmd[cmd.index("--data-parallel-size-local") + 1] == local
         assert cmd[cmd.index("--data-parallel-address") + 1] == "192.168.50.11"
+
+
+def test_a_headless_rank_answers_health_while_it_runs_and_forwards_sigterm(tmp_path: Path) -> None:
+    """The responder a node without an API runs under: real bash and python3, a stand-in vllm that traps
+    SIGTERM and exits 7 (what a draining engine would report)."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from rigsmith import spec as specmod
+    from rigsmith.rendering import plan as planmod
+    from rigsmith.resolving import lock as lockmod
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = fixtures.dp_data()
+    data["network"] = {"port": port}
+    spec = specmod.from_data(data)
+    node = cluster.node_plans(spec, planmod.make(spec, lockmod.Lock(), spec_path="x"))[1]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    (bin_dir / "vllm").write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$@" > "$OUT/argv"\n'
+        "trap 'echo TERM > \"$OUT/signal\"; exit 7' TERM\nwhile :; do sleep 0.1; done\n"
+    )
+    (bin_dir / "vllm").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path)}
+    proc = subprocess.Popen([node.plan.entrypoint, *node.plan.command], env=env)
+    try:
+        url = f"http://127.0.0.1:{port}/health"
+        status = 0
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    status = resp.status
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert status == 200
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 7
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert (tmp_path / "signal").read_text() == "TERM\n"
+    assert (tmp_path / "argv").read_text().splitlines()[:4] == [
+        "serve", "/models/Kimi-K2-Instruct", "--headless", "--data-parallel-start-rank"
+    ]  # fmt: skip

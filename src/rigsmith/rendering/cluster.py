@@ -44,11 +44,11 @@ NODE_ENV = ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 GPU_SELECT_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 #: Seconds between the head's checks of the cluster and the workers' checks of the head's port.
 POLL_SECONDS = 2
-#: A Ray worker serves no API, but every target health-checks ``network.port`` + ``readiness.health_path`` on
-#: each node (quadlet's Notify=healthy waits for it). So the worker's main process is this responder: it
-#: answers that path while its child ``ray start --block`` (argv[1], started by the script) lives, forwards
-#: SIGTERM to it, and exits with its status. Ray's own agent endpoint needs ray[default], which vLLM's
-#: images do not carry. argv: pid, port, path.
+#: A Ray worker (or a --headless rank) serves no API, but every target health-checks ``network.port`` +
+#: ``readiness.health_path`` on each node (quadlet's Notify=healthy waits for it). So such a node's main
+#: process is this responder: it answers that path while its child (``ray start --block``, ``vllm serve
+#: --headless``; pid argv[1]) lives, forwards SIGTERM to it, and exits with its status. Ray's own agent
+#: endpoint needs ray[default], which vLLM's images do not carry. argv: pid, port, path.
 _WORKER_HEALTH_PY = (
     "import http.server, os, signal, sys, threading; pid, port, path = int(sys.argv[1]), int(sys.argv[2]), "
     "sys.argv[3]; signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGTERM)); "
@@ -320,12 +320,19 @@ def worker_script(spec: specmod.Deployment, i: int) -> str:
         "ray", "start", "--block", f"--address={head.address}:{cluster.ray_port}",
         f"--node-ip-address={node.address}", f"--num-gpus={len(node.cdi_devices)}", "--disable-usage-stats",
     ]  # fmt: skip
-    health = ["python3", "-c", _WORKER_HEALTH_PY]
-    return (
+    wait = (
         f"for _ in $(seq {tries}); do (exec 3<>{shlex.quote(probe)}) 2>/dev/null && break; "
-        f"sleep {POLL_SECONDS}; done; {shlex.join(join)} & "
-        f"exec {shlex.join(health)} $! {spec.network.port} {shlex.quote(spec.readiness.health_path)}"
+        f"sleep {POLL_SECONDS}; done"
     )
+    return f"{wait}; {with_health(spec, join)}"
+
+
+def with_health(spec: specmod.Deployment, argv: Sequence[str]) -> str:
+    """Bash that runs ``argv`` (a node that serves no API) under the health responder, which exits with
+    its status."""
+    health = ["python3", "-c", _WORKER_HEALTH_PY]
+    port, path = spec.network.port, shlex.quote(spec.readiness.health_path)
+    return f"{shlex.join(argv)} & exec {shlex.join(health)} $! {port} {path}"
 
 
 def _dp_command(spec: specmod.Deployment, plan: RunPlan, i: int) -> tuple[str, ...]:
@@ -369,8 +376,12 @@ def node_plans(spec: specmod.Deployment, plan: RunPlan) -> list[NodePlan]:
         if cluster.layout == "ray":
             script = head_script(spec, plan.command, plan.entrypoint) if i == 0 else worker_script(spec, i)
             entrypoint, command = "bash", ("-c", script)
-        else:
+        elif i == 0:
             command = _dp_command(spec, plan, i)
+        else:
+            # A --headless rank serves no API: it runs under the health responder, as a Ray worker does.
+            entrypoint = "bash"
+            command = ("-c", with_health(spec, [plan.entrypoint, *_dp_command(spec, plan, i)]))
         name = f"{plan.name}-{node.name}"
         out.append(
             NodePlan(

@@ -91,24 +91,8 @@ podman run --detach \
   --env VLLM_HOST_IP=192.168.50.12 \
   --env NCCL_SOCKET_IFNAME=enp65s0 \
   --env GLOO_SOCKET_IFNAME=enp65s0 \
-  --entrypoint vllm \
+  --entrypoint bash \
   -v "${HOME}"/models/Kimi-K2-Instruct:/models/Kimi-K2-Instruct:ro \
   "$IMAGE" \
-  serve \
-  /models/Kimi-K2-Instruct \
-  --headless \
-  --data-parallel-start-rank 8 \
-  --port 8000 \
-  --served-model-name kimi-k2 \
-  --trust-remote-code \
-  --data-parallel-size 16 \
-  --data-parallel-size-local 8 \
-  --data-parallel-address 192.168.50.11 \
-  --data-parallel-rpc-port 13345 \
-  --enable-expert-parallel \
-  --max-num-batched-tokens 8192 \
-  --max-num-seqs 256 \
-  --gpu-memory-utilization 0.85 \
-  --enable-auto-tool-choice \
-  --tool-call-parser kimi_k2
+  -c 'vllm serve /models/Kimi-K2-Instruct --headless --data-parallel-start-rank 8 --port 8000 --served-model-name kimi-k2 --trust-remote-code --data-parallel-size 16 --data-parallel-size-local 8 --data-parallel-address 192.168.50.11 --data-parallel-rpc-port 13345 --enable-expert-parallel --max-num-batched-tokens 8192 --max-num-seqs 256 --gpu-memory-utilization 0.85 --enable-auto-tool-choice --tool-call-parser kimi_k2 & exec python3 -c '"'"'import http.server, os, signal, sys, threading; pid, port, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]; signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGTERM)); H = type('"'"'"'"'"'"'"'"'H'"'"'"'"'"'"'"'"', (http.server.BaseHTTPRequestHandler,), {'"'"'"'"'"'"'"'"'do_GET'"'"'"'"'"'"'"'"': lambda s: (s.send_response(200 if s.path == path else 404), s.end_headers()), '"'"'"'"'"'"'"'"'log_message'"'"'"'"'"'"'"'"': lambda *_: None}); srv = http.server.HTTPServer(('"'"'"'"'"'"'"'"'127.0.0.1'"'"'"'"'"'"'"'"', port), H); threading.Thread(target=srv.serve_forever, daemon=True).start(); sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))'"'"' $! 8000 /health'
 echo "run.sh: started $NAME; logs: podman logs -f $NAME; ready when" http://127.0.0.1:8000/health answers
