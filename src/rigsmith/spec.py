@@ -368,6 +368,14 @@ class EnvVar(Frozen):
         return self.enabled
 
 
+def cdi_names(v: tuple[str, ...]) -> tuple[str, ...]:
+    """``v`` when every entry is a fully qualified CDI name, else ValueError naming the others."""
+    bad = [d for d in v if not CDI_RE.match(d)]
+    if bad:
+        raise ValueError(f"{bad} are not CDI names; write vendor.com/class=name, e.g. nvidia.com/gpu=0")
+    return v
+
+
 class GpuSpec(Frozen):
     """The GPUs the recipe needs and the CDI names that give them to a container."""
 
@@ -384,10 +392,7 @@ class GpuSpec(Frozen):
     @field_validator("cdi_devices")
     @classmethod
     def _cdi(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [d for d in v if not CDI_RE.match(d)]
-        if bad:
-            raise ValueError(f"{bad} are not CDI names; write vendor.com/class=name, e.g. nvidia.com/gpu=0")
-        return v
+        return cdi_names(v)
 
 
 class Resources(Frozen):
@@ -496,6 +501,87 @@ class Proxy(Frozen):
     backend_managed: bool = False
 
 
+#: An interface name as the kernel takes it (IFNAMSIZ 16 with the NUL; no '/', ':' or whitespace).
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}\Z")
+#: A node address: an IPv4/IPv6 literal or a host name, or a placeholder token until the user fills it.
+ADDRESS_RE = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|[0-9A-Fa-f:.]+|<[A-Za-z_][A-Za-z0-9_ .-]*>)\Z"
+)
+
+
+#: Node fields written into commands and env on every node: (pattern, what a valid value is).
+_NODE_WORDS = {
+    "name": (
+        re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z"),
+        "a node name: lowercase letters, digits and '-' (max 32), alnum at both ends",
+    ),
+    "address": (ADDRESS_RE, "an IP address or host name"),
+    "interface": (IFNAME_RE, "a network interface name (e.g. enp65s0, at most 15 characters)"),
+}
+
+
+class ClusterNode(Frozen):
+    """One machine of a multi-node deployment: where it is, which GPUs it gives, which link it talks on."""
+
+    name: str = Field(description="Short node name, used in artifact names (e.g. node0, box-a).")
+    address: str = Field(
+        description="The node's address on the inter-node network (VLLM_HOST_IP, Ray's --node-ip-address); "
+        "a placeholder such as '<node0 address>' until you fill it."
+    )
+    interface: str | None = Field(
+        None, description="Network interface NCCL and Gloo must use (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)."
+    )
+    cdi_devices: tuple[str, ...] = Field(
+        min_length=1, max_length=MAX_GPUS, description="This node's GPUs as CDI names, e.g. nvidia.com/gpu=0."
+    )
+    args: tuple[str, ...] | None = Field(
+        None,
+        description="data-parallel only: this node's argv after the subcommand, byte for byte, when the "
+        "recipe gave one per node (null: engine.args with this node's rank flags set).",
+    )
+
+    @field_validator("name", "address", "interface")
+    @classmethod
+    def _word(cls, v: str | None, info: ValidationInfo) -> str | None:
+        pattern, what = _NODE_WORDS[info.field_name or ""]
+        if v is not None and not pattern.match(v):
+            raise ValueError(f"{v!r} is not {what}")
+        return v
+
+    @field_validator("cdi_devices")
+    @classmethod
+    def _node_cdi(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return cdi_names(v)
+
+
+class Cluster(Frozen):
+    """Several nodes serving one model: a Ray cluster (head + workers) or vLLM data-parallel ranks.
+
+    The first node is the head (Ray) or rank 0 with the API server (data parallel). Every node runs the
+    same image digest and the same locked model.
+    """
+
+    layout: Literal["ray", "data-parallel"] = Field(
+        description="ray: Ray head on the first node, workers join it, vllm serve runs on the head with "
+        "--distributed-executor-backend ray. data-parallel: every node runs vllm serve for its ranks, the "
+        "others with --headless."
+    )
+    nodes: tuple[ClusterNode, ...] = Field(description="Two or more; the head (rank 0) first.")
+    ray_port: int = Field(6379, ge=1, le=65535, description="Ray GCS port on the head.")
+    dp_rpc_port: int = Field(13345, ge=1, le=65535, description="--data-parallel-rpc-port on the first node.")
+    join_timeout_seconds: int = Field(
+        600, gt=0, description="How long the head waits for every node and GPU (workers for the head)."
+    )
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _two(cls, v: Any) -> Any:
+        # Checked before the items: pydantic's min_length counts only the nodes that validated.
+        if isinstance(v, list | tuple) and len(v) < 2:
+            raise ValueError(f"has {len(v)} node(s); a cluster needs two or more (or remove cluster)")
+        return v
+
+
 class Deployment(Frozen):
     """A deployment spec, as stored in ``deployments/NAME.yaml``."""
 
@@ -520,6 +606,7 @@ class Deployment(Frozen):
     podman_version: str | None = Field(None, description="Target host's podman version, e.g. 4.9.3.")
     notes: tuple[str, ...] = Field((), description="What the recipe said that has no field, verbatim.")
     provenance: Provenance | None = None
+    cluster: Cluster | None = Field(None, description="Several nodes serving this model (null: one host).")
 
     @field_validator("name")
     @classmethod
@@ -549,7 +636,13 @@ class Deployment(Frozen):
     def unfilled_placeholders(self) -> list[str]:
         """Placeholder tokens still used by an active value and without a user value."""
         used: set[str] = set()
-        for text in [*self.engine.args, *(e.value for e in self.active_env())]:
+        cluster = self.cluster.nodes if self.cluster else ()
+        for text in [
+            *self.engine.args,
+            *(e.value for e in self.active_env()),
+            *(n.address for n in cluster),
+            *(a for n in cluster for a in n.args or ()),
+        ]:
             used.update(PLACEHOLDER_RE.findall(text))
         return sorted(t for t in used if not self.placeholders.get(t))
 

@@ -49,7 +49,7 @@ from pydantic import ValidationError
 from rigsmith import policy
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
-from rigsmith.importing import shellwords
+from rigsmith.importing import multinode, shellwords
 
 # -- knowledge tables ---------------------------------------------------------------------------------
 
@@ -230,6 +230,8 @@ class Launch:
     writable: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: One argv per node (after ``vllm serve``, head first) when the block is a multi-node group.
+    node_args: list[list[str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -429,7 +431,10 @@ def _from_shell(text: str) -> Launch:
             f"line {c.line}: {c.argv[0]!r} is not a vLLM launch command (vllm serve, python -m "
             "vllm.entrypoints.openai.api_server, docker run or podman run); remove it"
         )
-    if len(launchers) > 1:
+    group = multinode.node_args([c.argv for c in launchers]) if len(launchers) > 1 else None
+    if group is not None:
+        launch.node_args = group
+    elif len(launchers) > 1:
         launch.problems.append(
             f"{len(launchers)} commands in one block (lines {', '.join(str(c.line) for c in launchers)}); "
             "rigsmith imports one command per deployment: keep the one this machine runs"
@@ -1632,6 +1637,10 @@ def build(
         else:
             notes.append(f"--port {ports[-1][1]} is not a number; network.port stays 8000 until you set it")
     revision = flag_values(launch.args, "--revision")
+    cluster, node_tokens, cluster_notes = (
+        multinode.cluster_data(launch.node_args, _vendor(env)) if launch.node_args else (None, [], [])
+    )
+    notes += cluster_notes
     all_notes = [*([meta.notes_text] if meta.notes_text else []), *launch.notes, *notes]
     data: dict[str, Any] = {
         "name": name
@@ -1655,7 +1664,7 @@ def build(
         },
         "env": [e.model_dump() for e in env],
         "env_notes": env_notes,
-        "placeholders": _placeholders([*launch.args, *(e.value for e in env)]),
+        "placeholders": _placeholders([*launch.args, *(e.value for e in env), *node_tokens]),
         "resources": {
             "gpus": gpus.model_dump(),
             "host_ram_gib": facts.host_ram_gib,
@@ -1677,6 +1686,7 @@ def build(
         "network": network,
         "mounts": [m.model_dump() for m in launch.mounts],
         "notes": all_notes,
+        **({"cluster": cluster} if cluster else {}),
     }
     secrets = [*launch.secrets]
     if meta.env_text:

@@ -196,8 +196,17 @@ class Ops:
 def _plan(
     ops: Ops, deployment: str | None, image: str | None, memlock: Literal["unlimited", "host"] | int | None
 ) -> tuple[planmod.RunPlan, list[writer.Artifact]]:
+    name = ops.project.resolve_name(deployment)
+    cluster = ops.project.load(name).cluster
+    if cluster is not None:
+        # Acting on one host would start one node of several and report on a container that never exists.
+        raise RigsmithError(
+            f"deployment {name!r} spans {len(cluster.nodes)} nodes; up/down/status/logs/wait drive one host",
+            hint=f"`invoke deploy --target {ops.target} --deployment {name}` writes each node's artifacts; "
+            "start them on each node (stop the head first)",
+        )
     return deploymod.artifacts(
-        ops.project, ops.target, deployment=deployment, image=image, out=ops.out, memlock=memlock
+        ops.project, ops.target, deployment=name, image=image, out=ops.out, memlock=memlock
     )
 
 

@@ -61,7 +61,12 @@ def artifacts(
         read=read,
         warn=warn,
     )
-    rendered = table[target](plan, ctx)
+    if spec.cluster is not None:
+        from rigsmith.rendering.targets import nodes
+
+        rendered = nodes.render(target, spec, plan, ctx)
+    else:
+        rendered = table[target](plan, ctx)
     plan.check_env_paths()
     return plan, rendered
 
@@ -162,6 +167,13 @@ def deploy(
         files, yes=yes, check=check, confirm=confirm, echo=echo, root=(out or project.root).resolve()
     )
     if not check:
-        for line in next_steps(target, plan, out):
+        spec = project.load(project.resolve_name(deployment))
+        if spec.cluster is not None:
+            from rigsmith.rendering.targets import nodes
+
+            steps = nodes.next_steps(target, spec, plan, out)
+        else:
+            steps = next_steps(target, plan, out)
+        for line in steps:
             echo(line)
     return outcomes

@@ -1,0 +1,156 @@
+"""The Kubernetes target for a Ray cluster: ``kube/NAME.yaml`` — a LeaderWorkerSet + a Service.
+
+LeaderWorkerSet (kubernetes-sigs/lws, ``leaderworkerset.x-k8s.io/v1``) starts one group of pods: the
+leader runs the Ray head and then ``vllm serve``, each worker joins the head at ``$LWS_LEADER_ADDRESS``
+(vLLM's docs/deployment/frameworks/lws.md does the same). ``RecreateGroupOnPodRestart`` restarts the whole
+group when one pod fails, because a Ray cluster that lost a node cannot finish a request. The pod templates
+are the single-node kube target's pods built from each node's plan, so GPUs, shm, mounts, grace and env
+follow the same rules; a pod learns its own address from the downward API (``status.podIP``).
+
+A worker's probes ask the responder its script runs while Ray lives (rendering/cluster.py).
+LWS pods share one worker template, so every worker must look the same: the same GPU count and NCCL
+interface on every node. Node addresses in the spec are not used here (the cluster's DNS is).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rigsmith import render as tpl
+from rigsmith import spec as specmod
+from rigsmith.render import banner
+from rigsmith.rendering import cluster
+from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.targets import RenderContext
+from rigsmith.rendering.targets.common import cannot_express, require_container, volume_problems, yaml_text
+from rigsmith.rendering.targets.kube import manifests, object_name
+from rigsmith.writer import Artifact
+
+#: Stand-in node addresses (valid host names) swapped for the shell words each pod uses.
+_LEADER = "rigsmith-lws-leader-address"
+_SELF = "rigsmith-lws-pod-address"
+#: The label LWS puts on every pod with its index in the group; 0 is the leader.
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def _problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
+    c = spec.cluster
+    assert c is not None
+    if c.layout != "ray":
+        return [
+            (
+                "cluster.layout",
+                "data-parallel ranks need a start rank per pod, which one LeaderWorkerSet worker template "
+                "cannot give; use layout: ray for Kubernetes, or render podman/quadlet/compose per node",
+            )
+        ]
+    out = []
+    first = c.nodes[0]
+    for i, n in enumerate(c.nodes[1:], start=1):
+        if len(n.cdi_devices) != len(first.cdi_devices):
+            out.append(
+                (
+                    f"cluster.nodes[{i}].cdi_devices",
+                    f"{len(n.cdi_devices)} GPUs, node 0 has {len(first.cdi_devices)}: LeaderWorkerSet pods "
+                    "share one GPU request; give every node the same number",
+                )
+            )
+        if n.interface != first.interface:
+            out.append(
+                (
+                    f"cluster.nodes[{i}].interface",
+                    f"{n.interface!r}, node 0 has {first.interface!r}: LeaderWorkerSet pods share one env; "
+                    "name the same interface on every node",
+                )
+            )
+    return out
+
+
+def _lws_spec(spec: specmod.Deployment) -> specmod.Deployment:
+    """The spec with stand-in addresses, so the scripts name the leader and the pod symbolically."""
+    c = spec.cluster
+    assert c is not None
+    nodes = tuple(
+        n.model_copy(update={"address": _LEADER if i == 0 else _SELF}) for i, n in enumerate(c.nodes)
+    )
+    return spec.model_copy(update={"cluster": c.model_copy(update={"nodes": nodes})})
+
+
+def _script(word: str, leader: bool) -> str:
+    """A node script with the stand-ins swapped for the pod's shell variables."""
+    word = word.replace(_SELF, '"$VLLM_HOST_IP"')
+    return word.replace(_LEADER, '"$VLLM_HOST_IP"' if leader else '"$LWS_LEADER_ADDRESS"')
+
+
+def _template(plan: RunPlan, ctx: RenderContext, leader: bool) -> dict[str, Any]:
+    plan = dataclasses.replace(plan, command=tuple(_script(a, leader) for a in plan.command))
+    pod: dict[str, Any] = manifests(plan, ctx, ctx.lxc.home)[0]["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    container["env"] = [
+        {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        *(e for e in container["env"] if e["name"] != "VLLM_HOST_IP"),
+    ]
+    return pod
+
+
+def manifests_lws(spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -> list[dict[str, Any]]:
+    """LeaderWorkerSet and the leader's Service as data."""
+    bad = _problems(spec)
+    if bad:
+        raise cannot_express(plan, "kube", bad)
+    c = spec.cluster
+    assert c is not None
+    nodes = cluster.node_plans(_lws_spec(spec), plan)
+    kname = object_name(plan.name)
+    labels = {"app.kubernetes.io/name": kname, "app.kubernetes.io/managed-by": "rigsmith"}
+    head = nodes[0].plan
+    script = cluster.head_script(_lws_spec(spec), plan.command, plan.entrypoint, group_size="LWS_GROUP_SIZE")
+    leader = _template(dataclasses.replace(head, command=("-c", script)), ctx, leader=True)
+    worker = _template(nodes[1].plan, ctx, leader=False)
+    for pod, role in ((leader, "leader"), (worker, "worker")):
+        pod["metadata"] = {"labels": {**labels, "app.kubernetes.io/component": role}}
+        pod["spec"]["containers"][0]["name"] = f"{kname[:56].rstrip('-')}-{role}"[:63]
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": kname, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": len(c.nodes),
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader,
+                "workerTemplate": worker,
+            },
+        },
+    }
+    selector = {**labels, "app.kubernetes.io/component": "leader", WORKER_INDEX_LABEL: "0"}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": kname, "labels": labels},
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "http", "port": plan.port, "targetPort": plan.port}],
+        },
+    }
+    return [lws, service]
+
+
+def render(spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
+    """``kube/NAME.yaml`` for a multi-node spec."""
+    require_container(plan, "kube")
+    bad = volume_problems(plan)
+    if bad:
+        raise cannot_express(plan, "kube", bad)
+    body = yaml_text(*manifests_lws(spec, plan, ctx), explicit_start=True)
+    text = tpl.render(
+        "kube/lws.yaml.j2",
+        banner=banner(ctx.command, plan.spec_path),
+        name=plan.name,
+        size=len(spec.cluster.nodes) if spec.cluster else 0,
+        home=ctx.lxc.home if any(m.host.startswith("~") for m in plan.mounts) else None,
+        body=body,
+    )
+    return [Artifact(ctx.out / "kube" / f"{plan.name}.yaml", text)]
