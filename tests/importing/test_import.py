@@ -289,7 +289,6 @@ _GOLDEN_CASES = [
     "recipes-deepseek-v31-tool-template-no-continuations",
     "club5060ti-issue-7-2x5060ti-nvfp4-mtp",
     "qwen3vl-issue-1776-compose-space-in-list-item",
-    "vllm-issue-15737-limit-mm-keyvalue-legacy",
 ]
 
 

@@ -49,7 +49,7 @@ from pydantic import ValidationError
 from rigsmith import policy
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
-from rigsmith.importing import shellwords
+from rigsmith.importing import shellwords, vllmflags
 
 # -- knowledge tables ---------------------------------------------------------------------------------
 
@@ -59,38 +59,7 @@ def _words(text: str) -> frozenset[str]:
 
 
 #: vLLM flags whose value is JSON (argparse ``type=json.loads``-like); a bad value is refused.
-JSON_FLAGS = frozenset(
-    {
-        "--speculative-config",
-        "--compilation-config",
-        "--hf-overrides",
-        "--kv-transfer-config",
-        "--kv-events-config",
-        "--limit-mm-per-prompt",
-        "--mm-processor-kwargs",
-        "--override-generation-config",
-        "--default-chat-template-kwargs",
-        "--rope-scaling",
-        "--override-pooler-config",
-        "--additional-config",
-        "--structured-outputs-config",
-        "--model-loader-extra-config",
-        "--media-io-kwargs",
-    }
-)
-
-#: Canonical vLLM flag → its short aliases. Underscore spellings and (for ``*parallel*`` flags)
-#: argparse prefix abbreviations resolve to the canonical name too.
-FLAG_ALIASES: Mapping[str, tuple[str, ...]] = {
-    "--model": (),
-    "--revision": (),
-    "--host": (),
-    "--port": (),
-    "--tensor-parallel-size": ("-tp",),
-    "--pipeline-parallel-size": ("-pp",),
-    "--data-parallel-size": ("-dp",),
-    "--data-parallel-size-local": ("-dpl",),
-}
+JSON_FLAGS = vllmflags.JSON_FLAGS
 
 #: ``docker run`` / ``podman run`` options that take a value (so the image is found correctly).
 DOCKER_VALUE_OPTS = _words(
@@ -126,6 +95,9 @@ _PYTHON_RE = re.compile(r"^python3?(\.\d+)?$")
 #: The vLLM images' entrypoint (vllm/vllm-openai runs ``vllm serve`` with the container command as args).
 IMAGE_ENTRYPOINT = ("vllm", ("serve",))
 
+#: Commands that start a shell instead of a server (``docker run -it IMAGE /bin/bash``).
+_SHELLS = _words("bash sh zsh ash dash fish")
+
 SHELL_KEYWORDS = _words(
     """
     if then else elif fi for while until do done case esac function select { }
@@ -158,6 +130,11 @@ _SECRET_NAME_RE = re.compile(
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SELF_REF_RE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+#: A Kubernetes manifest (``apiVersion:`` with ``kind:``) or a kubectl/helm call, anywhere in the text.
+_KUBE_RE = re.compile(
+    r"(?m)^[ \t]*(?:(?:sudo[ \t]+)?(?P<tool>kubectl|helm|oc)[ \t]+\w"
+    r"|apiVersion:[ \t]*\S+[ \t]*\n(?:.*\n)*?[ \t]*kind:)"
+)
 _SERVICES_RE = re.compile(r"^services:[ \t]*(#.*)?$", re.MULTILINE)
 _COMPOSE_VAR_RE = re.compile(r"(?<!\$)\$(\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*)")
 
@@ -217,6 +194,8 @@ class Launch:
     first_arg_positional_ok: bool = True
     env: list[specmod.EnvVar] = field(default_factory=list)
     image: str | None = None
+    #: The image word holds shell syntax (``$IMAGE``): its value is unknown.
+    image_expands: bool = False
     gpu_indices: list[str] | None = None
     gpu_cdi: list[str] | None = None
     gpu_count: int | None = None
@@ -278,6 +257,17 @@ def parse(
     if stripped.startswith("{"):
         launch, meta = _from_json(text, source)
     else:
+        manifest = _KUBE_RE.search(text)
+        if manifest is not None:
+            raise _refuse(
+                source,
+                [
+                    f"line {text.count(chr(10), 0, manifest.start()) + 1}: this is not a serving command but "
+                    f"a Kubernetes manifest or a {manifest.group('tool') or 'kubectl'} call "
+                    "(rigsmith renders those itself: `--target kube`); import the vllm serve, python -m "
+                    "vllm.entrypoints.openai.api_server, docker run or compose text that its container runs"
+                ],
+            )
         data = _compose_data(text, source)
         if data is not None:
             launch = _from_compose(data)
@@ -524,7 +514,17 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
         if not w.startswith("-"):
             image = w
             break
-        opt, eq, val = w.partition("=") if w.startswith("--") else (w, "", "")
+        cluster = _short_cluster(w)
+        if cluster is not None:
+            # `-itd`, `-dp8000:8000`, `-itv /a:/b`: docker's short flags combine, the last may take a value.
+            bools, value_opt, attached = cluster
+            dropped += [f"-{c}" for c in bools if f"-{c}" in DOCKER_DROPPED]
+            if value_opt is None:
+                i += 1
+                continue
+            opt, eq, val = value_opt, ("=" if attached else ""), attached
+        else:
+            opt, eq, val = w.partition("=") if w.startswith("--") else (w, "", "")
         if opt in DOCKER_BOOL_OPTS:
             if opt in DOCKER_DROPPED:
                 dropped.append(w)
@@ -551,9 +551,19 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
     if image is None:
         launch.problems.append(f"line {line}: {tool} run names no image")
         return
+    launch.image_expands = rest[i].expands
     launch.image = image
     after = rest[i + 1 :]
     texts = [w.text for w in after]
+    shell = entrypoint if entrypoint is not None else (texts[0] if texts else None)
+    if shell is not None and PurePosixPath(shell).name in _SHELLS:
+        how = f"--entrypoint {entrypoint}" if entrypoint is not None else f"{shell} after the image"
+        launch.problems.append(
+            f"line {line}: this is not a serving command: {how} starts an interactive shell in "
+            f"{image}, not the vLLM server; import the vllm serve (or python -m "
+            "vllm.entrypoints.openai.api_server) command you run inside it"
+        )
+        return
     if entrypoint is not None:
         launch.recipe_executable = launch.executable = entrypoint
         launch.subcommand = ()
@@ -583,6 +593,26 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
             f"{tool} run options not imported (rigsmith sets name, restart, network and ports per target; "
             f"the server listens on --host/--port): {' '.join(dropped)}"
         )
+
+
+#: ``docker run`` short options by letter: those that take no value and those that take one.
+_DOCKER_SHORT_BOOL = "dit"
+_DOCKER_SHORT_VALUE = frozenset(o[1] for o in DOCKER_VALUE_OPTS if len(o) == 2)
+
+
+def _short_cluster(word: str) -> tuple[str, str | None, str] | None:
+    """``-itd`` → ("itd", None, ""); ``-itp8000:8000`` → ("it", "-p", "8000:8000"); None when ``word`` is
+    not a cluster of known short options (a single ``-x``, a long option, anything unknown)."""
+    if word.startswith("--") or len(word) <= 2 or word in DOCKER_BOOL_OPTS:
+        return None
+    body = word[1:]
+    for k, c in enumerate(body):
+        if c in _DOCKER_SHORT_VALUE:
+            rest = body[k + 1 :].removeprefix("=")
+            return body[:k], f"-{c}", rest
+        if c not in _DOCKER_SHORT_BOOL:
+            return None
+    return body, None, ""
 
 
 def _docker_option(opt: str, val: str, launch: Launch, dropped: list[str], where: str) -> None:
@@ -792,6 +822,18 @@ def _interpolations(value: Any, path: str) -> Iterable[tuple[str, str]]:
             yield from _interpolations(v, f"{path}[{idx}]")
 
 
+def _compose_env_ref(env: Any, path: str, where: str) -> bool:
+    """Whether the environment entry at ``path`` is exactly one variable reference (``${VAR}``/``$VAR``)."""
+    key = path.removeprefix(f"{where}.environment")
+    if isinstance(env, dict) and key.startswith("."):
+        value = env.get(key[1:])
+    elif isinstance(env, list) and key.startswith("[") and key.endswith("]") and key[1:-1].isdigit():
+        value = str(env[int(key[1:-1])]).partition("=")[2]
+    else:
+        return False
+    return isinstance(value, str) and bool(_SELF_REF_RE.fullmatch(value))
+
+
 def _from_compose(data: dict[str, Any]) -> Launch:
     launch = Launch()
     services = data["services"]
@@ -816,7 +858,12 @@ def _from_compose(data: dict[str, Any]) -> Launch:
             f"{where}.entrypoint: runs a shell script ({entry_list[0]} -c …); rigsmith runs vLLM's "
             "argv directly and does not import scripts — replace it with the vllm serve command it runs"
         )
-    seen = list(_interpolations(svc, where))
+    # `NAME: ${VAR}` in environment is the shell's `-e NAME=$VAR`: read from the host at run time.
+    seen = [
+        (p, v)
+        for p, v in _interpolations(svc, where)
+        if not (p.startswith(f"{where}.environment") and _compose_env_ref(svc.get("environment"), p, where))
+    ]
     if seen:
         shown = "; ".join(f"{p}: {v}" for p, v in seen[:6]) + (
             f"; … {len(seen) - 6} more" if len(seen) > 6 else ""
@@ -1181,20 +1228,9 @@ def note_facts(text: str) -> NoteFacts:
 
 
 def canonical_flag(token: str) -> str | None:
-    """The canonical name of a flag in ``FLAG_ALIASES`` that ``token`` (``--x``/``--x=v``) spells."""
-    if not token.startswith("-"):
-        return None
-    name = token.split("=", 1)[0]
-    if name.startswith("--"):
-        name = name.replace("_", "-")
-    for canon, aliases in FLAG_ALIASES.items():
-        if name == canon or name in aliases:
-            return canon
-    if name.startswith("--") and "parallel" in name:
-        matches = [c for c in FLAG_ALIASES if c.startswith(name)]
-        if len(matches) == 1:
-            return matches[0]
-    return None
+    """The canonical name of the vLLM flag (:mod:`rigsmith.importing.vllmflags`) ``token`` spells."""
+    flag = vllmflags.lookup(token)
+    return None if flag is None else flag.name
 
 
 def flag_values(args: Sequence[str], canon: str) -> list[tuple[int, str]]:
@@ -1210,7 +1246,7 @@ def flag_values(args: Sequence[str], canon: str) -> list[tuple[int, str]]:
     return out
 
 
-def _json_problems(args: Sequence[str]) -> list[str]:
+def _json_problems(args: Sequence[str], notes: list[str]) -> list[str]:
     out = []
     for i, a in enumerate(args):
         name, eq, val = a.partition("=")
@@ -1225,19 +1261,30 @@ def _json_problems(args: Sequence[str]) -> list[str]:
         try:
             json.loads(val)
         except ValueError as err:
-            out.append(f"{flag} takes JSON, but its value is not valid JSON ({err}): {val}")
+            if _LEGACY_KV_RE.fullmatch(val):
+                # vLLM ≤ 0.8 took `k=v,k=v` here; rigsmith does not know the engine's version: pass it on.
+                notes.append(
+                    f"{flag} {val}: the key=value form of older vLLM releases (newer ones want JSON such as "
+                    f"{json.dumps(_legacy_kv(val))}); passed through literally — check your engine's version"
+                )
+            else:
+                out.append(f"{flag} takes JSON, but its value is not valid JSON ({err}): {val}")
     return out
 
 
-#: Flags whose value rigsmith reads as a whole number (GPU count, port, drain time).
-_NUMBER_FLAGS = (
-    "--tensor-parallel-size",
-    "--pipeline-parallel-size",
-    "--data-parallel-size",
-    "--data-parallel-size-local",
-    "--port",
-    "--shutdown-timeout",
-)
+_LEGACY_KV_RE = re.compile(r"[A-Za-z_][\w.-]*=[^,=]+(,[A-Za-z_][\w.-]*=[^,=]+)*")
+
+
+def _legacy_kv(val: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in val.split(","):
+        k, _, v = pair.partition("=")
+        n = specmod.ascii_int(v)
+        out[k] = n if n is not None else v
+    return out
+
+
+_NUMBER_FLAGS = vllmflags.NUMBER_FLAGS
 
 
 def _number_problems(args: Sequence[str]) -> list[str]:
@@ -1282,11 +1329,16 @@ class _Model:
     local_dir: str
     arg: int
     note: str | None = None
+    #: Hub file patterns to fetch (a GGUF quantization); empty: the whole repo.
+    allow_patterns: tuple[str, ...] = ()
+    #: The container path when the model word is exactly a volume's container path.
+    container_path: str | None = None
 
 
 #: Documentation placeholders written as paths (``/path/to/model``); refused like ``<placeholder>``.
 _DOC_PATH_RE = re.compile(r"(^|/)path/to(/|$)")
 #: A bind mount's host side that is the directory the recipe ran in.
+_GGUF_REF_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*):([A-Za-z0-9_.-]+)$")
 _CWD_RE = re.compile(r"^(\$\(pwd\)|`pwd`|\$PWD|\$\{PWD\}|\.)(?=/|$)")
 
 
@@ -1296,8 +1348,9 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
     picks = flag_values(args, "--model")
     if picks:
         idx, value = picks[-1]
-    elif launch.first_arg_positional_ok and args and not args[0].startswith("-"):
-        idx, value = 0, args[0]
+    elif launch.first_arg_positional_ok and (pos := vllmflags.positionals(args)):
+        # vLLM's MODEL positional may follow options (`vllm serve --host 0.0.0.0 M`).
+        idx, value = pos[0], args[pos[0]]
     else:
         problems.append("the command names no model (no positional MODEL and no --model); add one")
         return None
@@ -1325,6 +1378,19 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
             "real directory or the Hub repo id (owner/name)"
         )
         return None
+    gguf = _GGUF_REF_RE.match(value)
+    if gguf and not value.startswith(("/", "~", ".")):
+        # vLLM reads `owner/repo:QUANT` as the Hub repo and the GGUF file of that quantization.
+        repo_id, quant = gguf.group(1), gguf.group(2)
+        return _Model(
+            repo_id,
+            f"~/models/{PurePosixPath(repo_id).name}",
+            idx,
+            f"the model {value!r} is the Hub repo {repo_id} with the GGUF quantization {quant} "
+            f"(only the files matching *{quant}*.gguf are fetched); vLLM loads a GGUF file, so once "
+            "fetch-model has run, point the model argument at the .gguf file under model.container_path",
+            allow_patterns=(f"*{quant}*.gguf", f"*{quant}*/*.gguf"),
+        )
     is_path = value.startswith(("/", "~", "./", "../")) or not _REPO_RE.match(value)
     if not is_path:
         if facts.repo == value and facts.local_dir:
@@ -1376,6 +1442,7 @@ def _local_model(launch: Launch, value: str, idx: int, problems: list[str]) -> _
         )
         return None
     rest = path.relative_to(mount.container).as_posix()
+    exact = value.rstrip("/") if rest == "." else None
     local = host.rstrip("/") + ("/" + rest if rest != "." else "") if host != "/" else "/" + rest
     note = (
         f"the model {value!r} is the container path of {local!r} (volume {mount.host}:{mount.container}); "
@@ -1386,7 +1453,7 @@ def _local_model(launch: Launch, value: str, idx: int, problems: list[str]) -> _
             ", relative to where the recipe ran, until you set its absolute path (deploy refuses a "
             "relative one)"
         )
-    return _Model(None, local, idx, note)
+    return _Model(None, local, idx, note, container_path=exact)
 
 
 def _gpus(launch: Launch, facts: NoteFacts, vendor: str, problems: list[str]) -> specmod.GpuSpec | None:
@@ -1397,9 +1464,12 @@ def _gpus(launch: Launch, facts: NoteFacts, vendor: str, problems: list[str]) ->
         n = specmod.ascii_int(vals[-1][1]) if vals else None
         return 1 if n is None else n
 
-    parallel = size("--tensor-parallel-size") * size("--pipeline-parallel-size")
-    dp_local = flag_values(launch.args, "--data-parallel-size-local")
-    parallel *= size("--data-parallel-size-local") if dp_local else size("--data-parallel-size")
+    # One engine of TP × PP × PCP GPUs per data-parallel rank on this node (vllmflags.GPU_MULTIPLIERS).
+    dp_local = bool(flag_values(launch.args, "--data-parallel-size-local"))
+    parallel = 1
+    for canon in vllmflags.GPU_MULTIPLIERS:
+        if canon != ("--data-parallel-size" if dp_local else "--data-parallel-size-local"):
+            parallel *= size(canon)
     pin_all = bool(launch.gpu_cdi) and any(c.endswith("=all") for c in launch.gpu_cdi or [])
     explicit = None if pin_all else launch.gpu_cdi or launch.gpu_indices
     count = len(explicit) if explicit else facts.gpu_count or launch.gpu_count or parallel
@@ -1430,6 +1500,47 @@ def _gpus(launch: Launch, facts: NoteFacts, vendor: str, problems: list[str]) ->
         p2p=facts.p2p or "unknown",
         nvlink=facts.nvlink,
     )
+
+
+#: Variables that select GPUs by the host's numbering (CUDA's, and ROCm's HIP/ROCR).
+_VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+_DEVICE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
+
+
+def _visible_devices(
+    env: Sequence[specmod.EnvVar], launch: Launch, problems: list[str]
+) -> list[specmod.EnvVar]:
+    """``CUDA_VISIBLE_DEVICES=2,3`` on a host (or in a container that sees every GPU) picks GPUs 2 and 3:
+    they become the CDI devices, and inside the container, which sees only those two as 0 and 1, the
+    variable is renumbered ``0,1`` (left as ``2,3`` CUDA finds no device)."""
+    out = list(env)
+    if launch.gpu_indices or (launch.gpu_cdi and not all(c.endswith("=all") for c in launch.gpu_cdi)):
+        return out  # the devices are chosen already; the variable counts in the container's numbering
+    picked: list[str] | None = None
+    for k, e in enumerate(out):
+        if e.name not in _VISIBLE_DEVICES or e.secret or "$" in e.value or "<" in e.value:
+            continue
+        ids = [x.strip() for x in e.value.split(",")]
+        if not ids or not all(_DEVICE_ID_RE.fullmatch(x) for x in ids) or ids == ["-1"]:
+            continue
+        if picked is not None and picked != ids:
+            problems.append(
+                f"env: {e.name}={e.value} selects other GPUs than {','.join(picked)} chosen by another "
+                "*_VISIBLE_DEVICES variable; keep one selection"
+            )
+            continue
+        picked = ids
+        renumbered = ",".join(str(i) for i in range(len(ids)))
+        out[k] = e.model_copy(update={"value": renumbered})
+        if renumbered != e.value:
+            launch.notes.append(
+                f"{e.name}={e.value} selects the host's GPUs {e.value}: they are the CDI devices, and inside "
+                f"the container (which sees them as 0..{len(ids) - 1}) the variable is {renumbered}"
+            )
+    if picked is not None:
+        launch.gpu_indices = picked
+        launch.gpu_cdi = None
+    return out
 
 
 def _gpu_count_source(launch: Launch, facts: NoteFacts, parallel: int) -> str:
@@ -1582,7 +1693,7 @@ def build(
         if (sf := policy.secret_flag(w)) is not None
     ]
     facts = note_facts(meta.notes_text or "")
-    problems += _json_problems(launch.args) + _number_problems(launch.args)
+    problems += _json_problems(launch.args, launch.notes) + _number_problems(launch.args)
     model = _model(launch, facts, problems) if not launch.problems else None
     if name is not None and not specmod.NAME_RE.match(name):
         problems.append(
@@ -1591,6 +1702,13 @@ def build(
         )
     if image is not None and (not image.strip() or any(ch.isspace() for ch in image)):
         problems.append(f"--image {image!r}: not an image reference (e.g. localhost/vllm:1 or name@sha256:…)")
+    env = _visible_devices(env, launch, problems)
+    if launch.image_expands and image is None:
+        problems.append(
+            f"engine.image: the recipe's image {launch.image} is a shell variable whose value rigsmith "
+            "cannot know; import again with --image REF (e.g. vllm/vllm-openai:v0.11.0) or write the image "
+            "in the recipe"
+        )
     gpus = _gpus(launch, facts, _vendor(env), problems)
     if problems or model is None or gpus is None:
         raise _refuse(source, problems or ["no model"])
@@ -1618,6 +1736,10 @@ def build(
             )
     notes += _read_only_mounts(launch, model_value[0][1] if repo is None else None)
     basename = PurePosixPath(local_dir.rstrip("/")).name or PurePosixPath(repo or "model").name
+    container_path = model.container_path or f"/models/{basename}"
+    if model.container_path is not None:
+        # The recipe's own volume is the model mount (`-v /srv/m:/models/m ... --model /models/m`).
+        launch.mounts = [m for m in launch.mounts if m.container.rstrip("/") != model.container_path]
     final_image = image or launch.image
     if image and launch.image and image != launch.image:
         notes.append(f"the recipe's image {launch.image} was replaced by --image {image}")
@@ -1641,7 +1763,8 @@ def build(
             "repo": repo,
             "revision": revision[-1][1] if revision else facts.revision,
             "local_dir": local_dir,
-            "container_path": f"/models/{basename}",
+            "container_path": container_path,
+            "allow_patterns": list(model.allow_patterns),
             "size_bytes": facts.size_bytes,
             "config_patches": [p.model_dump(exclude_defaults=True) for p in facts.patches],
         },
