@@ -145,6 +145,7 @@ NOTE_FACTS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"(?:hf|huggingface-cli) download (?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)"
             r"(?: --revision (?P<rev>\S+))? --local-dir (?P<dir>[^\s,;)]+)"
+            r"(?: --revision (?P<rev2>[^\s,;)]+))?"
             r"(?: \((?P<size>\d+(?:\.\d+)?) ?(?P<unit>[KMGT]i?B)\))?"
         ),
     ),
@@ -1200,7 +1201,7 @@ _FACT_READERS: Mapping[str, Callable[[NoteFacts, re.Match[str]], None]] = {
 
 
 def _download(f: NoteFacts, m: re.Match[str]) -> None:
-    f.repo, f.revision, f.local_dir = m.group("repo"), m.group("rev"), m.group("dir")
+    f.repo, f.revision, f.local_dir = m.group("repo"), m.group("rev") or m.group("rev2"), m.group("dir")
     if m.group("size"):
         f.size_bytes = int(float(m.group("size")) * _SIZE_UNITS[m.group("unit").upper()])
 
@@ -1398,6 +1399,17 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
         return _Model(value, f"~/models/{PurePosixPath(value).name}", idx)
     if facts.repo and (facts.local_dir is None or facts.local_dir.rstrip("/") == value.rstrip("/")):
         return _Model(facts.repo, value, idx)
+    if facts.repo and facts.local_dir and value.startswith("/"):
+        # The notes' download names the repo, revision and host directory; the served path is where the
+        # engine sees it (a container path), so that is where the download is mounted.
+        return _Model(
+            facts.repo,
+            facts.local_dir,
+            idx,
+            f"the notes download {facts.repo} to {facts.local_dir} and the command serves {value}: "
+            f"model.local_dir is the download, mounted at model.container_path {value}",
+            container_path=value.rstrip("/"),
+        )
     return _local_model(launch, value, idx, problems)
 
 
@@ -1694,7 +1706,11 @@ def build(
     ]
     facts = note_facts(meta.notes_text or "")
     problems += _json_problems(launch.args, launch.notes) + _number_problems(launch.args)
-    model = _model(launch, facts, problems) if not launch.problems else None
+    # Every problem at once: the model is checked even when the text had others, unless the launch
+    # command itself was not understood (then its args are not vLLM's).
+    model_problems: list[str] = []
+    model = _model(launch, facts, model_problems) if launch.args or not launch.problems else None
+    problems += [p for p in model_problems if not (launch.problems and "names no model" in p)]
     if name is not None and not specmod.NAME_RE.match(name):
         problems.append(
             f"--name {name!r}: use lowercase letters, digits, '.', '_' or '-' (max 63), starting with a "
@@ -1761,7 +1777,7 @@ def build(
         "description": meta.title,
         "model": {
             "repo": repo,
-            "revision": revision[-1][1] if revision else facts.revision,
+            "revision": revision[-1][1] if revision else (facts.revision if repo == facts.repo else None),
             "local_dir": local_dir,
             "container_path": container_path,
             "allow_patterns": list(model.allow_patterns),
