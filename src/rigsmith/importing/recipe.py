@@ -736,6 +736,17 @@ def _env_var(name: str, value: str, note: str | None, launch: Launch, where: str
     if m and m.group(1) == name:
         launch.notes.append(f"{where}: {name}={value} is read from the host environment at run time")
         return specmod.EnvVar(name=name, value=value, note=note, secret=True)
+    if m and secret:
+        # `-e HUGGING_FACE_HUB_TOKEN=$HF_TOKEN`: the container's NAME is the host's other variable. The
+        # value keeps that mapping; every target passes a secret by its own name, so say what to export.
+        launch.notes.append(
+            f"{where}: {name}={value} reads the secret {name} from the host's {m.group(1)}; env[].value keeps "
+            f'that mapping, and the targets pass {name} by name: export {name}="${m.group(1)}" (or create '
+            f"the podman secret {name}) before starting"
+        )
+        return specmod.EnvVar(
+            name=name, value=value, note=note or f"from the host's {m.group(1)}", secret=True
+        )
     lifted = _secret_var(name, value, note, where)
     if lifted is not None:
         launch.notes.append(lifted[1])
@@ -1581,6 +1592,73 @@ def _placeholders(texts: Iterable[str]) -> dict[str, str | None]:
     return out
 
 
+def _secondary_models(launch: Launch, main: _Model, notes: list[str]) -> list[dict[str, Any]]:
+    """The Hub models the args name besides the main one (vllmflags ``model_ref``): a draft model in
+    ``--speculative-config`` (or the older ``--speculative-model``), ``--tokenizer``, ``--lora-modules``.
+    A local path is left as written (it must be mounted; noted)."""
+    found: list[dict[str, Any]] = []
+    args = launch.args
+
+    def add(role: str, value: str, idx: int, name: str | None = None) -> None:
+        if _expands(launch, idx) or specmod.PLACEHOLDER_RE.search(value):
+            return
+        if _REPO_RE.match(value) and not value.startswith(("/", "~", ".")):
+            found.append({"role": role, "repo": value, "name": name, "arg": idx})
+        elif value.startswith(("/", "~")):
+            notes.append(
+                f"args[{idx}] {value!r} ({role}) is a local path: mount it into the container and fix the path"
+            )
+
+    i = 0
+    while i < len(args):
+        flag = vllmflags.lookup(args[i])
+        end = vllmflags.span(args, i) if vllmflags.is_option(args[i]) else i + 1
+        if flag is None or flag.model_ref in (None, "model") or i == main.arg:
+            i = end
+            continue
+        if "=" in args[i]:
+            values = [(i, args[i].split("=", 1)[1])]
+        else:
+            values = [(k, args[k]) for k in range(i + 1, end)]
+        for k, v in values:
+            if flag.model_ref == "speculative" and flag.kind == "json":
+                try:
+                    conf = json.loads(v)
+                except ValueError:
+                    continue
+                if isinstance(conf, dict) and isinstance(conf.get("model"), str):
+                    add("speculative", conf["model"], k)
+            elif flag.model_ref == "lora":
+                name, path = _lora_module(v)
+                if path is not None:
+                    add("lora", path, k, name)
+            elif flag.model_ref is not None:
+                add(flag.model_ref, v, k)
+        i = end
+    if found:
+        notes.append(
+            "secondary_models lists the Hub models the engine loads besides the main one "
+            f"({', '.join(f['repo'] for f in found)}); the engine downloads them from the Hub at start unless "
+            "they are fetched and mounted"
+        )
+    return found
+
+
+def _lora_module(value: str) -> tuple[str | None, str | None]:
+    """``NAME=PATH`` or the JSON form ``{"name": …, "path": …}`` of one ``--lora-modules`` value."""
+    if value.lstrip().startswith("{"):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            return None, None
+        if isinstance(data, dict) and isinstance(data.get("path"), str):
+            name = data.get("name")
+            return (name if isinstance(name, str) else None), data["path"]
+        return None, None
+    name, eq, path = value.partition("=")
+    return (name, path) if eq else (None, None)
+
+
 def _lift_secret_flags(launch: Launch, problems: list[str]) -> list[specmod.EnvVar]:
     """``--api-key VALUE`` / ``--hf-token VALUE`` in any spelling vLLM's parser accepts (``--api_key``,
     ``--api-key=V``, ``--api-ke V``; :func:`rigsmith.policy.secret_flag`): the value never enters the spec (it
@@ -1770,6 +1848,7 @@ def build(
         else:
             notes.append(f"--port {ports[-1][1]} is not a number; network.port stays 8000 until you set it")
     revision = flag_values(launch.args, "--revision")
+    secondary = _secondary_models(launch, model, notes)
     all_notes = [*([meta.notes_text] if meta.notes_text else []), *launch.notes, *notes]
     data: dict[str, Any] = {
         "name": name
@@ -1784,6 +1863,7 @@ def build(
             "size_bytes": facts.size_bytes,
             "config_patches": [p.model_dump(exclude_defaults=True) for p in facts.patches],
         },
+        "secondary_models": secondary,
         "engine": {
             "image": final_image,
             "recipe_executable": launch.recipe_executable,

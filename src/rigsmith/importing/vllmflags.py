@@ -47,6 +47,7 @@ _TABLE: list[Flag] = [
     Flag("--model", model_ref="model"),
     Flag("--tokenizer", model_ref="tokenizer"),
     Flag("--speculative-config", "json", model_ref="speculative"),
+    Flag("--speculative-model", model_ref="speculative"),
     Flag("--lora-modules", "multi", model_ref="lora"),
     Flag("--tensor-parallel-size", aliases=("-tp",), multiplies_gpus=True, number=True),
     Flag("--pipeline-parallel-size", aliases=("-pp",), multiplies_gpus=True, number=True),
@@ -134,7 +135,7 @@ def lookup(token: str) -> Flag | None:
     return None
 
 
-def _is_option(word: str) -> bool:
+def is_option(word: str) -> bool:
     """An option word as argparse sees it (a negative number is a value)."""
     return word.startswith("-") and len(word) > 1 and not word[1:2].isdigit()
 
@@ -149,10 +150,10 @@ def span(args: Sequence[str], i: int) -> int:
         return i + 1
     j = i + 1
     if flag is not None and flag.kind == "multi":
-        while j < len(args) and not _is_option(args[j]):
+        while j < len(args) and not is_option(args[j]):
             j += 1
         return j
-    return j + 1 if j < len(args) and not _is_option(args[j]) else j
+    return j + 1 if j < len(args) and not is_option(args[j]) else j
 
 
 def positionals(args: Sequence[str]) -> list[int]:
@@ -163,7 +164,7 @@ def positionals(args: Sequence[str]) -> list[int]:
         if args[i] == "--":
             out += range(i + 1, len(args))
             break
-        if _is_option(args[i]):
+        if is_option(args[i]):
             i = span(args, i)
         else:
             out.append(i)
@@ -173,4 +174,4 @@ def positionals(args: Sequence[str]) -> list[int]:
 
 def unknown_options(args: Sequence[str]) -> list[str]:
     """The option words this table does not know (their arity was guessed)."""
-    return [a.split("=", 1)[0] for a in args if _is_option(a) and lookup(a) is None and "=" not in a]
+    return [a.split("=", 1)[0] for a in args if is_option(a) and lookup(a) is None and "=" not in a]
