@@ -561,7 +561,8 @@ class Deployment(Frozen):
         for i, sm in enumerate(self.secondary_models):
             if sm.arg >= len(self.engine.args):
                 raise ValueError(
-                    f"secondary_models[{i}].arg {sm.arg} is outside engine.args (0..{len(self.engine.args) - 1})"
+                    f"secondary_models[{i}].arg {sm.arg} is outside engine.args "
+                    f"(0..{len(self.engine.args) - 1})"
                 )
         return self
 

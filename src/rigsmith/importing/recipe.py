@@ -740,7 +740,8 @@ def _env_var(name: str, value: str, note: str | None, launch: Launch, where: str
         # `-e HUGGING_FACE_HUB_TOKEN=$HF_TOKEN`: the container's NAME is the host's other variable. The
         # value keeps that mapping; every target passes a secret by its own name, so say what to export.
         launch.notes.append(
-            f"{where}: {name}={value} reads the secret {name} from the host's {m.group(1)}; env[].value keeps "
+            f"{where}: {name}={value} reads the secret {name} from the host's {m.group(1)}; "
+            "env[].value keeps "
             f'that mapping, and the targets pass {name} by name: export {name}="${m.group(1)}" (or create '
             f"the podman secret {name}) before starting"
         )
@@ -1606,7 +1607,8 @@ def _secondary_models(launch: Launch, main: _Model, notes: list[str]) -> list[di
             found.append({"role": role, "repo": value, "name": name, "arg": idx})
         elif value.startswith(("/", "~")):
             notes.append(
-                f"args[{idx}] {value!r} ({role}) is a local path: mount it into the container and fix the path"
+                f"args[{idx}] {value!r} ({role}) is a local path: mount it into the container and fix "
+                "the path"
             )
 
     i = 0
@@ -1638,7 +1640,8 @@ def _secondary_models(launch: Launch, main: _Model, notes: list[str]) -> list[di
     if found:
         notes.append(
             "secondary_models lists the Hub models the engine loads besides the main one "
-            f"({', '.join(f['repo'] for f in found)}); the engine downloads them from the Hub at start unless "
+            f"({', '.join(f['repo'] for f in found)}); the engine downloads them from the Hub at start "
+            "unless "
             "they are fetched and mounted"
         )
     return found
