@@ -96,7 +96,6 @@ _TABLE: list[Flag] = [
         --disable-uvicorn-access-log --disable-fastapi-docs --allow-credentials --enable-offline-docs
         --log-error-stack --tokens-only --disable-log-stats --use-v2-block-manager --enable-chunked-prefill
         --disable-custom-all-reduce --enable-layerwise-nvtx-tracing --enable-flashinfer-autotune
-        --swap-space-disable --no-enable-prefix-caching --no-enable-chunked-prefill
         """,
     ),
 ]

@@ -177,7 +177,7 @@ def default_host_ram_gib(size_bytes: int | None) -> tuple[float, str]:
     if size_bytes is None:
         return (
             DEFAULT_RAM_UNKNOWN_GIB,
-            "the model's size is unknown (set model.size_bytes or run fetch-model)",
+            "the model's size is unknown: set model.size_bytes or run fetch-model",
         )
     size_gib = size_bytes / 2**30
     ram = max(DEFAULT_RAM_FLOOR_GIB, float(math.ceil(size_gib * 1.25 + 8)))
