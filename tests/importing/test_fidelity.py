@@ -65,7 +65,9 @@ def test_visible_devices_pick_the_cdi_devices_and_are_renumbered_in_every_target
 
 def test_kube_refuses_fixed_host_gpus_naming_the_field(tmp_path: Path) -> None:
     dep = _parse("CUDA_VISIBLE_DEVICES=2,3 vllm serve Qwen/Qwen3-0.6B -tp 2")
-    with pytest.raises(Exception, match="resources.gpus.cdi_devices"):
+    from rigsmith.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"resources\.gpus\.cdi_devices"):
         _render(dep, "kube", tmp_path)
 
 
@@ -316,7 +318,8 @@ def test_compose_secret_reference_is_a_pass_through_like_the_shell_form(form: st
 
 def test_secret_env_mapping_is_kept() -> None:
     dep = _parse(
-        'docker run --gpus all --env "HUGGING_FACE_HUB_TOKEN=$HF_TOKEN" vllm/vllm-openai:v0.11.0 Qwen/Qwen3-0.6B'
+        'docker run --gpus all --env "HUGGING_FACE_HUB_TOKEN=$HF_TOKEN" '
+        "vllm/vllm-openai:v0.11.0 Qwen/Qwen3-0.6B"
     )
     (env,) = dep.env
     assert (env.name, env.value, env.secret) == ("HUGGING_FACE_HUB_TOKEN", "$HF_TOKEN", True)
