@@ -559,10 +559,12 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
     shell = entrypoint if entrypoint is not None else (texts[0] if texts else None)
     if shell is not None and PurePosixPath(shell).name in _SHELLS:
         how = f"--entrypoint {entrypoint}" if entrypoint is not None else f"{shell} after the image"
+        script = "-c" in texts[: 2 if entrypoint is None else 1]
+        what = "runs a shell script (-c …) in" if script else "starts an interactive shell in"
         launch.problems.append(
-            f"line {line}: this is not a serving command: {how} starts an interactive shell in "
-            f"{image}, not the vLLM server; import the vllm serve (or python -m "
-            "vllm.entrypoints.openai.api_server) command you run inside it"
+            f"line {line}: this is not a serving command: {how} {what} {image}, not the vLLM server; "
+            "import the vllm serve (or python -m vllm.entrypoints.openai.api_server) command "
+            f"{'the script runs' if script else 'you run inside it'} on its own"
         )
         return
     if entrypoint is not None:
@@ -751,7 +753,8 @@ def _env_var(name: str, value: str, note: str | None, launch: Launch, where: str
     lifted = _secret_var(name, value, note, where)
     if lifted is not None:
         launch.notes.append(lifted[1])
-        launch.secrets.append(value)
+        if not specmod.PLACEHOLDER_RE.fullmatch(value):  # a <placeholder> is no secret to scrub
+            launch.secrets.append(value)
         return lifted[0]
     if "$" in value or "`" in value:
         launch.notes.append(
