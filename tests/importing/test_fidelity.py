@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from rigsmith import spec as specmod
-from rigsmith.errors import RecipeError
 from rigsmith.importing import recipe, vllmflags
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.spec import Deployment
+from tests.support.recipes import refusal
 
 
 def _parse(text: str, **kw: str) -> Deployment:
@@ -25,11 +25,7 @@ def _parse(text: str, **kw: str) -> Deployment:
 
 
 def _refusal(text: str) -> str:
-    with pytest.raises(RecipeError) as err:
-        _parse(text)
-    message = str(err.value)
-    assert "Traceback" not in message
-    return message
+    return refusal(text)
 
 
 def _render(dep: Deployment, target: str, tmp_path: Path, **updates: object) -> tuple[str, list[str]]:

@@ -30,6 +30,20 @@ def corpus() -> list[dict[str, Any]]:
     return data
 
 
+def refusal(text: str, source: str = "t") -> str:
+    """The RecipeError message ``text`` is refused with, checked to hold no traceback."""
+    import pytest
+
+    from rigsmith.errors import RecipeError
+    from rigsmith.importing import recipe
+
+    with pytest.raises(RecipeError) as err:
+        recipe.parse(text, source=source, sha256="0" * 64)
+    message = str(err.value)
+    assert "Traceback" not in message
+    return message
+
+
 def expected() -> dict[str, dict[str, Any]]:
     data: dict[str, dict[str, Any]] = yaml.safe_load(EXPECTED.read_text(encoding="utf-8"))
     return data
