@@ -29,9 +29,20 @@ Decisions (each is a corpus case in tests/recipes/corpus_expected.yaml):
   ``...``, ``<placeholder>``, ``/path/to/…`` documentation paths, ``~user/…`` and ``$VAR`` are refused.
 - Compose ``${VAR:-default}`` interpolation is refused (rigsmith would have to guess the value); ``$$``
   is compose's escape for a literal ``$``.
-- GPUs: explicit device ids win, then a count in the notes, then tensor × pipeline × data parallel
-  sizes; CDI names ``nvidia.com/gpu=0..N-1`` (``amd.com/gpu`` when the env is ROCm's). ``--gpus all`` and
-  ``VENDOR=all`` are pinned to ``VENDOR=0..N-1`` so every target carries the same explicit devices.
+- GPUs: explicit device ids win (``--gpus device=2,3``, CDI ``--device``, or ``CUDA_VISIBLE_DEVICES`` /
+  ``HIP_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES`` when the container would see every GPU: those pick
+  the CDI devices and the variable is renumbered ``0..N-1`` for the container), then a count in the notes,
+  then the product of the flags that multiply GPUs (:mod:`rigsmith.importing.vllmflags`: TP × PP ×
+  prefill context parallel × data parallel local, else data parallel); CDI names ``nvidia.com/gpu=…``
+  (``amd.com/gpu`` when the env is ROCm's). ``--gpus all`` and ``VENDOR=all`` are pinned to
+  ``VENDOR=0..N-1`` so every target carries the same explicit devices.
+- The model is the first positional (options before it are skipped by their arity), or ``--model``. A GGUF
+  Hub reference ``owner/repo:QUANT`` is the repo with a ``*QUANT*.gguf`` file pattern. A ``docker run``
+  volume whose container path *is* the model becomes the model mount. Secondary Hub models (a
+  ``--speculative-config`` draft, ``--tokenizer``, ``--lora-modules``) are listed in ``secondary_models``.
+- A JSON flag given in the ``key=value,…`` form of older vLLM releases is passed through with a note.
+- ``docker run IMAGE /bin/bash``, ``--entrypoint /bin/bash``, a Kubernetes manifest or a kubectl call is
+  refused in one paragraph as "not a serving command"; an image from ``$VAR`` is refused at import.
 """
 
 from __future__ import annotations
