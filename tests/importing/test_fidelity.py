@@ -250,7 +250,18 @@ def test_model_positional_after_options(text: str, model: str | None, idx: int |
     assert dep.model.repo == model and dep.engine.model_arg == idx
 
 
-@pytest.mark.parametrize("cluster", ["-itd", "-td", "-dit", "-itp8000:8000", "-it -d"])
+@pytest.mark.parametrize(
+    "cluster",
+    [
+        "-itd",
+        "-td",
+        "-dit",
+        "-itp8000:8000",
+        "-it -d",
+        "-itdP --cpuset-cpus 0-7 --sig-proxy=false --memory-swap 64g --pids-limit 4096",
+        "--rm --dns 1.1.1.1 --volumes-from data --replace --secret hf,type=env",
+    ],
+)
 def test_combined_docker_short_flags(cluster: str) -> None:
     dep = _parse(f"docker run {cluster} --gpus all --ipc=host vllm/vllm-openai:v0.11.0 Qwen/Qwen3-0.6B")
     assert dep.engine.image == "vllm/vllm-openai:v0.11.0"

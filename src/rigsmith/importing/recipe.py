@@ -72,7 +72,8 @@ def _words(text: str) -> frozenset[str]:
 #: vLLM flags whose value is JSON (argparse ``type=json.loads``-like); a bad value is refused.
 JSON_FLAGS = vllmflags.JSON_FLAGS
 
-#: ``docker run`` / ``podman run`` options that take a value (so the image is found correctly).
+#: ``docker run`` / ``podman run`` options that take a value (so the image is found correctly): docker's
+#: full ``docker run --help`` list plus podman's own. Short forms combine (``-itd``, ``-dp8000:8000``).
 DOCKER_VALUE_OPTS = _words(
     """
     --gpus --device -p --publish -v --volume -e --env --env-file --name --ipc --shm-size --ulimit
@@ -80,18 +81,34 @@ DOCKER_VALUE_OPTS = _words(
     --cap-drop -u --user -l --label --hostname --platform --pull -m --memory --cpus --pid --log-opt
     --log-driver --add-host --group-add --stop-timeout --stop-signal --health-cmd --tmpfs --cgroupns
     --userns --uts
+    -a --attach --annotation --blkio-weight --blkio-weight-device --cgroup-parent --cidfile --cpu-period
+    --cpu-quota --cpu-rt-period --cpu-rt-runtime -c --cpu-shares --cpuset-cpus --cpuset-mems
+    --device-cgroup-rule --device-read-bps --device-read-iops --device-write-bps --device-write-iops
+    --detach-keys --dns --dns-option --dns-search --domainname --expose --health-interval --health-retries
+    --health-start-period --health-start-interval --health-timeout -h --ip --ip6 --isolation
+    --kernel-memory --label-file --link --link-local-ip --mac-address --memory-reservation --memory-swap
+    --memory-swappiness --network-alias --oom-score-adj --pids-limit --storage-opt --sysctl
+    --volume-driver --volumes-from
+    --arch --authfile --cgroups --cgroup-conf --chrootdirs --conmon-pidfile --decryption-key --gidmap
+    --hooks-dir --init-path --os --passwd-entry --personality --pidfile --pod --pod-id-file
+    --preserve-fds --rdt-class --requires --retry --retry-delay --sdnotify --seccomp-policy --secret
+    --subgidname --subuidname --systemd --timeout --uidmap --umask --variant --image-volume
     """
 )
 DOCKER_BOOL_OPTS = _words(
     """
     -d --detach --rm -i --interactive -t --tty -it -ti -dit --privileged --init --read-only
+    -P --publish-all -q --quiet --disable-content-trust --no-healthcheck --oom-kill-disable --sig-proxy
+    --use-api-socket --env-host --http-proxy --no-hosts --passwd --read-only-tmpfs --replace --rmi
+    --rootfs --tls-verify
     """
 )
 #: Options rigsmith decides per target; importing drops them and says so.
 DOCKER_DROPPED = _words(
     """
     --name --restart --rm -d --detach -i -t -it -ti -dit --interactive --tty --runtime --network
-    --net -p --publish --privileged --init --pull --platform --log-opt --log-driver --hostname
+    --net -p --publish -P --publish-all --privileged --init --pull --platform --log-opt --log-driver
+    --hostname
     """
 )
 
@@ -610,7 +627,7 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
 
 
 #: ``docker run`` short options by letter: those that take no value and those that take one.
-_DOCKER_SHORT_BOOL = "dit"
+_DOCKER_SHORT_BOOL = frozenset(o[1] for o in DOCKER_BOOL_OPTS if len(o) == 2)
 _DOCKER_SHORT_VALUE = frozenset(o[1] for o in DOCKER_VALUE_OPTS if len(o) == 2)
 
 
