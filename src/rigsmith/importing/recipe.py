@@ -1396,7 +1396,21 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
         # vLLM's MODEL positional may follow options (`vllm serve --host 0.0.0.0 M`).
         idx, value = pos[0], args[pos[0]]
     else:
-        problems.append("the command names no model (no positional MODEL and no --model); add one")
+        guessed = [
+            a
+            for i, a in enumerate(args[:-1])
+            if vllmflags.lookup(a) is None
+            and vllmflags.is_option(a)
+            and "=" not in a
+            and not vllmflags.is_option(args[i + 1])
+        ]
+        why = (
+            f" ({guessed[-1]} is a flag rigsmith does not know, so the word after it was read as its value; "
+            "if that word is the model, write it right after the subcommand)"
+            if guessed and launch.first_arg_positional_ok
+            else ""
+        )
+        problems.append(f"the command names no model (no positional MODEL and no --model){why}; add one")
         return None
     if value in ("...", "…") or re.fullmatch(r"\.{3,}", value):
         problems.append(

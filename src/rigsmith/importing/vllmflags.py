@@ -96,6 +96,8 @@ _TABLE: list[Flag] = [
         --disable-uvicorn-access-log --disable-fastapi-docs --allow-credentials --enable-offline-docs
         --log-error-stack --tokens-only --disable-log-stats --use-v2-block-manager --enable-chunked-prefill
         --disable-custom-all-reduce --enable-layerwise-nvtx-tracing --enable-flashinfer-autotune
+        --enable-reasoning --worker-use-ray --engine-use-ray --enable-prompt-adapter
+        --disable-logprobs-during-spec-decoding --multi-step-stream-outputs --enable-mfu-metrics
         """,
     ),
 ]
@@ -169,8 +171,3 @@ def positionals(args: Sequence[str]) -> list[int]:
             out.append(i)
             i += 1
     return out
-
-
-def unknown_options(args: Sequence[str]) -> list[str]:
-    """The option words this table does not know (their arity was guessed)."""
-    return [a.split("=", 1)[0] for a in args if is_option(a) and lookup(a) is None and "=" not in a]
