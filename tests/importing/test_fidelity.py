@@ -275,6 +275,12 @@ def test_standalone_comment_ending_in_backslash_after_the_command() -> None:
     assert "swallows the line continuation" in _refusal("vllm serve Qwen/Qwen3-0.6B \\\n  # x \\\n  --port 1")
 
 
+def test_documentation_prompt_is_not_a_command() -> None:
+    dep = _parse("$ # a comment\n$ vllm serve --host 0.0.0.0 Qwen/Qwen3-0.6B")
+    assert dep.engine.args == ("--host", "0.0.0.0", "Qwen/Qwen3-0.6B")
+    assert any("the shell prompt '$ '" in n for n in dep.notes)
+
+
 def test_legacy_key_value_json_flag_passes_through_with_a_note() -> None:
     dep = _parse("vllm serve Qwen/Qwen2.5-VL-7B-Instruct --limit-mm-per-prompt image=5,video=5")
     assert dep.engine.args[-1] == "image=5,video=5"

@@ -47,6 +47,7 @@ Decisions (each is a corpus case in tests/recipes/corpus_expected.yaml):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -413,6 +414,16 @@ def _from_shell(text: str) -> Launch:
     exported: list[specmod.EnvVar] = []
     candidates: list[shellwords.Command] = []
     for cmd in script.commands:
+        if cmd.argv == ["$"]:  # a prompt alone (`$ # comment`): nothing runs
+            if cmd.comment:
+                launch.notes.append(f"comment (line {cmd.line}): {cmd.comment}")
+            continue
+        if cmd.argv[0] == "$" and len(cmd.words) > 1:
+            # A documentation prompt (`$ docker run …`, as in vLLM's older docs), not a word of the command.
+            launch.notes.append(
+                f"line {cmd.line}: the shell prompt '$ ' before the command is not part of it"
+            )
+            cmd = dataclasses.replace(cmd, words=cmd.words[1:])
         argv = cmd.argv
         if argv[0] in SHELL_KEYWORDS:
             launch.problems.append(
