@@ -95,6 +95,20 @@ def test_gpu_selection_forms(text: str, cdi: list[str], var: tuple[str, str]) ->
     assert (var[0], var[1]) in [(e.name, e.value) for e in dep.env]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "docker run -it --network=host --group-add=video --ipc=host --cap-add=SYS_PTRACE "
+        "--security-opt seccomp=unconfined --device /dev/kfd --device /dev/dri rocm/vllm:latest "
+        "vllm serve Qwen/Qwen3-8B -tp 2",
+        "services:\n  vllm:\n    image: rocm/vllm:latest\n    devices:\n      - /dev/kfd\n      - /dev/dri\n"
+        "    command: [vllm, serve, Qwen/Qwen3-8B, -tp, '2']\n",
+    ],
+)
+def test_rocm_device_nodes_mean_amd_gpus(text: str) -> None:
+    assert _parse(text).resources.gpus.cdi_devices == ("amd.com/gpu=0", "amd.com/gpu=1")
+
+
 # -- 2. GPU count from every flag that multiplies GPUs ----------------------------------------------
 
 

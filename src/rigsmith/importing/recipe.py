@@ -228,6 +228,8 @@ class Launch:
     image_expands: bool = False
     gpu_indices: list[str] | None = None
     gpu_cdi: list[str] | None = None
+    #: The GPU vendor the launch itself shows (ROCm's /dev/kfd), ahead of the env's hints.
+    gpu_vendor: str | None = None
     gpu_count: int | None = None
     shm_size: str | None = None
     memlock: str | int | None = None
@@ -664,7 +666,7 @@ def _docker_option(opt: str, val: str, launch: Launch, dropped: list[str], where
         if specmod.CDI_RE.match(val):
             launch.gpu_cdi = [*(launch.gpu_cdi or []), val]
         else:
-            launch.notes.append(f"{where} {val}: a device node, not a CDI name; not imported (add a mount)")
+            _device_node(val, launch, where)
     elif opt == "--shm-size":
         _set_shm(val, launch, where)
     elif opt == "--ulimit":
@@ -692,6 +694,19 @@ def _docker_option(opt: str, val: str, launch: Launch, dropped: list[str], where
         dropped.append(f"{opt} {val}")
     else:
         launch.notes.append(f"{where} {val}: not imported")
+
+
+def _device_node(val: str, launch: Launch, where: str) -> None:
+    """A ``--device``/``devices:`` entry that is a device node: ROCm's (``/dev/kfd``, ``/dev/dri``) say the
+    GPUs are AMD's (CDI ``amd.com/gpu``), whatever the env says; any other is noted, not imported."""
+    node = val.split(":", 1)[0]
+    if node in ("/dev/kfd", "/dev/dri") or node.startswith("/dev/dri/"):
+        launch.gpu_vendor = "amd.com/gpu"
+        launch.notes.append(
+            f"{where} {val}: ROCm's device node; the GPUs are passed as amd.com/gpu CDI devices"
+        )
+    else:
+        launch.notes.append(f"{where} {val}: a device node, not a CDI name; not imported (add a mount)")
 
 
 def _gpus_request(val: str, launch: Launch, where: str) -> None:
@@ -983,6 +998,8 @@ def _from_compose(data: dict[str, Any]) -> Launch:
     for idx, dev in enumerate(svc.get("devices") or []):
         if isinstance(dev, str) and specmod.CDI_RE.match(dev):
             launch.gpu_cdi = [*(launch.gpu_cdi or []), dev]
+        elif isinstance(dev, str) and dev.startswith("/dev/"):
+            _device_node(dev, launch, f"{where}.devices[{idx}]")
         else:
             launch.notes.append(f"{where}.devices[{idx}] {dev!r}: not a CDI name; not imported")
     _compose_gpus(svc.get("deploy"), f"{where}.deploy", launch)
@@ -1862,7 +1879,7 @@ def build(
             "cannot know; import again with --image REF (e.g. vllm/vllm-openai:v0.11.0) or write the image "
             "in the recipe"
         )
-    gpus = _gpus(launch, facts, _vendor(env), problems)
+    gpus = _gpus(launch, facts, launch.gpu_vendor or _vendor(env), problems)
     if problems or model is None or gpus is None:
         raise _refuse(source, problems or ["no model"])
     repo, local_dir, model_idx = model.repo, model.local_dir, model.arg
