@@ -87,6 +87,18 @@ def test_kube_refuses_fixed_host_gpus_naming_the_field(tmp_path: Path) -> None:
             ["nvidia.com/gpu=2", "nvidia.com/gpu=3"],
             ("CUDA_VISIBLE_DEVICES", "0,1"),
         ),
+        (
+            # The NVIDIA container runtime's own selection variable, host numbering.
+            "docker run --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=2,3 vllm/vllm-openai:v0.11.0 "
+            "Qwen/Qwen3-0.6B -tp 2",
+            ["nvidia.com/gpu=2", "nvidia.com/gpu=3"],
+            ("NVIDIA_VISIBLE_DEVICES", "0,1"),
+        ),
+        (
+            "docker run --gpus all -e NVIDIA_VISIBLE_DEVICES=all vllm/vllm-openai:v0.11.0 Qwen/Qwen3-0.6B -tp 2",
+            ["nvidia.com/gpu=0", "nvidia.com/gpu=1"],
+            ("NVIDIA_VISIBLE_DEVICES", "all"),
+        ),
     ],
 )
 def test_gpu_selection_forms(text: str, cdi: list[str], var: tuple[str, str]) -> None:

@@ -1599,8 +1599,16 @@ def _gpus(launch: Launch, facts: NoteFacts, vendor: str, problems: list[str]) ->
     )
 
 
-#: Variables that select GPUs by the host's numbering (CUDA's, and ROCm's HIP/ROCR).
-_VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+#: Variables that select GPUs by the host's numbering: CUDA's, ROCm's HIP/ROCR, and the NVIDIA container
+#: runtime's (``docker run --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=0,1``).
+_VISIBLE_DEVICES = (
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+#: Values that select no particular devices (every GPU, or none).
+_NO_SELECTION = frozenset({"all", "none", "void", "-1", "NoDevFiles"})
 _DEVICE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
 
 
@@ -1618,7 +1626,7 @@ def _visible_devices(
         if e.name not in _VISIBLE_DEVICES or e.secret or "$" in e.value or "<" in e.value:
             continue
         ids = [x.strip() for x in e.value.split(",")]
-        if not ids or not all(_DEVICE_ID_RE.fullmatch(x) for x in ids) or ids == ["-1"]:
+        if not all(_DEVICE_ID_RE.fullmatch(x) for x in ids) or _NO_SELECTION & set(ids):
             continue
         if picked is not None and picked != ids:
             problems.append(
