@@ -95,7 +95,8 @@ def test_kube_refuses_fixed_host_gpus_naming_the_field(tmp_path: Path) -> None:
             ("NVIDIA_VISIBLE_DEVICES", "0,1"),
         ),
         (
-            "docker run --gpus all -e NVIDIA_VISIBLE_DEVICES=all vllm/vllm-openai:v0.11.0 Qwen/Qwen3-0.6B -tp 2",
+            "docker run --gpus all -e NVIDIA_VISIBLE_DEVICES=all vllm/vllm-openai:v0.11.0 "
+            "Qwen/Qwen3-0.6B -tp 2",
             ["nvidia.com/gpu=0", "nvidia.com/gpu=1"],
             ("NVIDIA_VISIBLE_DEVICES", "all"),
         ),
