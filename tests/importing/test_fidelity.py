@@ -356,6 +356,14 @@ def test_compose_secret_reference_is_a_pass_through_like_the_shell_form(form: st
     assert shell.env[0].secret and shell.env[0].name == "HF_TOKEN"
 
 
+def test_compose_secret_interpolated_elsewhere_is_refused_without_asking_to_write_it_down() -> None:
+    message = _refusal(
+        "services:\n  vllm:\n    image: vllm/vllm-openai:v0.11.0\n"
+        "    command: --model Qwen/Qwen3-0.6B --api-key ${VLLM_API_KEY:-x}\n"
+    )
+    assert "a secret (VLLM_API_KEY) is never written into a file" in message
+
+
 def test_secret_env_mapping_is_kept() -> None:
     dep = _parse(
         'docker run --gpus all --env "HUGGING_FACE_HUB_TOKEN=$HF_TOKEN" '

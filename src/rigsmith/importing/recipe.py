@@ -938,9 +938,22 @@ def _from_compose(data: dict[str, Any]) -> Launch:
         shown = "; ".join(f"{p}: {v}" for p, v in seen[:6]) + (
             f"; … {len(seen) - 6} more" if len(seen) > 6 else ""
         )
+        secret = sorted(
+            {
+                n
+                for _, v in seen
+                if _SECRET_NAME_RE.search(n := v.strip("${}").split(":", 1)[0].split("-", 1)[0])
+            }
+        )
         launch.problems.append(
             f"compose interpolation is not imported (rigsmith would have to guess each value): {shown}. "
             "Replace each ${VAR:-default} with the value you run"
+            + (
+                f"; a secret ({', '.join(secret)}) is never written into a file: pass it only under "
+                "environment: as NAME: ${NAME}, which rigsmith reads from the host at run time"
+                if secret
+                else ""
+            )
         )
     if launch.problems:
         return launch
