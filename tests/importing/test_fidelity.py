@@ -302,6 +302,15 @@ def test_standalone_comment_ending_in_backslash_after_the_command() -> None:
     assert "swallows the line continuation" in _refusal("vllm serve Qwen/Qwen3-0.6B \\\n  # x \\\n  --port 1")
 
 
+@pytest.mark.parametrize(
+    "wrapper", ["exec", "sudo", "sudo -u vllm", "uv run", "uv run --with vllm --python 3.12"]
+)
+def test_wrappers_before_the_launcher_are_dropped(wrapper: str) -> None:
+    dep = _parse(f"{wrapper} vllm serve Qwen/Qwen3-0.6B --port 8001")
+    assert dep.engine.args == ("Qwen/Qwen3-0.6B", "--port", "8001")
+    assert any(f"'{wrapper}' dropped" in n for n in dep.notes)
+
+
 def test_documentation_prompt_is_not_a_command() -> None:
     dep = _parse("$ # a comment\n$ vllm serve --host 0.0.0.0 Qwen/Qwen3-0.6B")
     assert dep.engine.args == ("--host", "0.0.0.0", "Qwen/Qwen3-0.6B")

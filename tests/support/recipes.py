@@ -15,7 +15,7 @@ import yaml
 from tests.support.common import REPO
 
 HERE = REPO / "tests" / "importing"
-#: The published commands: the project's shared corpus (40) plus 32 more (issue 13), each with its source.
+#: The published commands: the project's shared corpus (40) plus 33 more (issue 13), each with its source.
 CORPUS = HERE / "data" / "vllm-commands.json"
 SEED_RECIPE = (
     REPO / "examples" / "recipes" / "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"

@@ -398,11 +398,36 @@ def _is_assignment(word: str) -> bool:
     return bool(_ASSIGN_RE.match(word))
 
 
+#: Commands that run the next one in the same process tree and change nothing rigsmith carries: dropped with
+#: a note. Value: the wrapper's options that take a value (``uv run --with vllm vllm serve …``).
+WRAPPERS: Mapping[tuple[str, ...], frozenset[str]] = {
+    ("sudo",): _words("-u --user -g --group -C -D --chdir"),
+    ("exec",): frozenset(),
+    ("uv", "run"): _words(
+        "--with --with-editable --with-requirements --python -p --project --directory --env-file --extra "
+        "--group --index --default-index --index-url --extra-index-url --package --module -m"
+    ),
+}
+
+
+def _wrapper(argv: Sequence[str]) -> int:
+    """How many leading words of ``argv`` are a wrapper (``sudo``, ``exec``, ``uv run [opts]``), else 0."""
+    for head, value_opts in WRAPPERS.items():
+        if tuple(argv[: len(head)]) != head:
+            continue
+        i = len(head)
+        while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-m", "--module"):
+            i += 2 if argv[i] in value_opts else 1
+        return i
+    return 0
+
+
 def _is_launcher(argv: Sequence[str]) -> bool:
     if not argv:
         return False
-    base = PurePosixPath(argv[0]).name
-    return base in ("vllm", "docker", "podman", "sudo") or bool(_PYTHON_RE.match(base))
+    argv = argv[_wrapper(argv) :]
+    base = PurePosixPath(argv[0]).name if argv else ""
+    return base in ("vllm", "docker", "podman") or bool(_PYTHON_RE.match(base))
 
 
 def _from_shell(text: str) -> Launch:
@@ -481,9 +506,12 @@ def _from_shell(text: str) -> Launch:
         assert m is not None
         prefix.append(_env_var(m.group(1), m.group(2), None, launch, f"line {main.line}"))
         words.pop(0)
-    if words and words[0].text == "sudo":
-        launch.notes.append(f"line {main.line}: 'sudo' dropped (rigsmith's targets run the engine as needed)")
-        words.pop(0)
+    if skip := _wrapper([w.text for w in words]):
+        wrapper = " ".join(w.text for w in words[:skip])
+        launch.notes.append(
+            f"line {main.line}: '{wrapper}' dropped (rigsmith's targets run the engine as needed)"
+        )
+        words = words[skip:]
     if main.comment:
         launch.notes.append(f"comment (line {main.line}): {main.comment}")
     if not words:
