@@ -74,7 +74,7 @@ _TABLE: list[Flag] = [
     ),
     *_flags(
         "multi",
-        "--served-model-name --cuda-graph-sizes --middleware --prompt-adapters",
+        "--served-model-name --cuda-graph-sizes --prompt-adapters",
     ),
     *_flags(
         "bool",
