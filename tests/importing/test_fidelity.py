@@ -265,6 +265,7 @@ def test_compose_project_name_follows_the_compose_spec(tmp_path: Path) -> None:
             6,
         ),
         ("vllm serve --served-model-name a Qwen/Qwen3-0.6B", None, None),
+        ("vllm serve --enable-chunked-prefill True --enforce_eager Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B", 3),
         ("vllm serve --enable-prefix-caching Qwen/Qwen3-0.6B --max-model-len 4096", "Qwen/Qwen3-0.6B", 1),
     ],
 )

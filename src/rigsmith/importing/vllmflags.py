@@ -148,7 +148,9 @@ def span(args: Sequence[str], i: int) -> int:
     if ("=" in word and word.startswith("--")) or (word.startswith("-O") and len(word) > 2):
         return i + 1
     if flag is not None and flag.kind == "bool":
-        return i + 1
+        # Older releases parse booleans with an optional value (StoreBoolean, nargs="?"): `--x True`.
+        nxt = args[i + 1].lower() if i + 1 < len(args) else ""
+        return i + 2 if nxt in ("true", "false") else i + 1
     j = i + 1
     if flag is not None and flag.kind == "multi":
         while j < len(args) and not is_option(args[j]):
