@@ -290,6 +290,28 @@ class ModelSpec(Frozen):
         return self.revision is not None and bool(SHA1_RE.match(self.revision))
 
 
+class SecondaryModel(Frozen):
+    """A Hub model the engine loads besides ``model``: a speculative draft model (``--speculative-config``
+    ``"model"``), a tokenizer (``--tokenizer``) or a LoRA adapter (``--lora-modules NAME=REPO``).
+
+    Recorded so it can be locked, fetched and mounted like the main model; ``arg`` is the index in
+    ``engine.args`` of the word that names it.
+    """
+
+    role: Literal["speculative", "tokenizer", "lora"]
+    repo: str = Field(description="Hugging Face repo id, owner/name.")
+    revision: str | None = Field(None, description="Commit or branch; null: the default branch at pin time.")
+    name: str | None = Field(None, description="The LoRA adapter's name (``--lora-modules NAME=REPO``).")
+    arg: int = Field(ge=0, description="Index in engine.args of the word that names the model.")
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*", v):
+            raise ValueError(f"{v!r} is not a Hub repo id; write it as owner/name")
+        return v
+
+
 class EngineSpec(Frozen):
     """How vLLM is started: the recipe argv, kept exact, plus the explicit model-path mapping."""
 
@@ -589,6 +611,9 @@ class Deployment(Frozen):
     name: str
     description: str | None = None
     model: ModelSpec
+    secondary_models: tuple[SecondaryModel, ...] = Field(
+        (), description="Hub models the engine loads besides model (draft, tokenizer, LoRA adapters)."
+    )
     engine: EngineSpec
     env: tuple[EnvVar, ...] = ()
     env_notes: tuple[str, ...] = Field((), description="Free-text annotations of the recipe's env, verbatim.")
@@ -625,6 +650,12 @@ class Deployment(Frozen):
         dupm = sorted({t for t in targets if targets.count(t) > 1})
         if dupm:
             raise ValueError(f"mounts: container paths {dupm} used twice (model.container_path counts)")
+        for i, sm in enumerate(self.secondary_models):
+            if sm.arg >= len(self.engine.args):
+                raise ValueError(
+                    f"secondary_models[{i}].arg {sm.arg} is outside engine.args "
+                    f"(0..{len(self.engine.args) - 1})"
+                )
         return self
 
     # -- derived facts -----------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def _import(case: dict[str, Any]) -> Deployment:
 
 
 def test_expected_outcomes_cover_exactly_the_corpus() -> None:
-    assert len(CASES) == 40
+    assert len(CASES) == 73
     assert sorted(EXPECTED) == sorted(c["id"] for c in CASES)
 
 
@@ -153,6 +153,15 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
     project = Project(tmp_path)
     project.spec_path(dep.name).parent.mkdir()
     project.spec_path(dep.name).write_text(specmod.dump(filled), encoding="utf-8")
+    refused = EXPECTED[case["id"]].get("deploy_refused")
+    if refused is not None:
+        # Imported as published, but deploy's model-directory policy refuses the host path (issue 10).
+        from rigsmith.errors import SpecError
+
+        with pytest.raises(SpecError) as err:
+            deploy.artifacts(project, "podman", deployment=dep.name)
+        assert refused in str(err.value)
+        return
     plan, files = deploy.artifacts(project, "podman", deployment=dep.name)
     assert plan.command == tuple(filled.fill(a) for a in filled.engine.container_argv(filled.model))
     assert plan.devices == dep.resources.gpus.cdi_devices

@@ -24,7 +24,7 @@ from rigsmith.importing.importer import HttpOptions
 from rigsmith.project import Project
 from rigsmith.rendering import plan
 from rigsmith.resolving.lock import Lock
-from tests.support.recipes import SEED_RECIPE
+from tests.support.recipes import SEED_RECIPE, refusal
 from tests.support.recipes import import_cli as _cli
 
 SHA = "0" * 64
@@ -36,11 +36,7 @@ def _parse(text: str) -> specmod.Deployment:
 
 
 def _refused(text: str) -> str:
-    with pytest.raises(RecipeError) as err:
-        _parse(text)
-    message = str(err.value)
-    assert "Traceback" not in message
-    return message
+    return refusal(text, "hostile")
 
 
 def _quiet(_: str) -> None:

@@ -286,11 +286,9 @@ def test_mangled_corpus_text_imports_or_is_refused_never_a_traceback(
 _GOLDEN_CASES = [
     "mistral-docs-mixtral-docker-comment-breaks-continuation",
     "vllm-issue-5704-docker-comment-after-backslash",
-    "recipes-kimi-k2-dp16-ep-two-node-headless",
     "recipes-deepseek-v31-tool-template-no-continuations",
     "club5060ti-issue-7-2x5060ti-nvfp4-mtp",
     "qwen3vl-issue-1776-compose-space-in-list-item",
-    "vllm-issue-15737-limit-mm-keyvalue-legacy",
 ]
 
 

@@ -15,7 +15,7 @@ import yaml
 from tests.support.common import REPO
 
 HERE = REPO / "tests" / "importing"
-#: The 40 published commands (a verbatim copy of the project's shared corpus, so CI needs nothing else).
+#: The published commands: the project's shared corpus (40) plus 33 more (issue 13), each with its source.
 CORPUS = HERE / "data" / "vllm-commands.json"
 SEED_RECIPE = (
     REPO / "examples" / "recipes" / "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
@@ -28,6 +28,20 @@ EXPECTED = HERE / "corpus_expected.yaml"
 def corpus() -> list[dict[str, Any]]:
     data: list[dict[str, Any]] = json.loads(CORPUS.read_text(encoding="utf-8"))
     return data
+
+
+def refusal(text: str, source: str = "t") -> str:
+    """The RecipeError message ``text`` is refused with, checked to hold no traceback."""
+    import pytest
+
+    from rigsmith.errors import RecipeError
+    from rigsmith.importing import recipe
+
+    with pytest.raises(RecipeError) as err:
+        recipe.parse(text, source=source, sha256="0" * 64)
+    message = str(err.value)
+    assert "Traceback" not in message
+    return message
 
 
 def expected() -> dict[str, dict[str, Any]]:

@@ -29,13 +29,25 @@ Decisions (each is a corpus case in tests/recipes/corpus_expected.yaml):
   ``...``, ``<placeholder>``, ``/path/to/…`` documentation paths, ``~user/…`` and ``$VAR`` are refused.
 - Compose ``${VAR:-default}`` interpolation is refused (rigsmith would have to guess the value); ``$$``
   is compose's escape for a literal ``$``.
-- GPUs: explicit device ids win, then a count in the notes, then tensor × pipeline × data parallel
-  sizes; CDI names ``nvidia.com/gpu=0..N-1`` (``amd.com/gpu`` when the env is ROCm's). ``--gpus all`` and
-  ``VENDOR=all`` are pinned to ``VENDOR=0..N-1`` so every target carries the same explicit devices.
+- GPUs: explicit device ids win (``--gpus device=2,3``, CDI ``--device``, or ``CUDA_VISIBLE_DEVICES`` /
+  ``HIP_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES`` when the container would see every GPU: those pick
+  the CDI devices and the variable is renumbered ``0..N-1`` for the container), then a count in the notes,
+  then the product of the flags that multiply GPUs (:mod:`rigsmith.importing.vllmflags`: TP × PP ×
+  prefill context parallel × data parallel local, else data parallel); CDI names ``nvidia.com/gpu=…``
+  (``amd.com/gpu`` when the env is ROCm's). ``--gpus all`` and ``VENDOR=all`` are pinned to
+  ``VENDOR=0..N-1`` so every target carries the same explicit devices.
+- The model is the first positional (options before it are skipped by their arity), or ``--model``. A GGUF
+  Hub reference ``owner/repo:QUANT`` is the repo with a ``*QUANT*.gguf`` file pattern. A ``docker run``
+  volume whose container path *is* the model becomes the model mount. Secondary Hub models (a
+  ``--speculative-config`` draft, ``--tokenizer``, ``--lora-modules``) are listed in ``secondary_models``.
+- A JSON flag given in the ``key=value,…`` form of older vLLM releases is passed through with a note.
+- ``docker run IMAGE /bin/bash``, ``--entrypoint /bin/bash``, a Kubernetes manifest or a kubectl call is
+  refused in one paragraph as "not a serving command"; an image from ``$VAR`` is refused at import.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,7 +61,7 @@ from pydantic import ValidationError
 from rigsmith import policy
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
-from rigsmith.importing import multinode, shellwords
+from rigsmith.importing import multinode, shellwords, vllmflags
 
 # -- knowledge tables ---------------------------------------------------------------------------------
 
@@ -59,40 +71,10 @@ def _words(text: str) -> frozenset[str]:
 
 
 #: vLLM flags whose value is JSON (argparse ``type=json.loads``-like); a bad value is refused.
-JSON_FLAGS = frozenset(
-    {
-        "--speculative-config",
-        "--compilation-config",
-        "--hf-overrides",
-        "--kv-transfer-config",
-        "--kv-events-config",
-        "--limit-mm-per-prompt",
-        "--mm-processor-kwargs",
-        "--override-generation-config",
-        "--default-chat-template-kwargs",
-        "--rope-scaling",
-        "--override-pooler-config",
-        "--additional-config",
-        "--structured-outputs-config",
-        "--model-loader-extra-config",
-        "--media-io-kwargs",
-    }
-)
+JSON_FLAGS = vllmflags.JSON_FLAGS
 
-#: Canonical vLLM flag → its short aliases. Underscore spellings and (for ``*parallel*`` flags)
-#: argparse prefix abbreviations resolve to the canonical name too.
-FLAG_ALIASES: Mapping[str, tuple[str, ...]] = {
-    "--model": (),
-    "--revision": (),
-    "--host": (),
-    "--port": (),
-    "--tensor-parallel-size": ("-tp",),
-    "--pipeline-parallel-size": ("-pp",),
-    "--data-parallel-size": ("-dp",),
-    "--data-parallel-size-local": ("-dpl",),
-}
-
-#: ``docker run`` / ``podman run`` options that take a value (so the image is found correctly).
+#: ``docker run`` / ``podman run`` options that take a value (so the image is found correctly): docker's
+#: full ``docker run --help`` list plus podman's own. Short forms combine (``-itd``, ``-dp8000:8000``).
 DOCKER_VALUE_OPTS = _words(
     """
     --gpus --device -p --publish -v --volume -e --env --env-file --name --ipc --shm-size --ulimit
@@ -100,18 +82,34 @@ DOCKER_VALUE_OPTS = _words(
     --cap-drop -u --user -l --label --hostname --platform --pull -m --memory --cpus --pid --log-opt
     --log-driver --add-host --group-add --stop-timeout --stop-signal --health-cmd --tmpfs --cgroupns
     --userns --uts
+    -a --attach --annotation --blkio-weight --blkio-weight-device --cgroup-parent --cidfile --cpu-period
+    --cpu-quota --cpu-rt-period --cpu-rt-runtime -c --cpu-shares --cpuset-cpus --cpuset-mems
+    --device-cgroup-rule --device-read-bps --device-read-iops --device-write-bps --device-write-iops
+    --detach-keys --dns --dns-option --dns-search --domainname --expose --health-interval --health-retries
+    --health-start-period --health-start-interval --health-timeout -h --ip --ip6 --isolation
+    --kernel-memory --label-file --link --link-local-ip --mac-address --memory-reservation --memory-swap
+    --memory-swappiness --network-alias --oom-score-adj --pids-limit --storage-opt --sysctl
+    --volume-driver --volumes-from
+    --arch --authfile --cgroups --cgroup-conf --chrootdirs --conmon-pidfile --decryption-key --gidmap
+    --hooks-dir --init-path --os --passwd-entry --personality --pidfile --pod --pod-id-file
+    --preserve-fds --rdt-class --requires --retry --retry-delay --sdnotify --seccomp-policy --secret
+    --subgidname --subuidname --systemd --timeout --uidmap --umask --variant --image-volume
     """
 )
 DOCKER_BOOL_OPTS = _words(
     """
     -d --detach --rm -i --interactive -t --tty -it -ti -dit --privileged --init --read-only
+    -P --publish-all -q --quiet --disable-content-trust --no-healthcheck --oom-kill-disable --sig-proxy
+    --use-api-socket --env-host --http-proxy --no-hosts --passwd --read-only-tmpfs --replace --rmi
+    --rootfs --tls-verify
     """
 )
 #: Options rigsmith decides per target; importing drops them and says so.
 DOCKER_DROPPED = _words(
     """
     --name --restart --rm -d --detach -i -t -it -ti -dit --interactive --tty --runtime --network
-    --net -p --publish --privileged --init --pull --platform --log-opt --log-driver --hostname
+    --net -p --publish -P --publish-all --privileged --init --pull --platform --log-opt --log-driver
+    --hostname
     """
 )
 
@@ -125,6 +123,9 @@ _PYTHON_RE = re.compile(r"^python3?(\.\d+)?$")
 
 #: The vLLM images' entrypoint (vllm/vllm-openai runs ``vllm serve`` with the container command as args).
 IMAGE_ENTRYPOINT = ("vllm", ("serve",))
+
+#: Commands that start a shell instead of a server (``docker run -it IMAGE /bin/bash``).
+_SHELLS = _words("bash sh zsh ash dash fish")
 
 SHELL_KEYWORDS = _words(
     """
@@ -158,6 +159,11 @@ _SECRET_NAME_RE = re.compile(
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SELF_REF_RE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+#: A Kubernetes manifest (``apiVersion:`` with ``kind:``) or a kubectl/helm call, anywhere in the text.
+_KUBE_RE = re.compile(
+    r"(?m)^[ \t]*(?:(?:sudo[ \t]+)?(?P<tool>kubectl|helm|oc)[ \t]+\w"
+    r"|apiVersion:[ \t]*\S+[ \t]*\n(?:.*\n)*?[ \t]*kind:)"
+)
 _SERVICES_RE = re.compile(r"^services:[ \t]*(#.*)?$", re.MULTILINE)
 _COMPOSE_VAR_RE = re.compile(r"(?<!\$)\$(\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*)")
 
@@ -168,6 +174,7 @@ NOTE_FACTS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"(?:hf|huggingface-cli) download (?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)"
             r"(?: --revision (?P<rev>\S+))? --local-dir (?P<dir>[^\s,;)]+)"
+            r"(?: --revision (?P<rev2>[^\s,;)]+))?"
             r"(?: \((?P<size>\d+(?:\.\d+)?) ?(?P<unit>[KMGT]i?B)\))?"
         ),
     ),
@@ -217,8 +224,12 @@ class Launch:
     first_arg_positional_ok: bool = True
     env: list[specmod.EnvVar] = field(default_factory=list)
     image: str | None = None
+    #: The image word holds shell syntax (``$IMAGE``): its value is unknown.
+    image_expands: bool = False
     gpu_indices: list[str] | None = None
     gpu_cdi: list[str] | None = None
+    #: The GPU vendor the launch itself shows (ROCm's /dev/kfd), ahead of the env's hints.
+    gpu_vendor: str | None = None
     gpu_count: int | None = None
     shm_size: str | None = None
     memlock: str | int | None = None
@@ -280,6 +291,17 @@ def parse(
     if stripped.startswith("{"):
         launch, meta = _from_json(text, source)
     else:
+        manifest = _KUBE_RE.search(text)
+        if manifest is not None:
+            raise _refuse(
+                source,
+                [
+                    f"line {text.count(chr(10), 0, manifest.start()) + 1}: this is not a serving command but "
+                    f"a Kubernetes manifest or a {manifest.group('tool') or 'kubectl'} call "
+                    "(rigsmith renders those itself: `--target kube`); import the vllm serve, python -m "
+                    "vllm.entrypoints.openai.api_server, docker run or compose text that its container runs"
+                ],
+            )
         data = _compose_data(text, source)
         if data is not None:
             launch = _from_compose(data)
@@ -378,11 +400,36 @@ def _is_assignment(word: str) -> bool:
     return bool(_ASSIGN_RE.match(word))
 
 
+#: Commands that run the next one in the same process tree and change nothing rigsmith carries: dropped with
+#: a note. Value: the wrapper's options that take a value (``uv run --with vllm vllm serve …``).
+WRAPPERS: Mapping[tuple[str, ...], frozenset[str]] = {
+    ("sudo",): _words("-u --user -g --group -C -D --chdir"),
+    ("exec",): frozenset(),
+    ("uv", "run"): _words(
+        "--with --with-editable --with-requirements --python -p --project --directory --env-file --extra "
+        "--group --index --default-index --index-url --extra-index-url --package --module -m"
+    ),
+}
+
+
+def _wrapper(argv: Sequence[str]) -> int:
+    """How many leading words of ``argv`` are a wrapper (``sudo``, ``exec``, ``uv run [opts]``), else 0."""
+    for head, value_opts in WRAPPERS.items():
+        if tuple(argv[: len(head)]) != head:
+            continue
+        i = len(head)
+        while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-m", "--module"):
+            i += 2 if argv[i] in value_opts else 1
+        return i
+    return 0
+
+
 def _is_launcher(argv: Sequence[str]) -> bool:
     if not argv:
         return False
-    base = PurePosixPath(argv[0]).name
-    return base in ("vllm", "docker", "podman", "sudo") or bool(_PYTHON_RE.match(base))
+    argv = argv[_wrapper(argv) :]
+    base = PurePosixPath(argv[0]).name if argv else ""
+    return base in ("vllm", "docker", "podman") or bool(_PYTHON_RE.match(base))
 
 
 def _from_shell(text: str) -> Launch:
@@ -396,6 +443,16 @@ def _from_shell(text: str) -> Launch:
     exported: list[specmod.EnvVar] = []
     candidates: list[shellwords.Command] = []
     for cmd in script.commands:
+        if cmd.argv == ["$"]:  # a prompt alone (`$ # comment`): nothing runs
+            if cmd.comment:
+                launch.notes.append(f"comment (line {cmd.line}): {cmd.comment}")
+            continue
+        if cmd.argv[0] == "$" and len(cmd.words) > 1:
+            # A documentation prompt (`$ docker run …`, as in vLLM's older docs), not a word of the command.
+            launch.notes.append(
+                f"line {cmd.line}: the shell prompt '$ ' before the command is not part of it"
+            )
+            cmd = dataclasses.replace(cmd, words=cmd.words[1:])
         argv = cmd.argv
         if argv[0] in SHELL_KEYWORDS:
             launch.problems.append(
@@ -454,9 +511,12 @@ def _from_shell(text: str) -> Launch:
         assert m is not None
         prefix.append(_env_var(m.group(1), m.group(2), None, launch, f"line {main.line}"))
         words.pop(0)
-    if words and words[0].text == "sudo":
-        launch.notes.append(f"line {main.line}: 'sudo' dropped (rigsmith's targets run the engine as needed)")
-        words.pop(0)
+    if skip := _wrapper([w.text for w in words]):
+        wrapper = " ".join(w.text for w in words[:skip])
+        launch.notes.append(
+            f"line {main.line}: '{wrapper}' dropped (rigsmith's targets run the engine as needed)"
+        )
+        words = words[skip:]
     if main.comment:
         launch.notes.append(f"comment (line {main.line}): {main.comment}")
     if not words:
@@ -529,7 +589,17 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
         if not w.startswith("-"):
             image = w
             break
-        opt, eq, val = w.partition("=") if w.startswith("--") else (w, "", "")
+        cluster = _short_cluster(w)
+        if cluster is not None:
+            # `-itd`, `-dp8000:8000`, `-itv /a:/b`: docker's short flags combine, the last may take a value.
+            bools, value_opt, attached = cluster
+            dropped += [f"-{c}" for c in bools if f"-{c}" in DOCKER_DROPPED]
+            if value_opt is None:
+                i += 1
+                continue
+            opt, eq, val = value_opt, ("=" if attached else ""), attached
+        else:
+            opt, eq, val = w.partition("=") if w.startswith("--") else (w, "", "")
         if opt in DOCKER_BOOL_OPTS:
             if opt in DOCKER_DROPPED:
                 dropped.append(w)
@@ -556,9 +626,21 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
     if image is None:
         launch.problems.append(f"line {line}: {tool} run names no image")
         return
+    launch.image_expands = rest[i].expands
     launch.image = image
     after = rest[i + 1 :]
     texts = [w.text for w in after]
+    shell = entrypoint if entrypoint is not None else (texts[0] if texts else None)
+    if shell is not None and PurePosixPath(shell).name in _SHELLS:
+        how = f"--entrypoint {entrypoint}" if entrypoint is not None else f"{shell} after the image"
+        script = "-c" in texts[: 2 if entrypoint is None else 1]
+        what = "runs a shell script (-c …) in" if script else "starts an interactive shell in"
+        launch.problems.append(
+            f"line {line}: this is not a serving command: {how} {what} {image}, not the vLLM server; "
+            "import the vllm serve (or python -m vllm.entrypoints.openai.api_server) command "
+            f"{'the script runs' if script else 'you run inside it'} on its own"
+        )
+        return
     if entrypoint is not None:
         launch.recipe_executable = launch.executable = entrypoint
         launch.subcommand = ()
@@ -590,6 +672,26 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
         )
 
 
+#: ``docker run`` short options by letter: those that take no value and those that take one.
+_DOCKER_SHORT_BOOL = frozenset(o[1] for o in DOCKER_BOOL_OPTS if len(o) == 2)
+_DOCKER_SHORT_VALUE = frozenset(o[1] for o in DOCKER_VALUE_OPTS if len(o) == 2)
+
+
+def _short_cluster(word: str) -> tuple[str, str | None, str] | None:
+    """``-itd`` → ("itd", None, ""); ``-itp8000:8000`` → ("it", "-p", "8000:8000"); None when ``word`` is
+    not a cluster of known short options (a single ``-x``, a long option, anything unknown)."""
+    if word.startswith("--") or len(word) <= 2 or word in DOCKER_BOOL_OPTS:
+        return None
+    body = word[1:]
+    for k, c in enumerate(body):
+        if c in _DOCKER_SHORT_VALUE:
+            rest = body[k + 1 :].removeprefix("=")
+            return body[:k], f"-{c}", rest
+        if c not in _DOCKER_SHORT_BOOL:
+            return None
+    return body, None, ""
+
+
 def _docker_option(opt: str, val: str, launch: Launch, dropped: list[str], where: str) -> None:
     if opt == "--gpus":
         _gpus_request(val, launch, where)
@@ -597,7 +699,7 @@ def _docker_option(opt: str, val: str, launch: Launch, dropped: list[str], where
         if specmod.CDI_RE.match(val):
             launch.gpu_cdi = [*(launch.gpu_cdi or []), val]
         else:
-            launch.notes.append(f"{where} {val}: a device node, not a CDI name; not imported (add a mount)")
+            _device_node(val, launch, where)
     elif opt == "--shm-size":
         _set_shm(val, launch, where)
     elif opt == "--ulimit":
@@ -625,6 +727,19 @@ def _docker_option(opt: str, val: str, launch: Launch, dropped: list[str], where
         dropped.append(f"{opt} {val}")
     else:
         launch.notes.append(f"{where} {val}: not imported")
+
+
+def _device_node(val: str, launch: Launch, where: str) -> None:
+    """A ``--device``/``devices:`` entry that is a device node: ROCm's (``/dev/kfd``, ``/dev/dri``) say the
+    GPUs are AMD's (CDI ``amd.com/gpu``), whatever the env says; any other is noted, not imported."""
+    node = val.split(":", 1)[0]
+    if node in ("/dev/kfd", "/dev/dri") or node.startswith("/dev/dri/"):
+        launch.gpu_vendor = "amd.com/gpu"
+        launch.notes.append(
+            f"{where} {val}: ROCm's device node; the GPUs are passed as amd.com/gpu CDI devices"
+        )
+    else:
+        launch.notes.append(f"{where} {val}: a device node, not a CDI name; not imported (add a mount)")
 
 
 def _gpus_request(val: str, launch: Launch, where: str) -> None:
@@ -710,10 +825,23 @@ def _env_var(name: str, value: str, note: str | None, launch: Launch, where: str
     if m and m.group(1) == name:
         launch.notes.append(f"{where}: {name}={value} is read from the host environment at run time")
         return specmod.EnvVar(name=name, value=value, note=note, secret=True)
+    if m and secret:
+        # `-e HUGGING_FACE_HUB_TOKEN=$HF_TOKEN`: the container's NAME is the host's other variable. The
+        # value keeps that mapping; every target passes a secret by its own name, so say what to export.
+        launch.notes.append(
+            f"{where}: {name}={value} reads the secret {name} from the host's {m.group(1)}; "
+            "env[].value keeps "
+            f'that mapping, and the targets pass {name} by name: export {name}="${m.group(1)}" (or create '
+            f"the podman secret {name}) before starting"
+        )
+        return specmod.EnvVar(
+            name=name, value=value, note=note or f"from the host's {m.group(1)}", secret=True
+        )
     lifted = _secret_var(name, value, note, where)
     if lifted is not None:
         launch.notes.append(lifted[1])
-        launch.secrets.append(value)
+        if not specmod.PLACEHOLDER_RE.fullmatch(value):  # a <placeholder> is no secret to scrub
+            launch.secrets.append(value)
         return lifted[0]
     if "$" in value or "`" in value:
         launch.notes.append(
@@ -797,6 +925,18 @@ def _interpolations(value: Any, path: str) -> Iterable[tuple[str, str]]:
             yield from _interpolations(v, f"{path}[{idx}]")
 
 
+def _compose_env_ref(env: Any, path: str, where: str) -> bool:
+    """Whether the environment entry at ``path`` is exactly one variable reference (``${VAR}``/``$VAR``)."""
+    key = path.removeprefix(f"{where}.environment")
+    if isinstance(env, dict) and key.startswith("."):
+        value = env.get(key[1:])
+    elif isinstance(env, list) and key.startswith("[") and key.endswith("]") and key[1:-1].isdigit():
+        value = str(env[int(key[1:-1])]).partition("=")[2]
+    else:
+        return False
+    return isinstance(value, str) and bool(_SELF_REF_RE.fullmatch(value))
+
+
 def _from_compose(data: dict[str, Any]) -> Launch:
     launch = Launch()
     services = data["services"]
@@ -821,14 +961,32 @@ def _from_compose(data: dict[str, Any]) -> Launch:
             f"{where}.entrypoint: runs a shell script ({entry_list[0]} -c …); rigsmith runs vLLM's "
             "argv directly and does not import scripts — replace it with the vllm serve command it runs"
         )
-    seen = list(_interpolations(svc, where))
+    # `NAME: ${VAR}` in environment is the shell's `-e NAME=$VAR`: read from the host at run time.
+    seen = [
+        (p, v)
+        for p, v in _interpolations(svc, where)
+        if not (p.startswith(f"{where}.environment") and _compose_env_ref(svc.get("environment"), p, where))
+    ]
     if seen:
         shown = "; ".join(f"{p}: {v}" for p, v in seen[:6]) + (
             f"; … {len(seen) - 6} more" if len(seen) > 6 else ""
         )
+        secret = sorted(
+            {
+                n
+                for _, v in seen
+                if _SECRET_NAME_RE.search(n := v.strip("${}").split(":", 1)[0].split("-", 1)[0])
+            }
+        )
         launch.problems.append(
             f"compose interpolation is not imported (rigsmith would have to guess each value): {shown}. "
             "Replace each ${VAR:-default} with the value you run"
+            + (
+                f"; a secret ({', '.join(secret)}) is never written into a file: pass it only under "
+                "environment: as NAME: ${NAME}, which rigsmith reads from the host at run time"
+                if secret
+                else ""
+            )
         )
     if launch.problems:
         return launch
@@ -886,6 +1044,8 @@ def _from_compose(data: dict[str, Any]) -> Launch:
     for idx, dev in enumerate(svc.get("devices") or []):
         if isinstance(dev, str) and specmod.CDI_RE.match(dev):
             launch.gpu_cdi = [*(launch.gpu_cdi or []), dev]
+        elif isinstance(dev, str) and dev.startswith("/dev/"):
+            _device_node(dev, launch, f"{where}.devices[{idx}]")
         else:
             launch.notes.append(f"{where}.devices[{idx}] {dev!r}: not a CDI name; not imported")
     _compose_gpus(svc.get("deploy"), f"{where}.deploy", launch)
@@ -1158,7 +1318,7 @@ _FACT_READERS: Mapping[str, Callable[[NoteFacts, re.Match[str]], None]] = {
 
 
 def _download(f: NoteFacts, m: re.Match[str]) -> None:
-    f.repo, f.revision, f.local_dir = m.group("repo"), m.group("rev"), m.group("dir")
+    f.repo, f.revision, f.local_dir = m.group("repo"), m.group("rev") or m.group("rev2"), m.group("dir")
     if m.group("size"):
         f.size_bytes = int(float(m.group("size")) * _SIZE_UNITS[m.group("unit").upper()])
 
@@ -1186,20 +1346,9 @@ def note_facts(text: str) -> NoteFacts:
 
 
 def canonical_flag(token: str) -> str | None:
-    """The canonical name of a flag in ``FLAG_ALIASES`` that ``token`` (``--x``/``--x=v``) spells."""
-    if not token.startswith("-"):
-        return None
-    name = token.split("=", 1)[0]
-    if name.startswith("--"):
-        name = name.replace("_", "-")
-    for canon, aliases in FLAG_ALIASES.items():
-        if name == canon or name in aliases:
-            return canon
-    if name.startswith("--") and "parallel" in name:
-        matches = [c for c in FLAG_ALIASES if c.startswith(name)]
-        if len(matches) == 1:
-            return matches[0]
-    return None
+    """The canonical name of the vLLM flag (:mod:`rigsmith.importing.vllmflags`) ``token`` spells."""
+    flag = vllmflags.lookup(token)
+    return None if flag is None else flag.name
 
 
 def flag_values(args: Sequence[str], canon: str) -> list[tuple[int, str]]:
@@ -1215,7 +1364,7 @@ def flag_values(args: Sequence[str], canon: str) -> list[tuple[int, str]]:
     return out
 
 
-def _json_problems(args: Sequence[str]) -> list[str]:
+def _json_problems(args: Sequence[str], notes: list[str]) -> list[str]:
     out = []
     for i, a in enumerate(args):
         name, eq, val = a.partition("=")
@@ -1230,19 +1379,30 @@ def _json_problems(args: Sequence[str]) -> list[str]:
         try:
             json.loads(val)
         except ValueError as err:
-            out.append(f"{flag} takes JSON, but its value is not valid JSON ({err}): {val}")
+            if _LEGACY_KV_RE.fullmatch(val):
+                # vLLM ≤ 0.8 took `k=v,k=v` here; rigsmith does not know the engine's version: pass it on.
+                notes.append(
+                    f"{flag} {val}: the key=value form of older vLLM releases (newer ones want JSON such as "
+                    f"{json.dumps(_legacy_kv(val))}); passed through literally — check your engine's version"
+                )
+            else:
+                out.append(f"{flag} takes JSON, but its value is not valid JSON ({err}): {val}")
     return out
 
 
-#: Flags whose value rigsmith reads as a whole number (GPU count, port, drain time).
-_NUMBER_FLAGS = (
-    "--tensor-parallel-size",
-    "--pipeline-parallel-size",
-    "--data-parallel-size",
-    "--data-parallel-size-local",
-    "--port",
-    "--shutdown-timeout",
-)
+_LEGACY_KV_RE = re.compile(r"[A-Za-z_][\w.-]*=[^,=]+(,[A-Za-z_][\w.-]*=[^,=]+)*")
+
+
+def _legacy_kv(val: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in val.split(","):
+        k, _, v = pair.partition("=")
+        n = specmod.ascii_int(v)
+        out[k] = n if n is not None else v
+    return out
+
+
+_NUMBER_FLAGS = vllmflags.NUMBER_FLAGS
 
 
 def _number_problems(args: Sequence[str]) -> list[str]:
@@ -1287,11 +1447,16 @@ class _Model:
     local_dir: str
     arg: int
     note: str | None = None
+    #: Hub file patterns to fetch (a GGUF quantization); empty: the whole repo.
+    allow_patterns: tuple[str, ...] = ()
+    #: The container path when the model word is exactly a volume's container path.
+    container_path: str | None = None
 
 
 #: Documentation placeholders written as paths (``/path/to/model``); refused like ``<placeholder>``.
 _DOC_PATH_RE = re.compile(r"(^|/)path/to(/|$)")
 #: A bind mount's host side that is the directory the recipe ran in.
+_GGUF_REF_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*):([A-Za-z0-9_.-]+)$")
 _CWD_RE = re.compile(r"^(\$\(pwd\)|`pwd`|\$PWD|\$\{PWD\}|\.)(?=/|$)")
 
 
@@ -1301,10 +1466,25 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
     picks = flag_values(args, "--model")
     if picks:
         idx, value = picks[-1]
-    elif launch.first_arg_positional_ok and args and not args[0].startswith("-"):
-        idx, value = 0, args[0]
+    elif launch.first_arg_positional_ok and (pos := vllmflags.positionals(args)):
+        # vLLM's MODEL positional may follow options (`vllm serve --host 0.0.0.0 M`).
+        idx, value = pos[0], args[pos[0]]
     else:
-        problems.append("the command names no model (no positional MODEL and no --model); add one")
+        guessed = [
+            a
+            for i, a in enumerate(args[:-1])
+            if vllmflags.lookup(a) is None
+            and vllmflags.is_option(a)
+            and "=" not in a
+            and not vllmflags.is_option(args[i + 1])
+        ]
+        why = (
+            f" ({guessed[-1]} is a flag rigsmith does not know, so the word after it was read as its value; "
+            "if that word is the model, write it right after the subcommand)"
+            if guessed and launch.first_arg_positional_ok
+            else ""
+        )
+        problems.append(f"the command names no model (no positional MODEL and no --model){why}; add one")
         return None
     if value in ("...", "…") or re.fullmatch(r"\.{3,}", value):
         problems.append(
@@ -1330,6 +1510,19 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
             "real directory or the Hub repo id (owner/name)"
         )
         return None
+    gguf = _GGUF_REF_RE.match(value)
+    if gguf and not value.startswith(("/", "~", ".")):
+        # vLLM reads `owner/repo:QUANT` as the Hub repo and the GGUF file of that quantization.
+        repo_id, quant = gguf.group(1), gguf.group(2)
+        return _Model(
+            repo_id,
+            f"~/models/{PurePosixPath(repo_id).name}",
+            idx,
+            f"the model {value!r} is the Hub repo {repo_id} with the GGUF quantization {quant} "
+            f"(only the files matching *{quant}*.gguf are fetched); vLLM loads a GGUF file, so once "
+            "fetch-model has run, point the model argument at the .gguf file under model.container_path",
+            allow_patterns=(f"*{quant}*.gguf", f"*{quant}*/*.gguf"),
+        )
     is_path = value.startswith(("/", "~", "./", "../")) or not _REPO_RE.match(value)
     if not is_path:
         if facts.repo == value and facts.local_dir:
@@ -1337,6 +1530,17 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
         return _Model(value, f"~/models/{PurePosixPath(value).name}", idx)
     if facts.repo and (facts.local_dir is None or facts.local_dir.rstrip("/") == value.rstrip("/")):
         return _Model(facts.repo, value, idx)
+    if facts.repo and facts.local_dir and value.startswith("/"):
+        # The notes' download names the repo, revision and host directory; the served path is where the
+        # engine sees it (a container path), so that is where the download is mounted.
+        return _Model(
+            facts.repo,
+            facts.local_dir,
+            idx,
+            f"the notes download {facts.repo} to {facts.local_dir} and the command serves {value}: "
+            f"model.local_dir is the download, mounted at model.container_path {value}",
+            container_path=value.rstrip("/"),
+        )
     return _local_model(launch, value, idx, problems)
 
 
@@ -1381,6 +1585,7 @@ def _local_model(launch: Launch, value: str, idx: int, problems: list[str]) -> _
         )
         return None
     rest = path.relative_to(mount.container).as_posix()
+    exact = value.rstrip("/") if rest == "." else None
     local = host.rstrip("/") + ("/" + rest if rest != "." else "") if host != "/" else "/" + rest
     note = (
         f"the model {value!r} is the container path of {local!r} (volume {mount.host}:{mount.container}); "
@@ -1391,7 +1596,7 @@ def _local_model(launch: Launch, value: str, idx: int, problems: list[str]) -> _
             ", relative to where the recipe ran, until you set its absolute path (deploy refuses a "
             "relative one)"
         )
-    return _Model(None, local, idx, note)
+    return _Model(None, local, idx, note, container_path=exact)
 
 
 def _gpus(launch: Launch, facts: NoteFacts, vendor: str, problems: list[str]) -> specmod.GpuSpec | None:
@@ -1402,9 +1607,12 @@ def _gpus(launch: Launch, facts: NoteFacts, vendor: str, problems: list[str]) ->
         n = specmod.ascii_int(vals[-1][1]) if vals else None
         return 1 if n is None else n
 
-    parallel = size("--tensor-parallel-size") * size("--pipeline-parallel-size")
-    dp_local = flag_values(launch.args, "--data-parallel-size-local")
-    parallel *= size("--data-parallel-size-local") if dp_local else size("--data-parallel-size")
+    # One engine of TP × PP × PCP GPUs per data-parallel rank on this node (vllmflags.GPU_MULTIPLIERS).
+    dp_local = bool(flag_values(launch.args, "--data-parallel-size-local"))
+    parallel = 1
+    for canon in vllmflags.GPU_MULTIPLIERS:
+        if canon != ("--data-parallel-size" if dp_local else "--data-parallel-size-local"):
+            parallel *= size(canon)
     pin_all = bool(launch.gpu_cdi) and any(c.endswith("=all") for c in launch.gpu_cdi or [])
     explicit = None if pin_all else launch.gpu_cdi or launch.gpu_indices
     count = len(explicit) if explicit else facts.gpu_count or launch.gpu_count or parallel
@@ -1437,6 +1645,55 @@ def _gpus(launch: Launch, facts: NoteFacts, vendor: str, problems: list[str]) ->
     )
 
 
+#: Variables that select GPUs by the host's numbering: CUDA's, ROCm's HIP/ROCR, and the NVIDIA container
+#: runtime's (``docker run --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=0,1``).
+_VISIBLE_DEVICES = (
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+#: Values that select no particular devices (every GPU, or none).
+_NO_SELECTION = frozenset({"all", "none", "void", "-1", "NoDevFiles"})
+_DEVICE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
+
+
+def _visible_devices(
+    env: Sequence[specmod.EnvVar], launch: Launch, problems: list[str]
+) -> list[specmod.EnvVar]:
+    """``CUDA_VISIBLE_DEVICES=2,3`` on a host (or in a container that sees every GPU) picks GPUs 2 and 3:
+    they become the CDI devices, and inside the container, which sees only those two as 0 and 1, the
+    variable is renumbered ``0,1`` (left as ``2,3`` CUDA finds no device)."""
+    out = list(env)
+    if launch.gpu_indices or (launch.gpu_cdi and not all(c.endswith("=all") for c in launch.gpu_cdi)):
+        return out  # the devices are chosen already; the variable counts in the container's numbering
+    picked: list[str] | None = None
+    for k, e in enumerate(out):
+        if e.name not in _VISIBLE_DEVICES or e.secret or "$" in e.value or "<" in e.value:
+            continue
+        ids = [x.strip() for x in e.value.split(",")]
+        if not all(_DEVICE_ID_RE.fullmatch(x) for x in ids) or _NO_SELECTION & set(ids):
+            continue
+        if picked is not None and picked != ids:
+            problems.append(
+                f"env: {e.name}={e.value} selects other GPUs than {','.join(picked)} chosen by another "
+                "*_VISIBLE_DEVICES variable; keep one selection"
+            )
+            continue
+        picked = ids
+        renumbered = ",".join(str(i) for i in range(len(ids)))
+        out[k] = e.model_copy(update={"value": renumbered})
+        if renumbered != e.value:
+            launch.notes.append(
+                f"{e.name}={e.value} selects the host's GPUs {e.value}: they are the CDI devices, and inside "
+                f"the container (which sees them as 0..{len(ids) - 1}) the variable is {renumbered}"
+            )
+    if picked is not None:
+        launch.gpu_indices = picked
+        launch.gpu_cdi = None
+    return out
+
+
 def _gpu_count_source(launch: Launch, facts: NoteFacts, parallel: int) -> str:
     if launch.gpu_cdi or launch.gpu_indices:
         return "its device list"
@@ -1461,6 +1718,75 @@ def _placeholders(texts: Iterable[str]) -> dict[str, str | None]:
         for tok in specmod.PLACEHOLDER_RE.findall(t):
             out.setdefault(tok, None)
     return out
+
+
+def _secondary_models(launch: Launch, main: _Model, notes: list[str]) -> list[dict[str, Any]]:
+    """The Hub models the args name besides the main one (vllmflags ``model_ref``): a draft model in
+    ``--speculative-config`` (or the older ``--speculative-model``), ``--tokenizer``, ``--lora-modules``.
+    A local path is left as written (it must be mounted; noted)."""
+    found: list[dict[str, Any]] = []
+    args = launch.args
+
+    def add(role: str, value: str, idx: int, name: str | None = None) -> None:
+        if _expands(launch, idx) or specmod.PLACEHOLDER_RE.search(value):
+            return
+        if _REPO_RE.match(value) and not value.startswith(("/", "~", ".")):
+            found.append({"role": role, "repo": value, "name": name, "arg": idx})
+        elif value.startswith(("/", "~")):
+            notes.append(
+                f"args[{idx}] {value!r} ({role}) is a local path: mount it into the container and fix "
+                "the path"
+            )
+
+    i = 0
+    while i < len(args):
+        flag = vllmflags.lookup(args[i])
+        end = vllmflags.span(args, i) if vllmflags.is_option(args[i]) else i + 1
+        if flag is None or flag.model_ref in (None, "model") or i == main.arg:
+            i = end
+            continue
+        if "=" in args[i]:
+            values = [(i, args[i].split("=", 1)[1])]
+        else:
+            values = [(k, args[k]) for k in range(i + 1, end)]
+        for k, v in values:
+            if flag.model_ref == "speculative" and flag.kind == "json":
+                try:
+                    conf = json.loads(v)
+                except ValueError:
+                    continue
+                if isinstance(conf, dict) and isinstance(conf.get("model"), str):
+                    add("speculative", conf["model"], k)
+            elif flag.model_ref == "lora":
+                name, path = _lora_module(v)
+                if path is not None:
+                    add("lora", path, k, name)
+            elif flag.model_ref is not None:
+                add(flag.model_ref, v, k)
+        i = end
+    if found:
+        notes.append(
+            "secondary_models lists the Hub models the engine loads besides the main one "
+            f"({', '.join(f['repo'] for f in found)}); the engine downloads them from the Hub at start "
+            "unless "
+            "they are fetched and mounted"
+        )
+    return found
+
+
+def _lora_module(value: str) -> tuple[str | None, str | None]:
+    """``NAME=PATH`` or the JSON form ``{"name": …, "path": …}`` of one ``--lora-modules`` value."""
+    if value.lstrip().startswith("{"):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            return None, None
+        if isinstance(data, dict) and isinstance(data.get("path"), str):
+            name = data.get("name")
+            return (name if isinstance(name, str) else None), data["path"]
+        return None, None
+    name, eq, path = value.partition("=")
+    return (name, path) if eq else (None, None)
 
 
 def _lift_secret_flags(launch: Launch, problems: list[str]) -> list[specmod.EnvVar]:
@@ -1587,8 +1913,12 @@ def build(
         if (sf := policy.secret_flag(w)) is not None
     ]
     facts = note_facts(meta.notes_text or "")
-    problems += _json_problems(launch.args) + _number_problems(launch.args)
-    model = _model(launch, facts, problems) if not launch.problems else None
+    problems += _json_problems(launch.args, launch.notes) + _number_problems(launch.args)
+    # Every problem at once: the model is checked even when the text had others, unless the launch
+    # command itself was not understood (then its args are not vLLM's).
+    model_problems: list[str] = []
+    model = _model(launch, facts, model_problems) if launch.args or not launch.problems else None
+    problems += [p for p in model_problems if not (launch.problems and "names no model" in p)]
     if name is not None and not specmod.NAME_RE.match(name):
         problems.append(
             f"--name {name!r}: use lowercase letters, digits, '.', '_' or '-' (max 63), starting with a "
@@ -1596,7 +1926,14 @@ def build(
         )
     if image is not None and (not image.strip() or any(ch.isspace() for ch in image)):
         problems.append(f"--image {image!r}: not an image reference (e.g. localhost/vllm:1 or name@sha256:…)")
-    gpus = _gpus(launch, facts, _vendor(env), problems)
+    env = _visible_devices(env, launch, problems)
+    if launch.image_expands and image is None:
+        problems.append(
+            f"engine.image: the recipe's image {launch.image} is a shell variable whose value rigsmith "
+            "cannot know; import again with --image REF (e.g. vllm/vllm-openai:v0.11.0) or write the image "
+            "in the recipe"
+        )
+    gpus = _gpus(launch, facts, launch.gpu_vendor or _vendor(env), problems)
     if problems or model is None or gpus is None:
         raise _refuse(source, problems or ["no model"])
     repo, local_dir, model_idx = model.repo, model.local_dir, model.arg
@@ -1623,6 +1960,10 @@ def build(
             )
     notes += _read_only_mounts(launch, model_value[0][1] if repo is None else None)
     basename = PurePosixPath(local_dir.rstrip("/")).name or PurePosixPath(repo or "model").name
+    container_path = model.container_path or f"/models/{basename}"
+    if model.container_path is not None:
+        # The recipe's own volume is the model mount (`-v /srv/m:/models/m ... --model /models/m`).
+        launch.mounts = [m for m in launch.mounts if m.container.rstrip("/") != model.container_path]
     final_image = image or launch.image
     if image and launch.image and image != launch.image:
         notes.append(f"the recipe's image {launch.image} was replaced by --image {image}")
@@ -1638,9 +1979,12 @@ def build(
             notes.append(f"--port {ports[-1][1]} is not a number; network.port stays 8000 until you set it")
     revision = flag_values(launch.args, "--revision")
     cluster, node_tokens, cluster_notes = (
-        multinode.cluster_data(launch.node_args, _vendor(env)) if launch.node_args else (None, [], [])
+        multinode.cluster_data(launch.node_args, launch.gpu_vendor or _vendor(env))
+        if launch.node_args
+        else (None, [], [])
     )
     notes += cluster_notes
+    secondary = _secondary_models(launch, model, notes)
     all_notes = [*([meta.notes_text] if meta.notes_text else []), *launch.notes, *notes]
     data: dict[str, Any] = {
         "name": name
@@ -1648,12 +1992,14 @@ def build(
         "description": meta.title,
         "model": {
             "repo": repo,
-            "revision": revision[-1][1] if revision else facts.revision,
+            "revision": revision[-1][1] if revision else (facts.revision if repo == facts.repo else None),
             "local_dir": local_dir,
-            "container_path": f"/models/{basename}",
+            "container_path": container_path,
+            "allow_patterns": list(model.allow_patterns),
             "size_bytes": facts.size_bytes,
             "config_patches": [p.model_dump(exclude_defaults=True) for p in facts.patches],
         },
+        "secondary_models": secondary,
         "engine": {
             "image": final_image,
             "recipe_executable": launch.recipe_executable,

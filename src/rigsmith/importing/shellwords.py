@@ -121,7 +121,8 @@ def scan(text: str) -> Script:
         if c == "#" and cur is None:
             j = _line_end(text, i)
             comment = text[i + 1 : j].rstrip("\r").strip()
-            if comment.endswith("\\"):
+            if comment.endswith("\\") and words:
+                # On a standalone comment line (the command already ended) the '\\' continues nothing.
                 out.problems.append(
                     f"line {line}: the comment '#{text[i + 1 : j].rstrip()}' ends with '\\', but a comment "
                     "swallows the line continuation: a shell ends the command here and runs the next line "

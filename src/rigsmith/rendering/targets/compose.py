@@ -10,6 +10,7 @@ when either the devices or the stop timeout did not arrive.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rigsmith import render as tpl
@@ -82,7 +83,13 @@ def service(plan: RunPlan) -> dict[str, Any]:
 
 def document(plan: RunPlan) -> dict[str, Any]:
     """The whole compose file as data, ``$`` escaped."""
-    return {"name": plan.name, "services": {plan.name: _no_interpolation(service(plan))}}
+    return {"name": project_name(plan.name), "services": {plan.name: _no_interpolation(service(plan))}}
+
+
+def project_name(name: str) -> str:
+    """``name`` as a compose project name (compose-spec: ``^[a-z0-9][a-z0-9_-]*$``; a deployment name may
+    also hold ``.``, as in ``qwen2.5-7b``)."""
+    return re.sub(r"[^a-z0-9_-]", "-", name.lower()).lstrip("_-") or "rigsmith"
 
 
 def up_argv(plan: RunPlan, compose_file: str) -> list[str]:

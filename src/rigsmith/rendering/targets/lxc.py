@@ -166,6 +166,24 @@ def _fstab_path(path: str, field_name: str, problems: list[tuple[str, str]]) -> 
     return path
 
 
+#: Host RAM when the spec sets none: the engine reads the weights through host memory (page cache and
+#: pinned staging) next to its own few GiB, so the checkpoint's size plus headroom, never under the floor.
+DEFAULT_RAM_FLOOR_GIB = 16.0
+DEFAULT_RAM_UNKNOWN_GIB = 32.0
+
+
+def default_host_ram_gib(size_bytes: int | None) -> tuple[float, str]:
+    """The CT memory (GiB) for a spec without ``resources.host_ram_gib``, and the words that say why."""
+    if size_bytes is None:
+        return (
+            DEFAULT_RAM_UNKNOWN_GIB,
+            "the model's size is unknown: set model.size_bytes or run fetch-model",
+        )
+    size_gib = size_bytes / 2**30
+    ram = max(DEFAULT_RAM_FLOOR_GIB, float(math.ceil(size_gib * 1.25 + 8)))
+    return ram, f"from the model's size, {size_gib:.1f} GiB: 1.25 × size + 8 GiB, at least 16"
+
+
 def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
     """Every setting of the CT, in file order, before mp/dev indexes are assigned."""
     opts, spec = ctx.lxc, ctx.spec
@@ -174,9 +192,14 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
     if problems:
         raise SpecError("invoke deploy --target lxc", problems, what="command-line options")
     pve = _version(opts.pve_version)
-    if spec.resources.host_ram_gib is None:
-        problems.append(("resources.host_ram_gib", "is needed to size the CT's memory; set it (GiB)"))
-    mem = math.ceil((spec.resources.host_ram_gib or 0) * 1024) + math.ceil(plan.shm_bytes / 2**20)
+    ram_gib = spec.resources.host_ram_gib
+    if ram_gib is None:
+        ram_gib, basis = default_host_ram_gib(spec.model.size_bytes)
+        ctx.warn(
+            f"warning: resources.host_ram_gib is not set; the CT gets {ram_gib:g} GiB of memory ({basis}); "
+            "set resources.host_ram_gib in the spec to choose it"
+        )
+    mem = math.ceil(ram_gib * 1024) + math.ceil(plan.shm_bytes / 2**20)
     hostname = re.sub(r"[^a-zA-Z0-9-]", "-", plan.name)[:63].strip("-")
     out = [
         Line("arch", "amd64"),
@@ -384,7 +407,14 @@ def venv_argv(plan: RunPlan, home: str) -> list[str]:
     i = plan.model_word
     if i is not None and words[i].endswith(model.host):
         words[i] = words[i][: len(words[i]) - len(model.host)] + home_path(model.host, home)
-    return [f"{plan.venv}/bin/vllm", *words]
+    return [venv_program(plan), *words]
+
+
+def venv_program(plan: RunPlan) -> str:
+    """The venv's program the service runs: its python for a ``python -m vllm.entrypoints…`` recipe (the
+    subcommand carries ``-m …``), else its vllm."""
+    name = posixpath.basename(plan.entrypoint)
+    return f"{plan.venv}/bin/{'python' if name.startswith('python') else 'vllm'}"
 
 
 def venv_workdir(venv: str, recipe_executable: str) -> str:
@@ -532,6 +562,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         nvidia=bool(nodes),
         run_lines=run_lines(plan) if plan.runtime == "container" else [],
         unit=unit_text(plan, ctx) if plan.runtime == "venv" else "",
+        venv_program=venv_program(plan).removeprefix(plan.venv or ""),
         secrets_dir=SECRETS_DIR,
         dirs=[tpl.shpath(m.host) for m in plan.mounts if m.kind == "dir"],
         files=[(tpl.shpath(m.host), m.sparse_size) for m in plan.mounts if m.kind == "file"],

@@ -68,7 +68,7 @@ podman run --detach \
   --ulimit memlock=-1:-1 \
   --stop-timeout 70 \
   --label io.rigsmith.deployment=merlin-2x2-ray \
-  --label io.rigsmith.spec-sha256=5dcb15458fdd99bc \
+  --label io.rigsmith.spec-sha256=8108d993ca32ff2c \
   --label io.rigsmith.node=box-a \
   --label io.rigsmith.role=head \
   --env TREE=./vllm-v2.5 \
