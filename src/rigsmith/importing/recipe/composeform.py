@@ -1,0 +1,306 @@
+"""Recipe form (c): a compose file with one vLLM service."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml
+
+from rigsmith import spec as specmod
+from rigsmith.errors import RecipeError
+from rigsmith.importing import shellwords
+from rigsmith.importing.recipe.launch import Launch
+from rigsmith.importing.recipe.shellform import (
+    _device_node,
+    _env_var,
+    _int,
+    _merge_env,
+    _passthrough,
+    _set_shm,
+    _volume,
+)
+from rigsmith.importing.recipe.tables import _COMPOSE_VAR_RE, _SECRET_NAME_RE, _SELF_REF_RE, _SERVICES_RE
+
+# -- format (c): compose -----------------------------------------------------------------------------
+
+
+def _compose_data(text: str, source: str) -> dict[str, Any] | None:
+    """The compose mapping if ``text`` is YAML with ``services``, else None (then it is shell text)."""
+    if not _SERVICES_RE.search(text):
+        return None
+    try:
+        data = specmod.load_yaml(text)
+    except yaml.YAMLError as err:
+        raise RecipeError(
+            f"{source}: has a `services:` line, so it is read as a compose file, but it is not valid YAML: "
+            + " ".join(str(err).split()),
+            hint="fix the YAML, or import the vllm serve command on its own",
+        ) from None
+    except RecursionError:
+        raise RecipeError(
+            f"{source}: the compose file is nested more than {specmod.MAX_DEPTH} levels deep",
+            hint="a compose file with one vLLM service is a few levels deep; import the service itself",
+        ) from None
+    if not (isinstance(data, dict) and isinstance(data.get("services"), dict)):
+        return None
+    problem = specmod.tree_problem(data)
+    if problem:
+        raise RecipeError(
+            f"{source}: the compose file {problem}", hint="import a compose file with plain values"
+        )
+    return data
+
+
+def _runs_vllm(svc: Any) -> bool:
+    if not isinstance(svc, dict):
+        return False
+    blob = json.dumps([svc.get("image"), svc.get("entrypoint"), svc.get("command")])
+    return "vllm" in blob.lower()
+
+
+def _unescape(value: str) -> str:
+    return value.replace("$$", "$")
+
+
+def _interpolations(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    if isinstance(value, str):
+        for m in _COMPOSE_VAR_RE.finditer(value):
+            yield path, m.group(0)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _interpolations(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for idx, v in enumerate(value):
+            yield from _interpolations(v, f"{path}[{idx}]")
+
+
+def _compose_env_ref(env: Any, path: str, where: str) -> bool:
+    """Whether the environment entry at ``path`` is exactly one variable reference (``${VAR}``/``$VAR``)."""
+    key = path.removeprefix(f"{where}.environment")
+    if isinstance(env, dict) and key.startswith("."):
+        value = env.get(key[1:])
+    elif isinstance(env, list) and key.startswith("[") and key.endswith("]") and key[1:-1].isdigit():
+        value = str(env[int(key[1:-1])]).partition("=")[2]
+    else:
+        return False
+    return isinstance(value, str) and bool(_SELF_REF_RE.fullmatch(value))
+
+
+def _from_compose(data: dict[str, Any]) -> Launch:
+    launch = Launch()
+    services = data["services"]
+    vllm = [name for name, svc in services.items() if _runs_vllm(svc)]
+    if len(vllm) != 1:
+        found = f"{len(vllm)} ({', '.join(vllm)})" if vllm else "none"
+        launch.problems.append(
+            f"services: exactly one service must run vLLM, found {found}; import a file with one vLLM service"
+        )
+        return launch
+    name = vllm[0]
+    svc: dict[str, Any] = services[name]
+    where = f"services.{name}"
+    entry = svc.get("entrypoint")
+    entry_list = _compose_words(entry, f"{where}.entrypoint", launch) if entry is not None else None
+    if (
+        entry_list
+        and PurePosixPath(entry_list[0]).name in ("bash", "sh", "dash", "zsh")
+        and "-c" in entry_list
+    ):
+        launch.problems.append(
+            f"{where}.entrypoint: runs a shell script ({entry_list[0]} -c …); rigsmith runs vLLM's "
+            "argv directly and does not import scripts — replace it with the vllm serve command it runs"
+        )
+    # `NAME: ${VAR}` in environment is the shell's `-e NAME=$VAR`: read from the host at run time.
+    seen = [
+        (p, v)
+        for p, v in _interpolations(svc, where)
+        if not (p.startswith(f"{where}.environment") and _compose_env_ref(svc.get("environment"), p, where))
+    ]
+    if seen:
+        shown = "; ".join(f"{p}: {v}" for p, v in seen[:6]) + (
+            f"; … {len(seen) - 6} more" if len(seen) > 6 else ""
+        )
+        secret = sorted(
+            {
+                n
+                for _, v in seen
+                if _SECRET_NAME_RE.search(n := v.strip("${}").split(":", 1)[0].split("-", 1)[0])
+            }
+        )
+        launch.problems.append(
+            f"compose interpolation is not imported (rigsmith would have to guess each value): {shown}. "
+            "Replace each ${VAR:-default} with the value you run"
+            + (
+                f"; a secret ({', '.join(secret)}) is never written into a file: pass it only under "
+                "environment: as NAME: ${NAME}, which rigsmith reads from the host at run time"
+                if secret
+                else ""
+            )
+        )
+    if launch.problems:
+        return launch
+    image = svc.get("image")
+    if not isinstance(image, str) or not image:
+        launch.problems.append(f"{where}.image: missing; the service must name its image")
+        return launch
+    launch.image = image
+    command = svc.get("command")
+    cmd = _compose_words(command, f"{where}.command", launch) if command is not None else []
+    if isinstance(command, list):
+        for idx, item in enumerate(cmd):
+            if item.startswith("--") and " " in item and "=" not in item.split(" ", 1)[0]:
+                launch.problems.append(
+                    f"{where}.command[{idx}]: {item!r} is ONE argument containing a space (a YAML list item "
+                    "is passed whole), which vLLM rejects; split it into two items"
+                )
+    if entry_list == []:
+        # `entrypoint: []` clears the image's entrypoint: the command's first word is the executable.
+        if not cmd:
+            launch.problems.append(
+                f"{where}: entrypoint is [] and command is empty, so nothing would run; "
+                "write the vllm serve command under command:"
+            )
+            return launch
+        entry_list, cmd = cmd[:1], cmd[1:]
+    if entry_list and any(c.isspace() for c in entry_list[0]):
+        launch.problems.append(
+            f"{where}: the executable {entry_list[0]!r} contains whitespace (a YAML list item is passed "
+            "whole, so no such program exists); split it into one item per word"
+        )
+        return launch
+    full = [*(entry_list or []), *cmd]
+    if entry_list:
+        exe = entry_list[0]
+        if PurePosixPath(exe).name == "vllm" and full[1:2] == ["serve"]:
+            launch.recipe_executable, launch.executable, launch.subcommand = exe, "vllm", ("serve",)
+            full = full[2:]
+        else:
+            launch.recipe_executable = launch.executable = exe
+            launch.subcommand = tuple(entry_list[1:])
+            full = cmd
+    elif full and PurePosixPath(full[0]).name == "vllm" and full[1:2] == ["serve"]:
+        launch.recipe_executable = full[0]
+        full = full[2:]
+    else:
+        launch.recipe_executable = f"{image} (image entrypoint)"
+        launch.notes.append(
+            f"{where}: the image's entrypoint is taken to be `vllm serve` (as in vllm/vllm-openai); "
+            "command holds its arguments"
+        )
+    launch.args = full
+    launch.arg_expands = [False] * len(full)
+    _compose_env(svc.get("environment"), f"{where}.environment", launch)
+    for idx, dev in enumerate(svc.get("devices") or []):
+        if isinstance(dev, str) and specmod.CDI_RE.match(dev):
+            launch.gpu_cdi = [*(launch.gpu_cdi or []), dev]
+        elif isinstance(dev, str) and dev.startswith("/dev/"):
+            _device_node(dev, launch, f"{where}.devices[{idx}]")
+        else:
+            launch.notes.append(f"{where}.devices[{idx}] {dev!r}: not a CDI name; not imported")
+    _compose_gpus(svc.get("deploy"), f"{where}.deploy", launch)
+    if "shm_size" in svc:
+        _set_shm(str(svc["shm_size"]), launch, f"{where}.shm_size")
+    ulimits = svc.get("ulimits") or {}
+    if isinstance(ulimits, dict) and "memlock" in ulimits:
+        ml = ulimits["memlock"]
+        soft = ml.get("soft") if isinstance(ml, dict) else ml
+        launch.memlock = (
+            "unlimited" if str(soft) in ("-1", "unlimited") else _int(str(soft), launch, f"{where}.ulimits")
+        )
+    if "stop_grace_period" in svc:
+        launch.stop_grace = _duration(str(svc["stop_grace_period"]), launch, f"{where}.stop_grace_period")
+    for idx, vol in enumerate(svc.get("volumes") or []):
+        if isinstance(vol, str):
+            _volume(vol, launch, f"{where}.volumes[{idx}]")
+        else:
+            launch.notes.append(f"{where}.volumes[{idx}]: long syntax not imported: {json.dumps(vol)}")
+    known = {
+        "image",
+        "command",
+        "entrypoint",
+        "environment",
+        "devices",
+        "deploy",
+        "shm_size",
+        "ulimits",
+        "stop_grace_period",
+        "volumes",
+    }
+    dropped = sorted(set(svc) - known)
+    if dropped:
+        launch.notes.append(
+            f"{where}: keys not imported (rigsmith sets them per target): "
+            + ", ".join(f"{k}: {json.dumps(svc[k], ensure_ascii=False)}" for k in dropped)
+        )
+    return launch
+
+
+def _compose_words(value: Any, where: str, launch: Launch) -> list[str]:
+    if isinstance(value, list):
+        out = []
+        for idx, item in enumerate(value):
+            if isinstance(item, str | int | float) and not isinstance(item, bool):
+                out.append(_unescape(str(item)))
+            else:
+                launch.problems.append(f"{where}[{idx}]: must be a string, got {type(item).__name__}")
+        return out
+    if isinstance(value, str):
+        script = shellwords.scan(_unescape(value))
+        for p in script.problems:
+            launch.problems.append(f"{where}: {p}")
+        words = [w for c in script.commands for w in c.argv]
+        return words
+    launch.problems.append(f"{where}: must be a list or a string, got {type(value).__name__}")
+    return []
+
+
+def _compose_env(value: Any, where: str, launch: Launch) -> None:
+    items: list[tuple[str, str | None]] = []
+    if isinstance(value, list):
+        for item in value:
+            text = str(item)
+            k, eq, v = text.partition("=")
+            items.append((k, v if eq else None))
+    elif isinstance(value, dict):
+        items = [(str(k), None if v is None else str(v)) for k, v in value.items()]
+    elif value is not None:
+        launch.problems.append(f"{where}: must be a list or a mapping")
+    for k, val in items:
+        if not specmod.ENV_NAME_RE.match(k):
+            launch.problems.append(f"{where}: {k!r} is not an environment variable name")
+        elif val is None:
+            launch.env.append(_passthrough(k, launch, where))
+        else:
+            launch.env.append(_env_var(k, _unescape(val), None, launch, where))
+    launch.env = _merge_env(launch.env, launch)
+
+
+def _compose_gpus(deploy: Any, where: str, launch: Launch) -> None:
+    try:
+        devices = deploy["resources"]["reservations"]["devices"]
+    except (TypeError, KeyError):
+        return
+    for idx, dev in enumerate(devices or []):
+        if not isinstance(dev, dict):
+            continue
+        ids = dev.get("device_ids")
+        if dev.get("driver") == "cdi" and ids:
+            launch.gpu_cdi = [*(launch.gpu_cdi or []), *map(str, ids)]
+        elif ids:
+            launch.gpu_indices = [str(x) for x in ids]
+        elif isinstance(dev.get("count"), int):
+            launch.gpu_count = dev["count"]
+        elif dev.get("count") not in (None, "all"):
+            launch.problems.append(f"{where}.resources.reservations.devices[{idx}].count: {dev['count']!r}")
+
+
+def _duration(text: str, launch: Launch, where: str) -> int | None:
+    m = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", text.strip())
+    if not m or not any(m.groups()):
+        launch.problems.append(f"{where} {text!r}: not a duration (write it like 70s or 1m30s)")
+        return None
+    return int(m.group(1) or 0) * 60 + int(m.group(2) or 0)

@@ -1,0 +1,107 @@
+"""The env string grammar of seed-format recipes (``A=1 B=2 | C=<placeholder> (note)``)."""
+
+from __future__ import annotations
+
+import re
+
+from rigsmith import spec as specmod
+from rigsmith.importing.recipe.shellform import _secret_var
+from rigsmith.importing.recipe.tables import _SECRET_NAME_RE
+
+# -- env string grammar (seed 003) -------------------------------------------------------------------
+
+_ENV_TOKEN_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=((?:<[^<>]*>|[^\s<])+)")
+
+
+def parse_env_text(text: str) -> tuple[list[specmod.EnvVar], list[str], list[str]]:
+    """The recipe's env string → (variables, env notes, problems).
+
+    Grammar (seed 003): segments split by `` | ``; each holds ``NAME=value`` items separated by spaces
+    (a value may contain ``<placeholder with spaces>``) and optional ``(annotation)``. An annotation of a
+    one-variable segment is that variable's note; otherwise it is an env note. An ``Opt-in:`` tail holds
+    ``;``-separated ``NAME=value description`` items, imported as opt-in variables that start disabled.
+    """
+    problems: list[str] = []
+    notes: list[str] = []
+    out: list[specmod.EnvVar] = []
+    main, sep, tail = text.partition("Opt-in:")
+    main = main.strip()
+    if sep and main.endswith("."):
+        main = main[:-1].rstrip()
+    for idx, segment in enumerate(s for s in main.split(" | ") if s.strip()):
+        annotations = [a.strip() for a in _parens(segment)]
+        bare = _strip_parens(segment)
+        found = _ENV_TOKEN_RE.findall(bare)
+        leftover = _ENV_TOKEN_RE.sub("", bare).strip()
+        if leftover:
+            problems.append(
+                f"env segment {idx + 1} ({segment.strip()!r}): cannot read {leftover!r}; write NAME=value"
+            )
+        note = "; ".join(annotations) if annotations and len(found) == 1 else None
+        if annotations and len(found) != 1:
+            notes.extend(annotations)
+        for name, value in found:
+            lifted = _secret_var(name, value, note, "env")
+            if lifted is not None:
+                notes.append(lifted[1])
+            out.append(
+                lifted[0]
+                if lifted
+                else specmod.EnvVar(
+                    name=name, value=value, note=note, secret=bool(_SECRET_NAME_RE.search(name))
+                )
+            )
+    if sep:
+        items = [s.strip() for s in tail.split(";") if s.strip()]
+        for idx, item in enumerate(items):
+            if idx == len(items) - 1 and item.endswith("."):
+                item = item[:-1].rstrip()
+            m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)=((?:<[^<>]*>|[^\s<])+)\s*(.*)$", item, re.DOTALL)
+            if not m:
+                problems.append(f"env Opt-in item {idx + 1} ({item!r}): write NAME=value description")
+                continue
+            name, value, note = m.group(1), m.group(2), m.group(3).strip() or None
+            lifted = _secret_var(name, value, note, "env Opt-in", opt_in=True, enabled=False)
+            if lifted is not None:
+                notes.append(lifted[1])
+            out.append(
+                lifted[0]
+                if lifted
+                else specmod.EnvVar(
+                    name=name,
+                    value=value,
+                    note=note,
+                    opt_in=True,
+                    enabled=False,
+                    secret=bool(_SECRET_NAME_RE.search(name)),
+                )
+            )
+    return out, notes, problems
+
+
+def _annotation_spans(text: str) -> list[tuple[int, int]]:
+    """Spans of ``(annotation)``: a ``(`` that starts a word (so ``$(id)`` in a value is not one)."""
+    spans, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(" and (depth or i == 0 or text[i - 1].isspace()):
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                spans.append((start, i + 1))
+    return spans
+
+
+def _parens(text: str) -> list[str]:
+    return [text[a + 1 : b - 1] for a, b in _annotation_spans(text)]
+
+
+def _strip_parens(text: str) -> str:
+    out, last = [], 0
+    for a, b in _annotation_spans(text):
+        out.append(text[last:a])
+        last = b
+    out.append(text[last:])
+    return "".join(out)

@@ -1,0 +1,69 @@
+"""Recipe form (a): the recipe JSON (``id``/``title``/``command``/``env``/``notes``)."""
+
+from __future__ import annotations
+
+import json
+
+from rigsmith import spec as specmod
+from rigsmith.errors import RecipeError
+from rigsmith.importing.recipe.launch import Launch, Meta, _refuse
+from rigsmith.importing.recipe.shellform import _from_shell
+
+# -- format (a): recipe JSON -------------------------------------------------------------------------
+
+_JSON_FIELDS = ("id", "title", "command", "env", "notes")
+
+
+def _from_json(text: str, source: str) -> tuple[Launch, Meta]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RecipeError(
+            f"{source}: not valid JSON: {err.msg} at line {err.lineno} column {err.colno}",
+            hint='a recipe JSON needs at least a "command" string',
+        ) from None
+    except RecursionError:
+        raise RecipeError(
+            f"{source}: the recipe JSON is nested more than {specmod.MAX_DEPTH} levels deep",
+            hint="a recipe JSON is a flat object",
+        ) from None
+    problem = specmod.tree_problem(data)
+    if problem:
+        raise RecipeError(f"{source}: the recipe JSON {problem}", hint="a recipe JSON is a flat object")
+    if not isinstance(data, dict):
+        raise RecipeError(f'{source}: the recipe JSON must be an object with a "command" string')
+    problems = []
+    for key in ("id", "title", "command", "notes"):
+        if key in data and data[key] is not None and not isinstance(data[key], str):
+            problems.append(f"{key}: must be a string, got {type(data[key]).__name__}")
+    command = data.get("command")
+    if command is None or (isinstance(command, str) and not command.strip()):
+        problems.append("command: missing or empty; the recipe must give the vLLM command as a string")
+    env = data.get("env")
+    env_text: str | None = None
+    env_map: dict[str, str | None] | None = None
+    if isinstance(env, str):
+        env_text = env
+    elif isinstance(env, dict):
+        env_map = {}
+        for k, v in env.items():
+            if not isinstance(v, str | int | float) and v is not None:
+                problems.append(f"env.{k}: must be a string, got {type(v).__name__}")
+            else:
+                env_map[str(k)] = None if v is None else str(v)
+    elif env is not None:
+        problems.append(f"env: must be a string or an object, got {type(env).__name__}")
+    if problems:
+        raise _refuse(source, problems)
+    launch = _from_shell(data["command"])
+    extra = sorted(set(data) - set(_JSON_FIELDS))
+    for key in extra:
+        launch.notes.append(f"recipe field {key!r} not imported: {json.dumps(data[key], ensure_ascii=False)}")
+    meta = Meta(
+        title=data.get("title"),
+        recipe_id=data.get("id"),
+        env_text=env_text,
+        env_map=env_map,
+        notes_text=data.get("notes"),
+    )
+    return launch, meta

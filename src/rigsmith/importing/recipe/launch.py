@@ -1,0 +1,69 @@
+"""The intermediate launch model every recipe form parses into (argv, env, mounts, devices); errors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rigsmith import spec as specmod
+from rigsmith.errors import RecipeError
+
+# -- intermediate ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Launch:
+    """What one launch command says, before it becomes a Deployment. Problems collect refusals."""
+
+    recipe_executable: str = "vllm"
+    executable: str = "vllm"
+    subcommand: tuple[str, ...] = ("serve",)
+    args: list[str] = field(default_factory=list)
+    arg_expands: list[bool] = field(default_factory=list)
+    first_arg_positional_ok: bool = True
+    env: list[specmod.EnvVar] = field(default_factory=list)
+    image: str | None = None
+    #: The image word holds shell syntax (``$IMAGE``): its value is unknown.
+    image_expands: bool = False
+    gpu_indices: list[str] | None = None
+    gpu_cdi: list[str] | None = None
+    #: The GPU vendor the launch itself shows (ROCm's /dev/kfd), ahead of the env's hints.
+    gpu_vendor: str | None = None
+    gpu_count: int | None = None
+    shm_size: str | None = None
+    memlock: str | int | None = None
+    stop_grace: int | None = None
+    mounts: list[specmod.Mount] = field(default_factory=list)
+    #: Secret values taken out of the args and env; scrubbed from every other field (comments, notes).
+    secrets: list[str] = field(default_factory=list)
+    #: Container paths of the mounts the recipe marked ``:rw`` (it says it writes there).
+    writable: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    #: One argv per node (after ``vllm serve``, head first) when the block is a multi-node group.
+    node_args: list[list[str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What the recipe says besides its command."""
+
+    title: str | None = None
+    recipe_id: str | None = None
+    env_text: str | None = None
+    env_map: Mapping[str, str | None] | None = None
+    notes_text: str | None = None
+    provenance: specmod.Provenance | None = None
+
+
+def _provenance(source: str, sha256: str, meta: Meta) -> specmod.Provenance:
+    return specmod.Provenance(source=source, sha256=sha256, title=meta.title, recipe_id=meta.recipe_id)
+
+
+def _refuse(source: str, problems: Sequence[str]) -> RecipeError:
+    lines = [f"{source}: cannot import this recipe ({len(problems)} problem(s))"]
+    lines += [f"  - {p}" for p in problems]
+    return RecipeError(
+        "\n".join(lines),
+        hint="fix the recipe text (a local copy is fine: `invoke import-recipe PATH`) and import again",
+    )

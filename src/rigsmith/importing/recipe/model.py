@@ -1,0 +1,253 @@
+"""Which model a recipe serves (a Hub repo, GGUF ``repo:QUANT`` too, a local checkpoint, a mount) and the
+secondary Hub models it names."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from rigsmith import spec as specmod
+from rigsmith.importing import vllmflags
+from rigsmith.importing.recipe.flags import flag_values
+from rigsmith.importing.recipe.launch import Launch
+from rigsmith.importing.recipe.notes import NoteFacts
+from rigsmith.importing.recipe.tables import (
+    _REPO_RE,
+)
+
+
+def _expands(launch: Launch, idx: int) -> bool:
+    """Whether a shell would expand part of args[idx] (compose lists never do: interpolation is refused)."""
+    return idx < len(launch.arg_expands) and launch.arg_expands[idx]
+
+
+@dataclass(frozen=True)
+class _Model:
+    """Where the model comes from: a Hub repo (downloaded) or a checkpoint already on disk (repo None)."""
+
+    repo: str | None
+    local_dir: str
+    arg: int
+    note: str | None = None
+    #: Hub file patterns to fetch (a GGUF quantization); empty: the whole repo.
+    allow_patterns: tuple[str, ...] = ()
+    #: The container path when the model word is exactly a volume's container path.
+    container_path: str | None = None
+
+
+#: Documentation placeholders written as paths (``/path/to/model``); refused like ``<placeholder>``.
+_DOC_PATH_RE = re.compile(r"(^|/)path/to(/|$)")
+#: A bind mount's host side that is the directory the recipe ran in.
+_GGUF_REF_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*):([A-Za-z0-9_.-]+)$")
+_CWD_RE = re.compile(r"^(\$\(pwd\)|`pwd`|\$PWD|\$\{PWD\}|\.)(?=/|$)")
+
+
+def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | None:
+    """The model argument as a Hub repo or a local checkpoint, or None with the reason in problems."""
+    args = launch.args
+    picks = flag_values(args, "--model")
+    if picks:
+        idx, value = picks[-1]
+    elif launch.first_arg_positional_ok and (pos := vllmflags.positionals(args)):
+        # vLLM's MODEL positional may follow options (`vllm serve --host 0.0.0.0 M`).
+        idx, value = pos[0], args[pos[0]]
+    else:
+        guessed = [
+            a
+            for i, a in enumerate(args[:-1])
+            if vllmflags.lookup(a) is None
+            and vllmflags.is_option(a)
+            and "=" not in a
+            and not vllmflags.is_option(args[i + 1])
+        ]
+        why = (
+            f" ({guessed[-1]} is a flag rigsmith does not know, so the word after it was read as its value; "
+            "if that word is the model, write it right after the subcommand)"
+            if guessed and launch.first_arg_positional_ok
+            else ""
+        )
+        problems.append(f"the command names no model (no positional MODEL and no --model){why}; add one")
+        return None
+    if value in ("...", "…") or re.fullmatch(r"\.{3,}", value):
+        problems.append(
+            f"the model is {value!r}, a placeholder in the published text; replace it with the Hub repo id "
+            "(owner/name) or the checkpoint's directory and import again"
+        )
+        return None
+    if specmod.PLACEHOLDER_RE.fullmatch(value):
+        problems.append(
+            f"the model is the placeholder {value!r}; replace it with a Hub repo id (owner/name) or the "
+            "checkpoint's directory"
+        )
+        return None
+    if _expands(launch, idx):
+        problems.append(
+            f"the model is {value!r}, which a shell would expand from a variable; rigsmith cannot know the "
+            "value — write the Hub repo id (owner/name) or the checkpoint's directory instead"
+        )
+        return None
+    if _DOC_PATH_RE.search(value):
+        problems.append(
+            f"the model is {value!r}, a documentation placeholder path (/path/to/…); write the checkpoint's "
+            "real directory or the Hub repo id (owner/name)"
+        )
+        return None
+    gguf = _GGUF_REF_RE.match(value)
+    if gguf and not value.startswith(("/", "~", ".")):
+        # vLLM reads `owner/repo:QUANT` as the Hub repo and the GGUF file of that quantization.
+        repo_id, quant = gguf.group(1), gguf.group(2)
+        return _Model(
+            repo_id,
+            f"~/models/{PurePosixPath(repo_id).name}",
+            idx,
+            f"the model {value!r} is the Hub repo {repo_id} with the GGUF quantization {quant} "
+            f"(only the files matching *{quant}*.gguf are fetched); vLLM loads a GGUF file, so once "
+            "fetch-model has run, point the model argument at the .gguf file under model.container_path",
+            allow_patterns=(f"*{quant}*.gguf", f"*{quant}*/*.gguf"),
+        )
+    is_path = value.startswith(("/", "~", "./", "../")) or not _REPO_RE.match(value)
+    if not is_path:
+        if facts.repo == value and facts.local_dir:
+            return _Model(value, facts.local_dir, idx)
+        return _Model(value, f"~/models/{PurePosixPath(value).name}", idx)
+    if facts.repo and (facts.local_dir is None or facts.local_dir.rstrip("/") == value.rstrip("/")):
+        return _Model(facts.repo, value, idx)
+    if facts.repo and facts.local_dir and value.startswith("/"):
+        # The notes' download names the repo, revision and host directory; the served path is where the
+        # engine sees it (a container path), so that is where the download is mounted.
+        return _Model(
+            facts.repo,
+            facts.local_dir,
+            idx,
+            f"the notes download {facts.repo} to {facts.local_dir} and the command serves {value}: "
+            f"model.local_dir is the download, mounted at model.container_path {value}",
+            container_path=value.rstrip("/"),
+        )
+    return _local_model(launch, value, idx, problems)
+
+
+def _local_model(launch: Launch, value: str, idx: int, problems: list[str]) -> _Model | None:
+    """A model path with no Hub repo: a checkpoint already on disk, mounted but never fetched."""
+    if launch.image is None:
+        if value.startswith("~") and not (value == "~" or value.startswith("~/")):
+            problems.append(f"the model is {value!r}; write ~/… or an absolute path (~user is not expanded)")
+            return None
+        if value.startswith(("/", "~")):
+            return _Model(None, value, idx)
+        # vLLM loads a local directory of that name (relative to its cwd) before it asks the Hub.
+        rel = value if value.startswith(("./", "../")) else "./" + value
+        return _Model(
+            None,
+            rel,
+            idx,
+            f"the model {value!r} is a directory relative to where the recipe ran; model.local_dir is "
+            f"{rel!r} until you set its absolute path (deploy refuses a relative one)",
+        )
+    # A container recipe: the path is inside the container; a bind mount says where it is on the host.
+    path = PurePosixPath(value)
+    if not path.is_absolute():
+        problems.append(
+            f"the model is {value!r}, a path relative to the container's working directory; write an "
+            "absolute path under a mounted volume"
+        )
+        return None
+    covering = [m for m in launch.mounts if path.is_relative_to(m.container)]
+    if not covering:
+        problems.append(
+            f"the model is the container path {value!r} and no volume of the recipe mounts it from the host; "
+            "add the bind mount (-v HOSTDIR:CONTAINERDIR) that holds the checkpoint"
+        )
+        return None
+    mount = max(covering, key=lambda m: len(PurePosixPath(m.container).parts))
+    host = _CWD_RE.sub(".", mount.host)
+    if "$" in host or "`" in host:
+        problems.append(
+            f"the model is {value!r}, inside the volume {mount.host}:{mount.container} whose host side is "
+            "shell syntax; write the host directory instead"
+        )
+        return None
+    rest = path.relative_to(mount.container).as_posix()
+    exact = value.rstrip("/") if rest == "." else None
+    local = host.rstrip("/") + ("/" + rest if rest != "." else "") if host != "/" else "/" + rest
+    note = (
+        f"the model {value!r} is the container path of {local!r} (volume {mount.host}:{mount.container}); "
+        "model.local_dir is that host directory"
+    )
+    if not local.startswith(("/", "~")):
+        note += (
+            ", relative to where the recipe ran, until you set its absolute path (deploy refuses a "
+            "relative one)"
+        )
+    return _Model(None, local, idx, note, container_path=exact)
+
+
+def _secondary_models(launch: Launch, main: _Model, notes: list[str]) -> list[dict[str, Any]]:
+    """The Hub models the args name besides the main one (vllmflags ``model_ref``): a draft model in
+    ``--speculative-config`` (or the older ``--speculative-model``), ``--tokenizer``, ``--lora-modules``.
+    A local path is left as written (it must be mounted; noted)."""
+    found: list[dict[str, Any]] = []
+    args = launch.args
+
+    def add(role: str, value: str, idx: int, name: str | None = None) -> None:
+        if _expands(launch, idx) or specmod.PLACEHOLDER_RE.search(value):
+            return
+        if _REPO_RE.match(value) and not value.startswith(("/", "~", ".")):
+            found.append({"role": role, "repo": value, "name": name, "arg": idx})
+        elif value.startswith(("/", "~")):
+            notes.append(
+                f"args[{idx}] {value!r} ({role}) is a local path: mount it into the container and fix "
+                "the path"
+            )
+
+    i = 0
+    while i < len(args):
+        flag = vllmflags.lookup(args[i])
+        end = vllmflags.span(args, i) if vllmflags.is_option(args[i]) else i + 1
+        if flag is None or flag.model_ref in (None, "model") or i == main.arg:
+            i = end
+            continue
+        if "=" in args[i]:
+            values = [(i, args[i].split("=", 1)[1])]
+        else:
+            values = [(k, args[k]) for k in range(i + 1, end)]
+        for k, v in values:
+            if flag.model_ref == "speculative" and flag.kind == "json":
+                try:
+                    conf = json.loads(v)
+                except ValueError:
+                    continue
+                if isinstance(conf, dict) and isinstance(conf.get("model"), str):
+                    add("speculative", conf["model"], k)
+            elif flag.model_ref == "lora":
+                name, path = _lora_module(v)
+                if path is not None:
+                    add("lora", path, k, name)
+            elif flag.model_ref is not None:
+                add(flag.model_ref, v, k)
+        i = end
+    if found:
+        notes.append(
+            "secondary_models lists the Hub models the engine loads besides the main one "
+            f"({', '.join(f['repo'] for f in found)}); the engine downloads them from the Hub at start "
+            "unless "
+            "they are fetched and mounted"
+        )
+    return found
+
+
+def _lora_module(value: str) -> tuple[str | None, str | None]:
+    """``NAME=PATH`` or the JSON form ``{"name": …, "path": …}`` of one ``--lora-modules`` value."""
+    if value.lstrip().startswith("{"):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            return None, None
+        if isinstance(data, dict) and isinstance(data.get("path"), str):
+            name = data.get("name")
+            return (name if isinstance(name, str) else None), data["path"]
+        return None, None
+    name, eq, path = value.partition("=")
+    return (name, path) if eq else (None, None)
