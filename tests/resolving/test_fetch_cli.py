@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import signal
 import subprocess
 import time
@@ -51,7 +52,9 @@ def test_resume_after_kill_9_mid_file(hub, make_project):
     (resumed,) = hub.hub_requests(BIG)
     assert resumed.range == f"bytes={have}-"
     assert resumed.sent == len(files[BIG]) - have
-    assert f"{(have / MiB):.1f} MiB resumed" in done.stdout
+    # The report sums every partial file the killed run left (a small file may have been mid-write too).
+    said = re.search(r"([0-9.]+) MiB resumed", done.stdout)
+    assert said is not None and float(said.group(1)) >= round(have / MiB, 1) - 0.05, done.stdout
     assert not part.exists()
 
 
