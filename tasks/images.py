@@ -13,7 +13,6 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
-from rigsmith.resolving.modelfetch import pin_model
 from tasks._common import echo, project, user_errors
 
 if TYPE_CHECKING:
@@ -36,6 +35,7 @@ def _registry() -> Registry:
 def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
     """Resolve image tags (and model branches) to digests/commits in rigsmith.lock."""
     from rigsmith.resolving import build as buildmod
+    from rigsmith.resolving.modelfetch import pin_model
 
     proj = project(c)
     reg = _registry()
