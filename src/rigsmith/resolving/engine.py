@@ -22,7 +22,9 @@ from typing import Any, Literal, Protocol
 
 import docker  # type: ignore[import-untyped]
 import docker.auth  # type: ignore[import-untyped]
+import docker.constants  # type: ignore[import-untyped]
 import docker.errors  # type: ignore[import-untyped]
+import docker.utils  # type: ignore[import-untyped]
 import requests
 
 from rigsmith.errors import AdapterError, PreflightError
@@ -277,6 +279,29 @@ class DockerPyEngine:
         self.client.close()
 
 
+def _handshake(url: str) -> tuple[docker.DockerClient, EngineKind]:
+    """A client for ``url`` and the engine behind it, from one ``/version`` request.
+
+    ``DockerClient(version="auto")`` asks ``/version`` for the API version and ``client.version()`` would ask
+    again for the components (Podman answers each in ~0.3 s): this asks once, unversioned as "auto" does,
+    and applies the same checks.
+    """
+    floor = docker.constants.MINIMUM_DOCKER_API_VERSION
+    client = docker.DockerClient(base_url=url, version=floor, timeout=60)
+    try:
+        info = client.version(api_version=False)
+        api_version = info.get("ApiVersion") if isinstance(info, dict) else None
+        if not isinstance(api_version, str):
+            raise docker.errors.DockerException('Invalid response from the engine: no "ApiVersion"')
+        if docker.utils.version_lt(api_version, floor):
+            raise docker.errors.InvalidVersion(f"API version {api_version} is below what docker-py supports")
+        client.api._version = api_version  # what version="auto" sets from the same answer
+        return client, engine_kind(info)
+    except BaseException:
+        client.close()
+        raise
+
+
 def _reachable(url: str) -> bool:
     return not url.startswith("unix://") or Path(url.removeprefix("unix://")).exists()
 
@@ -293,8 +318,7 @@ def connect(engine: EngineKind | None, env: Mapping[str, str]) -> DockerPyEngine
             tried.append(f"{url} (no socket)")
             continue
         try:
-            client = docker.DockerClient(base_url=url, version="auto", timeout=60)
-            kind = engine_kind(client.version())
+            client, kind = _handshake(url)
         except (docker.errors.DockerException, requests.RequestException) as err:
             tried.append(f"{url} ({type(err).__name__})")
             continue
