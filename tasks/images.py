@@ -76,10 +76,11 @@ def build(
     for name in names:  # every definition renders (files, base pin) before any engine is touched
         buildmod.prepare(proj, name)
     eng = enginemod.connect(engine, os.environ)
-    reg = _registry()
+    reg = _registry() if push else None  # only a push asks a registry (and a client costs a TLS setup)
     try:
         for name in names:
             buildmod.build_image(proj, eng, image=name, push=push, resolver=reg, echo=echo)
     finally:
-        reg.close()
+        if reg is not None:
+            reg.close()
         eng.close()

@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rigsmith.errors import AdapterError, LockError, RigsmithError, SpecError
 from rigsmith.project import Project
@@ -20,7 +21,9 @@ from rigsmith.resolving import image as imagemod
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.engine import Engine
 from rigsmith.resolving.imageref import parse_ref
-from rigsmith.resolving.registry import Resolver
+
+if TYPE_CHECKING:
+    from rigsmith.resolving.registry import Resolver  # httpx: loaded only where a registry is asked
 
 Echo = Callable[[str], None]
 

@@ -280,23 +280,31 @@ class DockerPyEngine:
 
 
 def _handshake(url: str) -> tuple[docker.DockerClient, EngineKind]:
-    """A client for ``url`` and the engine behind it, from one ``/version`` request.
+    """A client for ``url`` and the engine behind it, from one request.
 
-    ``DockerClient(version="auto")`` asks ``/version`` for the API version and ``client.version()`` would ask
-    again for the components (Podman answers each in ~0.3 s): this asks once, unversioned as "auto" does,
-    and applies the same checks.
+    ``DockerClient(version="auto")`` asks ``/version`` for the API version and ``client.version()`` asked
+    again for the components; Podman answers ``/version`` in 0.3 s or more, ``/_ping`` in milliseconds. Both
+    engines put the API version in ``/_ping``'s headers, and Podman adds ``Libpod-Api-Version``; an engine
+    whose ping says less is asked ``/version`` (once), as before.
     """
     floor = docker.constants.MINIMUM_DOCKER_API_VERSION
     client = docker.DockerClient(base_url=url, version=floor, timeout=60)
     try:
-        info = client.version(api_version=False)
-        api_version = info.get("ApiVersion") if isinstance(info, dict) else None
+        api = client.api
+        resp = api._get(api._url("/_ping", versioned_api=False))
+        api._raise_for_status(resp)
+        api_version = resp.headers.get("Api-Version")
+        kind: EngineKind = "podman" if resp.headers.get("Libpod-Api-Version") else "docker"
+        if not api_version:
+            info = client.version(api_version=False)
+            api_version = info.get("ApiVersion") if isinstance(info, dict) else None
+            kind = engine_kind(info if isinstance(info, dict) else {})
         if not isinstance(api_version, str):
             raise docker.errors.DockerException('Invalid response from the engine: no "ApiVersion"')
         if docker.utils.version_lt(api_version, floor):
             raise docker.errors.InvalidVersion(f"API version {api_version} is below what docker-py supports")
-        client.api._version = api_version  # what version="auto" sets from the same answer
-        return client, engine_kind(info)
+        api._version = api_version  # what version="auto" sets from /version's answer
+        return client, kind
     except BaseException:
         client.close()
         raise

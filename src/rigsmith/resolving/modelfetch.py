@@ -31,16 +31,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from filelock import FileLock, Timeout
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 
 from rigsmith.errors import AdapterError, ConsentError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir
@@ -83,6 +73,8 @@ from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from rigsmith.resolving.hub import Hub
 
 Echo = Callable[[str], None]
@@ -812,6 +804,17 @@ def _size(p: Path) -> int:
 
 
 def _download_all(ctx: _Ctx, todo: Sequence[Want], workers: int, progress: bool | None) -> None:
+    # rich loads here: a warm run (nothing to download) never needs it.
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     console = Console(stderr=True)
     show = console.is_terminal if progress is None else progress
     errors: list[BaseException] = []
