@@ -89,6 +89,7 @@ def _bench(
 ) -> None:
     sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
     from tests.support.common import make_seed_project
+    from tests.support.hubserver import bench_env
 
     from rigsmith import spec as specmod
     from rigsmith.rendering import deploy
@@ -99,14 +100,7 @@ def _bench(
     data["name"] = "warm"
     data["model"] = {"repo": REPO, "revision": sha, "local_dir": str(tmp / "rig")}
     (project.root / "deployments" / "warm.yaml").write_text(specmod.dump(specmod.from_data(data)))
-    hub = {
-        "HF_ENDPOINT": url,
-        "HF_HOME": str(tmp / "hf-home"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "HF_HUB_DISABLE_XET": "1",
-        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-        "RIGSMITH_ROOT": str(project.root),
-    }
+    hub = bench_env({}, url, tmp / "hf-home", project.root)
     r = args.repeat
     rows: list[tuple[str, str, float, str, float, float | None]] = []
     python = _median([sys.executable, "-c", "pass"], base, r)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark `invoke fetch-model` against the tools a user would otherwise run, in one run, as ratios.
 
-    python bench/bench_fetch.py [--shards 4] [--shard-mib 64] [--repeat 3]
+    python bench/bench_fetch.py [--shards 16] [--shard-mib 128] [--repeat 3] [--against DIR]
 
 Everything talks to a Hub stand-in on 127.0.0.1 (tests/support/hubserver.py) started in its own process.
 Every number is a wall-clock median over ``--repeat`` runs of a whole command (process start included):
@@ -12,7 +12,9 @@ Every number is a wall-clock median over ``--repeat`` runs of a whole command (p
 - warm re-run: ``invoke fetch-model`` on a complete dir vs ``hf download --local-dir`` re-run on its own
   complete dir (huggingface_hub's CLI).
 
-Ratios are rigsmith / baseline: below 1 is faster than the baseline.
+Ratios are rigsmith / baseline: below 1 is faster than the baseline. ``--against DIR`` times the
+rigsmith commands of another checkout too (e.g. ``git archive main | tar -x -C DIR``): before and after in
+one run. Bytecode is cached (``PYTHONPYCACHEPREFIX``), as an installed checkout has it.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--shard-mib", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--against", type=Path, help="another checkout whose fetch-model is timed too")
     args = ap.parse_args()
     for tool in ("curl", "sha256sum", "hf", "invoke"):
         if not shutil.which(tool):
@@ -63,6 +66,8 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-fetch-"))
     pyenv = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    pyenv.pop("PYTHONDONTWRITEBYTECODE", None)
+    pyenv["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
     server = subprocess.Popen(
         [sys.executable, "-m", "tests.support.hubserver", "--repo", REPO, "--shards", str(args.shards),
          "--shard-mib", str(args.shard_mib)],
@@ -80,6 +85,9 @@ def main() -> None:
 
 def _bench(args: argparse.Namespace, tmp: Path, pyenv: dict[str, str], url: str, sha: str) -> None:
     sys.path[:0] = [str(ROOT / "src")]
+    sys.path[:0] = [str(ROOT)]
+    from tests.support.hubserver import bench_env
+
     from rigsmith import spec as specmod
 
     proj = tmp / "proj"
@@ -88,21 +96,20 @@ def _bench(args: argparse.Namespace, tmp: Path, pyenv: dict[str, str], url: str,
     data["name"] = "bench"
     data["model"] = {"repo": REPO, "revision": sha, "local_dir": str(tmp / "rig")}
     (proj / "deployments" / "bench.yaml").write_text(specmod.dump(specmod.from_data(data)))
-    env = {
-        **{k: v for k, v in pyenv.items() if not k.startswith(("HF_", "HUGGING"))},
-        "HF_ENDPOINT": url,
-        "HF_HOME": str(tmp / "hf-home"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "HF_HUB_DISABLE_XET": "1",
-        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-        "RIGSMITH_ROOT": str(proj),
-    }
+    env = bench_env(pyenv, url, tmp / "hf-home", proj)
     with urllib.request.urlopen(f"{url}/api/models/{REPO}/tree/{sha}?recursive=true") as resp:
         tree = [e for e in json.load(resp) if e["type"] == "file"]
     paths = [e["path"] for e in tree]
     total = sum(e["size"] for e in tree)
     rig, curled, hfdir = tmp / "rig", tmp / "curl", tmp / "hf"
-    invoke = [sys.executable, shutil.which("invoke") or "invoke", "-r", str(ROOT), "fetch-model"]
+    beside = Path(sys.executable).with_name("invoke")  # the console script, not a pyenv shim
+    script = str(beside) if beside.exists() else shutil.which("invoke") or "invoke"
+
+    def invoke_in(checkout: Path) -> tuple[list[str], dict[str, str]]:
+        paths = os.pathsep.join([str(checkout / "src"), str(checkout)])
+        return [sys.executable, script, "-r", str(checkout), "fetch-model"], {**env, "PYTHONPATH": paths}
+
+    invoke, env = invoke_in(ROOT)
 
     def wipe(*dirs: Path) -> Callable[[], None]:
         def go() -> None:
@@ -127,6 +134,12 @@ def _bench(args: argparse.Namespace, tmp: Path, pyenv: dict[str, str], url: str,
     cold_hf = _timed(lambda: _run(hf, env), r, wipe(hfdir))
     warm_rig = _timed(lambda: _run(invoke, env), r)
     warm_hf = _timed(lambda: _run(hf, env), r)
+    old: dict[str, float] = {}
+    if args.against is not None:
+        inv0, env0 = invoke_in(args.against.resolve())
+        old["cold"] = _timed(lambda: _run(inv0, env0), r, wipe(rig))
+        old["verify"] = _timed(lambda: _run([*inv0, "--verify"], env0), r)
+        old["warm"] = _timed(lambda: _run(inv0, env0), r)
 
     mib = total / 2**20
     print(
@@ -144,6 +157,15 @@ def _bench(args: argparse.Namespace, tmp: Path, pyenv: dict[str, str], url: str,
     for case, a, ta, b, tb in rows:
         print(f"{case:<14} {a:<22} {ta:7.3f}  {b:<22} {tb:7.3f}  {ta / tb:5.2f}x")
     print(f"(cold throughput: rigsmith {mib / cold_rig:.0f} MiB/s, curl {mib / cold_curl:.0f} MiB/s)")
+    if old:
+        print(f"--against {args.against}: the same three runs of that checkout, in this run")
+        for case, mine, theirs, base in (
+            ("cold download", cold_rig, old["cold"], cold_curl),
+            ("verify", verify_rig, old["verify"], verify_sum),
+            ("warm re-run", warm_rig, old["warm"], warm_hf),
+        ):
+            print(f"{case:<14} this {mine:7.3f} s ({mine / base:5.2f}x)   against {theirs:7.3f} s "
+                  f"({theirs / base:5.2f}x of the same baseline)")  # fmt: skip
 
 
 if __name__ == "__main__":

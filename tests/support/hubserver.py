@@ -16,8 +16,10 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 LFS_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
@@ -406,6 +408,20 @@ class _Handler(BaseHTTPRequestHandler):
         if cut < len(body):
             self.wfile.flush()
             self._reset()
+
+
+def bench_env(base: Mapping[str, str], url: str, hf_home: Path, root: Path) -> dict[str, str]:
+    """``base`` without the user's Hub settings, pointed at the stand-in at ``url`` (for bench/: `invoke
+    fetch-model` acting on the checkout at ``root``, and `hf download`, quietly and without Xet)."""
+    return {
+        **{k: v for k, v in base.items() if not k.startswith(("HF_", "HUGGING"))},
+        "HF_ENDPOINT": url,
+        "HF_HOME": str(hf_home),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "RIGSMITH_ROOT": str(root),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
