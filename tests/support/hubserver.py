@@ -37,8 +37,16 @@ def lfs_pointer(data: bytes) -> bytes:
     )
 
 
+#: ``Random.randbytes`` of more than this overflows (it asks for ``8 n`` bits as a C int): larger files are
+#: generated in pieces of this size.
+_RANDBYTES_MAX = 128 << 20
+
+
 def random_bytes(seed: str, n: int) -> bytes:
-    return random.Random(seed).randbytes(n)
+    rng = random.Random(seed)
+    if n <= _RANDBYTES_MAX:
+        return rng.randbytes(n)
+    return b"".join(rng.randbytes(min(_RANDBYTES_MAX, n - i)) for i in range(0, n, _RANDBYTES_MAX))
 
 
 @dataclass
@@ -378,7 +386,7 @@ class _Handler(BaseHTTPRequestHandler):
                 end = min(int(mm.group(2)) + 1, len(data)) if mm.group(2) else len(data)
                 code = 206
                 headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(data)}"
-        body = data[start:end]
+        body = memoryview(data)[start:end]  # sent as slices of the file's bytes, never copied
         self.send_response(code)
         for k, v in headers.items():
             self.send_header(k, v)
