@@ -47,6 +47,17 @@ def _timed(fn: Callable[[], object], repeat: int, before: Callable[[], object] |
     return statistics.median(times)
 
 
+def _rounds(
+    cases: dict[str, tuple[Callable[[], object], Callable[[], object] | None]], repeat: int
+) -> dict[str, float]:
+    """Median seconds of each case, the cases interleaved round by round (``before`` untimed)."""
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(repeat):
+        for name, (fn, before) in cases.items():
+            times[name].append(_timed(fn, 1, before))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def _run(argv: list[str], env: dict[str, str]) -> None:
     res = subprocess.run(argv, env=env, capture_output=True, text=True)
     if res.returncode != 0:
@@ -125,21 +136,37 @@ def _bench(args: argparse.Namespace, tmp: Path, pyenv: dict[str, str], url: str,
     sums = ["sha256sum", *(str(curled / p) for p in paths)]
 
     r = args.repeat
-    cold_rig = _timed(lambda: _run(invoke, env), r, wipe(rig))
-    cold_curl = _timed(lambda: _run(curl, env), r, wipe(curled))
-    cold_curl_sum = _timed(lambda: (_run(curl, env), _run(sums, env)), r, wipe(curled))
-    verify_rig = _timed(lambda: _run([*invoke, "--verify"], env), r)
-    verify_sum = _timed(lambda: _run(sums, env), r)
     hf = ["hf", "download", REPO, "--revision", sha, "--local-dir", str(hfdir)]
-    cold_hf = _timed(lambda: _run(hf, env), r, wipe(hfdir))
-    warm_rig = _timed(lambda: _run(invoke, env), r)
-    warm_hf = _timed(lambda: _run(hf, env), r)
-    old: dict[str, float] = {}
+    inv0, env0 = invoke_in(args.against.resolve()) if args.against is not None else (invoke, env)
+    # Each round runs every case once, so a neighbour's load drifting over minutes hits all of them alike.
+    cases: dict[str, tuple[Callable[[], object], Callable[[], object] | None]] = {
+        "cold_rig": (lambda: _run(invoke, env), wipe(rig)),
+        "cold_curl": (lambda: _run(curl, env), wipe(curled)),
+        "cold_curl_sum": (lambda: (_run(curl, env), _run(sums, env)), wipe(curled)),
+        "cold_hf": (lambda: _run(hf, env), wipe(hfdir)),
+    }
     if args.against is not None:
-        inv0, env0 = invoke_in(args.against.resolve())
-        old["cold"] = _timed(lambda: _run(inv0, env0), r, wipe(rig))
-        old["verify"] = _timed(lambda: _run([*inv0, "--verify"], env0), r)
-        old["warm"] = _timed(lambda: _run(inv0, env0), r)
+        cases["cold_old"] = (lambda: _run(inv0, env0), wipe(rig))
+    cold = _rounds(cases, r)
+    cases = {
+        "verify_rig": (lambda: _run([*invoke, "--verify"], env), None),
+        "verify_sum": (lambda: _run(sums, env), None),
+        "warm_rig": (lambda: _run(invoke, env), None),
+        "warm_hf": (lambda: _run(hf, env), None),
+    }
+    if args.against is not None:
+        cases["verify_old"] = (lambda: _run([*inv0, "--verify"], env0), None)
+        cases["warm_old"] = (lambda: _run(inv0, env0), None)
+    _run(invoke, env)  # the last cold round may have been another tool's: fetch into rig for these
+    _run(hf, env)
+    med = {**cold, **_rounds(cases, r)}
+    cold_rig, cold_curl, cold_curl_sum, cold_hf = (
+        med[k] for k in ("cold_rig", "cold_curl", "cold_curl_sum", "cold_hf")
+    )
+    verify_rig, verify_sum, warm_rig, warm_hf = (
+        med[k] for k in ("verify_rig", "verify_sum", "warm_rig", "warm_hf")
+    )
+    old = {k.removesuffix("_old"): v for k, v in med.items() if k.endswith("_old")}
 
     mib = total / 2**20
     print(
