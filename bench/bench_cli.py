@@ -31,17 +31,13 @@ REPO = "acme/warm"
 SEED = "flash-next-int4-3x3090"
 
 
-def _median(argv: list[str], env: dict[str, str], repeat: int, cwd: Path | None = None) -> float:
-    def once() -> float:
-        t = time.perf_counter()
-        res = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
-        took = time.perf_counter() - t
-        if res.returncode != 0:
-            raise SystemExit(f"{' '.join(argv[:4])}… failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
-        return took
-
-    once()  # warm-up: bytecode, page cache
-    return statistics.median(once() for _ in range(repeat))
+def _once(argv: list[str], env: dict[str, str]) -> float:
+    t = time.perf_counter()
+    res = subprocess.run(argv, env=env, capture_output=True, text=True)
+    took = time.perf_counter() - t
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:4])}… failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+    return took
 
 
 def _invoke_bin() -> str:
@@ -102,22 +98,38 @@ def _bench(
     (project.root / "deployments" / "warm.yaml").write_text(specmod.dump(specmod.from_data(data)))
     hub = bench_env({}, url, tmp / "hf-home", project.root)
     r = args.repeat
-    rows: list[tuple[str, str, float, str, float, float | None]] = []
-    python = _median([sys.executable, "-c", "pass"], base, r)
     hf = ["hf", "download", REPO, "--revision", sha, "--local-dir", str(tmp / "hf")]
-    hf_warm = _median(hf, {**base, **hub}, r) if shutil.which("hf") else float("nan")
+    cmds: dict[str, tuple[list[str], dict[str, str]]] = {"python": ([sys.executable, "-c", "pass"], base)}
+    if shutil.which("hf"):
+        cmds["hf"] = (hf, {**base, **hub})
     for label, checkout in checkouts:
         env = {**base, **hub, "PYTHONPATH": os.pathsep.join([str(checkout / "src"), str(checkout)])}
         invoke = [_invoke_bin(), "-r", str(checkout)]
-        lst = _median([*invoke, "--list"], env, r)
-        check = _median([*invoke, "deploy", "podman", "--check", "--deployment", SEED], env, r)
-        shutil.rmtree(tmp / "rig", ignore_errors=True)
-        (project.root / "rigsmith.lock").write_text((tmp / "seed" / "project" / "rigsmith.lock").read_text())
-        warm = _median([*invoke, "fetch-model", "--deployment", "warm"], env, r)  # warm-up run downloads
+        cmds[f"{label} list"] = ([*invoke, "--list"], env)
+        cmds[f"{label} check"] = ([*invoke, "deploy", "podman", "--check", "--deployment", SEED], env)
+        cmds[f"{label} warm"] = ([*invoke, "fetch-model", "--deployment", "warm"], env)  # warm-up downloads
+    # One warm-up each, then rounds: every command once a round, so drifting load hits all alike.
+    times: dict[str, list[float]] = {k: [] for k in cmds}
+    for rnd in range(r + 1):
+        for name, (argv, env) in cmds.items():
+            took = _once(argv, env)
+            if rnd:
+                times[name].append(took)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    python, hf_warm = med["python"], med.get("hf", float("nan"))
+    rows: list[tuple[str, str, float, str, float, float | None]] = []
+    for label, _checkout in checkouts:
         rows += [
-            (label, "invoke --list", lst, "python -c pass", python, 0.25),
-            (label, "invoke deploy --check", check, "python -c pass", python, 0.3),
-            (label, f"warm fetch-model ({args.files})", warm, "hf download (re-run)", hf_warm, 0.2),
+            (label, "invoke --list", med[f"{label} list"], "python -c pass", python, 0.25),
+            (label, "invoke deploy --check", med[f"{label} check"], "python -c pass", python, 0.3),
+            (
+                label,
+                f"warm fetch-model ({args.files})",
+                med[f"{label} warm"],
+                "hf download (re-run)",
+                hf_warm,
+                0.2,
+            ),
         ]
     print(f"median of {r} after a warm-up; bytecode cached; 127.0.0.1; {os.cpu_count()} cores")
     print(f"{'checkout':<8} {'command':<28} {'s':>6}  {'goal':>5}  {'baseline':<20} {'s':>6}  ratio")
