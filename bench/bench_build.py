@@ -60,6 +60,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="repetitions of each measurement (median shown)")
     parser.add_argument("--checkout", type=Path, default=REPO, help="checkout whose `invoke build` is timed")
+    parser.add_argument("--against", type=Path, help="another checkout whose `invoke build` is timed too")
     args = parser.parse_args()
     missing = services.missing_binaries(["podman", "runc", "docker-registry", "busybox"])
     if missing:
@@ -109,7 +110,17 @@ def main() -> int:
             plain_pinned = plain("--timestamp", "0", "--format", "oci")
 
             rigsmith()  # renders the context the plain build uses, and warms both code paths
-            keys = ("rs_full", "rs_noop", "pm_full", "pm_noop", "pt_full", "pt_noop", "cli_rs", "cli_pm")
+            keys = (
+                "rs_full",
+                "rs_noop",
+                "pm_full",
+                "pm_noop",
+                "pt_full",
+                "pt_noop",
+                "cli_rs",
+                "cli_pm",
+                "cli_old",
+            )
             results: dict[str, list[float]] = {k: [] for k in keys}
             for _ in range(args.runs):
                 clean()
@@ -131,18 +142,25 @@ def main() -> int:
                 PYTHONPYCACHEPREFIX=str(base / "pycache"),
             )
 
-            def cli_build() -> None:
-                argv = [invoke, "-r", str(args.checkout), "build", "--image", "bench", "--engine", "podman"]
-                subprocess.run(argv, env=env, check=True, capture_output=True)
+            def cli_build(checkout: Path) -> Callable[[], object]:
+                argv = [invoke, "-r", str(checkout), "build", "--image", "bench", "--engine", "podman"]
+                paths = f"{checkout / 'src'}:{checkout}"
+                return lambda: subprocess.run(
+                    argv, env={**env, "PYTHONPATH": paths}, check=True, capture_output=True
+                )
 
-            cli_build()  # the image and the lock are current; bytecode is cached
+            cli_build(args.checkout)()  # the image and the lock are current; bytecode is cached
             plain()()
+            if args.against is not None:
+                cli_build(args.against)()
             for _ in range(args.runs):
-                results["cli_rs"].append(_time(cli_build))
+                results["cli_rs"].append(_time(cli_build(args.checkout)))
                 results["cli_pm"].append(_time(plain()))
+                if args.against is not None:
+                    results["cli_old"].append(_time(cli_build(args.against)))
             eng.close()
             resolver.close()
-    med = {k: statistics.median(v) for k, v in results.items()}
+    med = {k: statistics.median(v) for k, v in results.items() if v}
     podman_version = subprocess.run(["podman", "--version"], capture_output=True, text=True).stdout.strip()
     print(f"image build benchmark ({podman_version}, {args.runs} runs each, median seconds)")
     print(f"  full build   rigsmith {med['rs_full']:7.3f}   podman build {med['pm_full']:7.3f}   "
@@ -154,6 +172,9 @@ def main() -> int:
           f"(podman {med['pt_full']:.3f} / {med['pt_noop']:.3f})")  # fmt: skip
     print(f"  no-op, whole command: invoke build {med['cli_rs']:7.3f}   podman build {med['cli_pm']:7.3f}   "
           f"ratio {med['cli_rs'] / med['cli_pm']:.2f}   (goal <= 1.5; checkout {args.checkout})")  # fmt: skip
+    if "cli_old" in med:
+        print(f"  no-op, whole command, --against {args.against}: invoke build {med['cli_old']:7.3f}   "
+              f"ratio {med['cli_old'] / med['cli_pm']:.2f}")  # fmt: skip
     rs, pm = med["rs_noop"] / med["rs_full"], med["pm_noop"] / med["pm_full"]
     print(f"  no-op / full: rigsmith {rs:.2f}, podman {pm:.2f}")
     return 0
