@@ -8,6 +8,9 @@ base, pins it, and times, on one storage, alternating:
   full   — build from clean storage (every image removed; the base is pulled from the registry again)
   no-op  — the same build again (every step from the cache)
 for rigsmith's build and for `podman build` of the very context rigsmith rendered (build/images/bench/).
+Then the whole commands a user types, process start included: a no-op `invoke build --image bench` vs a
+no-op `podman build` CLI of the same context on the same storage (`--checkout DIR` runs the invoke side in
+another checkout, e.g. `git archive main | tar -x -C DIR`, to compare before/after in one run).
 Then a source image (a tree from git daemon on 127.0.0.1 plus a release asset from a local HTTP server,
 pinned once): its no-op `invoke build` — which re-reads the locked commit from the cache, re-verifies the
 asset and re-renders the context — against a no-op `podman build` of the same rendered context.
@@ -17,6 +20,8 @@ Prints medians and the ratios rigsmith / podman measured in this run. Not a test
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,6 +64,8 @@ def _time(fn: Callable[[], object]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="repetitions of each measurement (median shown)")
+    parser.add_argument("--checkout", type=Path, default=REPO, help="checkout whose `invoke build` is timed")
+    parser.add_argument("--against", type=Path, help="another checkout whose `invoke build` is timed too")
     args = parser.parse_args()
     missing = services.missing_binaries(["podman", "runc", "docker-registry", "busybox"])
     if missing:
@@ -108,7 +115,17 @@ def main() -> int:
             plain_pinned = plain("--timestamp", "0", "--format", "oci")
 
             rigsmith()  # renders the context the plain build uses, and warms both code paths
-            keys = ("rs_full", "rs_noop", "pm_full", "pm_noop", "pt_full", "pt_noop")
+            keys = (
+                "rs_full",
+                "rs_noop",
+                "pm_full",
+                "pm_noop",
+                "pt_full",
+                "pt_noop",
+                "cli_rs",
+                "cli_pm",
+                "cli_old",
+            )
             results: dict[str, list[float]] = {k: [] for k in keys}
             for _ in range(args.runs):
                 clean()
@@ -120,10 +137,36 @@ def main() -> int:
                 clean()
                 results["pt_full"].append(_time(plain_pinned))
                 results["pt_noop"].append(_time(plain_pinned))
+            # Whole commands, process start included (bytecode cached, as an installed checkout has it).
+            invoke = shutil.which("invoke") or "invoke"
+            env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "PYTHONDONTWRITEBYTECODE")}
+            env.update(
+                CONTAINER_HOST=svc.url,
+                RIGSMITH_ROOT=str(project.root),
+                PYTHONPATH=f"{args.checkout / 'src'}:{args.checkout}",
+                PYTHONPYCACHEPREFIX=str(base / "pycache"),
+            )
+
+            def cli_build(checkout: Path) -> Callable[[], object]:
+                argv = [invoke, "-r", str(checkout), "build", "--image", "bench", "--engine", "podman"]
+                paths = f"{checkout / 'src'}:{checkout}"
+                return lambda: subprocess.run(
+                    argv, env={**env, "PYTHONPATH": paths}, check=True, capture_output=True
+                )
+
+            cli_build(args.checkout)()  # the image and the lock are current; bytecode is cached
+            plain()()
+            if args.against is not None:
+                cli_build(args.against)()
+            for _ in range(args.runs):
+                results["cli_rs"].append(_time(cli_build(args.checkout)))
+                results["cli_pm"].append(_time(plain()))
+                if args.against is not None:
+                    results["cli_old"].append(_time(cli_build(args.against)))
             results.update(_source_noop(base, base_ref, svc, eng, args.runs))
             eng.close()
             resolver.close()
-    med = {k: statistics.median(v) for k, v in results.items()}
+    med = {k: statistics.median(v) for k, v in results.items() if v}
     podman_version = subprocess.run(["podman", "--version"], capture_output=True, text=True).stdout.strip()
     print(f"image build benchmark ({podman_version}, {args.runs} runs each, median seconds)")
     print(f"  full build   rigsmith {med['rs_full']:7.3f}   podman build {med['pm_full']:7.3f}   "
@@ -133,6 +176,11 @@ def main() -> int:
     print(f"  with podman build --timestamp 0 --format oci (rigsmith's settings) as the baseline: "
           f"full {med['rs_full'] / med['pt_full']:.2f}, no-op {med['rs_noop'] / med['pt_noop']:.2f} "
           f"(podman {med['pt_full']:.3f} / {med['pt_noop']:.3f})")  # fmt: skip
+    print(f"  no-op, whole command: invoke build {med['cli_rs']:7.3f}   podman build {med['cli_pm']:7.3f}   "
+          f"ratio {med['cli_rs'] / med['cli_pm']:.2f}   (goal <= 1.5; checkout {args.checkout})")  # fmt: skip
+    if "cli_old" in med:
+        print(f"  no-op, whole command, --against {args.against}: invoke build {med['cli_old']:7.3f}   "
+              f"ratio {med['cli_old'] / med['cli_pm']:.2f}")  # fmt: skip
     rs, pm = med["rs_noop"] / med["rs_full"], med["pm_noop"] / med["pm_full"]
     print(f"  no-op / full: rigsmith {rs:.2f}, podman {pm:.2f}")
     print(f"  source image ({TREE_FILES} tree files + 1 asset), no-op: rigsmith {med['src_rs_noop']:7.3f}   "

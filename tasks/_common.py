@@ -7,13 +7,15 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from invoke.context import Context
 from invoke.exceptions import Exit
 
 from rigsmith.errors import RigsmithError
-from rigsmith.project import Project, find_root
+
+if TYPE_CHECKING:
+    from rigsmith.project import Project
 
 #: The end of every --deployment help line.
 DEFAULT_DEP = " (default: RIGSMITH_DEPLOYMENT, invoke.yaml's rigsmith.deployment, or the only one)"
@@ -24,7 +26,12 @@ R = TypeVar("R")
 
 def project(c: Context | None = None) -> Project:
     """The checkout the command runs in (RIGSMITH_ROOT overrides, for tests and scripts), with its default
-    deployment: RIGSMITH_DEPLOYMENT, else Invoke's config value ``rigsmith.deployment`` (invoke.yaml)."""
+    deployment: RIGSMITH_DEPLOYMENT, else Invoke's config value ``rigsmith.deployment`` (invoke.yaml).
+
+    rigsmith.project (the spec's pydantic models) loads here, not when tasks/ is imported: invoke imports
+    every task module for every command, `invoke --list` included."""
+    from rigsmith.project import Project, find_root
+
     env = os.environ.get("RIGSMITH_ROOT")
     root = Path(env).resolve() if env else find_root()
     named = os.environ.get("RIGSMITH_DEPLOYMENT", "").strip()

@@ -14,11 +14,12 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
-from rigsmith.project import TARGETS
 from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 
 
 def _targets(text: str) -> list[str]:
+    from rigsmith.project import TARGETS
+
     names = [t.strip() for t in text.split(",") if t.strip()]
     unknown = [t for t in names if t not in TARGETS]
     if unknown:

@@ -13,7 +13,6 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
-from rigsmith.resolving.modelfetch import pin_model
 from tasks._common import echo, project, user_errors
 
 if TYPE_CHECKING:
@@ -38,6 +37,7 @@ def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
     """Resolve image tags, source trees (and model branches) to digests/commits in rigsmith.lock."""
     from rigsmith.resolving import build as buildmod
     from rigsmith.resolving import sources as sourcesmod
+    from rigsmith.resolving.modelfetch import pin_model
 
     proj = project(c)
     sourcesmod.check_filled(proj, deployment)  # an image.yaml still to fill stops pin before any network
@@ -84,10 +84,11 @@ def build(
     for name in names:  # every definition renders (files, base pin) before any engine is touched
         buildmod.prepare(proj, name)
     eng = enginemod.connect(engine, os.environ)
-    reg = _registry()
+    reg = _registry() if push else None  # only a push asks a registry (and a client costs a TLS setup)
     try:
         for name in names:
             buildmod.build_image(proj, eng, image=name, push=push, resolver=reg, echo=echo)
     finally:
-        reg.close()
+        if reg is not None:
+            reg.close()
         eng.close()

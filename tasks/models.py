@@ -8,8 +8,11 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from rigsmith.resolving import modelfetch
 from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
+
+#: rigsmith.resolving.modelfetch.WORKERS, spelled out so that importing tasks/ does not load modelfetch
+#: (tests/test_startup.py checks the two agree).
+WORKERS = 8
 
 
 @task(
@@ -19,7 +22,7 @@ from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
         "dest": "download into DIR instead of the spec's model.local_dir",
         "verify": "hash every file again, even those verified on an earlier run",
         "repin": "resolve the spec's branch/tag again first and show what changed",
-        "workers": f"files downloaded (and hashed) at once (default {modelfetch.WORKERS})",
+        "workers": f"files downloaded (and hashed) at once (default {WORKERS})",
         "adopt-dir": "fetch into a non-empty directory that does not hold this model yet "
         "(files not in the snapshot are never touched)",
         "overwrite-edited": "replace a patched config file that was edited by hand since the last fetch",
@@ -32,7 +35,7 @@ def fetch_model(
     dest: str | None = None,
     verify: bool = False,
     repin: bool = False,
-    workers: str = str(modelfetch.WORKERS),
+    workers: str = str(WORKERS),
     adopt_dir: bool = False,
     overwrite_edited: bool = False,
 ) -> None:
@@ -41,6 +44,8 @@ def fetch_model(
     A local checkpoint (``model.repo: null``) is not downloaded or verified: the task reports what
     model.local_dir holds (or fails when it is missing) and applies the config patches, keeping the original.
     """
+    from rigsmith.resolving import modelfetch
+
     n = modelfetch.parse_workers(workers)
     proj = project(c)
     spec = proj.load(deployment)

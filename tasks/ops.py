@@ -15,7 +15,6 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
-from rigsmith.project import TARGETS
 from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 from tasks.deploy import _memlock
 
@@ -63,6 +62,7 @@ def doctor(c: Context, deployment: str | None = None, target: str = "podman", ve
 
     from rigsmith.operating import doctor as doctormod
     from rigsmith.operating.host import LocalHost
+    from rigsmith.project import TARGETS
 
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")

@@ -6,7 +6,6 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from rigsmith.importing import importer
 from tasks._common import confirm, echo, project, user_errors
 
 
@@ -41,6 +40,8 @@ def import_recipe(
     """Import a published vLLM recipe into deployments/NAME.yaml (a re-import merges into your edits)."""
     if ours and theirs:
         raise Exit("error: --ours and --theirs exclude each other; pick one", code=1)
+    from rigsmith.importing import importer
+
     importer.import_recipe(
         project(c),
         source,

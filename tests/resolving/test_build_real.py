@@ -123,8 +123,16 @@ def test_podman_build_push_and_deploy_use_the_locked_digest(
     assert f"IMAGE={built.ref}@{built.digest}\n" in run_sh
     assert f"image: {built.ref}@{built.digest} (registry digest from rigsmith.lock)" in deployed.stdout
 
-    # A later local build (bare: every image a deployment builds) gives the same image: the lock keeps
-    # the pushed digest, and deploy still runs it by digest.
+    # A later local build with the same inputs, the image still present, asks the engine for nothing.
+    noop = _invoke(env, "build", "--engine", "podman")
+    assert noop.returncode == 0, noop.stdout + noop.stderr
+    assert "not rebuilt" in noop.stdout and "STEP 1/" not in noop.stdout
+    assert f"lock: builds.tiny = {built.ref}@{built.digest} (unchanged)" in noop.stdout
+    assert lockmod.read(project.lock_path).builds["tiny"] == built
+
+    # Without the local tag it builds (bare: every image a deployment builds) and gives the same image: the
+    # lock keeps the pushed digest, and deploy still runs it by digest.
+    podman_api.cli("untag", f"localhost/rigsmith/tiny:{tag}", f"localhost/rigsmith/tiny:{tag}")
     again = _invoke(env, "build", "--engine", "podman")
     assert again.returncode == 0, again.stdout + again.stderr
     assert (
@@ -158,6 +166,12 @@ def test_podman_noop_rebuild_reuses_the_cache(
     eng = _podman(podman_api)
     try:
         first = buildmod.build_image(project, eng, image="tiny", echo=lambda _: None)
+        noop: list[str] = []
+        assert buildmod.build_image(project, eng, image="tiny", echo=noop.append) == first
+        assert any("not rebuilt" in line for line in noop) and not any("STEP " in line for line in noop)
+        # Without the local tag the engine builds again, every step from its cache.
+        local = f"{buildmod.LOCAL_REPO}/tiny:{(first.inputs_sha256 or '').removeprefix('sha256:')[:16]}"
+        podman_api.cli("untag", local, local)
         lines: list[str] = []
         second = buildmod.build_image(project, eng, image="tiny", echo=lines.append)
     finally:
@@ -233,8 +247,15 @@ def test_docker_build_push_and_clean_rebuild(
 
     noop = _invoke(env, "build", "--image", "tiny", "--engine", "docker")
     assert noop.returncode == 0
+    assert lockmod.read(project.lock_path).builds["tiny"] == first
+    assert "unchanged" in noop.stdout and "not rebuilt" in noop.stdout and "Step 1/" not in noop.stdout
+    # Without the local tag the engine is asked again, and every step but FROM comes from its cache.
+    local = next(t for t in docker_client.images.get(first.image_id).tags if t.startswith("localhost/"))
+    docker_client.images.remove(local)
+    rebuild = _invoke(env, "build", "--image", "tiny", "--engine", "docker")
+    assert rebuild.returncode == 0
     assert lockmod.read(project.lock_path).builds["tiny"].image_id == first.image_id
-    assert "(7/8 steps from cache)" in noop.stdout
+    assert "(7/8 steps from cache)" in rebuild.stdout
 
     before = _content(docker_client, first.image_id)
     for img in docker_client.images.list():  # tagged images; their parents go with them

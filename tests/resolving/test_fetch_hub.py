@@ -267,6 +267,26 @@ def test_download_writer_hashes_and_reports_every_byte_across_a_rewind(tmp_path)
     assert (tmp_path / "f").read_bytes() == data
 
 
+def test_download_writer_hashes_beside_the_download_and_ends_its_thread(tmp_path):
+    """The hash runs in a thread of its own: a block whose buffer the caller reuses is still hashed as it
+    was written, reading the hash waits for every block, and no hashing thread outlives the writer."""
+    import threading
+
+    data = random_bytes("pipe", 2 * MiB + 3)
+    with (tmp_path / "f").open("w+b") as fh:
+        out = _HashingWriter(fh, Hasher("sha256", len(data)), "sha256", len(data), lambda _n: None)
+        buf = bytearray(65536)
+        for i in range(0, len(data), 65536):
+            block = data[i : i + 65536]
+            buf[: len(block)] = block
+            out.write(memoryview(buf)[: len(block)])  # type: ignore[arg-type]
+        out.flush()
+        assert out.hasher.hexdigest() == hashlib.sha256(data).hexdigest()
+        out.close()
+    assert not [t for t in threading.enumerate() if t.name == "hash"]
+    assert (tmp_path / "f").read_bytes() == data
+
+
 def test_edited_or_corrupted_files_are_caught(hub, client, make_project):
     files = tiny_files("edited")
     sha = hub.repo("acme/edited").add_commit(files)

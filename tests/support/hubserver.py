@@ -16,8 +16,10 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 LFS_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
@@ -35,8 +37,16 @@ def lfs_pointer(data: bytes) -> bytes:
     )
 
 
+#: ``Random.randbytes`` of more than this overflows (it asks for ``8 n`` bits as a C int): larger files are
+#: generated in pieces of this size.
+_RANDBYTES_MAX = 128 << 20
+
+
 def random_bytes(seed: str, n: int) -> bytes:
-    return random.Random(seed).randbytes(n)
+    rng = random.Random(seed)
+    if n <= _RANDBYTES_MAX:
+        return rng.randbytes(n)
+    return b"".join(rng.randbytes(min(_RANDBYTES_MAX, n - i)) for i in range(0, n, _RANDBYTES_MAX))
 
 
 @dataclass
@@ -376,7 +386,7 @@ class _Handler(BaseHTTPRequestHandler):
                 end = min(int(mm.group(2)) + 1, len(data)) if mm.group(2) else len(data)
                 code = 206
                 headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(data)}"
-        body = data[start:end]
+        body = memoryview(data)[start:end]  # sent as slices of the file's bytes, never copied
         self.send_response(code)
         for k, v in headers.items():
             self.send_header(k, v)
@@ -406,6 +416,20 @@ class _Handler(BaseHTTPRequestHandler):
         if cut < len(body):
             self.wfile.flush()
             self._reset()
+
+
+def bench_env(base: Mapping[str, str], url: str, hf_home: Path, root: Path) -> dict[str, str]:
+    """``base`` without the user's Hub settings, pointed at the stand-in at ``url`` (for bench/: `invoke
+    fetch-model` acting on the checkout at ``root``, and `hf download`, quietly and without Xet)."""
+    return {
+        **{k: v for k, v in base.items() if not k.startswith(("HF_", "HUGGING"))},
+        "HF_ENDPOINT": url,
+        "HF_HOME": str(hf_home),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "RIGSMITH_ROOT": str(root),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

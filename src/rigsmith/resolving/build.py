@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rigsmith.errors import AdapterError, LockError, RigsmithError, SpecError
 from rigsmith.project import Project
@@ -20,8 +21,10 @@ from rigsmith.resolving import image as imagemod
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.engine import Engine
 from rigsmith.resolving.imageref import parse_ref
-from rigsmith.resolving.registry import Resolver
 from rigsmith.resolving.sources import Sources, cache_root, tree_files
+
+if TYPE_CHECKING:
+    from rigsmith.resolving.registry import Resolver  # httpx: loaded only where a registry is asked
 
 Echo = Callable[[str], None]
 
@@ -251,6 +254,15 @@ def build_image(
     if push:
         ref = f"{push.rstrip('/')}/{name}"
         parse_ref(f"{ref}:{tag}")  # a bad --push fails before the build, not after
+    if not push:
+        same = _unchanged(project, engine, name, ctx, local)
+        if same is not None:
+            echo(
+                f"build: images/{name} unchanged (inputs {ctx.inputs_sha256[:19]} as locked) and {local} = "
+                f"{same.image_id} present in {engine.kind}; not rebuilt"
+            )
+            echo(f"lock: builds.{name} = {same.pinned_ref} (unchanged)")
+            return same
     echo(f"build: images/{name} FROM {ctx.base} with {engine.kind} ({engine.url}); context {dest}")
     result = engine.build(imagemod.context_tar(ctx.files, epoch), tag=local, epoch=epoch, log=echo)
     labels = engine.inspect(local).get("Config", {}).get("Labels") or {}
@@ -291,3 +303,35 @@ def build_image(
         lock.builds[name] = entry
     echo(f"lock: builds.{name} = {entry.pinned_ref}{kept}")
     return entry
+
+
+def _unchanged(
+    project: Project, engine: Engine, name: str, ctx: imagemod.Context, local: str
+) -> lockmod.LockedBuild | None:
+    """The lock's build of ``name`` when a build now could only reproduce it, else None.
+
+    That is: the lock records these very inputs (the inputs hash covers the base digest, the patches and
+    every file of the context) and the engine still has ``local`` as that image, with the rendered labels.
+    Anything else (another hash, the image gone or re-tagged, a lock without the hash) builds.
+    """
+    old = lockmod.read(project.lock_path).builds.get(name)
+    if (
+        old is None
+        or old.inputs_sha256 != ctx.inputs_sha256
+        or old.base != ctx.base
+        or old.patches != dict(ctx.patch_hashes)
+    ):
+        return None
+    if old.digest is None and old.ref != f"{LOCAL_REPO}/{name}":
+        return None
+    try:
+        data = engine.inspect(local)
+    except AdapterError:
+        return None
+    image_id = str(data.get("Id", ""))
+    if not image_id.startswith("sha256:"):
+        image_id = f"sha256:{image_id}"
+    labels = data.get("Config", {}).get("Labels") or {}
+    if image_id != old.image_id or any(labels.get(k) != v for k, v in ctx.labels.items()):
+        return None
+    return old

@@ -22,7 +22,9 @@ from typing import Any, Literal, Protocol
 
 import docker  # type: ignore[import-untyped]
 import docker.auth  # type: ignore[import-untyped]
+import docker.constants  # type: ignore[import-untyped]
 import docker.errors  # type: ignore[import-untyped]
+import docker.utils  # type: ignore[import-untyped]
 import requests
 
 from rigsmith.errors import AdapterError, PreflightError
@@ -277,6 +279,37 @@ class DockerPyEngine:
         self.client.close()
 
 
+def _handshake(url: str) -> tuple[docker.DockerClient, EngineKind]:
+    """A client for ``url`` and the engine behind it, from one request.
+
+    ``DockerClient(version="auto")`` asks ``/version`` for the API version and ``client.version()`` asked
+    again for the components; Podman answers ``/version`` in 0.3 s or more, ``/_ping`` in milliseconds. Both
+    engines put the API version in ``/_ping``'s headers, and Podman adds ``Libpod-Api-Version``; an engine
+    whose ping says less is asked ``/version`` (once), as before.
+    """
+    floor = docker.constants.MINIMUM_DOCKER_API_VERSION
+    client = docker.DockerClient(base_url=url, version=floor, timeout=60)
+    try:
+        api = client.api
+        resp = api._get(api._url("/_ping", versioned_api=False))
+        api._raise_for_status(resp)
+        api_version = resp.headers.get("Api-Version")
+        kind: EngineKind = "podman" if resp.headers.get("Libpod-Api-Version") else "docker"
+        if not api_version:
+            info = client.version(api_version=False)
+            api_version = info.get("ApiVersion") if isinstance(info, dict) else None
+            kind = engine_kind(info if isinstance(info, dict) else {})
+        if not isinstance(api_version, str):
+            raise docker.errors.DockerException('Invalid response from the engine: no "ApiVersion"')
+        if docker.utils.version_lt(api_version, floor):
+            raise docker.errors.InvalidVersion(f"API version {api_version} is below what docker-py supports")
+        api._version = api_version  # what version="auto" sets from /version's answer
+        return client, kind
+    except BaseException:
+        client.close()
+        raise
+
+
 def _reachable(url: str) -> bool:
     return not url.startswith("unix://") or Path(url.removeprefix("unix://")).exists()
 
@@ -293,8 +326,7 @@ def connect(engine: EngineKind | None, env: Mapping[str, str]) -> DockerPyEngine
             tried.append(f"{url} (no socket)")
             continue
         try:
-            client = docker.DockerClient(base_url=url, version="auto", timeout=60)
-            kind = engine_kind(client.version())
+            client, kind = _handshake(url)
         except (docker.errors.DockerException, requests.RequestException) as err:
             tried.append(f"{url} ({type(err).__name__})")
             continue

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import queue
 import shutil
 import threading
 from collections.abc import Callable, Sequence
@@ -31,16 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from filelock import FileLock, Timeout
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 
 from rigsmith.errors import AdapterError, ConsentError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir
@@ -83,6 +74,8 @@ from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from rigsmith.resolving.hub import Hub
 
 Echo = Callable[[str], None]
@@ -98,6 +91,8 @@ MAX_WORKERS = 64
 PROGRESS_STEP = 1 << 20
 #: Ask the kernel to start writing a download out every this many bytes.
 WRITEBACK_STEP = 16 << 20
+#: Blocks (up to a socket read each, 1 MiB) waiting for a download's hashing thread, at most.
+HASH_QUEUE = 16
 #: A file that hashes wrong after download is fetched once more before it is refused.
 MISMATCH_ATTEMPTS = 2
 #: Entries of a non-empty model dir looked at before deciding it holds something else.
@@ -225,10 +220,55 @@ def pin_model(
 # --------------------------------------------------------------------------------------------------
 
 
+class _HashPipe:
+    """Hashes blocks in a thread of its own, in order, while the caller goes back to the socket.
+
+    Inline, every block's hash update stalls the connection it came from (nothing reads the socket while
+    the block is hashed, so the sender waits on a full window); here the next block is read meanwhile.
+    hashlib releases the GIL for large buffers, so the two really overlap. At most :data:`HASH_QUEUE`
+    blocks wait (bounded memory). :meth:`result` waits for the last block and ends the thread; the next
+    :meth:`update` starts another.
+    """
+
+    def __init__(self, hasher: Hasher) -> None:
+        self._hasher = hasher
+        self._q: queue.Queue[bytes | memoryview | None] | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def update(self, data: bytes | memoryview) -> None:
+        if not isinstance(data, bytes):
+            data = bytes(data)  # the caller may reuse its buffer once this returns
+        if self._q is None:
+            self._q = queue.Queue(maxsize=HASH_QUEUE)
+            self._thread = threading.Thread(target=self._run, args=(self._q,), name="hash", daemon=True)
+            self._thread.start()
+        self._q.put(data)
+
+    def _run(self, q: queue.Queue[bytes | memoryview | None]) -> None:
+        while (block := q.get()) is not None:
+            if self._error is None:
+                try:
+                    self._hasher.update(block)
+                except BaseException as err:  # re-raised by result()
+                    self._error = err
+
+    def result(self) -> Hasher:
+        """The hasher, every block given so far in it."""
+        if self._q is not None and self._thread is not None:
+            self._q.put(None)
+            self._thread.join()
+            self._q = self._thread = None
+        if self._error is not None:
+            raise self._error
+        return self._hasher
+
+
 class _HashingWriter:
     """The download sink: writes, hashes and counts each block as it arrives; absolute positions.
 
-    Progress is reported in steps of at least :data:`PROGRESS_STEP` bytes (a rich update per 64 KiB
+    The hashing runs beside the download (:class:`_HashPipe`); :attr:`hasher` waits for it. Progress is
+    reported in steps of at least :data:`PROGRESS_STEP` bytes (a rich update per 64 KiB
     block costs more than the hashing). Every :data:`WRITEBACK_STEP` bytes the kernel is asked to start
     writing the range out (:func:`_start_writeback`), so the fsync before the rename waits for the last
     few MiB rather than for the whole file.
@@ -248,7 +288,7 @@ class _HashingWriter:
         self._fd: int = fh.fileno()
         self._kind = kind
         self._size = size
-        self.hasher = hasher
+        self._pipe = _HashPipe(hasher)
         self.on_bytes = on_bytes
         self.written = 0
         self._pos: int = fh.tell()
@@ -260,7 +300,7 @@ class _HashingWriter:
             self._fh.flush()  # what arrived stays in the partial file: the next run resumes from it
             raise Stopped("stopped")
         n: int = self._fh.write(data)
-        self.hasher.update(data)
+        self._pipe.update(data)
         self.written += n
         self._pos += n
         self._unreported += n
@@ -273,6 +313,15 @@ class _HashingWriter:
             self._synced = self._pos
         return n
 
+    @property
+    def hasher(self) -> Hasher:
+        """The hash of every byte written so far (waits for the hashing thread to catch up)."""
+        return self._pipe.result()
+
+    def close(self) -> None:
+        """End the hashing thread (after an error: the bytes so far are not needed)."""
+        self._pipe.result()
+
     def tell(self) -> int:
         return self._pos
 
@@ -282,7 +331,8 @@ class _HashingWriter:
         if pos != self._pos:
             if pos != 0:
                 raise ValueError("only a rewind to the start is supported")
-            self.hasher = Hasher(self._kind, self._size)
+            self._pipe.result()
+            self._pipe = _HashPipe(Hasher(self._kind, self._size))
             self.on_bytes(self._unreported - self._pos)
             self._unreported = 0
             self._synced = 0
@@ -436,10 +486,13 @@ def _download(ctx: _Ctx, w: Want) -> None:
                         ctx.report.resumed_bytes += have
                 fh.seek(have)
                 out = _HashingWriter(fh, hasher, w.kind, w.size, on_bytes, ctx.stop)
-                if have < w.size:
-                    ctx.get_hub().download(
-                        ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
-                    )
+                try:
+                    if have < w.size:
+                        ctx.get_hub().download(
+                            ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
+                        )
+                finally:
+                    out.close()
                 out.flush()
                 digest = out.hasher.hexdigest()
                 got = out.tell()
@@ -812,6 +865,17 @@ def _size(p: Path) -> int:
 
 
 def _download_all(ctx: _Ctx, todo: Sequence[Want], workers: int, progress: bool | None) -> None:
+    # rich loads here: a warm run (nothing to download) never needs it.
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     console = Console(stderr=True)
     show = console.is_terminal if progress is None else progress
     errors: list[BaseException] = []
