@@ -225,7 +225,8 @@ def test_a_relative_host_path_is_refused_for_every_target(tmp_path: Path, host: 
     for target in targets.renderers():
         with pytest.raises(SpecError) as err:
             deploy.artifacts(project, target, out=tmp_path / "out")
-        assert [p for p, _ in err.value.problems] == ["model.local_dir", "mounts[0].host"], target
+        # The spec's own problems come first; the one pass adds what the target cannot express.
+        assert [p for p, _ in err.value.problems][:2] == ["model.local_dir", "mounts[0].host"], target
         assert "is relative (to where the recipe ran)" in str(err.value)
 
 

@@ -15,6 +15,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
 from rigsmith.policy import SECRET_FLAGS as SECRET_FLAGS  # re-exported for the targets
 from rigsmith.policy import dangerous_mounts, secret_flag, secret_flag_span
+from rigsmith.render import breaks_line
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.imageref import parse_ref
 
@@ -108,30 +109,38 @@ _REGISTRY_HOST = re.compile(
 )
 
 
-def _image(
-    spec: specmod.Deployment, lock: lockmod.Lock, override: str | None, spec_path: str
-) -> tuple[str, bool]:
+def _image_problems(spec: specmod.Deployment, override: str | None) -> list[tuple[str, str]]:
+    """The image reference a container plan runs must be one: every target writes it into a file (unit
+    keys take it raw)."""
+    ref = override or spec.engine.image
+    if not ref:
+        return []
+    try:
+        registry = parse_ref(ref).registry
+        if not _REGISTRY_HOST.fullmatch(registry):
+            # parse_ref takes any first component holding a '.' or ':' as the registry.
+            raise RigsmithError(
+                f"image reference {ref!r}: {registry!r} is not a registry host[:port]",
+                hint="write e.g. registry.example.com:5000/name:tag",
+            )
+    except RigsmithError as err:
+        return [
+            ("--image" if override else "engine.image", err.message + (f"; {err.hint}" if err.hint else ""))
+        ]
+    return []
+
+
+def resolve_image(spec: specmod.Deployment, lock: lockmod.Lock, override: str | None) -> tuple[str, bool]:
+    """(image reference, pinned by digest) a container plan runs; ``("", False)`` for a venv plan.
+
+    Raises:
+        LockError: the spec runs an image build the lock has no entry for.
+        RigsmithError: the spec names no image at all.
+    """
+    if spec.engine.runtime == "venv":
+        return "", False
     ref = override or spec.engine.image
     if ref:
-        try:
-            registry = parse_ref(ref).registry
-            if not _REGISTRY_HOST.fullmatch(registry):
-                # parse_ref takes any first component holding a '.' or ':' as the registry.
-                raise RigsmithError(
-                    f"image reference {ref!r}: {registry!r} is not a registry host[:port]",
-                    hint="write e.g. registry.example.com:5000/name:tag",
-                )
-        except RigsmithError as err:
-            # Every target writes the reference into a file (unit keys take it raw): it must be one.
-            raise SpecError(
-                spec_path,
-                [
-                    (
-                        "--image" if override else "engine.image",
-                        err.message + (f"; {err.hint}" if err.hint else ""),
-                    )
-                ],
-            ) from None
         if "@sha256:" in ref:
             return ref, True
         locked = lock.images.get(ref)
@@ -155,15 +164,15 @@ def _image(
     )
 
 
-def _check_venv(spec: specmod.Deployment, override: str | None, spec_path: str) -> None:
-    """A venv engine names its venv (absolute, inside the CT) and no image: every problem at once."""
+def _venv_problems(spec: specmod.Deployment, override: str | None) -> list[tuple[str, str]]:
+    """A venv engine names its venv (absolute, inside the CT) and no image."""
     problems = []
     venv = spec.engine.venv
     if not venv:
         problems.append(
             ("engine.venv", "runtime is venv but no venv is set; set the venv's absolute path inside the CT")
         )
-    elif not venv.startswith("/") or re.search(r"[\x00-\x1f\x7f\s\\%$]", venv):
+    elif not venv.startswith("/") or breaks_line(venv) or re.search(r"[\s\\%$]", venv):
         problems.append(
             (
                 "engine.venv",
@@ -184,8 +193,7 @@ def _check_venv(spec: specmod.Deployment, override: str | None, spec_path: str) 
                     "or set engine.runtime: container",
                 )
             )
-    if problems:
-        raise SpecError(spec_path, problems)
+    return problems
 
 
 def _secret_args(args: tuple[str, ...], where: str = "engine.args") -> list[tuple[str, str]]:
@@ -261,6 +269,51 @@ def _has_tag(ref: str) -> bool:
     return ":" in last
 
 
+def _placeholder_problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
+    return [
+        (
+            "placeholders",
+            f"{tok!r} has no value; set `placeholders: {{{tok!r}: VALUE}}` in the spec "
+            "(it is used by the recipe's args or env)",
+        )
+        for tok in spec.unfilled_placeholders()
+    ]
+
+
+def _shutdown_problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
+    grace, shutdown = spec.resources.stop_grace_seconds, spec.shutdown_timeout
+    if shutdown is None or shutdown < grace:
+        return []
+    return [
+        (
+            "resources.stop_grace_seconds",
+            f"is {grace}s but vLLM --shutdown-timeout is {shutdown}s; the container would be killed "
+            f"mid-drain. Set it above {shutdown} (e.g. {shutdown + 10})",
+        )
+    ]
+
+
+def problems(spec: specmod.Deployment, image: str | None = None) -> list[tuple[str, str]]:
+    """Every reason no target could render this spec (with ``--image``), by field path, none raised.
+
+    Unfilled placeholders, NUL characters, secret flag values, relative or dangerous host paths, an empty
+    executable, the venv or image settings of the runtime, and stop timeouts that do not nest.
+    """
+    out = _placeholder_problems(spec)
+    out += _nul_problems(spec.model_dump(mode="python")) + _nul_problems(image, "--image")
+    out += _secret_args(spec.engine.subcommand, "engine.subcommand") + _secret_args(spec.engine.args)
+    out += _relative_hosts(spec) + dangerous_mounts(spec)
+    if spec.engine.runtime == "container" and not spec.engine.executable.strip():
+        # podman reads --entrypoint '' as "no entrypoint", quadlet drops an empty Entrypoint=: the targets
+        # would run different programs.
+        out.append(("engine.executable", "is empty; set the program the container runs (e.g. vllm)"))
+    if spec.engine.runtime == "venv":
+        out += _venv_problems(spec, image)
+    else:
+        out += _image_problems(spec, image)
+    return out + _shutdown_problems(spec)
+
+
 def make(
     spec: specmod.Deployment,
     lock: lockmod.Lock,
@@ -269,38 +322,29 @@ def make(
     image: str | None = None,
     memlock: Literal["unlimited", "host"] | int | None = None,
 ) -> RunPlan:
-    """Decide the run plan. Refuses unfilled placeholders and a missing image, naming each."""
-    missing = spec.unfilled_placeholders()
-    if missing:
-        raise SpecError(
-            spec_path,
-            [
-                (
-                    "placeholders",
-                    f"{tok!r} has no value; set `placeholders: {{{tok!r}: VALUE}}` in the spec "
-                    "(it is used by the recipe's args or env)",
-                )
-                for tok in missing
-            ],
-        )
-    problems = _nul_problems(spec.model_dump(mode="python")) + _nul_problems(image, "--image")
-    problems += _secret_args(spec.engine.subcommand, "engine.subcommand") + _secret_args(spec.engine.args)
-    problems += _relative_hosts(spec) + dangerous_mounts(spec)
-    if spec.engine.runtime == "container" and not spec.engine.executable.strip():
-        # podman reads --entrypoint '' as "no entrypoint", quadlet drops an empty Entrypoint=: the targets
-        # would run different programs.
-        problems.append(("engine.executable", "is empty; set the program the container runs (e.g. vllm)"))
-    if problems:
-        raise SpecError(spec_path, problems)
+    """Decide the run plan. Refuses every problem of :func:`problems` at once, then a missing image."""
+    bad = problems(spec, image)
+    if bad:
+        raise SpecError(spec_path, bad)
+    return build(spec, resolve_image(spec, lock, image), spec_path=spec_path, memlock=memlock)
+
+
+def build(
+    spec: specmod.Deployment,
+    image: tuple[str, bool],
+    *,
+    spec_path: str,
+    memlock: Literal["unlimited", "host"] | int | None = None,
+) -> RunPlan:
+    """The plan for a spec, unchecked: :func:`make` refuses the problems first; ``rendering.validate``
+    builds one from a spec with problems to find the targets' problems too."""
+    ref, pinned = image
     if spec.engine.runtime == "venv":
-        _check_venv(spec, image, spec_path)
-        ref, pinned = "", False
         command = tuple(spec.fill(a) for a in spec.engine.argv_with_model(spec.model.local_dir))
         model_word = (
             None if spec.engine.model_arg is None else len(spec.engine.subcommand) + spec.engine.model_arg
         )
     else:
-        ref, pinned = _image(spec, lock, image, spec_path)
         command = tuple(spec.fill(a) for a in spec.engine.container_argv(spec.model))
         model_word = None
     mounts = [
@@ -311,17 +355,6 @@ def make(
     indices = tuple(d.split("=", 1)[1] for d in gpus.cdi_devices)
     grace = spec.resources.stop_grace_seconds
     shutdown = spec.shutdown_timeout
-    if shutdown is not None and shutdown >= grace:
-        raise SpecError(
-            spec_path,
-            [
-                (
-                    "resources.stop_grace_seconds",
-                    f"is {grace}s but vLLM --shutdown-timeout is {shutdown}s; the container would be killed "
-                    f"mid-drain. Set it above {shutdown} (e.g. {shutdown + 10})",
-                )
-            ],
-        )
     digest = hashlib.sha256(specmod.dump(spec).encode()).hexdigest()
     return RunPlan(
         name=spec.name,

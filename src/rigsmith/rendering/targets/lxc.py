@@ -27,11 +27,12 @@ from pathlib import Path
 
 from rigsmith import render as tpl
 from rigsmith.errors import ConsentError, RigsmithError, SpecError
-from rigsmith.render import banner, line_breaks
+from rigsmith.render import banner, breaks_line
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.rendering.targets import LxcOptions, RenderContext, ini, pctconf
 from rigsmith.rendering.targets.common import (
     RESTART_SEC,
+    Check,
     cannot_express,
     entrypoint_problems,
     home_path,
@@ -168,11 +169,30 @@ def _fstab_path(path: str, field_name: str, problems: list[tuple[str, str]]) -> 
 
 def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
     """Every setting of the CT, in file order, before mp/dev indexes are assigned."""
-    opts, spec = ctx.lxc, ctx.spec
-    t = timings(plan)
-    problems = _option_problems(opts)
+    problems = _option_problems(ctx.lxc)
     if problems:
         raise SpecError("invoke deploy --target lxc", problems, what="command-line options")
+    out, problems = _lines(plan, ctx)
+    if problems:
+        raise SpecError(plan.spec_path, cannot_express("lxc", problems))
+    return out
+
+
+def _problems(plan: RunPlan, ctx: RenderContext) -> list[tuple[str, str]]:
+    """The deploy options' problems, else every spec field a CT cannot carry."""
+    return _option_problems(ctx.lxc) or cannot_express("lxc", _lines(plan, ctx)[1])
+
+
+#: What the lxc target cannot express (the CT's settings are built and checked in one walk).
+CHECKS: tuple[Check, ...] = (_problems,)
+
+
+def _lines(plan: RunPlan, ctx: RenderContext) -> tuple[list[Line], list[tuple[str, str]]]:
+    """The CT's settings and the problems found building them; the options must be valid."""
+    # One walk on purpose: each setting's value is checked where it is built (a problem names the field).
+    opts, spec = ctx.lxc, ctx.spec
+    t = timings(plan)
+    problems: list[tuple[str, str]] = []
     pve = _version(opts.pve_version)
     if spec.resources.host_ram_gib is None:
         problems.append(("resources.host_ram_gib", "is needed to size the CT's memory; set it (GiB)"))
@@ -247,7 +267,7 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
         )
     )
     for k, v in plan.env:
-        if re.search(r"[\x00-\x1f\x7f]", v) or line_breaks(v) or v != v.strip():
+        if breaks_line(v) or v != v.strip():
             problems.append(
                 (
                     f"env.{k}",
@@ -258,9 +278,7 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
         out.append(Line("lxc.environment", f"{k}={v}"))
     if plan.runtime == "container":  # provision.sh runs the podman target's argv
         problems += volume_problems(plan) + entrypoint_problems(plan)
-    if problems:
-        raise cannot_express(plan, "lxc", problems)
-    return out
+    return out, problems
 
 
 #: pct.conf(5) keys a user's CT config may hold besides PVE_KEYS (rigsmith never writes them): key → value.
