@@ -31,6 +31,8 @@ from rigsmith.operating.probes import (
 )
 from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
+from rigsmith.rendering import validate
+from rigsmith.rendering.targets import RenderContext
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.imageref import parse_ref
 from rigsmith.resolving.modelfiles import expand_dir
@@ -606,8 +608,12 @@ def diagnose(
     lock = lockmod.read(project.lock_path)
     plan: planmod.RunPlan | None = None
     planned: Check | None = None
+    spec_path = f"deployments/{name}.yaml"
+    ctx = RenderContext(spec, project.root, "invoke doctor", podman_version=spec.podman_version)
     try:
-        plan = planmod.make(spec, lock, spec_path=f"deployments/{name}.yaml")
+        # The one validation pass deploy runs for this target, so doctor names every problem too.
+        validate.check(spec, lock, target, ctx, spec_path=spec_path)
+        plan = planmod.make(spec, lock, spec_path=spec_path)
     except RigsmithError as err:
         planned = Check("plan", "no-go", f"cannot render the artifacts: {err.message}", err.hint)
     image = (
