@@ -433,8 +433,7 @@ def status(ops: Ops, *, deployment: str | None = None, health: Callable[[str], b
     st = (info or {}).get("State") or {}
     healthy = None
     if st.get("Running") and health is not None:
-        host = "127.0.0.1" if spec.network.host in ("0.0.0.0", "::", "") else spec.network.host
-        healthy = health(f"http://{host}:{spec.network.port}{spec.readiness.health_path}")
+        healthy = health(planmod.local_url(spec.network.host, spec.network.port) + spec.readiness.health_path)
     return Status(
         name,
         str(st.get("Status", "absent")) if info else "absent",

@@ -68,9 +68,13 @@ class RunPlan:
     model_word: int | None = None
 
     @property
+    def base_url(self) -> str:
+        """Where the OpenAI API answers from this host."""
+        return local_url(self.host, self.port)
+
+    @property
     def health_url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        return f"http://{host}:{self.port}{self.health_path}"
+        return self.base_url + self.health_path
 
     @property
     def memlock_ulimit(self) -> str | None:
@@ -101,6 +105,12 @@ class RunPlan:
             opts += ["--env", k]
         opts += ["--entrypoint", self.entrypoint]
         return opts
+
+
+def local_url(host: str, port: int) -> str:
+    """The URL of a server bound to ``host``:``port``, reached from the same host: a wildcard bind is
+    reached on loopback. The one copy of that rule (status, wait, bench and the proxy entry use it)."""
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
 
 
 #: A registry host as Docker's reference grammar has it (domain or IPv6 literal, optional port).
