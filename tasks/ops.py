@@ -6,7 +6,6 @@ rigsmith.operating (httpx, jinja2) loads inside the tasks: invoke imports every 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -168,6 +167,7 @@ def logs(
 ) -> None:
     """Show the deployment's engine log (podman logs / journalctl)."""
     from rigsmith.operating import lifecycle
+    from rigsmith.operating.host import LocalHost
 
     argv = lifecycle.logs_argv(
         _ops(c, target, out),
@@ -176,7 +176,7 @@ def logs(
         tail=_int("--tail", tail) if tail is not None else None,
     )
     try:
-        code = subprocess.run(argv, check=False).returncode
+        code = LocalHost().call(argv)
     except FileNotFoundError:
         raise RigsmithError(
             f"{argv[0]} is not installed", hint="install it, or use the other --target"
