@@ -453,10 +453,10 @@ def service_entries(plan: RunPlan, ctx: RenderContext) -> list[ini.Entry]:
 
 
 def unit_text(plan: RunPlan, ctx: RenderContext) -> str:
-    """The CT's ``NAME.service`` (laid out by the same template as quadlet units)."""
+    """The CT's ``NAME.service`` (laid out by the systemd unit-file template, as quadlet's .container)."""
     t = timings(plan)
     return tpl.render(
-        "quadlet/unit.j2",
+        "systemd/unit-file.j2",
         banner=banner(ctx.command, plan.spec_path),
         header=[
             f"Written by provision.sh inside CT {ctx.lxc.vmid}. Stop timeouts nest: vLLM --shutdown-timeout "
@@ -542,7 +542,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         confs = [Artifact(conf, "\n".join(merge(ctx.read(conf), ours, head)) + "\n")]
     nodes = _gpu_nodes(plan, ctx.spec.resources.gpus.count, [])
     script = tpl.render(
-        "lxc/provision.sh.j2",
+        f"lxc/provision-{plan.runtime}.sh.j2",
         banner=banner(ctx.command, plan.spec_path),
         plan=plan,
         vmid=opts.vmid,

@@ -268,7 +268,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         *secrets,
     ]
     body = tpl.render(
-        "quadlet/unit.j2",
+        "systemd/unit-file.j2",
         banner=banner(ctx.command, plan.spec_path),
         header=header,
         sections=sections(entries(plan, version)),
