@@ -612,7 +612,7 @@ def diagnose(
     ctx = RenderContext(spec, project.root, "invoke doctor", podman_version=spec.podman_version)
     try:
         # The one validation pass deploy runs for this target, so doctor names every problem too.
-        validate.check(spec, lock, target, ctx, spec_path=spec_path)
+        validate.refuse(spec_path, validate.problems(spec, lock, target, ctx, spec_path=spec_path))
         plan = planmod.make(spec, lock, spec_path=spec_path)
     except RigsmithError as err:
         planned = Check("plan", "no-go", f"cannot render the artifacts: {err.message}", err.hint)

@@ -60,7 +60,9 @@ def artifacts(
         warn=warn,
     )
     lock = lockmod.read(project.lock_path)
-    validate.check(spec, lock, target, ctx, spec_path=spec_rel, image=image, memlock=memlock)
+    validate.refuse(
+        spec_rel, validate.problems(spec, lock, target, ctx, spec_path=spec_rel, image=image, memlock=memlock)
+    )
     plan = planmod.make(spec, lock, spec_path=spec_rel, image=image, memlock=memlock)
     return plan, table[target](plan, ctx)
 

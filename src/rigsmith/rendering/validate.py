@@ -40,17 +40,7 @@ def problems(
     return out + [p for p in target_problems(plan, ctx, checks()[target]) if p not in out]
 
 
-def check(
-    spec: specmod.Deployment,
-    lock: lockmod.Lock,
-    target: str,
-    ctx: RenderContext,
-    *,
-    spec_path: str,
-    image: str | None = None,
-    memlock: Literal["unlimited", "host"] | int | None = None,
-) -> None:
-    """Raise one SpecError, naming ``spec_path``, with every problem :func:`problems` finds."""
-    bad = problems(spec, lock, target, ctx, spec_path=spec_path, image=image, memlock=memlock)
-    if bad:
-        raise SpecError(spec_path, bad)
+def refuse(spec_path: str, found: list[tuple[str, str]]) -> None:
+    """Raise one SpecError naming ``spec_path`` with every problem :func:`problems` found, or nothing."""
+    if found:
+        raise SpecError(spec_path, found)
