@@ -19,7 +19,6 @@ snapshot (research/runtime-facts.md §4.1).
 from __future__ import annotations
 
 import math
-import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,9 +28,8 @@ from rigsmith import render as tpl
 from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.render import banner, breaks_line
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import LxcOptions, RenderContext, ini, pctconf
+from rigsmith.rendering.targets import LxcOptions, RenderContext, pctconf
 from rigsmith.rendering.targets.common import (
-    RESTART_SEC,
     Check,
     cannot_express,
     entrypoint_problems,
@@ -39,6 +37,7 @@ from rigsmith.rendering.targets.common import (
     timings,
     volume_problems,
 )
+from rigsmith.rendering.targets.lxcservice import SECRETS_DIR, unit_text
 from rigsmith.rendering.targets.podman import run_lines
 from rigsmith.writer import BANNER_MARK, Artifact
 
@@ -72,8 +71,6 @@ RAW_ALLOWED = re.compile(r"^lxc\.(mount\.entry|environment|cgroup2\.[a-z0-9_.]+|
 #: Device nodes per CDI vendor/class: per-GPU node pattern, shared nodes, and which may be absent.
 NVIDIA_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 NVIDIA_OPTIONAL = frozenset({"nvidia-uvm-tools", "nvidia-modeset"})
-#: Where provision.sh writes a venv service's secret env file (0600), read by its EnvironmentFile=.
-SECRETS_DIR = "/etc/rigsmith"
 #: nvidia.ko's fixed char major (NV_MAJOR_DEVICE_NUMBER); nvidia-uvm's is dynamic, a host fact.
 NVIDIA_MAJOR = 195
 
@@ -213,8 +210,38 @@ def _lines(plan: RunPlan, ctx: RenderContext) -> tuple[list[Line], list[tuple[st
         Line("swap", "0"),
         Line("unprivileged", "1"),
     ]
+    out += _mount_lines(plan, opts.home, problems)
+    out += _passthrough_lines(plan, ctx, pve, problems)
+    if plan.memlock != "host":
+        out.append(
+            Line("lxc.prlimit.memlock", "unlimited" if plan.memlock == "unlimited" else str(plan.memlock))
+        )
+    out.append(
+        Line(
+            "lxc.mount.entry",
+            f"tmpfs dev/shm tmpfs rw,nosuid,nodev,size={plan.shm_bytes // 1024}k,mode=1777,create=dir 0 0",
+        )
+    )
+    for k, v in plan.env:
+        if breaks_line(v) or v != v.strip():
+            problems.append(
+                (
+                    f"env.{k}",
+                    "a pct.conf line cannot hold a line break (of any kind), another control character or "
+                    "leading/trailing whitespace",
+                )
+            )
+        out.append(Line("lxc.environment", f"{k}={v}"))
+    if plan.runtime == "container":  # provision.sh runs the podman target's argv
+        problems += volume_problems(plan) + entrypoint_problems(plan)
+    return out, problems
+
+
+def _mount_lines(plan: RunPlan, home: str, problems: list[tuple[str, str]]) -> list[Line]:
+    """An ``mpN`` line per directory mount, an ``lxc.mount.entry`` per file one; bad paths to ``problems``."""
+    out = []
     for i, m in enumerate(plan.mounts):
-        path = home_path(m.host, opts.home)
+        path = home_path(m.host, home)
         fld = "model.local_dir" if m.role == "model" else f"mounts[{i - 1}].host"
         if m.kind == "dir":
             # PVE splits the mpN property string on ',' and reads a part holding '=' as key=value.
@@ -225,7 +252,15 @@ def _lines(plan: RunPlan, ctx: RenderContext) -> tuple[list[Line], list[tuple[st
             src = _fstab_path(path, fld, problems)
             opt = "bind,create=file" + (",ro" if m.readonly else "")
             out.append(Line("lxc.mount.entry", f"{src} {src.lstrip('/')} none {opt} 0 0"))
-    nodes = _gpu_nodes(plan, spec.resources.gpus.count, problems)
+    return out
+
+
+def _passthrough_lines(
+    plan: RunPlan, ctx: RenderContext, pve: Version, problems: list[tuple[str, str]]
+) -> list[Line]:
+    """The GPU nodes: ``devN`` lines (PVE >= 8.1) or raw cgroup rules and bind entries."""
+    opts, out = ctx.lxc, []
+    nodes = _gpu_nodes(plan, ctx.spec.resources.gpus.count, problems)
     if len(nodes) > MAX_INDEXED and pve >= PVE_KEYS["devN"][1]:
         problems.append(
             (
@@ -256,29 +291,7 @@ def _lines(plan: RunPlan, ctx: RenderContext) -> tuple[list[Line], list[tuple[st
                     f"{path} {path.lstrip('/')} none bind,{'optional,' if optional else ''}create=file 0 0",
                 )
             )
-    if plan.memlock != "host":
-        out.append(
-            Line("lxc.prlimit.memlock", "unlimited" if plan.memlock == "unlimited" else str(plan.memlock))
-        )
-    out.append(
-        Line(
-            "lxc.mount.entry",
-            f"tmpfs dev/shm tmpfs rw,nosuid,nodev,size={plan.shm_bytes // 1024}k,mode=1777,create=dir 0 0",
-        )
-    )
-    for k, v in plan.env:
-        if breaks_line(v) or v != v.strip():
-            problems.append(
-                (
-                    f"env.{k}",
-                    "a pct.conf line cannot hold a line break (of any kind), another control character or "
-                    "leading/trailing whitespace",
-                )
-            )
-        out.append(Line("lxc.environment", f"{k}={v}"))
-    if plan.runtime == "container":  # provision.sh runs the podman target's argv
-        problems += volume_problems(plan) + entrypoint_problems(plan)
-    return out, problems
+    return out
 
 
 #: pct.conf(5) keys a user's CT config may hold besides PVE_KEYS (rigsmith never writes them): key → value.
@@ -390,80 +403,6 @@ def merge(existing: str | None, ours: Sequence[Line], head: Sequence[str]) -> li
     if rest:
         body += ["", *rest]
     return body
-
-
-def venv_argv(plan: RunPlan, home: str) -> list[str]:
-    """What the CT's service runs: the venv's vllm + the recipe argv, the model word at its CT path.
-
-    The model directory is bind-mounted at its host path (an ``mpN`` line), so that is where it is in the CT.
-    """
-    words = list(plan.command)
-    model = next(m for m in plan.mounts if m.role == "model")
-    i = plan.model_word
-    if i is not None and words[i].endswith(model.host):
-        words[i] = words[i][: len(words[i]) - len(model.host)] + home_path(model.host, home)
-    return [f"{plan.venv}/bin/vllm", *words]
-
-
-def venv_workdir(venv: str, recipe_executable: str) -> str:
-    """The directory the recipe ran from, where its relative paths (seed 003: ``TREE=./vllm-v2.5``) resolve.
-
-    A recipe that ran ``./venv-v2.5/bin/vllm`` ran it from the directory holding ``venv-v2.5``: the venv with
-    that relative part taken off. Otherwise the venv's parent, where such a tree sits beside it.
-    """
-    rel = posixpath.normpath(recipe_executable)
-    parts = rel.split("/")
-    if not rel.startswith("/") and parts[-2:] == ["bin", "vllm"] and len(parts) > 2:
-        tail = "/" + "/".join(parts[:-2])
-        if venv.rstrip("/").endswith(tail):
-            return venv.rstrip("/")[: -len(tail)] or "/"
-    return posixpath.dirname(venv.rstrip("/")) or "/"
-
-
-def service_entries(plan: RunPlan, ctx: RenderContext) -> list[ini.Entry]:
-    """The CT's systemd unit for a venv engine, as ordered (section, key, value) entries."""
-    t = timings(plan)
-    svc = "Service"
-    out: list[ini.Entry] = [
-        ("Unit", "Description", f"rigsmith: {plan.name} (vLLM from {plan.venv})"),
-        ("Unit", "Wants", "network-online.target"),
-        ("Unit", "After", "network-online.target"),
-        (svc, "Type", "exec"),
-        (svc, "WorkingDirectory", venv_workdir(plan.venv or "/", ctx.spec.engine.recipe_executable)),
-    ]
-    out += [(svc, "Environment", ini.systemd_word(f"{k}={v}")) for k, v in plan.env]
-    if plan.secret_env:
-        out.append((svc, "EnvironmentFile", f"{SECRETS_DIR}/{plan.name}.env"))
-    out.append((svc, "ExecStart", ini.systemd_words(venv_argv(plan, ctx.lxc.home))))
-    if plan.memlock != "host":
-        out.append((svc, "LimitMEMLOCK", "infinity" if plan.memlock == "unlimited" else str(plan.memlock)))
-    out += [
-        # vLLM drains on SIGTERM for its --shutdown-timeout; systemd waits longer, PVE's down= longer still.
-        # KillMode=mixed: SIGTERM to vLLM's main process only, which then stops its engine and workers; the
-        # default (control-group) signals every process at once, so the drain's children die mid-drain (seen
-        # under systemd 257: stop took 0.02 s instead of the 1 s drain). SIGKILL still reaches them all.
-        (svc, "KillMode", "mixed"),
-        (svc, "KillSignal", "SIGTERM"),
-        (svc, "TimeoutStopSec", str(t.systemd_stop)),
-        (svc, "Restart", "on-failure"),
-        (svc, "RestartSec", str(RESTART_SEC)),
-        ("Install", "WantedBy", "multi-user.target"),
-    ]
-    return out
-
-
-def unit_text(plan: RunPlan, ctx: RenderContext) -> str:
-    """The CT's ``NAME.service`` (laid out by the systemd unit-file template, as quadlet's .container)."""
-    t = timings(plan)
-    return tpl.render(
-        "systemd/unit-file.j2",
-        banner=banner(ctx.command, plan.spec_path),
-        header=[
-            f"Written by provision.sh inside CT {ctx.lxc.vmid}. Stop timeouts nest: vLLM --shutdown-timeout "
-            f"{t.shutdown or 0}s < TimeoutStopSec {t.systemd_stop}s < PVE startup down={t.pve_down}s."
-        ],
-        sections=ini.sections(service_entries(plan, ctx)),
-    )
 
 
 #: Keys that make the CT what it is: rigsmith writes them in a new config, never in the user's.
