@@ -116,6 +116,9 @@ def _small_members(project: Project, c: Contents, targets: Sequence[str]) -> dic
     return out
 
 
+# Over 80 lines on purpose: one ordered pass over shared state (the bundle's state cache through vouched/
+# remember, the report): space is checked before any write, the manifest is removed before a member
+# changes and written last. Split into phases, each helper would take the same eight values.
 def bundle(
     project: Project,
     deployment: str | None,

@@ -200,6 +200,9 @@ def _have(p: Path, size: int) -> bool:
         return False
 
 
+# Over 80 lines on purpose: verify-then-place in one ordered pass (disk space, every member against the
+# manifest and the manifest against the lock, and only then the writes); _verify_members, _place_project
+# and _place_model hold the steps, this function the order and the consent prompts.
 def _unbundle_dir(
     project: Project,
     bundle_dir: Path,
