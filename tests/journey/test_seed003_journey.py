@@ -11,9 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -25,7 +23,7 @@ import yaml
 from rigsmith import spec as specmod
 from rigsmith.operating.standin import Standin, StandinConfig
 from rigsmith.resolving import lock as lockmod
-from tests.support.common import FAKE_VENDOR, REPO
+from tests.support.common import FAKE_VENDOR, REPO, invoke_cli
 from tests.support.hubserver import HubServer
 from tests.support.models import tiny_files
 from tests.support.ops import OPS_IMAGE, free_port
@@ -54,18 +52,7 @@ def recipe_url() -> Iterator[str]:
 
 
 def _cli(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    inv = shutil.which("invoke")
-    assert inv, "invoke is not installed"
-    env = {**env, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
-    return subprocess.run(
-        [sys.executable, inv, "-r", str(REPO), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=600,
-        check=False,
-    )
+    return invoke_cli(root, *args, env=env, timeout=600)
 
 
 def test_seed_003_from_recipe_url_to_a_qualified_deployment_and_back(
