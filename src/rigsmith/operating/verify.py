@@ -123,12 +123,7 @@ def container_problems(
     return out
 
 
-def check_container(
-    plan: RunPlan,
-    *,
-    name: str | None = None,
-    host: Host | None = None,
-) -> None:
+def check_container(plan: RunPlan, *, name: str | None = None, host: Host | None = None) -> None:
     """Inspect the running container on ``host``; raise PreflightError naming every difference from the
     plan."""
     host = host or LocalHost(timeout=600)
