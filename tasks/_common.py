@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from invoke.context import Context
 from invoke.exceptions import Exit
@@ -107,3 +107,10 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
 def echo(msg: Any) -> None:
     """Print a status line."""
     print(msg, flush=True)
+
+
+def side(ours: bool, theirs: bool) -> Literal["ours", "theirs"] | None:
+    """``--ours`` / ``--theirs``: whose value settles a conflicting merge (None: ask, or refuse)."""
+    if ours and theirs:
+        raise Exit("error: --ours and --theirs exclude each other; pick one", code=1)
+    return "ours" if ours else "theirs" if theirs else None

@@ -53,6 +53,7 @@ def bundle(
 ) -> None:
     """Bundle model files, engine image (OCI archive, digest kept), spec, lock and artifacts, for offline."""
     from rigsmith.operating import bundle as bundlemod
+    from rigsmith.operating.bundlefiles import Io
 
     dest = Path(out).expanduser()
     say = _stderr if tar == "-" else echo  # stdout carries the tar stream
@@ -62,7 +63,7 @@ def bundle(
     elif isinstance(tar, str) and tar:
         tar_path = Path(tar) if tar == "-" else Path(tar).expanduser()
     report = bundlemod.bundle(
-        project(c), deployment, dest, targets=_targets(targets), tar=tar_path, io=bundlemod.Io(echo=say)
+        project(c), deployment, dest, targets=_targets(targets), tar=tar_path, io=Io(echo=say)
     )
     say(report.summary())
 
@@ -78,14 +79,15 @@ def bundle(
 def unbundle(c: Context, path: str, into: str | None = None, yes: bool = False) -> None:
     """Verify a bundle completely, then place spec, lock, image and model; offline (no Hub, no registry)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    from rigsmith.operating import bundle as bundlemod
+    from rigsmith.operating import unbundle as unbundlemod
+    from rigsmith.operating.bundlefiles import Io
 
-    report = bundlemod.unbundle(
+    report = unbundlemod.unbundle(
         project(c),
         Path(path).expanduser(),
         into=Path(into).expanduser() if into else None,
         yes=yes,
         confirm=confirm(),
-        io=bundlemod.Io(echo=echo),
+        io=Io(echo=echo),
     )
     echo(report.summary())

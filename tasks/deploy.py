@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Literal
 
 from invoke.context import Context
-from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
-from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
+from tasks._common import DEFAULT_DEP, confirm, echo, project, side, user_errors
 
 
 def _memlock(value: str | None) -> Literal["unlimited", "host"] | int | None:
@@ -88,8 +87,7 @@ def deploy(
     replace_gpu_passthrough: bool = False,
 ) -> None:
     """Render run artifacts for one target from the spec and the lock."""
-    if ours and theirs:
-        raise Exit("error: --ours and --theirs exclude each other; pick one", code=1)
+    resolve = side(ours, theirs)
     from rigsmith.rendering import deploy as deploymod
     from rigsmith.rendering.targets import LxcOptions
 
@@ -110,7 +108,7 @@ def deploy(
             pve_version=pve_version,
             config=Path(lxc_config) if lxc_config else None,
             uvm_major=_int("--uvm-major", uvm_major),
-            resolve="ours" if ours else "theirs" if theirs else None,
+            resolve=resolve,
             replace_passthrough=replace_gpu_passthrough,
         ),
     )

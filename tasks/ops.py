@@ -6,7 +6,6 @@ rigsmith.operating (httpx, jinja2) loads inside the tasks: invoke imports every 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,7 +57,7 @@ def _seconds(flag: str, value: object) -> float:
 @user_errors
 def doctor(c: Context, deployment: str | None = None, target: str = "podman", verify: bool = False) -> None:
     """Preflight: one go/no-go table of this host against the deployment's needs."""
-    from rich.console import Console
+    import shutil
 
     from rigsmith.operating import doctor as doctormod
     from rigsmith.operating.host import LocalHost
@@ -67,13 +66,14 @@ def doctor(c: Context, deployment: str | None = None, target: str = "podman", ve
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
     name, checks = doctormod.diagnose(project(c), deployment, target=target, host=LocalHost(), verify=verify)
-    Console().print(doctormod.table(checks, f"doctor: {name} ({target})"))
+    # The text the golden doctor tables hold, at the terminal's width.
+    width = shutil.get_terminal_size((160, 24)).columns
+    echo(doctormod.render(checks, f"doctor: {name} ({target})", width=width).rstrip("\n"))
     bad = [ch.name for ch in checks if ch.verdict == "no-go"]
     if bad:
         raise Exit(
             f"doctor: NO-GO — {len(bad)} check(s) failed: {', '.join(bad)} (hints in the table)", code=1
         )
-    echo("doctor: GO")
 
 
 @task(
@@ -167,6 +167,7 @@ def logs(
 ) -> None:
     """Show the deployment's engine log (podman logs / journalctl)."""
     from rigsmith.operating import lifecycle
+    from rigsmith.operating.host import LocalHost
 
     argv = lifecycle.logs_argv(
         _ops(c, target, out),
@@ -175,7 +176,7 @@ def logs(
         tail=_int("--tail", tail) if tail is not None else None,
     )
     try:
-        code = subprocess.run(argv, check=False).returncode
+        code = LocalHost().call(argv)
     except FileNotFoundError:
         raise RigsmithError(
             f"{argv[0]} is not installed", hint="install it, or use the other --target"

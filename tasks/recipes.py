@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from invoke.context import Context
-from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from tasks._common import confirm, echo, project, user_errors
+from tasks._common import confirm, echo, project, side, user_errors
 
 
 @task(
@@ -38,8 +37,7 @@ def import_recipe(
     source_repo: str | None = None,
 ) -> None:
     """Import a published vLLM recipe into deployments/NAME.yaml (a re-import merges into your edits)."""
-    if ours and theirs:
-        raise Exit("error: --ours and --theirs exclude each other; pick one", code=1)
+    resolve = side(ours, theirs)
     from rigsmith.importing import importer
 
     importer.import_recipe(
@@ -51,7 +49,7 @@ def import_recipe(
         dry_run=dry_run,
         confirm=confirm(),
         echo=echo,
-        resolve="ours" if ours else "theirs" if theirs else None,
+        resolve=resolve,
         allow_mount=tuple(allow_mount or ()),
         source_repo=source_repo,
     )

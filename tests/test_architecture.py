@@ -54,6 +54,7 @@ PURE = (
     "rigsmith.resolving.lock",
     "rigsmith.resolving.image",
     "rigsmith.resolving.fit",  # the memory estimate: config + headers + argv in, bytes out
+    "rigsmith.resolving.fitparams",  # the parallel layout and memory flags the estimate reads
     "rigsmith.rendering",
 )
 

@@ -29,6 +29,15 @@ def line_breaks(text: str) -> list[str]:
     return [c for c in text if c in LINE_BREAKS]
 
 
+def breaks_line(text: str) -> bool:
+    """Whether ``text`` holds a line break of any kind or another control character (C0 or DEL).
+
+    The one rule for values written raw into one line of a file (a unit key, a pct.conf line, a venv
+    path in ExecStart=): every target asks it here rather than keeping its own pattern.
+    """
+    return bool(line_breaks(text)) or any(c < " " or c == "\x7f" for c in text)
+
+
 def escape_line_breaks(text: str) -> str:
     """``text`` with each line-break character written as a ``\\uXXXX`` escape (valid in JSON and YAML
     double-quoted strings), so the value stays on one line wherever it is shown."""

@@ -20,9 +20,9 @@ import yaml
 from rigsmith import spec as specmod
 from rigsmith.operating.standin import Standin, StandinConfig
 from rigsmith.resolving import lock as lockmod
-from tests.support.common import FAKE_VENDOR
+from tests.support.common import FAKE_VENDOR, invoke_cli
 from tests.support.hubserver import HubServer
-from tests.support.journey import invoke_cli, recipe_site
+from tests.support.journey import recipe_site
 from tests.support.models import tiny_files
 from tests.support.ops import OPS_IMAGE, free_port
 from tests.support.podman import Podman
@@ -38,7 +38,7 @@ def recipe_url() -> Iterator[str]:
 
 
 def _cli(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return invoke_cli(root, env, *args)
+    return invoke_cli(root, *args, env=env, timeout=600)
 
 
 def test_seed_003_from_recipe_url_to_a_qualified_deployment_and_back(

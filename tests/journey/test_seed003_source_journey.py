@@ -25,9 +25,9 @@ import yaml
 from rigsmith import spec as specmod
 from rigsmith.resolving import lock as lockmod
 from tests.support import services
-from tests.support.common import FAKE_VENDOR
+from tests.support.common import FAKE_VENDOR, invoke_cli
 from tests.support.hubserver import HubServer
-from tests.support.journey import invoke_cli, recipe_site
+from tests.support.journey import recipe_site
 from tests.support.models import tiny_files
 from tests.support.ops import free_port
 from tests.support.podman import Podman
@@ -94,12 +94,12 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
         )
 
         # 1. import: no image given; the notes' git clone + release assets become images/merlin
-        imp = invoke_cli(root, env, "import-recipe", recipe_url, "--name", "merlin")
+        imp = invoke_cli(root, "import-recipe", recipe_url, "--name", "merlin", env=env, timeout=600)
         assert imp.returncode == 0, imp.stderr
         assert "create  images/merlin/image.yaml" in imp.stdout
         spec_path, image_path = root / "deployments/merlin.yaml", root / "images/merlin/image.yaml"
         assert specmod.load(spec_path).engine.build == "merlin"
-        refused = invoke_cli(root, env, "pin")
+        refused = invoke_cli(root, "pin", env=env, timeout=600)
         assert refused.returncode == 1 and "tree.repo: is empty" in refused.stderr, refused.stderr
 
         # 2. the user fills what the recipe does not say: the repo, the asset URLs, the base; <repo>
@@ -125,11 +125,11 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
             {"architectures": ["Qwen3NextForCausalLM"], "text_config": {}}
         ).encode()
         model_commit = hub_server.repo(HUB_REPO).add_commit(files)
-        mismatch = invoke_cli(root, env, "pin")
+        mismatch = invoke_cli(root, "pin", env=env, timeout=600)
         assert mismatch.returncode == 1 and "but tree.commit says 28cbb72" in mismatch.stderr, mismatch.stderr
         image["tree"].pop("commit")
         image_path.write_text(yaml.safe_dump(image, sort_keys=False))
-        pin = invoke_cli(root, env, "pin")
+        pin = invoke_cli(root, "pin", env=env, timeout=600)
         assert pin.returncode == 0, pin.stderr
         lock = lockmod.read(root / "rigsmith.lock")
         assert lock.sources["merlin"].commit == git("rev-parse", "v2.5.1^{commit}", cwd=upstream.work)
@@ -138,16 +138,18 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
 
         # 4. build from source (Podman's API on the journey's storage), fetch the model, render, start
         # (CONTAINER_HOST for this step only: the podman CLI in run.sh would turn remote with it)
-        build = invoke_cli(root, {**env, "CONTAINER_HOST": api}, "build", "--engine", "podman")
+        build = invoke_cli(
+            root, "build", "--engine", "podman", env={**env, "CONTAINER_HOST": api}, timeout=600
+        )
         assert build.returncode == 0, build.stderr + build.stdout
         built = lockmod.read(root / "rigsmith.lock").builds["merlin"]
         assert built.provides == [dest]
-        fetch = invoke_cli(root, env, "fetch-model")
+        fetch = invoke_cli(root, "fetch-model", env=env, timeout=600)
         assert fetch.returncode == 0, fetch.stderr
-        dep = invoke_cli(root, env, "deploy", "--target", "podman", "--memlock", "host")
+        dep = invoke_cli(root, "deploy", "--target", "podman", "--memlock", "host", env=env, timeout=600)
         assert dep.returncode == 0, dep.stderr
         try:
-            up = invoke_cli(root, env, "up", "--memlock", "host")
+            up = invoke_cli(root, "up", "--memlock", "host", env=env, timeout=600)
             assert up.returncode == 0, up.stderr + up.stdout
             assert "verified merlin: running; 4 CDI device(s)" in up.stdout
             inspect = podman.run("container", "inspect", "--format", "{{.Image}}", "merlin").stdout.strip()
@@ -159,7 +161,7 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
             assert podman.run("exec", "merlin", "sh", "-c", "echo $VLLM_QSA_KV_SCALES").stdout.strip() == (
                 f"{dest}/{SCALES}"
             )
-            down = invoke_cli(root, env, "down")
+            down = invoke_cli(root, "down", env=env, timeout=600)
             assert down.returncode == 0, down.stderr
         finally:
             podman.run("rm", "--force", "--time", "0", "merlin", check=False)
@@ -167,7 +169,7 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
         # 5. the other container targets render the same built image
         for target in ("quadlet", "compose", "kube"):
             out = tmp_path / f"out-{target}"
-            r = invoke_cli(root, env, "deploy", "--target", target, "--out", str(out))
+            r = invoke_cli(root, "deploy", "--target", target, "--out", str(out), env=env, timeout=600)
             assert r.returncode == 0, r.stderr
             text = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
             assert built.pinned_ref in text, target

@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 from rigsmith.project import Project
-from tests.support.common import REPO
+from tests.support.common import REPO, invoke_cli
 from tests.support.targets import SEEDS
 
 
 def _invoke(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RIGSMITH_ROOT": str(project.root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
-    return subprocess.run(
-        ["invoke", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    return invoke_cli(project.root, *args)
+
+
+#: deploy --target lxc for PVE 7.4 (no devN: passthrough), the seed the tests use
+LXC_74 = ("deploy", "--target", "lxc", "--deployment", SEEDS[0], "--pve-version", "7.4")
 
 
 @pytest.mark.parametrize("target", ["quadlet", "compose", "lxc", "kube"])
@@ -37,38 +38,12 @@ def test_deploy_writes_then_check_passes_and_next_steps_are_printed(
 
 
 def test_lxc_flag_errors_are_one_message_without_traceback(seed_project: Project) -> None:
-    proc = _invoke(
-        seed_project, "deploy", "--target", "lxc", "--deployment", SEEDS[0], "--pve-version", "7.4"
-    )
+    proc = _invoke(seed_project, *LXC_74)
     assert proc.returncode == 1
     assert "--uvm-major" in proc.stderr and "Traceback" not in proc.stderr
-    proc = _invoke(
-        seed_project,
-        "deploy",
-        "--target",
-        "lxc",
-        "--deployment",
-        SEEDS[0],
-        "--pve-version",
-        "7.4",
-        "--uvm-major",
-        "abc",
-    )
+    proc = _invoke(seed_project, *LXC_74, "--uvm-major", "abc")
     assert proc.returncode == 1 and "not a whole number" in proc.stderr and "Traceback" not in proc.stderr
-    proc = _invoke(
-        seed_project,
-        "deploy",
-        "--target",
-        "lxc",
-        "--deployment",
-        SEEDS[0],
-        "--pve-version",
-        "7.4",
-        "--uvm-major",
-        "509",
-        "--vmid",
-        "201",
-    )
+    proc = _invoke(seed_project, *LXC_74, "--uvm-major", "509", "--vmid", "201")
     assert proc.returncode == 0, proc.stderr
     conf = (seed_project.root / "lxc" / SEEDS[0] / "201.conf").read_text()
     assert "lxc.cgroup2.devices.allow: c 509:* rwm" in conf and "dev0:" not in conf

@@ -7,9 +7,8 @@ both versions drop silently — and a missing stop timeout must be caught by the
 from __future__ import annotations
 
 import json
-import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,8 @@ import yaml
 
 from rigsmith.errors import PreflightError
 from rigsmith.operating import probes, verify
+from rigsmith.operating.host import LocalHost
+from rigsmith.operating.probes import CmdResult
 from rigsmith.rendering import deploy
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.spec import loads
@@ -124,13 +125,12 @@ def test_deploy_resources_cdi_form_is_caught_by_the_post_start_check(
         problems = verify.container_problems(_running(podman, name), plan, _cdi())
         assert len(problems) == 1 and "NO devices reached" in problems[0] and "driver: cdi" in problems[0]
 
-        def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                podman.argv(*argv[1:]), capture_output=True, text=True, check=False, env=podman.env
-            )
+        class TestPodman(LocalHost):
+            def run(self, argv: Sequence[str]) -> CmdResult:
+                return super().run(podman.argv(*argv[1:]))
 
         with pytest.raises(PreflightError, match="NO devices"):
-            verify.check_container(plan, run=run)  # reads the fake spec from /etc/cdi
+            verify.check_container(plan, host=TestPodman(podman.env))  # reads the fake spec from /etc/cdi
     finally:
         _cleanup(podman, name)
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
 from rigsmith.rendering import plan as planmod
-from rigsmith.rendering.targets import LxcOptions, RenderContext, lxc, podman
+from rigsmith.rendering.targets import LxcOptions, RenderContext, lxc, lxcservice, podman
 from rigsmith.rendering.targets.common import home_path
 from rigsmith.resolving import lock as lockmod
 from tests.support.common import REPO
@@ -284,14 +284,14 @@ def _venv_unit(field: str, value: str) -> None:
         assert not list((base / "cwd").iterdir()), "a value ran on the host"
         assert proc.returncode == 0, proc.stderr
         text = (base / f"root/etc/systemd/system/{plan.name}.service").read_text()
-        assert text == lxc.unit_text(plan, ctx)  # the heredoc carried the unit byte for byte
+        assert text == lxcservice.unit_text(plan, ctx)  # the heredoc carried the unit byte for byte
         keys: dict[str, list[str]] = {}
         for line in text.split("\n"):
             if "=" in line and not line.startswith("#"):
                 k, _, v = line.partition("=")
                 keys.setdefault(k, []).append(v)
         home = LxcOptions().home
-        assert split_systemd(keys["ExecStart"][0]) == lxc.venv_argv(plan, home)
+        assert split_systemd(keys["ExecStart"][0]) == lxcservice.venv_argv(plan, home)
         assert [split_systemd(e) for e in keys.get("Environment", [])] == [[f"{k}={v}"] for k, v in plan.env]
 
 

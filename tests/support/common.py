@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,27 @@ def make_seed_project(base: Path) -> Project:
     )
     (root / "rigsmith.lock").write_text(lockmod.dumps(lock))
     return Project(root)
+
+
+def invoke_cli(
+    root: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``invoke ARGS`` on the project at ``root`` as a user runs it: this checkout's tasks and sources, no
+    terminal on stdin, the environment ``env`` (default: this process's)."""
+    full = {
+        **(os.environ if env is None else env),
+        "RIGSMITH_ROOT": str(root),
+        "PYTHONPATH": f"{REPO / 'src'}:{REPO}",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(REPO), *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def run_script(

@@ -313,14 +313,22 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return repo
 
-    def _api(self, repo_id: str, kind: str, rev: str) -> None:
+    def _revision(self, repo_id: str, rev: str) -> tuple[Repo, Commit] | None:
+        """(repo, commit) the client may read, or None once the error response is sent."""
         repo = self._access(repo_id)
         if repo is None:
-            return
+            return None
         commit = repo.commit(rev)
         if commit is None:
             self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            return None
+        return repo, commit
+
+    def _api(self, repo_id: str, kind: str, rev: str) -> None:
+        found = self._revision(repo_id, rev)
+        if found is None:
             return
+        repo, commit = found
         if kind == "revision":
             siblings = []
             for p in sorted(commit.files):
@@ -352,13 +360,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(entries)
 
     def _resolve(self, repo_id: str, rev: str, file: str, fault: Fault | None, req: Request) -> None:
-        repo = self._access(repo_id)
-        if repo is None:
+        found = self._revision(repo_id, rev)
+        if found is None:
             return
-        commit = repo.commit(rev)
-        if commit is None:
-            self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
-            return
+        _repo, commit = found
         if file not in commit.files:
             self._error(404, "EntryNotFound", f"{file} does not exist", {"X-Repo-Commit": commit.sha})
             return

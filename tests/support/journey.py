@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
-import subprocess
-import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 from tests.support.common import REPO
 
@@ -37,18 +33,3 @@ def recipe_site(recipe: str = SEED_003) -> Iterator[str]:
         server.server_close()
 
 
-def invoke_cli(
-    root: Path, env: Mapping[str, str] | None, *args: str, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    """`invoke ARGS` of this worktree acting on the checkout ``root`` (stdin closed to a terminal)."""
-    env = {**(os.environ if env is None else env), "RIGSMITH_ROOT": str(root)}
-    env["PYTHONPATH"] = f"{REPO / 'src'}:{REPO}"
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "-r", str(REPO), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=timeout,
-        check=False,
-    )

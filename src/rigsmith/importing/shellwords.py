@@ -60,6 +60,8 @@ def _line_end(text: str, i: int) -> int:
     return len(text) if j < 0 else j
 
 
+# Over 80 lines on purpose: a single-pass scanner whose states (word, quotes, comment, continuation) share
+# one cursor; split into functions they would pass (i, line, words) back and forth on every character.
 def scan(text: str) -> Script:
     """Split ``text`` into commands and words like a POSIX shell would, expanding nothing.
 

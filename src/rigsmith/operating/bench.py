@@ -23,6 +23,7 @@ from filelock import FileLock
 
 from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, RigsmithError
+from rigsmith.rendering.plan import local_url
 from rigsmith.writer import write_one
 
 #: A prompt of plain words (the stand-in counts words as tokens; a real tokenizer gives ~1.3× as many).
@@ -69,9 +70,7 @@ class Summary:
 
 def base_url(spec: specmod.Deployment) -> str:
     """Where the deployment's OpenAI API answers (a wildcard bind is reached on loopback)."""
-    host = spec.network.host
-    host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-    return f"http://{host}:{spec.network.port}"
+    return local_url(spec.network.host, spec.network.port)
 
 
 def served_model(client: httpx.Client, url: str) -> str:

@@ -1,7 +1,8 @@
-"""The host adapter runs probe commands and reads probe files; ``gather`` turns their output into facts.
+"""The host adapter runs commands and reads files; ``gather`` turns probe output into facts.
 
-``LocalHost`` is the real machine. Tests pass a host that replays captured outputs, so ``gather`` and every
-parser run exactly as on a rig.
+``LocalHost`` is the real machine and the one way rigsmith's ops run a command: captured (``run``), streamed
+line by line (``stream``) or attached to the terminal (``call``). Tests pass a host that replays captured
+outputs, so ``gather`` and every parser run exactly as on a rig.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class LocalHost:
         self.timeout = timeout
 
     def run(self, argv: Sequence[str]) -> CmdResult:
+        """Run argv to the end, capturing its output; missing binary: 127, past the timeout: 124."""
         try:
             proc = subprocess.run(
                 list(argv), capture_output=True, text=True, timeout=self.timeout, env=self.env, check=False
@@ -61,6 +63,29 @@ class LocalHost:
         except subprocess.TimeoutExpired:
             return CmdResult(124, "", f"{argv[0]}: timed out after {self.timeout}s")
         return CmdResult(proc.returncode, proc.stdout, proc.stderr)
+
+    def stream(self, argv: Sequence[str]) -> subprocess.Popen[str]:
+        """Start argv with stdout and stderr merged into one text pipe, read as it comes (``podman logs -f``).
+
+        Raises:
+            FileNotFoundError: the binary is not installed.
+        """
+        return subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+            errors="replace",
+        )
+
+    def call(self, argv: Sequence[str]) -> int:
+        """Run argv on the user's terminal (its output is theirs to read); the exit code.
+
+        Raises:
+            FileNotFoundError: the binary is not installed.
+        """
+        return subprocess.run(list(argv), env=self.env, check=False).returncode
 
     def read(self, path: str) -> str | None:
         try:
@@ -112,6 +137,18 @@ def read(host: Host, path: str) -> str | None:
     """Read one probe file, without terminal escapes."""
     text = host.read(path)
     return None if text is None else probes.strip_ansi(text)
+
+
+def cdi_specs(host: Host) -> list[probes.CdiSpec]:
+    """Every CDI spec file in podman's CDI directories on ``host``, parsed, in podman's reading order."""
+    specs = []
+    for d in probes.CDI_DIRS:
+        for name in host.listdir(d):
+            if name.endswith((".yaml", ".json")):
+                text = read(host, f"{d}/{name}")
+                if text is not None:
+                    specs.append(probes.parse_cdi(f"{d}/{name}", text))
+    return specs
 
 
 def gather(
@@ -171,12 +208,7 @@ def gather(
     facts.podman_version = probes.parse_podman_version(pv.stdout) if pv.code == 0 else None
     if facts.podman_version and target != "lxc":
         _gather_podman(host, facts, image)
-    for d in probes.CDI_DIRS:
-        for name in host.listdir(d):
-            if name.endswith((".yaml", ".json")):
-                text = read(host, f"{d}/{name}")
-                if text is not None:
-                    facts.cdi.append(probes.parse_cdi(f"{d}/{name}", text))
+    facts.cdi.extend(cdi_specs(host))
     for path, size in sparse:
         facts.sparse[path] = (size, host.size(path))
     if facts.apps:

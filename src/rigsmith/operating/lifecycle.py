@@ -18,7 +18,6 @@ wrapper first, exactly as for the generated scripts).
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from rigsmith import writer
 from rigsmith.errors import CommandError, LockDriftError, PreflightError, RigsmithError
 from rigsmith.operating import drift, probes
 from rigsmith.operating.host import Host, LocalHost, image_facts, probe
+from rigsmith.operating.probes import CmdResult
 from rigsmith.operating.verify import SPEC_LABEL, cdi_edits, container_problems, inspect_argv, parse_inspect
 from rigsmith.project import Project
 from rigsmith.rendering import deploy as deploymod
@@ -41,32 +41,16 @@ QUADLET_DIR = Path("/etc/containers/systemd")
 #: Process names (nvidia-smi / cmdline) of vLLM engine processes: setproctitle names + the CLI.
 ENGINE_PROCESS = re.compile(r"VLLM::|EngineCore|\bvllm\b|vllm\.entrypoints")
 
-Run = Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
+#: Runs argv to the end, capturing its output (``LocalHost.run``, the one command runner).
+Run = Callable[[Sequence[str]], CmdResult]
+#: Seconds one lifecycle command may take (a `podman run` pulls the image).
+COMMAND_TIMEOUT = 600
 
 
-def runner(env: Mapping[str, str] | None = None, timeout: float = 600) -> Run:
-    """Run argv capturing output, with ``env`` (None = inherit)."""
-
-    def run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-        try:
-            return subprocess.run(
-                list(argv),
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env=dict(env) if env is not None else None,
-                check=False,
-            )
-        except FileNotFoundError:
-            return subprocess.CompletedProcess(list(argv), 127, "", f"{argv[0]}: command not found")
-
-    return run
-
-
-def _must(run: Run, argv: Sequence[str], hint: str | None = None) -> subprocess.CompletedProcess[str]:
+def _must(run: Run, argv: Sequence[str], hint: str | None = None) -> CmdResult:
     proc = run(argv)
-    if proc.returncode != 0:
-        raise CommandError(argv, proc.returncode, proc.stderr or proc.stdout, hint=hint)
+    if proc.code != 0:
+        raise CommandError(argv, proc.code, proc.stderr or proc.stdout, hint=hint)
     return proc
 
 
@@ -137,7 +121,7 @@ def parse_systemctl_show(text: str) -> dict[str, str]:
 
 def inspect(run: Run, name: str) -> dict[str, Any] | None:
     proc = run(inspect_argv(name))
-    return parse_inspect(proc.stdout) if proc.returncode == 0 else None
+    return parse_inspect(proc.stdout) if proc.code == 0 else None
 
 
 def top_argv(name: str) -> list[str]:
@@ -190,7 +174,7 @@ class Ops:
 
     @property
     def run(self) -> Run:
-        return runner(self.env)
+        return LocalHost(self.env, timeout=COMMAND_TIMEOUT).run
 
 
 def _plan(
@@ -358,7 +342,7 @@ def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
     snapshot: dict[int, str] = {}
     if info:
         top = ops.run(top_argv(name))
-        snapshot = parse_top(top.stdout) if top.returncode == 0 else {}
+        snapshot = parse_top(top.stdout) if top.code == 0 else {}
         grace = int((info.get("Config") or {}).get("StopTimeout") or spec.resources.stop_grace_seconds)
         ops.echo(f"down {name} ({ops.target}): stopping (up to {grace}s grace for vLLM to drain)")
         for argv in ctl.stop(grace):
@@ -427,9 +411,7 @@ def status(ops: Ops, *, deployment: str | None = None, health: Callable[[str], b
     sargv = ctl.state()
     if sargv:
         proc = ops.run(sargv)
-        service = (
-            parse_systemctl_show(proc.stdout) if proc.returncode == 0 else {"error": proc.stderr.strip()}
-        )
+        service = parse_systemctl_show(proc.stdout) if proc.code == 0 else {"error": proc.stderr.strip()}
     current: bool | None = None
     if info:
         try:
@@ -442,8 +424,7 @@ def status(ops: Ops, *, deployment: str | None = None, health: Callable[[str], b
     st = (info or {}).get("State") or {}
     healthy = None
     if st.get("Running") and health is not None:
-        host = "127.0.0.1" if spec.network.host in ("0.0.0.0", "::", "") else spec.network.host
-        healthy = health(f"http://{host}:{spec.network.port}{spec.readiness.health_path}")
+        healthy = health(planmod.local_url(spec.network.host, spec.network.port) + spec.readiness.health_path)
     return Status(
         name,
         str(st.get("Status", "absent")) if info else "absent",

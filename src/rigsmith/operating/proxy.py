@@ -18,6 +18,7 @@ from typing import Any
 
 from rigsmith.operating.wait import timeout_for
 from rigsmith.render import banner, escape_line_breaks
+from rigsmith.rendering.plan import local_url
 from rigsmith.rendering.targets.common import yaml_text
 from rigsmith.spec import Deployment
 from rigsmith.writer import BANNER_MARK, Artifact
@@ -41,8 +42,7 @@ def served_names(spec: Deployment) -> list[str]:
 
 
 def _endpoint(spec: Deployment) -> str:
-    host = "127.0.0.1" if spec.network.host in ("0.0.0.0", "::", "") else spec.network.host
-    return f"http://{host}:{spec.network.port}"
+    return local_url(spec.network.host, spec.network.port)
 
 
 def _commands(spec: Deployment, target: str) -> tuple[str, str]:

@@ -10,13 +10,12 @@ quadlet) and ``invoke check-container`` (any front-end) both run this one check:
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from rigsmith.errors import CommandError, PreflightError
 from rigsmith.operating import probes
-from rigsmith.operating.host import Host, LocalHost
+from rigsmith.operating.host import Host, LocalHost, cdi_specs
 from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.plan import RunPlan
@@ -51,14 +50,7 @@ def cdi_from_specs(specs: Iterable[probes.CdiSpec]) -> dict[str, tuple[tuple[str
 
 def cdi_edits(host: Host) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     """The CDI edits of every spec file in podman's CDI directories on ``host``."""
-    specs = []
-    for d in probes.CDI_DIRS:
-        for name in host.listdir(d):
-            if name.endswith((".yaml", ".json")):
-                text = host.read(f"{d}/{name}")
-                if text is not None:
-                    specs.append(probes.parse_cdi(f"{d}/{name}", text))
-    return cdi_from_specs(specs)
+    return cdi_from_specs(cdi_specs(host))
 
 
 def container_problems(
@@ -131,27 +123,21 @@ def container_problems(
     return out
 
 
-def check_container(
-    plan: RunPlan,
-    *,
-    name: str | None = None,
-    run: Callable[[list[str]], subprocess.CompletedProcess[str]] | None = None,
-    host: Host | None = None,
-) -> None:
-    """Inspect the running container; raise PreflightError naming every difference from the plan."""
+def check_container(plan: RunPlan, *, name: str | None = None, host: Host | None = None) -> None:
+    """Inspect the running container on ``host``; raise PreflightError naming every difference from the
+    plan."""
+    host = host or LocalHost(timeout=600)
     argv = inspect_argv(name or plan.name)
-    runner = run or (lambda a: subprocess.run(a, capture_output=True, text=True, check=False))
-    try:
-        proc = runner(argv)
-    except FileNotFoundError:
+    proc = host.run(argv)
+    if proc.code == 127 and proc.stderr == f"{argv[0]}: command not found":
         raise PreflightError(
             f"cannot inspect container {name or plan.name}: podman is not installed (not on PATH)",
             hint="run check-container on the host that runs the container, or install podman",
-        ) from None
-    if proc.returncode != 0:
-        raise CommandError(argv, proc.returncode, proc.stderr, hint="is it started? podman ps -a")
+        )
+    if proc.code != 0:
+        raise CommandError(argv, proc.code, proc.stderr, hint="is it started? podman ps -a")
     info = parse_inspect(proc.stdout) or {}
-    problems = container_problems(info, plan, cdi_edits(host or LocalHost()))
+    problems = container_problems(info, plan, cdi_edits(host))
     if problems:
         raise PreflightError(
             f"container {name or plan.name} does not match deployment {plan.name}:\n"

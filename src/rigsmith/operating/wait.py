@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 
 from rigsmith.errors import RigsmithError
+from rigsmith.operating.host import LocalHost
 from rigsmith.spec import Deployment
 
 #: A first boot may take this many times the recipe's stated startup time before wait gives up.
@@ -155,14 +156,7 @@ class LogFollower:
         self._stop = threading.Event()
         self._proc: subprocess.Popen[str] | None = None
         if argv is not None:
-            self._proc = subprocess.Popen(
-                list(argv),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                env=dict(env) if env else None,
-                errors="replace",
-            )
+            self._proc = LocalHost(env or None).stream(argv)
             target: Callable[[], None] = self._pump_proc
         elif path is not None:
             self.path = path

@@ -11,6 +11,7 @@ from rigsmith import writer
 from rigsmith.errors import RigsmithError
 from rigsmith.project import TARGETS, Project
 from rigsmith.rendering import plan as planmod
+from rigsmith.rendering import validate
 from rigsmith.rendering.targets import LxcOptions, RenderContext, renderers
 from rigsmith.resolving import lock as lockmod
 
@@ -46,9 +47,6 @@ def artifacts(
     name = project.resolve_name(deployment)
     spec = project.load(name)
     spec_rel = f"deployments/{name}.yaml"
-    plan = planmod.make(
-        spec, lockmod.read(project.lock_path), spec_path=spec_rel, image=image, memlock=memlock
-    )
     argv = ["invoke", "deploy", "--target", target, "--deployment", name]
     if image:
         argv += ["--image", image]
@@ -61,6 +59,11 @@ def artifacts(
         read=read,
         warn=warn,
     )
+    lock = lockmod.read(project.lock_path)
+    validate.refuse(
+        spec_rel, validate.problems(spec, lock, target, ctx, spec_path=spec_rel, image=image, memlock=memlock)
+    )
+    plan = planmod.make(spec, lock, spec_path=spec_rel, image=image, memlock=memlock)
     if spec.cluster is not None:
         from rigsmith.rendering.targets import nodes
 

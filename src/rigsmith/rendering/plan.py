@@ -15,6 +15,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
 from rigsmith.policy import SECRET_FLAGS as SECRET_FLAGS  # re-exported for the targets
 from rigsmith.policy import dangerous_mounts, secret_flag, secret_flag_span
+from rigsmith.render import breaks_line
 from rigsmith.rendering import optins
 from rigsmith.rendering.envpaths import EnvPath, env_paths, unprovided
 from rigsmith.resolving import lock as lockmod
@@ -71,9 +72,13 @@ class RunPlan:
     env_paths: tuple[EnvPath, ...] = ()
 
     @property
+    def base_url(self) -> str:
+        """Where the OpenAI API answers from this host."""
+        return local_url(self.host, self.port)
+
+    @property
     def health_url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        return f"http://{host}:{self.port}{self.health_path}"
+        return self.base_url + self.health_path
 
     def check_env_paths(self) -> None:
         """Refuse env paths (through a placeholder) that no mount and not the built image provide, naming
@@ -113,36 +118,50 @@ class RunPlan:
         return opts
 
 
+def local_url(host: str, port: int) -> str:
+    """The URL of a server bound to ``host``:``port``, reached from the same host: a wildcard bind is
+    reached on loopback. The one copy of that rule (status, wait, bench and the proxy entry use it)."""
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+
+
 #: A registry host as Docker's reference grammar has it (domain or IPv6 literal, optional port).
 _REGISTRY_HOST = re.compile(
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?"
 )
 
 
-def _image(
-    spec: specmod.Deployment, lock: lockmod.Lock, override: str | None, spec_path: str
-) -> tuple[str, bool]:
+def _image_problems(spec: specmod.Deployment, override: str | None) -> list[tuple[str, str]]:
+    """The image reference a container plan runs must be one: every target writes it into a file (unit
+    keys take it raw)."""
+    ref = override or spec.engine.image
+    if not ref:
+        return []
+    try:
+        registry = parse_ref(ref).registry
+        if not _REGISTRY_HOST.fullmatch(registry):
+            # parse_ref takes any first component holding a '.' or ':' as the registry.
+            raise RigsmithError(
+                f"image reference {ref!r}: {registry!r} is not a registry host[:port]",
+                hint="write e.g. registry.example.com:5000/name:tag",
+            )
+    except RigsmithError as err:
+        return [
+            ("--image" if override else "engine.image", err.message + (f"; {err.hint}" if err.hint else ""))
+        ]
+    return []
+
+
+def resolve_image(spec: specmod.Deployment, lock: lockmod.Lock, override: str | None) -> tuple[str, bool]:
+    """(image reference, pinned by digest) a container plan runs; ``("", False)`` for a venv plan.
+
+    Raises:
+        LockError: the spec runs an image build the lock has no entry for.
+        RigsmithError: the spec names no image at all.
+    """
+    if spec.engine.runtime == "venv":
+        return "", False
     ref = override or spec.engine.image
     if ref:
-        try:
-            registry = parse_ref(ref).registry
-            if not _REGISTRY_HOST.fullmatch(registry):
-                # parse_ref takes any first component holding a '.' or ':' as the registry.
-                raise RigsmithError(
-                    f"image reference {ref!r}: {registry!r} is not a registry host[:port]",
-                    hint="write e.g. registry.example.com:5000/name:tag",
-                )
-        except RigsmithError as err:
-            # Every target writes the reference into a file (unit keys take it raw): it must be one.
-            raise SpecError(
-                spec_path,
-                [
-                    (
-                        "--image" if override else "engine.image",
-                        err.message + (f"; {err.hint}" if err.hint else ""),
-                    )
-                ],
-            ) from None
         if "@sha256:" in ref:
             return ref, True
         locked = lock.images.get(ref)
@@ -166,15 +185,15 @@ def _image(
     )
 
 
-def _check_venv(spec: specmod.Deployment, override: str | None, spec_path: str) -> None:
-    """A venv engine names its venv (absolute, inside the CT) and no image: every problem at once."""
+def _venv_problems(spec: specmod.Deployment, override: str | None) -> list[tuple[str, str]]:
+    """A venv engine names its venv (absolute, inside the CT) and no image."""
     problems = []
     venv = spec.engine.venv
     if not venv:
         problems.append(
             ("engine.venv", "runtime is venv but no venv is set; set the venv's absolute path inside the CT")
         )
-    elif not venv.startswith("/") or re.search(r"[\x00-\x1f\x7f\s\\%$]", venv):
+    elif not venv.startswith("/") or breaks_line(venv) or re.search(r"[\s\\%$]", venv):
         problems.append(
             (
                 "engine.venv",
@@ -195,8 +214,7 @@ def _check_venv(spec: specmod.Deployment, override: str | None, spec_path: str) 
                     "or set engine.runtime: container",
                 )
             )
-    if problems:
-        raise SpecError(spec_path, problems)
+    return problems
 
 
 def _secret_args(args: tuple[str, ...], where: str = "engine.args") -> list[tuple[str, str]]:
@@ -272,6 +290,53 @@ def _has_tag(ref: str) -> bool:
     return ":" in last
 
 
+def _placeholder_problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
+    return [
+        (
+            "placeholders",
+            f"{tok!r} has no value; set `placeholders: {{{tok!r}: VALUE}}` in the spec "
+            "(it is used by the recipe's args or env)",
+        )
+        for tok in spec.unfilled_placeholders()
+    ]
+
+
+def _shutdown_problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
+    grace, shutdown = spec.resources.stop_grace_seconds, spec.shutdown_timeout
+    if shutdown is None or shutdown < grace:
+        return []
+    return [
+        (
+            "resources.stop_grace_seconds",
+            f"is {grace}s but vLLM --shutdown-timeout is {shutdown}s; the container would be killed "
+            f"mid-drain. Set it above {shutdown} (e.g. {shutdown + 10})",
+        )
+    ]
+
+
+def problems(spec: specmod.Deployment, image: str | None = None) -> list[tuple[str, str]]:
+    """Every reason no target could render this spec (with ``--image``), by field path, none raised.
+
+    Unfilled placeholders, NUL characters, secret flag values, relative or dangerous host paths, an empty
+    executable, the venv or image settings of the runtime, and stop timeouts that do not nest.
+    """
+    out = _placeholder_problems(spec)
+    out += _nul_problems(spec.model_dump(mode="python")) + _nul_problems(image, "--image")
+    out += _secret_args(spec.engine.subcommand, "engine.subcommand") + _secret_args(spec.engine.args)
+    out += (
+        _relative_hosts(spec) + dangerous_mounts(spec) + list(optins.apply(spec, spec.engine.args).problems)
+    )
+    if spec.engine.runtime == "container" and not spec.engine.executable.strip():
+        # podman reads --entrypoint '' as "no entrypoint", quadlet drops an empty Entrypoint=: the targets
+        # would run different programs.
+        out.append(("engine.executable", "is empty; set the program the container runs (e.g. vllm)"))
+    if spec.engine.runtime == "venv":
+        out += _venv_problems(spec, image)
+    else:
+        out += _image_problems(spec, image)
+    return out + _shutdown_problems(spec)
+
+
 def make(
     spec: specmod.Deployment,
     lock: lockmod.Lock,
@@ -280,45 +345,46 @@ def make(
     image: str | None = None,
     memlock: Literal["unlimited", "host"] | int | None = None,
 ) -> RunPlan:
-    """Decide the run plan. Refuses unfilled placeholders and a missing image, naming each."""
-    missing = spec.unfilled_placeholders()
-    if missing:
-        raise SpecError(
-            spec_path,
-            [
-                (
-                    "placeholders",
-                    f"{tok!r} has no value; set `placeholders: {{{tok!r}: VALUE}}` in the spec "
-                    "(it is used by the recipe's args or env)",
-                )
-                for tok in missing
-            ],
-        )
+    """Decide the run plan. Refuses every problem of :func:`problems` at once, then a missing image."""
+    bad = problems(spec, image)
+    if bad:
+        raise SpecError(spec_path, bad)
+    return build(
+        spec,
+        resolve_image(spec, lock, image),
+        spec_path=spec_path,
+        memlock=memlock,
+        lock=lock,
+        override=image,
+    )
+
+
+def build(
+    spec: specmod.Deployment,
+    image: tuple[str, bool],
+    *,
+    spec_path: str,
+    memlock: Literal["unlimited", "host"] | int | None = None,
+    lock: lockmod.Lock | None = None,
+    override: str | None = None,
+) -> RunPlan:
+    """The plan for a spec, unchecked: :func:`make` refuses the problems first; ``rendering.validate``
+    builds one from a spec with problems to find the targets' problems too. ``lock`` and ``override``
+    (``--image``) tell which container paths the built image provides (issue 14's env paths)."""
+    ref, pinned = image
     written = spec  # the spec as the user wrote it (the opt-ins rewrite a copy's argv)
     opted = optins.apply(spec, spec.engine.args)
-    problems = _nul_problems(spec.model_dump(mode="python")) + _nul_problems(image, "--image")
-    problems += _secret_args(spec.engine.subcommand, "engine.subcommand") + _secret_args(spec.engine.args)
-    problems += _relative_hosts(spec) + dangerous_mounts(spec) + list(opted.problems)
-    if spec.engine.runtime == "container" and not spec.engine.executable.strip():
-        # podman reads --entrypoint '' as "no entrypoint", quadlet drops an empty Entrypoint=: the targets
-        # would run different programs.
-        problems.append(("engine.executable", "is empty; set the program the container runs (e.g. vllm)"))
-    if problems:
-        raise SpecError(spec_path, problems)
     listen = spec.network.host
     if opted.args != spec.engine.args:
         engine = spec.engine.model_copy(update={"args": opted.args})
         listen = engine.flag_value("--host") or listen
         spec = spec.model_copy(update={"engine": engine})
     if spec.engine.runtime == "venv":
-        _check_venv(spec, image, spec_path)
-        ref, pinned = "", False
         command = tuple(spec.fill(a) for a in spec.engine.argv_with_model(spec.model.local_dir))
         model_word = (
             None if spec.engine.model_arg is None else len(spec.engine.subcommand) + spec.engine.model_arg
         )
     else:
-        ref, pinned = _image(spec, lock, image, spec_path)
         command = tuple(spec.fill(a) for a in spec.engine.container_argv(spec.model))
         model_word = None
     mounts = [
@@ -327,24 +393,14 @@ def make(
     ]
     paths: tuple[EnvPath, ...] = ()
     if spec.engine.runtime == "container":
-        built = None if image or spec.engine.image else lock.builds.get(spec.engine.build or "")
+        builds = lock.builds if lock is not None else {}
+        built = None if override or spec.engine.image else builds.get(spec.engine.build or "")
         provided = tuple(built.provides or ()) if built else ()
         paths = env_paths(spec, (m.container for m in mounts), provided, image_known=built is not None)
     gpus = spec.resources.gpus
     indices = tuple(d.split("=", 1)[1] for d in gpus.cdi_devices)
     grace = spec.resources.stop_grace_seconds
     shutdown = spec.shutdown_timeout
-    if shutdown is not None and shutdown >= grace:
-        raise SpecError(
-            spec_path,
-            [
-                (
-                    "resources.stop_grace_seconds",
-                    f"is {grace}s but vLLM --shutdown-timeout is {shutdown}s; the container would be killed "
-                    f"mid-drain. Set it above {shutdown} (e.g. {shutdown + 10})",
-                )
-            ],
-        )
     digest = hashlib.sha256(specmod.dump(written).encode()).hexdigest()
     return RunPlan(
         name=spec.name,

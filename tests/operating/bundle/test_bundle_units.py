@@ -12,15 +12,15 @@ import pytest
 
 from rigsmith.errors import LockError, PreflightError
 from rigsmith.operating import ociarchive
-from rigsmith.operating.bundle import (
+from rigsmith.operating.bundlefiles import (
     BundleError,
     Manifest,
     Member,
     ModelFile,
-    _member_path,
     check_against_lock,
     check_space,
     contents,
+    member_path,
     place,
     read_manifest,
 )
@@ -133,7 +133,7 @@ def test_a_manifest_that_swapped_a_model_hash_is_named_with_both_hashes() -> Non
 @pytest.mark.parametrize("name", ["../etc/passwd", "/abs", ".rigsmith-bundle/state.json"])
 def test_member_names_outside_the_bundle_are_refused(tmp_path: Path, name: str) -> None:
     with pytest.raises(BundleError, match="not a path inside the bundle"):
-        _member_path(tmp_path, name)
+        member_path(tmp_path, name)
 
 
 def test_a_bundle_without_its_manifest_is_incomplete(tmp_path: Path) -> None:

@@ -51,6 +51,8 @@ class RenderContext:
 
 
 Renderer = Callable[[RunPlan, RenderContext], list[Artifact]]
+#: (field path, message) problems a target finds in a plan; see ``common.Check``.
+Checker = Callable[[RunPlan, RenderContext], list[tuple[str, str]]]
 
 
 def renderers() -> dict[str, Renderer]:
@@ -63,4 +65,17 @@ def renderers() -> dict[str, Renderer]:
         "compose": compose.render,
         "lxc": lxc.render,
         "kube": kube.render,
+    }
+
+
+def checks() -> dict[str, tuple[Checker, ...]]:
+    """Target name → what the target cannot express, as data: the checks its renderer refuses with."""
+    from rigsmith.rendering.targets import compose, kube, lxc, podman, quadlet
+
+    return {
+        "podman": podman.CHECKS,
+        "quadlet": quadlet.CHECKS,
+        "compose": compose.CHECKS,
+        "lxc": lxc.CHECKS,
+        "kube": kube.CHECKS,
     }

@@ -8,15 +8,16 @@ or a systemd unit stop is never cut short by the layer around it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from rigsmith.errors import SpecError
-from rigsmith.render import line_breaks
+from rigsmith.render import breaks_line, line_breaks
 from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.targets import Checker, RenderContext
 
 #: Seconds each enclosing layer adds to the stop timeout inside it.
 STOP_MARGIN = 30
@@ -89,28 +90,50 @@ def home_path(path: str, home: str) -> str:
     return path
 
 
-def cannot_express(plan: RunPlan, target: str, problems: Sequence[tuple[str, str]]) -> SpecError:
-    """The error for spec fields a target has no way to express, each naming the target."""
-    return SpecError(
-        plan.spec_path, [(fld, f"the {target} target cannot express this: {why}") for fld, why in problems]
-    )
+#: One capability check of a target: the fields of a plan it cannot express, each with the final message.
+Check = Checker
 
 
-def require_container(plan: RunPlan, target: str) -> None:
+def cannot_express(target: str, problems: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Spec fields a target has no way to express, each message naming the target."""
+    return [(fld, f"the {target} target cannot express this: {why}") for fld, why in problems]
+
+
+def problems(plan: RunPlan, ctx: RenderContext, checks: Sequence[Check]) -> list[tuple[str, str]]:
+    """Every problem a target's checks find, none raised (``rendering.validate`` and each renderer)."""
+    return [p for check in checks for p in check(plan, ctx)]
+
+
+def refuse(plan: RunPlan, ctx: RenderContext, checks: Sequence[Check]) -> None:
+    """Raise one SpecError naming every field the target's checks find, or nothing."""
+    bad = problems(plan, ctx, checks)
+    if bad:
+        raise SpecError(plan.spec_path, bad)
+
+
+def runs_container(target: str) -> Check:
     """Refuse a venv plan in a target that runs an image (podman, quadlet, compose, kube)."""
-    if plan.runtime != "container":
-        raise cannot_express(
-            plan,
-            target,
-            [
-                (
-                    "engine.runtime",
-                    f"{plan.runtime!r} runs vLLM from {plan.venv or 'a venv'}, but this target runs "
-                    "a container image; set engine.runtime: container with engine.image (or engine.build), "
-                    "or use --target lxc, which runs the venv in the CT",
-                )
-            ],
+
+    def check(plan: RunPlan, _ctx: RenderContext) -> list[tuple[str, str]]:
+        if plan.runtime == "container":
+            return []
+        why = (
+            f"{plan.runtime!r} runs vLLM from {plan.venv or 'a venv'}, but this target runs "
+            "a container image; set engine.runtime: container with engine.image (or engine.build), "
+            "or use --target lxc, which runs the venv in the CT"
         )
+        return cannot_express(target, [("engine.runtime", why)])
+
+    return check
+
+
+def expressed(target: str, *found: Callable[[RunPlan], list[tuple[str, str]]]) -> Check:
+    """A check from plan-only problem finders, whose messages get the target's "cannot express" prefix."""
+
+    def check(plan: RunPlan, _ctx: RenderContext) -> list[tuple[str, str]]:
+        return cannot_express(target, [p for f in found for p in f(plan)])
+
+    return check
 
 
 def mount_fields(plan: RunPlan) -> list[tuple[str, str, str, str]]:
@@ -152,9 +175,6 @@ def entrypoint_problems(plan: RunPlan) -> list[tuple[str, str]]:
     return []
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def line_value_problems(values: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """Values written raw as one ``Key=value`` line (quadlet Image=, Entrypoint=, Volume=) that would not
     stay one literal value: a newline starts a new key or section (e.g. an ExecStartPre= run as root), a
@@ -162,7 +182,7 @@ def line_value_problems(values: Sequence[tuple[str, str]]) -> list[tuple[str, st
     parser."""
     out = []
     for fld, value in values:
-        if _CONTROL.search(value) or line_breaks(value):
+        if breaks_line(value):
             out.append((fld, f"{value!r}: holds a line break (of any kind) or other control character"))
         elif value.endswith("\\"):
             out.append((fld, f"{value!r}: a trailing backslash continues the line"))

@@ -21,9 +21,11 @@ from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_RETRIES,
     HEALTH_TIMEOUT,
-    cannot_express,
+    Check,
+    expressed,
     health_argv,
-    require_container,
+    refuse,
+    runs_container,
     timings,
     volume_problems,
     yaml_text,
@@ -104,12 +106,13 @@ def up_argv(plan: RunPlan, compose_file: str) -> list[str]:
     ]
 
 
+#: What the compose target cannot express.
+CHECKS: tuple[Check, ...] = (runs_container("compose"), expressed("compose", volume_problems))
+
+
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``compose/NAME/compose.yaml``."""
-    require_container(plan, "compose")
-    bad = volume_problems(plan)
-    if bad:
-        raise cannot_express(plan, "compose", bad)
+    refuse(plan, ctx, CHECKS)
     rel = f"compose/{plan.name}/compose.yaml"
     body = yaml_text(document(plan))
     text = tpl.render(

@@ -1,7 +1,7 @@
 """INI-like outputs as ordered (section, key, value) entries; quoting for systemd/quadlet values.
 
-Templates only lay the entries out (templates/quadlet/unit.j2, templates/lxc/pct.conf.j2); what goes in and in
-which order is decided by the target modules.
+Templates only lay the entries out (templates/systemd/unit-file.j2 for quadlet's .container and the CT's
+.service; pct.conf is joined in Python); what goes in and in which order is decided by the target modules.
 """
 
 from __future__ import annotations

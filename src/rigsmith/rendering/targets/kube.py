@@ -19,10 +19,12 @@ from rigsmith.rendering.targets import RenderContext
 from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_TIMEOUT,
-    cannot_express,
+    Check,
+    expressed,
     home_path,
     k8s_quantity,
-    require_container,
+    refuse,
+    runs_container,
     timings,
     volume_problems,
     yaml_text,
@@ -31,7 +33,7 @@ from rigsmith.writer import Artifact
 
 
 def _gpu_limits(plan: RunPlan, count: int) -> dict[str, int]:
-    problems = []
+    """Device-plugin resource counts (``_gpu_problems`` refuses what maps to none)."""
     limits: dict[str, int] = {}
     for d in plan.devices:
         kind, name = d.split("=", 1)
@@ -39,10 +41,16 @@ def _gpu_limits(plan: RunPlan, count: int) -> dict[str, int]:
             limits[kind] = max(limits.get(kind, 0), count)
         elif name.isdigit():
             limits[kind] = limits.get(kind, 0) + 1
-        else:
-            problems.append(
-                ("resources.gpus.cdi_devices", f"{d}: only whole GPUs (index or all) map to a {kind} count")
-            )
+    return limits
+
+
+def _gpu_problems(plan: RunPlan) -> list[tuple[str, str]]:
+    problems = [
+        ("resources.gpus.cdi_devices", f"{d}: only whole GPUs (index or all) map to a {kind} count")
+        for d in plan.devices
+        for kind, name in [d.split("=", 1)]
+        if not (name == "all" or name.isdigit())
+    ]
     indices = sorted(int(n) for n in plan.gpu_indices if n.isdigit())
     if indices and indices != list(range(len(indices))):
         problems.append(
@@ -51,9 +59,27 @@ def _gpu_limits(plan: RunPlan, count: int) -> dict[str, int]:
                 f"GPUs {indices} are fixed indices; the device plugin picks them. Use 0..N-1 or =all",
             )
         )
-    if problems:
-        raise cannot_express(plan, "kube", problems)
-    return limits
+    return problems
+
+
+def _memlock_problems(plan: RunPlan) -> list[tuple[str, str]]:
+    if not isinstance(plan.memlock, int):
+        return []
+    return [
+        (
+            "resources.memlock",
+            f"{plan.memlock} bytes: Kubernetes sets no per-pod RLIMIT_MEMLOCK; use unlimited "
+            "(the runtime's default) or host",
+        )
+    ]
+
+
+#: What the kube target cannot express. podman kube play turns a hostPath volume into a
+#: host:container[:opts] bind string (seen with 4.3), hence the volume syntax check.
+CHECKS: tuple[Check, ...] = (
+    runs_container("kube"),
+    expressed("kube", volume_problems, _memlock_problems, _gpu_problems),
+)
 
 
 def object_name(name: str) -> str:
@@ -93,18 +119,6 @@ def k8s_literal(text: str) -> str:
 
 def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[dict[str, Any]]:
     """Deployment and Service as data."""
-    if isinstance(plan.memlock, int):
-        raise cannot_express(
-            plan,
-            "kube",
-            [
-                (
-                    "resources.memlock",
-                    f"{plan.memlock} bytes: Kubernetes sets no per-pod RLIMIT_MEMLOCK; use unlimited "
-                    "(the runtime's default) or host",
-                )
-            ],
-        )
     t = timings(plan)
     kname = object_name(plan.name)
     labels = {"app.kubernetes.io/name": kname, "app.kubernetes.io/managed-by": "rigsmith"}
@@ -180,11 +194,7 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
 
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``kube/NAME.yaml``."""
-    require_container(plan, "kube")
-    # podman kube play turns a hostPath volume into a host:container[:opts] bind string (seen with 4.3).
-    bad = volume_problems(plan)
-    if bad:
-        raise cannot_express(plan, "kube", bad)
+    refuse(plan, ctx, CHECKS)
     docs = manifests(plan, ctx, ctx.lxc.home)
     body = yaml_text(*docs, explicit_start=True)
     text = tpl.render(

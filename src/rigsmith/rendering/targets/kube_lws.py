@@ -19,11 +19,18 @@ from typing import Any
 
 from rigsmith import render as tpl
 from rigsmith import spec as specmod
+from rigsmith.errors import SpecError
 from rigsmith.render import banner
 from rigsmith.rendering import cluster
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.rendering.targets import RenderContext
-from rigsmith.rendering.targets.common import cannot_express, require_container, volume_problems, yaml_text
+from rigsmith.rendering.targets.common import (
+    cannot_express,
+    refuse,
+    runs_container,
+    volume_problems,
+    yaml_text,
+)
 from rigsmith.rendering.targets.kube import manifests, object_name
 from rigsmith.writer import Artifact
 
@@ -98,7 +105,7 @@ def manifests_lws(spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -
     """LeaderWorkerSet and the leader's Service as data."""
     bad = _problems(spec)
     if bad:
-        raise cannot_express(plan, "kube", bad)
+        raise SpecError(plan.spec_path, cannot_express("kube", bad))
     c = spec.cluster
     assert c is not None
     nodes = cluster.node_plans(_lws_spec(spec), plan)
@@ -140,10 +147,7 @@ def manifests_lws(spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -
 
 def render(spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``kube/NAME.yaml`` for a multi-node spec."""
-    require_container(plan, "kube")
-    bad = volume_problems(plan)
-    if bad:
-        raise cannot_express(plan, "kube", bad)
+    refuse(plan, ctx, (runs_container("kube"), lambda p, _c: cannot_express("kube", volume_problems(p))))
     body = yaml_text(*manifests_lws(spec, plan, ctx), explicit_start=True)
     text = tpl.render(
         "kube/lws.yaml.j2",

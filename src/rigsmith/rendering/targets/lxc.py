@@ -19,7 +19,6 @@ snapshot (research/runtime-facts.md §4.1).
 from __future__ import annotations
 
 import math
-import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,17 +26,18 @@ from pathlib import Path
 
 from rigsmith import render as tpl
 from rigsmith.errors import ConsentError, RigsmithError, SpecError
-from rigsmith.render import banner, line_breaks
+from rigsmith.render import banner, breaks_line
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import LxcOptions, RenderContext, ini, pctconf
+from rigsmith.rendering.targets import LxcOptions, RenderContext, pctconf
 from rigsmith.rendering.targets.common import (
-    RESTART_SEC,
+    Check,
     cannot_express,
     entrypoint_problems,
     home_path,
     timings,
     volume_problems,
 )
+from rigsmith.rendering.targets.lxcservice import SECRETS_DIR, unit_text, venv_program
 from rigsmith.rendering.targets.podman import run_lines
 from rigsmith.writer import BANNER_MARK, Artifact
 
@@ -71,8 +71,6 @@ RAW_ALLOWED = re.compile(r"^lxc\.(mount\.entry|environment|cgroup2\.[a-z0-9_.]+|
 #: Device nodes per CDI vendor/class: per-GPU node pattern, shared nodes, and which may be absent.
 NVIDIA_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 NVIDIA_OPTIONAL = frozenset({"nvidia-uvm-tools", "nvidia-modeset"})
-#: Where provision.sh writes a venv service's secret env file (0600), read by its EnvironmentFile=.
-SECRETS_DIR = "/etc/rigsmith"
 #: nvidia.ko's fixed char major (NV_MAJOR_DEVICE_NUMBER); nvidia-uvm's is dynamic, a host fact.
 NVIDIA_MAJOR = 195
 
@@ -186,11 +184,30 @@ def default_host_ram_gib(size_bytes: int | None) -> tuple[float, str]:
 
 def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
     """Every setting of the CT, in file order, before mp/dev indexes are assigned."""
-    opts, spec = ctx.lxc, ctx.spec
-    t = timings(plan)
-    problems = _option_problems(opts)
+    problems = _option_problems(ctx.lxc)
     if problems:
         raise SpecError("invoke deploy --target lxc", problems, what="command-line options")
+    out, problems = _lines(plan, ctx)
+    if problems:
+        raise SpecError(plan.spec_path, cannot_express("lxc", problems))
+    return out
+
+
+def _problems(plan: RunPlan, ctx: RenderContext) -> list[tuple[str, str]]:
+    """The deploy options' problems, else every spec field a CT cannot carry."""
+    return _option_problems(ctx.lxc) or cannot_express("lxc", _lines(plan, ctx)[1])
+
+
+#: What the lxc target cannot express (the CT's settings are built and checked in one walk).
+CHECKS: tuple[Check, ...] = (_problems,)
+
+
+def _lines(plan: RunPlan, ctx: RenderContext) -> tuple[list[Line], list[tuple[str, str]]]:
+    """The CT's settings and the problems found building them; the options must be valid."""
+    # One walk on purpose: each setting's value is checked where it is built (a problem names the field).
+    opts, spec = ctx.lxc, ctx.spec
+    t = timings(plan)
+    problems: list[tuple[str, str]] = []
     pve = _version(opts.pve_version)
     ram_gib = spec.resources.host_ram_gib
     if ram_gib is None:
@@ -216,8 +233,38 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
         Line("swap", "0"),
         Line("unprivileged", "1"),
     ]
+    out += _mount_lines(plan, opts.home, problems)
+    out += _passthrough_lines(plan, ctx, pve, problems)
+    if plan.memlock != "host":
+        out.append(
+            Line("lxc.prlimit.memlock", "unlimited" if plan.memlock == "unlimited" else str(plan.memlock))
+        )
+    out.append(
+        Line(
+            "lxc.mount.entry",
+            f"tmpfs dev/shm tmpfs rw,nosuid,nodev,size={plan.shm_bytes // 1024}k,mode=1777,create=dir 0 0",
+        )
+    )
+    for k, v in plan.env:
+        if breaks_line(v) or v != v.strip():
+            problems.append(
+                (
+                    f"env.{k}",
+                    "a pct.conf line cannot hold a line break (of any kind), another control character or "
+                    "leading/trailing whitespace",
+                )
+            )
+        out.append(Line("lxc.environment", f"{k}={v}"))
+    if plan.runtime == "container":  # provision.sh runs the podman target's argv
+        problems += volume_problems(plan) + entrypoint_problems(plan)
+    return out, problems
+
+
+def _mount_lines(plan: RunPlan, home: str, problems: list[tuple[str, str]]) -> list[Line]:
+    """An ``mpN`` line per directory mount, an ``lxc.mount.entry`` per file one; bad paths to ``problems``."""
+    out = []
     for i, m in enumerate(plan.mounts):
-        path = home_path(m.host, opts.home)
+        path = home_path(m.host, home)
         fld = "model.local_dir" if m.role == "model" else f"mounts[{i - 1}].host"
         if m.kind == "dir":
             # PVE splits the mpN property string on ',' and reads a part holding '=' as key=value.
@@ -228,7 +275,15 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
             src = _fstab_path(path, fld, problems)
             opt = "bind,create=file" + (",ro" if m.readonly else "")
             out.append(Line("lxc.mount.entry", f"{src} {src.lstrip('/')} none {opt} 0 0"))
-    nodes = _gpu_nodes(plan, spec.resources.gpus.count, problems)
+    return out
+
+
+def _passthrough_lines(
+    plan: RunPlan, ctx: RenderContext, pve: Version, problems: list[tuple[str, str]]
+) -> list[Line]:
+    """The GPU nodes: ``devN`` lines (PVE >= 8.1) or raw cgroup rules and bind entries."""
+    opts, out = ctx.lxc, []
+    nodes = _gpu_nodes(plan, ctx.spec.resources.gpus.count, problems)
     if len(nodes) > MAX_INDEXED and pve >= PVE_KEYS["devN"][1]:
         problems.append(
             (
@@ -259,30 +314,6 @@ def lines(plan: RunPlan, ctx: RenderContext) -> list[Line]:
                     f"{path} {path.lstrip('/')} none bind,{'optional,' if optional else ''}create=file 0 0",
                 )
             )
-    if plan.memlock != "host":
-        out.append(
-            Line("lxc.prlimit.memlock", "unlimited" if plan.memlock == "unlimited" else str(plan.memlock))
-        )
-    out.append(
-        Line(
-            "lxc.mount.entry",
-            f"tmpfs dev/shm tmpfs rw,nosuid,nodev,size={plan.shm_bytes // 1024}k,mode=1777,create=dir 0 0",
-        )
-    )
-    for k, v in plan.env:
-        if re.search(r"[\x00-\x1f\x7f]", v) or line_breaks(v) or v != v.strip():
-            problems.append(
-                (
-                    f"env.{k}",
-                    "a pct.conf line cannot hold a line break (of any kind), another control character or "
-                    "leading/trailing whitespace",
-                )
-            )
-        out.append(Line("lxc.environment", f"{k}={v}"))
-    if plan.runtime == "container":  # provision.sh runs the podman target's argv
-        problems += volume_problems(plan) + entrypoint_problems(plan)
-    if problems:
-        raise cannot_express(plan, "lxc", problems)
     return out
 
 
@@ -397,87 +428,6 @@ def merge(existing: str | None, ours: Sequence[Line], head: Sequence[str]) -> li
     return body
 
 
-def venv_argv(plan: RunPlan, home: str) -> list[str]:
-    """What the CT's service runs: the venv's vllm + the recipe argv, the model word at its CT path.
-
-    The model directory is bind-mounted at its host path (an ``mpN`` line), so that is where it is in the CT.
-    """
-    words = list(plan.command)
-    model = next(m for m in plan.mounts if m.role == "model")
-    i = plan.model_word
-    if i is not None and words[i].endswith(model.host):
-        words[i] = words[i][: len(words[i]) - len(model.host)] + home_path(model.host, home)
-    return [venv_program(plan), *words]
-
-
-def venv_program(plan: RunPlan) -> str:
-    """The venv's program the service runs: its python for a ``python -m vllm.entrypoints…`` recipe (the
-    subcommand carries ``-m …``), else its vllm."""
-    name = posixpath.basename(plan.entrypoint)
-    return f"{plan.venv}/bin/{'python' if name.startswith('python') else 'vllm'}"
-
-
-def venv_workdir(venv: str, recipe_executable: str) -> str:
-    """The directory the recipe ran from, where its relative paths (seed 003: ``TREE=./vllm-v2.5``) resolve.
-
-    A recipe that ran ``./venv-v2.5/bin/vllm`` ran it from the directory holding ``venv-v2.5``: the venv with
-    that relative part taken off. Otherwise the venv's parent, where such a tree sits beside it.
-    """
-    rel = posixpath.normpath(recipe_executable)
-    parts = rel.split("/")
-    if not rel.startswith("/") and parts[-2:] == ["bin", "vllm"] and len(parts) > 2:
-        tail = "/" + "/".join(parts[:-2])
-        if venv.rstrip("/").endswith(tail):
-            return venv.rstrip("/")[: -len(tail)] or "/"
-    return posixpath.dirname(venv.rstrip("/")) or "/"
-
-
-def service_entries(plan: RunPlan, ctx: RenderContext) -> list[ini.Entry]:
-    """The CT's systemd unit for a venv engine, as ordered (section, key, value) entries."""
-    t = timings(plan)
-    svc = "Service"
-    out: list[ini.Entry] = [
-        ("Unit", "Description", f"rigsmith: {plan.name} (vLLM from {plan.venv})"),
-        ("Unit", "Wants", "network-online.target"),
-        ("Unit", "After", "network-online.target"),
-        (svc, "Type", "exec"),
-        (svc, "WorkingDirectory", venv_workdir(plan.venv or "/", ctx.spec.engine.recipe_executable)),
-    ]
-    out += [(svc, "Environment", ini.systemd_word(f"{k}={v}")) for k, v in plan.env]
-    if plan.secret_env:
-        out.append((svc, "EnvironmentFile", f"{SECRETS_DIR}/{plan.name}.env"))
-    out.append((svc, "ExecStart", ini.systemd_words(venv_argv(plan, ctx.lxc.home))))
-    if plan.memlock != "host":
-        out.append((svc, "LimitMEMLOCK", "infinity" if plan.memlock == "unlimited" else str(plan.memlock)))
-    out += [
-        # vLLM drains on SIGTERM for its --shutdown-timeout; systemd waits longer, PVE's down= longer still.
-        # KillMode=mixed: SIGTERM to vLLM's main process only, which then stops its engine and workers; the
-        # default (control-group) signals every process at once, so the drain's children die mid-drain (seen
-        # under systemd 257: stop took 0.02 s instead of the 1 s drain). SIGKILL still reaches them all.
-        (svc, "KillMode", "mixed"),
-        (svc, "KillSignal", "SIGTERM"),
-        (svc, "TimeoutStopSec", str(t.systemd_stop)),
-        (svc, "Restart", "on-failure"),
-        (svc, "RestartSec", str(RESTART_SEC)),
-        ("Install", "WantedBy", "multi-user.target"),
-    ]
-    return out
-
-
-def unit_text(plan: RunPlan, ctx: RenderContext) -> str:
-    """The CT's ``NAME.service`` (laid out by the same template as quadlet units)."""
-    t = timings(plan)
-    return tpl.render(
-        "quadlet/unit.j2",
-        banner=banner(ctx.command, plan.spec_path),
-        header=[
-            f"Written by provision.sh inside CT {ctx.lxc.vmid}. Stop timeouts nest: vLLM --shutdown-timeout "
-            f"{t.shutdown or 0}s < TimeoutStopSec {t.systemd_stop}s < PVE startup down={t.pve_down}s."
-        ],
-        sections=ini.sections(service_entries(plan, ctx)),
-    )
-
-
 #: Keys that make the CT what it is: rigsmith writes them in a new config, never in the user's.
 CT_KEYS = frozenset(
     {"arch", "cores", "hostname", "memory", "onboot", "ostype", "rootfs", "swap", "unprivileged"}
@@ -554,7 +504,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         confs = [Artifact(conf, "\n".join(merge(ctx.read(conf), ours, head)) + "\n")]
     nodes = _gpu_nodes(plan, ctx.spec.resources.gpus.count, [])
     script = tpl.render(
-        "lxc/provision.sh.j2",
+        f"lxc/provision-{plan.runtime}.sh.j2",
         banner=banner(ctx.command, plan.spec_path),
         plan=plan,
         vmid=opts.vmid,

@@ -10,9 +10,11 @@ from rigsmith.render import banner, shpath, shquote
 from rigsmith.rendering.plan import PlanMount, RunPlan
 from rigsmith.rendering.targets import RenderContext
 from rigsmith.rendering.targets.common import (
-    cannot_express,
+    Check,
     entrypoint_problems,
-    require_container,
+    expressed,
+    refuse,
+    runs_container,
     volume_problems,
 )
 from rigsmith.writer import Artifact
@@ -92,11 +94,15 @@ def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
     return {"run.sh": run, "stop.sh": stop}
 
 
+#: What the podman target cannot express.
+CHECKS: tuple[Check, ...] = (
+    runs_container("podman"),
+    expressed("podman", volume_problems, entrypoint_problems),
+)
+
+
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """Artifacts of the podman target."""
-    require_container(plan, "podman")
-    bad = volume_problems(plan) + entrypoint_problems(plan)
-    if bad:
-        raise cannot_express(plan, "podman", bad)
+    refuse(plan, ctx, CHECKS)
     base = ctx.out / "podman" / plan.name
     return [Artifact(base / n, text, 0o755) for n, text in render_files(plan, ctx).items()]

@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass
 
 from rigsmith import render as tpl
-from rigsmith.errors import SpecError
 from rigsmith.render import banner
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.rendering.targets import RenderContext
@@ -21,12 +20,15 @@ from rigsmith.rendering.targets.common import (
     HEALTH_RETRIES,
     HEALTH_TIMEOUT,
     RESTART_SEC,
+    Check,
     cannot_express,
     entrypoint_problems,
+    expressed,
     health_argv,
     line_value_problems,
     mount_fields,
-    require_container,
+    refuse,
+    runs_container,
     timings,
     volume_problems,
 )
@@ -85,34 +87,38 @@ PODMAN_FLAG: dict[str, str] = {
 CDI_REFRESH_UNITS: dict[str, str] = {"nvidia.com": "nvidia-cdi-refresh.service"}
 
 
-def parse_version(text: str, plan: RunPlan) -> Version:
-    """``4.9.3`` → (4, 9, 3); a bad value or a podman without quadlet is a SpecError on podman_version."""
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~_-]*)?")
+
+
+def _version_text(ctx: RenderContext) -> str:
+    return (ctx.podman_version or DEFAULT_PODMAN_VERSION).strip()  # it goes into a comment line
+
+
+def parse_version(text: str) -> Version | None:
+    """``4.9.3`` → (4, 9, 3); None when it is no podman version."""
     # The suffix is bounded: the text goes into a comment line of the unit, where a CR or any other line
     # break would start a new line (a `[Service]` with an ExecStartPre= run as root).
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~_-]*)?", text)
-    if not m:
-        raise SpecError(
-            plan.spec_path,
-            [
-                (
-                    "podman_version (or --podman-version)",
-                    f"{text!r} is not a podman version; write e.g. 4.9.3",
-                )
-            ],
-        )
-    v = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    m = _VERSION.fullmatch(text)
+    return None if m is None else (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+
+
+def _version_problems(_plan: RunPlan, ctx: RenderContext) -> list[tuple[str, str]]:
+    """A bad podman_version, or a podman without quadlet."""
+    text = _version_text(ctx)
+    v = parse_version(text)
+    if v is None:
+        return [
+            ("podman_version (or --podman-version)", f"{text!r} is not a podman version; write e.g. 4.9.3")
+        ]
     if v < QUADLET_SINCE:
-        raise SpecError(
-            plan.spec_path,
-            [
-                (
-                    "podman_version",
-                    f"the quadlet target cannot express this: podman {text} has no quadlet "
-                    "(needs 4.4.0 or later); use --target podman, or set the host's real version",
-                )
-            ],
-        )
-    return v
+        return [
+            (
+                "podman_version",
+                f"the quadlet target cannot express this: podman {text} has no quadlet "
+                "(needs 4.4.0 or later); use --target podman, or set the host's real version",
+            )
+        ]
+    return []
 
 
 @dataclass(frozen=True)
@@ -192,7 +198,7 @@ def entries(plan: RunPlan, version: Version) -> list[Entry]:
     return out
 
 
-def _inexpressible_args(plan: RunPlan, ctx: RenderContext) -> None:
+def _arg_problems(plan: RunPlan, ctx: RenderContext) -> list[tuple[str, str]]:
     """Words quadlet's Exec= cannot carry (seen with podman 5.4.2's generator).
 
     An empty word ends quadlet's Exec= parsing (it and every later word vanish), and a lone ``;`` comes out
@@ -209,28 +215,33 @@ def _inexpressible_args(plan: RunPlan, ctx: RenderContext) -> None:
         for i, word in enumerate(plan.command)
         if word in ("", ";")
     ]
-    if bad:
-        raise cannot_express(plan, "quadlet", [(f, f"{why}; use --target podman") for f, why in bad])
+    return cannot_express("quadlet", [(f, f"{why}; use --target podman") for f, why in bad])
 
 
-def _inexpressible_values(plan: RunPlan) -> None:
+def _raw_value_problems(plan: RunPlan) -> list[tuple[str, str]]:
     """Values quadlet takes raw (Image=, Entrypoint=, Volume=: no quoting, no escapes) that would not reach
     podman as one literal value; the others go through systemd_word."""
     raw = [("engine.image", plan.image), ("engine.executable", plan.entrypoint)]
     for hfld, host, cfld, cont in mount_fields(plan):
         raw += [(hfld, host), (cfld, cont)]
-    bad = line_value_problems(raw) + volume_problems(plan) + entrypoint_problems(plan)
-    if bad:
-        raise cannot_express(plan, "quadlet", bad)
+    return line_value_problems(raw)
+
+
+#: What the quadlet target cannot express.
+CHECKS: tuple[Check, ...] = (
+    runs_container("quadlet"),
+    _version_problems,
+    _arg_problems,
+    expressed("quadlet", _raw_value_problems, volume_problems, entrypoint_problems),
+)
 
 
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``quadlet/NAME.container``."""
-    require_container(plan, "quadlet")
-    text = (ctx.podman_version or DEFAULT_PODMAN_VERSION).strip()  # it goes into a comment line
-    version = parse_version(text, plan)
-    _inexpressible_args(plan, ctx)
-    _inexpressible_values(plan)
+    refuse(plan, ctx, CHECKS)
+    text = _version_text(ctx)
+    version = parse_version(text)
+    assert version is not None  # refused by _version_problems
     t = timings(plan)
     secrets = (
         [f"Secrets are podman secrets: podman secret create NAME FILE for {', '.join(plan.secret_env)}."]
@@ -257,7 +268,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         *secrets,
     ]
     body = tpl.render(
-        "quadlet/unit.j2",
+        "systemd/unit-file.j2",
         banner=banner(ctx.command, plan.spec_path),
         header=header,
         sections=sections(entries(plan, version)),
