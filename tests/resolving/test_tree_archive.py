@@ -9,7 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from rigsmith.resolving import image as imagemod
-from rigsmith.resolving.image import ArchiveError, ContextFile, merge_tree, unpack_tar
+from rigsmith.resolving.archive import ArchiveError, merge_tree, unpack_tar
+from rigsmith.resolving.image import ContextFile
 
 
 def _tar(*members: tuple[str, str, bytes | str]) -> bytes:

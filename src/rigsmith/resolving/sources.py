@@ -26,6 +26,7 @@ import httpx
 from rigsmith.errors import AdapterError, CommandError, RigsmithError, SpecError
 from rigsmith.importing.proposal import check_asset_url, check_git_url
 from rigsmith.project import Project
+from rigsmith.resolving import archive
 from rigsmith.resolving import image as imagemod
 from rigsmith.resolving import lock as lockmod
 
@@ -56,7 +57,7 @@ class Sources:
         cache: Path,
         client: httpx.Client | None = None,
         timeout: float = 600,
-        max_bytes: int = imagemod.MAX_UNPACKED,
+        max_bytes: int = archive.MAX_UNPACKED,
     ) -> None:
         self.cache = cache
         self.timeout = timeout
@@ -358,13 +359,13 @@ def tree_files(
     tree = definition.tree
     assert tree is not None
     where = f"images/{name}/image.yaml tree"
-    files = imagemod.unpack_tar(sources.archive(entry.repo, entry.commit, where), f"{where} @ {entry.commit}")
+    files = archive.unpack_tar(sources.archive(entry.repo, entry.commit, where), f"{where} @ {entry.commit}")
     assets: dict[str, dict[str, imagemod.ContextFile]] = {}
     for a in tree.assets:
         data = sources.asset(a.name, entry.assets[a.name], f"{where}.assets ({a.name})")
         if a.unpack is not None:
-            assets[a.name] = imagemod.unpack_tar(data, f"asset {a.name!r}", a.unpack)
+            assets[a.name] = archive.unpack_tar(data, f"asset {a.name!r}", a.unpack)
         else:
             assert a.dest is not None
             assets[a.name] = {a.dest: imagemod.ContextFile(data)}
-    return imagemod.merge_tree(files, assets)
+    return archive.merge_tree(files, assets)
