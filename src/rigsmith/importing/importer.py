@@ -5,10 +5,10 @@ failures alone (connect errors, timeouts, 5xx, 429) — never on other 4xx. Pars
 :mod:`rigsmith.recipe` (pure); writing is :mod:`rigsmith.writer` (consent, diff, atomic).
 """
 
-from __future__ import annotations
-
 # Over 500 lines (550), left whole: the fetch (deadline, size cap, retries), the three-way re-import and the
 # consent steps (mounts, the proposed image) are one write path; the merge engine itself is rigsmith.merge.
+
+from __future__ import annotations
 
 import hashlib
 import threading

@@ -6,11 +6,11 @@ slot; :func:`render_context` turns definition + lock + file bytes into the exact
 first), from which :func:`context_tar` makes a byte-stable tar. Only ``gather`` and ``load`` touch disk.
 """
 
-from __future__ import annotations
-
 # Over 500 lines (708), left whole: the image.yaml models (base, patches, files, the source tree) and the
 # render they feed are one schema and one pure function; the archive handling is already apart (archive.py).
 # The next split is the tree models and their lock lookups into their own module.
+
+from __future__ import annotations
 
 import hashlib
 import io
