@@ -31,5 +31,3 @@ def recipe_site(recipe: str = SEED_003) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
-
-
