@@ -40,17 +40,7 @@ def parse_env_text(text: str) -> tuple[list[specmod.EnvVar], list[str], list[str
         note = "; ".join(annotations) if annotations and len(found) == 1 else None
         if annotations and len(found) != 1:
             notes.extend(annotations)
-        for name, value in found:
-            lifted = _secret_var(name, value, note, "env")
-            if lifted is not None:
-                notes.append(lifted[1])
-            out.append(
-                lifted[0]
-                if lifted
-                else specmod.EnvVar(
-                    name=name, value=value, note=note, secret=bool(_SECRET_NAME_RE.search(name))
-                )
-            )
+        out += [_entry(name, value, note, "env", notes) for name, value in found]
     if sep:
         items = [s.strip() for s in tail.split(";") if s.strip()]
         for idx, item in enumerate(items):
@@ -60,23 +50,23 @@ def parse_env_text(text: str) -> tuple[list[specmod.EnvVar], list[str], list[str
             if not m:
                 problems.append(f"env Opt-in item {idx + 1} ({item!r}): write NAME=value description")
                 continue
-            name, value, note = m.group(1), m.group(2), m.group(3).strip() or None
-            lifted = _secret_var(name, value, note, "env Opt-in", opt_in=True, enabled=False)
-            if lifted is not None:
-                notes.append(lifted[1])
-            out.append(
-                lifted[0]
-                if lifted
-                else specmod.EnvVar(
-                    name=name,
-                    value=value,
-                    note=note,
-                    opt_in=True,
-                    enabled=False,
-                    secret=bool(_SECRET_NAME_RE.search(name)),
-                )
-            )
+            note = m.group(3).strip() or None
+            out.append(_entry(m.group(1), m.group(2), note, "env Opt-in", notes, opt_in=True, enabled=False))
     return out, notes, problems
+
+
+def _entry(
+    name: str, value: str, note: str | None, where: str, notes: list[str], **flags: bool
+) -> specmod.EnvVar:
+    """One variable of the env string: a secret's value lifted out (said in ``notes``), else kept, marked
+    secret when its name says so."""
+    lifted = _secret_var(name, value, note, where, **flags)
+    if lifted is not None:
+        notes.append(lifted[1])
+        return lifted[0]
+    return specmod.EnvVar(
+        name=name, value=value, note=note, secret=bool(_SECRET_NAME_RE.search(name)), **flags
+    )
 
 
 def _annotation_spans(text: str) -> list[tuple[int, int]]:
