@@ -82,26 +82,15 @@ class Line:
     key: str
     value: str
 
-    def identity(self) -> tuple[str, str]:
+    def identity(self) -> str:
         """What makes an existing line "the same setting" (so rigsmith replaces it instead of adding)."""
         return _identity(self.key, self.value)
 
 
-def _identity(key: str, value: str) -> tuple[str, str]:
-    base = re.sub(r"\d+$", "", key)
-    if base == "mp":
-        m = re.search(r"(?:^|,)mp=([^,]+)", value)
-        return ("mp", m.group(1) if m else value)
-    if base == "dev":
-        return ("dev", value.split(",", 1)[0].removeprefix("path="))
-    if key == "lxc.mount.entry":
-        fields = value.split()
-        return (key, fields[1] if len(fields) > 1 else value)
-    if key == "lxc.environment":
-        return (key, value.split("=", 1)[0])
-    if key == "lxc.cgroup2.devices.allow":
-        return (key, value)
-    return (key, "")
+def _identity(key: str, value: str) -> str:
+    # The setting a line is: pctconf's identity for the keys rigsmith may own, the key itself otherwise
+    # (in the config rigsmith generates, every other key is one setting).
+    return pctconf.identity(key, value) or key
 
 
 def _gpu_nodes(plan: RunPlan, count: int, problems: list[tuple[str, str]]) -> list[tuple[str, bool]]:
@@ -368,9 +357,6 @@ def check(lines_: Sequence[tuple[str, str]], pve: Version, user_keys: bool = Fal
     return bad
 
 
-_KEY_RE = re.compile(r"^(lxc\.[a-z0-9_.\-]+|[a-z][a-z_]*\d*)\s*(?::|=)\s*(.*?)\s*$")
-
-
 def merge(existing: str | None, ours: Sequence[Line], head: Sequence[str]) -> list[str]:
     """The final file lines: the user's lines kept, ours replacing the settings they manage, before ``[…]``.
 
@@ -384,10 +370,10 @@ def merge(existing: str | None, ours: Sequence[Line], head: Sequence[str]) -> li
     main, rest = user[:cut], user[cut:]
     our_ids = {ln.identity() for ln in ours}
     kept: list[str] = []
-    index_of: dict[tuple[str, str], int] = {}
+    index_of: dict[str, int] = {}
     used: dict[str, set[int]] = {"mp": set(), "dev": set()}
     for ln in main:
-        m = _KEY_RE.match(ln)
+        m = pctconf.KEY_RE.match(ln)
         if ln.startswith("#") and (BANNER_MARK in ln or ln.startswith(("#   invoke ", "# rigsmith:"))):
             continue
         if m:
@@ -470,7 +456,7 @@ def _warn_below_need(plan: RunPlan, ctx: RenderContext, ours: Sequence[Line], ex
     need = {ln.key: ln.value for ln in ours if ln.key in ("memory", "cores")}
     have: dict[str, str] = {}
     for ln in existing.split("\n[", 1)[0].splitlines():
-        if m := _KEY_RE.match(ln):
+        if m := pctconf.KEY_RE.match(ln):
             have.setdefault(m.group(1), m.group(2))
     for key, want in need.items():
         got = have.get(key)

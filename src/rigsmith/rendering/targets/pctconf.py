@@ -40,20 +40,23 @@ _RAW_NVIDIA_ALLOW = re.compile(r"^c\s+195:")
 
 
 def identity(key: str, value: str) -> str | None:
-    """The setting a line is, for the keys rigsmith may own (None for keys it never owns)."""
+    """The setting a line is, for the keys rigsmith may own (None for keys it never owns). ``mp``/``dev``
+    with or without their index: the same mount point or device is the same setting."""
     base = re.sub(r"\d+$", "", key)
-    if base == "mp" and key != base:
+    if base == "mp":
         m = re.search(r"(?:^|,)mp=([^,]+)", value)
         return f"mp {m.group(1) if m else value}"
-    if base == "dev" and key != base:
+    if base == "dev":
         return f"dev {value.split(',', 1)[0].removeprefix('path=')}"
     if key == "lxc.mount.entry":
         fields = value.split()
         return f"{key} {fields[1] if len(fields) > 1 else value}"
     if key == "lxc.environment":
         return f"{key} {value.split('=', 1)[0]}"
-    if key in ("lxc.cgroup2.devices.allow", "lxc.prlimit.memlock"):
-        return f"{key} {value}" if key == "lxc.cgroup2.devices.allow" else key
+    if key == "lxc.cgroup2.devices.allow":
+        return f"{key} {value}"
+    if key == "lxc.prlimit.memlock":
+        return key
     return None
 
 
@@ -71,7 +74,7 @@ def owned(lines: Iterable[tuple[str, str]]) -> dict[str, str]:
                 if k in PARTIAL[key]:
                     out[f"{key}.{k}"] = v
             continue
-        ident = identity(f"{key}0" if key in INDEXED else key, value)
+        ident = identity(key, value)
         if ident is not None:
             out[ident] = f"{key}: {value}"
     return out
