@@ -344,10 +344,9 @@ def import_recipe(
         # A dry run asks nothing and writes nothing: it says what a real import would need.
         echo(f"consent needed (dry run): {err.message}; {err.hint}")
     base_path = base_path_of(path)
-    dep = merge_spec(path, base_path, upstream, resolve=resolve, confirm=confirm, echo=echo)
-    content = specmod.dump(dep)
-    if path.exists() and specmod.to_data(dep, defaults=True) == _full(_read_data(path, "your spec")):
-        content = path.read_text(encoding="utf-8")  # nothing to take: the user's file stays byte for byte
+    dep, unchanged = merge_spec(path, base_path, upstream, resolve=resolve, confirm=confirm, echo=echo)
+    # nothing to take: the user's file stays byte for byte (comments and all)
+    content = path.read_text(encoding="utf-8") if unchanged else specmod.dump(dep)
     artifacts = [writer.Artifact(path, content), *image_file]
     if dry_run:
         for outcome in writer.plan(artifacts):
@@ -459,14 +458,15 @@ def merge_spec(
     resolve: Resolve | None = None,
     confirm: Callable[[str], bool] | None = None,
     echo: Callable[[str], None] = print,
-) -> specmod.Deployment:
-    """The spec to write: ``upstream`` as is for a new file, else merged into the user's current file.
+) -> tuple[specmod.Deployment, bool]:
+    """The spec to write: ``upstream`` as is for a new file, else merged into the user's current file;
+    and whether that is what the user's file already says (then it is left as it is).
 
     Raises:
         ConsentError: conflicts with no ``resolve`` and no terminal to ask (nothing is written).
     """
     if not path.exists():
-        return upstream
+        return upstream, False
     ours = _full(_read_data(path, "your spec"))
     base = _full(_read_data(base_path, "the recorded base")) if base_path.exists() else None
     theirs = _full(specmod.to_data(upstream))
@@ -505,7 +505,8 @@ def merge_spec(
                 ),
             ],
         ) from None
-    return _without_secret_values(dep, echo)
+    dep = _without_secret_values(dep, echo)
+    return dep, specmod.to_data(dep, defaults=True) == ours
 
 
 def _asker(confirm: Callable[[str], bool], echo: Callable[[str], None]) -> Callable[[Conflict], Resolve]:
