@@ -16,7 +16,7 @@ Pure: no I/O. Callers decide what a conflict means (ask, refuse, or an explicit 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 Resolve = Literal["ours", "theirs"]
@@ -53,7 +53,7 @@ class Merged:
     value: Any
     conflicts: tuple[Conflict, ...] = ()
     taken: tuple[str, ...] = ()
-    kept: tuple[str, ...] = field(default=())
+    kept: tuple[str, ...] = ()
 
 
 def _join(path: str, key: object) -> str:

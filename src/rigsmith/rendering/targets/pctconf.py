@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rigsmith.errors import RigsmithError
 from rigsmith.merge import MISSING, Conflict, Resolve, merge3
@@ -119,13 +119,12 @@ def foreign_passthrough(main: Sequence[str], ids: set[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class Merged:
-    """The merged file, the base to record, and what the caller must report."""
+    """The merged file, the base to record, and what the caller must report (conflicts, passthrough)."""
 
     text: str
     base: str
     conflicts: tuple[Conflict, ...] = ()
     passthrough: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default=())
 
 
 def _split(text: str) -> tuple[list[str], list[str]]:
