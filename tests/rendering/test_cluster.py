@@ -22,7 +22,7 @@ from rigsmith.project import Project
 from rigsmith.rendering import cluster, deploy
 from tests.rendering.test_units import _k8s_expand
 from tests.support import cluster as fixtures
-from tests.support.common import GOLDEN, compare_tree, write_project
+from tests.support.common import GOLDEN, compare_tree, golden_files, write_project
 from tests.support.targets import render_seed
 
 DATA = Path(__file__).parent / "data"
@@ -52,7 +52,7 @@ def test_imported_data_parallel_pair_artifacts_match_golden_files(
 
 @pytest.mark.parametrize(
     "script",
-    sorted((GOLDEN / "cluster").glob("*/*/*/*.sh")),
+    golden_files("cluster/*/*/*/*.sh"),
     ids=lambda p: "/".join(p.parts[-4:]),
 )
 def test_node_scripts_are_shellcheck_clean(script: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from rigsmith.project import Project
 from rigsmith.rendering.targets import LxcOptions
-from tests.support.common import GOLDEN, compare_tree
+from tests.support.common import GOLDEN, GOLDEN_SUFFIX, compare_tree
 from tests.support.targets import SEEDS, as_venv, render_seed
 
 #: (case directory, target, deploy options); the case directory is tests/golden/<deployment>/<case>/.
@@ -78,3 +78,9 @@ def test_secret_values_never_reach_a_generated_file(tmp_path: Path) -> None:
         text = "\n".join(files.values())
         assert secret not in text, target
         assert "HF_TOKEN" in text and "PLAIN" in text, target
+
+
+def test_every_golden_file_is_stored_as_data() -> None:
+    """A file under tests/golden without the suffix would be read by tools as project source."""
+    stray = [str(p.relative_to(GOLDEN)) for p in GOLDEN.rglob("*") if p.is_file() and p.suffix != GOLDEN_SUFFIX]
+    assert stray == []

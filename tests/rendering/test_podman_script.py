@@ -16,9 +16,9 @@ from rigsmith import spec as specmod
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.targets import RenderContext, podman
 from rigsmith.resolving import lock as lockmod
-from tests.support.common import GOLDEN, REPO, require, run_script
+from tests.support.common import REPO, golden_files, require, run_script
 
-SCRIPTS = sorted(GOLDEN.glob("*/podman/*/*.sh"))
+SCRIPTS = golden_files("*/podman/*/*.sh")
 
 
 def test_golden_scripts_exist() -> None:

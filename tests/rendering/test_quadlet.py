@@ -13,12 +13,18 @@ from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.rendering.targets import quadlet
 from rigsmith.spec import loads
-from tests.support.common import GOLDEN, HOST_MEMLOCK, prepare_host_dirs, standin_deployment, write_project
+from tests.support.common import (
+    HOST_MEMLOCK,
+    golden_files,
+    prepare_host_dirs,
+    standin_deployment,
+    write_project,
+)
 from tests.support.facts import exec_start, ini_values, plan_facts, podman_facts, split_systemd
 from tests.support.podman import Podman, parse_recording
 from tests.support.targets import SEEDS, run_quadlet
 
-UNITS = sorted(GOLDEN.glob("*/quadlet*/*.container"))
+UNITS = golden_files("*/quadlet*/*.container")
 
 
 def test_golden_units_exist_for_every_seed() -> None:

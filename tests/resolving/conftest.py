@@ -14,7 +14,7 @@ import docker  # type: ignore[import-untyped]
 import pytest
 
 from tests.support import services
-from tests.support.common import require
+from tests.support.common import golden_path, require
 from tests.support.models import GOLDEN
 
 
@@ -72,7 +72,7 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
     update = bool(request.config.getoption("--update-golden"))
 
     def check(name: str, text: str) -> None:
-        path = GOLDEN / name
+        path = golden_path(GOLDEN / name)
         if update:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")

@@ -594,9 +594,9 @@ def test_golden_file_set_is_exact() -> None:
     from tests.support.models import GOLDEN
 
     assert sorted(p.name for p in GOLDEN.iterdir()) == [
-        "cli-errors.txt",
-        "flash-next-int4-3x3090.files.txt",
-        "flash-next-merlin-4x3090.files.txt",
-        "patched-config.json",
-        "seed-deployments.rigsmith.lock",
+        "cli-errors.txt.golden",
+        "flash-next-int4-3x3090.files.txt.golden",
+        "flash-next-merlin-4x3090.files.txt.golden",
+        "patched-config.json.golden",
+        "seed-deployments.rigsmith.lock.golden",
     ]

@@ -16,6 +16,9 @@ from rigsmith.resolving import lock as lockmod
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"
+#: Every golden file is stored as ``<name>.golden`` (Go's testdata convention): expected output is data, so
+#: linters, editors and duplicate finders do not read a golden run.sh as project source.
+GOLDEN_SUFFIX = ".golden"
 FAKE_VENDOR = "example.com/gpu"
 FAKE_GPUS = ("0", "1", "2", "3")
 
@@ -37,19 +40,29 @@ def require(binary: str) -> str:
     return path
 
 
+def golden_path(path: Path) -> Path:
+    """Where the golden copy of ``path`` (a path under tests/golden, as generated) is stored."""
+    return path.with_name(path.name + GOLDEN_SUFFIX)
+
+
+def golden_files(pattern: str) -> list[Path]:
+    """Golden files matching ``pattern`` (written as generated, e.g. ``*/podman/*/*.sh``), sorted."""
+    return sorted(GOLDEN.glob(pattern + GOLDEN_SUFFIX))
+
+
 def compare_tree(actual: dict[str, str], golden_dir: Path, update: bool) -> None:
-    """Exact file set and contents against golden_dir (relative path → text)."""
+    """Exact file set and contents against golden_dir (relative path → text; stored as ``<path>.golden``)."""
     if update:
         if golden_dir.exists():
             shutil.rmtree(golden_dir)
         for rel, text in actual.items():
-            p = golden_dir / rel
+            p = golden_path(golden_dir / rel)
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text, encoding="utf-8")
         return
     assert golden_dir.is_dir(), f"no golden files at {golden_dir}; run pytest --update-golden and review"
     expected = {
-        str(p.relative_to(golden_dir)): p.read_text(encoding="utf-8")
+        str(p.relative_to(golden_dir)).removesuffix(GOLDEN_SUFFIX): p.read_text(encoding="utf-8")
         for p in sorted(golden_dir.rglob("*"))
         if p.is_file()
     }

@@ -15,6 +15,7 @@ from filelock import FileLock
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.rendering.targets import LxcOptions
+from tests.support.common import GOLDEN_SUFFIX
 from tests.support.podman import Podman
 
 CACHE = Path(os.environ.get("RIGSMITH_TEST_CACHE", "/var/cache/rigsmith-test"))
@@ -69,7 +70,7 @@ def run_quadlet(binary: Path, unit: Path, workdir: Path) -> subprocess.Completed
     if units.exists():
         shutil.rmtree(units)
     units.mkdir(parents=True)
-    shutil.copy(unit, units / unit.name)
+    shutil.copy(unit, units / unit.name.removesuffix(GOLDEN_SUFFIX))
     return capture([str(binary), "-dryrun"], env={**os.environ, "QUADLET_UNIT_DIRS": str(units)}, timeout=60)
 
 
