@@ -18,6 +18,16 @@ DEFAULT_HOW = (
 )
 
 
+class _Under:
+    """A read-only attribute: ``root / name`` of the instance (a fixed place in the checkout)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Project, owner: type[Project] | None = None) -> Path:
+        return obj.root / self.name
+
+
 @dataclass(frozen=True)
 class Project:
     """Paths of one rigsmith checkout, and the deployment bare commands act on (``default``, named in
@@ -27,21 +37,11 @@ class Project:
     default: str | None = None
     default_source: str | None = None
 
-    @property
-    def deployments(self) -> Path:
-        return self.root / "deployments"
-
-    @property
-    def images(self) -> Path:
-        return self.root / "images"
-
-    @property
-    def templates(self) -> Path:
-        return self.root / "templates"
-
-    @property
-    def lock_path(self) -> Path:
-        return self.root / "rigsmith.lock"
+    # The checkout's layout: each a path under ``root``.
+    deployments = _Under("deployments")
+    images = _Under("images")
+    templates = _Under("templates")
+    lock_path = _Under("rigsmith.lock")
 
     def spec_path(self, name: str) -> Path:
         return self.deployments / f"{name}.yaml"

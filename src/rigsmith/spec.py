@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -126,6 +128,12 @@ def nul_paths(value: Any, path: str = "") -> list[str]:
     if isinstance(value, list | tuple):
         return [p for i, v in enumerate(value) for p in nul_paths(v, f"{path}[{i}]")]
     return []
+
+
+def repeated(values: Iterable[str]) -> list[str]:
+    """The values that stand more than once, sorted (each named once)."""
+    seen = list(values)
+    return sorted({v for v in seen if seen.count(v) > 1})
 
 
 def ascii_int(text: str) -> int | None:
@@ -365,10 +373,21 @@ class EngineSpec(Frozen):
         return found
 
 
+def matching(pattern: re.Pattern[str], problem: str) -> AfterValidator:
+    """A string ``pattern`` matches; else ``problem`` (``{v!r}`` is the value) is the error."""
+
+    def check(v: str) -> str:
+        if not pattern.match(v):
+            raise ValueError(problem.format(v=v))
+        return v
+
+    return AfterValidator(check)
+
+
 class EnvVar(Frozen):
     """One environment variable of the recipe."""
 
-    name: str
+    name: Annotated[str, matching(ENV_NAME_RE, "{v!r} is not an environment variable name")]
     value: str
     note: str | None = Field(None, description="The recipe's annotation, verbatim.")
     opt_in: bool = Field(False, description="Published as optional; off unless enabled.")
@@ -379,13 +398,6 @@ class EnvVar(Frozen):
         description="A switch only the recipe's own script reads (e.g. scripts/serve-v2.5.sh): passed only "
         "when engine.executable is that script.",
     )
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not ENV_NAME_RE.match(v):
-            raise ValueError(f"{v!r} is not an environment variable name")
-        return v
 
     @property
     def active(self) -> bool:
@@ -611,7 +623,9 @@ class Deployment(Frozen):
     """A deployment spec, as stored in ``deployments/NAME.yaml``."""
 
     version: Literal[1] = SPEC_VERSION
-    name: str
+    name: Annotated[
+        str, matching(NAME_RE, "{v!r}: use lowercase letters, digits, '.', '_' or '-' (max 63), start alnum")
+    ]
     description: str | None = None
     model: ModelSpec
     secondary_models: tuple[SecondaryModel, ...] = Field(
@@ -636,21 +650,12 @@ class Deployment(Frozen):
     provenance: Provenance | None = None
     cluster: Cluster | None = Field(None, description="Several nodes serving this model (null: one host).")
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError(f"{v!r}: use lowercase letters, digits, '.', '_' or '-' (max 63), start alnum")
-        return v
-
     @model_validator(mode="after")
     def _cross(self) -> Deployment:
-        names = [e.name for e in self.env if e.active]
-        dup = sorted({n for n in names if names.count(n) > 1})
+        dup = repeated(e.name for e in self.env if e.active)
         if dup:
             raise ValueError(f"env: {dup} set more than once among enabled variables")
-        targets = [m.container for m in self.mounts] + [self.model.container_path]
-        dupm = sorted({t for t in targets if targets.count(t) > 1})
+        dupm = repeated([m.container for m in self.mounts] + [self.model.container_path])
         if dupm:
             raise ValueError(f"mounts: container paths {dupm} used twice (model.container_path counts)")
         for i, sm in enumerate(self.secondary_models):

@@ -139,7 +139,7 @@ def problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
             if values.index(v) != i:
                 out.append((f"cluster.nodes[{i}].{fld}", f"{v!r} is already node {values.index(v)}'s {fld}"))
     for i, n in enumerate(cluster.nodes):
-        dup = sorted({d for d in n.cdi_devices if n.cdi_devices.count(d) > 1})
+        dup = specmod.repeated(n.cdi_devices)
         if dup:
             out.append((f"cluster.nodes[{i}].cdi_devices", f"{dup} listed twice; list each GPU once"))
         if any(d.endswith("=all") for d in n.cdi_devices):

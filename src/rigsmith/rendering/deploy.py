@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 from rigsmith import writer
 from rigsmith.errors import RigsmithError
@@ -25,20 +25,28 @@ def _read(path: Path) -> str | None:
         raise RigsmithError(f"cannot read {path}: {err}", hint="check the path and its permissions") from None
 
 
+class RenderOptions(TypedDict, total=False):
+    """What ``invoke deploy`` may say about the rendering; every key optional (the spec decides the rest)."""
+
+    deployment: str | None  # the spec's name (default: the project's only or default deployment)
+    image: str | None  # an image reference overriding the spec's and the lock's
+    out: Path | None  # where the target's directory goes (default: the checkout)
+    memlock: Literal["unlimited", "host"] | int | None
+    podman_version: str | None  # the target host's podman (default: spec.podman_version)
+    lxc: LxcOptions | None  # Proxmox CT options (lxc target)
+
+
 def artifacts(
     project: Project,
     target: str,
     *,
-    deployment: str | None = None,
-    image: str | None = None,
-    out: Path | None = None,
-    memlock: Literal["unlimited", "host"] | int | None = None,
-    podman_version: str | None = None,
-    lxc: LxcOptions | None = None,
     read: Callable[[Path], str | None] = _read,
     warn: Callable[[str], None] = lambda _msg: None,
+    **options: Unpack[RenderOptions],
 ) -> tuple[planmod.RunPlan, list[writer.Artifact]]:
     """Plan and render without writing (``read`` fetches a file a target merges into, e.g. a pct.conf)."""
+    deployment, image, out = options.get("deployment"), options.get("image"), options.get("out")
+    memlock, lxc = options.get("memlock"), options.get("lxc")
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
     table = renderers()
@@ -54,7 +62,7 @@ def artifacts(
         spec=spec,
         out=(out or project.root).resolve(),
         command=shlex.join(argv),
-        podman_version=podman_version or spec.podman_version,
+        podman_version=options.get("podman_version") or spec.podman_version,
         lxc=lxc or LxcOptions(),
         read=read,
         warn=warn,
@@ -139,29 +147,15 @@ def deploy(
     project: Project,
     target: str,
     *,
-    deployment: str | None = None,
-    image: str | None = None,
-    out: Path | None = None,
     yes: bool = False,
     check: bool = False,
     confirm: Callable[[str], bool] | None = None,
     echo: Callable[[str], None] = print,
-    memlock: Literal["unlimited", "host"] | int | None = None,
-    podman_version: str | None = None,
-    lxc: LxcOptions | None = None,
+    **options: Unpack[RenderOptions],
 ) -> list[writer.Outcome]:
     """Render and write (or ``check``) one target."""
-    plan, files = artifacts(
-        project,
-        target,
-        deployment=deployment,
-        image=image,
-        out=out,
-        memlock=memlock,
-        podman_version=podman_version,
-        lxc=lxc,
-        warn=echo,
-    )
+    plan, files = artifacts(project, target, warn=echo, **options)
+    deployment, out, lxc = options.get("deployment"), options.get("out"), options.get("lxc")
     if lxc is not None and lxc.config is not None and not check:
         _show_merge(lxc.config, files[0], echo)
     if plan.runtime == "container":

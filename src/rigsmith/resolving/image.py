@@ -17,7 +17,7 @@ import io
 import json
 import re
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
@@ -29,7 +29,6 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -39,7 +38,7 @@ from rigsmith.errors import LockError, SpecError
 from rigsmith.importing.proposal import check_asset_url, check_git_url
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.imageref import DIGEST_RE, parse_ref
-from rigsmith.spec import NAME_RE, problems_from
+from rigsmith.spec import NAME_RE, problems_from, repeated
 
 #: Where rigsmith's helper and the patches live inside the image (also the build-context directory name).
 IMAGE_DIR = "/opt/rigsmith"
@@ -77,6 +76,29 @@ def _inside(v: str) -> str:
     return v
 
 
+def _one_line(what: str) -> AfterValidator:
+    return AfterValidator(lambda v: _single_line(v, what))
+
+
+def _named(what: str) -> AfterValidator:
+    """A lowercase name, the error naming ``what`` it is."""
+    return AfterValidator(lambda v: _lower_name(v, what))
+
+
+def _checked(check: Callable[[str], object]) -> AfterValidator:
+    """``check`` raises ValueError for a bad value; the value itself is kept."""
+
+    def run(v: str) -> str:
+        check(v)
+        return v
+
+    return AfterValidator(run)
+
+
+#: A file of images/<name>/ (relative, no ..).
+InsideDir = Annotated[str, AfterValidator(_inside)]
+
+
 class Base(_Frozen):
     """The base image: a human tag for reviewers, and the digest that is actually used."""
 
@@ -104,24 +126,14 @@ class Base(_Frozen):
 class Patch(_Frozen):
     """A patch slot: a file applied with ``patch -pN`` to an installed Python package or a directory."""
 
-    slot: str = Field(description="Name of the slot, e.g. ple-host-gather.")
-    file: str = Field(description="Patch file, relative to images/<name>/.")
+    slot: Annotated[str, _named("slot")] = Field(description="Name of the slot, e.g. ple-host-gather.")
+    file: InsideDir = Field(description="Patch file, relative to images/<name>/.")
     target: Literal["python-package", "path"] = "python-package"
     package: str | None = Field(None, description="python-package: the import name, e.g. vllm.")
     path: str | None = Field(None, description="path: absolute directory inside the image.")
     strip: int = Field(1, ge=0, description="patch -p level (1 for `git diff` output).")
     source: str | None = Field(None, description="Where the patch comes from (named when it is missing).")
     note: str | None = None
-
-    @field_validator("slot")
-    @classmethod
-    def _slot(cls, v: str) -> str:
-        return _lower_name(v, "slot")
-
-    @field_validator("file")
-    @classmethod
-    def _file(cls, v: str) -> str:
-        return _inside(v)
 
     @model_validator(mode="after")
     def _check(self) -> Patch:
@@ -135,14 +147,9 @@ class Patch(_Frozen):
 class ExtraFile(_Frozen):
     """A file copied into the image."""
 
-    src: str = Field(description="Relative to images/<name>/.")
+    src: InsideDir = Field(description="Relative to images/<name>/.")
     dest: str = Field(description="Absolute path inside the image.")
     mode: int = Field(0o644, ge=0, le=0o7777, description="Permission bits (YAML: 0o755 or 493).")
-
-    @field_validator("src")
-    @classmethod
-    def _src(cls, v: str) -> str:
-        return _inside(v)
 
     @field_validator("dest")
     @classmethod
@@ -161,6 +168,21 @@ _REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]*$")
 TREE_CONTEXT_DIR = "tree"
 
 
+def _sha256(v: str) -> None:
+    if not _SHA256_RE.match(v):
+        raise ValueError(f"{v!r} is not sha256:<64 lowercase hex digits>")
+
+
+def _ref(v: str) -> None:
+    if not _REF_RE.fullmatch(v) or ".." in v or v.endswith((".lock", "/", ".")) or "//" in v:
+        raise ValueError(f"{v!r} is not a branch, tag or commit sha")
+
+
+def _commit(v: str) -> None:
+    if not re.fullmatch(r"[0-9a-f]{4,40}", v):
+        raise ValueError(f"{v!r} is not a commit sha (4 to 40 lowercase hex digits)")
+
+
 def _no_escape(v: str, what: str) -> str:
     p = PurePosixPath(v)
     if p.is_absolute() or ".." in p.parts or "\\" in v:
@@ -168,36 +190,41 @@ def _no_escape(v: str, what: str) -> str:
     return _single_line(v, what)
 
 
+def _unique(attr: str, what: str) -> AfterValidator:
+    """A tuple whose items' ``attr`` values are distinct."""
+
+    def check(items: tuple[Any, ...]) -> tuple[Any, ...]:
+        dup = repeated(getattr(i, attr) for i in items)
+        if dup:
+            raise ValueError(f"{what} {dup} used twice")
+        return items
+
+    return AfterValidator(check)
+
+
+def _in_tree(what: str) -> AfterValidator:
+    return AfterValidator(lambda v: _no_escape(v, what))
+
+
 class Asset(_Frozen):
     """A release asset: fetched by URL, verified by sha256, unpacked into the tree or placed in it."""
 
-    name: str = Field(description="Name of the asset (lowercase), e.g. compiled-ops.")
+    name: Annotated[str, _named("asset name")] = Field(
+        description="Name of the asset (lowercase), e.g. compiled-ops."
+    )
     url: AssetUrl | None = Field(
         None, description="http(s) URL; empty until filled in (pin refuses it then)."
     )
-    sha256: str | None = Field(None, description="sha256:… if known; `invoke pin` locks it otherwise.")
-    unpack: str | None = Field(
+    sha256: Annotated[str, _checked(_sha256)] | None = Field(
+        None, description="sha256:… if known; `invoke pin` locks it otherwise."
+    )
+    unpack: Annotated[str, _in_tree("unpack")] | None = Field(
         None, description="Unpack this tar(.gz/.bz2/.xz) into this directory of the tree ('.' = its root)."
     )
-    dest: str | None = Field(None, description="Or place the file unchanged at this path in the tree.")
+    dest: Annotated[str, _in_tree("dest")] | None = Field(
+        None, description="Or place the file unchanged at this path in the tree."
+    )
     note: str | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _lower_name(v, "asset name")
-
-    @field_validator("sha256")
-    @classmethod
-    def _sha(cls, v: str | None) -> str | None:
-        if v is not None and not _SHA256_RE.match(v):
-            raise ValueError(f"{v!r} is not sha256:<64 lowercase hex digits>")
-        return v
-
-    @field_validator("unpack", "dest")
-    @classmethod
-    def _where(cls, v: str | None, info: ValidationInfo) -> str | None:
-        return None if v is None else _no_escape(v, str(info.field_name))
 
     @model_validator(mode="after")
     def _check(self) -> Asset:
@@ -214,8 +241,10 @@ class Tree(_Frozen):
     repo: GitUrl | None = Field(
         None, description="Git URL (https, http, git, ssh, file); empty until filled."
     )
-    ref: str = Field(description="Branch, tag or (short) commit sha; `invoke pin` locks the full commit.")
-    commit: str | None = Field(
+    ref: Annotated[str, _checked(_ref)] = Field(
+        description="Branch, tag or (short) commit sha; `invoke pin` locks the full commit."
+    )
+    commit: Annotated[str, _checked(_commit)] | None = Field(
         None,
         description="The commit (or its prefix) the recipe says ref is; pin refuses a ref resolving "
         "elsewhere.",
@@ -226,27 +255,15 @@ class Tree(_Frozen):
         description="pythonpath: copied and put on PYTHONPATH; pip: copied and `pip install`ed (no deps); "
         "copy: copied only.",
     )
-    pythonpath: str = Field(".", description="install: pythonpath: the tree directory put on PYTHONPATH.")
+    pythonpath: Annotated[str, _in_tree("pythonpath")] = Field(
+        ".", description="install: pythonpath: the tree directory put on PYTHONPATH."
+    )
     workdir: bool = Field(
         True,
         description="WORKDIR is the tree: the recipe's relative env values (TREE=./vllm-v2.5) resolve there.",
     )
-    assets: tuple[Asset, ...] = ()
+    assets: Annotated[tuple[Asset, ...], _unique("name", "name(s)")] = ()
     note: str | None = None
-
-    @field_validator("ref")
-    @classmethod
-    def _ref(cls, v: str) -> str:
-        if not _REF_RE.fullmatch(v) or ".." in v or v.endswith((".lock", "/", ".")) or "//" in v:
-            raise ValueError(f"{v!r} is not a branch, tag or commit sha")
-        return v
-
-    @field_validator("commit")
-    @classmethod
-    def _commit(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[0-9a-f]{4,40}", v):
-            raise ValueError(f"{v!r} is not a commit sha (4 to 40 lowercase hex digits)")
-        return v
 
     @field_validator("dest")
     @classmethod
@@ -257,19 +274,6 @@ class Tree(_Frozen):
         if not _DEST_RE.fullmatch(v):
             raise ValueError("dest: use letters, digits and . _ - + @ / only (it is written raw as WORKDIR)")
         return _single_line(v, "dest")
-
-    @field_validator("pythonpath")
-    @classmethod
-    def _pp(cls, v: str) -> str:
-        return _no_escape(v, "pythonpath")
-
-    @model_validator(mode="after")
-    def _check(self) -> Tree:
-        names = [a.name for a in self.assets]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"assets: name(s) {dup} used twice")
-        return self
 
     @property
     def dest_path(self) -> str:
@@ -292,6 +296,30 @@ class Tree(_Frozen):
         return out
 
 
+def _one_line_map(v: dict[str, str], field: str, key_re: re.Pattern[str], key_is: str) -> None:
+    """Keys matching ``key_re`` (else "<key> is not <key_is>"), every value one line."""
+    for k, val in v.items():
+        if not key_re.fullmatch(k):
+            raise ValueError(f"{k!r} is not {key_is}")
+        _single_line(val, f"{field}.{k}")
+
+
+def _build_args(v: dict[str, str]) -> dict[str, str]:
+    _one_line_map(v, "build_args", _ARG_RE, "a build-arg name")
+    if "SOURCE_DATE_EPOCH" in v:
+        raise ValueError("SOURCE_DATE_EPOCH comes from source_date_epoch; remove it from build_args")
+    return v
+
+
+def _labels(v: dict[str, str]) -> dict[str, str]:
+    _one_line_map(v, "labels", _LABEL_KEY_RE, "a label key (lowercase, dots and dashes)")
+    reserved = [k for k in v if k.startswith(RESERVED_LABEL_PREFIXES)]
+    if reserved:
+        sets = " and ".join(f"{p}*" for p in RESERVED_LABEL_PREFIXES)
+        raise ValueError(f"{reserved[0]!r}: rigsmith sets {sets} itself")
+    return v
+
+
 class ImageDef(_Frozen):
     """``images/<name>/image.yaml``: the inputs of one engine image."""
 
@@ -301,18 +329,23 @@ class ImageDef(_Frozen):
     python: str = Field("python3", description="Interpreter in the image (pip, python-package patches).")
     pip: tuple[str, ...] = Field((), description="Exact pins, name==version, installed in this order.")
     files: tuple[ExtraFile, ...] = ()
-    patches: tuple[Patch, ...] = ()
-    build_args: dict[str, str] = Field(
+    patches: Annotated[tuple[Patch, ...], _unique("slot", "slot(s)")] = ()
+    build_args: Annotated[dict[str, str], AfterValidator(_build_args)] = Field(
         default_factory=dict,
         description="ARG defaults in the Dockerfile (also the env of RUN steps, e.g. PIP_INDEX_URL); they "
         "are visible in the Dockerfile and the image history, so never put a secret here.",
     )
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: Annotated[dict[str, str], AfterValidator(_labels)] = Field(default_factory=dict)
     smoke: tuple[str, ...] = Field(
         (), description="argv run as the last build step; failing fails the build."
     )
-    source: str | None = Field(None, description="org.opencontainers.image.source (upstream of the patches).")
-    revision: str | None = Field(None, description="org.opencontainers.image.revision; default: inputs hash.")
+    # Both become LABEL values; a newline would end the LABEL and start a Dockerfile instruction.
+    source: Annotated[str, _one_line("source")] | None = Field(
+        None, description="org.opencontainers.image.source (upstream of the patches)."
+    )
+    revision: Annotated[str, _one_line("revision")] | None = Field(
+        None, description="org.opencontainers.image.revision; default: inputs hash."
+    )
     source_date_epoch: int = Field(0, ge=0, description="Fixed timestamp for reproducible builds.")
     template: str | None = Field(
         None, description="A .j2 file in images/<name>/ that extends Dockerfile.j2 and overrides its blocks."
@@ -330,34 +363,6 @@ class ImageDef(_Frozen):
             raise ValueError(f"{bad} are not exact pins; write each as name==version")
         return v
 
-    @field_validator("build_args")
-    @classmethod
-    def _args(cls, v: dict[str, str]) -> dict[str, str]:
-        for k, val in v.items():
-            if not _ARG_RE.fullmatch(k):
-                raise ValueError(f"{k!r} is not a build-arg name")
-            _single_line(val, f"build_args.{k}")
-        if "SOURCE_DATE_EPOCH" in v:
-            raise ValueError("SOURCE_DATE_EPOCH comes from source_date_epoch; remove it from build_args")
-        return v
-
-    @field_validator("labels")
-    @classmethod
-    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        for k, val in v.items():
-            if not _LABEL_KEY_RE.fullmatch(k):
-                raise ValueError(f"{k!r} is not a label key (lowercase, dots and dashes)")
-            if k.startswith(RESERVED_LABEL_PREFIXES):
-                raise ValueError(f"{k!r}: rigsmith sets org.opencontainers.image.* and io.rigsmith.* itself")
-            _single_line(val, f"labels.{k}")
-        return v
-
-    @field_validator("source", "revision")
-    @classmethod
-    def _one_line(cls, v: str | None, info: ValidationInfo) -> str | None:
-        # Both become LABEL values; a newline would end the LABEL and start a Dockerfile instruction.
-        return None if v is None else _single_line(v, str(info.field_name))
-
     @field_validator("template")
     @classmethod
     def _template(cls, v: str | None) -> str | None:
@@ -367,13 +372,6 @@ class ImageDef(_Frozen):
             )
         return v
 
-    @model_validator(mode="after")
-    def _cross(self) -> ImageDef:
-        slots = [p.slot for p in self.patches]
-        dup = sorted({s for s in slots if slots.count(s) > 1})
-        if dup:
-            raise ValueError(f"patches: slot(s) {dup} used twice")
-        return self
 
 
 def load(images_dir: Path, name: str) -> ImageDef:

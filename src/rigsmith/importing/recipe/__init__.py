@@ -58,7 +58,7 @@ from rigsmith.importing.recipe.composeform import _compose_data, _from_compose
 from rigsmith.importing.recipe.envtext import parse_env_text
 from rigsmith.importing.recipe.flags import canonical_flag, flag_values
 from rigsmith.importing.recipe.jsonform import _from_json
-from rigsmith.importing.recipe.launch import Launch, Meta, _provenance, _refuse
+from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _provenance, _refuse
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
 from rigsmith.importing.recipe.shellform import _from_shell
 from rigsmith.importing.recipe.tables import _KUBE_RE
@@ -123,7 +123,7 @@ def parse(
         notes_text=meta.notes_text,
         provenance=_provenance(source, sha256, meta),
     )
-    return build(launch, meta, source=source, name=name, image=image)
+    return build(launch, meta, source=source, asked=Asked(name, image))
 
 
 __all__ = [

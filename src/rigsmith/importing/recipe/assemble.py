@@ -15,7 +15,7 @@ from rigsmith.importing import multinode
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
 from rigsmith.importing.recipe.flags import _json_problems, _number_problems, flag_values
 from rigsmith.importing.recipe.gpus import _gpus, _vendor, _visible_devices
-from rigsmith.importing.recipe.launch import Launch, Meta, _refuse
+from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _refuse
 from rigsmith.importing.recipe.model import _expands, _model, _secondary_models
 from rigsmith.importing.recipe.notes import note_facts
 from rigsmith.importing.recipe.shellform import _env_var, _merge_env, _passthrough
@@ -131,15 +131,9 @@ def _read_only_mounts(launch: Launch, model_path: str | None) -> list[str]:
     return notes
 
 
-def build(
-    launch: Launch,
-    meta: Meta,
-    *,
-    source: str,
-    name: str | None = None,
-    image: str | None = None,
-) -> specmod.Deployment:
+def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.Deployment:
     """Assemble and validate the Deployment; every problem found so far (and here) in one RecipeError."""
+    name, image = asked.name, asked.image
     problems = list(launch.problems)
     notes: list[str] = []
     env_notes: list[str] = []

@@ -56,6 +56,14 @@ class Meta:
     provenance: specmod.Provenance | None = None
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What the user asked for on the command line, over what the recipe says."""
+
+    name: str | None = None  # the deployment name
+    image: str | None = None  # the container image
+
+
 def _provenance(source: str, sha256: str, meta: Meta) -> specmod.Provenance:
     return specmod.Provenance(source=source, sha256=sha256, title=meta.title, recipe_id=meta.recipe_id)
 
