@@ -40,7 +40,8 @@ def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
     from rigsmith.resolving.modelfetch import pin_model
 
     proj = project(c)
-    sourcesmod.check_filled(proj, deployment)  # an image.yaml still to fill stops pin before any network
+    # An image.yaml still to fill stops pin before any network.
+    trees = sourcesmod.check_filled(proj, deployment)
     reg = _registry()
     try:
         buildmod.pin_images(proj, reg, deployment=deployment, echo=echo)
@@ -48,7 +49,7 @@ def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
         reg.close()
     src = sourcesmod.Sources(sourcesmod.cache_root())
     try:
-        sourcesmod.pin_sources(proj, src, deployment=deployment, repin=repin, echo=echo)
+        sourcesmod.pin_sources(proj, src, trees, repin=repin, echo=echo)
     finally:
         src.close()
     names = [proj.resolve_name(deployment)] if deployment else proj.deployment_names()

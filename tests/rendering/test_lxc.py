@@ -13,7 +13,7 @@ import pytest
 from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
-from rigsmith.rendering.targets import LxcOptions, lxc
+from rigsmith.rendering.targets import LxcOptions, lxc, pvekeys
 from rigsmith.rendering.targets.common import timings
 from tests.support.common import prepare_host_dirs, require, standin_deployment, write_project
 from tests.support.targets import CT_VENV, SEEDS, as_venv, conf_pairs, fake_ct, render_seed
@@ -33,13 +33,13 @@ def test_pve_keys_match_the_pct_conf_table(
 ) -> None:
     pairs = conf_pairs(_conf(seed_project, seed, tmp_path, opts))
     pve = (int(opts.pve_version.split(".")[0]), int(opts.pve_version.split(".")[1]))
-    assert lxc.check(pairs, pve) == []
+    assert pvekeys.check(pairs, pve) == []
     keys = [k for k, _ in pairs]
     assert ("dev0" in keys) == (pve >= (8, 1))
     assert any(k == "lxc.cgroup2.devices.allow" for k in keys) == (pve < (8, 1))
     assert dict(pairs)["lxc.prlimit.memlock"] == "unlimited"
     assert dict(pairs)["features"] == "keyctl=1,nesting=1"
-    assert lxc.check([("bogus", "1"), ("lxc.rootfs.path", "dir:/x"), ("dev0", "/dev/x")], (7, 4)) == [
+    assert pvekeys.check([("bogus", "1"), ("lxc.rootfs.path", "dir:/x"), ("dev0", "/dev/x")], (7, 4)) == [
         "bogus: not a pct.conf key",
         "lxc.rootfs.path: not a raw key PVE passes to liblxc",
         "dev0: needs PVE 8.1",
@@ -272,7 +272,7 @@ def test_merge_changes_only_rigsmiths_settings_and_keeps_every_user_line(
     assert re.fullmatch(r"order=2,up=\d+,down=\d+", d["startup"])
     assert main.count("/dev/nvidia0") == 1 and main.count("/dev/nvidiactl") == 1  # never passed twice
     assert "c 195:* rwm" not in main
-    assert lxc.check([(k, v) for k, v in conf_pairs(main)], (8, 2), user_keys=True) == []
+    assert pvekeys.check([(k, v) for k, v in conf_pairs(main)], (8, 2), user_keys=True) == []
     assert any(str(conf) in m and "-lxc.cgroup2.devices.allow: c 195:* rwm" in m for m in messages)
     config, _ = _liblxc_config(merged, busybox_rootfs, tmp_path / "fake", memlock="4096")
     proc = _lxc_execute(
@@ -323,6 +323,22 @@ def test_a_ct_below_the_deployments_needs_is_warned_about_not_changed(
     assert d["mp1"].startswith("/srv/models/Qwen3.8-Flash-Next-INT4-Mixed-AutoRound,mp=")  # next free index
     assert "lxc.mount.entry: /dev/dri dev/dri none bind,optional,create=dir" in out.read_text()
     assert conf.read_text() == USER_CONF
+
+
+def test_every_line_pve_reads_is_checked_against_pct_conf(
+    seed_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tmp_path / "100.conf"
+    conf.write_text(USER_CONF.replace("\n[snap1]", "cmode: telnet\nbogus: 1\n\n[snap1]"))
+    out, messages = _merge_users(seed_project, tmp_path, conf, seed=SEEDS[0])
+    assert "cmode: telnet\nbogus: 1\n" in out.read_text()  # the user's lines are theirs: kept as written
+    assert any("'cmode: telnet'" in m and "does not match pct.conf(5)" in m for m in messages)
+    assert any("'bogus: 1'" in m and "not a pct.conf key" in m for m in messages)
+    # a line of rigsmith's own that PVE would refuse stops the render, naming it
+    real = lxc.lines
+    monkeypatch.setattr(lxc, "lines", lambda plan, ctx: [*real(plan, ctx), lxc.Line("cores", "0")])
+    with pytest.raises(RigsmithError, match=r"PVE 8\.2 would refuse: cores: '0' does not match"):
+        render_seed(seed_project, "lxc", SEEDS[0], tmp_path / "again")
 
 
 def test_merge_engine_runs_out_of_indexes_with_a_message() -> None:
@@ -564,7 +580,7 @@ def test_venv_pct_conf_carries_the_same_ct_facts_as_the_container_one(
     container = conf_pairs(_conf(seed_project, SEEDS[1], tmp_path / "c", LxcOptions()))
     venv = conf_pairs(_conf(as_venv(seed_project, SEEDS[1]), SEEDS[1], tmp_path / "v", LxcOptions()))
     assert venv == container  # GPU nodes, mounts, shm, memlock, env, startup down= alike
-    assert lxc.check(venv, (8, 2)) == []
+    assert pvekeys.check(venv, (8, 2)) == []
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ def test_a_source_image_holds_the_locked_tree_and_rebuilds_offline_to_the_same_i
         src = sourcesmod.Sources(cache)
         try:
             buildmod.pin_images(project, reg, echo=lambda _: None)
-            sourcesmod.pin_sources(project, src, echo=lambda _: None)
+            sourcesmod.pin_sources(project, src, sourcesmod.check_filled(project), echo=lambda _: None)
         finally:
             reg.close()
             src.close()

@@ -59,7 +59,7 @@ def _pin(project: Project, cache: Path, *, repin: bool = False) -> list[str]:
     lines: list[str] = []
     src = Sources(cache)
     try:
-        sourcesmod.pin_sources(project, src, repin=repin, echo=lines.append)
+        sourcesmod.pin_sources(project, src, sourcesmod.check_filled(project), repin=repin, echo=lines.append)
     finally:
         src.close()
     return lines
@@ -228,7 +228,7 @@ def test_an_asset_larger_than_the_limit_is_refused_and_not_cached(
         with pytest.raises(
             RigsmithError, match=r"asset 'source-bundle': .* sent more than 64 bytes; refused"
         ):
-            sourcesmod.pin_sources(project, src, echo=lambda _: None)
+            sourcesmod.pin_sources(project, src, sourcesmod.check_filled(project), echo=lambda _: None)
     finally:
         src.close()
     assert list((tmp_path / "cache" / "assets" / "sha256").glob("*")) == []

@@ -276,17 +276,17 @@ def check_filled(project: Project, deployment: str | None = None) -> dict[str, i
 def pin_sources(
     project: Project,
     sources: Sources,
+    definitions: Mapping[str, imagemod.ImageDef],
     *,
-    deployment: str | None = None,
     repin: bool = False,
     echo: Echo = print,
 ) -> list[PinnedTree]:
-    """Lock every tree's commit and asset hashes (``rigsmith.lock`` ``sources``).
+    """Lock the commit and asset hashes of every tree of ``definitions`` (``check_filled``'s answer, so
+    every field still to fill was refused first) in ``rigsmith.lock`` ``sources``.
 
-    A locked tree whose repo and ref are unchanged keeps its commit unless ``repin``; every field still to
-    fill is refused first, all at once. Everything resolves before the lock is written.
+    A locked tree whose repo and ref are unchanged keeps its commit unless ``repin``. Everything resolves
+    before the lock is written.
     """
-    definitions = check_filled(project, deployment)
     current = lockmod.read(project.lock_path)
     out: list[PinnedTree] = []
     entries: dict[str, lockmod.LockedSource] = {}

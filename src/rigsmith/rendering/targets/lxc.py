@@ -39,34 +39,8 @@ from rigsmith.rendering.targets.common import (
 )
 from rigsmith.rendering.targets.lxcservice import SECRETS_DIR, unit_text, venv_program
 from rigsmith.rendering.targets.podman import run_lines
+from rigsmith.rendering.targets.pvekeys import PVE_KEYS, Version, check
 from rigsmith.writer import BANNER_MARK, Artifact
-
-Version = tuple[int, int]
-
-#: pct.conf(5) keys rigsmith may write: name → (value pattern, first PVE version). Indexed keys end in N.
-PVE_KEYS: dict[str, tuple[str, Version]] = {
-    "arch": (r"amd64|i386|arm64|armhf|riscv32|riscv64", (4, 0)),
-    "cores": (r"[1-9]\d{0,3}", (4, 0)),
-    "memory": (r"\d+", (4, 0)),
-    "swap": (r"\d+", (4, 0)),
-    "hostname": (r"[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?", (4, 0)),
-    "ostype": (
-        r"debian|devuan|ubuntu|centos|fedora|opensuse|archlinux|alpine|gentoo|nixos|unmanaged",
-        (4, 0),
-    ),
-    "rootfs": (r"[^,\s]+(,[a-z]+=[^,\s]+)*", (4, 0)),
-    "mpN": (r"[^,\s]+,mp=/[^,\s]*(,[a-z]+=[^,\s]+)*", (4, 0)),
-    "devN": (r"(path=)?/dev/[^,\s]+(,[a-z-]+=[^,\s]+)*", (8, 1)),
-    "features": (
-        r"(force_rw_sys|fuse|keyctl|mknod|nesting)=[01](,(force_rw_sys|fuse|keyctl|mknod|nesting)=[01])*",
-        (4, 0),
-    ),
-    "startup": (r"(order=)?\d+(,up=\d+)?(,down=\d+)?", (4, 0)),
-    "onboot": (r"[01]", (4, 0)),
-    "unprivileged": (r"[01]", (4, 0)),
-}
-#: Raw keys PVE passes to liblxc (Config.pm whitelist plus the lxc.cgroup2.*/lxc.prlimit.* families).
-RAW_ALLOWED = re.compile(r"^lxc\.(mount\.entry|environment|cgroup2\.[a-z0-9_.]+|prlimit\.[a-z]+)$")
 
 #: Device nodes per CDI vendor/class: per-GPU node pattern, shared nodes, and which may be absent.
 NVIDIA_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
@@ -306,57 +280,6 @@ def _passthrough_lines(
     return out
 
 
-#: pct.conf(5) keys a user's CT config may hold besides PVE_KEYS (rigsmith never writes them): key → value.
-PVE_USER_KEYS: dict[str, str] = {
-    "netN": r"\S+",
-    "description": r".*",
-    "tags": r"[^\s]*",
-    "lock": r"backup|create|destroyed|disk|fstrim|migrate|mounted|rollback|snapshot|snapshot-delete",
-    "cmode": r"shell|console|tty",
-    "console": r"[01]",
-    "tty": r"\d",
-    "protection": r"[01]",
-    "template": r"[01]",
-    "timezone": r"\S+",
-    "nameserver": r".+",
-    "searchdomain": r".+",
-    "hookscript": r"\S+",
-    "cpulimit": r"\d+(\.\d+)?",
-    "cpuunits": r"\d+",
-    "parent": r"\S+",
-    "unusedN": r"\S+",
-}
-_IDMAP_KEYS = re.compile(r"^lxc\.(idmap|apparmor\.profile|cap\.(drop|keep)|autodev|mount\.auto|hook\.\w+)$")
-
-
-def check(lines_: Sequence[tuple[str, str]], pve: Version, user_keys: bool = False) -> list[str]:
-    """Problems with (key, value) pairs against pct.conf(5) and PVE's raw-key whitelist.
-
-    ``user_keys`` also accepts the keys of a user's own CT config that rigsmith never writes (net0, tags,
-    idmap lines…), for checking a merged config as a whole.
-    """
-    bad = []
-    for key, value in lines_:
-        name = re.sub(r"\d+$", "N", key) if re.match(r"^(mp|dev|net|unused)\d+$", key) else key
-        if user_keys and (name in PVE_USER_KEYS or _IDMAP_KEYS.match(key)):
-            if name in PVE_USER_KEYS and not re.fullmatch(PVE_USER_KEYS[name], value):
-                bad.append(f"{key}: {value!r} does not match pct.conf(5)")
-            continue
-        if key.startswith("lxc."):
-            if not RAW_ALLOWED.match(key):
-                bad.append(f"{key}: not a raw key PVE passes to liblxc")
-            continue
-        if name not in PVE_KEYS:
-            bad.append(f"{key}: not a pct.conf key")
-            continue
-        pattern, since = PVE_KEYS[name]
-        if pve < since:
-            bad.append(f"{key}: needs PVE {since[0]}.{since[1]}")
-        if not re.fullmatch(pattern, value):
-            bad.append(f"{key}: {value!r} does not match pct.conf(5)")
-    return bad
-
-
 def merge(existing: str | None, ours: Sequence[Line], head: Sequence[str]) -> list[str]:
     """The final file lines: the user's lines kept, ours replacing the settings they manage, before ``[…]``.
 
@@ -467,6 +390,29 @@ def _warn_below_need(plan: RunPlan, ctx: RenderContext, ours: Sequence[Line], ex
             )
 
 
+def _check_conf(conf: Artifact, ours: Sequence[Line], pve: Version, ctx: RenderContext) -> None:
+    """The config PVE will read, line by line against pct.conf(5) for PVE ``pve``: a line of rigsmith's
+    that PVE would refuse stops the render; a line of the user's is reported and kept as written."""
+    own = {(ln.key, ln.value) for ln in ours}
+    mine: list[str] = []
+    for text in conf.content.split("\n[", 1)[0].splitlines():
+        m = pctconf.KEY_RE.match(text)
+        if m is None:
+            continue
+        key, value = m.group(1), m.group(2)
+        for problem in check([(key, value)], pve, user_keys=True):
+            if (re.sub(r"^(mp|dev)\d+$", r"\1", key), value) in own:
+                mine.append(problem)
+            else:
+                ctx.warn(f"warning: {conf.path}: your line {text!r}: {problem} (kept as you wrote it)")
+    if mine:
+        raise RigsmithError(
+            f"{conf.path}: rigsmith rendered lines PVE {pve[0]}.{pve[1]} would refuse: {'; '.join(mine)}",
+            hint="a spec value the lxc target does not check yet, or a rigsmith bug: please report it with "
+            "the spec; --pve-version names the host's PVE",
+        )
+
+
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``lxc/NAME/VMID.conf`` (new, or the --lxc-config file merged) and ``lxc/NAME/provision.sh``."""
     opts = ctx.lxc
@@ -488,6 +434,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         confs = _users_conf(plan, ctx, ours, conf)
     else:
         confs = [Artifact(conf, "\n".join(merge(ctx.read(conf), ours, head)) + "\n")]
+    _check_conf(confs[0], ours, _version(opts.pve_version), ctx)
     nodes = _gpu_nodes(plan, ctx.spec.resources.gpus.count, [])
     script = tpl.render(
         f"lxc/provision-{plan.runtime}.sh.j2",
