@@ -144,10 +144,10 @@ def schema(c: Context, check: bool = False) -> None:
     import json
 
     from rigsmith import spec, writer
-    from rigsmith.resolving import image
+    from rigsmith.resolving import imagedef
 
     root = project(c).root
-    schemas = {"deployment": spec.json_schema(), "image": image.schema()}
+    schemas = {"deployment": spec.json_schema(), "image": imagedef.schema()}
     writer.write(
         [
             writer.Artifact(root / f"schema/{n}.schema.json", json.dumps(s, indent=2, sort_keys=True) + "\n")

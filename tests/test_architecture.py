@@ -52,7 +52,8 @@ PURE = (
     "rigsmith.importing",
     "rigsmith.resolving.imageref",
     "rigsmith.resolving.lock",
-    "rigsmith.resolving.image",
+    "rigsmith.resolving.imagedef",  # the image.yaml schema
+    "rigsmith.resolving.image",  # the build context rendered from it
     "rigsmith.resolving.fit",  # the memory estimate: config + headers + argv in, bytes out
     "rigsmith.resolving.fitparams",  # the parallel layout and memory flags the estimate reads
     "rigsmith.rendering",

@@ -12,7 +12,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import ConsentError, RecipeError
 from rigsmith.importing import importer
 from rigsmith.project import Project
-from rigsmith.resolving import image as imagemod
+from rigsmith.resolving import imagedef
 from tests.support.common import GOLDEN, REPO, compare_tree
 
 RECIPE = REPO / "examples/recipes/qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
@@ -40,7 +40,7 @@ def test_seed_003_notes_become_a_source_image_linked_as_engine_build(tmp_path: P
     project = _project(tmp_path)
     dep = _import(project, str(RECIPE))
     assert dep.engine.build == "merlin" and dep.engine.image is None
-    d = imagemod.load(project.images, "merlin")
+    d = imagedef.load(project.images, "merlin")
     assert d.tree is not None
     assert (d.tree.repo, d.tree.ref, d.tree.commit) == (None, "v2.5.1", "28cbb72")
     assert (d.tree.dest, d.tree.install, d.tree.pythonpath) == ("/opt/src", "pythonpath", "vllm-v2.5")
@@ -73,7 +73,7 @@ def test_the_proposed_image_file_matches_golden(
 def test_source_repo_flag_fills_the_repo_and_names_the_tree_dir(tmp_path: Path) -> None:
     project = _project(tmp_path)
     dep = _import(project, str(RECIPE), source_repo="https://git.example.com/halt95/merlin.git")
-    d = imagemod.load(project.images, "merlin")
+    d = imagedef.load(project.images, "merlin")
     assert d.tree is not None and d.tree.repo == "https://git.example.com/halt95/merlin.git"
     assert d.tree.dest == "/opt/merlin" and dep.engine.build == "merlin"
 
@@ -88,7 +88,7 @@ def test_a_re_import_puts_the_tree_where_the_user_pointed_repo_and_leaves_a_user
     data["placeholders"] = {"<repo>": "/srv/merlin", "<vllm tree>": "/srv/merlin/vllm-v2.5"}
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     _import(project, str(RECIPE), yes=True)
-    d = imagemod.load(project.images, "merlin")
+    d = imagedef.load(project.images, "merlin")
     assert d.tree is not None and d.tree.dest == "/srv/merlin"
     data = yaml.safe_load(spec.read_text())
     del data["engine"]["build"]
@@ -111,7 +111,7 @@ def test_a_changed_image_file_is_not_overwritten_without_consent(tmp_path: Path)
     assert (home / "image.yaml").read_text() == mine
     assert not project.spec_path("merlin").exists()  # all or nothing
     _import(project, str(RECIPE), yes=True)
-    d = imagemod.load(project.images, "merlin")
+    d = imagedef.load(project.images, "merlin")
     assert d.base.name == "mine/vllm" and d.tree is not None  # the user's base kept, the tree proposed
 
 
@@ -152,7 +152,7 @@ def test_a_url_the_notes_clone_is_taken_but_a_hostile_one_is_refused(tmp_path: P
     project = _project(tmp_path)
     notes = "git clone -b main https://git.example.com/a/merlin.git, then run it"
     _import(project, _recipe(tmp_path, notes))
-    d = imagemod.load(project.images, "merlin")
+    d = imagedef.load(project.images, "merlin")
     assert (
         d.tree is not None and d.tree.repo == "https://git.example.com/a/merlin.git" and d.tree.ref == "main"
     )

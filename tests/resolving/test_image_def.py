@@ -15,6 +15,7 @@ from rigsmith.errors import LockError, RigsmithError, SpecError
 from rigsmith.project import Project
 from rigsmith.resolving import build as buildmod
 from rigsmith.resolving import image as imagemod
+from rigsmith.resolving import imagedef
 from rigsmith.resolving import lock as lockmod
 from tests.support.common import GOLDEN, REPO, compare_tree
 from tests.support.images import tiny_image
@@ -30,7 +31,7 @@ def _lock(ref: str, digest: str) -> lockmod.Lock:
 
 
 def _context(root: Path, name: str, lock: lockmod.Lock) -> imagemod.Context:
-    d = imagemod.load(root / "images", name)
+    d = imagedef.load(root / "images", name)
     return imagemod.render_context(
         imagemod.gather(root / "images", name, d), lock, command=buildmod.build_command(name)
     )
@@ -116,7 +117,7 @@ def test_tag_only_base_is_refused_with_the_pin_hint(tmp_path: Path, update_golde
 
 
 def test_shipped_seed_definition_names_its_missing_patch_slots(update_golden: bool) -> None:
-    d = imagemod.load(REPO / "images", "vllm-3x3090")
+    d = imagedef.load(REPO / "images", "vllm-3x3090")
     assert d.base.tag_ref == "vllm/vllm-openai:nightly" and d.base.digest is None
     assert [p.slot for p in d.patches] == ["vllm-patch", "ple-host-gather", "model-state-hook"]
     with pytest.raises(SpecError) as err:
@@ -148,7 +149,7 @@ def test_invalid_definition_reports_every_problem(tmp_path: Path, update_golden:
         )
     )
     with pytest.raises(SpecError) as err:
-        imagemod.load(tmp_path / "images", "bad")
+        imagedef.load(tmp_path / "images", "bad")
     golden = GOLDEN / "images" / "errors-invalid"
     compare_tree({"invalid.txt": str(err.value) + "\n"}, golden, update_golden)
     paths = [p for p, _ in err.value.problems]
@@ -159,7 +160,7 @@ def test_invalid_definition_reports_every_problem(tmp_path: Path, update_golden:
 def test_unknown_image_and_deployment_without_build_are_clear(tmp_path: Path) -> None:
     (tmp_path / "images").mkdir()
     with pytest.raises(SpecError, match="does not exist; known images: none"):
-        imagemod.load(tmp_path / "images", "nope")
+        imagedef.load(tmp_path / "images", "nope")
     project = Project(tmp_path)
     (tmp_path / "deployments").mkdir()
     shutil.copy(REPO / "deployments" / "flash-next-merlin-4x3090.yaml", tmp_path / "deployments")
@@ -205,7 +206,7 @@ def test_committed_image_schema_is_current() -> None:
     import json
 
     committed = json.loads((REPO / "schema" / "image.schema.json").read_text())
-    assert committed == imagemod.schema(), "regenerate: invoke schema"
+    assert committed == imagedef.schema(), "regenerate: invoke schema"
 
 
 class _NoRegistry:
@@ -244,7 +245,7 @@ def test_a_newline_that_would_start_a_dockerfile_instruction_is_refused(
 ) -> None:
     tiny_image(tmp_path, BASE, **changes)
     with pytest.raises(SpecError) as err:
-        imagemod.load(tmp_path / "images", "tiny")
+        imagedef.load(tmp_path / "images", "tiny")
     assert field in [p for p, _ in err.value.problems], str(err.value)
 
 
@@ -264,7 +265,7 @@ def test_a_line_break_of_any_class_in_a_dockerfile_value_is_refused(tmp_path: Pa
         )
     )
     with pytest.raises(SpecError) as err:
-        imagemod.load(tmp_path / "images", "brk")
+        imagedef.load(tmp_path / "images", "brk")
     paths = " ".join(p for p, _ in err.value.problems)
     for field in ("labels", "build_args", "source"):
         assert field in paths, (field, str(err.value))

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from rigsmith.resolving import image as imagemod
+from rigsmith.resolving import imagedef
 from rigsmith.resolving.archive import ArchiveError, merge_tree, unpack_tar
 from rigsmith.resolving.image import ContextFile
 
@@ -100,7 +101,7 @@ def test_an_asset_never_replaces_a_file_of_the_commit_nor_writes_below_its_symli
 )
 def test_asset_urls_are_https_or_loopback_http_without_credentials(url: str, words: str) -> None:
     with pytest.raises(ValidationError, match=words):
-        imagemod.Asset(name="ops", url=url, unpack=".")
+        imagedef.Asset(name="ops", url=url, unpack=".")
 
 
 @pytest.mark.parametrize(
@@ -108,24 +109,24 @@ def test_asset_urls_are_https_or_loopback_http_without_credentials(url: str, wor
 )
 def test_git_urls_other_than_the_known_schemes_are_refused(repo: str) -> None:
     with pytest.raises(ValidationError, match="a git URL must start with"):
-        imagemod.Tree(repo=repo, ref="main", dest="/opt/x")
+        imagedef.Tree(repo=repo, ref="main", dest="/opt/x")
 
 
 def test_a_tree_dest_that_would_not_stay_one_raw_workdir_word_is_refused() -> None:
     with pytest.raises(ValidationError, match="written raw as WORKDIR"):
-        imagemod.Tree(repo="https://x/y", ref="main", dest="/opt/a b")
+        imagedef.Tree(repo="https://x/y", ref="main", dest="/opt/a b")
 
 
 @pytest.mark.parametrize("ref", ["--upload-pack=x", "a..b", "main.lock", "a b"])
 def test_refs_that_are_not_git_refs_are_refused(ref: str) -> None:
     with pytest.raises(ValidationError, match="is not a branch, tag or commit sha"):
-        imagemod.Tree(repo="https://x/y", ref=ref, dest="/opt/x")
+        imagedef.Tree(repo="https://x/y", ref=ref, dest="/opt/x")
 
 
 def test_pip_install_of_the_tree_renders_after_the_copy() -> None:
     from rigsmith.resolving import lock as lockmod
 
-    d = imagemod.ImageDef.model_validate(
+    d = imagedef.ImageDef.model_validate(
         {
             "base": {"name": "b", "digest": "sha256:" + "a" * 64},
             "tree": {"repo": "https://x/y", "ref": "v1", "dest": "/opt/y/", "install": "pip"},
@@ -147,7 +148,7 @@ def test_source_image_context_matches_golden(update_golden: bool) -> None:
     from rigsmith.resolving import lock as lockmod
     from tests.support.common import GOLDEN, compare_tree
 
-    d = imagemod.ImageDef.model_validate(
+    d = imagedef.ImageDef.model_validate(
         {
             "base": {"name": "127.0.0.1:5000/tinybase", "tag": "1"},
             "tree": {

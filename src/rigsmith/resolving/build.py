@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from rigsmith.errors import AdapterError, LockError, RigsmithError, SpecError
 from rigsmith.project import Project
 from rigsmith.resolving import image as imagemod
+from rigsmith.resolving import imagedef
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.engine import Engine
 from rigsmith.resolving.imageref import parse_ref
@@ -64,7 +65,7 @@ def floating_image_refs(project: Project, deployment: str | None = None) -> list
     digest (in the spec or in image.yaml) are left out; local-only names are included (see pin_images).
     """
     names = [project.resolve_name(deployment)] if deployment else project.deployment_names()
-    builds: list[str] = [] if deployment else imagemod.names(project.images)
+    builds: list[str] = [] if deployment else imagedef.names(project.images)
     out: dict[str, str] = {}
     for name in names:
         spec = project.load(name)
@@ -73,7 +74,7 @@ def floating_image_refs(project: Project, deployment: str | None = None) -> list
         if spec.engine.build and spec.engine.build not in builds:
             builds.append(spec.engine.build)
     for b in builds:
-        base = imagemod.load(project.images, b).base
+        base = imagedef.load(project.images, b).base
         if base.digest is None and base.tag_ref:
             out.setdefault(base.tag_ref, f"images/{b}/image.yaml base")
     return sorted(out.items())
@@ -123,7 +124,7 @@ def image_name(project: Project, *, image: str | None, deployment: str | None) -
     if not spec.engine.build:
         raise RigsmithError(
             f"deployment {spec.name!r} does not build an image (engine.build is empty)",
-            hint=f"pass --image NAME (one of: {', '.join(imagemod.names(project.images)) or 'none'}), or set "
+            hint=f"pass --image NAME (one of: {', '.join(imagedef.names(project.images)) or 'none'}), or set "
             "engine.build in the spec",
         )
     return spec.engine.build
@@ -140,7 +141,7 @@ def images_to_build(project: Project, *, image: str | None, deployment: str | No
     if not names:
         raise RigsmithError(
             f"no deployment in {project.deployments} builds an image (engine.build is empty in each)",
-            hint=f"pass --image NAME (one of: {', '.join(imagemod.names(project.images)) or 'none'})",
+            hint=f"pass --image NAME (one of: {', '.join(imagedef.names(project.images)) or 'none'})",
         )
     return names
 
@@ -152,11 +153,11 @@ def build_command(name: str) -> str:
 
 def prepare(
     project: Project, name: str, sources: Sources | None = None
-) -> tuple[imagemod.ImageDef, imagemod.Context]:
+) -> tuple[imagedef.ImageDef, imagemod.Context]:
     """Load, gather and render the build context of ``images/<name>``; no engine. A definition with a
     source tree reads the locked commit and assets from ``sources``' cache (the network only for what
     it lacks)."""
-    definition = imagemod.load(project.images, name)
+    definition = imagedef.load(project.images, name)
     lock = lockmod.read(project.lock_path)
     try:
         inputs = imagemod.gather(project.images, name, definition)

@@ -26,7 +26,7 @@ import httpx
 from rigsmith.errors import AdapterError, CommandError, RigsmithError, SpecError
 from rigsmith.importing.proposal import check_asset_url, check_git_url
 from rigsmith.project import Project
-from rigsmith.resolving import archive
+from rigsmith.resolving import archive, imagedef
 from rigsmith.resolving import image as imagemod
 from rigsmith.resolving import lock as lockmod
 
@@ -252,15 +252,15 @@ class PinnedTree:
 
 def _images_for(project: Project, deployment: str | None) -> list[str]:
     if deployment is None:
-        return imagemod.names(project.images)
+        return imagedef.names(project.images)
     build = project.load(deployment).engine.build
     return [build] if build else []
 
 
-def check_filled(project: Project, deployment: str | None = None) -> dict[str, imagemod.ImageDef]:
+def check_filled(project: Project, deployment: str | None = None) -> dict[str, imagedef.ImageDef]:
     """The definitions with a tree that pin resolves; refuses every field still to fill, all at once, before
     anything touches the network."""
-    definitions = {n: imagemod.load(project.images, n) for n in _images_for(project, deployment)}
+    definitions = {n: imagedef.load(project.images, n) for n in _images_for(project, deployment)}
     definitions = {n: d for n, d in definitions.items() if d.tree is not None}
     for name, d in definitions.items():
         unfilled = d.tree.unfilled() if d.tree else []
@@ -276,7 +276,7 @@ def check_filled(project: Project, deployment: str | None = None) -> dict[str, i
 def pin_sources(
     project: Project,
     sources: Sources,
-    definitions: Mapping[str, imagemod.ImageDef],
+    definitions: Mapping[str, imagedef.ImageDef],
     *,
     repin: bool = False,
     echo: Echo = print,
@@ -351,7 +351,7 @@ def pin_sources(
 
 
 def tree_files(
-    project: Project, sources: Sources, name: str, definition: imagemod.ImageDef
+    project: Project, sources: Sources, name: str, definition: imagedef.ImageDef
 ) -> dict[str, imagemod.ContextFile]:
     """The locked commit's files plus the locked assets (each verified), tree-relative."""
     lock = lockmod.read(project.lock_path)
