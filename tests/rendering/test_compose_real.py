@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,9 @@ from rigsmith.operating.host import LocalHost
 from rigsmith.operating.probes import CmdResult
 from rigsmith.rendering import deploy
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.spec import loads
 from tests.support.common import HOST_MEMLOCK, prepare_host_dirs, standin_deployment, write_project
 from tests.support.podman import FAKE_CDI_SPEC, Podman, parse_recording
-from tests.support.targets import HOSTILE, compose_up
+from tests.support.targets import HOSTILE, assert_standin_ran_the_plan, compose_up
 
 VERSIONS = ("1.0.6", "1.6.0")
 
@@ -66,20 +66,32 @@ def version(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@dataclass(frozen=True)
+class Rig:
+    """Real podman with the fake CDI vendor and the stand-in image, and one compose front-end."""
+
+    podman: Podman
+    bins: list[str]
+    version: str
+
+    def name(self, what: str) -> str:
+        return f"standin-{what}-{self.version.replace('.', '')}"
+
+
 @pytest.fixture
-def started(
-    tmp_path: Path,
-    podman: Podman,
-    fake_cdi: Path,
-    standin_image: str,
-    compose_bins: dict[str, list[str]],
-    version: str,
-) -> Iterator[tuple[dict[str, Any], RunPlan, Path]]:
-    name = f"standin-compose-{version.replace('.', '')}"
+def rig(
+    podman: Podman, fake_cdi: Path, standin_image: str, compose_bins: dict[str, list[str]], version: str
+) -> Rig:
+    return Rig(podman, compose_bins[version], version)
+
+
+@pytest.fixture
+def started(tmp_path: Path, rig: Rig) -> Iterator[tuple[dict[str, Any], RunPlan, Path]]:
+    podman, name = rig.podman, rig.name("compose")
     data, plan, compose_file = _render(tmp_path, name)
     up = [f"--podman-run-args=--stop-timeout={plan.stop_timeout}"]
     try:
-        proc = compose_up(compose_bins[version], compose_file, podman, up)
+        proc = compose_up(rig.bins, compose_file, podman, up)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         yield data, plan, compose_file
     finally:
@@ -88,27 +100,14 @@ def started(
 
 def test_container_gets_every_cdi_device_env_argv_shm_and_stop_timeout(started, podman: Podman) -> None:
     data, plan, _file = started
-    rec = parse_recording(podman.logs_until(plan.name, "Application startup complete"))
-    spec = loads(json.dumps(data))
-    assert rec.argv == ["serve", spec.model.container_path, *spec.engine.args[1:]]
-    for i in range(4):
-        assert f"fakegpu{i}" in rec.devices and rec.env[f"FAKE_GPU_{i}"] == "present"
-    assert {k: rec.env.get(k) for k, _ in plan.env} == dict(plan.env)
-    assert rec.shm_kib == 8 * 1024 * 1024
+    assert_standin_ran_the_plan(podman.logs_until(plan.name, "Application startup complete"), data, plan)
     info = _running(podman, plan.name)
     assert verify.container_problems(info, plan, _cdi()) == []
     assert info["Config"]["StopTimeout"] == plan.stop_timeout  # type: ignore[index]
 
 
-def test_deploy_resources_cdi_form_is_caught_by_the_post_start_check(
-    tmp_path: Path,
-    podman: Podman,
-    fake_cdi: Path,
-    standin_image: str,
-    compose_bins: dict[str, list[str]],
-    version: str,
-) -> None:
-    name = f"standin-dropped-{version.replace('.', '')}"
+def test_deploy_resources_cdi_form_is_caught_by_the_post_start_check(tmp_path: Path, rig: Rig) -> None:
+    podman, name = rig.podman, rig.name("dropped")
     _data, plan, compose_file = _render(tmp_path, name)
     doc = yaml.safe_load(compose_file.read_text())
     svc = doc["services"][name]
@@ -116,9 +115,7 @@ def test_deploy_resources_cdi_form_is_caught_by_the_post_start_check(
     svc["deploy"] = {"resources": {"reservations": {"devices": [{"driver": "cdi", "device_ids": devices}]}}}
     compose_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     try:
-        proc = compose_up(
-            compose_bins[version], compose_file, podman, ["--podman-run-args=--stop-timeout=70"]
-        )
+        proc = compose_up(rig.bins, compose_file, podman, ["--podman-run-args=--stop-timeout=70"])
         assert proc.returncode == 0, proc.stderr  # the front-end says nothing …
         rec = parse_recording(podman.logs_until(name, "Application startup complete"))
         assert not any(d.startswith("fakegpu") for d in rec.devices)  # … and the GPUs are really missing
@@ -135,18 +132,11 @@ def test_deploy_resources_cdi_form_is_caught_by_the_post_start_check(
         _cleanup(podman, name)
 
 
-def test_without_the_run_args_compensation_the_stop_timeout_is_caught(
-    tmp_path: Path,
-    podman: Podman,
-    fake_cdi: Path,
-    standin_image: str,
-    compose_bins: dict[str, list[str]],
-    version: str,
-) -> None:
-    name = f"standin-grace-{version.replace('.', '')}"
+def test_without_the_run_args_compensation_the_stop_timeout_is_caught(tmp_path: Path, rig: Rig) -> None:
+    podman, name = rig.podman, rig.name("grace")
     _data, plan, compose_file = _render(tmp_path, name)
     try:
-        proc = compose_up(compose_bins[version], compose_file, podman, [])
+        proc = compose_up(rig.bins, compose_file, podman, [])
         assert proc.returncode == 0, proc.stderr
         podman.logs_until(name, "Application startup complete")
         info = _running(podman, name)

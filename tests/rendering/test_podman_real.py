@@ -17,7 +17,7 @@ from tests.support.common import (
     write_project,
 )
 from tests.support.podman import Podman, parse_recording
-from tests.support.targets import HOSTILE
+from tests.support.targets import HOSTILE, hostile_deployment
 
 
 def _deploy(tmp_path: Path, data: dict[str, object]) -> Path:
@@ -79,13 +79,7 @@ def test_hostile_values_reach_the_container_literally_and_nothing_runs_on_host(
 ) -> None:
     for i in (1, 2, 3):
         Path(f"/tmp/rigsmith-pwned-{i}").unlink(missing_ok=True)
-    args = ["/models/x"]
-    for i, v in enumerate(HOSTILE):
-        args += [f"--flag-{i}", v]
-    env = [{"name": f"HOSTILE_{i}", "value": v} for i, v in enumerate(HOSTILE)]
-    data = standin_deployment(
-        tmp_path, name="standin-hostile", env=env, placeholders={}, engine={"args": args, "model_arg": 0}
-    )
+    data = hostile_deployment(tmp_path, "standin-hostile", HOSTILE)
     prepare_host_dirs(data)
     d = _deploy(tmp_path, data)
     try:
@@ -94,7 +88,8 @@ def test_hostile_values_reach_the_container_literally_and_nothing_runs_on_host(
         rec = parse_recording(podman.logs_until("standin-hostile", "Application startup complete"))
     finally:
         podman.run("rm", "--force", "--time", "0", "standin-hostile", check=False)
-    assert rec.argv == ["serve", *args[:0], data["model"]["container_path"], *args[1:]]  # type: ignore[index]
+    args = data["engine"]["args"]  # type: ignore[index]
+    assert rec.argv == ["serve", data["model"]["container_path"], *args[1:]]  # type: ignore[index]
     for i, v in enumerate(HOSTILE):
         assert rec.env[f"HOSTILE_{i}"] == v
     for i in (1, 2, 3):

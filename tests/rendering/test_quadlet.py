@@ -12,7 +12,6 @@ from rigsmith.errors import SpecError
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.rendering.targets import quadlet
-from rigsmith.spec import loads
 from tests.support.common import (
     HOST_MEMLOCK,
     golden_files,
@@ -21,8 +20,14 @@ from tests.support.common import (
     write_project,
 )
 from tests.support.facts import exec_start, ini_values, plan_facts, podman_facts, split_systemd
-from tests.support.podman import Podman, parse_recording
-from tests.support.targets import SEEDS, run_quadlet
+from tests.support.podman import Podman
+from tests.support.targets import (
+    SEEDS,
+    assert_standin_ran_the_plan,
+    hostile_deployment,
+    quadlet_service,
+    run_quadlet,
+)
 
 UNITS = golden_files("*/quadlet*/*.container")
 
@@ -149,21 +154,11 @@ HOSTILE = [
 
 
 def test_hostile_values_survive_quadlet_and_systemd_quoting(quadlet_bin: Path, tmp_path: Path) -> None:
-    args = ["/models/x"]
-    for i, v in enumerate(HOSTILE):
-        args += [f"--flag-{i}", v]
-    env = [{"name": f"HOSTILE_{i}", "value": v} for i, v in enumerate(HOSTILE)]
-    data = standin_deployment(
-        tmp_path, name="hostile-q", env=env, placeholders={}, engine={"args": args, "model_arg": 0}
-    )
-    project = write_project(tmp_path, data)
+    project = write_project(tmp_path, hostile_deployment(tmp_path, "hostile-q", HOSTILE))
     plan, files = deploy.artifacts(
         project, "quadlet", deployment="hostile-q", out=tmp_path / "out", podman_version="5.4.2"
     )
-    unit = tmp_path / "hostile-q.container"
-    unit.write_text(files[0].content)
-    proc = run_quadlet(quadlet_bin, unit, tmp_path / "w")
-    assert proc.returncode == 0, proc.stderr
+    proc = quadlet_service(quadlet_bin, files[0].content, "hostile-q", tmp_path)
     got = podman_facts(split_systemd(exec_start(proc.stdout)))
     assert got.command == list(plan.command)
     assert got.env == dict(plan.env)
@@ -195,10 +190,7 @@ def test_generated_execstart_really_starts_the_standin(
     plan, files = deploy.artifacts(
         project, "quadlet", deployment="standin-quadlet", out=tmp_path / "out", memlock=HOST_MEMLOCK
     )
-    unit = tmp_path / "standin-quadlet.container"
-    unit.write_text(files[0].content)
-    proc = run_quadlet(quadlet_bin, unit, tmp_path / "w")
-    assert proc.returncode == 0, proc.stderr
+    proc = quadlet_service(quadlet_bin, files[0].content, "standin-quadlet", tmp_path)
     argv = split_systemd(exec_start(proc.stdout))
     systemd_only = ("--cidfile=", "--cgroups=", "--sdnotify=")
     argv = [a for a in argv[1:] if not a.startswith(systemd_only)]
@@ -207,13 +199,8 @@ def test_generated_execstart_really_starts_the_standin(
             ["podman", *argv], env=podman.env, capture_output=True, text=True, timeout=120, check=False
         )
         assert run.returncode == 0, run.stderr
-        rec = parse_recording(podman.logs_until("standin-quadlet", "Application startup complete"))
-        spec = loads(json.dumps(data))
-        assert rec.argv == ["serve", spec.model.container_path, *spec.engine.args[1:]]
-        for i in range(4):
-            assert f"fakegpu{i}" in rec.devices and rec.env[f"FAKE_GPU_{i}"] == "present"
-        assert {k: rec.env.get(k) for k, _ in plan.env} == dict(plan.env)
-        assert rec.shm_kib == 8 * 1024 * 1024
+        log = podman.logs_until("standin-quadlet", "Application startup complete")
+        assert_standin_ran_the_plan(log, data, plan)
         info = podman.inspect("standin-quadlet")
         assert info["Config"]["StopTimeout"] == plan.stop_timeout  # type: ignore[index]
     finally:

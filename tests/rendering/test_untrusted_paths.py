@@ -12,7 +12,7 @@ from rigsmith.rendering import deploy
 from rigsmith.rendering.targets import LxcOptions
 from tests.support.common import standin_deployment, write_project
 from tests.support.facts import exec_start, podman_facts, split_systemd
-from tests.support.targets import run_quadlet
+from tests.support.targets import quadlet_service
 
 #: A mount path that, written raw into a unit, would add a root ExecStartPre= (seen with podman 5.4.2).
 INJECT = "/srv/a\n[Service]\nExecStartPre=/bin/touch /tmp/rigsmith-pwned-q\n[Container]\nVolume=/srv/b"
@@ -55,10 +55,7 @@ def test_quadlet_mount_paths_with_spaces_commas_percent_and_dollar_reach_podman_
     _plan, files = deploy.artifacts(
         project, "quadlet", deployment="paths-q", out=tmp_path / "out", podman_version="5.4.2"
     )
-    unit = tmp_path / "paths-q.container"
-    unit.write_text(files[0].content)
-    proc = run_quadlet(quadlet_bin, unit, tmp_path / "w")
-    assert proc.returncode == 0, proc.stderr
+    proc = quadlet_service(quadlet_bin, files[0].content, "paths-q", tmp_path)
     got = podman_facts(split_systemd(exec_start(proc.stdout)))
     assert (host, cont, True) in got.mounts
 

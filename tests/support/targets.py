@@ -14,6 +14,7 @@ from filelock import FileLock
 
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
+from rigsmith.rendering.plan import RunPlan
 from rigsmith.rendering.targets import LxcOptions
 from tests.support.common import GOLDEN_SUFFIX
 from tests.support.podman import Podman
@@ -119,6 +120,46 @@ HOSTILE = [
     "tab\tand ünïcødé ✓",
     "",
 ]
+
+
+def hostile_deployment(base: Path, name: str, values: list[str]) -> dict[str, object]:
+    """A stand-in deployment whose engine args and env carry each of ``values`` (flag/variable i)."""
+    from tests.support.common import standin_deployment
+
+    args = ["/models/x"]
+    for i, v in enumerate(values):
+        args += [f"--flag-{i}", v]
+    env = [{"name": f"HOSTILE_{i}", "value": v} for i, v in enumerate(values)]
+    engine = {"args": args, "model_arg": 0}
+    return standin_deployment(base, name=name, env=env, placeholders={}, engine=engine)
+
+
+def quadlet_service(
+    binary: Path, unit_text: str, name: str, workdir: Path
+) -> subprocess.CompletedProcess[str]:
+    """quadlet -dryrun on the unit text as ``NAME.container`` (must succeed): the service it generates."""
+    unit = workdir / f"{name}.container"
+    unit.parent.mkdir(parents=True, exist_ok=True)
+    unit.write_text(unit_text)
+    proc = run_quadlet(binary, unit, workdir / "w")
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def assert_standin_ran_the_plan(log: str, data: dict[str, object], plan: RunPlan) -> None:
+    """The stand-in's recording: the recipe argv, every fake GPU, the plan's env and an 8 GiB /dev/shm."""
+    import json
+
+    from rigsmith.spec import loads
+    from tests.support.podman import parse_recording
+
+    rec = parse_recording(log)
+    spec = loads(json.dumps(data))
+    assert rec.argv == ["serve", spec.model.container_path, *spec.engine.args[1:]]
+    for i in range(4):
+        assert f"fakegpu{i}" in rec.devices and rec.env[f"FAKE_GPU_{i}"] == "present"
+    assert {k: rec.env.get(k) for k, _ in plan.env} == dict(plan.env)
+    assert rec.shm_kib == 8 * 1024 * 1024
 
 
 def compose_up(
