@@ -103,6 +103,26 @@ def _from_compose(data: dict[str, Any]) -> Launch:
     name = vllm[0]
     svc: dict[str, Any] = services[name]
     where = f"services.{name}"
+    entry_list = _refusals(svc, where, launch)
+    if launch.problems:
+        return launch
+    image = svc.get("image")
+    if not isinstance(image, str) or not image:
+        launch.problems.append(f"{where}.image: missing; the service must name its image")
+        return launch
+    launch.image = image
+    full = _argv(svc, where, entry_list, launch)
+    if full is None:
+        return launch
+    launch.args = full
+    launch.arg_expands = [False] * len(full)
+    _service_settings(svc, where, launch)
+    return launch
+
+
+def _refusals(svc: dict[str, Any], where: str, launch: Launch) -> list[str] | None:
+    """What rigsmith will not import from the service (a shell entrypoint, interpolation) into
+    ``launch.problems``; the entrypoint's words."""
     entry = svc.get("entrypoint")
     entry_list = _compose_words(entry, f"{where}.entrypoint", launch) if entry is not None else None
     if (
@@ -141,13 +161,13 @@ def _from_compose(data: dict[str, Any]) -> Launch:
                 else ""
             )
         )
-    if launch.problems:
-        return launch
-    image = svc.get("image")
-    if not isinstance(image, str) or not image:
-        launch.problems.append(f"{where}.image: missing; the service must name its image")
-        return launch
-    launch.image = image
+    return entry_list
+
+
+def _argv(svc: dict[str, Any], where: str, entry_list: list[str] | None, launch: Launch) -> list[str] | None:
+    """The arguments after ``vllm serve`` (the executable and subcommand set on ``launch``), or None when
+    the service runs nothing importable (the reason in ``launch.problems``)."""
+    image = launch.image
     command = svc.get("command")
     cmd = _compose_words(command, f"{where}.command", launch) if command is not None else []
     if isinstance(command, list):
@@ -164,14 +184,14 @@ def _from_compose(data: dict[str, Any]) -> Launch:
                 f"{where}: entrypoint is [] and command is empty, so nothing would run; "
                 "write the vllm serve command under command:"
             )
-            return launch
+            return None
         entry_list, cmd = cmd[:1], cmd[1:]
     if entry_list and any(c.isspace() for c in entry_list[0]):
         launch.problems.append(
             f"{where}: the executable {entry_list[0]!r} contains whitespace (a YAML list item is passed "
             "whole, so no such program exists); split it into one item per word"
         )
-        return launch
+        return None
     full = [*(entry_list or []), *cmd]
     if entry_list:
         exe = entry_list[0]
@@ -191,8 +211,11 @@ def _from_compose(data: dict[str, Any]) -> Launch:
             f"{where}: the image's entrypoint is taken to be `vllm serve` (as in vllm/vllm-openai); "
             "command holds its arguments"
         )
-    launch.args = full
-    launch.arg_expands = [False] * len(full)
+    return full
+
+
+def _service_settings(svc: dict[str, Any], where: str, launch: Launch) -> None:
+    """env, devices, GPUs, shm, memlock, stop grace and volumes; every other key becomes a note."""
     _compose_env(svc.get("environment"), f"{where}.environment", launch)
     for idx, dev in enumerate(svc.get("devices") or []):
         if isinstance(dev, str) and specmod.CDI_RE.match(dev):
@@ -236,7 +259,6 @@ def _from_compose(data: dict[str, Any]) -> Launch:
             f"{where}: keys not imported (rigsmith sets them per target): "
             + ", ".join(f"{k}: {json.dumps(svc[k], ensure_ascii=False)}" for k in dropped)
         )
-    return launch
 
 
 def _compose_words(value: Any, where: str, launch: Launch) -> list[str]:
