@@ -45,8 +45,9 @@ _GGUF_REF_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._
 _CWD_RE = re.compile(r"^(\$\(pwd\)|`pwd`|\$PWD|\$\{PWD\}|\.)(?=/|$)")
 
 
-def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | None:
-    """The model argument as a Hub repo or a local checkpoint, or None with the reason in problems."""
+def _model_arg(launch: Launch, problems: list[str]) -> tuple[int, str] | None:
+    """Where the model stands in the argv (--model, else vLLM's MODEL positional) and its value; None
+    with the reason in problems when the command names none."""
     args = launch.args
     picks = flag_values(args, "--model")
     if picks:
@@ -71,29 +72,43 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
         )
         problems.append(f"the command names no model (no positional MODEL and no --model){why}; add one")
         return None
+    return idx, value
+
+
+def _unusable(launch: Launch, idx: int, value: str) -> str | None:
+    """Why the model argument cannot be imported as written (a placeholder, a shell expansion), or None."""
     if value in ("...", "…") or re.fullmatch(r"\.{3,}", value):
-        problems.append(
+        return (
             f"the model is {value!r}, a placeholder in the published text; replace it with the Hub repo id "
             "(owner/name) or the checkpoint's directory and import again"
         )
-        return None
     if specmod.PLACEHOLDER_RE.fullmatch(value):
-        problems.append(
+        return (
             f"the model is the placeholder {value!r}; replace it with a Hub repo id (owner/name) or the "
             "checkpoint's directory"
         )
-        return None
     if _expands(launch, idx):
-        problems.append(
+        return (
             f"the model is {value!r}, which a shell would expand from a variable; rigsmith cannot know the "
             "value — write the Hub repo id (owner/name) or the checkpoint's directory instead"
         )
-        return None
     if _DOC_PATH_RE.search(value):
-        problems.append(
+        return (
             f"the model is {value!r}, a documentation placeholder path (/path/to/…); write the checkpoint's "
             "real directory or the Hub repo id (owner/name)"
         )
+    return None
+
+
+def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | None:
+    """The model argument as a Hub repo or a local checkpoint, or None with the reason in problems."""
+    found = _model_arg(launch, problems)
+    if found is None:
+        return None
+    idx, value = found
+    unusable = _unusable(launch, idx, value)
+    if unusable:
+        problems.append(unusable)
         return None
     gguf = _GGUF_REF_RE.match(value)
     if gguf and not value.startswith(("/", "~", ".")):
