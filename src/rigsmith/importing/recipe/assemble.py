@@ -16,8 +16,8 @@ from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
 from rigsmith.importing.recipe.flags import _json_problems, _number_problems, flag_values
 from rigsmith.importing.recipe.gpus import _gpus, _vendor, _visible_devices
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _refuse
-from rigsmith.importing.recipe.model import _expands, _model, _secondary_models
-from rigsmith.importing.recipe.notes import note_facts
+from rigsmith.importing.recipe.model import _expands, _Model, _model, _secondary_models
+from rigsmith.importing.recipe.notes import NoteFacts, note_facts
 from rigsmith.importing.recipe.shellform import _env_var, _merge_env, _passthrough
 from rigsmith.importing.recipe.tables import (
     _SECRET_NAME_RE,
@@ -131,11 +131,11 @@ def _read_only_mounts(launch: Launch, model_path: str | None) -> list[str]:
     return notes
 
 
-def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.Deployment:
-    """Assemble and validate the Deployment; every problem found so far (and here) in one RecipeError."""
-    name, image = asked.name, asked.image
-    problems = list(launch.problems)
-    notes: list[str] = []
+def _environment(
+    launch: Launch, meta: Meta, problems: list[str]
+) -> tuple[list[specmod.EnvVar], list[str]]:
+    """The env the recipe sets (its env text, env map and command, secret flags lifted out) and the notes
+    on it; what cannot be imported goes to ``problems``."""
     env_notes: list[str] = []
     env = list(launch.env)
     if meta.env_text:
@@ -158,31 +158,89 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
         for w in launch.subcommand
         if (sf := policy.secret_flag(w)) is not None
     ]
-    facts = note_facts(meta.notes_text or "")
-    problems += _json_problems(launch.args, launch.notes) + _number_problems(launch.args)
-    # Every problem at once: the model is checked even when the text had others, unless the launch
-    # command itself was not understood (then its args are not vLLM's).
-    model_problems: list[str] = []
-    model = _model(launch, facts, model_problems) if launch.args or not launch.problems else None
-    problems += [p for p in model_problems if not (launch.problems and "names no model" in p)]
-    if name is not None and not specmod.NAME_RE.match(name):
-        problems.append(
-            f"--name {name!r}: use lowercase letters, digits, '.', '_' or '-' (max 63), starting with a "
-            "letter or digit"
+    return env, env_notes
+
+
+def _asked_problems(asked: Asked, launch: Launch) -> list[str]:
+    """The user's --name/--image, and an image the recipe leaves to a shell variable with no --image."""
+    out = []
+    if asked.name is not None and not specmod.NAME_RE.match(asked.name):
+        out.append(
+            f"--name {asked.name!r}: use lowercase letters, digits, '.', '_' or '-' (max 63), starting "
+            "with a letter or digit"
         )
+    image = asked.image
     if image is not None and (not image.strip() or any(ch.isspace() for ch in image)):
-        problems.append(f"--image {image!r}: not an image reference (e.g. localhost/vllm:1 or name@sha256:…)")
-    env = _visible_devices(env, launch, problems)
+        out.append(f"--image {image!r}: not an image reference (e.g. localhost/vllm:1 or name@sha256:…)")
     if launch.image_expands and image is None:
-        problems.append(
+        out.append(
             f"engine.image: the recipe's image {launch.image} is a shell variable whose value rigsmith "
             "cannot know; import again with --image REF (e.g. vllm/vllm-openai:v0.11.0) or write the image "
             "in the recipe"
         )
-    gpus = _gpus(launch, facts, launch.gpu_vendor or _vendor(env), problems)
-    if problems or model is None or gpus is None:
-        raise _refuse(source, problems or ["no model"])
-    repo, local_dir, model_idx = model.repo, model.local_dir, model.arg
+    return out
+
+
+def _network(launch: Launch, notes: list[str]) -> dict[str, Any]:
+    network: dict[str, Any] = {}
+    hosts = flag_values(launch.args, "--host")
+    ports = flag_values(launch.args, "--port")
+    if hosts:
+        network["host"] = hosts[-1][1]
+    if ports:
+        if (port := specmod.ascii_int(ports[-1][1])) is not None:
+            network["port"] = port
+        else:
+            notes.append(f"--port {ports[-1][1]} is not a number; network.port stays 8000 until you set it")
+    return network
+
+
+def _resources(launch: Launch, facts: NoteFacts, gpus: specmod.GpuSpec) -> dict[str, Any]:
+    """What the command says (shm, memlock, stop grace) over what the notes say."""
+    optional = {
+        "shm_size": launch.shm_size or facts.shm_size,
+        "memlock": launch.memlock if launch.memlock is not None else facts.memlock,
+        "stop_grace_seconds": launch.stop_grace or facts.stop_grace,
+    }
+    return {
+        "gpus": gpus.model_dump(),
+        "host_ram_gib": facts.host_ram_gib,
+        "disk_gib": facts.disk_gib,
+        **{k: v for k, v in optional.items() if v},
+    }
+
+
+def _readiness(facts: NoteFacts) -> dict[str, Any]:
+    log_lines = [x for x in facts.log_lines if "KV cache" not in x]
+    return {
+        **({"log_lines": log_lines} if log_lines else {}),
+        "kv_cache_tokens": facts.kv_tokens,
+        **({"startup_seconds": facts.startup} if facts.startup else {}),
+        "warm_startup_seconds": facts.warm,
+    }
+
+
+def _scrub_secrets(data: dict[str, Any], launch: Launch, meta: Meta) -> None:
+    """Secret values the recipe showed are cut from the free text (description, notes, env notes, title)."""
+    secrets = [*launch.secrets]
+    if meta.env_text:
+        secrets += [v for n, v in _ENV_TOKEN_RE.findall(meta.env_text) if _SECRET_NAME_RE.search(n)]
+    # Free text only: the argv and values are exact (and already secret-free), a short key could be a word.
+    scrub = sorted({v for v in secrets if len(v) >= 4 and "$" not in v}, key=len, reverse=True)
+    for key in ("description", "notes", "env_notes"):
+        data[key] = _scrub(data[key], scrub)
+    for e in data["env"]:
+        e["note"] = _scrub(e["note"], scrub)
+    data["provenance"] = meta.provenance.model_dump() if meta.provenance else None
+    if data["provenance"]:
+        data["provenance"]["title"] = _scrub(data["provenance"]["title"], scrub)
+
+
+def _argv_notes(launch: Launch, model: _Model) -> list[str]:
+    """What the user should know about the argv as imported: shell syntax kept literally, the model
+    argument replaced by the mount, relative paths, read-only mounts."""
+    notes = []
+    repo, model_idx = model.repo, model.arg
     for i, a in enumerate(launch.args):
         if _expands(launch, i):
             notes.append(f"args[{i}] {a!r} holds shell syntax that a shell would expand; kept literally")
@@ -204,7 +262,29 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
             notes.append(
                 f"args[{i}] {a!r} is a path relative to where the recipe ran; mount it and fix the path"
             )
-    notes += _read_only_mounts(launch, model_value[0][1] if repo is None else None)
+    return notes + _read_only_mounts(launch, model_value[0][1] if repo is None else None)
+
+
+def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.Deployment:
+    """Assemble and validate the Deployment; every problem found so far (and here) in one RecipeError."""
+    name, image = asked.name, asked.image
+    problems = list(launch.problems)
+    notes: list[str] = []
+    env, env_notes = _environment(launch, meta, problems)
+    facts = note_facts(meta.notes_text or "")
+    problems += _json_problems(launch.args, launch.notes) + _number_problems(launch.args)
+    # Every problem at once: the model is checked even when the text had others, unless the launch
+    # command itself was not understood (then its args are not vLLM's).
+    model_problems: list[str] = []
+    model = _model(launch, facts, model_problems) if launch.args or not launch.problems else None
+    problems += [p for p in model_problems if not (launch.problems and "names no model" in p)]
+    problems += _asked_problems(asked, launch)
+    env = _visible_devices(env, launch, problems)
+    gpus = _gpus(launch, facts, launch.gpu_vendor or _vendor(env), problems)
+    if problems or model is None or gpus is None:
+        raise _refuse(source, problems or ["no model"])
+    repo, local_dir, model_idx = model.repo, model.local_dir, model.arg
+    notes += _argv_notes(launch, model)
     basename = PurePosixPath(local_dir.rstrip("/")).name or PurePosixPath(repo or "model").name
     container_path = model.container_path or f"/models/{basename}"
     if model.container_path is not None:
@@ -213,16 +293,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     final_image = image or launch.image
     if image and launch.image and image != launch.image:
         notes.append(f"the recipe's image {launch.image} was replaced by --image {image}")
-    network: dict[str, Any] = {}
-    hosts = flag_values(launch.args, "--host")
-    ports = flag_values(launch.args, "--port")
-    if hosts:
-        network["host"] = hosts[-1][1]
-    if ports:
-        if (port := specmod.ascii_int(ports[-1][1])) is not None:
-            network["port"] = port
-        else:
-            notes.append(f"--port {ports[-1][1]} is not a number; network.port stays 8000 until you set it")
+    network = _network(launch, notes)
     revision = flag_values(launch.args, "--revision")
     cluster, node_tokens, cluster_notes = (
         multinode.cluster_data(launch.node_args, launch.gpu_vendor or _vendor(env))
@@ -257,41 +328,14 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
         "env": [e.model_dump() for e in env],
         "env_notes": env_notes,
         "placeholders": _placeholders([*launch.args, *(e.value for e in env), *node_tokens]),
-        "resources": {
-            "gpus": gpus.model_dump(),
-            "host_ram_gib": facts.host_ram_gib,
-            "disk_gib": facts.disk_gib,
-            **({"shm_size": s} if (s := launch.shm_size or facts.shm_size) else {}),
-            **(
-                {"memlock": m}
-                if (m := launch.memlock if launch.memlock is not None else facts.memlock)
-                else {}
-            ),
-            **({"stop_grace_seconds": g} if (g := launch.stop_grace or facts.stop_grace) else {}),
-        },
-        "readiness": {
-            **({"log_lines": ln} if (ln := [x for x in facts.log_lines if "KV cache" not in x]) else {}),
-            "kv_cache_tokens": facts.kv_tokens,
-            **({"startup_seconds": facts.startup} if facts.startup else {}),
-            "warm_startup_seconds": facts.warm,
-        },
+        "resources": _resources(launch, facts, gpus),
+        "readiness": _readiness(facts),
         "network": network,
         "mounts": [m.model_dump() for m in launch.mounts],
         "notes": all_notes,
         **({"cluster": cluster} if cluster else {}),
     }
-    secrets = [*launch.secrets]
-    if meta.env_text:
-        secrets += [v for n, v in _ENV_TOKEN_RE.findall(meta.env_text) if _SECRET_NAME_RE.search(n)]
-    # Free text only: the argv and values are exact (and already secret-free), a short key could be a word.
-    scrub = sorted({v for v in secrets if len(v) >= 4 and "$" not in v}, key=len, reverse=True)
-    for key in ("description", "notes", "env_notes"):
-        data[key] = _scrub(data[key], scrub)
-    for e in data["env"]:
-        e["note"] = _scrub(e["note"], scrub)
-    data["provenance"] = meta.provenance.model_dump() if meta.provenance else None
-    if data["provenance"]:
-        data["provenance"]["title"] = _scrub(data["provenance"]["title"], scrub)
+    _scrub_secrets(data, launch, meta)
     nul = specmod.nul_paths(data)
     if nul:
         # A JSON "\u0000" or a YAML "\0" escape: the raw text had none.
