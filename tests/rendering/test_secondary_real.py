@@ -1,0 +1,102 @@
+"""Secondary Hub models and ``NAME=$OTHER`` secrets through the podman target's run.sh, executed for real:
+podman (--network none), fake CDI GPUs, the recording stand-in engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rigsmith.rendering import deploy
+from tests.support.common import (
+    HOST_MEMLOCK,
+    prepare_host_dirs,
+    run_script,
+    standin_deployment,
+    write_project,
+)
+from tests.support.podman import Podman, parse_recording
+
+DRAFT = '{"model": "acme/draft", "num_speculative_tokens": 3, "method": "draft_model"}'
+TOKEN = "hf_not-a-real-token 'with' $(quotes)"  # never expanded, never written into a file
+
+
+def _data(tmp_path: Path, name: str) -> dict[str, object]:
+    data = standin_deployment(tmp_path, name=name)
+    args = list(data["engine"]["args"])  # type: ignore[index]
+    spec_i = args.index("--speculative-config") + 1
+    args[spec_i] = DRAFT
+    args += ["--tokenizer", "acme/tok", "--enable-lora", "--lora-modules", "a=acme/lora"]
+    data["engine"]["args"] = args  # type: ignore[index]
+    data["secondary_models"] = [
+        {"role": "speculative", "repo": "acme/draft", "arg": spec_i},
+        {"role": "tokenizer", "repo": "acme/tok", "arg": len(args) - 4},
+        {"role": "lora", "repo": "acme/lora", "name": "a", "arg": len(args) - 1},
+    ]
+    data["env"] = [
+        *data["env"],  # type: ignore[list-item]
+        {"name": "HUGGING_FACE_HUB_TOKEN", "value": "$HF_TOKEN", "secret": True},
+    ]
+    return data
+
+
+def test_secondaries_mount_read_only_and_the_mapped_secret_reaches_the_container(
+    tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str
+) -> None:
+    name = "standin-secondary"
+    data = _data(tmp_path, name)
+    prepare_host_dirs(data)
+    models = tmp_path / "models"
+    project = write_project(tmp_path, data)
+    out = tmp_path / "out"
+    deploy.deploy(project, "podman", deployment=name, out=out, memlock=HOST_MEMLOCK, echo=lambda _m: None)
+    run = out / "podman" / name / "run.sh"
+    assert TOKEN not in run.read_text()
+
+    # The secondary dirs are checked first (fetch-model makes them), then the host's HF_TOKEN.
+    proc = run_script(run, podman.env)
+    assert proc.returncode == 1 and "does not exist" in proc.stderr and "fetch-model" in proc.stderr
+    for d in ("draft", "tok", "lora"):
+        (models / d).mkdir(parents=True)
+        (models / d / "config.json").write_text(d)
+    env = {k: v for k, v in podman.env.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+    proc = run_script(run, env)
+    assert proc.returncode == 1 and "HF_TOKEN is not set" in proc.stderr, proc.stderr
+
+    try:
+        proc = run_script(run, {**env, "HF_TOKEN": TOKEN, "HUGGING_FACE_HUB_TOKEN": "the wrong one"})
+        assert proc.returncode == 0, proc.stderr
+        rec = parse_recording(podman.logs_until(name, "Application startup complete"))
+        info = podman.inspect(name)
+    finally:
+        podman.run("rm", "--force", "--time", "0", name, check=False)
+    assert rec.env["HUGGING_FACE_HUB_TOKEN"] == TOKEN
+    assert json.loads(rec.argv[rec.argv.index("--speculative-config") + 1])["model"] == "/models/draft"
+    assert rec.argv[rec.argv.index("--tokenizer") + 1] == "/models/tok"
+    assert rec.argv[rec.argv.index("--lora-modules") + 1] == "a=/models/lora"
+    mounts = {m["Destination"]: m for m in info["Mounts"]}  # type: ignore[index]
+    for d in ("draft", "tok", "lora"):
+        m = mounts[f"/models/{d}"]
+        assert m["Source"] == str(models / d) and m["RW"] is False
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("quadlet", "Secret=HF_TOKEN,type=env,target=HUGGING_FACE_HUB_TOKEN"),
+        ("compose", "HUGGING_FACE_HUB_TOKEN=${HF_TOKEN}"),
+        ("kube", "key: HF_TOKEN"),
+        ("lxc", 'export HUGGING_FACE_HUB_TOKEN="$HF_TOKEN"'),
+    ],
+)
+def test_every_target_reads_the_mapped_secret_from_the_other_name(
+    target: str, expected: str, tmp_path: Path
+) -> None:
+    data = _data(tmp_path, "mapped")
+    gpus = data["resources"]["gpus"]  # type: ignore[index]
+    gpus["cdi_devices"] = [f"nvidia.com/gpu={i}" for i in range(gpus["count"])]  # lxc maps NVIDIA nodes
+    project = write_project(tmp_path, data)
+    _plan, files = deploy.artifacts(project, target, deployment="mapped", out=tmp_path / "out")
+    text = "\n".join(f.content if isinstance(f.content, str) else f.content.decode() for f in files)
+    assert expected in text
