@@ -180,3 +180,20 @@ def test_gguf_reference_runs_the_locked_gguf_file(target: str, hub, client, tmp_
     word = plan.command[len(dep.engine.subcommand) + (dep.engine.model_arg or 0)]
     assert word == f"{dep.model.container_path}/Qwen3-0.6B-Q4_K_M.gguf"
     assert "/models/tok" in plan.command
+
+
+def test_a_venv_engine_names_the_secondary_host_dirs_in_the_ct(tmp_path: Path) -> None:
+    _project, dep = _imported(tmp_path)
+    model = dep.model.model_copy(update={"local_dir": "~/models/main"})
+    engine = dep.engine.model_copy(update={"runtime": "venv", "venv": "/opt/venv", "image": None})
+    dep = specmod.loads(specmod.dump(dep.model_copy(update={"model": model, "engine": engine})))
+    project = Project(tmp_path / "venv-proj")
+    project.spec_path(dep.name).parent.mkdir(parents=True)
+    project.spec_path(dep.name).write_text(specmod.dump(dep), encoding="utf-8")
+    dep_plan, files = deploy.artifacts(project, "lxc", deployment=dep.name, out=tmp_path / "out")
+    assert "a=~/models/lora" in dep_plan.command
+    text = "\n".join(f.content if isinstance(f.content, str) else f.content.decode() for f in files)
+    assert "--tokenizer /root/models/tok --enable-lora --lora-modules a=/root/models/lora" in text
+    assert '"{\\"model\\": \\"/root/models/draft\\", ' in text  # systemd-quoted JSON in ExecStart=
+    for i, name in enumerate(("draft", "tok", "lora"), start=1):
+        assert f"mp{i}: /root/models/{name},mp=/root/models/{name},ro=1" in text

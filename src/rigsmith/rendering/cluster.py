@@ -231,6 +231,15 @@ def _dp_problems(spec: specmod.Deployment, per_rank: int) -> list[tuple[str, str
             out.append(
                 (f"{where}.args", f"args[{model_arg}] must be the model word of engine.args, as on node 0")
             )
+        for sm in spec.secondary_models if n.args is not None else ():
+            if sm.arg >= len(n.args or ()) or (n.args or ())[sm.arg] != spec.engine.args[sm.arg]:
+                out.append(
+                    (
+                        f"{where}.args",
+                        f"args[{sm.arg}] must name {sm.repo} as engine.args does (it is mounted and "
+                        "pointed at once for every node)",
+                    )
+                )
         local = gpus // per_rank
         # A node's own argv (or node 0's engine.args) must agree with its GPUs; a node without one gets
         # these flags set from them.
@@ -343,8 +352,10 @@ def _dp_command(spec: specmod.Deployment, plan: RunPlan, i: int) -> tuple[str, .
     node = cluster.nodes[i]
     if node.args is not None:
         base = [*base[:sub], *(spec.fill(a) for a in node.args)]
-        if spec.engine.model_arg is not None:
-            base[sub + spec.engine.model_arg] = plan.command[sub + spec.engine.model_arg]
+        # The model word and each secondary model's word (checked equal to engine.args') name the mounts.
+        for k in [spec.engine.model_arg, *(sm.arg for sm in spec.secondary_models)]:
+            if k is not None:
+                base[sub + k] = plan.command[sub + k]
     args = base[sub:]
     args = set_flag(args, "--data-parallel-size-local", str(_local_dp(spec, i)))
     args = set_flag(args, "--data-parallel-address", cluster.nodes[0].address)

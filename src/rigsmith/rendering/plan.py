@@ -73,6 +73,8 @@ class RunPlan:
     model_word: int | None = None
     #: Container paths the env names through a placeholder, each with what provides it (mount / image).
     env_paths: tuple[EnvPath, ...] = ()
+    #: Indices in ``command`` of the words naming a secondary model (venv: its host path, ``~/`` allowed).
+    secondary_words: tuple[int, ...] = ()
     #: Secrets read from a host variable of another name (``NAME=$OTHER``): (NAME, OTHER).
     secret_from: tuple[tuple[str, str], ...] = ()
 
@@ -480,5 +482,6 @@ def build(
         runtime=spec.engine.runtime,
         venv=spec.engine.venv,
         model_word=model_word,
+        secondary_words=tuple(len(spec.engine.subcommand) + sm.arg for sm in spec.secondary_models),
         env_paths=paths,
     )
