@@ -212,6 +212,13 @@ def parse_size(text: str) -> int:
     return int(num * 1024 ** "_kmgt".index(unit)) if unit else int(num)
 
 
+def container_abs(v: str) -> str:
+    """``v`` when it is an absolute container path, else ValueError."""
+    if not v.startswith("/"):
+        raise ValueError("must be an absolute path inside the container")
+    return v
+
+
 class Frozen(BaseModel):
     """Base of every spec model: immutable, no unknown keys."""
 
@@ -285,9 +292,7 @@ class ModelSpec(Frozen):
     @field_validator("container_path")
     @classmethod
     def _abs(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError("must be an absolute path inside the container")
-        return v
+        return container_abs(v)
 
     @property
     def pinned(self) -> bool:
@@ -323,9 +328,7 @@ class SecondaryModel(Frozen):
     @field_validator("container_path")
     @classmethod
     def _abs(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith("/"):
-            raise ValueError("must be an absolute path inside the container")
-        return v
+        return None if v is None else container_abs(v)
 
     @field_validator("repo")
     @classmethod
