@@ -401,6 +401,15 @@ def make(
     )
 
 
+def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement]) -> list[PlanMount]:
+    """The model dir, the spec's mounts, then each secondary model's dir (read-only)."""
+    return [
+        PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
+        *(PlanMount(m.host, m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
+        *(PlanMount(p.local_dir, p.container_path, True, "dir", None, "secondary", p.field) for p in placed),
+    ]
+
+
 def build(
     spec: specmod.Deployment,
     image: tuple[str, bool],
@@ -430,11 +439,7 @@ def build(
     model_word = None
     if venv and spec.engine.model_arg is not None:
         model_word = len(spec.engine.subcommand) + spec.engine.model_arg
-    mounts = [
-        PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
-        *(PlanMount(m.host, m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
-        *(PlanMount(p.local_dir, p.container_path, True, "dir", None, "secondary", p.field) for p in placed),
-    ]
+    mounts = _mounts(spec, placed)
     paths: tuple[EnvPath, ...] = ()
     if spec.engine.runtime == "container":
         builds = lock.builds if lock is not None else {}
