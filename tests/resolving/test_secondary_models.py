@@ -197,3 +197,31 @@ def test_a_venv_engine_names_the_secondary_host_dirs_in_the_ct(tmp_path: Path) -
     assert '"{\\"model\\": \\"/root/models/draft\\", ' in text  # systemd-quoted JSON in ExecStart=
     for i, name in enumerate(("draft", "tok", "lora"), start=1):
         assert f"mp{i}: /root/models/{name},mp=/root/models/{name},ro=1" in text
+
+
+def test_each_data_parallel_node_names_the_mounted_secondary(tmp_path: Path) -> None:
+    from tests.support.cluster import DP_NAME, dp_data
+
+    data = dp_data()
+    draft = '{"model": "acme/draft", "num_speculative_tokens": 2}'
+    data["engine"]["args"] += ["--speculative-config", draft]
+    node1 = data["cluster"]["nodes"][1]
+    node1["args"] = [*node1["args"], "--speculative-config", draft]
+    data["secondary_models"] = [
+        {"role": "speculative", "repo": "acme/draft", "arg": len(data["engine"]["args"]) - 1}
+    ]
+    project = Project(tmp_path / "dp")
+    project.spec_path(DP_NAME).parent.mkdir(parents=True)
+    project.spec_path(DP_NAME).write_text(specmod.dump(specmod.from_data(data)), encoding="utf-8")
+    _plan, files = deploy.artifacts(project, "podman", deployment=DP_NAME, out=tmp_path / "out")
+    scripts = [f for f in files if f.path.name == "run.sh"]
+    assert len(scripts) == 2
+    for f in scripts:
+        text = str(f.content)
+        assert "acme/draft" not in text and "/models/draft" in text, f.path
+        assert "/models/draft:ro" in text, f.path
+    # A node whose own argv does not name the draft as engine.args does is refused, naming the node.
+    node1["args"] = node1["args"][:-2]
+    project.spec_path(DP_NAME).write_text(specmod.dump(specmod.from_data(data)), encoding="utf-8")
+    with pytest.raises(SpecError, match=r"cluster\.nodes\[1\]\.args: must name acme/draft"):
+        deploy.artifacts(project, "podman", deployment=DP_NAME, out=tmp_path / "out")
