@@ -69,6 +69,13 @@ def test_secondary_models_are_locked_fetched_verified_and_mounted(hub, client, t
             kind = "sha256" if path.endswith(".safetensors") else "git_sha1"
             assert getattr(entry.files[path], kind) == digest(kind, data), (repo, path)
 
+    # Secondaries not pinned yet are no drift (nothing pinned to differ from): the note names them.
+    bare = lockmod.read(project.lock_path)
+    bare.secondary.clear()
+    fresh = drift.model_facts(dep, bare)
+    assert fresh.note is not None and "acme/draft" in fresh.note
+    assert not [p for p in fresh.problems if "secondary" in p]
+
     report = fetch_models(project, dep, hub=client, echo=lambda _m: None)
     models = tmp_path / "models"
     for repo, name in (("acme/draft", "draft"), ("acme/lora", "lora")):

@@ -46,17 +46,23 @@ def model_facts(spec: Deployment, lock: lockmod.Lock, *, verify: bool = False) -
             note="rigsmith.lock pins no model for it yet: `invoke pin` then `fetch-model`",
         )
     count, problems = _compare(m, entry, verify)
+    unpinned = []
     for p in placements(spec):
         sub = lock.secondary.get(spec.name, {}).get(p.repo)
-        if sub is None:
-            problems.append(f"secondary model {p.repo}: not in rigsmith.lock yet (`invoke pin`)")
+        if sub is None:  # like a model with no entry: nothing pinned, so nothing to drift from
+            unpinned.append(p.repo)
             continue
         n, found = _compare(view(spec, p).model, sub, verify)
         count += n
         problems += [f"secondary model {p.repo} ({p.local_dir}): {f}" for f in found]
     if len(problems) > SHOWN:
         problems[SHOWN:] = [f"and {len(problems) - SHOWN} more"]
-    return ModelFacts(m.local_dir, count, verify, tuple(problems))
+    note = (
+        f"rigsmith.lock pins no secondary model {', '.join(unpinned)} yet: `invoke pin` then `fetch-model`"
+        if unpinned
+        else None
+    )
+    return ModelFacts(m.local_dir, count, verify, tuple(problems), note=note)
 
 
 def _compare(m: ModelSpec, entry: lockmod.LockedModel, verify: bool) -> tuple[int, list[str]]:
