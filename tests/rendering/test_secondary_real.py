@@ -4,6 +4,7 @@ podman (--network none), fake CDI GPUs, the recording stand-in engine."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,35 @@ def test_every_target_reads_the_mapped_secret_from_the_other_name(
     _plan, files = deploy.artifacts(project, target, deployment="mapped", out=tmp_path / "out")
     text = "\n".join(f.content if isinstance(f.content, str) else f.content.decode() for f in files)
     assert expected in text
+
+
+def test_compose_passes_the_mapped_secret_and_mounts_the_secondaries_on_real_podman(
+    tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str, compose_bins: dict[str, list[str]]
+) -> None:
+    name = "standin-secondary-compose"
+    data = _data(tmp_path, name)
+    prepare_host_dirs(data)
+    for d in ("draft", "tok", "lora"):
+        (tmp_path / "models" / d).mkdir(parents=True)
+    project = write_project(tmp_path, data)
+    out = tmp_path / "out"
+    deploy.deploy(project, "compose", deployment=name, out=out, memlock=HOST_MEMLOCK, echo=lambda _m: None)
+    compose_file = out / "compose" / name / "compose.yaml"
+    assert TOKEN not in compose_file.read_text()
+    up = [*compose_bins["1.6.0"], "-f", str(compose_file), "--podman-run-args=--stop-timeout=70", "up", "-d"]
+    env = {**podman.env, "HF_TOKEN": TOKEN}
+    env.pop("HUGGING_FACE_HUB_TOKEN", None)
+    try:
+        proc = subprocess.run(
+            up, cwd=compose_file.parent, env=env, capture_output=True, text=True, timeout=180, check=False
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        rec = parse_recording(podman.logs_until(name, "Application startup complete"))
+        info = podman.inspect(name)
+    finally:
+        podman.run("rm", "--force", "--time", "0", name, check=False)
+        podman.run("pod", "rm", "--force", f"pod_{name}", check=False)
+    assert rec.env["HUGGING_FACE_HUB_TOKEN"] == TOKEN
+    assert rec.argv[rec.argv.index("--tokenizer") + 1] == "/models/tok"
+    mounts = {m["Destination"]: m for m in info["Mounts"]}  # type: ignore[index]
+    assert all(mounts[f"/models/{d}"]["RW"] is False for d in ("draft", "tok", "lora"))
