@@ -18,6 +18,7 @@ from tests.support.common import (
     write_project,
 )
 from tests.support.podman import Podman, parse_recording
+from tests.support.targets import run_quadlet
 
 DRAFT = '{"model": "acme/draft", "num_speculative_tokens": 3, "method": "draft_model"}'
 TOKEN = "hf_not-a-real-token 'with' $(quotes)"  # never expanded, never written into a file
@@ -133,3 +134,20 @@ def test_compose_passes_the_mapped_secret_and_mounts_the_secondaries_on_real_pod
     assert rec.argv[rec.argv.index("--tokenizer") + 1] == "/models/tok"
     mounts = {m["Destination"]: m for m in info["Mounts"]}  # type: ignore[index]
     assert all(mounts[f"/models/{d}"]["RW"] is False for d in ("draft", "tok", "lora"))
+
+
+def test_quadlet_generator_reads_the_mapped_secret_and_the_read_only_secondary_volumes(
+    tmp_path: Path, quadlet_bin: Path
+) -> None:
+    data = _data(tmp_path, "mapped-quadlet")
+    project = write_project(tmp_path, data)
+    _plan, files = deploy.artifacts(project, "quadlet", deployment="mapped-quadlet", out=tmp_path / "out")
+    unit = next(f for f in files if f.path.suffix == ".container")
+    unit.path.parent.mkdir(parents=True, exist_ok=True)
+    unit.path.write_text(str(unit.content))
+    proc = run_quadlet(quadlet_bin, unit.path, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    exec_start = next(ln for ln in proc.stdout.splitlines() if ln.startswith("ExecStart="))
+    assert "--secret HF_TOKEN,type=env,target=HUGGING_FACE_HUB_TOKEN" in exec_start
+    for d in ("draft", "tok", "lora"):
+        assert f"-v {tmp_path}/models/{d}:/models/{d}:ro" in exec_start
