@@ -706,6 +706,7 @@ def fetch_model(
     written = str(dest) if dest is not None else spec.model.local_dir
     check_model_dir(written, home, field)
     get_hub = _lazy(hub)
+    slot = slot or lockmod.Slot(spec.name)
     entry = pin_model(project, spec, repin=repin, echo=echo, hub=get_hub, slot=slot)
     assert entry is not None
     m = spec.model
@@ -786,9 +787,9 @@ def fetch_model(
     new_patches = locked_patches(applied)
     if new_patches != entry.patches:
         with lockmod.locked(project.lock_path) as lock:
-            cur = (slot or lockmod.Slot(spec.name)).get(lock)
+            cur = slot.get(lock)
             if cur is not None and cur.commit == entry.commit:
-                (slot or lockmod.Slot(spec.name)).put(lock, cur.model_copy(update={"patches": new_patches}))
+                slot.put(lock, cur.model_copy(update={"patches": new_patches}))
     return report
 
 
