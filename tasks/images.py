@@ -34,10 +34,11 @@ def _registry() -> Registry:
 )
 @user_errors
 def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
-    """Resolve image tags, source trees (and model branches) to digests/commits in rigsmith.lock."""
+    """Resolve image tags, source trees (and model branches, secondary models too) to digests/commits in
+    rigsmith.lock."""
     from rigsmith.resolving import build as buildmod
     from rigsmith.resolving import sources as sourcesmod
-    from rigsmith.resolving.modelfetch import pin_model
+    from rigsmith.resolving.secondaryfetch import pin_models
 
     proj = project(c)
     # An image.yaml still to fill stops pin before any network.
@@ -54,7 +55,7 @@ def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
         src.close()
     names = [proj.resolve_name(deployment)] if deployment else proj.deployment_names()
     for name in names:
-        pin_model(proj, proj.load(name), repin=repin, echo=echo)
+        pin_models(proj, proj.load(name), repin=repin, echo=echo)
 
 
 @task(

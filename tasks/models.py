@@ -39,19 +39,20 @@ def fetch_model(
     adopt_dir: bool = False,
     overwrite_edited: bool = False,
 ) -> None:
-    """Download the locked model revision, verify every file, apply declared config patches.
+    """Download the locked model revision, verify every file, apply declared config patches; then the same
+    for each secondary Hub model (draft, tokenizer, LoRA adapter), each into its own directory.
 
     A local checkpoint (``model.repo: null``) is not downloaded or verified: the task reports what
     model.local_dir holds (or fails when it is missing) and applies the config patches, keeping the original.
     """
-    from rigsmith.resolving import modelfetch
+    from rigsmith.resolving import modelfetch, secondaryfetch
 
     n = modelfetch.parse_workers(workers)
     proj = project(c)
     spec = proj.load(deployment)
     where = Path(dest).expanduser() if dest else None
     try:
-        report = modelfetch.fetch_model(
+        report = secondaryfetch.fetch_models(
             proj,
             spec,
             dest=where,

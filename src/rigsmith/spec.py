@@ -36,6 +36,8 @@ SPEC_VERSION: Literal[1] = 1
 PLACEHOLDER_RE = re.compile(r"<[A-Za-z_][A-Za-z0-9_ .-]*>")
 # Anchored with \Z, not $: `$` also matches before a trailing newline, and targets write these bare.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+#: ``$NAME`` or ``${NAME}``: a value read from the host's variable NAME.
+HOST_REF_RE = re.compile(r"^\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})\Z")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
 SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmgt]?)(i?b?)\Z", re.IGNORECASE | re.ASCII)
 CDI_RE = re.compile(r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+=[A-Za-z0-9_.:-]+\Z")
@@ -218,6 +220,13 @@ def parse_size(text: str) -> int:
     return int(num * 1024 ** "_kmgt".index(unit)) if unit else int(num)
 
 
+def container_abs(v: str) -> str:
+    """``v`` when it is an absolute container path, else ValueError."""
+    if not v.startswith("/"):
+        raise ValueError("must be an absolute path inside the container")
+    return v
+
+
 class Frozen(BaseModel):
     """Base of every spec model: immutable, no unknown keys."""
 
@@ -291,9 +300,7 @@ class ModelSpec(Frozen):
     @field_validator("container_path")
     @classmethod
     def _abs(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError("must be an absolute path inside the container")
-        return v
+        return container_abs(v)
 
     @property
     def pinned(self) -> bool:
@@ -314,6 +321,22 @@ class SecondaryModel(Frozen):
     revision: str | None = Field(None, description="Commit or branch; null: the default branch at pin time.")
     name: str | None = Field(None, description="The LoRA adapter's name (``--lora-modules NAME=REPO``).")
     arg: int = Field(ge=0, description="Index in engine.args of the word that names the model.")
+    local_dir: str | None = Field(
+        None,
+        description="Host directory it is fetched into (null: a sibling of model.local_dir named after the "
+        "repo; a dedicated directory, like model.local_dir).",
+    )
+    container_path: str | None = Field(
+        None, description="Where local_dir is mounted (read-only) in the container (null: /models/DIRNAME)."
+    )
+    allow_patterns: tuple[str, ...] = Field(
+        (), description="Files fetched (empty: every file; a tokenizer: its tokenizer and config files)."
+    )
+
+    @field_validator("container_path")
+    @classmethod
+    def _abs(cls, v: str | None) -> str | None:
+        return None if v is None else container_abs(v)
 
     @field_validator("repo")
     @classmethod
@@ -403,6 +426,13 @@ class EnvVar(Frozen):
     def active(self) -> bool:
         """Passed to the container."""
         return self.enabled
+
+    @property
+    def host_source(self) -> str:
+        """The host variable a secret is read from: its own name, or ``OTHER`` for ``value: $OTHER``
+        (``--env HUGGING_FACE_HUB_TOKEN=$HF_TOKEN``: the container's NAME gets the host's OTHER)."""
+        m = HOST_REF_RE.match(self.value) if self.secret else None
+        return (m.group(1) or m.group(2)) if m else self.name
 
 
 def cdi_names(v: tuple[str, ...]) -> tuple[str, ...]:
@@ -664,6 +694,11 @@ class Deployment(Frozen):
                     f"secondary_models[{i}].arg {sm.arg} is outside engine.args "
                     f"(0..{len(self.engine.args) - 1})"
                 )
+        from rigsmith.secondary import placement_problem  # the layout rules live beside the layout
+
+        problem = placement_problem(self)
+        if problem:
+            raise ValueError(problem)
         return self
 
     # -- derived facts -----------------------------------------------------------------------------

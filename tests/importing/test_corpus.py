@@ -128,6 +128,7 @@ _IMPORTED = [c for c in CASES if EXPECTED[c["id"]]["outcome"] == "imported"]
 
 @pytest.mark.parametrize("case", _IMPORTED, ids=[c["id"] for c in _IMPORTED])
 def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any], tmp_path: Path) -> None:
+    from rigsmith import secondary
     from rigsmith import spec as specmod
     from rigsmith.project import Project
     from rigsmith.rendering import deploy
@@ -162,8 +163,23 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
             deploy.artifacts(project, "podman", deployment=dep.name)
         assert refused in str(err.value)
         return
+    if secondary.gguf_quant(filled):
+        # Which .gguf file the REPO:QUANT reference means is known once the repo is pinned: deploy says so.
+        from rigsmith.errors import LockError
+
+        with pytest.raises(LockError) as lerr:
+            deploy.artifacts(project, "podman", deployment=dep.name)
+        assert "invoke pin" in str(lerr.value) + str(lerr.value.hint)
+        return
     plan, files = deploy.artifacts(project, "podman", deployment=dep.name)
-    assert plan.command == tuple(filled.fill(a) for a in filled.engine.container_argv(filled.model))
+    # Each secondary Hub model's word names its read-only mount, like the model word.
+    placed = {p.repo: p.container_path for p in secondary.placements(filled)}
+    args = secondary.rewrite_args(filled, filled.engine.args, placed)
+    engine = filled.engine.model_copy(update={"args": args})
+    assert plan.command == tuple(filled.fill(a) for a in engine.container_argv(filled.model))
+    mounted = {(m.host, m.container, m.readonly) for m in plan.mounts}
+    for p in secondary.placements(filled):
+        assert (p.local_dir, p.container_path, True) in mounted
     assert plan.devices == dep.resources.gpus.cdi_devices
     assert files
 

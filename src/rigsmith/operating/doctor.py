@@ -349,11 +349,14 @@ def _check_model(facts: HostFacts) -> Check | None:
     m = facts.model
     if m is None:
         return None
-    if m.note:
+    if m.note and not m.checked and not m.problems:
         return Check("model files", "go", m.note)
     how = "full hashes" if m.hashed else "sizes + verified-state cache"
     if not m.problems:
-        return Check("model files", "go", f"{m.checked} files at {m.local_dir} match rigsmith.lock ({how})")
+        also = f"; {m.note}" if m.note else ""  # a secondary model not pinned yet
+        return Check(
+            "model files", "go", f"{m.checked} files at {m.local_dir} match rigsmith.lock ({how}){also}"
+        )
     return Check(
         "model files",
         "no-go",

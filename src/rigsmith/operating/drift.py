@@ -23,7 +23,8 @@ from rigsmith.resolving.modelfiles import (
     still_verified,
     wants,
 )
-from rigsmith.spec import Deployment
+from rigsmith.secondary import placements, view
+from rigsmith.spec import Deployment, ModelSpec
 
 #: At most this many files are named one by one; the rest are counted.
 SHOWN = 8
@@ -44,6 +45,28 @@ def model_facts(spec: Deployment, lock: lockmod.Lock, *, verify: bool = False) -
             verify,
             note="rigsmith.lock pins no model for it yet: `invoke pin` then `fetch-model`",
         )
+    count, problems = _compare(m, entry, verify)
+    unpinned = []
+    for p in placements(spec):
+        sub = lock.secondary.get(spec.name, {}).get(p.repo)
+        if sub is None:  # like a model with no entry: nothing pinned, so nothing to drift from
+            unpinned.append(p.repo)
+            continue
+        n, found = _compare(view(spec, p).model, sub, verify)
+        count += n
+        problems += [f"secondary model {p.repo} ({p.local_dir}): {f}" for f in found]
+    if len(problems) > SHOWN:
+        problems[SHOWN:] = [f"and {len(problems) - SHOWN} more"]
+    note = (
+        f"rigsmith.lock pins no secondary model {', '.join(unpinned)} yet: `invoke pin` then `fetch-model`"
+        if unpinned
+        else None
+    )
+    return ModelFacts(m.local_dir, count, verify, tuple(problems), note=note)
+
+
+def _compare(m: ModelSpec, entry: lockmod.LockedModel, verify: bool) -> tuple[int, list[str]]:
+    """(files compared, differences) of one model dir against its lock entry."""
     root = expand_dir(m.local_dir)
     state = read_state(root / STATE_DIR / STATE_FILE)
     problems: list[str] = []
@@ -77,9 +100,7 @@ def model_facts(spec: Deployment, lock: lockmod.Lock, *, verify: bool = False) -
                 problems.append(f"{rel}: content differs from the lock ({kind})")
         elif not still_verified(state.files.get(rel), st.st_size, st.st_mtime_ns, kind, digest):
             problems.append(f"{rel}: changed since fetch-model verified it")
-    if len(problems) > SHOWN:
-        problems[SHOWN:] = [f"and {len(problems) - SHOWN} more"]
-    return ModelFacts(m.local_dir, len(expected), verify, tuple(problems))
+    return len(expected), problems
 
 
 def image_fix(ref: str) -> str:

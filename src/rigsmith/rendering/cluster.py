@@ -231,6 +231,16 @@ def _dp_problems(spec: specmod.Deployment, per_rank: int) -> list[tuple[str, str
             out.append(
                 (f"{where}.args", f"args[{model_arg}] must be the model word of engine.args, as on node 0")
             )
+        for sm in spec.secondary_models if n.args is not None else ():
+            if spec.engine.args[sm.arg] not in (n.args or ()):
+                out.append(
+                    (
+                        f"{where}.args",
+                        f"must name {sm.repo} with the word engine.args[{sm.arg}] "
+                        f"({spec.engine.args[sm.arg]!r}), as node 0 does: it is mounted and pointed at for "
+                        "every node",
+                    )
+                )
         local = gpus // per_rank
         # A node's own argv (or node 0's engine.args) must agree with its GPUs; a node without one gets
         # these flags set from them.
@@ -345,6 +355,10 @@ def _dp_command(spec: specmod.Deployment, plan: RunPlan, i: int) -> tuple[str, .
         base = [*base[:sub], *(spec.fill(a) for a in node.args)]
         if spec.engine.model_arg is not None:
             base[sub + spec.engine.model_arg] = plan.command[sub + spec.engine.model_arg]
+        # A secondary model's word (the same text as in engine.args, checked) names its mount, as there.
+        for sm in spec.secondary_models:
+            written, pointed = spec.fill(spec.engine.args[sm.arg]), plan.command[sub + sm.arg]
+            base = [*base[:sub], *(pointed if a == written else a for a in base[sub:])]
     args = base[sub:]
     args = set_flag(args, "--data-parallel-size-local", str(_local_dp(spec, i)))
     args = set_flag(args, "--data-parallel-address", cluster.nodes[0].address)

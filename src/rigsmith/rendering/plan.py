@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rigsmith import secondary
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
 from rigsmith.policy import SECRET_FLAGS as SECRET_FLAGS  # re-exported for the targets
@@ -31,7 +32,9 @@ class PlanMount:
     readonly: bool
     kind: Literal["dir", "file"]
     sparse_size: int | None = None
-    role: Literal["model", "extra"] = "extra"
+    role: Literal["model", "extra", "secondary"] = "extra"
+    #: A secondary model's spec field (``secondary_models[I]``), for messages.
+    field: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,14 @@ class RunPlan:
     model_word: int | None = None
     #: Container paths the env names through a placeholder, each with what provides it (mount / image).
     env_paths: tuple[EnvPath, ...] = ()
+    #: Indices in ``command`` of the words naming a secondary model (venv: its host path, ``~/`` allowed).
+    secondary_words: tuple[int, ...] = ()
+    #: Secrets read from a host variable of another name (``NAME=$OTHER``): (NAME, OTHER).
+    secret_from: tuple[tuple[str, str], ...] = ()
+
+    def secret_source(self, name: str) -> str:
+        """The host variable (or podman/kube secret key) the secret ``name`` is read from."""
+        return dict(self.secret_from).get(name, name)
 
     @property
     def base_url(self) -> str:
@@ -116,6 +127,37 @@ class RunPlan:
             opts += ["--env", k]
         opts += ["--entrypoint", self.entrypoint]
         return opts
+
+
+def gguf_path(spec: specmod.Deployment, lock: lockmod.Lock | None, base: str) -> str:
+    """Where the model word points: ``base`` (the model dir), or for a GGUF Hub reference (``REPO:QUANT``)
+    the one ``.gguf`` file of that quantization inside it, found in the lock's file list.
+
+    Without a lock (``validate`` checking a spec alone) the directory stands in.
+
+    Raises:
+        LockError: the lock has no entry for the model yet, or no single file matches the quantization.
+    """
+    quant = secondary.gguf_quant(spec)
+    if quant is None or lock is None:
+        return base
+    entry = lock.models.get(spec.name)
+    if entry is None:
+        raise LockError(
+            f"{spec.name}: the model {spec.model.repo}:{quant} is a GGUF file of a Hub repo, and which file "
+            "is known only once the repo is pinned; rigsmith.lock has no entry for it yet",
+            hint=f"run `invoke pin --deployment {spec.name}` (or `invoke fetch-model`), then deploy again",
+        )
+    files = secondary.gguf_files(spec, entry.files)
+    if len(files) != 1:
+        found = ", ".join(files[:6]) if files else "none"
+        raise LockError(
+            f"{spec.name}: {len(files)} .gguf files of {entry.repo}@{entry.commit[:12]} match the "
+            f"quantization {quant} and model.allow_patterns ({found}); vLLM loads one GGUF file",
+            hint="narrow model.allow_patterns to the one .gguf file to serve (a split GGUF must be merged "
+            "first, e.g. with llama-gguf-split --merge)",
+        )
+    return base.rstrip("/") + "/" + files[0]
 
 
 def local_url(host: str, port: int) -> str:
@@ -359,6 +401,15 @@ def make(
     )
 
 
+def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement]) -> list[PlanMount]:
+    """The model dir, the spec's mounts, then each secondary model's dir (read-only)."""
+    return [
+        PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
+        *(PlanMount(m.host, m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
+        *(PlanMount(p.local_dir, p.container_path, True, "dir", None, "secondary", p.field) for p in placed),
+    ]
+
+
 def build(
     spec: specmod.Deployment,
     image: tuple[str, bool],
@@ -373,24 +424,22 @@ def build(
     (``--image``) tell which container paths the built image provides (issue 14's env paths)."""
     ref, pinned = image
     written = spec  # the spec as the user wrote it (the opt-ins rewrite a copy's argv)
-    opted = optins.apply(spec, spec.engine.args)
+    venv = spec.engine.runtime == "venv"
+    placed = secondary.placements(spec)
+    # Each secondary model's word names its mounted copy (host path for a venv), like the model word.
+    where = {p.repo: p.local_dir if venv else p.container_path for p in placed}
+    opted = optins.apply(spec, secondary.rewrite_args(spec, spec.engine.args, where))
     listen = spec.network.host
     if opted.args != spec.engine.args:
         engine = spec.engine.model_copy(update={"args": opted.args})
         listen = engine.flag_value("--host") or listen
         spec = spec.model_copy(update={"engine": engine})
-    if spec.engine.runtime == "venv":
-        command = tuple(spec.fill(a) for a in spec.engine.argv_with_model(spec.model.local_dir))
-        model_word = (
-            None if spec.engine.model_arg is None else len(spec.engine.subcommand) + spec.engine.model_arg
-        )
-    else:
-        command = tuple(spec.fill(a) for a in spec.engine.container_argv(spec.model))
-        model_word = None
-    mounts = [
-        PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
-        *(PlanMount(m.host, m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
-    ]
+    model_path = gguf_path(written, lock, spec.model.local_dir if venv else spec.model.container_path)
+    command = tuple(spec.fill(a) for a in spec.engine.argv_with_model(model_path))
+    model_word = None
+    if venv and spec.engine.model_arg is not None:
+        model_word = len(spec.engine.subcommand) + spec.engine.model_arg
+    mounts = _mounts(spec, placed)
     paths: tuple[EnvPath, ...] = ()
     if spec.engine.runtime == "container":
         builds = lock.builds if lock is not None else {}
@@ -422,6 +471,9 @@ def build(
             if not e.secret and e.name not in opted.not_passed
         ),
         secret_env=tuple(e.name for e in spec.active_env() if e.secret),
+        secret_from=tuple(
+            (e.name, e.host_source) for e in spec.active_env() if e.secret and e.host_source != e.name
+        ),
         mounts=tuple(mounts),
         network_mode=spec.network.mode,
         host=listen,
@@ -435,5 +487,6 @@ def build(
         runtime=spec.engine.runtime,
         venv=spec.engine.venv,
         model_word=model_word,
+        secondary_words=tuple(len(spec.engine.subcommand) + sm.arg for sm in spec.secondary_models),
         env_paths=paths,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from rigsmith.errors import LockError
 from rigsmith.writer import write_one
 
-LOCK_VERSION = 1
+#: Version 2 added ``secondary`` (secondary Hub models); a lock without them is still written as version 1,
+#: byte for byte as before, and a version 1 lock reads as one with no secondary models.
+LOCK_VERSION = 2
+LOCK_VERSIONS = (1, 2)
 
 # The lock is committed and edited by hand; its hashes and digests become file names and image references,
 # so each is held to its exact shape (a hostile or mangled value is a LockError, not a path or a ref).
@@ -103,9 +107,38 @@ class Lock(_M):
 
     version: int = LOCK_VERSION
     models: dict[str, LockedModel] = Field(default_factory=dict)  # key: deployment name
+    #: Secondary Hub models (draft, tokenizer, LoRA): deployment name → repo → the locked snapshot.
+    secondary: dict[str, dict[str, LockedModel]] = Field(default_factory=dict)
     images: dict[str, LockedImage] = Field(default_factory=dict)  # key: image reference as written
     builds: dict[str, LockedBuild] = Field(default_factory=dict)  # key: images/<name>
     sources: dict[str, LockedSource] = Field(default_factory=dict)  # key: images/<name>
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one model's entry lives: the deployment's main model (``models[NAME]``) or one of its
+    secondary models (``secondary[NAME][REPO]``)."""
+
+    deployment: str
+    repo: str | None = None
+
+    def get(self, lock: Lock) -> LockedModel | None:
+        if self.repo is None:
+            return lock.models.get(self.deployment)
+        return lock.secondary.get(self.deployment, {}).get(self.repo)
+
+    def put(self, lock: Lock, entry: LockedModel | None) -> None:
+        """Set (or, with None, drop) the entry."""
+        if self.repo is None:
+            table = lock.models
+            key = self.deployment
+        else:
+            table = lock.secondary.setdefault(self.deployment, {})
+            key = self.repo
+        if entry is None:
+            table.pop(key, None)
+        else:
+            table[key] = entry
 
 
 def read(path: Path) -> Lock:
@@ -126,7 +159,7 @@ def read(path: Path) -> Lock:
             "`invoke pin`",
         ) from None
     try:
-        return Lock.model_validate_json(text)
+        lock = Lock.model_validate_json(text)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])[:200]
@@ -134,6 +167,13 @@ def read(path: Path) -> Lock:
             f"{path} is not a valid rigsmith lock: {where + ': ' if where else ''}{first['msg']}",
             hint="restore it from git, or delete it and re-run `invoke pin`",
         ) from None
+    if lock.version not in LOCK_VERSIONS:
+        raise LockError(
+            f"{path} is a version {lock.version} rigsmith lock; this rigsmith reads versions "
+            f"{', '.join(map(str, LOCK_VERSIONS))}",
+            hint="update rigsmith, or restore the lock from git",
+        )
+    return lock
 
 
 def dumps(lock: Lock) -> str:
@@ -141,6 +181,12 @@ def dumps(lock: Lock) -> str:
     data = lock.model_dump(mode="json", exclude_none=True)
     if not data["sources"]:
         del data["sources"]  # a lock without source trees stays as it was before the table existed
+    data["secondary"] = {k: v for k, v in data["secondary"].items() if v}
+    if data["secondary"]:
+        data["version"] = LOCK_VERSION
+    else:
+        del data["secondary"]  # nor one without secondary models: version 1, as before
+        data["version"] = 1
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 

@@ -164,6 +164,7 @@ def pin_model(
     repin: bool = False,
     echo: Echo = print,
     hub: Hub | HubFactory | None = None,
+    slot: lockmod.Slot | None = None,
 ) -> LockedModel | None:
     """Resolve the spec's model revision into ``rigsmith.lock`` once; re-resolve only when asked.
 
@@ -173,6 +174,8 @@ def pin_model(
         repin: resolve the branch/tag again even when the lock already has a commit; prints what changed.
         echo: where status lines go.
         hub: a Hub (or a factory for one); default: huggingface_hub with HF_ENDPOINT / HF_TOKEN.
+        slot: where the entry lives in the lock (default: ``models[spec.name]``; a secondary model's is
+            ``secondary[NAME][REPO]``, its ``spec`` a copy whose ``model`` is the secondary one).
 
     Returns:
         The lock entry (``models[spec.name]``): repo, requested revision, commit, every file's hashes;
@@ -182,7 +185,8 @@ def pin_model(
         AdapterError: the Hub said no (not found, gated, bad revision) or stayed unreachable.
     """
     get_hub = _lazy(hub)
-    old = lockmod.read(project.lock_path).models.get(spec.name)
+    slot = slot or lockmod.Slot(spec.name)
+    old = slot.get(lockmod.read(project.lock_path))
     m = spec.model
     if m.repo is None:
         echo(
@@ -192,7 +196,7 @@ def pin_model(
         if old is not None:
             # The lock must not claim a Hub commit for a checkpoint rigsmith no longer fetches.
             with lockmod.locked(project.lock_path) as lock:
-                lock.models.pop(spec.name, None)
+                slot.put(lock, None)
             echo(
                 f"{spec.name}: dropped the lock's {old.repo}@{old.commit[:12]} (the spec no longer names "
                 "a repo)"
@@ -208,13 +212,13 @@ def pin_model(
         return old
     new = locked_model(repo, m.revision, commit, get_hub().tree(repo, commit))
     with lockmod.locked(project.lock_path) as lock:
-        current = lock.models.get(spec.name)
+        current = slot.get(lock)
         if not repin and _up_to_date(current, spec):
             assert current is not None
             return current  # a concurrent pin got there first; keep its commit
         if current is not None and current.commit == new.commit:
             new = new.model_copy(update={"patches": current.patches})
-        lock.models[spec.name] = new
+        slot.put(lock, new)
     for line in describe_repin(old, new):
         echo(line)
     return new
@@ -661,6 +665,8 @@ def fetch_model(
     adopt_dir: bool = False,
     overwrite_edited: bool = False,
     home: str | None = None,
+    slot: lockmod.Slot | None = None,
+    where: str = "model",
 ) -> FetchReport:
     """Download the locked model revision into its local dir, verify every file, apply config patches.
 
@@ -679,6 +685,8 @@ def fetch_model(
         adopt_dir: fetch into a non-empty directory that does not hold this model yet, without asking.
         overwrite_edited: replace a hand-edited patched file (config.json) without asking.
         home: the user's home directory (default: ``$HOME``), for the model-dir check.
+        slot: where the model's lock entry lives (see :func:`pin_model`).
+        where: the spec field of the model, for messages (``model``, ``secondary_models[0]``).
 
     Returns:
         What was done (downloaded, hashed, cached, cleaned, patched).
@@ -694,20 +702,22 @@ def fetch_model(
     home = home if home is not None else os.environ.get("HOME") or str(Path.home())
     if spec.model.repo is None:
         return _local(spec, dest, echo, home)
-    written, field = (str(dest), "--dest") if dest is not None else (spec.model.local_dir, "model.local_dir")
+    field = "--dest" if dest is not None else f"{where}.local_dir"
+    written = str(dest) if dest is not None else spec.model.local_dir
     check_model_dir(written, home, field)
     get_hub = _lazy(hub)
-    entry = pin_model(project, spec, repin=repin, echo=echo, hub=get_hub)
+    slot = slot or lockmod.Slot(spec.name)
+    entry = pin_model(project, spec, repin=repin, echo=echo, hub=get_hub, slot=slot)
     assert entry is not None
     m = spec.model
     root = dest.absolute() if dest is not None else expand_dir(m.local_dir, {"HOME": home})
     files = select(entry.files, m.allow_patterns, m.ignore_patterns)
     if not files:
         raise SpecError(
-            "model",
+            where,
             [
                 (
-                    "model.allow_patterns",
+                    f"{where}.allow_patterns",
                     f"no file of {entry.repo}@{entry.commit[:12]} matches the allow/ignore patterns",
                 )
             ],
@@ -777,9 +787,9 @@ def fetch_model(
     new_patches = locked_patches(applied)
     if new_patches != entry.patches:
         with lockmod.locked(project.lock_path) as lock:
-            cur = lock.models.get(spec.name)
+            cur = slot.get(lock)
             if cur is not None and cur.commit == entry.commit:
-                lock.models[spec.name] = cur.model_copy(update={"patches": new_patches})
+                slot.put(lock, cur.model_copy(update={"patches": new_patches}))
     return report
 
 

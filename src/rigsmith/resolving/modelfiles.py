@@ -477,8 +477,14 @@ class FetchReport:
     local_bytes: int = 0
     weight_files: int = 0
     has_config: bool = False
+    #: The secondary models fetched after the main one (repo, its report).
+    secondary: list[tuple[str, FetchReport]] = field(default_factory=list)
 
     def summary(self) -> str:
+        """The main model's line, then one per secondary model."""
+        return "\n".join([self._line(), *(f"{repo}: {r._line()}" for repo, r in self.secondary)])
+
+    def _line(self) -> str:
         if self.local:
             parts = [
                 "local checkpoint (model.repo is null): nothing downloaded or verified",

@@ -119,8 +119,9 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
             f"~/models/{PurePosixPath(repo_id).name}",
             idx,
             f"the model {value!r} is the Hub repo {repo_id} with the GGUF quantization {quant} "
-            f"(only the files matching *{quant}*.gguf are fetched); vLLM loads a GGUF file, so once "
-            "fetch-model has run, point the model argument at the .gguf file under model.container_path",
+            f"(only the files matching *{quant}*.gguf are fetched); vLLM loads a GGUF file, so the "
+            "container runs the one .gguf file of that quantization under model.container_path, found in "
+            "rigsmith.lock (run `invoke pin` before deploy)",
             allow_patterns=(f"*{quant}*.gguf", f"*{quant}*/*.gguf"),
         )
     is_path = value.startswith(("/", "~", "./", "../")) or not _REPO_RE.match(value)
@@ -246,9 +247,8 @@ def _secondary_models(launch: Launch, main: _Model, notes: list[str]) -> list[di
     if found:
         notes.append(
             "secondary_models lists the Hub models the engine loads besides the main one "
-            f"({', '.join(f['repo'] for f in found)}); the engine downloads them from the Hub at start "
-            "unless "
-            "they are fetched and mounted"
+            f"({', '.join(f['repo'] for f in found)}); pin and fetch-model lock and fetch each into its own "
+            "directory, and every target mounts it read-only and points the argument at it"
         )
     return found
 

@@ -143,6 +143,8 @@ def mount_fields(plan: RunPlan) -> list[tuple[str, str, str, str]]:
     for m in plan.mounts:
         if m.role == "model":
             out.append(("model.local_dir", m.host, "model.container_path", m.container))
+        elif m.role == "secondary":
+            out.append((f"{m.field}.local_dir", m.host, f"{m.field}.container_path", m.container))
         else:
             out.append((f"mounts[{extra}].host", m.host, f"mounts[{extra}].container", m.container))
             extra += 1

@@ -84,8 +84,13 @@ def service(plan: RunPlan) -> dict[str, Any]:
 
 
 def document(plan: RunPlan) -> dict[str, Any]:
-    """The whole compose file as data, ``$`` escaped."""
-    return {"name": project_name(plan.name), "services": {plan.name: _no_interpolation(service(plan))}}
+    """The whole compose file as data, ``$`` escaped; a secret read from another host variable
+    (``NAME=$OTHER``) is the one interpolation: ``NAME=${OTHER}`` (compose reads the shell's OTHER when it
+    runs, so the value is never in the file)."""
+    svc = _no_interpolation(service(plan))
+    mapped = dict(plan.secret_from)
+    svc["environment"] = [f"{e}=${{{mapped[e]}}}" if e in mapped else e for e in svc["environment"]]
+    return {"name": project_name(plan.name), "services": {plan.name: svc}}
 
 
 def project_name(name: str) -> str:

@@ -136,7 +136,7 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
     mounts.append({"name": shm, "mountPath": "/dev/shm"})
     env: list[dict[str, Any]] = [{"name": k, "value": k8s_literal(v)} for k, v in plan.env]
     env += [
-        {"name": k, "valueFrom": {"secretKeyRef": {"name": f"{kname}-secrets", "key": k}}}
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": f"{kname}-secrets", "key": plan.secret_source(k)}}}
         for k in plan.secret_env
     ]
     # With hostNetwork the server may listen on loopback only (the seeds do); kubelet probes from the node.

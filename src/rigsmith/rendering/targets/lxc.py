@@ -34,6 +34,7 @@ from rigsmith.rendering.targets.common import (
     cannot_express,
     entrypoint_problems,
     home_path,
+    mount_fields,
     timings,
     volume_problems,
 )
@@ -226,9 +227,8 @@ def _lines(plan: RunPlan, ctx: RenderContext) -> tuple[list[Line], list[tuple[st
 def _mount_lines(plan: RunPlan, home: str, problems: list[tuple[str, str]]) -> list[Line]:
     """An ``mpN`` line per directory mount, an ``lxc.mount.entry`` per file one; bad paths to ``problems``."""
     out = []
-    for i, m in enumerate(plan.mounts):
+    for (fld, _, _, _), m in zip(mount_fields(plan), plan.mounts, strict=True):
         path = home_path(m.host, home)
-        fld = "model.local_dir" if m.role == "model" else f"mounts[{i - 1}].host"
         if m.kind == "dir":
             # PVE splits the mpN property string on ',' and reads a part holding '=' as key=value.
             if re.search(r"[,=\s]", path):
@@ -450,5 +450,6 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         dirs=[tpl.shpath(m.host) for m in plan.mounts if m.kind == "dir"],
         files=[(tpl.shpath(m.host), m.sparse_size) for m in plan.mounts if m.kind == "file"],
         secrets=plan.secret_env,
+        secret_from=dict(plan.secret_from),
     )
     return [*confs, Artifact(base / "provision.sh", script, 0o755)]

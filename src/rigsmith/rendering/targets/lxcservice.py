@@ -27,6 +27,10 @@ def venv_argv(plan: RunPlan, home: str) -> list[str]:
     i = plan.model_word
     if i is not None and words[i].endswith(model.host):
         words[i] = words[i][: len(words[i]) - len(model.host)] + home_path(model.host, home)
+    for k in plan.secondary_words:  # a secondary model's word names its host dir too (inside JSON, NAME=)
+        for m in plan.mounts:
+            if m.role == "secondary" and m.host.startswith("~"):
+                words[k] = words[k].replace(m.host, home_path(m.host, home))
     return [venv_program(plan), *words]
 
 

@@ -89,6 +89,7 @@ def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
         sparse=[(shpath(m.host), m.sparse_size) for m in plan.mounts if m.sparse_size],
         dirs=[(shpath(m.host), m.role) for m in plan.mounts if m.kind == "dir"],
         secrets=plan.secret_env,
+        secret_from=dict(plan.secret_from),
     )
     stop = tpl.render("podman/stop.sh.j2", **common)
     return {"run.sh": run, "stop.sh": stop}

@@ -146,7 +146,9 @@ def _container_keys(plan: RunPlan) -> list[_Key]:
     keys.append(_Key("StopTimeout", str(t.container_stop), str(t.container_stop)))
     keys += [_Key("Label", systemd_word(f"{k}={v}"), f"{k}={v}") for k, v in plan.labels]
     keys += [_Key("Environment", systemd_word(f"{k}={v}"), f"{k}={v}") for k, v in plan.env]
-    keys += [_Key("Secret", f"{k},type=env,target={k}", f"{k},type=env,target={k}") for k in plan.secret_env]
+    for k in plan.secret_env:
+        word = f"{plan.secret_source(k)},type=env,target={k}"  # the podman secret OTHER as the container's k
+        keys.append(_Key("Secret", word, word))
     for m in plan.mounts:
         host = (
             "%h" + specifiers(m.host[1:]) if m.host == "~" or m.host.startswith("~/") else specifiers(m.host)
@@ -244,7 +246,10 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     assert version is not None  # refused by _version_problems
     t = timings(plan)
     secrets = (
-        [f"Secrets are podman secrets: podman secret create NAME FILE for {', '.join(plan.secret_env)}."]
+        [
+            "Secrets are podman secrets: podman secret create NAME FILE for "
+            f"{', '.join(dict.fromkeys(plan.secret_source(k) for k in plan.secret_env))}."
+        ]
         if plan.secret_env
         else []
     )
