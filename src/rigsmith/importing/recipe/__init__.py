@@ -52,6 +52,8 @@ Decisions (each is a corpus case in tests/importing/corpus_expected.yaml):
 
 from __future__ import annotations
 
+import dataclasses
+
 from rigsmith import spec as specmod
 from rigsmith.importing.recipe.assemble import build, slug
 from rigsmith.importing.recipe.composeform import _compose_data, _from_compose
@@ -115,14 +117,7 @@ def parse(
         else:
             launch = _from_shell(text)
             meta = Meta()
-    meta = Meta(
-        title=meta.title,
-        recipe_id=meta.recipe_id,
-        env_text=meta.env_text,
-        env_map=meta.env_map,
-        notes_text=meta.notes_text,
-        provenance=_provenance(source, sha256, meta),
-    )
+    meta = dataclasses.replace(meta, provenance=_provenance(source, sha256, meta))
     return build(launch, meta, source=source, asked=Asked(name, image))
 
 
