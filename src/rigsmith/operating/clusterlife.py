@@ -26,14 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from rigsmith import writer
 from rigsmith.errors import CommandError, RigsmithError
-from rigsmith.operating import drift
+from rigsmith.operating import drift, lifecycle
 from rigsmith.operating.clusterdoctor import node_model_facts
 from rigsmith.operating.host import Host, LocalHost, image_facts
 from rigsmith.operating.noderun import describe, node_hosts
 from rigsmith.operating.probes import CmdResult
 from rigsmith.operating.verify import inspect_argv, parse_inspect
-from rigsmith.rendering.cluster import POLL_SECONDS, NodePlan
+from rigsmith.rendering import plan as planmod
+from rigsmith.rendering.cluster import POLL_SECONDS, NodePlan, node_plans
 from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import Deployment
 
@@ -172,26 +174,26 @@ def wait_ray(c: Cluster, timeout: float | None = None) -> float:
     limit = float(c.spec.cluster.join_timeout_seconds if timeout is None else timeout)
     want = {n.node.address: n.node.name for n in c.nodes}
     gpus = sum(len(n.node.cdi_devices) for n in c.nodes)
+    head = c.nodes[0]
     t0 = c.clock()
     seen: tuple[list[str], float] | None = None
     while True:
-        head = c.nodes[0]
-        if c.state(head) != "running":
-            raise RigsmithError(
-                f"the head {head.plan.name} stopped while the cluster formed",
-                hint=f"its log on {head.node.name}: `podman logs {head.plan.name}`",
-            )
-        seen = c.ray_view() or seen
+        stopped = c.state(head) != "running"
+        seen = None if stopped else c.ray_view() or seen
         if seen and set(want) <= set(seen[0]) and seen[1] >= gpus:
             return c.clock() - t0
-        if c.clock() - t0 >= limit:
+        if stopped or c.clock() - t0 >= limit:
             break
         c.sleep(POLL_SECONDS)
     missing = [f"{name} ({addr})" for addr, name in want.items() if not seen or addr not in seen[0]]
+    why = (
+        f"the head {head.plan.name} stopped (its own wait for the nodes ended)"
+        if stopped
+        else f"the Ray cluster is incomplete after {limit:g}s"
+    )
     raise RigsmithError(
-        f"the Ray cluster of {c.spec.name} is incomplete after {limit:g}s: "
-        + (f"missing {', '.join(missing)}; " if missing else "")
-        + (f"{seen[1]:g} of {gpus} GPUs" if seen else "the head's Ray does not answer"),
+        f"{c.spec.name}: {why}: missing {', '.join(missing) or 'no node'}; "
+        + (f"{seen[1]:g} of {gpus} GPUs" if seen else f"the head's Ray did not answer; {gpus} GPUs planned"),
         hint="check each missing node's log and the link between the nodes (`invoke doctor`); "
         "raise cluster.join_timeout_seconds for slow starts",
     )
@@ -308,3 +310,51 @@ def build(
             )
         control = PodmanNodes(root)
     return Cluster(spec, nodes, node_hosts(spec, local, hosts), control, echo)
+
+
+# -- from the one-host ops (lifecycle.Ops) ------------------------------------------------------------
+
+
+def from_ops(ops: lifecycle.Ops, plan: planmod.RunPlan) -> Cluster:
+    """The multi-node deployment of ``plan`` with a Host and the target's control for each node."""
+    spec = ops.project.load(plan.name)
+    local = LocalHost(ops.env, timeout=lifecycle.COMMAND_TIMEOUT)
+    root = (ops.out or ops.project.root).resolve()
+    return build(
+        spec, node_plans(spec, plan), target=ops.target, root=root, local=local, hosts=ops.nodes,
+        control=ops.node_control, echo=ops.echo,
+    )  # fmt: skip
+
+
+def ops_up(
+    ops: lifecycle.Ops,
+    plan: planmod.RunPlan,
+    files: list[writer.Artifact],
+    *,
+    yes: bool,
+    confirm: Callable[[str], bool] | None,
+    dry_run: bool,
+    ignore_drift: bool,
+) -> planmod.RunPlan:
+    """up for a multi-node deployment: artifacts written here, then the nodes in order (clusterlife)."""
+    c = from_ops(ops, plan)
+    root = (ops.out or ops.project.root).resolve()
+    changed = [o for o in writer.plan(files) if o.status != "identical"]
+    steps = [f"{o.status} {lifecycle._rel(o.artifact.path, root)}" for o in changed]
+    steps += [f"start {n.plan.name} on {n.node.name} unless running" for n in c.nodes]
+    ops.echo(f"up {plan.name} ({ops.target}, {len(c.nodes)} nodes): " + "; ".join(steps))
+    if dry_run:
+        return plan
+    if changed:
+        writer.write(files, yes=yes, confirm=confirm, echo=ops.echo, root=root)
+    drift_gate(c, lockmod.read(ops.project.lock_path), ignore_drift)
+    up(c)
+    return plan
+
+
+def cluster_status(ops: lifecycle.Ops, *, deployment: str | None = None) -> list[NodeStatus] | None:
+    """Every node's state for a multi-node deployment; None for a one-host one."""
+    if ops.project.load(deployment).cluster is None:
+        return None
+    plan, _files = lifecycle._plan(ops, deployment, None, None)
+    return status(from_ops(ops, plan))
