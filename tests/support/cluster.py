@@ -163,6 +163,8 @@ class NsNodes:
 
     bins: Path
     run_dir: Path
+    #: Seconds a stop waits at most, whatever the plan's grace (Ray's daemons outwait TERM; tests are short).
+    max_grace: int = 3
 
     def pidfile(self, node: NodePlan) -> str:
         return str(self.run_dir / f"{node.node.name}.pid")
@@ -187,7 +189,7 @@ class NsNodes:
             '[ "$left" = 0 ] && break; i=$((i+1)); sleep 0.2; done; '
             'kill -KILL "$p" 2>/dev/null; while alive "$p"; do sleep 0.2; done; rm -f "$0"'
         )
-        return [["sh", "-c", script, self.pidfile(node), str(grace * 5)]]
+        return [["sh", "-c", script, self.pidfile(node), str(min(grace, self.max_grace) * 5)]]
 
     def state(self, host: Host, node: NodePlan) -> str:
         script = (
