@@ -12,14 +12,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from rigsmith.operating import doctor, drift
 from rigsmith.operating.checkrow import Check
-from rigsmith.operating.host import Host, gather, probe
-from rigsmith.operating.noderun import RemoteHost, describe
+from rigsmith.operating.host import Host, LocalHost, gather, probe
+from rigsmith.operating.noderun import RemoteHost, describe, node_hosts
 from rigsmith.operating.probes import HostFacts, ModelFacts
+from rigsmith.project import Project
 from rigsmith.rendering import cluster as clustermod
 from rigsmith.rendering import plan as planmod
+from rigsmith.rendering import validate
+from rigsmith.rendering.targets import RenderContext
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import STATE_DIR, STATE_FILE, expand_dir
 from rigsmith.spec import ClusterNode, Deployment
@@ -33,7 +37,7 @@ class Link:
     """The node's inter-node interface as ``ip`` shows it on the node."""
 
     name: str | None  # the interface holding the address (the declared one when the spec names it)
-    up: bool  # administratively up with a carrier (UP and LOWER_UP)
+    state: Literal["up", "down", "no carrier"]  # up: UP and LOWER_UP; no carrier: UP, the link (peer) not
     addresses: tuple[str, ...]
     error: str | None = None
 
@@ -65,7 +69,10 @@ def parse_link(addr_text: str, link_text: str, name: str | None, address: str) -
         w = line.split()
         if len(w) > 2 and w[1].rstrip(":").split("@", 1)[0] == name:
             flags = set(w[2].strip("<>").split(","))
-    return Link(name, {"UP", "LOWER_UP"} <= flags, tuple(by_if.get(name or "", ())))
+    state: Literal["up", "down", "no carrier"] = (
+        "down" if "UP" not in flags else "up" if "LOWER_UP" in flags else "no carrier"
+    )
+    return Link(name, state, tuple(by_if.get(name or "", ())))
 
 
 def probe_link(host: Host, node: ClusterNode, address: str) -> Link:
@@ -74,7 +81,7 @@ def probe_link(host: Host, node: ClusterNode, address: str) -> Link:
     links = probe(host, ["ip", "-o", "link", "show", *dev])
     if addrs.code or links.code:
         why = (addrs.stderr or links.stderr or f"ip exited {addrs.code or links.code}").strip()
-        return Link(node.interface, False, (), why)
+        return Link(node.interface, "down", (), why)
     return parse_link(addrs.stdout, links.stdout, node.interface, address)
 
 
@@ -175,8 +182,10 @@ def _link_row(reports: list[NodeReport], addresses: Mapping[str, str]) -> Check:
             bad.append(f"{where}: {lk.error}")
         elif lk.name is None:
             bad.append(f"{r.node.name}: no interface holds {want}")
-        elif not lk.up:
-            bad.append(f"{where} is down (no UP/LOWER_UP)")
+        elif lk.state != "up":
+            bad.append(
+                f"{where} is {lk.state}" + (" (the cable or the peer is down)" if lk.state != "down" else "")
+            )
         elif want not in lk.addresses:
             bad.append(f"{where} holds {', '.join(lk.addresses) or 'no address'}, not {want}")
         else:
@@ -254,3 +263,20 @@ def diagnose(
     reports = [diagnose_node(spec, lock, n, hosts[n.node.name], target=target, verify=verify) for n in nodes]
     addresses = {n.node.name: n.node.address for n in nodes}
     return reports, cluster_rows(reports, addresses) if len(reports) > 1 else []
+
+
+def diagnose_project(
+    project: Project, deployment: str | None, *, target: str, verify: bool = False, only: str | None = None
+) -> list[tuple[str, list[Check]]]:
+    """(title, rows) for each node of the deployment and the cluster view (``only``: that node, here)."""
+    name = project.resolve_name(deployment)
+    spec = project.load(name)
+    lock = lockmod.read(project.lock_path)
+    spec_path = f"deployments/{name}.yaml"
+    ctx = RenderContext(spec, project.root, "invoke doctor", podman_version=spec.podman_version)
+    validate.refuse(spec_path, validate.problems(spec, lock, target, ctx, spec_path=spec_path))
+    plan = planmod.make(spec, lock, spec_path=spec_path)
+    hosts = node_hosts(spec, LocalHost(), only=only)
+    reports, view = diagnose(spec, lock, plan, hosts, target=target, verify=verify)
+    tables = [(f"doctor: {name} on {r.node.name} ({r.how}, {target})", r.checks) for r in reports]
+    return tables + ([(f"doctor: {name} cluster view ({len(reports)} nodes)", view)] if view else [])
