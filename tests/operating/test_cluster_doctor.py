@@ -263,3 +263,13 @@ def test_node_plans_unchanged_by_ssh() -> None:
             plain, planmod.make(plain, lockmod.Lock(), spec_path="deployments/x.yaml")
         )
     ]
+
+
+def test_cli_status_and_up_name_the_nodes_they_cannot_reach(tmp_path: Path) -> None:
+    project = write_project(tmp_path, fixtures.ray_data())
+    for task in ("status", "up", "down"):
+        res = invoke_cli(project.root, task, "--deployment", fixtures.RAY_NAME)
+        out = res.stdout + res.stderr
+        assert res.returncode != 0 and "Traceback" not in out, out
+        assert "cannot reach node(s) box-a (10.231.0.1), box-b (10.231.0.2)" in out, out
+        assert "cluster.nodes[0].ssh, cluster.nodes[1].ssh" in out, out
