@@ -207,7 +207,8 @@ def test_remote_host_reads_files_and_sizes_through_its_prefix(tmp_path: Path) ->
     assert host.listdir(str(tmp_path / "d")) == ["f"]
     assert host.size(str(tmp_path / "d" / "f")) == 5 and host.size(str(tmp_path / "d")) is None
     assert host.tree_bytes(str(tmp_path)) == 5
-    assert host.statvfs(str(tmp_path / "not" / "yet")) == LocalHost().statvfs(str(tmp_path))
+    there, here = host.statvfs(str(tmp_path / "not" / "yet")), LocalHost().statvfs(str(tmp_path))
+    assert there and here and there[0] == here[0] and 0 < there[1] <= there[0]  # free space moves meanwhile
     assert host.read(str(tmp_path / "missing")) is None
 
 
