@@ -131,8 +131,11 @@ class Cluster:
         lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
         if res.code != 0 or not lines:
             return None
-        data = json.loads(lines[-1])
-        return [str(a) for a in data.get("nodes", [])], float(data.get("gpus", 0))
+        try:
+            data = json.loads(lines[-1])
+            return [str(a) for a in data.get("nodes", [])], float(data.get("gpus", 0))
+        except (ValueError, AttributeError, TypeError):  # not the probe's line: Ray printed something else
+            return None
 
 
 def drift_gate(c: Cluster, lock: lockmod.Lock, ignore: bool) -> None:
