@@ -274,3 +274,24 @@ def test_cli_status_and_up_name_the_nodes_they_cannot_reach(tmp_path: Path) -> N
         assert res.returncode != 0 and "Traceback" not in out, out
         assert "cannot reach node(s) box-a (10.231.0.1), box-b (10.231.0.2)" in out, out
         assert "cluster.nodes[0].ssh, cluster.nodes[1].ssh" in out, out
+
+
+def test_podman_nodes_run_each_node_s_own_scripts_and_reach_into_its_container(tmp_path: Path) -> None:
+    from rigsmith.operating.clusterlife import PodmanNodes
+
+    spec = specmod.from_data(fixtures.ray_data())
+    nodes = cluster.node_plans(spec, planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml"))
+    ctl = PodmanNodes(tmp_path)
+    worker = f"{fixtures.RAY_NAME}-box-b"
+    assert ctl.start(nodes[1]) == [["bash", str(tmp_path / "podman" / worker / "run.sh")]]
+    assert ctl.stop(nodes[1], 30) == [["bash", str(tmp_path / "podman" / worker / "stop.sh")]]
+    assert ctl.exec(nodes[0], ["python3", "-c", "x"]) == [
+        "podman",
+        "exec",
+        f"{fixtures.RAY_NAME}-box-a",
+        "python3",
+        "-c",
+        "x",
+    ]
+    # No such container on this machine's podman: the node reads as absent.
+    assert ctl.state(LocalHost({"PATH": os.environ["PATH"]}), nodes[1]) == "absent"
