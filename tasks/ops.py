@@ -52,11 +52,18 @@ def _seconds(flag: str, value: object) -> float:
         "deployment": _DEP,
         "target": "podman | quadlet | compose | lxc | kube: the artifacts whose needs are checked",
         "verify": "hash every model file against rigsmith.lock (default: sizes + fetch-model's cache)",
+        "node": "multi-node: check only this node, as this machine (run it on each node)",
     }
 )
 @user_errors
-def doctor(c: Context, deployment: str | None = None, target: str = "podman", verify: bool = False) -> None:
-    """Preflight: one go/no-go table of this host against the deployment's needs."""
+def doctor(
+    c: Context,
+    deployment: str | None = None,
+    target: str = "podman",
+    verify: bool = False,
+    node: str | None = None,
+) -> None:
+    """Preflight: one go/no-go table of this host (each node, and the cluster) against the deployment."""
     import shutil
 
     from rigsmith.operating import doctor as doctormod
@@ -65,11 +72,19 @@ def doctor(c: Context, deployment: str | None = None, target: str = "podman", ve
 
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
-    name, checks = doctormod.diagnose(project(c), deployment, target=target, host=LocalHost(), verify=verify)
     # The text the golden doctor tables hold, at the terminal's width.
     width = shutil.get_terminal_size((160, 24)).columns
-    echo(doctormod.render(checks, f"doctor: {name} ({target})", width=width).rstrip("\n"))
-    bad = [ch.name for ch in checks if ch.verdict == "no-go"]
+    p = project(c)
+    if p.load(deployment).cluster is not None:
+        from rigsmith.operating import clusterdoctor
+
+        tables = clusterdoctor.diagnose_project(p, deployment, target=target, verify=verify, only=node)
+    else:
+        name, checks = doctormod.diagnose(p, deployment, target=target, host=LocalHost(), verify=verify)
+        tables = [(f"doctor: {name} ({target})", checks)]
+    for title, rows in tables:
+        echo(doctormod.render(rows, title, width=width).rstrip("\n"))
+    bad = [ch.name for _t, rows in tables for ch in rows if ch.verdict == "no-go"]
     if bad:
         raise Exit(
             f"doctor: NO-GO — {len(bad)} check(s) failed: {', '.join(bad)} (hints in the table)", code=1
@@ -128,10 +143,17 @@ def down(c: Context, deployment: str | None = None, target: str = "podman", out:
 @user_errors
 def status(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Show the deployment's container state, whether it runs the current spec, and /health."""
-    from rigsmith.operating import lifecycle
+    from rigsmith.operating import clusterlife, lifecycle
     from rigsmith.operating import wait as waitmod
 
-    st = lifecycle.status(_ops(c, target, out), deployment=deployment, health=waitmod.http_health_url)
+    ops = _ops(c, target, out)
+    nodes = clusterlife.cluster_status(ops, deployment=deployment)
+    if nodes is not None:
+        ray = {True: "in the Ray cluster", False: "NOT in the Ray cluster", None: "-"}
+        for n in nodes:
+            echo(f"{n.name} ({n.role}, {n.address}, {n.how}): {n.state}; {ray[n.in_ray]}")
+        return
+    st = lifecycle.status(ops, deployment=deployment, health=waitmod.http_health_url)
     spec = {
         True: "current spec",
         False: "STALE spec (run `invoke down` then `invoke up`)",

@@ -584,6 +584,14 @@ _NODE_WORDS = {
     ),
     "address": (ADDRESS_RE, "an IP address or host name"),
     "interface": (IFNAME_RE, "a network interface name (e.g. enp65s0, at most 15 characters)"),
+    # Passed to ssh as its destination word: no leading '-' (ssh would read an option such as
+    # -oProxyCommand=…), no spaces or control characters, an optional login name then a host.
+    "ssh": (
+        re.compile(
+            r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}@)?(?:[A-Za-z0-9][A-Za-z0-9.-]{0,252}|[0-9A-Fa-f:.]+)\Z"
+        ),
+        "an ssh destination, user@host or host (no leading '-', spaces or control characters)",
+    ),
 }
 
 
@@ -601,13 +609,18 @@ class ClusterNode(Frozen):
     cdi_devices: tuple[str, ...] = Field(
         min_length=1, max_length=MAX_GPUS, description="This node's GPUs as CDI names, e.g. nvidia.com/gpu=0."
     )
+    ssh: str | None = Field(
+        None,
+        description="How ops reach this node: an ssh destination (user@host) run with `ssh -o BatchMode=yes` "
+        "(null: the node is this machine, or run `invoke doctor --node NAME` on it).",
+    )
     args: tuple[str, ...] | None = Field(
         None,
         description="data-parallel only: this node's argv after the subcommand, byte for byte, when the "
         "recipe gave one per node (null: engine.args with this node's rank flags set).",
     )
 
-    @field_validator("name", "address", "interface")
+    @field_validator("name", "address", "interface", "ssh")
     @classmethod
     def _word(cls, v: str | None, info: ValidationInfo) -> str | None:
         pattern, what = _NODE_WORDS[info.field_name or ""]

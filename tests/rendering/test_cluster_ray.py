@@ -17,7 +17,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,8 +30,8 @@ from rigsmith.rendering.targets.common import health_argv
 from rigsmith.resolving import lock as lockmod
 from tests.support import cluster as fixtures
 
-IFACE = "rsn0"
-RAY = Path(sys.executable).parent / "ray"
+IFACE = fixtures.IFACE
+RAY = fixtures.RAY
 #: Seconds the whole cluster may take to form (the Ray head alone takes ~6 s here).
 FORM_TIMEOUT = 240
 
@@ -43,75 +42,21 @@ pytestmark = [
 ]
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def netns() -> Iterator[tuple[str, str]]:
     """Two namespaces, head and worker, with the test's addresses on a veth pair named rsn0 in both."""
-    tag = f"rs{os.getpid() % 100000}"
-    head, worker = f"{tag}-h", f"{tag}-w"
-    made: list[str] = []
-    try:
-        for ns in (head, worker):
-            _ip("netns", "add", ns)
-            made.append(ns)
-        _ip("link", "add", f"{tag}a", "type", "veth", "peer", "name", f"{tag}b")
-        for ns, end, addr in ((head, f"{tag}a", fixtures.HEAD_IP), (worker, f"{tag}b", fixtures.WORKER_IP)):
-            _ip("link", "set", end, "netns", ns)
-            _ip("-n", ns, "link", "set", end, "name", IFACE)
-            _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", IFACE)
-            _ip("-n", ns, "link", "set", IFACE, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-        yield head, worker
-    finally:
-        for ns in made:  # deleting a namespace deletes its end of the veth pair, and so the pair
-            subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True, timeout=30)
-
-
-STANDIN = """#!/bin/sh
-# Stand-in for the engine: what the head's script execs once the cluster is complete.
-printf '%s\\0' "$@" > "$RIGSMITH_OUT/argv"
-env > "$RIGSMITH_OUT/env"
-python3 -c 'import json, ray; ray.init(address="auto", logging_level="ERROR"); \
-nodes = [n for n in ray.nodes() if n["Alive"]]; \
-print(json.dumps({"nodes": sorted(n["NodeManagerAddress"] for n in nodes), \
-"gpus": sum(n["Resources"].get("GPU", 0) for n in nodes)}))' \\
-  > "$RIGSMITH_OUT/cluster.json" 2> "$RIGSMITH_OUT/err"
-touch "$RIGSMITH_OUT/done"
-exec sleep 600
-"""
-
-#: Inside each node's fresh mount namespace: Ray's temp dir and /dev/shm private to the node.
-PRIVATE_DIRS = 'mount -t tmpfs rs-ray /tmp/ray && mount -t tmpfs rs-shm /dev/shm && exec "$@"'
+    with fixtures.two_netns(f"rs{os.getpid() % 100000}") as pair:
+        yield pair
 
 
 def _start(ns: str, node: cluster.NodePlan, bin_dir: Path, out: Path, log: Path) -> subprocess.Popen[bytes]:
-    p = node.plan
-    env = [f"{k}={v}" for k, v in p.env]
-    env += [f"PATH={bin_dir}:/usr/bin:/bin", f"HOME={out}", f"RIGSMITH_OUT={out}"]
-    argv = [
-        "ip", "netns", "exec", ns, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
-        "sh", "-c", PRIVATE_DIRS, "node", "env", "-i", *env, p.entrypoint, *p.command,
-    ]  # fmt: skip
+    argv = ["ip", "netns", "exec", ns, *fixtures.node_argv(node, bin_dir, out)]
     with log.open("wb") as fh:
         return subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _ray_pids() -> list[int]:
-    """Processes whose command line names one of the test's node addresses (a raylet, GCS, ray start)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"10.231.0." in cmd:
-            pids.append(int(proc.name))
-    return pids
+    return fixtures.node_pids("10.231.0.")
 
 
 def _tail(path: Path) -> str:
@@ -123,12 +68,7 @@ def test_generated_node_commands_form_a_real_ray_cluster(netns: tuple[str, str],
     spec = specmod.from_data(fixtures.ray_data(interface=IFACE))
     base = planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml")
     nodes = cluster.node_plans(spec, base)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").symlink_to(sys.executable)
-    (bin_dir / "ray").symlink_to(RAY)
-    (bin_dir / "vllm").write_text(STANDIN)
-    (bin_dir / "vllm").chmod(0o755)
+    bin_dir = fixtures.bin_dir(tmp_path / "bin")
     outs = {n.node.name: tmp_path / n.node.name for n in nodes}
     for d in outs.values():
         d.mkdir()

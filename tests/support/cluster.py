@@ -3,15 +3,24 @@ data-parallel pair as imported, addresses filled."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rigsmith import spec as specmod
 from rigsmith.importing import recipe
+from rigsmith.operating.host import Host, LocalHost
+from rigsmith.operating.noderun import RemoteHost
+from rigsmith.rendering.cluster import NodePlan
 from tests.support.common import REPO
 
 RAY_NAME = "merlin-2x2-ray"
@@ -64,3 +73,150 @@ def dp_data() -> dict[str, Any]:
     for node in data["cluster"]["nodes"]:
         node["interface"] = "enp65s0"
     return data
+
+
+# -- nodes in network namespaces (real Ray) -------------------------------------------------------------
+
+#: The link between the test's namespaces, in each of them.
+IFACE = "rsn0"
+#: Ray in the test's Python environment (dev extras).
+RAY = Path(sys.executable).parent / "ray"
+#: Inside each node's fresh mount namespace: Ray's temp dir and /dev/shm private to the node.
+PRIVATE_DIRS = 'mount -t tmpfs rs-ray /tmp/ray && mount -t tmpfs rs-shm /dev/shm && exec "$@"'
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def two_netns(tag: str, addresses: tuple[str, str] = (HEAD_IP, WORKER_IP)) -> Iterator[tuple[str, str]]:
+    """Two namespaces, head and worker, with ``addresses`` on a veth pair named IFACE in both."""
+    head, worker = f"{tag}-h", f"{tag}-w"
+    made: list[str] = []
+    try:
+        for ns in (head, worker):
+            ip("netns", "add", ns)
+            made.append(ns)
+        ip("link", "add", f"{tag}a", "type", "veth", "peer", "name", f"{tag}b")
+        for ns, end, addr in ((head, f"{tag}a", addresses[0]), (worker, f"{tag}b", addresses[1])):
+            ip("link", "set", end, "netns", ns)
+            ip("-n", ns, "link", "set", end, "name", IFACE)
+            ip("-n", ns, "addr", "add", f"{addr}/24", "dev", IFACE)
+            ip("-n", ns, "link", "set", IFACE, "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+        yield head, worker
+    finally:
+        for ns in made:  # deleting a namespace deletes its end of the veth pair, and so the pair
+            subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True, timeout=30)
+
+
+def netns_host(ns: str, env: dict[str, str] | None = None, via: Sequence[str] = ()) -> RemoteHost:
+    """A node reached by running commands in namespace ``ns`` (``via``: more prefix words after it)."""
+    return RemoteHost(("ip", "netns", "exec", ns, *via), f"netns {ns}", LocalHost(env, timeout=120))
+
+
+STANDIN = """#!/bin/sh
+# Stand-in for the engine: what the head's script execs once the cluster is complete.
+printf '%s\\0' "$@" > "$RIGSMITH_OUT/argv"
+env > "$RIGSMITH_OUT/env"
+python3 -c 'import json, ray; ray.init(address="auto", logging_level="ERROR"); \\
+nodes = [n for n in ray.nodes() if n["Alive"]]; \\
+print(json.dumps({"nodes": sorted(n["NodeManagerAddress"] for n in nodes), \\
+"gpus": sum(n["Resources"].get("GPU", 0) for n in nodes)}))' \\
+  > "$RIGSMITH_OUT/cluster.json" 2> "$RIGSMITH_OUT/err"
+touch "$RIGSMITH_OUT/done"
+exec sleep 600
+"""
+
+
+def bin_dir(dest: Path) -> Path:
+    """PATH for the nodes: the test's python3 and ray, and the engine stand-in as ``vllm``."""
+    dest.mkdir()
+    (dest / "python3").symlink_to(sys.executable)
+    (dest / "ray").symlink_to(RAY)
+    (dest / "vllm").write_text(STANDIN)
+    (dest / "vllm").chmod(0o755)
+    return dest
+
+
+def node_argv(node: NodePlan, bins: Path, out: Path) -> list[str]:
+    """The node's plan — the entrypoint, command and env every target writes for it — as a container runs
+    it: fresh PID and mount namespaces, private /tmp/ray and /dev/shm, nothing but the plan's env."""
+    p = node.plan
+    env = [f"{k}={v}" for k, v in p.env]
+    env += [f"PATH={bins}:/usr/bin:/bin", f"HOME={out}", f"RIGSMITH_OUT={out}"]
+    return [
+        "unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+        "sh", "-c", PRIVATE_DIRS, "node", "env", "-i", *env, p.entrypoint, *p.command,
+    ]  # fmt: skip
+
+
+#: True while PID $1 lives (a zombie does not count: nobody may reap the detached node).
+_ALIVE = 'alive() { s=$(cut -d" " -f3 "/proc/$1/stat" 2>/dev/null) && [ "$s" != Z ]; }; '
+
+
+@dataclass(frozen=True)
+class NsNodes:
+    """NodeControl for nodes run as :func:`node_argv` (the container's stand-in), detached, with a PID file
+    per node under ``run_dir``; outputs in ``run_dir/NODE``, logs in ``run_dir/NODE.log``."""
+
+    bins: Path
+    run_dir: Path
+    #: Seconds a stop waits at most, whatever the plan's grace (Ray's daemons outwait TERM; tests are short).
+    max_grace: int = 3
+
+    def pidfile(self, node: NodePlan) -> str:
+        return str(self.run_dir / f"{node.node.name}.pid")
+
+    def start(self, node: NodePlan) -> list[list[str]]:
+        out = self.run_dir / node.node.name
+        out.mkdir(exist_ok=True)
+        script = 'echo $$ > "$0"; log=$1; shift; exec "$@" > "$log" 2>&1'
+        log = str(self.run_dir / f"{node.node.name}.log")
+        return [
+            ["setsid", "-f", "sh", "-c", script, self.pidfile(node), log, *node_argv(node, self.bins, out)]
+        ]
+
+    def stop(self, node: NodePlan, grace: int) -> list[list[str]]:
+        """As a container stop with an init: TERM to every process of the node, up to ``grace`` seconds for
+        them to end (the PID-namespace init ignores TERM, as PID 1 does), then KILL the node."""
+        script = _ALIVE + (
+            'p=$(cat "$0") || exit 0; c=$(pgrep -P "$p" | head -n1); '
+            '[ -n "$c" ] && pkill -TERM --ns "$c" --nslist pid .; i=0; '
+            'while [ -n "$c" ] && [ "$i" -lt "$1" ]; do left=0; '
+            'for q in $(pgrep --ns "$c" --nslist pid .); do [ "$q" != "$c" ] && alive "$q" && left=1; done; '
+            '[ "$left" = 0 ] && break; i=$((i+1)); sleep 0.2; done; '
+            'kill -KILL "$p" 2>/dev/null; while alive "$p"; do sleep 0.2; done; rm -f "$0"'
+        )
+        return [["sh", "-c", script, self.pidfile(node), str(min(grace, self.max_grace) * 5)]]
+
+    def state(self, host: Host, node: NodePlan) -> str:
+        script = (
+            _ALIVE
+            + '[ -f "$0" ] || { echo absent; exit; }; alive "$(cat "$0")" && echo running || echo exited'
+        )
+        return host.run(["sh", "-c", script, self.pidfile(node)]).stdout.strip() or "unknown"
+
+    def clear(self, node: NodePlan) -> list[list[str]]:
+        return [["rm", "-f", self.pidfile(node)]]
+
+    def exec(self, node: NodePlan, argv: Sequence[str]) -> list[str]:
+        script = 'c=$(pgrep -P "$(cat "$0")" | head -n1) && exec nsenter -t "$c" -m -p -- "$@"'
+        words = [sys.executable if a == "python3" else a for a in argv]
+        return ["sh", "-c", script, self.pidfile(node), *words]
+
+
+def node_pids(prefix: str) -> list[int]:
+    """Processes whose command line names an address starting with ``prefix`` (a raylet, GCS, ray start)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if prefix.encode() in cmd:
+            pids.append(int(proc.name))
+    return pids

@@ -8,12 +8,16 @@ every file, as ``fetch-model --verify`` does, without downloading anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
 from rigsmith.errors import LockDriftError
 from rigsmith.operating.probes import ImageFacts, ModelFacts
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import (
     STATE_DIR,
     STATE_FILE,
+    DirState,
     HashKind,
     expand_dir,
     hash_file,
@@ -30,8 +34,33 @@ from rigsmith.spec import Deployment, ModelSpec
 SHOWN = 8
 
 
-def model_facts(spec: Deployment, lock: lockmod.Lock, *, verify: bool = False) -> ModelFacts:
-    """Compare ``model.local_dir`` with the deployment's model entry in the lock."""
+#: (size, mtime in ns) of a file of the model dir by its path relative to the dir; None when missing.
+Stat = Callable[[str], "tuple[int, int] | None"]
+
+
+def _local_stat(root: Path) -> Stat:
+    def stat(rel: str) -> tuple[int, int] | None:
+        try:
+            st = (root / rel).stat()
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    return stat
+
+
+def model_facts(
+    spec: Deployment,
+    lock: lockmod.Lock,
+    *,
+    verify: bool = False,
+    listing: tuple[Mapping[str, tuple[int, int]], str | None] | None = None,
+) -> ModelFacts:
+    """Compare ``model.local_dir`` with the deployment's model entry in the lock.
+
+    ``listing``: another machine's model dir instead of this one's, as (relative path → (size, mtime ns),
+    the text of its verified-state file or None); sizes and the verified-state cache only, no hashes.
+    """
     m = spec.model
     if m.repo is None:
         return ModelFacts(
@@ -68,7 +97,12 @@ def model_facts(spec: Deployment, lock: lockmod.Lock, *, verify: bool = False) -
 def _compare(m: ModelSpec, entry: lockmod.LockedModel, verify: bool) -> tuple[int, list[str]]:
     """(files compared, differences) of one model dir against its lock entry."""
     root = expand_dir(m.local_dir)
-    state = read_state(root / STATE_DIR / STATE_FILE)
+    if listing is None:
+        state, stat = read_state(root / STATE_DIR / STATE_FILE), _local_stat(root)
+    else:
+        files_there, state_text = listing
+        state, stat = _state(state_text), files_there.get
+        verify = False
     problems: list[str] = []
     if state.commit and state.commit != entry.commit:
         problems.append(f"the dir holds commit {state.commit[:12]}, the lock {entry.commit[:12]}")
@@ -87,20 +121,25 @@ def _compare(m: ModelSpec, entry: lockmod.LockedModel, verify: bool) -> tuple[in
         else:
             expected.append((file, None, "sha256", rec.patched_sha256))
     for rel, size, kind, digest in expected:
-        p = root / rel
-        try:
-            st = p.stat()
-        except OSError:
+        st = stat(rel)
+        if st is None:
             problems.append(f"{rel}: missing")
             continue
-        if size is not None and st.st_size != size:
-            problems.append(f"{rel}: {st.st_size} bytes, the lock says {size}")
+        if size is not None and st[0] != size:
+            problems.append(f"{rel}: {st[0]} bytes, the lock says {size}")
         elif verify:
-            if hash_file(p, kind, st.st_size) != digest:
+            if hash_file(root / rel, kind, st[0]) != digest:
                 problems.append(f"{rel}: content differs from the lock ({kind})")
-        elif not still_verified(state.files.get(rel), st.st_size, st.st_mtime_ns, kind, digest):
+        elif not still_verified(state.files.get(rel), st[0], st[1], kind, digest):
             problems.append(f"{rel}: changed since fetch-model verified it")
     return len(expected), problems
+
+
+def _state(text: str | None) -> DirState:
+    try:
+        return DirState.model_validate_json(text or "")
+    except ValueError:  # pydantic's ValidationError is a ValueError
+        return DirState()
 
 
 def image_fix(ref: str) -> str:

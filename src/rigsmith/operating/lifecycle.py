@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rigsmith import writer
 from rigsmith.errors import CommandError, LockDriftError, PreflightError, RigsmithError
@@ -33,6 +33,9 @@ from rigsmith.project import Project
 from rigsmith.rendering import deploy as deploymod
 from rigsmith.rendering import plan as planmod
 from rigsmith.resolving import lock as lockmod
+
+if TYPE_CHECKING:
+    from rigsmith.operating.clusterlife import NodeControl
 
 OPS_TARGETS = ("podman", "quadlet")
 #: Where systemd's quadlet generator reads rootful units (podman-systemd.unit(5)).
@@ -162,6 +165,10 @@ class Ops:
     echo: Callable[[str], None] = print
     host: Host = field(default_factory=LocalHost)
     quadlet_dir: Path = QUADLET_DIR
+    #: multi-node: how to reach nodes (name → Host) instead of their spec's ssh / this machine, and how to
+    #: drive them instead of the target's artifacts (tests run nodes in network namespaces)
+    nodes: Mapping[str, Host] | None = None
+    node_control: NodeControl | None = None
 
     def __post_init__(self) -> None:
         if self.target not in OPS_TARGETS:
@@ -181,14 +188,6 @@ def _plan(
     ops: Ops, deployment: str | None, image: str | None, memlock: Literal["unlimited", "host"] | int | None
 ) -> tuple[planmod.RunPlan, list[writer.Artifact]]:
     name = ops.project.resolve_name(deployment)
-    cluster = ops.project.load(name).cluster
-    if cluster is not None:
-        # Acting on one host would start one node of several and report on a container that never exists.
-        raise RigsmithError(
-            f"deployment {name!r} spans {len(cluster.nodes)} nodes; up/down/status/logs/wait drive one host",
-            hint=f"`invoke deploy --target {ops.target} --deployment {name}` writes each node's artifacts; "
-            "start them on each node (stop the head first)",
-        )
     return deploymod.artifacts(
         ops.project, ops.target, deployment=name, image=image, out=ops.out, memlock=memlock
     )
@@ -225,6 +224,12 @@ def up(
     ``ignore_drift``: then it names the differences and starts anyway.
     """
     plan, files = _plan(ops, deployment, image, memlock)
+    if ops.project.load(plan.name).cluster is not None:
+        from rigsmith.operating import clusterlife
+
+        return clusterlife.ops_up(
+            ops, plan, files, yes=yes, confirm=confirm, dry_run=dry_run, ignore_drift=ignore_drift
+        )
     _drift_gate(ops, plan, ignore_drift)
     if ops.target == "quadlet":
         files = [*files, *quadlet_installs(files, plan.name, ops.quadlet_dir)]
@@ -337,6 +342,12 @@ def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
     """Stop the deployment, confirm it is gone, and fail listing orphans still holding a GPU."""
     spec = ops.project.load(deployment)
     name = spec.name
+    if spec.cluster is not None:
+        from rigsmith.operating import clusterlife
+
+        plan, _files = _plan(ops, deployment, None, None)
+        clusterlife.down(clusterlife.from_ops(ops, plan), plan.stop_timeout)
+        return []
     ctl = controller(ops.project, ops.target, name, ops.out)
     info = inspect(ops.run, name)
     snapshot: dict[int, str] = {}

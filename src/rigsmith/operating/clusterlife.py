@@ -1,0 +1,363 @@
+"""``invoke up`` / ``down`` / ``status`` on a multi-node deployment (issue 15).
+
+Every node is driven through its Host (``noderun``) with its own generated artifacts (``podman/NAME-NODE/
+run.sh`` and ``stop.sh``), and the order matters:
+
+- ``up``: write the artifacts (asking before changing any), refuse lock drift on any node, start the head
+  then every worker that is not already running (a worker started earlier keeps waiting for the head and
+  joins), then wait — bounded by ``cluster.join_timeout_seconds`` — until the Ray cluster, asked from inside
+  the head, holds every node and the planned GPU total; a timeout names the nodes that never joined. The
+  head's script itself starts ``vllm serve`` once the cluster is whole; ``up`` checks it is still running.
+- ``down``: stop the head first (its engine drains with the plan's grace, with Ray still up under it), then
+  the workers; confirm each is gone and that no Ray process of the node's address is left on any node.
+- ``status``: each node's state, how it is reached, and (Ray layout) whether the cluster counts it.
+
+``NodeControl`` gives the argv for a node (``PodmanNodes`` for the podman target); tests pass one that runs
+the same node plans in network namespaces with the real Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from rigsmith import writer
+from rigsmith.errors import CommandError, RigsmithError
+from rigsmith.operating import drift, lifecycle
+from rigsmith.operating.clusterdoctor import node_model_facts
+from rigsmith.operating.host import Host, LocalHost, image_facts
+from rigsmith.operating.noderun import describe, node_hosts
+from rigsmith.operating.probes import CmdResult
+from rigsmith.operating.verify import inspect_argv, parse_inspect
+from rigsmith.rendering import plan as planmod
+from rigsmith.rendering.cluster import POLL_SECONDS, NodePlan, node_plans
+from rigsmith.resolving import lock as lockmod
+from rigsmith.spec import Deployment
+
+#: Asked inside the head: the live Ray nodes' addresses and their GPUs, as JSON (vLLM's images carry Ray).
+RAY_NODES_PY = (
+    "import json, ray; ray.init(address='auto', logging_level='ERROR'); "
+    "alive = [x for x in ray.nodes() if x['Alive']]; "
+    "print(json.dumps({'nodes': sorted(x['NodeManagerAddress'] for x in alive), "
+    "'gpus': sum(x['Resources'].get('GPU', 0) for x in alive)}))"
+)
+#: Ray's own processes (raylet, GCS, ``ray start``), whose command lines carry the node's address.
+RAY_PROCESS = re.compile(r"raylet|gcs_server|\bray\b.*\bstart\b|ray/_private|ray/dashboard")
+
+
+class NodeControl(Protocol):
+    """The argv that start, stop, inspect and reach into one node's engine (run on that node)."""
+
+    def start(self, node: NodePlan) -> list[list[str]]: ...
+
+    def stop(self, node: NodePlan, grace: int) -> list[list[str]]: ...
+
+    def state(self, host: Host, node: NodePlan) -> str:
+        """running | exited | created | absent | …"""
+        ...
+
+    def clear(self, node: NodePlan) -> list[list[str]]:
+        """Remove what a stopped node left (a stopped container) before starting it again."""
+        ...
+
+    def exec(self, node: NodePlan, argv: Sequence[str]) -> list[str]:
+        """``argv`` run inside the node's running engine environment (where Ray's session is)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PodmanNodes:
+    """The podman target: each node's ``run.sh``/``stop.sh`` under ``root/podman/NAME-NODE`` on that node
+    (the same path on every node: a shared checkout, or the directory copied there)."""
+
+    root: Path
+
+    def _dir(self, node: NodePlan) -> Path:
+        return self.root / "podman" / node.plan.name
+
+    def start(self, node: NodePlan) -> list[list[str]]:
+        return [["bash", str(self._dir(node) / "run.sh")]]
+
+    def stop(self, node: NodePlan, grace: int) -> list[list[str]]:
+        return [["bash", str(self._dir(node) / "stop.sh")]]
+
+    def state(self, host: Host, node: NodePlan) -> str:
+        res = host.run(inspect_argv(node.plan.name))
+        info = parse_inspect(res.stdout) if res.code == 0 else None
+        return str(((info or {}).get("State") or {}).get("Status", "unknown")) if info else "absent"
+
+    def clear(self, node: NodePlan) -> list[list[str]]:
+        return [["podman", "rm", "--force", node.plan.name]]
+
+    def exec(self, node: NodePlan, argv: Sequence[str]) -> list[str]:
+        return ["podman", "exec", node.plan.name, *argv]
+
+
+@dataclass
+class Cluster:
+    """One multi-node deployment and the means to act on each of its nodes."""
+
+    spec: Deployment
+    nodes: list[NodePlan]  # head first
+    hosts: Mapping[str, Host]
+    control: NodeControl
+    echo: Callable[[str], None] = print
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    def host(self, node: NodePlan) -> Host:
+        return self.hosts[node.node.name]
+
+    def must(self, node: NodePlan, argv: Sequence[str], hint: str | None = None) -> CmdResult:
+        res = self.host(node).run(argv)
+        if res.code != 0:
+            raise CommandError(
+                list(argv), res.code, f"on {node.node.name}: " + (res.stderr or res.stdout), hint=hint
+            )
+        return res
+
+    def state(self, node: NodePlan) -> str:
+        return self.control.state(self.host(node), node)
+
+    def ray_view(self) -> tuple[list[str], float] | None:
+        """(addresses, GPUs) of the live Ray nodes, asked inside the head; None when it cannot answer."""
+        head = self.nodes[0]
+        res = self.host(head).run(self.control.exec(head, ["python3", "-c", RAY_NODES_PY]))
+        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+        if res.code != 0 or not lines:
+            return None
+        try:
+            data = json.loads(lines[-1])
+            return [str(a) for a in data.get("nodes", [])], float(data.get("gpus", 0))
+        except (ValueError, AttributeError, TypeError):  # not the probe's line: Ray printed something else
+            return None
+
+
+def drift_gate(c: Cluster, lock: lockmod.Lock, ignore: bool) -> None:
+    """Refuse when any node's model dir or image differs from the lock (``ignore``: say so and go on)."""
+    for n in c.nodes:
+        host = c.host(n)
+        image = (
+            image_facts(host, n.plan.image, n.plan.image_pinned) if n.plan.runtime == "container" else None
+        )
+        try:
+            drift.gate(f"{c.spec.name} on {n.node.name}", node_model_facts(c.spec, lock, host), image)
+        except RigsmithError as err:
+            if not ignore:
+                raise
+            c.echo(f"warning (--ignore-drift): {err.message}")
+
+
+def start(c: Cluster) -> list[str]:
+    """Start every node not already running, head first; the names started."""
+    started = []
+    for n in c.nodes:
+        st = c.state(n)
+        if st == "running":
+            c.echo(f"  {n.node.name} ({n.role}, {describe(c.host(n))}): already running")
+            continue
+        if st != "absent":
+            for argv in c.control.clear(n):
+                c.must(n, argv)
+        c.echo(f"  {n.node.name} ({n.role}, {describe(c.host(n))}): starting {n.plan.name}")
+        for argv in c.control.start(n):
+            c.must(n, argv, hint=f"fix what it names on {n.node.name}, then `invoke up` again")
+        started.append(n.node.name)
+    return started
+
+
+def wait_ray(c: Cluster, timeout: float | None = None) -> float:
+    """Wait (bounded) until Ray counts every node and the planned GPUs; the seconds it took."""
+    assert c.spec.cluster is not None
+    limit = float(c.spec.cluster.join_timeout_seconds if timeout is None else timeout)
+    want = {n.node.address: n.node.name for n in c.nodes}
+    gpus = sum(len(n.node.cdi_devices) for n in c.nodes)
+    head = c.nodes[0]
+    t0 = c.clock()
+    seen: tuple[list[str], float] | None = None
+    while True:
+        stopped = c.state(head) != "running"
+        seen = None if stopped else c.ray_view() or seen
+        if seen and set(want) <= set(seen[0]) and seen[1] >= gpus:
+            return c.clock() - t0
+        if stopped or c.clock() - t0 >= limit:
+            break
+        c.sleep(POLL_SECONDS)
+    missing = [f"{name} ({addr})" for addr, name in want.items() if not seen or addr not in seen[0]]
+    why = (
+        f"the head {head.plan.name} stopped (its own wait for the nodes ended)"
+        if stopped
+        else f"the Ray cluster is incomplete after {limit:g}s"
+    )
+    raise RigsmithError(
+        f"{c.spec.name}: {why}: missing {', '.join(missing) or 'no node'}; "
+        + (f"{seen[1]:g} of {gpus} GPUs" if seen else f"the head's Ray did not answer; {gpus} GPUs planned"),
+        hint="check each missing node's log and the link between the nodes (`invoke doctor`); "
+        "raise cluster.join_timeout_seconds for slow starts",
+    )
+
+
+def up(c: Cluster) -> float | None:
+    """Start the cluster in order and wait until it is whole; seconds the join took (None: no Ray)."""
+    assert c.spec.cluster is not None
+    c.echo(
+        f"up {c.spec.name}: {len(c.nodes)} nodes, {c.spec.cluster.layout} layout, head {c.nodes[0].node.name}"
+    )
+    start(c)
+    if c.spec.cluster.layout != "ray":
+        down_nodes = [n.node.name for n in c.nodes if c.state(n) != "running"]
+        if down_nodes:
+            raise RigsmithError(f"node(s) {', '.join(down_nodes)} stopped after start", hint="see their logs")
+        return None
+    took = wait_ray(c)
+    gpus = sum(len(n.node.cdi_devices) for n in c.nodes)
+    c.echo(f"up {c.spec.name}: Ray holds all {len(c.nodes)} nodes and {gpus} GPUs ({took:.1f}s)")
+    head = c.nodes[0]
+    if c.state(head) != "running":
+        raise RigsmithError(f"the head {head.plan.name} stopped after the cluster formed", hint="see its log")
+    c.echo(
+        f"up {c.spec.name}: the head runs vllm serve now; `invoke wait --deployment {c.spec.name}` follows it"
+    )
+    return took
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """One node as ``status`` shows it."""
+
+    name: str
+    role: str
+    address: str
+    how: str
+    state: str
+    in_ray: bool | None  # None: not a Ray layout, or the head's Ray does not answer
+
+
+def status(c: Cluster) -> list[NodeStatus]:
+    """Every node's state, head first."""
+    assert c.spec.cluster is not None
+    states = {n.node.name: c.state(n) for n in c.nodes}
+    view = (
+        c.ray_view() if c.spec.cluster.layout == "ray" and states[c.nodes[0].node.name] == "running" else None
+    )
+    return [
+        NodeStatus(
+            n.node.name,
+            n.role,
+            n.node.address,
+            describe(c.host(n)),
+            states[n.node.name],
+            None if view is None else n.node.address in view[0],
+        )
+        for n in c.nodes
+    ]
+
+
+def ray_leftovers(host: Host, address: str) -> list[str]:
+    """Ray processes on ``host`` whose command line names ``address`` (``ps`` there)."""
+    res = host.run(["ps", "-eo", "pid=,args="])
+    pat = re.compile(rf"(?<![\d.]){re.escape(address)}(?![\d.])")
+    return [
+        ln.strip()
+        for ln in res.stdout.splitlines()
+        if RAY_PROCESS.search(ln) and pat.search(ln) and "ps -eo" not in ln
+    ]
+
+
+def down(c: Cluster, grace: int) -> None:
+    """Stop the head (its engine) first, then the workers; fail naming any Ray process left."""
+    for n in c.nodes:  # head first
+        if c.state(n) == "absent":
+            c.echo(f"down {n.plan.name}: not running")
+            continue
+        c.echo(f"down {n.plan.name} ({n.role} on {n.node.name}): stopping (up to {grace}s grace)")
+        for argv in c.control.stop(n, grace):
+            c.must(n, argv)
+        if c.state(n) not in ("absent", "exited"):
+            raise RigsmithError(
+                f"{n.plan.name} still runs on {n.node.name} after stop", hint="stop it there by hand"
+            )
+    left = {n.node.name: ray_leftovers(c.host(n), n.node.address) for n in c.nodes}
+    left = {k: v for k, v in left.items() if v}
+    if left:
+        raise RigsmithError(
+            "Ray processes outlived the stop: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in left.items()),
+            hint="on each node named: `ray stop --force`, or kill the PIDs listed",
+        )
+    c.echo(f"down {c.spec.name}: all {len(c.nodes)} nodes stopped; no Ray process left")
+
+
+def build(
+    spec: Deployment,
+    nodes: list[NodePlan],
+    *,
+    target: str,
+    root: Path,
+    local: LocalHost,
+    hosts: Mapping[str, Host] | None = None,
+    control: NodeControl | None = None,
+    echo: Callable[[str], None] = print,
+) -> Cluster:
+    """The cluster for ``spec``: each node's Host (``noderun.node_hosts``) and the target's node control."""
+    if control is None:
+        if target != "podman":
+            raise RigsmithError(
+                f"up/down/status of a multi-node deployment drive the podman target, not {target!r}",
+                hint=f"`invoke deploy --target {target}` writes each node's units; start them on each node "
+                "(the head first, and stop it first)",
+            )
+        control = PodmanNodes(root)
+    return Cluster(spec, nodes, node_hosts(spec, local, hosts), control, echo)
+
+
+# -- from the one-host ops (lifecycle.Ops) ------------------------------------------------------------
+
+
+def from_ops(ops: lifecycle.Ops, plan: planmod.RunPlan) -> Cluster:
+    """The multi-node deployment of ``plan`` with a Host and the target's control for each node."""
+    spec = ops.project.load(plan.name)
+    local = LocalHost(ops.env, timeout=lifecycle.COMMAND_TIMEOUT)
+    root = (ops.out or ops.project.root).resolve()
+    return build(
+        spec, node_plans(spec, plan), target=ops.target, root=root, local=local, hosts=ops.nodes,
+        control=ops.node_control, echo=ops.echo,
+    )  # fmt: skip
+
+
+def ops_up(
+    ops: lifecycle.Ops,
+    plan: planmod.RunPlan,
+    files: list[writer.Artifact],
+    *,
+    yes: bool,
+    confirm: Callable[[str], bool] | None,
+    dry_run: bool,
+    ignore_drift: bool,
+) -> planmod.RunPlan:
+    """up for a multi-node deployment: artifacts written here, then the nodes in order (clusterlife)."""
+    c = from_ops(ops, plan)
+    root = (ops.out or ops.project.root).resolve()
+    changed = [o for o in writer.plan(files) if o.status != "identical"]
+    steps = [f"{o.status} {lifecycle._rel(o.artifact.path, root)}" for o in changed]
+    steps += [f"start {n.plan.name} on {n.node.name} unless running" for n in c.nodes]
+    ops.echo(f"up {plan.name} ({ops.target}, {len(c.nodes)} nodes): " + "; ".join(steps))
+    if dry_run:
+        return plan
+    if changed:
+        writer.write(files, yes=yes, confirm=confirm, echo=ops.echo, root=root)
+    drift_gate(c, lockmod.read(ops.project.lock_path), ignore_drift)
+    up(c)
+    return plan
+
+
+def cluster_status(ops: lifecycle.Ops, *, deployment: str | None = None) -> list[NodeStatus] | None:
+    """Every node's state for a multi-node deployment; None for a one-host one."""
+    if ops.project.load(deployment).cluster is None:
+        return None
+    plan, _files = lifecycle._plan(ops, deployment, None, None)
+    return status(from_ops(ops, plan))

@@ -1,0 +1,297 @@
+"""``invoke doctor`` on a multi-node deployment (issue 15): per-node tables and the cluster view's rows,
+each passing and failing. Links and clocks are probed for real in the test's network namespaces; drivers
+come from the rigs' captured nvidia-smi outputs; the model from a real fetch-model against the Hub
+stand-in, one node seeing another copy (its own mount namespace)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rigsmith import spec as specmod
+from rigsmith.errors import RigsmithError, SpecError
+from rigsmith.operating import clusterdoctor
+from rigsmith.operating.clusterdoctor import Link, NodeReport
+from rigsmith.operating.host import LocalHost, gather
+from rigsmith.operating.noderun import RemoteHost, node_hosts, ssh_host
+from rigsmith.operating.probes import HostFacts, ImageFacts
+from rigsmith.project import Project
+from rigsmith.rendering import cluster
+from rigsmith.rendering import plan as planmod
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.hub import HfHub
+from rigsmith.resolving.modelfetch import fetch_model
+from rigsmith.spec import Deployment
+from tests.support import cluster as fixtures
+from tests.support.common import invoke_cli, write_project
+from tests.support.hubserver import HubServer
+from tests.support.models import tiny_files
+from tests.support.replay import ReplayHost
+
+NODES = specmod.from_data(fixtures.ray_data()).cluster.nodes  # type: ignore[union-attr]
+ADDRESSES = {n.name: n.address for n in NODES}
+
+netns_only = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"),
+    reason="network namespaces need root, iproute2 and unshare",
+)
+
+
+def _report(i: int, facts: HostFacts, link: Link | None = None, clock: float = 0.0) -> NodeReport:
+    node = NODES[i]
+    lk = link or Link(fixtures.IFACE, "up", (node.address,))
+    return NodeReport(node, "test", facts, [], lk, (clock, 0.001))
+
+
+def _row(rows: list[clusterdoctor.Check], name: str) -> clusterdoctor.Check:
+    return next(r for r in rows if r.name == name)
+
+
+def test_same_driver_passes_on_two_identical_rigs_and_fails_on_mixed_ones() -> None:
+    h200 = gather(ReplayHost("h200x2-nvlink-idle"))
+    rtx = gather(ReplayHost("4x3090-idle"))
+    assert h200.driver_version and rtx.driver_version and h200.driver_version != rtx.driver_version
+    same = _row(clusterdoctor.cluster_rows([_report(0, h200), _report(1, h200)], ADDRESSES), "same driver")
+    assert same.verdict == "go" and same.detail == f"{h200.driver_version} on all 2 nodes"
+    mixed = _row(clusterdoctor.cluster_rows([_report(0, h200), _report(1, rtx)], ADDRESSES), "same driver")
+    assert mixed.verdict == "no-go"
+    assert mixed.detail == f"differ: box-a {h200.driver_version}, box-b {rtx.driver_version}"
+    none = _row(
+        clusterdoctor.cluster_rows(
+            [_report(0, h200), _report(1, gather(ReplayHost("no-driver")))], ADDRESSES
+        ),
+        "same driver",
+    )
+    assert none.verdict == "no-go" and none.detail.startswith("none on box-b")
+
+
+def test_same_image_needs_the_same_image_id_on_every_node() -> None:
+    def facts(image_id: str | None) -> HostFacts:
+        return HostFacts(
+            image=ImageFacts("reg/vllm@sha256:" + "a" * 64, True, image_id is not None, image_id)
+        )
+
+    rows = clusterdoctor.cluster_rows(
+        [_report(0, facts("sha256:1")), _report(1, facts("sha256:1"))], ADDRESSES
+    )
+    assert _row(rows, "same image").verdict == "go"
+    rows = clusterdoctor.cluster_rows(
+        [_report(0, facts("sha256:1")), _report(1, facts("sha256:2"))], ADDRESSES
+    )
+    assert _row(rows, "same image").verdict == "no-go"
+    rows = clusterdoctor.cluster_rows([_report(0, facts("sha256:1")), _report(1, facts(None))], ADDRESSES)
+    bad = _row(rows, "same image")
+    assert bad.verdict == "no-go" and "none on box-b" in bad.detail and "podman pull" in (bad.hint or "")
+
+
+def test_parse_link_reads_ip_one_line_output() -> None:
+    addr = (
+        f"3: {fixtures.IFACE}    inet 10.231.0.2/24 scope global {fixtures.IFACE}\\       valid_lft forever\n"
+    )
+    up = f"3: {fixtures.IFACE}@if4: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue state UP\n"
+    down = f"3: {fixtures.IFACE}@if4: <BROADCAST,MULTICAST> mtu 1500 qdisc noqueue state DOWN\n"
+    assert clusterdoctor.parse_link(addr, up, None, "10.231.0.2") == Link(
+        fixtures.IFACE, "up", ("10.231.0.2",)
+    )
+    assert clusterdoctor.parse_link(addr, down, fixtures.IFACE, "10.231.0.2").state == "down"
+    lost = up.replace("UP,LOWER_UP", "UP")
+    assert clusterdoctor.parse_link(addr, lost, fixtures.IFACE, "10.231.0.2").state == "no carrier"
+    assert clusterdoctor.parse_link(addr, up, None, "10.9.9.9").name is None
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[str, str]]:
+    with fixtures.two_netns(f"rd{os.getpid() % 100000}") as ns:
+        yield ns
+
+
+def _diagnose(pair: tuple[str, str]) -> list[clusterdoctor.Check]:
+    spec = specmod.from_data(fixtures.ray_data(interface=fixtures.IFACE))
+    plan = planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml")
+    hosts = {"box-a": fixtures.netns_host(pair[0]), "box-b": fixtures.netns_host(pair[1])}
+    reports, rows = clusterdoctor.diagnose(spec, lockmod.Lock(), plan, hosts, target="podman")
+    assert [r.node.name for r in reports] == ["box-a", "box-b"] and all(r.checks for r in reports)
+    return rows
+
+
+@netns_only
+def test_interface_and_clock_rows_probe_each_namespace(pair: tuple[str, str]) -> None:
+    rows = _diagnose(pair)
+    link = _row(rows, "NCCL interface")
+    assert link.verdict == "go", link
+    i = fixtures.IFACE
+    assert link.detail == f"box-a {i} up with {fixtures.HEAD_IP}; box-b {i} up with {fixtures.WORKER_IP}"
+    assert _row(rows, "clocks").verdict == "go"
+    fixtures.ip("-n", pair[1], "link", "set", fixtures.IFACE, "down")
+    link = _row(_diagnose(pair), "NCCL interface")
+    # box-b's end is down; box-a's end sees its peer gone (no carrier): both named.
+    assert link.verdict == "no-go"
+    assert link.detail == f"box-a {i} is no carrier (the cable or the peer is down); box-b {i} is down"
+    assert "ip link set DEV up" in (link.hint or "")
+    fixtures.ip("-n", pair[1], "link", "set", fixtures.IFACE, "up")
+    fixtures.ip("-n", pair[1], "addr", "flush", "dev", fixtures.IFACE)
+    link = _row(_diagnose(pair), "NCCL interface")
+    assert link.verdict == "no-go" and f"not {fixtures.WORKER_IP}" in link.detail
+
+
+def test_a_node_clock_seconds_off_fails_the_clocks_row() -> None:
+    here = LocalHost()
+    ahead = clusterdoctor.probe_clock(here, now=lambda: time.time() - 5)  # that node runs 5 s ahead
+    even = clusterdoctor.probe_clock(here)
+    assert ahead and even and 4.5 < ahead[0] < 5.5 and abs(even[0]) < 0.5
+    h = HostFacts()
+    ok = _row(
+        clusterdoctor.cluster_rows([_report(0, h, clock=even[0]), _report(1, h, clock=even[0])], ADDRESSES),
+        "clocks",
+    )
+    assert ok.verdict == "go"
+    bad = _row(
+        clusterdoctor.cluster_rows([_report(0, h, clock=even[0]), _report(1, h, clock=ahead[0])], ADDRESSES),
+        "clocks",
+    )
+    assert bad.verdict == "no-go" and "box-b +5.0" in bad.detail and "NTP" in (bad.hint or "")
+
+
+@pytest.fixture
+def fetched(
+    hub: HubServer, client: HfHub, make_project: Callable[..., tuple[Project, Deployment]]
+) -> tuple[Project, Deployment]:
+    sha = hub.repo("acme/nodes").add_commit(tiny_files("nodes", shards=2, shard_size=64 * 1024), refs=())
+    project, spec = make_project(name="nodes", repo="acme/nodes", revision=sha)
+    fetch_model(project, spec, hub=client, echo=lambda _m: None)
+    return project, spec
+
+
+def test_model_row_reads_each_node_model_dir_and_names_the_node_that_differs(fetched, tmp_path: Path) -> None:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a private mount namespace needs root and unshare")
+    project, spec = fetched
+    lock = lockmod.read(project.lock_path)
+    root = Path(spec.model.local_dir)
+    other = tmp_path / "node-b-models"
+    shutil.copytree(root, other)  # copies keep mtimes: still verified, as a node's own fetch would be
+    # box-b: its own mount namespace, where its copy sits at the model path.
+    bind = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+    box_b = RemoteHost(
+        ("unshare", "--mount", "sh", "-c", bind, "sh", str(other), str(root)), "ns b", LocalHost()
+    )
+    a = clusterdoctor.node_model_facts(spec, lock, LocalHost())
+    b = clusterdoctor.node_model_facts(spec, lock, box_b)
+    assert a.problems == () and b.problems == () and a.checked == b.checked > 0
+    rows = clusterdoctor.cluster_rows(
+        [_report(0, HostFacts(model=a)), _report(1, HostFacts(model=b))], ADDRESSES
+    )
+    assert _row(rows, "model on every node").verdict == "go"
+    (other / "model-00002-of-00002.safetensors").unlink()
+    (other / "config.json").write_text("{}")
+    b = clusterdoctor.node_model_facts(spec, lock, box_b)
+    assert clusterdoctor.node_model_facts(spec, lock, LocalHost()).problems == ()  # box-a's dir is untouched
+    rows = clusterdoctor.cluster_rows(
+        [_report(0, HostFacts(model=a)), _report(1, HostFacts(model=b))], ADDRESSES
+    )
+    row = _row(rows, "model on every node")
+    assert row.verdict == "no-go" and row.detail.startswith("box-b: 2 of")
+    assert "model-00002-of-00002.safetensors: missing" in row.detail and "config.json: " in row.detail
+
+
+def test_remote_host_reads_files_and_sizes_through_its_prefix(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_text("12345")
+    host = RemoteHost(("env", "--"), "env", LocalHost())
+    assert host.read(str(tmp_path / "d" / "f")) == "12345"
+    assert host.listdir(str(tmp_path / "d")) == ["f"]
+    assert host.size(str(tmp_path / "d" / "f")) == 5 and host.size(str(tmp_path / "d")) is None
+    assert host.tree_bytes(str(tmp_path)) == 5
+    there, here = host.statvfs(str(tmp_path / "not" / "yet")), LocalHost().statvfs(str(tmp_path))
+    assert there and here and there[0] == here[0] and 0 < there[1] <= there[0]  # free space moves meanwhile
+    assert host.read(str(tmp_path / "missing")) is None
+
+
+def test_ssh_nodes_run_one_quoted_line_in_batch_mode() -> None:
+    host = ssh_host("root@box-b", LocalHost())
+    assert host.argv(["cat", "--", "/x y/$HOME"]) == [
+        "ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "--", "root@box-b", "cat -- '/x y/$HOME'",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", ["-oProxyCommand=touch /tmp/p", "root@box b", "root@box-b\n", "a@@b", ""])
+def test_an_ssh_destination_that_is_not_one_is_refused_naming_the_field(bad: str) -> None:
+    data = fixtures.ray_data()
+    data["cluster"]["nodes"][1]["ssh"] = bad
+    with pytest.raises(SpecError) as err:
+        specmod.from_data(data)
+    assert "cluster.nodes[1].ssh" in str(err.value) and "no leading '-'" in str(err.value)
+
+
+def test_nodes_are_reached_by_ssh_here_or_named_as_unreachable() -> None:
+    data = fixtures.ray_data()
+    data["cluster"]["nodes"][0]["address"] = "127.0.0.1"
+    data["cluster"]["nodes"][1]["ssh"] = "root@box-b"
+    spec = specmod.from_data(data)
+    hosts = node_hosts(spec, LocalHost())
+    assert isinstance(hosts["box-a"], LocalHost) and isinstance(hosts["box-b"], RemoteHost)
+    del data["cluster"]["nodes"][1]["ssh"]
+    with pytest.raises(RigsmithError) as err:
+        node_hosts(specmod.from_data(data), LocalHost())
+    assert "box-b (10.231.0.2)" in err.value.message and "cluster.nodes[1].ssh" in (err.value.hint or "")
+
+
+def test_cli_doctor_names_unreachable_nodes_and_checks_one_node_with_node_flag(tmp_path: Path) -> None:
+    project = write_project(tmp_path, fixtures.ray_data())
+    res = invoke_cli(project.root, "doctor", "--deployment", fixtures.RAY_NAME)
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert "cannot reach node(s) box-a (10.231.0.1), box-b (10.231.0.2)" in res.stdout + res.stderr
+    res = invoke_cli(project.root, "doctor", "--deployment", fixtures.RAY_NAME, "--node", "box-b")
+    out = res.stdout + res.stderr
+    assert f"doctor: {fixtures.RAY_NAME} on box-b (this machine, podman)" in out and "cluster view" not in out
+    assert "Traceback" not in out
+
+
+def test_node_plans_unchanged_by_ssh() -> None:
+    data = fixtures.ray_data()
+    data["cluster"]["nodes"][1]["ssh"] = "root@box-b"
+    spec = specmod.from_data(data)
+    plain = specmod.from_data(fixtures.ray_data())
+    base = planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml")
+    assert [n.plan.command for n in cluster.node_plans(spec, base)] == [
+        n.plan.command
+        for n in cluster.node_plans(
+            plain, planmod.make(plain, lockmod.Lock(), spec_path="deployments/x.yaml")
+        )
+    ]
+
+
+def test_cli_status_and_up_name_the_nodes_they_cannot_reach(tmp_path: Path) -> None:
+    project = write_project(tmp_path, fixtures.ray_data())
+    for task in ("status", "up", "down"):
+        res = invoke_cli(project.root, task, "--deployment", fixtures.RAY_NAME)
+        out = res.stdout + res.stderr
+        assert res.returncode != 0 and "Traceback" not in out, out
+        assert "cannot reach node(s) box-a (10.231.0.1), box-b (10.231.0.2)" in out, out
+        assert "cluster.nodes[0].ssh, cluster.nodes[1].ssh" in out, out
+
+
+def test_podman_nodes_run_each_node_s_own_scripts_and_reach_into_its_container(tmp_path: Path) -> None:
+    from rigsmith.operating.clusterlife import PodmanNodes
+
+    spec = specmod.from_data(fixtures.ray_data())
+    nodes = cluster.node_plans(spec, planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml"))
+    ctl = PodmanNodes(tmp_path)
+    worker = f"{fixtures.RAY_NAME}-box-b"
+    assert ctl.start(nodes[1]) == [["bash", str(tmp_path / "podman" / worker / "run.sh")]]
+    assert ctl.stop(nodes[1], 30) == [["bash", str(tmp_path / "podman" / worker / "stop.sh")]]
+    assert ctl.exec(nodes[0], ["python3", "-c", "x"]) == [
+        "podman",
+        "exec",
+        f"{fixtures.RAY_NAME}-box-a",
+        "python3",
+        "-c",
+        "x",
+    ]
+    # No such container on this machine's podman: the node reads as absent.
+    assert ctl.state(LocalHost({"PATH": os.environ["PATH"]}), nodes[1]) == "absent"
