@@ -74,9 +74,10 @@ def model_facts(
             verify,
             note="rigsmith.lock pins no model for it yet: `invoke pin` then `fetch-model`",
         )
-    count, problems = _compare(m, entry, verify)
+    count, problems = _compare(m, entry, verify, listing)
     unpinned = []
-    for p in placements(spec):
+    # Another node's listing covers its main model dir only; its secondaries are checked there (--node).
+    for p in placements(spec) if listing is None else ():
         sub = lock.secondary.get(spec.name, {}).get(p.repo)
         if sub is None:  # like a model with no entry: nothing pinned, so nothing to drift from
             unpinned.append(p.repo)
@@ -94,7 +95,12 @@ def model_facts(
     return ModelFacts(m.local_dir, count, verify, tuple(problems), note=note)
 
 
-def _compare(m: ModelSpec, entry: lockmod.LockedModel, verify: bool) -> tuple[int, list[str]]:
+def _compare(
+    m: ModelSpec,
+    entry: lockmod.LockedModel,
+    verify: bool,
+    listing: tuple[Mapping[str, tuple[int, int]], str | None] | None = None,
+) -> tuple[int, list[str]]:
     """(files compared, differences) of one model dir against its lock entry."""
     root = expand_dir(m.local_dir)
     if listing is None:
