@@ -16,12 +16,11 @@ mtime), so the mark never vouches for a file the full run would look at again. S
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 from pathlib import Path
 
+from rigsmith import marks
 from rigsmith.errors import RigsmithError
 
 #: How many files download and hash at once, like ``hf download`` (hashlib releases the GIL on large
@@ -36,8 +35,6 @@ STATE_DIR = ".rigsmith"
 STATE_FILE = "state.json"
 PARTIAL_DIR = "partial"
 HF_DOWNLOAD_DIR = ".cache/huggingface/download"
-
-Stat = list[int] | None
 
 
 def parse_workers(text: object) -> int:
@@ -67,22 +64,8 @@ def mark_path(checkout: Path, name: str) -> Path:
 
 def key(checkout: Path, name: str, dest: Path | None, home: str) -> str:
     """What a fetch's answer follows from, besides the model dir: the spec, the lock, the flags, the home."""
-    h = hashlib.sha256(json.dumps([FORMAT, str(dest) if dest else None, home]).encode())
-    for path in (checkout / "deployments" / f"{name}.yaml", checkout / "rigsmith.lock"):
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            data = b""
-        h.update(len(data).to_bytes(8, "big") + data)
-    return h.hexdigest()
-
-
-def _stat(path: Path, follow: bool = True) -> Stat:
-    try:
-        st = path.stat() if follow else path.lstat()
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, st.st_mode]
+    files = (checkout / "deployments" / f"{name}.yaml", checkout / "rigsmith.lock")
+    return marks.digest([FORMAT, str(dest) if dest else None, home], files)
 
 
 def _hf_leftovers(root: Path) -> bool:
@@ -98,9 +81,9 @@ def _observe(root: Path, files: list[str]) -> dict[str, object]:
     state = root / STATE_DIR
     return {
         "real": os.path.realpath(root),
-        "dirs": [_stat(p, follow=False) for p in (root, state, root / ".cache", state / PARTIAL_DIR)],
-        "state": _stat(state / STATE_FILE),
-        "files": {f: _stat(root / f) for f in files},
+        "dirs": [marks.stat(p, follow=False) for p in (root, state, root / ".cache", state / PARTIAL_DIR)],
+        "state": marks.stat(state / STATE_FILE),
+        "files": {f: marks.stat(root / f) for f in files},
     }
 
 
@@ -111,31 +94,26 @@ def record(checkout: Path, name: str, dest: Path | None, home: str, root: Path, 
         files = sorted(cached["files"])
     except (OSError, ValueError, KeyError, TypeError):
         return
-    if _hf_leftovers(root):
-        return
-    from rigsmith.writer import write_one  # difflib, tempfile: not for the warm path
-
-    mark = {"key": key(checkout, name, dest, home), "root": str(root), "said": said, **_observe(root, files)}
-    with contextlib.suppress(OSError, RigsmithError):
-        write_one(mark_path(checkout, name), json.dumps(mark, sort_keys=True) + "\n")
+    if not _hf_leftovers(root):
+        mark = {"key": key(checkout, name, dest, home), "root": str(root), "said": said}
+        marks.write(mark_path(checkout, name), {**mark, **_observe(root, files)})
 
 
 def forget(checkout: Path, name: str) -> None:
     """Drop the mark (a fetch that did something: its answer is not the one a re-run gives)."""
-    with contextlib.suppress(OSError):
-        mark_path(checkout, name).unlink(missing_ok=True)
+    marks.forget(mark_path(checkout, name))
 
 
 def recall(checkout: Path, name: str, dest: Path | None, home: str) -> str | None:
     """What the last no-op fetch printed, when nothing it followed from has changed since; else None."""
+    mark = marks.read(mark_path(checkout, name))
+    if mark is None or mark.get("key") != key(checkout, name, dest, home):
+        return None
     try:
-        mark = json.loads(mark_path(checkout, name).read_bytes())
-        if mark["key"] != key(checkout, name, dest, home):
-            return None
         root = Path(mark["root"])
         seen = _observe(root, sorted(mark["files"]))
-        said = mark["said"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None
+    said = mark.get("said")
     same = all(seen[k] == mark.get(k) for k in seen)
     return said if same and isinstance(said, str) and not _hf_leftovers(root) else None
