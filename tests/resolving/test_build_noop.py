@@ -20,7 +20,8 @@ from tests.support.images import cli_env, tiny_image, tiny_project
 
 
 def _build(env: dict[str, str]) -> tuple[int, str, list[str]]:
-    """`invoke build --engine podman` in a fresh interpreter: exit code, output, docker-py modules loaded."""
+    """`invoke build` in a fresh interpreter: exit code, output, and which of docker-py, requests, httpx (with
+    its CLI's rich and click) it loaded."""
     code = (
         "import json, sys\nfrom invoke.main import program\n"
         "try:\n    program.run(['invoke', 'build', '--image', 'tiny', '--engine', 'podman'])\n"
@@ -32,7 +33,11 @@ def _build(env: dict[str, str]) -> tuple[int, str, list[str]]:
     )
     *said, mods = res.stdout.splitlines()
     loaded = json.loads(mods.removeprefix("MODULES "))
-    return res.returncode, "\n".join(said) + res.stderr, [m for m in loaded if m in ("docker", "requests")]
+    return (
+        res.returncode,
+        "\n".join(said) + res.stderr,
+        [m for m in loaded if m in ("docker", "requests", "httpx", "rich", "click")],
+    )
 
 
 def _noop(env: dict[str, str]) -> None:
