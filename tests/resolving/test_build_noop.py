@@ -56,7 +56,10 @@ def _rebuilt(env: dict[str, str]) -> str:
 def test_the_engine_builds_again_whenever_an_input_differs(
     tmp_path, base_ref: str, podman_api: services.PodmanService
 ) -> None:
-    project = tiny_project(tmp_path, base_ref)
+    # A build arg of its own: no layer in common with test_build_real's builds of images/tiny, which expect
+    # their RUN steps to run (podman's layer cache is shared by the session's tests).
+    own = {"GREETING": "the no-op test's own layers"}
+    project = tiny_project(tmp_path, base_ref, build_args=own)
     env = cli_env(project, CONTAINER_HOST=podman_api.url)
     reg = registrymod.Registry({})
     try:
@@ -67,7 +70,7 @@ def test_the_engine_builds_again_whenever_an_input_differs(
     _noop(env)
 
     files = [{"src": "greet.txt", "dest": "/opt/src/greet.txt"}, {"src": "extra.txt", "dest": "/opt/extra"}]
-    tiny_image(project.root, base_ref, files=files)  # the definition, so the Dockerfile
+    tiny_image(project.root, base_ref, files=files, build_args=own)  # the definition: the Dockerfile
     (project.images / "tiny" / "extra.txt").write_text("one\n")
     _rebuilt(env)
     _noop(env)
