@@ -88,11 +88,32 @@ def deploy(
 ) -> None:
     """Render run artifacts for one target from the spec and the lock."""
     resolve = side(ours, theirs)
+    proj = project(c)
+    mem, vm, uvm = _memlock(memlock), _vmid(vmid, lxc_config), _int("--uvm-major", uvm_major)
+    opts = [image, out and str(Path(out).resolve()), mem, podman_version, vm, pve_version, uvm, resolve]
+    said: list[str] = []
+    mark = None
+    from rigsmith.project import TARGETS  # no spec models: those load only for a full render
+
+    if check and lxc_config is None and target in TARGETS:
+        from rigsmith.rendering import checkmark  # stdlib only: an up-to-date check answers from stat calls
+
+        name = proj.resolve_name(deployment)
+        mark = (name, checkmark.key(proj.root, target, name, {"options": [*opts, replace_gpu_passthrough]}))
+        for line in checkmark.recall(proj.root, target, *mark) or []:
+            said.append(line)
+            echo(line)
+        if said:
+            return
     from rigsmith.rendering import deploy as deploymod
     from rigsmith.rendering.targets import LxcOptions
 
-    deploymod.deploy(
-        project(c),
+    def say(line: str) -> None:
+        said.append(line)
+        echo(line)
+
+    outcomes = deploymod.deploy(
+        proj,
         target,
         deployment=deployment,
         image=image,
@@ -100,18 +121,23 @@ def deploy(
         yes=yes,
         check=check,
         confirm=confirm(),
-        echo=echo,
-        memlock=_memlock(memlock),
+        echo=say,
+        memlock=mem,
         podman_version=podman_version,
         lxc=LxcOptions(
-            vmid=_vmid(vmid, lxc_config),
+            vmid=vm,
             pve_version=pve_version,
             config=Path(lxc_config) if lxc_config else None,
-            uvm_major=_int("--uvm-major", uvm_major),
+            uvm_major=uvm,
             resolve=resolve,
             replace_passthrough=replace_gpu_passthrough,
         ),
     )
+    if mark is not None:
+        from rigsmith.rendering import checkmark
+
+        paths = [str(o.artifact.path) for o in outcomes]
+        checkmark.record(proj.root, target, mark[0], mark[1], paths, said)
 
 
 @task(

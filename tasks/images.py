@@ -83,13 +83,15 @@ def build(
         raise RigsmithError(f"--engine {engine!r} is not supported", hint="use --engine podman or docker")
     proj = project(c)
     names = buildmod.images_to_build(proj, image=image, deployment=deployment)
-    for name in names:  # every definition renders (files, base pin) before any engine is touched
-        buildmod.prepare(proj, name)
+    # Every definition renders (files, base pin) before any engine is touched, once.
+    prepared = {name: buildmod.prepare(proj, name) for name in names}
     eng = enginemod.connect(engine, os.environ)
     reg = _registry() if push else None  # only a push asks a registry (and a client costs a TLS setup)
     try:
         for name in names:
-            buildmod.build_image(proj, eng, image=name, push=push, resolver=reg, echo=echo)
+            buildmod.build_image(
+                proj, eng, image=name, push=push, resolver=reg, echo=echo, prepared=prepared[name]
+            )
     finally:
         if reg is not None:
             reg.close()

@@ -45,12 +45,19 @@ def fetch_model(
     A local checkpoint (``model.repo: null``) is not downloaded or verified: the task reports what
     model.local_dir holds (or fails when it is missing) and applies the config patches, keeping the original.
     """
+    from rigsmith.resolving import warmfetch  # stdlib only: a warm re-run answers from stat calls
+
+    n = warmfetch.parse_workers(workers)
+    proj = project(c)
+    where = Path(dest).expanduser() if dest else None
+    if not (verify or repin or adopt_dir or overwrite_edited):
+        said = warmfetch.recall(proj.root, proj.resolve_name(deployment), where, warmfetch.user_home())
+        if said is not None:
+            echo(said)
+            return
     from rigsmith.resolving import modelfetch, secondaryfetch
 
-    n = modelfetch.parse_workers(workers)
-    proj = project(c)
     spec = proj.load(deployment)
-    where = Path(dest).expanduser() if dest else None
     try:
         report = secondaryfetch.fetch_models(
             proj,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
+
+if TYPE_CHECKING:
+    from rigsmith import spec as specmod
 
 TARGETS = ("podman", "quadlet", "compose", "lxc", "kube")
 
@@ -83,6 +86,8 @@ class Project:
     def load(self, name: str | None) -> specmod.Deployment:
         """Load and validate the named (or only) deployment (every bad file is one SpecError: see
         :func:`rigsmith.spec.load`)."""
+        from rigsmith import spec as specmod  # the pydantic models: only for a task that reads a spec
+
         return specmod.load(self.spec_path(self.resolve_name(name)))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import shlex
 from collections.abc import Mapping
@@ -10,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.bccache
 
 from rigsmith.writer import BANNER_MARK
 
@@ -67,6 +70,29 @@ def banner(command: str, spec_path: str, comment: str = "#") -> str:
     return f"{comment} {BANNER_MARK} — do not edit; edit {spec_path} and re-run:\n{comment}   {command}\n"
 
 
+class _Compiled(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept between runs, in Jinja's per-user directory (created 0700 and checked):
+    compiling the templates cost more than rendering them. Jinja reloads one only when the template's
+    source checksum, Jinja's bytecode version and Python's version all match. Only a cache: a directory
+    that cannot be written is passed over."""
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        with contextlib.suppress(OSError):
+            super().dump_bytecode(bucket)
+
+
+def _compiled(env: jinja2.Environment) -> jinja2.BytecodeCache | None:
+    """The cache for ``env``'s templates, named by the settings their compiled code depends on."""
+    settings = [jinja2.__version__, env.trim_blocks, env.lstrip_blocks, env.keep_trailing_newline]
+    settings += [env.newline_sequence, env.autoescape, env.block_start_string, env.variable_start_string]
+    settings += [env.comment_start_string, env.line_statement_prefix, env.line_comment_prefix]
+    tag = hashlib.sha256(repr(settings).encode()).hexdigest()[:12]
+    try:
+        return _Compiled(pattern=f"rigsmith-{tag}-%s.cache")
+    except (OSError, RuntimeError):  # no private temp directory: compile every time, as before
+        return None
+
+
 @cache
 def environment(root: Path = TEMPLATES, overlay: Path | None = None) -> jinja2.Environment:
     """StrictUndefined, no autoescape, trailing newline kept; quoting filters registered.
@@ -83,6 +109,7 @@ def environment(root: Path = TEMPLATES, overlay: Path | None = None) -> jinja2.E
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.bytecode_cache = _compiled(env)
     env.filters["shquote"] = shquote
     env.filters["shpath"] = shpath
     env.filters["dockerquote"] = dockerquote

@@ -410,6 +410,23 @@ def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement]) -> list
     ]
 
 
+#: The last few specs' digests: validation and the plan each build one from the same spec object, and
+#: dumping it as YAML is most of what building a plan costs. Kept with the spec, so its id is not reused.
+_DIGESTS: dict[int, tuple[specmod.Deployment, str]] = {}
+
+
+def spec_digest(spec: specmod.Deployment) -> str:
+    """sha256 of the spec as YAML (the generated files' spec hash)."""
+    seen = _DIGESTS.get(id(spec))
+    if seen is not None and seen[0] is spec:
+        return seen[1]
+    digest = hashlib.sha256(specmod.dump(spec).encode()).hexdigest()
+    if len(_DIGESTS) >= 8:
+        _DIGESTS.pop(next(iter(_DIGESTS)))
+    _DIGESTS[id(spec)] = (spec, digest)
+    return digest
+
+
 def build(
     spec: specmod.Deployment,
     image: tuple[str, bool],
@@ -450,7 +467,7 @@ def build(
     indices = tuple(d.split("=", 1)[1] for d in gpus.cdi_devices)
     grace = spec.resources.stop_grace_seconds
     shutdown = spec.shutdown_timeout
-    digest = hashlib.sha256(specmod.dump(written).encode()).hexdigest()
+    digest = spec_digest(written)
     return RunPlan(
         name=spec.name,
         spec_path=spec_path,

@@ -230,6 +230,7 @@ def build_image(
     resolver: Resolver | None = None,
     echo: Echo = print,
     sources: Sources | None = None,
+    prepared: tuple[imagemod.ImageDef, imagemod.Context] | None = None,
 ) -> lockmod.LockedBuild:
     """Render, build (log streamed), optionally push, re-check, and record the build in the lock.
 
@@ -241,11 +242,12 @@ def build_image(
         push: registry (host[:port][/path]) to push to; the image becomes REGISTRY/<name>:<inputs>.
         resolver: registry client to re-check the pushed digest (required with push).
         echo: where progress and the build log go.
+        prepared: what :func:`prepare` returned for this image in this command (not rendered twice).
     """
     name = image_name(project, image=image, deployment=deployment)
     if push and resolver is None:
         raise RigsmithError("--push needs a registry client")
-    definition, ctx = prepare(project, name, sources)
+    definition, ctx = prepared or prepare(project, name, sources)
     epoch = definition.source_date_epoch
     dest = context_dir(project, name)
     materialize(ctx, dest, epoch)

@@ -12,22 +12,21 @@ Translation only. Two engine facts shape it (shared/research/library-facts.md §
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
 import re
+import socket
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
-
-import docker  # type: ignore[import-untyped]
-import docker.auth  # type: ignore[import-untyped]
-import docker.constants  # type: ignore[import-untyped]
-import docker.errors  # type: ignore[import-untyped]
-import docker.utils  # type: ignore[import-untyped]
-import requests
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from rigsmith.errors import AdapterError, PreflightError
+
+if TYPE_CHECKING:
+    import docker  # type: ignore[import-untyped]
 
 EngineKind = Literal["podman", "docker"]
 ENGINES: tuple[EngineKind, ...] = ("podman", "docker")
@@ -38,6 +37,9 @@ _STEP_RE = re.compile(r"^(?:Step|STEP) \d+/\d+")
 _CACHE_RE = re.compile(r"Using cache")
 #: A build can run pip and compile; the API call waits this long for the stream.
 BUILD_TIMEOUT = 3600
+#: docker-py's MINIMUM_DOCKER_API_VERSION (tests/resolving/test_engine_parsers.py checks they agree): the
+#: handshake runs before docker-py is imported, and a command that builds nothing never imports it.
+MINIMUM_API = "1.24"
 
 
 @dataclass(frozen=True)
@@ -176,16 +178,78 @@ class Engine(Protocol):
         ...
 
 
-class DockerPyEngine:
-    """docker-py against a Docker daemon or Podman's API service."""
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
 
-    def __init__(self, client: docker.DockerClient, url: str, kind: EngineKind) -> None:
-        self.client = client
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class _Api:
+    """Plain HTTP/1.1 to the engine's API, stdlib only, over one kept-alive connection: the handshake and
+    an image inspect are all a no-op build asks, and importing docker-py cost more than both requests."""
+
+    def __init__(self, url: str, timeout: float = 60) -> None:
+        if url.startswith("unix://"):
+            self.conn: http.client.HTTPConnection = _UnixConnection(url.removeprefix("unix://"), timeout)
+        else:  # tcp:// or http://host:port: plain HTTP, as docker-py speaks it without TLS settings
+            self.conn = http.client.HTTPConnection(url.split("://", 1)[1].rstrip("/"), timeout=timeout)
+
+    @staticmethod
+    def speaks(url: str) -> bool:
+        return url.startswith(("unix://", "tcp://", "http://"))
+
+    def get(self, path: str) -> tuple[int, http.client.HTTPMessage, bytes]:
+        self.conn.request("GET", path)
+        resp = self.conn.getresponse()
+        return resp.status, resp.headers, resp.read()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class DockerPyEngine:
+    """docker-py against a Docker daemon or Podman's API service. The handshake and image inspects go over
+    the stdlib (:class:`_Api`) where the URL allows; docker-py is imported for the first build, tag or push.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        kind: EngineKind,
+        version: str,
+        api: _Api | None = None,
+        client: docker.DockerClient | None = None,
+    ) -> None:
         self.url = url
         self.kind = kind
+        self.version = version
+        self._api = api
+        self._client = client
+
+    @property
+    def client(self) -> docker.DockerClient:
+        """docker-py's client at the API version the handshake found (no second handshake)."""
+        if self._client is None:
+            import docker
+
+            self._client = docker.DockerClient(base_url=self.url, version=self.version, timeout=60)
+        return self._client
 
     def build(self, context: bytes, *, tag: str, epoch: int, log: Log) -> BuildResult:
         """Build and stream the log live. Podman: /libpod/build with a fixed timestamp, OCI format."""
+        import docker.errors  # type: ignore[import-untyped]
+        import requests
+
         out = BuildLog(log)
         try:
             events = (
@@ -237,6 +301,8 @@ class DockerPyEngine:
             "forcerm": "true",
             "networkmode": "host",
         }
+        import docker.auth  # type: ignore[import-untyped]
+
         headers = {"Content-Type": "application/x-tar"}
         creds = docker.auth.load_config().get_all_credentials()
         if creds:
@@ -250,6 +316,8 @@ class DockerPyEngine:
 
     def tag(self, image: str, ref: str) -> None:
         """Add a name (repository:tag) to an image."""
+        import docker.errors
+
         repo, _, tag = ref.rpartition(":")
         try:
             self.client.api.tag(image, repo, tag, force=True)
@@ -258,6 +326,9 @@ class DockerPyEngine:
 
     def push(self, ref: str, *, log: Log) -> str | None:
         """Push ``repository:tag``; errors in the stream raise."""
+        import docker.errors
+        import requests
+
         repo, _, tag = ref.rpartition(":")
         try:
             events = self.client.api.push(repo, tag=tag, stream=True, decode=True)
@@ -267,6 +338,27 @@ class DockerPyEngine:
 
     def inspect(self, ref: str) -> dict[str, Any]:
         """Image inspect data."""
+        if self._api is None:
+            return self._inspect_docker_py(ref)
+        path = f"/v{self.version}/images/{urllib.parse.quote(ref, safe='/:')}/json"
+        try:
+            status, _, body = self._api.get(path)
+        except (OSError, http.client.HTTPException) as err:
+            raise AdapterError(f"{self.kind}: cannot inspect {ref}: {err}") from None
+        if status == 404:
+            raise AdapterError(f"{self.kind}: image {ref} not found after the build")
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        if status != 200 or not isinstance(data, dict):
+            said = data.get("message") if isinstance(data, dict) else body[:200].decode(errors="replace")
+            raise AdapterError(f"{self.kind}: cannot inspect {ref}: HTTP {status}: {said}")
+        return data
+
+    def _inspect_docker_py(self, ref: str) -> dict[str, Any]:
+        import docker.errors
+
         try:
             return dict(self.client.api.inspect_image(ref))
         except docker.errors.ImageNotFound:
@@ -275,18 +367,53 @@ class DockerPyEngine:
             raise AdapterError(f"{self.kind}: cannot inspect {ref}: {err.explanation}") from None
 
     def close(self) -> None:
-        """Close the client."""
-        self.client.close()
+        """Close the connections."""
+        if self._api is not None:
+            self._api.close()
+        if self._client is not None:
+            self._client.close()
 
 
-def _handshake(url: str) -> tuple[docker.DockerClient, EngineKind]:
-    """A client for ``url`` and the engine behind it, from one request.
+class _Refused(ValueError):
+    """An endpoint that answered, but not as an engine rigsmith can use (or did not answer)."""
+
+
+def _older(version: str, floor: str) -> bool:
+    return tuple(int(x) for x in version.split(".")) < tuple(int(x) for x in floor.split("."))
+
+
+def _ping(api: _Api) -> tuple[str, EngineKind]:
+    """The engine's API version and kind, from one request.
 
     ``DockerClient(version="auto")`` asks ``/version`` for the API version and ``client.version()`` asked
     again for the components; Podman answers ``/version`` in 0.3 s or more, ``/_ping`` in milliseconds. Both
     engines put the API version in ``/_ping``'s headers, and Podman adds ``Libpod-Api-Version``; an engine
-    whose ping says less is asked ``/version`` (once), as before.
+    whose ping says less is asked ``/version`` (once).
     """
+    status, headers, _ = api.get("/_ping")
+    if status != 200:
+        raise _Refused(f"/_ping answered HTTP {status}")
+    version = headers.get("Api-Version")
+    kind: EngineKind = "podman" if headers.get("Libpod-Api-Version") else "docker"
+    if not version:
+        status, _, body = api.get("/version")
+        info = json.loads(body) if status == 200 else None
+        version = info.get("ApiVersion") if isinstance(info, dict) else None
+        kind = engine_kind(info if isinstance(info, dict) else {})
+    if not isinstance(version, str):
+        raise _Refused('no "ApiVersion"')
+    if _older(version, MINIMUM_API):
+        raise _Refused(f"API version {version} is below {MINIMUM_API}")
+    return version, kind
+
+
+def _handshake(url: str) -> tuple[docker.DockerClient, EngineKind]:
+    """docker-py's own handshake, for URLs the stdlib does not speak (ssh://, TLS): as :func:`_ping`."""
+    import docker
+    import docker.constants  # type: ignore[import-untyped]
+    import docker.errors
+    import docker.utils  # type: ignore[import-untyped]
+
     floor = docker.constants.MINIMUM_DOCKER_API_VERSION
     client = docker.DockerClient(base_url=url, version=floor, timeout=60)
     try:
@@ -310,6 +437,26 @@ def _handshake(url: str) -> tuple[docker.DockerClient, EngineKind]:
         raise
 
 
+def _open(url: str) -> DockerPyEngine:
+    """An engine for ``url`` after its handshake. Raises _Refused saying what went wrong."""
+    if _Api.speaks(url):
+        api = _Api(url)
+        try:
+            version, kind = _ping(api)
+        except (OSError, http.client.HTTPException, ValueError) as err:
+            api.close()
+            raise _Refused(str(err) if isinstance(err, _Refused) else type(err).__name__) from None
+        return DockerPyEngine(url, kind, version, api=api)
+    import docker.errors
+    import requests
+
+    try:
+        client, kind = _handshake(url)
+    except (docker.errors.DockerException, requests.RequestException) as err:
+        raise _Refused(type(err).__name__) from None
+    return DockerPyEngine(url, kind, str(client.api.api_version), client=client)
+
+
 def _reachable(url: str) -> bool:
     return not url.startswith("unix://") or Path(url.removeprefix("unix://")).exists()
 
@@ -326,15 +473,15 @@ def connect(engine: EngineKind | None, env: Mapping[str, str]) -> DockerPyEngine
             tried.append(f"{url} (no socket)")
             continue
         try:
-            client, kind = _handshake(url)
-        except (docker.errors.DockerException, requests.RequestException) as err:
-            tried.append(f"{url} ({type(err).__name__})")
+            eng = _open(url)
+        except _Refused as err:
+            tried.append(f"{url} ({err})")
             continue
-        if engine is not None and kind != engine:
-            tried.append(f"{url} (that is {kind})")
-            client.close()
+        if engine is not None and eng.kind != engine:
+            tried.append(f"{url} (that is {eng.kind})")
+            eng.close()
             continue
-        return DockerPyEngine(client, url, kind)
+        return eng
     hint = {
         "podman": "start Podman's API service: `systemctl enable --now podman.socket` (or `podman system "
         "service --time=0 unix:///run/podman/podman.sock`), or set CONTAINER_HOST=unix://PATH",

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from rigsmith.errors import LockError
@@ -193,6 +192,8 @@ def dumps(lock: Lock) -> str:
 @contextmanager
 def locked(path: Path) -> Iterator[Lock]:
     """Read-modify-write the lock under a cross-process file lock."""
+    from filelock import FileLock  # only for a command that writes the lock (deploy --check reads it)
+
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".flock", timeout=600):
         lock = read(path)

@@ -40,6 +40,7 @@ from rigsmith.errors import AdapterError, ConsentError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving import warmfetch
 from rigsmith.resolving.lock import LockedModel
 from rigsmith.resolving.modelfiles import (
     HF_DOWNLOAD_DIR,
@@ -73,6 +74,9 @@ from rigsmith.resolving.modelfiles import (
     still_verified,
     wants,
 )
+from rigsmith.resolving.warmfetch import MAX_WORKERS as MAX_WORKERS
+from rigsmith.resolving.warmfetch import WORKERS as WORKERS
+from rigsmith.resolving.warmfetch import parse_workers as parse_workers
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
@@ -86,10 +90,6 @@ HubFactory = Callable[[], "Hub"]
 #: Asks the user a yes/no question (None: no terminal, so nothing may be asked and the answer is no).
 Confirm = Callable[[str], bool]
 
-#: How many files download and hash at once, like ``hf download`` (hashlib releases the GIL on large
-#: buffers, so the threads really overlap).
-WORKERS = 8
-MAX_WORKERS = 64
 #: Report download progress in steps of at least this many bytes.
 PROGRESS_STEP = 1 << 20
 #: Ask the kernel to start writing a download out every this many bytes.
@@ -107,22 +107,6 @@ OVERWRITE_FLAG = "--overwrite-edited"
 
 class FetchInterrupted(KeyboardInterrupt):
     """Ctrl-C during a fetch: queued files were cancelled, transfers stopped, partial files kept."""
-
-
-def parse_workers(text: object) -> int:
-    """``--workers`` as given on the command line: a whole number from 1 to :data:`MAX_WORKERS`.
-
-    Raises:
-        RigsmithError: naming the flag and the range.
-    """
-    raw = str(text).strip()
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_WORKERS:
-        shown = raw if len(raw) <= 20 else raw[:20] + "…"
-        raise RigsmithError(
-            f"--workers {shown!r}: must be a whole number from 1 to {MAX_WORKERS}",
-            hint=f"the default, {WORKERS}, matches `hf download`",
-        )
-    return int(raw)
 
 
 def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
@@ -699,7 +683,7 @@ def fetch_model(
             f"--workers {workers}: must be between 1 and {MAX_WORKERS}",
             hint=f"the default, {WORKERS}, matches `hf download`",
         )
-    home = home if home is not None else os.environ.get("HOME") or str(Path.home())
+    home = home if home is not None else warmfetch.user_home()
     if spec.model.repo is None:
         return _local(spec, dest, echo, home)
     field = "--dest" if dest is not None else f"{where}.local_dir"
@@ -790,7 +774,21 @@ def fetch_model(
             cur = slot.get(lock)
             if cur is not None and cur.commit == entry.commit:
                 slot.put(lock, cur.model_copy(update={"patches": new_patches}))
+    if slot.repo is None and not spec.secondary_models:
+        _mark(project, spec.name, dest, home, root, report)
+    else:
+        # A warm answer covers one model dir; with secondary models every run checks them all.
+        warmfetch.forget(project.root, spec.name)
     return report
+
+
+def _mark(project: Project, name: str, dest: Path | None, home: str, root: Path, report: FetchReport) -> None:
+    """A run that changed nothing leaves the mark a warm re-run answers from (stats only); others drop it."""
+    busy = report.downloaded or report.hashed_files or report.cleaned or report.patched
+    if report.cached == report.files and not busy:
+        warmfetch.record(project.root, name, dest, home, root, report.summary())
+    else:
+        warmfetch.forget(project.root, name)
 
 
 def _guard_dir(

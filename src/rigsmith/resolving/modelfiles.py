@@ -22,14 +22,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
 from rigsmith.resolving.lock import LockedFile, LockedModel, LockedPatch
+from rigsmith.resolving.warmfetch import HF_DOWNLOAD_DIR as HF_DOWNLOAD_DIR
+from rigsmith.resolving.warmfetch import PARTIAL_DIR as PARTIAL_DIR
+from rigsmith.resolving.warmfetch import STATE_DIR as STATE_DIR
+from rigsmith.resolving.warmfetch import STATE_FILE as STATE_FILE
 from rigsmith.spec import ConfigPatch
 
-#: rigsmith's own book-keeping inside a model dir (hf keeps its own in ``.cache/huggingface``).
-STATE_DIR = ".rigsmith"
-STATE_FILE = "state.json"
-PARTIAL_DIR = "partial"
+#: Where the Hub's bytes of a patched config file stay, under STATE_DIR (rigsmith's book-keeping).
 ORIGINAL_DIR = "original"
-HF_DOWNLOAD_DIR = ".cache/huggingface/download"
 HASH_CHUNK = 8 * 1024 * 1024
 
 HashKind = Literal["sha256", "git_sha1"]

@@ -20,8 +20,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from rigsmith.errors import AdapterError, CommandError, RigsmithError, SpecError
 from rigsmith.importing.proposal import check_asset_url, check_git_url
@@ -29,6 +28,9 @@ from rigsmith.project import Project
 from rigsmith.resolving import archive, imagedef
 from rigsmith.resolving import image as imagemod
 from rigsmith.resolving import lock as lockmod
+
+if TYPE_CHECKING:
+    import httpx
 
 Echo = Callable[[str], None]
 
@@ -173,6 +175,8 @@ class Sources:
 
     def download(self, name: str, url: str, want: str | None, where: str) -> tuple[str, int]:
         """Download ``url`` into the cache; refuse bytes whose hash is not ``want`` (when given)."""
+        import httpx  # (and its CLI's rich and click): only when an asset is not in the cache yet
+
         check_asset_url(url)
         client = self._client
         if client is None:
