@@ -230,7 +230,7 @@ def build_image(
     resolver: Resolver | None = None,
     echo: Echo = print,
     sources: Sources | None = None,
-    prepared: tuple[imagemod.ImageDef, imagemod.Context] | None = None,
+    prepared: tuple[imagedef.ImageDef, imagemod.Context] | None = None,
 ) -> lockmod.LockedBuild:
     """Render, build (log streamed), optionally push, re-check, and record the build in the lock.
 
