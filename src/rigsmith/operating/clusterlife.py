@@ -269,6 +269,10 @@ def ray_leftovers(host: Host, address: str) -> list[str]:
     ]
 
 
+#: How often, and how far apart, ``down`` looks for Ray processes that outlived the stop (5 s in all).
+LEFTOVER_LOOKS, LEFTOVER_PAUSE = 10, 0.5
+
+
 def down(c: Cluster, grace: int) -> None:
     """Stop the head (its engine) first, then the workers; fail naming any Ray process left."""
     for n in c.nodes:  # head first
@@ -282,8 +286,14 @@ def down(c: Cluster, grace: int) -> None:
             raise RigsmithError(
                 f"{n.plan.name} still runs on {n.node.name} after stop", hint="stop it there by hand"
             )
-    left = {n.node.name: ray_leftovers(c.host(n), n.node.address) for n in c.nodes}
-    left = {k: v for k, v in left.items() if v}
+    # A killed node's processes end a moment after its stop returns (the kernel tears a PID namespace
+    # down asynchronously): look again for a few seconds before naming any as left behind.
+    for _ in range(LEFTOVER_LOOKS):
+        left = {n.node.name: ray_leftovers(c.host(n), n.node.address) for n in c.nodes}
+        left = {k: v for k, v in left.items() if v}
+        if not left:
+            break
+        time.sleep(LEFTOVER_PAUSE)
     if left:
         raise RigsmithError(
             "Ray processes outlived the stop: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in left.items()),
