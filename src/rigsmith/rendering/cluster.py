@@ -119,7 +119,7 @@ def _node_args(spec: specmod.Deployment, i: int) -> tuple[str, ...]:
     return node.args if node.args is not None else spec.engine.args
 
 
-def _local_dp(spec: specmod.Deployment, i: int) -> int:
+def local_dp(spec: specmod.Deployment, i: int) -> int:
     """Data-parallel ranks on node ``i``: its GPUs over TP × PP."""
     args = _node_args(spec, i)
     per_rank = (_size(args, "--tensor-parallel-size") or 1) * (_size(args, "--pipeline-parallel-size") or 1)
@@ -345,7 +345,9 @@ def with_health(spec: specmod.Deployment, argv: Sequence[str]) -> str:
     return f"{shlex.join(argv)} & exec {shlex.join(health)} $! {port} {path}"
 
 
-def _dp_command(spec: specmod.Deployment, plan: RunPlan, i: int) -> tuple[str, ...]:
+def dp_command(spec: specmod.Deployment, plan: RunPlan, i: int, start: str | None = None) -> tuple[str, ...]:
+    """Node ``i``'s data-parallel argv (subcommand first); ``start``: the word its start rank is written
+    as instead of the number (a LeaderWorkerSet's shell arithmetic on the pod's index)."""
     cluster = spec.cluster
     assert cluster is not None
     sub = len(spec.engine.subcommand)
@@ -360,12 +362,12 @@ def _dp_command(spec: specmod.Deployment, plan: RunPlan, i: int) -> tuple[str, .
             written, pointed = spec.fill(spec.engine.args[sm.arg]), plan.command[sub + sm.arg]
             base = [*base[:sub], *(pointed if a == written else a for a in base[sub:])]
     args = base[sub:]
-    args = set_flag(args, "--data-parallel-size-local", str(_local_dp(spec, i)))
+    args = set_flag(args, "--data-parallel-size-local", str(local_dp(spec, i)))
     args = set_flag(args, "--data-parallel-address", cluster.nodes[0].address)
     args = set_flag(args, "--data-parallel-rpc-port", str(cluster.dp_rpc_port))
     if i:
-        start = sum(_local_dp(spec, k) for k in range(i))
-        args = set_flag(args, "--data-parallel-start-rank", str(start))
+        rank = start if start is not None else str(sum(local_dp(spec, k) for k in range(i)))
+        args = set_flag(args, "--data-parallel-start-rank", rank)
         args = set_flag(args, "--headless", None)
     return (*base[:sub], *args)
 
@@ -391,11 +393,11 @@ def node_plans(spec: specmod.Deployment, plan: RunPlan) -> list[NodePlan]:
             script = head_script(spec, plan.command, plan.entrypoint) if i == 0 else worker_script(spec, i)
             entrypoint, command = "bash", ("-c", script)
         elif i == 0:
-            command = _dp_command(spec, plan, i)
+            command = dp_command(spec, plan, i)
         else:
             # A --headless rank serves no API: it runs under the health responder, as a Ray worker does.
             entrypoint = "bash"
-            command = ("-c", with_health(spec, [plan.entrypoint, *_dp_command(spec, plan, i)]))
+            command = ("-c", with_health(spec, [plan.entrypoint, *dp_command(spec, plan, i)]))
         name = f"{plan.name}-{node.name}"
         out.append(
             NodePlan(
