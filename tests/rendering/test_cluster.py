@@ -161,6 +161,28 @@ def test_cluster_problems_are_all_reported_with_field_paths() -> None:
     assert "--distributed-executor-backend ray" in text and "Traceback" not in text
 
 
+@pytest.mark.parametrize(
+    ("layout_data", "field", "port", "flagged", "other"),
+    [
+        (fixtures.ray_data, "network.port", 10001, "network.port", "Ray's client server"),
+        (fixtures.ray_data, "cluster.ray_port", 10001, "cluster.ray_port", "Ray's client server"),
+        (fixtures.dp_data, "cluster.dp_rpc_port", 8000, "cluster.dp_rpc_port", "the API server"),
+    ],
+)
+def test_the_heads_ports_may_not_collide(
+    layout_data: Any, field: str, port: int, flagged: str, other: str
+) -> None:
+    """The API port, Ray's GCS port, Ray's client server and the data-parallel RPC port all listen on the
+    head: two of them on one port is reported on the field to change, without a host."""
+    data = layout_data()
+    section, key = field.split(".")
+    data.setdefault(section, {})[key] = port
+    found = cluster.port_problems(_spec(data))
+    assert [f for f, _ in found] == [flagged]
+    assert f"is {port}, which {other}" in found[0][1]
+    assert cluster.port_problems(_spec(layout_data())) == []
+
+
 def test_data_parallel_problems_name_the_node() -> None:
     data = fixtures.dp_data()
     data["cluster"]["nodes"][1]["args"] = [

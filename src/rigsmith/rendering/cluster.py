@@ -42,6 +42,9 @@ FLAGS: dict[str, tuple[str, ...]] = {
 NODE_ENV = ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 #: Variables that select GPUs on one host; in a cluster each node's cdi_devices do that.
 GPU_SELECT_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+#: Ports ``ray start --head`` opens besides ``--port`` (its defaults; rigsmith sets no other), by what opens
+#: them; the dashboard's 8265 only with ray[default], which vLLM's images lack.
+RAY_HEAD_PORTS = {"Ray's client server (ray start --ray-client-server-port)": 10001}
 #: Seconds between the head's checks of the cluster and the workers' checks of the head's port.
 POLL_SECONDS = 2
 #: A Ray worker (or a --headless rank) serves no API, but every target health-checks ``network.port`` +
@@ -127,6 +130,33 @@ def local_dp(spec: specmod.Deployment, i: int) -> int:
     return len(spec.cluster.nodes[i].cdi_devices) // per_rank
 
 
+def head_ports(spec: specmod.Deployment) -> dict[str, int]:
+    """The TCP ports the head (rank 0) listens on, each by the spec field that sets it (or, for a port
+    no field sets, what opens it), fixed ones first."""
+    cluster = spec.cluster
+    assert cluster is not None
+    ray = cluster.layout == "ray"
+    return {
+        **(RAY_HEAD_PORTS if ray else {}),
+        "network.port": spec.network.port,
+        **({"cluster.ray_port": cluster.ray_port} if ray else {"cluster.dp_rpc_port": cluster.dp_rpc_port}),
+    }
+
+
+def port_problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
+    """The head's ports that collide (the API, Ray's or the data-parallel RPC port), by the field to
+    change."""
+    seen: dict[int, str] = {}
+    out = []
+    for what, port in head_ports(spec).items():
+        if port in seen:
+            user = "the API server (network.port)" if seen[port] == "network.port" else seen[port]
+            out.append((what, f"is {port}, which {user} uses on the head too; pick another port"))
+        else:
+            seen[port] = what
+    return out
+
+
 def problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
     """Every reason the cluster section cannot run as written, by field path (empty: it can)."""
     cluster = spec.cluster
@@ -163,12 +193,7 @@ def problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
         for i, e in enumerate(spec.env)
         if e.active and e.name in GPU_SELECT_ENV
     ]
-    ports = {"network.port": spec.network.port}
-    ports["cluster.ray_port" if cluster.layout == "ray" else "cluster.dp_rpc_port"] = (
-        cluster.ray_port if cluster.layout == "ray" else cluster.dp_rpc_port
-    )
-    if len(set(ports.values())) < len(ports):
-        out.append((list(ports)[1], f"is {list(ports.values())[1]}, the API server's port too; pick another"))
+    out += port_problems(spec)
     total = sum(len(n.cdi_devices) for n in cluster.nodes)
     args = spec.engine.args
     sizes = {f: _size(args, f) for f in ("--tensor-parallel-size", "--pipeline-parallel-size")}
