@@ -201,33 +201,38 @@ def _launcher(words: Sequence[shellwords.Word], launch: Launch, line: int) -> No
     launch.arg_expands = [w.expands for w in rest]
 
 
-def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None:
-    tool = PurePosixPath(words[0].text).name
-    if len(words) < 2 or words[1].text != "run":
-        launch.problems.append(
-            f"line {line}: '{tool} {words[1].text if len(words) > 1 else ''}' is not '{tool} run'"
-        )
-        return
-    rest = list(words[2:])
-    i = 0
-    dropped: list[str] = []
-    image: str | None = None
+@dataclasses.dataclass
+class DockerOptions:
+    """``docker run``'s options up to the image: where the image is in the words after ``run``, the
+    ``--entrypoint`` (and its words' span), the options with values in order, the dropped switches."""
+
+    image_at: int
     entrypoint: str | None = None
+    entrypoint_span: tuple[int, int] | None = None
+    values: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    dropped: list[str] = dataclasses.field(default_factory=list)
+
+
+def docker_options(
+    rest: Sequence[shellwords.Word], launch: Launch, line: int, tool: str
+) -> DockerOptions | None:
+    """Walk ``docker run``'s options (``rest``: the words after ``run``); None with the problem in
+    ``launch`` when one is unknown or lacks its value (the image cannot be told from the args then)."""
+    out = DockerOptions(image_at=len(rest))
+    i = 0
     while i < len(rest):
         w = rest[i].text
         if w == "--":
-            i += 1
-            if i < len(rest):
-                image = rest[i].text
-            break
+            out.image_at = i + 1
+            return out
         if not w.startswith("-"):
-            image = w
-            break
+            out.image_at = i
+            return out
         cluster = _short_cluster(w)
         if cluster is not None:
             # `-itd`, `-dp8000:8000`, `-itv /a:/b`: docker's short flags combine, the last may take a value.
             bools, value_opt, attached = cluster
-            dropped += [f"-{c}" for c in bools if f"-{c}" in DOCKER_DROPPED]
+            out.dropped += [f"-{c}" for c in bools if f"-{c}" in DOCKER_DROPPED]
             if value_opt is None:
                 i += 1
                 continue
@@ -236,7 +241,7 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
             opt, eq, val = w.partition("=") if w.startswith("--") else (w, "", "")
         if opt in DOCKER_BOOL_OPTS:
             if opt in DOCKER_DROPPED:
-                dropped.append(w)
+                out.dropped.append(w)
             i += 1
             continue
         if opt not in DOCKER_VALUE_OPTS:
@@ -244,22 +249,43 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
                 f"line {line}: unknown {tool} run option {opt!r}: cannot tell whether it takes a value, so "
                 "the image and the vLLM args cannot be told apart; remove it or import a vllm serve command"
             )
-            return
+            return None
+        first = i
         if not eq:
             if i + 1 >= len(rest):
                 launch.problems.append(f"line {line}: {tool} run option {opt} needs a value")
-                return
+                return None
             val = rest[i + 1].text
             i += 2
         else:
             i += 1
         if opt == "--entrypoint":
-            entrypoint = val
+            out.entrypoint, out.entrypoint_span = val, (first, i)
+        elif opt in DOCKER_DROPPED:
+            out.dropped.append(f"{opt} {val}")
         else:
-            _docker_option(opt, val, launch, dropped, f"{tool} run {opt}")
-    if image is None:
+            out.values.append((opt, val))
+    return out
+
+
+def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None:
+    tool = PurePosixPath(words[0].text).name
+    if len(words) < 2 or words[1].text != "run":
+        launch.problems.append(
+            f"line {line}: '{tool} {words[1].text if len(words) > 1 else ''}' is not '{tool} run'"
+        )
+        return
+    rest = list(words[2:])
+    opts = docker_options(rest, launch, line, tool)
+    if opts is None:
+        return
+    dropped, entrypoint, i = opts.dropped, opts.entrypoint, opts.image_at
+    for opt, val in opts.values:
+        _docker_option(opt, val, launch, dropped, f"{tool} run {opt}")
+    if i >= len(rest):
         launch.problems.append(f"line {line}: {tool} run names no image")
         return
+    image = rest[i].text
     launch.image_expands = rest[i].expands
     launch.image = image
     after = rest[i + 1 :]
