@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from rigsmith import policy
 from rigsmith import spec as specmod
 from rigsmith.importing import multinode
+from rigsmith.importing.recipe import raycluster
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
 from rigsmith.importing.recipe.flags import _json_problems, _number_problems, flag_values
 from rigsmith.importing.recipe.gpus import _gpus, _vendor, _visible_devices
@@ -295,9 +296,12 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
         notes.append(f"the recipe's image {launch.image} was replaced by --image {image}")
     network = _network(launch, notes)
     revision = flag_values(launch.args, "--revision")
+    vendor = launch.gpu_vendor or _vendor(env)
     cluster, node_tokens, cluster_notes = (
-        multinode.cluster_data(launch.node_args, launch.gpu_vendor or _vendor(env))
+        multinode.cluster_data(launch.node_args, vendor)
         if launch.node_args
+        else raycluster.cluster_data(launch, vendor)
+        if launch.ray_nodes
         else (None, [], [])
     )
     notes += cluster_notes

@@ -115,6 +115,15 @@ def _from_shell(text: str) -> Launch:
             )
         else:
             candidates.append(cmd)
+    # A Ray cluster's commands (raycluster imports this module's docker parsing, hence here).
+    from rigsmith.importing.recipe import raycluster
+
+    ray = raycluster.split(candidates, launch)
+    if ray is not None:
+        if ray.complete:
+            raycluster.apply(ray, launch)
+        launch.env = _merge_env([*exported, *launch.env], launch)
+        return launch
     launchers = [c for c in candidates if _is_launcher([a for a in c.argv if not _is_assignment(a)])]
     others = [c for c in candidates if c not in launchers]
     for c in others:
