@@ -334,32 +334,13 @@ def test_data_parallel_leaderworkerset_is_valid_and_ranks_follow_the_pod_index(
 def test_data_parallel_leaderworkerset_scripts_run_in_bash_with_the_pods_variables(tmp_path: Path) -> None:
     """Kubernetes hands each script to bash: the leader execs rank 0 with its pod address, a worker of
     index 2 (a group of 3) runs --headless from rank 16 against the leader's address (stubs record argv)."""
-    import subprocess
-    import time
 
     project = write_project(tmp_path, fixtures.dp_data())
     lws, _ = yaml.safe_load_all(
         render_seed(project, "kube", fixtures.DP_NAME, tmp_path / "o")[f"{fixtures.DP_NAME}.yaml"]
     )
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in ("python3", "vllm"):
-        (bin_dir / tool).write_text(STUB)
-        (bin_dir / tool).chmod(0o755)
     pod_env = {"LWS_WORKER_INDEX": "2", "VLLM_HOST_IP": "127.0.0.9", "LWS_LEADER_ADDRESS": "127.0.0.1"}
-    calls = {}
-    for role in ("leaderTemplate", "workerTemplate"):
-        c = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]
-        out = tmp_path / role
-        out.mkdir()
-        argv = [_k8s_expand(a, pod_env) for a in [*c["command"], *c["args"]]]
-        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), **pod_env}
-        subprocess.run(argv, env=env, check=True, timeout=30)
-        for _ in range(50):  # the worker's vllm runs in the background of its script (bounded wait)
-            if (out / "vllm").exists():
-                break
-            time.sleep(0.1)
-        calls[role] = {f.name: f.read_bytes().decode().split("\0")[:-1] for f in out.iterdir()}
+    calls = _run_pods(lws, ("python3", "vllm"), pod_env, tmp_path, background="vllm")
     leader, worker = calls["leaderTemplate"]["vllm"], calls["workerTemplate"]["vllm"]
     assert cluster.flag_value(leader, "--data-parallel-address") == "127.0.0.9"
     assert cluster.flag_value(worker, "--data-parallel-address") == "127.0.0.1"
@@ -418,12 +399,39 @@ def test_import_still_refuses_commands_that_are_not_one_node_group() -> None:
 STUB = '#!/bin/sh\nprintf "%s\\0" "$@" > "$OUT/$(basename "$0")"\n'
 
 
+def _run_pods(
+    lws: dict[str, Any], tools: tuple[str, ...], pod_env: dict[str, str], tmp_path: Path, background: str
+) -> dict[str, dict[str, list[str]]]:
+    """Each LWS pod's command and args as Kubernetes hands them to bash, with stub ``tools`` recording
+    their argv (by role, then tool); waits (bounded) for ``background``, which a script starts with &."""
+    import subprocess
+    import time
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in tools:
+        (bin_dir / tool).write_text(STUB)
+        (bin_dir / tool).chmod(0o755)
+    calls = {}
+    for role in ("leaderTemplate", "workerTemplate"):
+        c = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]
+        out = tmp_path / role
+        out.mkdir()
+        argv = [_k8s_expand(a, pod_env) for a in [*c["command"], *c["args"]]]
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), **pod_env}
+        subprocess.run(argv, env=env, check=True, timeout=30)
+        for _ in range(50):
+            if (out / background).exists():
+                break
+            time.sleep(0.1)
+        calls[role] = {f.name: f.read_bytes().decode().split("\0")[:-1] for f in out.iterdir()}
+    return calls
+
+
 def test_leaderworkerset_scripts_run_in_bash_with_the_pods_variables(tmp_path: Path) -> None:
     """The leader's and a worker's script, as Kubernetes hands them to bash, call ray, the wait and vllm
     with the pod's own address, the group size and the leader's address (stubs record each call)."""
     import socket
-    import subprocess
-    import time
 
     data = fixtures.ray_data()
     listener = socket.socket()
@@ -434,27 +442,9 @@ def test_leaderworkerset_scripts_run_in_bash_with_the_pods_variables(tmp_path: P
     lws, _ = yaml.safe_load_all(
         render_seed(project, "kube", fixtures.RAY_NAME, tmp_path / "o")[f"{fixtures.RAY_NAME}.yaml"]
     )
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in ("ray", "python3", "vllm"):
-        (bin_dir / tool).write_text(STUB)
-        (bin_dir / tool).chmod(0o755)
     pod_env = {"LWS_GROUP_SIZE": "3", "VLLM_HOST_IP": "127.0.0.9", "LWS_LEADER_ADDRESS": "127.0.0.1"}
-    calls = {}
     try:
-        for role in ("leaderTemplate", "workerTemplate"):
-            c = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]
-            out = tmp_path / role
-            out.mkdir()
-            argv = [_k8s_expand(a, pod_env) for a in [*c["command"], *c["args"]]]
-            env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), **pod_env}
-            subprocess.run(argv, env=env, check=True, timeout=30)
-            # The worker's ray runs in the background of its script: give it a moment (bounded).
-            for _ in range(50):
-                if (out / "ray").exists():
-                    break
-                time.sleep(0.1)
-            calls[role] = {f.name: f.read_bytes().decode().split("\0")[:-1] for f in out.iterdir()}
+        calls = _run_pods(lws, ("ray", "python3", "vllm"), pod_env, tmp_path, background="ray")
     finally:
         listener.close()
     leader, worker = calls["leaderTemplate"], calls["workerTemplate"]
