@@ -186,3 +186,25 @@ def test_an_incomplete_ray_block_is_refused_naming_what_is_missing(text: str, fr
     message = refusal(text)
     assert fragment in message
     assert message.count("\n  - ") == 1, "one problem: one paragraph"
+
+
+def test_a_serve_command_typed_in_the_heads_shell_keeps_its_env_and_gpu_selection_becomes_each_nodes() -> (
+    None
+):
+    text = _run_cluster_text(
+        "docker exec -it node-1 bash\n"
+        "VLLM_USE_V1=1 python3 -m vllm.entrypoints.openai.api_server --model org/model "
+        "--tensor-parallel-size 2 --pipeline-parallel-size 2\n"
+    ).replace("-e NCCL_IB_DISABLE=1", "-e CUDA_VISIBLE_DEVICES=2,3")
+    dep = _import({"id": "x", "source": "test"}, text)
+    assert dep.cluster is not None
+    assert [list(n.cdi_devices) for n in dep.cluster.nodes] == [["nvidia.com/gpu=2", "nvidia.com/gpu=3"]] * 2
+    assert {e.name: e.value for e in dep.env} == {"VLLM_USE_V1": "1"}
+    assert dep.engine.executable == "python3" and dep.engine.args[-2:] == (
+        "--distributed-executor-backend",
+        "ray",
+    )
+    notes = "\n".join(dep.notes)
+    assert "opens a shell in the head's container" in notes
+    assert "CUDA_VISIBLE_DEVICES=2,3 selects GPUs on the head's host" in notes
+    assert cluster.problems(dep) == []

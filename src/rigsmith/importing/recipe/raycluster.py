@@ -32,6 +32,7 @@ from typing import Literal
 from rigsmith import spec as specmod
 from rigsmith.importing import shellwords
 from rigsmith.importing.recipe import shellform
+from rigsmith.importing.recipe.flags import flag_values
 from rigsmith.importing.recipe.launch import Launch
 from rigsmith.importing.recipe.tables import _ASSIGN_RE, _PYTHON_RE, _SHELLS, LAUNCHERS
 
@@ -151,7 +152,7 @@ def _serve_words(cmd: shellwords.Command) -> list[shellwords.Word] | None:
             i += 2 if body[i].text in ("-e", "--env", "-w", "--workdir", "-u", "--user") else 1
         body = body[i + 1 :]
     texts = [w.text for w in body]
-    if texts[:2] == ["vllm", "serve"] or (
+    if (texts and PurePosixPath(texts[0]).name == "vllm" and texts[1:2] == ["serve"]) or (
         len(texts) > 2
         and _PYTHON_RE.match(PurePosixPath(texts[0]).name)
         and texts[1:3] == ["-m", LAUNCHERS["python"][1][1]]
@@ -385,8 +386,6 @@ def _visible(node: RayNode) -> list[str] | None:
 
 def _per_node_gpus(launch: Launch, nodes: int) -> int:
     """TP × PP × DP of the serve argv over the node count (at least 1)."""
-    from rigsmith.importing.recipe.flags import flag_values
-
     total = 1
     for canon in ("--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size"):
         vals = flag_values(launch.args, canon)
