@@ -32,6 +32,7 @@ from typing import Literal
 from rigsmith import spec as specmod
 from rigsmith.importing import shellwords
 from rigsmith.importing.recipe import shellform
+from rigsmith.importing.recipe.dockerrun import docker_options
 from rigsmith.importing.recipe.flags import flag_values
 from rigsmith.importing.recipe.launch import Launch
 from rigsmith.importing.recipe.tables import _ASSIGN_RE, _PYTHON_RE, _SHELLS, LAUNCHERS
@@ -120,7 +121,7 @@ def _docker_ray(cmd: shellwords.Command) -> RayNode | None:
     ):
         return None
     rest = words[2:]
-    opts = shellform.docker_options(rest, Launch(), cmd.line, words[0].text)
+    opts = docker_options(rest, Launch(), cmd.line, words[0].text)
     if opts is None or opts.image_at >= len(rest):
         return None
     after = [w.text for w in rest[opts.image_at + 1 :]]
