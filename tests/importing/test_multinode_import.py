@@ -181,6 +181,7 @@ def test_the_expanded_docker_run_form_imports_addresses_interfaces_and_the_ray_p
         (_run_cluster_text("vllm serve org/m -tp 8\ncurl http://localhost:8000/v1/models\n"),
          "line 4: 'curl' is neither a node's ray start container nor the serve command"),
     ],
+    ids=["no-worker", "no-head", "no-serve", "two-serves", "backend-mp", "port-mismatch", "stray-command"],
 )  # fmt: skip
 def test_an_incomplete_ray_block_is_refused_naming_what_is_missing(text: str, fragment: str) -> None:
     message = refusal(text)
