@@ -42,7 +42,7 @@ def test_ray_cluster_artifacts_match_golden_files(
     compare_tree(files, GOLDEN / "cluster" / fixtures.RAY_NAME / target, update_golden)
 
 
-@pytest.mark.parametrize("target", NODE_TARGETS)
+@pytest.mark.parametrize("target", [*NODE_TARGETS, "kube"])
 def test_imported_data_parallel_pair_artifacts_match_golden_files(
     project: Project, tmp_path: Path, update_golden: bool, target: str
 ) -> None:
@@ -159,6 +159,28 @@ def test_cluster_problems_are_all_reported_with_field_paths() -> None:
     text = str(err.value)
     assert "the nodes give 3 GPUs but TP 2 × PP 2 × DP 1 = 4" in text
     assert "--distributed-executor-backend ray" in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize(
+    ("layout_data", "field", "port", "flagged", "other"),
+    [
+        (fixtures.ray_data, "network.port", 10001, "network.port", "Ray's client server"),
+        (fixtures.ray_data, "cluster.ray_port", 10001, "cluster.ray_port", "Ray's client server"),
+        (fixtures.dp_data, "cluster.dp_rpc_port", 8000, "cluster.dp_rpc_port", "the API server"),
+    ],
+)
+def test_the_heads_ports_may_not_collide(
+    layout_data: Any, field: str, port: int, flagged: str, other: str
+) -> None:
+    """The API port, Ray's GCS port, Ray's client server and the data-parallel RPC port all listen on the
+    head: two of them on one port is reported on the field to change, without a host."""
+    data = layout_data()
+    section, key = field.split(".")
+    data.setdefault(section, {})[key] = port
+    found = cluster.port_problems(_spec(data))
+    assert [f for f, _ in found] == [flagged]
+    assert f"is {port}, which {other}" in found[0][1]
+    assert cluster.port_problems(_spec(layout_data())) == []
 
 
 def test_data_parallel_problems_name_the_node() -> None:
@@ -279,10 +301,71 @@ def test_leaderworkerset_leader_runs_the_head_and_workers_join_the_leader_addres
     assert not re.search(r"10\.231\.", yaml.safe_dump(lws)), "LWS pods learn addresses from the cluster"
 
 
-def test_kube_refuses_a_data_parallel_cluster_with_the_field(project: Project, tmp_path: Path) -> None:
+def test_data_parallel_leaderworkerset_is_valid_and_ranks_follow_the_pod_index(
+    project: Project, tmp_path: Path
+) -> None:
+    """The DP pair as one LeaderWorkerSet: the CRD schema (closed), core/v1 pod templates, rank 0 on the
+    leader, every worker --headless from rank LWS_WORKER_INDEX × its local ranks."""
+    kv = pytest.importorskip("kubernetes_validate")
+    files = render_seed(project, "kube", fixtures.DP_NAME, tmp_path / "out")
+    lws, service = yaml.safe_load_all(files[f"{fixtures.DP_NAME}.yaml"])
+    jsonschema.validate(lws, _closed(yaml.safe_load((DATA / "lws-crd-v1-excerpt.yaml").read_text())))
+    t = lws["spec"]["leaderWorkerTemplate"]
+    assert t["size"] == 2 and t["restartPolicy"] == "RecreateGroupOnPodRestart"
+    for role in ("leaderTemplate", "workerTemplate"):
+        doc = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": t[role]}
+        kv.validate(doc, "1.30", strict=True)
+    assert service["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+    leader = t["leaderTemplate"]["spec"]["containers"][0]
+    worker = t["workerTemplate"]["spec"]["containers"][0]
+    head = shlex.split(_k8s_expand(leader["args"][1], {}))
+    assert head[:3] == ["exec", "vllm", "serve"] and "--headless" not in head
+    assert cluster.flag_value(head, "--data-parallel-address") == "$VLLM_HOST_IP"
+    assert cluster.flag_value(head, "--data-parallel-size-local") == "8"
+    assert cluster.flag_value(head, "--data-parallel-rpc-port") == "13345"
+    rank = shlex.split(_k8s_expand(worker["args"][1], {}).split(" & exec ")[0])
+    assert rank[:2] == ["vllm", "serve"] and "--headless" in rank
+    assert cluster.flag_value(rank, "--data-parallel-address") == "$LWS_LEADER_ADDRESS"
+    assert cluster.flag_value(rank, "--data-parallel-start-rank") == "$((LWS_WORKER_INDEX * 8))"
+    assert worker["readinessProbe"] == leader["readinessProbe"]  # the rank's responder answers it
+    assert "192.168.50." not in yaml.safe_dump(lws), "LWS pods learn addresses from the cluster"
+
+
+def test_data_parallel_leaderworkerset_scripts_run_in_bash_with_the_pods_variables(tmp_path: Path) -> None:
+    """Kubernetes hands each script to bash: the leader execs rank 0 with its pod address, a worker of
+    index 2 (a group of 3) runs --headless from rank 16 against the leader's address (stubs record argv)."""
+
+    project = write_project(tmp_path, fixtures.dp_data())
+    lws, _ = yaml.safe_load_all(
+        render_seed(project, "kube", fixtures.DP_NAME, tmp_path / "o")[f"{fixtures.DP_NAME}.yaml"]
+    )
+    pod_env = {"LWS_WORKER_INDEX": "2", "VLLM_HOST_IP": "127.0.0.9", "LWS_LEADER_ADDRESS": "127.0.0.1"}
+    calls = _run_pods(lws, ("python3", "vllm"), pod_env, tmp_path, background="vllm")
+    leader, worker = calls["leaderTemplate"]["vllm"], calls["workerTemplate"]["vllm"]
+    assert cluster.flag_value(leader, "--data-parallel-address") == "127.0.0.9"
+    assert cluster.flag_value(worker, "--data-parallel-address") == "127.0.0.1"
+    assert cluster.flag_value(worker, "--data-parallel-start-rank") == "16"
+    assert "--headless" in worker and "--headless" not in leader
+    spec = project.load(fixtures.DP_NAME)
+    assert leader[1] == worker[1] == spec.engine.container_argv(spec.model)[1]
+
+
+def test_kube_refuses_data_parallel_workers_that_differ(project: Project, tmp_path: Path) -> None:
+    data = fixtures.dp_data()
+    nodes = data["cluster"]["nodes"]
+    nodes.append({**copy.deepcopy(nodes[1]), "name": "node2", "address": "<node2 address>"})
+    nodes[2]["args"] = cluster.set_flag(nodes[2]["args"], "--max-num-seqs", "128")
+    nodes[2]["args"] = cluster.set_flag(nodes[2]["args"], "--data-parallel-start-rank", "16")
+    for a in (nodes[0].get("args"), *(n["args"] for n in nodes[1:])):
+        if a:
+            a[a.index("--data-parallel-size") + 1] = "24"
+    data["engine"]["args"][data["engine"]["args"].index("--data-parallel-size") + 1] = "24"
+    data["placeholders"]["<node2 address>"] = "192.168.50.13"
+    project = write_project(tmp_path / "p", data)
     with pytest.raises(SpecError) as err:
         render_seed(project, "kube", fixtures.DP_NAME, tmp_path / "out")
-    assert [f for f, _ in err.value.problems] == ["cluster.layout"]
+    assert [f for f, _ in err.value.problems] == ["cluster.nodes[2].args"]
+    assert "LeaderWorkerSet workers share one command" in str(err.value)
 
 
 def test_deploy_writes_every_nodes_files_and_says_where_each_runs(project: Project, tmp_path: Path) -> None:
@@ -316,12 +399,39 @@ def test_import_still_refuses_commands_that_are_not_one_node_group() -> None:
 STUB = '#!/bin/sh\nprintf "%s\\0" "$@" > "$OUT/$(basename "$0")"\n'
 
 
+def _run_pods(
+    lws: dict[str, Any], tools: tuple[str, ...], pod_env: dict[str, str], tmp_path: Path, background: str
+) -> dict[str, dict[str, list[str]]]:
+    """Each LWS pod's command and args as Kubernetes hands them to bash, with stub ``tools`` recording
+    their argv (by role, then tool); waits (bounded) for ``background``, which a script starts with &."""
+    import subprocess
+    import time
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in tools:
+        (bin_dir / tool).write_text(STUB)
+        (bin_dir / tool).chmod(0o755)
+    calls = {}
+    for role in ("leaderTemplate", "workerTemplate"):
+        c = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]
+        out = tmp_path / role
+        out.mkdir()
+        argv = [_k8s_expand(a, pod_env) for a in [*c["command"], *c["args"]]]
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), **pod_env}
+        subprocess.run(argv, env=env, check=True, timeout=30)
+        for _ in range(50):
+            if (out / background).exists():
+                break
+            time.sleep(0.1)
+        calls[role] = {f.name: f.read_bytes().decode().split("\0")[:-1] for f in out.iterdir()}
+    return calls
+
+
 def test_leaderworkerset_scripts_run_in_bash_with_the_pods_variables(tmp_path: Path) -> None:
     """The leader's and a worker's script, as Kubernetes hands them to bash, call ray, the wait and vllm
     with the pod's own address, the group size and the leader's address (stubs record each call)."""
     import socket
-    import subprocess
-    import time
 
     data = fixtures.ray_data()
     listener = socket.socket()
@@ -332,27 +442,9 @@ def test_leaderworkerset_scripts_run_in_bash_with_the_pods_variables(tmp_path: P
     lws, _ = yaml.safe_load_all(
         render_seed(project, "kube", fixtures.RAY_NAME, tmp_path / "o")[f"{fixtures.RAY_NAME}.yaml"]
     )
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in ("ray", "python3", "vllm"):
-        (bin_dir / tool).write_text(STUB)
-        (bin_dir / tool).chmod(0o755)
     pod_env = {"LWS_GROUP_SIZE": "3", "VLLM_HOST_IP": "127.0.0.9", "LWS_LEADER_ADDRESS": "127.0.0.1"}
-    calls = {}
     try:
-        for role in ("leaderTemplate", "workerTemplate"):
-            c = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]
-            out = tmp_path / role
-            out.mkdir()
-            argv = [_k8s_expand(a, pod_env) for a in [*c["command"], *c["args"]]]
-            env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), **pod_env}
-            subprocess.run(argv, env=env, check=True, timeout=30)
-            # The worker's ray runs in the background of its script: give it a moment (bounded).
-            for _ in range(50):
-                if (out / "ray").exists():
-                    break
-                time.sleep(0.1)
-            calls[role] = {f.name: f.read_bytes().decode().split("\0")[:-1] for f in out.iterdir()}
+        calls = _run_pods(lws, ("ray", "python3", "vllm"), pod_env, tmp_path, background="ray")
     finally:
         listener.close()
     leader, worker = calls["leaderTemplate"], calls["workerTemplate"]

@@ -42,6 +42,9 @@ FLAGS: dict[str, tuple[str, ...]] = {
 NODE_ENV = ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 #: Variables that select GPUs on one host; in a cluster each node's cdi_devices do that.
 GPU_SELECT_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+#: Ports ``ray start --head`` opens besides ``--port`` (its defaults; rigsmith sets no other), by what opens
+#: them; the dashboard's 8265 only with ray[default], which vLLM's images lack.
+RAY_HEAD_PORTS = {"Ray's client server (ray start --ray-client-server-port)": 10001}
 #: Seconds between the head's checks of the cluster and the workers' checks of the head's port.
 POLL_SECONDS = 2
 #: A Ray worker (or a --headless rank) serves no API, but every target health-checks ``network.port`` +
@@ -119,12 +122,39 @@ def _node_args(spec: specmod.Deployment, i: int) -> tuple[str, ...]:
     return node.args if node.args is not None else spec.engine.args
 
 
-def _local_dp(spec: specmod.Deployment, i: int) -> int:
+def local_dp(spec: specmod.Deployment, i: int) -> int:
     """Data-parallel ranks on node ``i``: its GPUs over TP × PP."""
     args = _node_args(spec, i)
     per_rank = (_size(args, "--tensor-parallel-size") or 1) * (_size(args, "--pipeline-parallel-size") or 1)
     assert spec.cluster is not None
     return len(spec.cluster.nodes[i].cdi_devices) // per_rank
+
+
+def head_ports(spec: specmod.Deployment) -> dict[str, int]:
+    """The TCP ports the head (rank 0) listens on, each by the spec field that sets it (or, for a port
+    no field sets, what opens it), fixed ones first."""
+    cluster = spec.cluster
+    assert cluster is not None
+    ray = cluster.layout == "ray"
+    return {
+        **(RAY_HEAD_PORTS if ray else {}),
+        "network.port": spec.network.port,
+        **({"cluster.ray_port": cluster.ray_port} if ray else {"cluster.dp_rpc_port": cluster.dp_rpc_port}),
+    }
+
+
+def port_problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
+    """The head's ports that collide (the API, Ray's or the data-parallel RPC port), by the field to
+    change."""
+    seen: dict[int, str] = {}
+    out = []
+    for what, port in head_ports(spec).items():
+        if port in seen:
+            user = "the API server (network.port)" if seen[port] == "network.port" else seen[port]
+            out.append((what, f"is {port}, which {user} uses on the head too; pick another port"))
+        else:
+            seen[port] = what
+    return out
 
 
 def problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
@@ -163,12 +193,7 @@ def problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
         for i, e in enumerate(spec.env)
         if e.active and e.name in GPU_SELECT_ENV
     ]
-    ports = {"network.port": spec.network.port}
-    ports["cluster.ray_port" if cluster.layout == "ray" else "cluster.dp_rpc_port"] = (
-        cluster.ray_port if cluster.layout == "ray" else cluster.dp_rpc_port
-    )
-    if len(set(ports.values())) < len(ports):
-        out.append((list(ports)[1], f"is {list(ports.values())[1]}, the API server's port too; pick another"))
+    out += port_problems(spec)
     total = sum(len(n.cdi_devices) for n in cluster.nodes)
     args = spec.engine.args
     sizes = {f: _size(args, f) for f in ("--tensor-parallel-size", "--pipeline-parallel-size")}
@@ -345,7 +370,9 @@ def with_health(spec: specmod.Deployment, argv: Sequence[str]) -> str:
     return f"{shlex.join(argv)} & exec {shlex.join(health)} $! {port} {path}"
 
 
-def _dp_command(spec: specmod.Deployment, plan: RunPlan, i: int) -> tuple[str, ...]:
+def dp_command(spec: specmod.Deployment, plan: RunPlan, i: int, start: str | None = None) -> tuple[str, ...]:
+    """Node ``i``'s data-parallel argv (subcommand first); ``start``: the word its start rank is written
+    as instead of the number (a LeaderWorkerSet's shell arithmetic on the pod's index)."""
     cluster = spec.cluster
     assert cluster is not None
     sub = len(spec.engine.subcommand)
@@ -360,12 +387,12 @@ def _dp_command(spec: specmod.Deployment, plan: RunPlan, i: int) -> tuple[str, .
             written, pointed = spec.fill(spec.engine.args[sm.arg]), plan.command[sub + sm.arg]
             base = [*base[:sub], *(pointed if a == written else a for a in base[sub:])]
     args = base[sub:]
-    args = set_flag(args, "--data-parallel-size-local", str(_local_dp(spec, i)))
+    args = set_flag(args, "--data-parallel-size-local", str(local_dp(spec, i)))
     args = set_flag(args, "--data-parallel-address", cluster.nodes[0].address)
     args = set_flag(args, "--data-parallel-rpc-port", str(cluster.dp_rpc_port))
     if i:
-        start = sum(_local_dp(spec, k) for k in range(i))
-        args = set_flag(args, "--data-parallel-start-rank", str(start))
+        rank = start if start is not None else str(sum(local_dp(spec, k) for k in range(i)))
+        args = set_flag(args, "--data-parallel-start-rank", rank)
         args = set_flag(args, "--headless", None)
     return (*base[:sub], *args)
 
@@ -391,11 +418,11 @@ def node_plans(spec: specmod.Deployment, plan: RunPlan) -> list[NodePlan]:
             script = head_script(spec, plan.command, plan.entrypoint) if i == 0 else worker_script(spec, i)
             entrypoint, command = "bash", ("-c", script)
         elif i == 0:
-            command = _dp_command(spec, plan, i)
+            command = dp_command(spec, plan, i)
         else:
             # A --headless rank serves no API: it runs under the health responder, as a Ray worker does.
             entrypoint = "bash"
-            command = ("-c", with_health(spec, [plan.entrypoint, *_dp_command(spec, plan, i)]))
+            command = ("-c", with_health(spec, [plan.entrypoint, *dp_command(spec, plan, i)]))
         name = f"{plan.name}-{node.name}"
         out.append(
             NodePlan(

@@ -356,7 +356,6 @@ class ImageDef(_Frozen):
         return v
 
 
-
 def load(images_dir: Path, name: str) -> ImageDef:
     """Read and validate ``images/<name>/image.yaml`` (only that file)."""
     path = images_dir / name / "image.yaml"

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from rigsmith import policy
 from rigsmith import spec as specmod
 from rigsmith.importing import multinode
+from rigsmith.importing.recipe import raycluster
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
 from rigsmith.importing.recipe.flags import _json_problems, _number_problems, flag_values
 from rigsmith.importing.recipe.gpus import _gpus, _vendor, _visible_devices
@@ -131,9 +132,7 @@ def _read_only_mounts(launch: Launch, model_path: str | None) -> list[str]:
     return notes
 
 
-def _environment(
-    launch: Launch, meta: Meta, problems: list[str]
-) -> tuple[list[specmod.EnvVar], list[str]]:
+def _environment(launch: Launch, meta: Meta, problems: list[str]) -> tuple[list[specmod.EnvVar], list[str]]:
     """The env the recipe sets (its env text, env map and command, secret flags lifted out) and the notes
     on it; what cannot be imported goes to ``problems``."""
     env_notes: list[str] = []
@@ -265,6 +264,16 @@ def _argv_notes(launch: Launch, model: _Model) -> list[str]:
     return notes + _read_only_mounts(launch, model_value[0][1] if repo is None else None)
 
 
+def _cluster(launch: Launch, vendor: str) -> tuple[dict[str, Any] | None, list[str], list[str]]:
+    """The ``cluster`` section of a multi-node block (data-parallel ranks or a Ray cluster), its placeholder
+    tokens and notes; None for one command."""
+    if launch.node_args:
+        return multinode.cluster_data(launch.node_args, vendor)
+    if launch.ray_nodes:
+        return raycluster.cluster_data(launch, vendor)
+    return None, [], []
+
+
 def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.Deployment:
     """Assemble and validate the Deployment; every problem found so far (and here) in one RecipeError."""
     name, image = asked.name, asked.image
@@ -295,11 +304,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
         notes.append(f"the recipe's image {launch.image} was replaced by --image {image}")
     network = _network(launch, notes)
     revision = flag_values(launch.args, "--revision")
-    cluster, node_tokens, cluster_notes = (
-        multinode.cluster_data(launch.node_args, launch.gpu_vendor or _vendor(env))
-        if launch.node_args
-        else (None, [], [])
-    )
+    cluster, node_tokens, cluster_notes = _cluster(launch, launch.gpu_vendor or _vendor(env))
     notes += cluster_notes
     secondary = _secondary_models(launch, model, notes)
     all_notes = [*([meta.notes_text] if meta.notes_text else []), *launch.notes, *notes]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
@@ -42,6 +43,10 @@ class Launch:
     problems: list[str] = field(default_factory=list)
     #: One argv per node (after ``vllm serve``, head first) when the block is a multi-node group.
     node_args: list[list[str]] = field(default_factory=list)
+    #: One entry per node of a Ray cluster recipe (importing/recipe/raycluster.py), head first.
+    ray_nodes: list[dict[str, Any]] = field(default_factory=list)
+    #: That cluster's Ray port (the head's ray start --port).
+    ray_port: int | None = None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from rigsmith import spec as specmod
 from rigsmith.importing import multinode, shellwords
+from rigsmith.importing.recipe.dockerrun import docker_options
 from rigsmith.importing.recipe.launch import Launch
 from rigsmith.importing.recipe.tables import (
     _ASSIGN_RE,
@@ -18,9 +19,7 @@ from rigsmith.importing.recipe.tables import (
     _SECRET_NAME_RE,
     _SELF_REF_RE,
     _SHELLS,
-    DOCKER_BOOL_OPTS,
     DOCKER_DROPPED,
-    DOCKER_VALUE_OPTS,
     IMAGE_ENTRYPOINT,
     LAUNCHERS,
     SHELL_KEYWORDS,
@@ -115,6 +114,8 @@ def _from_shell(text: str) -> Launch:
             )
         else:
             candidates.append(cmd)
+    if (ray := _ray_cluster(candidates, exported, launch)) is not None:
+        return ray
     launchers = [c for c in candidates if _is_launcher([a for a in c.argv if not _is_assignment(a)])]
     others = [c for c in candidates if c not in launchers]
     for c in others:
@@ -170,6 +171,21 @@ def _from_shell(text: str) -> Launch:
     return launch
 
 
+def _ray_cluster(
+    candidates: Sequence[shellwords.Command], exported: Sequence[specmod.EnvVar], launch: Launch
+) -> Launch | None:
+    """``launch`` filled from a Ray cluster's commands, or None when the block starts no Ray node."""
+    from rigsmith.importing.recipe import raycluster  # it uses this module's docker parsing
+
+    ray = raycluster.split(candidates, launch)
+    if ray is None:
+        return None
+    if ray.complete:
+        raycluster.apply(ray, launch)
+    launch.env = _merge_env([*exported, *launch.env], launch)
+    return launch
+
+
 def _launcher(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None:
     exe = words[0].text
     base = PurePosixPath(exe).name
@@ -209,57 +225,16 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
         )
         return
     rest = list(words[2:])
-    i = 0
-    dropped: list[str] = []
-    image: str | None = None
-    entrypoint: str | None = None
-    while i < len(rest):
-        w = rest[i].text
-        if w == "--":
-            i += 1
-            if i < len(rest):
-                image = rest[i].text
-            break
-        if not w.startswith("-"):
-            image = w
-            break
-        cluster = _short_cluster(w)
-        if cluster is not None:
-            # `-itd`, `-dp8000:8000`, `-itv /a:/b`: docker's short flags combine, the last may take a value.
-            bools, value_opt, attached = cluster
-            dropped += [f"-{c}" for c in bools if f"-{c}" in DOCKER_DROPPED]
-            if value_opt is None:
-                i += 1
-                continue
-            opt, eq, val = value_opt, ("=" if attached else ""), attached
-        else:
-            opt, eq, val = w.partition("=") if w.startswith("--") else (w, "", "")
-        if opt in DOCKER_BOOL_OPTS:
-            if opt in DOCKER_DROPPED:
-                dropped.append(w)
-            i += 1
-            continue
-        if opt not in DOCKER_VALUE_OPTS:
-            launch.problems.append(
-                f"line {line}: unknown {tool} run option {opt!r}: cannot tell whether it takes a value, so "
-                "the image and the vLLM args cannot be told apart; remove it or import a vllm serve command"
-            )
-            return
-        if not eq:
-            if i + 1 >= len(rest):
-                launch.problems.append(f"line {line}: {tool} run option {opt} needs a value")
-                return
-            val = rest[i + 1].text
-            i += 2
-        else:
-            i += 1
-        if opt == "--entrypoint":
-            entrypoint = val
-        else:
-            _docker_option(opt, val, launch, dropped, f"{tool} run {opt}")
-    if image is None:
+    opts = docker_options(rest, launch, line, tool)
+    if opts is None:
+        return
+    dropped, entrypoint, i = opts.dropped, opts.entrypoint, opts.image_at
+    for opt, val in opts.values:
+        _docker_option(opt, val, launch, dropped, f"{tool} run {opt}")
+    if i >= len(rest):
         launch.problems.append(f"line {line}: {tool} run names no image")
         return
+    image = rest[i].text
     launch.image_expands = rest[i].expands
     launch.image = image
     after = rest[i + 1 :]
@@ -304,26 +279,6 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
             f"{tool} run options not imported (rigsmith sets name, restart, network and ports per target; "
             f"the server listens on --host/--port): {' '.join(dropped)}"
         )
-
-
-#: ``docker run`` short options by letter: those that take no value and those that take one.
-_DOCKER_SHORT_BOOL = frozenset(o[1] for o in DOCKER_BOOL_OPTS if len(o) == 2)
-_DOCKER_SHORT_VALUE = frozenset(o[1] for o in DOCKER_VALUE_OPTS if len(o) == 2)
-
-
-def _short_cluster(word: str) -> tuple[str, str | None, str] | None:
-    """``-itd`` → ("itd", None, ""); ``-itp8000:8000`` → ("it", "-p", "8000:8000"); None when ``word`` is
-    not a cluster of known short options (a single ``-x``, a long option, anything unknown)."""
-    if word.startswith("--") or len(word) <= 2 or word in DOCKER_BOOL_OPTS:
-        return None
-    body = word[1:]
-    for k, c in enumerate(body):
-        if c in _DOCKER_SHORT_VALUE:
-            rest = body[k + 1 :].removeprefix("=")
-            return body[:k], f"-{c}", rest
-        if c not in _DOCKER_SHORT_BOOL:
-            return None
-    return body, None, ""
 
 
 def _docker_option(opt: str, val: str, launch: Launch, dropped: list[str], where: str) -> None:

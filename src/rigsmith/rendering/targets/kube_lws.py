@@ -1,8 +1,11 @@
-"""The Kubernetes target for a Ray cluster: ``kube/NAME.yaml`` — a LeaderWorkerSet + a Service.
+"""The Kubernetes target for a multi-node spec: ``kube/NAME.yaml`` — a LeaderWorkerSet + a Service.
 
-LeaderWorkerSet (kubernetes-sigs/lws, ``leaderworkerset.x-k8s.io/v1``) starts one group of pods: the
-leader runs the Ray head and then ``vllm serve``, each worker joins the head at ``$LWS_LEADER_ADDRESS``
-(vLLM's docs/deployment/frameworks/lws.md does the same). ``RecreateGroupOnPodRestart`` restarts the whole
+LeaderWorkerSet (kubernetes-sigs/lws, ``leaderworkerset.x-k8s.io/v1``) starts one group of pods. Ray layout:
+the leader runs the Ray head and then ``vllm serve``, each worker joins the head at ``$LWS_LEADER_ADDRESS``
+(vLLM's docs/deployment/frameworks/lws.md does the same). Data-parallel layout: the leader runs rank 0
+(the API) with ``--data-parallel-address`` its own pod address; each worker runs ``vllm serve --headless``
+with the leader's address and ``--data-parallel-start-rank $((LWS_WORKER_INDEX * ranks per pod))``, LWS's
+index of the pod in its group (1, 2, …). ``RecreateGroupOnPodRestart`` restarts the whole
 group when one pod fails, because a Ray cluster that lost a node cannot finish a request. The pod templates
 are the single-node kube target's pods built from each node's plan, so GPUs, shm, mounts, grace and env
 follow the same rules; a pod learns its own address from the downward API (``status.podIP``).
@@ -15,6 +18,7 @@ interface on every node. Node addresses in the spec are not used here (the clust
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from typing import Any
 
 from rigsmith import render as tpl
@@ -37,6 +41,8 @@ from rigsmith.writer import Artifact
 #: Stand-in node addresses (valid host names) swapped for the shell words each pod uses.
 _LEADER = "rigsmith-lws-leader-address"
 _SELF = "rigsmith-lws-pod-address"
+#: Stand-in start rank of a data-parallel worker, swapped for shell arithmetic on the pod's LWS index.
+_START = "rigsmith-lws-start-rank"
 #: The label LWS puts on every pod with its index in the group; 0 is the leader.
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
@@ -44,14 +50,6 @@ WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 def _problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
     c = spec.cluster
     assert c is not None
-    if c.layout != "ray":
-        return [
-            (
-                "cluster.layout",
-                "data-parallel ranks need a start rank per pod, which one LeaderWorkerSet worker template "
-                "cannot give; use layout: ray for Kubernetes, or render podman/quadlet/compose per node",
-            )
-        ]
     out = []
     first = c.nodes[0]
     for i, n in enumerate(c.nodes[1:], start=1):
@@ -71,7 +69,24 @@ def _problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
                     "name the same interface on every node",
                 )
             )
+        if (
+            i > 1
+            and n.args is not None
+            and c.nodes[1].args is not None
+            and _unranked(n) != _unranked(c.nodes[1])
+        ):
+            out.append(
+                (
+                    f"cluster.nodes[{i}].args",
+                    "differs from cluster.nodes[1].args beyond its start rank: LeaderWorkerSet workers share "
+                    "one command; give every worker the same args",
+                )
+            )
     return out
+
+
+def _unranked(node: specmod.ClusterNode) -> list[str]:
+    return cluster.set_flag(node.args or (), "--data-parallel-start-rank", "0")
 
 
 def _lws_spec(spec: specmod.Deployment) -> specmod.Deployment:
@@ -84,14 +99,16 @@ def _lws_spec(spec: specmod.Deployment) -> specmod.Deployment:
     return spec.model_copy(update={"cluster": c.model_copy(update={"nodes": nodes})})
 
 
-def _script(word: str, leader: bool) -> str:
-    """A node script with the stand-ins swapped for the pod's shell variables."""
+def _script(word: str, leader: bool, ranks: int = 0) -> str:
+    """A node script with the stand-ins swapped for the pod's shell variables (``ranks``: a data-parallel
+    pod's local ranks, which its start rank is the multiple of)."""
+    word = word.replace(_START, f'"$((LWS_WORKER_INDEX * {ranks}))"')
     word = word.replace(_SELF, '"$VLLM_HOST_IP"')
     return word.replace(_LEADER, '"$VLLM_HOST_IP"' if leader else '"$LWS_LEADER_ADDRESS"')
 
 
-def _template(plan: RunPlan, ctx: RenderContext, leader: bool) -> dict[str, Any]:
-    plan = dataclasses.replace(plan, command=tuple(_script(a, leader) for a in plan.command))
+def _template(plan: RunPlan, ctx: RenderContext, leader: bool, ranks: int = 0) -> dict[str, Any]:
+    plan = dataclasses.replace(plan, command=tuple(_script(a, leader, ranks) for a in plan.command))
     pod: dict[str, Any] = manifests(plan, ctx, ctx.lxc.home)[0]["spec"]["template"]
     container = pod["spec"]["containers"][0]
     container["env"] = [
@@ -108,13 +125,22 @@ def manifests_lws(spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -
         raise SpecError(plan.spec_path, cannot_express("kube", bad))
     c = spec.cluster
     assert c is not None
-    nodes = cluster.node_plans(_lws_spec(spec), plan)
+    lws_spec = _lws_spec(spec)
+    nodes = cluster.node_plans(lws_spec, plan)
     kname = object_name(plan.name)
     labels = {"app.kubernetes.io/name": kname, "app.kubernetes.io/managed-by": "rigsmith"}
-    head = nodes[0].plan
-    script = cluster.head_script(_lws_spec(spec), plan.command, plan.entrypoint, group_size="LWS_GROUP_SIZE")
-    leader = _template(dataclasses.replace(head, command=("-c", script)), ctx, leader=True)
-    worker = _template(nodes[1].plan, ctx, leader=False)
+    head, ranks = nodes[0].plan, 0
+    if c.layout == "ray":
+        script = cluster.head_script(lws_spec, plan.command, plan.entrypoint, group_size="LWS_GROUP_SIZE")
+        worker_plan = nodes[1].plan
+    else:
+        # Rank 0 runs in bash too, so its --data-parallel-address is the pod's own address at run time.
+        script = f"exec {shlex.join([head.entrypoint, *head.command])}"
+        ranks = cluster.local_dp(lws_spec, 1)
+        argv = [plan.entrypoint, *cluster.dp_command(lws_spec, plan, 1, start=_START)]
+        worker_plan = dataclasses.replace(nodes[1].plan, command=("-c", cluster.with_health(lws_spec, argv)))
+    leader = _template(dataclasses.replace(head, entrypoint="bash", command=("-c", script)), ctx, leader=True)
+    worker = _template(worker_plan, ctx, leader=False, ranks=ranks)
     for pod, role in ((leader, "leader"), (worker, "worker")):
         pod["metadata"] = {"labels": {**labels, "app.kubernetes.io/component": role}}
         pod["spec"]["containers"][0]["name"] = f"{kname[:56].rstrip('-')}-{role}"[:63]
@@ -154,6 +180,7 @@ def render(spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -> list[
         banner=banner(ctx.command, plan.spec_path),
         name=plan.name,
         size=len(spec.cluster.nodes) if spec.cluster else 0,
+        layout=spec.cluster.layout if spec.cluster else "ray",
         home=ctx.lxc.home if any(m.host.startswith("~") for m in plan.mounts) else None,
         body=body,
     )
