@@ -154,7 +154,7 @@ class Fault:
     delay: float = 0.0  # "slow": seconds per 256 KiB after ``after`` bytes
     after: int = 0
     body: bytes = b""  # "body": answer 200 with these bytes (a hostile or broken Hub)
-    min_start: int = 0  # only requests whose Range starts at this byte or later (one range of a file)
+    start: int | None = None  # only requests whose Range starts at this byte (one range of a file)
     headers: dict[str, str] = field(default_factory=dict)  # "body": extra response headers (Link: …)
 
 
@@ -249,10 +249,10 @@ class HubServer:
         self.stop()
 
     # -- internals ----------------------------------------------------------------------------
-    def _take_fault(self, method: str, path: str, start: int) -> Fault | None:
+    def _take_fault(self, method: str, path: str, start: int | None) -> Fault | None:
         with self._mu:
             for f in self.faults:
-                if f.times > 0 and f.method == method and f.match in path and start >= f.min_start:
+                if f.times > 0 and f.method == method and f.match in path and f.start in (None, start):
                     f.times -= 1
                     return f
         return None
@@ -317,7 +317,7 @@ class _Handler(BaseHTTPRequestHandler):
         hub = self.hub
         path = urlsplit(self.path).path
         mm = re.fullmatch(r"bytes=(\d+)-\d*", (req.range or "").strip())
-        fault = hub._take_fault(self.command, path, int(mm.group(1)) if mm else 0)
+        fault = hub._take_fault(self.command, path, int(mm.group(1)) if mm else None)
         if fault is not None and fault.kind in ("500", "502", "503"):
             self._error(int(fault.kind), "", "injected server error")
             return

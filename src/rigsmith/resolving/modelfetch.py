@@ -23,7 +23,6 @@ lock records Hub facts only.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import shutil
@@ -32,7 +31,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
@@ -40,6 +39,7 @@ from rigsmith.errors import AdapterError, ConsentError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving import parts as partsmod
 from rigsmith.resolving.lock import LockedModel
 from rigsmith.resolving.modelfiles import (
     HF_DOWNLOAD_DIR,
@@ -73,6 +73,7 @@ from rigsmith.resolving.modelfiles import (
     still_verified,
     wants,
 )
+from rigsmith.resolving.rangeget import NotRanged
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
@@ -273,8 +274,8 @@ class _HashingWriter:
     The hashing runs beside the download (:class:`_HashPipe`); :attr:`hasher` waits for it. Progress is
     reported in steps of at least :data:`PROGRESS_STEP` bytes (a rich update per 64 KiB
     block costs more than the hashing). Every :data:`WRITEBACK_STEP` bytes the kernel is asked to start
-    writing the range out (:func:`_start_writeback`), so the fsync before the rename waits for the last
-    few MiB rather than for the whole file.
+    writing the range out (:func:`~rigsmith.resolving.parts.start_writeback`), so the fsync before the
+    rename waits for the last few MiB rather than for the whole file.
     """
 
     def __init__(
@@ -312,7 +313,7 @@ class _HashingWriter:
             self._unreported = 0
         if self._pos - self._synced >= WRITEBACK_STEP:
             self._fh.flush()
-            _start_writeback(self._fd, self._synced, self._pos - self._synced)
+            partsmod.start_writeback(self._fd, self._synced, self._pos - self._synced)
             self._synced = self._pos
         return n
 
@@ -353,31 +354,6 @@ class _HashingWriter:
             self._unreported = 0
 
 
-def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (AttributeError, OSError):
-        return None  # not Linux/glibc: the fsync before the rename does all the work
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return cast(Callable[[int, int, int, int], int], fn)
-
-
-_SYNC_FILE_RANGE = _load_sync_file_range()
-_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writeback of dirty pages in the range, do not wait
-
-
-def _start_writeback(fd: int, offset: int, n: int) -> None:
-    """Start (not wait for) writing ``n`` bytes at ``offset`` to disk; a hint, errors are ignored.
-
-    Without it a fresh download stays dirty in the page cache until the fsync (or the kernel's 30 s /
-    dirty_background_ratio writeback), and the fsync then writes the whole file while nothing else
-    happens. PostgreSQL does the same for its checkpoints (``pg_flush_data``, ``*_flush_after``).
-    """
-    if _SYNC_FILE_RANGE is not None:
-        _SYNC_FILE_RANGE(fd, offset, n, _SYNC_FILE_RANGE_WRITE)
-
-
 @dataclass
 class _Ctx:
     """One fetch run's shared, mutable bits (guarded by ``mu``)."""
@@ -392,6 +368,10 @@ class _Ctx:
     stop: threading.Event
     progress: Progress | None = None
     overall: TaskID | None = None
+    #: The connections that download ranges of large files (:mod:`~rigsmith.resolving.parts`).
+    ranges: ThreadPoolExecutor | None = None
+    #: Set once a server answered a range other than as asked: later files skip the ranged route.
+    no_ranges: bool = False
 
     def inside(self, rel: str) -> Path:
         """``root/rel``, refusing it when a symlinked directory on the way leads out of the model dir."""
@@ -458,7 +438,12 @@ def _check(ctx: _Ctx, w: Want) -> bool:
 
 
 def _download(ctx: _Ctx, w: Want) -> None:
-    """Stream one file into its partial, verify, move into place; resume from a partial left earlier."""
+    """Download one file into its partial, verify, move into place; resume from a partial left earlier.
+
+    A large file goes as several ranges at once when the Hub serves ranges (:func:`_fetch_ranged`), any
+    other by one streamed request (:func:`_fetch_stream`); either way every byte is hashed before the
+    rename, and a file that hashes wrong is fetched once more before it is refused.
+    """
     part = ctx.inside(f"{STATE_DIR}/{PARTIAL_DIR}/{w.partial_name}")
     part.parent.mkdir(parents=True, exist_ok=True)
     task = None
@@ -472,41 +457,21 @@ def _download(ctx: _Ctx, w: Want) -> None:
 
     try:
         for attempt in range(1, MISMATCH_ATTEMPTS + 1):
-            have = part.stat().st_size if part.exists() else 0
-            if have > w.size:
-                part.unlink()
-                have = 0
-            with part.open("r+b" if have else "w+b") as fh:
-                hasher = (
-                    hash_stream(w.kind, w.size, fh, limit=have, stop=ctx.stop)
-                    if have
-                    else Hasher(w.kind, w.size)
-                )
-                if have:
-                    ctx.hashed(have)
-                    on_bytes(have)
-                    with ctx.mu:
-                        ctx.report.resumed_bytes += have
-                fh.seek(have)
-                out = _HashingWriter(fh, hasher, w.kind, w.size, on_bytes, ctx.stop)
+            done = _fetch_ranged(ctx, w, part, on_bytes)
+            digest, got, written = done if done is not None else _fetch_stream(ctx, w, part, on_bytes)
+            if got == w.size and digest == w.digest:
+                # Durable before the rename: the state cache will vouch for these bytes unhashed.
+                fd = os.open(part, os.O_RDONLY)
                 try:
-                    if have < w.size:
-                        ctx.get_hub().download(
-                            ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
-                        )
+                    os.fsync(fd)
                 finally:
-                    out.close()
-                out.flush()
-                digest = out.hasher.hexdigest()
-                got = out.tell()
-                if got == w.size and digest == w.digest:
-                    # Durable before the rename: the state cache will vouch for these bytes unhashed.
-                    os.fsync(fh.fileno())
+                    os.close(fd)
             with ctx.mu:
-                ctx.report.downloaded_bytes += out.written
+                ctx.report.downloaded_bytes += written
             if got == w.size and digest == w.digest:
                 break
             part.unlink()
+            partsmod.record_path(part).unlink(missing_ok=True)
             on_bytes(-got)
             if attempt == MISMATCH_ATTEMPTS:
                 raise HashMismatch(
@@ -518,12 +483,93 @@ def _download(ctx: _Ctx, w: Want) -> None:
         final = ctx.inside(w.disk_path)
         final.parent.mkdir(parents=True, exist_ok=True)
         part.replace(final)
+        partsmod.record_path(part).unlink(missing_ok=True)
         ctx.record(w.disk_path, w.kind, w.digest)
         with ctx.mu:
             ctx.report.downloaded.append(w.repo_path)
     finally:
         if task is not None and ctx.progress is not None:
             ctx.progress.remove_task(task)
+
+
+def _fetch_ranged(
+    ctx: _Ctx, w: Want, part: Path, on_bytes: Callable[[int], None]
+) -> tuple[str, int, int] | None:
+    """(digest, size, bytes downloaded) of ``w`` fetched as ranges on the shared connections; None when
+    the file goes by one request instead (small, a Hub without ranges), its partial then made sequential."""
+    hub = ctx.get_hub()
+    record = partsmod.record_path(part)
+    if ctx.no_ranges or ctx.ranges is None or not hasattr(hub, "download_range"):
+        if record.exists():
+            _sequential_partial(part, w.size)
+        return None
+    if w.size < 2 * partsmod.PART_BYTES and not record.exists():
+        return None
+
+    def get(start: int, end: int, write: Callable[[int, memoryview], None]) -> None:
+        hub.download_range(
+            ctx.entry.repo, ctx.entry.commit, w.repo_path, start, end, w.size, write, ctx.stop
+        )
+
+    reported = [0]
+
+    def progress(n: int) -> None:
+        reported[0] += n
+        on_bytes(n)
+
+    resumed = sum(b - a for a, b in partsmod.read_record(part, w.size))
+    progress(resumed)
+    try:
+        digest, resumed, written = partsmod.fetch_parts(
+            part, w.kind, w.size, get, ctx.ranges, progress, ctx.stop
+        )
+    except NotRanged:
+        ctx.no_ranges = True  # the streamed route reports HTTP errors properly, and resumes from the prefix
+        _sequential_partial(part, w.size)
+        on_bytes(-reported[0])
+        return None
+    with ctx.mu:
+        ctx.report.resumed_bytes += resumed
+    ctx.hashed(resumed)
+    return digest, w.size, written
+
+
+def _sequential_partial(part: Path, size: int) -> None:
+    """Make a ranged partial one the streamed route resumes: cut at the first gap, record removed."""
+    spans = partsmod.read_record(part, size)
+    keep = spans[0][1] if spans and spans[0][0] == 0 else 0
+    if part.exists():
+        os.truncate(part, keep)
+    partsmod.record_path(part).unlink(missing_ok=True)
+
+
+def _fetch_stream(ctx: _Ctx, w: Want, part: Path, on_bytes: Callable[[int], None]) -> tuple[str, int, int]:
+    """(digest, bytes in the partial, bytes downloaded) of ``w`` streamed by one request from where its
+    partial ends, hashed as it arrives (the resumed prefix hashed from disk first)."""
+    have = part.stat().st_size if part.exists() else 0
+    if have > w.size:
+        part.unlink()
+        have = 0
+    with part.open("r+b" if have else "w+b") as fh:
+        hasher = (
+            hash_stream(w.kind, w.size, fh, limit=have, stop=ctx.stop) if have else Hasher(w.kind, w.size)
+        )
+        if have:
+            ctx.hashed(have)
+            on_bytes(have)
+            with ctx.mu:
+                ctx.report.resumed_bytes += have
+        fh.seek(have)
+        out = _HashingWriter(fh, hasher, w.kind, w.size, on_bytes, ctx.stop)
+        try:
+            if have < w.size:
+                ctx.get_hub().download(
+                    ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
+                )
+        finally:
+            out.close()
+        out.flush()
+        return out.hasher.hexdigest(), out.tell(), out.written
 
 
 def _run_all(
@@ -896,9 +942,15 @@ def _download_all(ctx: _Ctx, todo: Sequence[Want], workers: int, progress: bool 
     ) as prog:
         ctx.progress = prog
         ctx.overall = prog.add_task(f"{ctx.entry.repo}", total=sum(w.size for w in todo))
-        for _w, res in _run_all(lambda w: _download(ctx, w), todo, workers, ctx.stop):
-            if isinstance(res, BaseException):
-                errors.append(res)
+        # Ranges of large files share `workers` connections, in file order (the first file completes first).
+        ctx.ranges = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="range")
+        try:
+            for _w, res in _run_all(lambda w: _download(ctx, w), todo, workers, ctx.stop):
+                if isinstance(res, BaseException):
+                    errors.append(res)
+        finally:
+            ctx.ranges.shutdown(wait=True, cancel_futures=True)
+            ctx.ranges = None
         ctx.progress = None
     if not errors:
         return
