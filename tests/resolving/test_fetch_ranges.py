@@ -146,3 +146,28 @@ def test_the_record_is_read_defensively(tmp_path):
     parts.record_path(partial).write_text('{"size": 10, "done": [[6, 8], [0, 2], [2, 4]]}')
     assert parts.read_record(partial, 10) == [(0, 4), (6, 8)]
     assert parts.missing([(0, 4), (6, 8)], 10, part=1) == [(4, 5), (5, 6), (8, 9), (9, 10)]
+
+
+def test_large_files_that_others_keep_company_go_as_one_range_each_resumed_exactly(
+    hub, client, make_project, small_ranges
+):
+    files = tiny_files("whole", shards=2, shard_size=3 * MiB)
+    sha = hub.repo("acme/whole").add_commit(files, refs=())
+    project, spec = make_project(repo="acme/whole", revision=sha)
+    root = Path(spec.model.local_dir)
+    first, last = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+    (root / ".rigsmith/partial").mkdir(parents=True)
+    (root / ".rigsmith/partial" / f"{hashlib.sha256(files[first]).hexdigest()}.incomplete").write_bytes(
+        files[first][:MiB]
+    )
+
+    report = fetch_model(project, spec, hub=client, workers=1, echo=lambda _m: None)
+
+    _assert_done(root, files)
+    # The first shard starts while the other waits: one range, from the byte its partial ends at.
+    assert [r.range for r in hub.hub_requests(first)] == [f"bytes={MiB}-{len(files[first]) - 1}"]
+    assert hub.bytes_sent[first] == len(files[first]) - MiB and report.resumed_bytes == MiB
+    # The last large file to start goes as several ranges.
+    assert sorted(r.range or "" for r in hub.hub_requests(last)) == _ranges(
+        parts.missing([], len(files[last]), MiB)
+    )

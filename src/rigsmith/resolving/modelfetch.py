@@ -372,6 +372,8 @@ class _Ctx:
     ranges: ThreadPoolExecutor | None = None
     #: Set once a server answered a range other than as asked: later files skip the ranged route.
     no_ranges: bool = False
+    #: Large files (a range or more) not started yet: the last ones to start go as several ranges.
+    waiting: int = 0
 
     def inside(self, rel: str) -> Path:
         """``root/rel``, refusing it when a symlinked directory on the way leads out of the model dir."""
@@ -495,21 +497,28 @@ def _download(ctx: _Ctx, w: Want) -> None:
 def _fetch_ranged(
     ctx: _Ctx, w: Want, part: Path, on_bytes: Callable[[int], None]
 ) -> tuple[str, int, int] | None:
-    """(digest, size, bytes downloaded) of ``w`` fetched as ranges on the shared connections; None when
-    the file goes by one request instead (small, a Hub without ranges), its partial then made sequential."""
+    """(digest, size, bytes downloaded) of ``w`` fetched by range requests (:mod:`~rigsmith.resolving.
+    parts`); None when the Hub adapter has no ranged route or the server does not serve ranges (the
+    partial is then left for the streamed route).
+
+    A file of :data:`~rigsmith.resolving.parts.PART_BYTES` or more goes by range requests (a smaller one:
+    None). The last large file to start goes as several ranges in flight together on the shared
+    connections, so a single large file (or the tail of a snapshot) still fills the wire; any other as one
+    range, written and hashed as it arrives, since the other files keep the connections busy.
+    """
     hub = ctx.get_hub()
-    record = partsmod.record_path(part)
     if ctx.no_ranges or ctx.ranges is None or not hasattr(hub, "download_range"):
-        if record.exists():
+        if partsmod.record_path(part).exists():
             _sequential_partial(part, w.size)
         return None
-    if w.size < 2 * partsmod.PART_BYTES and not record.exists():
-        return None
+    if w.size < partsmod.PART_BYTES and not partsmod.record_path(part).exists():
+        return None  # small: huggingface_hub's stream costs little here, and reports errors itself
+    with ctx.mu:
+        ctx.waiting -= 1
+        several = w.size >= 2 * partsmod.PART_BYTES and ctx.waiting <= 0
 
     def get(start: int, end: int, write: Callable[[int, memoryview], None]) -> None:
-        hub.download_range(
-            ctx.entry.repo, ctx.entry.commit, w.repo_path, start, end, w.size, write, ctx.stop
-        )
+        hub.download_range(ctx.entry.repo, ctx.entry.commit, w.repo_path, start, end, w.size, write, ctx.stop)
 
     reported = [0]
 
@@ -517,12 +526,14 @@ def _fetch_ranged(
         reported[0] += n
         on_bytes(n)
 
-    resumed = sum(b - a for a, b in partsmod.read_record(part, w.size))
-    progress(resumed)
     try:
-        digest, resumed, written = partsmod.fetch_parts(
-            part, w.kind, w.size, get, ctx.ranges, progress, ctx.stop
-        )
+        if several:
+            progress(sum(b - a for a, b in partsmod.read_record(part, w.size)))
+            digest, resumed, written = partsmod.fetch_parts(
+                part, w.kind, w.size, get, ctx.ranges, progress, ctx.stop
+            )
+        else:
+            digest, resumed, written = partsmod.fetch_whole(part, w.kind, w.size, get, progress, ctx.stop)
     except NotRanged:
         ctx.no_ranges = True  # the streamed route reports HTTP errors properly, and resumes from the prefix
         _sequential_partial(part, w.size)
@@ -944,6 +955,7 @@ def _download_all(ctx: _Ctx, todo: Sequence[Want], workers: int, progress: bool 
         ctx.overall = prog.add_task(f"{ctx.entry.repo}", total=sum(w.size for w in todo))
         # Ranges of large files share `workers` connections, in file order (the first file completes first).
         ctx.ranges = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="range")
+        ctx.waiting = sum(w.size >= partsmod.PART_BYTES for w in todo)
         try:
             for _w, res in _run_all(lambda w: _download(ctx, w), todo, workers, ctx.stop):
                 if isinstance(res, BaseException):

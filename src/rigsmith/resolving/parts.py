@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import mmap
 import os
 import threading
 from collections.abc import Callable
@@ -24,16 +23,17 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import cast
 
-from rigsmith.resolving.modelfiles import Hasher, HashKind, Stopped
-from rigsmith.writer import write_one
+from rigsmith.resolving.modelfiles import Hasher, HashKind, Stopped, hash_stream
 
 #: Bytes of one range request (a file smaller than two of these is downloaded in one request).
 PART_BYTES = 64 << 20
 #: Bytes hashed per read of the partial file.
-HASH_READ = 8 << 20
+HASH_READ = 1 << 20
 #: The record is rewritten after at least this many new bytes (and when the download ends, either way).
 RECORD_STEP = 64 << 20
 RECORD_SUFFIX = ".ranges"
+#: Ask the kernel to start writing the file out every this many new bytes (:func:`start_writeback`).
+WRITEBACK_STEP = 16 << 20
 
 #: ``get(start, end, write)``: fetch bytes ``start``..``end`` of the file, ``write(offset, block)`` each.
 Get = Callable[[int, int, Callable[[int, memoryview], None]], None]
@@ -123,24 +123,39 @@ class _Written:
         self.spans = list(done)
         self.cond = threading.Condition()
         self.error: BaseException | None = None
-        self._partial, self._size = partial, size
+        self._record, self._size = record_path(partial), size
         self._unrecorded = 0
+        self._save_mu = threading.Lock()
 
     def add(self, a: int, b: int) -> None:
         with self.cond:
             self.spans = _merge([*self.spans, (a, b)])
             self._unrecorded += b - a
-            if self._unrecorded >= RECORD_STEP:
-                self.save()
+            due = self._unrecorded >= RECORD_STEP
+            if due:
+                self._unrecorded = 0
+            spans = list(self.spans)
             self.cond.notify_all()
+        if due:
+            self.save(spans)
 
     def prefix(self) -> int:
         return self.spans[0][1] if self.spans and self.spans[0][0] == 0 else 0
 
-    def save(self) -> None:
-        """Rewrite the record (the caller holds ``cond``): only spans already written are listed."""
-        self._unrecorded = 0
-        write_one(record_path(self._partial), json.dumps({"size": self._size, "done": self.spans}))
+    def save(self, spans: list[tuple[int, int]] | None = None) -> None:
+        """Rewrite the record with ``spans`` (default: all written so far), replaced whole.
+
+        Not fsynced, and never under ``cond``: an fsync here waits for the journal, that is for the
+        writeback of every range in flight, and the transfers would wait with it. A record that claims
+        bytes a power cut lost is caught by the hash before the rename, like any other wrong byte.
+        """
+        if spans is None:
+            with self.cond:
+                spans = list(self.spans)
+        with self._save_mu:  # a slower save of an older list may land last: it claims less, never more
+            tmp = self._record.with_name(self._record.name + ".tmp")
+            tmp.write_text(json.dumps({"size": self._size, "done": spans}))
+            tmp.replace(self._record)
 
     def fail(self, err: BaseException) -> None:
         with self.cond:
@@ -174,8 +189,7 @@ def fetch_parts(
         if os.fstat(fd).st_size != size:
             os.ftruncate(fd, size)
         written = _Written(partial, size, done)
-        with written.cond:
-            written.save()  # from here on the partial's length says nothing; the record does
+        written.save()  # from here on the partial's length says nothing; the record does
         halt = threading.Event()
         got = [0]
 
@@ -185,9 +199,10 @@ def fetch_parts(
             n = 0
             while n < len(block):
                 n += os.pwrite(fd, block[n:], off + n)
-            start_writeback(fd, off, n)
             written.add(off, off + n)
             got[0] += n
+            if got[0] // WRITEBACK_STEP != (got[0] - n) // WRITEBACK_STEP:
+                start_writeback(fd, 0, 0)  # the whole file's dirty pages (0 bytes: to its end)
             on_bytes(n)
 
         def one(a: int, b: int) -> None:
@@ -210,9 +225,58 @@ def fetch_parts(
             for f in futs:
                 if not f.cancelled():
                     f.result()
-            with written.cond:
-                written.save()
+            written.save()
         return digest, resumed, got[0]
+    finally:
+        os.close(fd)
+
+
+def fetch_whole(
+    partial: Path,
+    kind: HashKind,
+    size: int,
+    get: Get,
+    on_bytes: Callable[[int], None],
+    stop: threading.Event,
+) -> tuple[str, int, int]:
+    """Download what ``partial`` lacks after its written prefix as one range, hashed as it arrives.
+
+    The route for a file that does not need ranges in flight together (other files keep the connections
+    busy): each block is written and then hashed straight from the receive buffer, still in cache, not
+    read back. A ranged partial (with a record) is first cut at its first gap.
+
+    Returns:
+        (hex digest of all ``size`` bytes, bytes resumed from an earlier run, bytes downloaded now).
+    """
+    spans = read_record(partial, size)
+    have = spans[0][1] if spans and spans[0][0] == 0 else 0
+    fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.ftruncate(fd, have)
+        record_path(partial).unlink(missing_ok=True)
+        with open(fd, "rb", closefd=False) as fh:
+            hasher = hash_stream(kind, size, fh, limit=have, stop=stop) if have else Hasher(kind, size)
+        on_bytes(have)
+        pos = have
+
+        def write(off: int, block: memoryview) -> None:
+            nonlocal pos
+            if stop.is_set():
+                raise Stopped("stopped")
+            if off != pos:
+                raise OSError(f"a block for byte {off} arrived at byte {pos}")
+            n = 0
+            while n < len(block):
+                n += os.pwrite(fd, block[n:], off + n)
+            hasher.update(block)
+            pos += n
+            if pos // WRITEBACK_STEP != (pos - n) // WRITEBACK_STEP:
+                start_writeback(fd, 0, 0)  # the whole file's dirty pages (0 bytes: to its end)
+            on_bytes(n)
+
+        if have < size:
+            get(have, size, write)
+        return hasher.hexdigest(), have, pos - have
     finally:
         os.close(fd)
 
@@ -220,28 +284,24 @@ def fetch_parts(
 def _hash_along(fd: int, kind: HashKind, size: int, written: _Written, stop: threading.Event) -> str:
     """Hash bytes 0..size of ``fd`` as the written spans reach them; raise the first range's error.
 
-    The bytes are read through a read-only mapping of the partial file: hashed where they lie in the page
-    cache, not copied out first."""
+    The bytes are read back (``preadv`` into one small buffer) from the page cache, where they have just
+    been written; the ranges arrive out of order, so they cannot be hashed as they come."""
     hasher = Hasher(kind, size)
+    buf = memoryview(bytearray(HASH_READ))
     pos = 0
-    if size == 0:
-        return hasher.hexdigest()
-    with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mm:
-        view = memoryview(mm)
-        try:
-            while pos < size:
-                with written.cond:
-                    while written.prefix() <= pos and written.error is None and not stop.is_set():
-                        written.cond.wait(0.2)
-                    if written.error is not None:
-                        raise written.error
-                    if stop.is_set():
-                        raise Stopped("stopped")
-                    upto = written.prefix()
-                while pos < upto:
-                    n = min(HASH_READ, upto - pos)
-                    hasher.update(view[pos : pos + n])
-                    pos += n
-        finally:
-            view.release()
+    while pos < size:
+        with written.cond:
+            while written.prefix() <= pos and written.error is None and not stop.is_set():
+                written.cond.wait(0.2)
+            if written.error is not None:
+                raise written.error
+            if stop.is_set():
+                raise Stopped("stopped")
+            upto = written.prefix()
+        while pos < upto:
+            n = os.preadv(fd, [buf[: min(HASH_READ, upto - pos)]], pos)
+            if n <= 0:
+                raise OSError(f"the partial file ended at byte {pos} of {size}")
+            hasher.update(buf[:n])
+            pos += n
     return hasher.hexdigest()
