@@ -171,3 +171,29 @@ def test_large_files_that_others_keep_company_go_as_one_range_each_resumed_exact
     assert sorted(r.range or "" for r in hub.hub_requests(last)) == _ranges(
         parts.missing([], len(files[last]), MiB)
     )
+
+
+def test_a_repo_on_xet_goes_through_hf_xet_and_nothing_unverified_lands(
+    hub, client, make_project, small_ranges, monkeypatch
+):
+    """As far as a stand-in allows: it says the file is on Xet (HEAD headers) but has no Xet token route or
+    CAS, so hf_xet's route is taken and fails cleanly. With hf_xet turned off the same repo downloads by
+    ranges."""
+    import huggingface_hub.constants
+
+    files, project, spec, root, _data, _partial = _setup(hub, make_project, "onxet")
+    hub.repos["acme/onxet"].xet = True
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", False)
+
+    with pytest.raises(AdapterError, match="HTTP 404"):
+        fetch_model(project, spec, hub=client, workers=4, echo=lambda _m: None)
+
+    assert [r.method for r in hub.hub_requests(f"/resolve/{spec.model.revision}/{SHARD}")] == ["HEAD"]
+    assert hub.count("/xet-read-token/") >= 1  # hf_xet's route asked for its token
+    assert not (root / SHARD).exists()
+
+    hub.reset()
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True)
+    fetch_model(project, spec, hub=client, workers=4, echo=lambda _m: None)
+    _assert_done(root, files)
+    assert all(r.method == "GET" for r in hub.hub_requests(SHARD))

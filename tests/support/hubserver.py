@@ -3,7 +3,8 @@
 It serves generated repos to the real huggingface_hub client: ``/api/models/{repo}/revision/{rev}``,
 ``/api/models/{repo}/tree/{rev}``, ``HEAD|GET /{repo}/resolve/{rev}/{path}`` with ETag / X-Repo-Commit and
 Range support. It counts every request and injects faults on demand (5xx, connection reset, truncated
-body, wrong bytes, a slow body). It never advertises Xet (no ``X-Xet-*`` headers, no ``xetHash``).
+body, wrong bytes, a slow body). It never advertises Xet (no ``X-Xet-*`` headers, no ``xetHash``) unless a
+repo asks for it (``Repo.xet``: the ``HEAD`` headers only; no Xet token route or CAS exists here).
 
 A file is bytes in memory (tests) or a :class:`Blob` on disk (the benchmark's shards of any size, sent
 with ``sendfile``: the stand-in must not be what a fast client waits on).
@@ -120,6 +121,7 @@ class Repo:
     refs: dict[str, str] = field(default_factory=dict)  # branch/tag -> sha
     gated: bool = False
     token: str | None = None  # private: needs this bearer token
+    xet: bool = False  # resolve answers carry X-Xet-Hash and a refresh route, as the Hub's do
 
     def add_commit(
         self, files: Mapping[str, bytes | Blob], *, sha: str | None = None, refs: tuple[str, ...] = ("main",)
@@ -411,6 +413,11 @@ class _Handler(BaseHTTPRequestHandler):
             "Accept-Ranges": "bytes",
             "Content-Type": "application/octet-stream",
         }
+        if _repo.xet:
+            headers["X-Xet-Hash"] = hashlib.sha256(commit.etag(file).encode()).hexdigest()
+            headers["X-Xet-Refresh-Route"] = (
+                f"{self.hub.url}/api/models/{repo_id}/xet-read-token/{commit.sha}"
+            )
         start, end, code = 0, len(data), 200
         rng = self.headers.get("Range")
         if fault is not None and fault.kind == "norange":

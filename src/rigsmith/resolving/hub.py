@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, TypeVar
 from urllib.parse import quote
 
@@ -32,9 +33,11 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.file_download import hf_hub_url
+from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url, xet_get
 from huggingface_hub.utils._headers import build_hf_headers
 from huggingface_hub.utils._http import hf_raise_for_status, http_backoff, http_stream_backoff
+from huggingface_hub.utils._runtime import is_xet_available
+from huggingface_hub.utils._xet import XetFileData
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -334,6 +337,40 @@ class HfHub:
             raise
         except Exception as err:
             raise self._translate(err, "download", repo, f"{commit}/{path}") from None
+
+    def xet_file(self, repo: str, commit: str, path: str) -> XetFileData | None:
+        """Where the Hub keeps the file on Xet (its ``HEAD`` answer), or None: not on Xet, or hf_xet is
+        not installed or turned off (``HF_HUB_DISABLE_XET``); then no request is made."""
+        if not is_xet_available():
+            return None
+        url = hf_hub_url(repo, path, revision=commit, endpoint=self.endpoint)
+        token = self._token if self._token else False
+        meta = self._call(
+            "look up",
+            repo,
+            lambda: get_hf_file_metadata(url, token=token, endpoint=self.endpoint, library_name="rigsmith"),
+            revision=f"{commit}/{path}",
+        )
+        return meta.xet_file_data
+
+    def download_xet(
+        self, repo: str, commit: str, path: str, dest: Path, size: int, xet: XetFileData
+    ) -> None:
+        """The whole file into ``dest`` through hf_xet (huggingface_hub's ``xet_get``: chunks in parallel,
+        deduplicated against its chunk cache, which is also what a re-run after an interruption reuses)."""
+        headers = build_hf_headers(token=self._token if self._token else False, library_name="rigsmith")
+        self._call(
+            "download",
+            repo,
+            lambda: xet_get(
+                incomplete_path=dest,
+                xet_file_data=xet,
+                headers=headers,
+                expected_size=size,
+                displayed_filename=path,
+            ),
+            revision=f"{commit}/{path}",
+        )
 
     def _translate(self, err: Exception, what: str, repo: str, revision: str | None) -> AdapterError:
         where = f"{repo}@{revision}" if revision else repo

@@ -372,6 +372,8 @@ class _Ctx:
     ranges: ThreadPoolExecutor | None = None
     #: Set once a server answered a range other than as asked: later files skip the ranged route.
     no_ranges: bool = False
+    #: Set once a large file turned out not to be on Xet (or hf_xet is off): later files skip the question.
+    no_xet: bool = False
     #: Large files (a range or more) not started yet: the last ones to start go as several ranges.
     waiting: int = 0
 
@@ -459,7 +461,7 @@ def _download(ctx: _Ctx, w: Want) -> None:
 
     try:
         for attempt in range(1, MISMATCH_ATTEMPTS + 1):
-            done = _fetch_ranged(ctx, w, part, on_bytes)
+            done = _fetch_xet(ctx, w, part, on_bytes) or _fetch_ranged(ctx, w, part, on_bytes)
             digest, got, written = done if done is not None else _fetch_stream(ctx, w, part, on_bytes)
             if got == w.size and digest == w.digest:
                 # Durable before the rename: the state cache will vouch for these bytes unhashed.
@@ -543,6 +545,33 @@ def _fetch_ranged(
         ctx.report.resumed_bytes += resumed
     ctx.hashed(resumed)
     return digest, w.size, written
+
+
+def _fetch_xet(
+    ctx: _Ctx, w: Want, part: Path, on_bytes: Callable[[int], None]
+) -> tuple[str, int, int] | None:
+    """(digest, size, bytes downloaded) of a large file the Hub keeps on Xet, fetched by hf_xet and then
+    hashed from the page cache; None when the file is not on Xet (or hf_xet is off), asked once per file.
+
+    hf_xet writes the whole file itself: a partial of the other routes is dropped (its chunk cache, not
+    the partial, is what makes a second try cheap)."""
+    hub = ctx.get_hub()
+    if (
+        ctx.no_xet
+        or w.size < 2 * partsmod.PART_BYTES
+        or not (hasattr(hub, "xet_file") and hasattr(hub, "download_xet"))
+    ):
+        return None
+    xet = hub.xet_file(ctx.entry.repo, ctx.entry.commit, w.repo_path)
+    if xet is None:
+        ctx.no_xet = True  # a Hub either keeps a snapshot's large files on Xet or not: one HEAD is enough
+        return None
+    part.unlink(missing_ok=True)
+    partsmod.record_path(part).unlink(missing_ok=True)
+    hub.download_xet(ctx.entry.repo, ctx.entry.commit, w.repo_path, part, w.size, xet)
+    got = part.stat().st_size
+    on_bytes(got)
+    return hash_file(part, w.kind, w.size, ctx.stop), got, got
 
 
 def _sequential_partial(part: Path, size: int) -> None:
