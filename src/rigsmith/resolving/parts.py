@@ -196,9 +196,7 @@ def fetch_parts(
         def write(off: int, block: memoryview) -> None:
             if halt.is_set():
                 raise Stopped("stopped")
-            n = 0
-            while n < len(block):
-                n += os.pwrite(fd, block[n:], off + n)
+            n = _pwrite_all(fd, block, off)
             written.add(off, off + n)
             got[0] += n
             if got[0] // WRITEBACK_STEP != (got[0] - n) // WRITEBACK_STEP:
@@ -265,9 +263,7 @@ def fetch_whole(
                 raise Stopped("stopped")
             if off != pos:
                 raise OSError(f"a block for byte {off} arrived at byte {pos}")
-            n = 0
-            while n < len(block):
-                n += os.pwrite(fd, block[n:], off + n)
+            n = _pwrite_all(fd, block, off)
             hasher.update(block)
             pos += n
             if pos // WRITEBACK_STEP != (pos - n) // WRITEBACK_STEP:
@@ -279,6 +275,14 @@ def fetch_whole(
         return hasher.hexdigest(), have, pos - have
     finally:
         os.close(fd)
+
+
+def _pwrite_all(fd: int, block: memoryview, off: int) -> int:
+    """Write all of ``block`` at ``off`` (a write may take less than it was given); its length."""
+    n = 0
+    while n < len(block):
+        n += os.pwrite(fd, block[n:], off + n)
+    return n
 
 
 def _hash_along(fd: int, kind: HashKind, size: int, written: _Written, stop: threading.Event) -> str:
