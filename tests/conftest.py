@@ -152,6 +152,7 @@ def hub(hub_server: HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
     # huggingface_hub reads its env at import time; the telemetry ping would otherwise go to the real Hub.
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True)  # likewise: read at import
     yield hub_server
     hub_server.reset()
 

@@ -31,6 +31,8 @@ CORE = (
 ADAPTERS = (
     "rigsmith.importing.importer",  # the http(s) recipe fetch
     "rigsmith.resolving.hub",
+    "rigsmith.resolving.rangeget",  # byte ranges of large files (http.client)
+    "rigsmith.resolving.parts",  # a large file as ranges in flight together
     "rigsmith.resolving.registry",
     "rigsmith.resolving.engine",
     "rigsmith.resolving.modelfetch",

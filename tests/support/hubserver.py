@@ -3,13 +3,18 @@
 It serves generated repos to the real huggingface_hub client: ``/api/models/{repo}/revision/{rev}``,
 ``/api/models/{repo}/tree/{rev}``, ``HEAD|GET /{repo}/resolve/{rev}/{path}`` with ETag / X-Repo-Commit and
 Range support. It counts every request and injects faults on demand (5xx, connection reset, truncated
-body, wrong bytes, a slow body). It never advertises Xet (no ``X-Xet-*`` headers, no ``xetHash``).
+body, wrong bytes, a slow body). It never advertises Xet (no ``X-Xet-*`` headers, no ``xetHash``) unless a
+repo asks for it (``Repo.xet``: the ``HEAD`` headers only; no Xet token route or CAS exists here).
+
+A file is bytes in memory (tests) or a :class:`Blob` on disk (the benchmark's shards of any size, sent
+with ``sendfile``: the stand-in must not be what a fast client waits on).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 import socket
@@ -30,11 +35,41 @@ def git_blob_sha1(data: bytes) -> str:
 
 
 def lfs_pointer(data: bytes) -> bytes:
+    return _pointer(hashlib.sha256(data).hexdigest(), len(data))
+
+
+def _pointer(sha256: str, size: int) -> bytes:
     return (
-        b"version https://git-lfs.github.com/spec/v1\noid sha256:"
-        + hashlib.sha256(data).hexdigest().encode()
-        + b"\nsize %d\n" % len(data)
+        b"version https://git-lfs.github.com/spec/v1\noid sha256:" + sha256.encode() + b"\nsize %d\n" % size
     )
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A file of a commit kept on disk (generated once by :func:`write_random`), served with sendfile."""
+
+    path: Path
+    size: int
+    sha256: str
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def write_random(seed: str, n: int, path: Path) -> Blob:
+    """:func:`random_bytes` of ``seed`` written to ``path`` piece by piece (never all in memory)."""
+    rng = random.Random(seed)
+    h = hashlib.sha256()
+    with path.open("wb") as fh:
+        for i in range(0, n, _RANDBYTES_MAX):
+            piece = rng.randbytes(min(_RANDBYTES_MAX, n - i))
+            h.update(piece)
+            fh.write(piece)
+    return Blob(path, n, h.hexdigest())
+
+
+def _sha256(data: bytes | Blob) -> str:
+    return data.sha256 if isinstance(data, Blob) else hashlib.sha256(data).hexdigest()
 
 
 #: ``Random.randbytes`` of more than this overflows (it asks for ``8 n`` bits as a C int): larger files are
@@ -52,7 +87,7 @@ def random_bytes(seed: str, n: int) -> bytes:
 @dataclass
 class Commit:
     sha: str
-    files: dict[str, bytes]
+    files: dict[str, bytes | Blob]
     _entries: dict[str, dict[str, object]] = field(default_factory=dict)
 
     def entry(self, path: str) -> dict[str, object]:
@@ -64,10 +99,11 @@ class Commit:
     def _entry(self, path: str) -> dict[str, object]:
         data = self.files[path]
         e: dict[str, object] = {"type": "file", "path": path, "size": len(data)}
-        if path.endswith(LFS_SUFFIXES):
-            ptr = lfs_pointer(data)
+        if path.endswith(LFS_SUFFIXES) or isinstance(data, Blob):
+            sha = _sha256(data)
+            ptr = _pointer(sha, len(data))
             e["oid"] = git_blob_sha1(ptr)
-            e["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": len(ptr)}
+            e["lfs"] = {"oid": sha, "size": len(data), "pointerSize": len(ptr)}
         else:
             e["oid"] = git_blob_sha1(data)
         return e
@@ -85,15 +121,16 @@ class Repo:
     refs: dict[str, str] = field(default_factory=dict)  # branch/tag -> sha
     gated: bool = False
     token: str | None = None  # private: needs this bearer token
+    xet: bool = False  # resolve answers carry X-Xet-Hash and a refresh route, as the Hub's do
 
     def add_commit(
-        self, files: dict[str, bytes], *, sha: str | None = None, refs: tuple[str, ...] = ("main",)
+        self, files: Mapping[str, bytes | Blob], *, sha: str | None = None, refs: tuple[str, ...] = ("main",)
     ) -> str:
         """Add a commit (sha derived from content unless given) and point ``refs`` at it."""
         if sha is None:
             h = hashlib.sha1(self.repo_id.encode())
             for p in sorted(files):
-                h.update(p.encode() + b"\0" + hashlib.sha256(files[p]).digest())
+                h.update(p.encode() + b"\0" + bytes.fromhex(_sha256(files[p])))
             h.update(str(len(self.commits)).encode())
             sha = h.hexdigest()
         self.commits[sha] = Commit(sha, dict(files))
@@ -119,6 +156,7 @@ class Fault:
     delay: float = 0.0  # "slow": seconds per 256 KiB after ``after`` bytes
     after: int = 0
     body: bytes = b""  # "body": answer 200 with these bytes (a hostile or broken Hub)
+    start: int | None = None  # only requests whose Range starts at this byte (one range of a file)
     headers: dict[str, str] = field(default_factory=dict)  # "body": extra response headers (Link: …)
 
 
@@ -213,10 +251,10 @@ class HubServer:
         self.stop()
 
     # -- internals ----------------------------------------------------------------------------
-    def _take_fault(self, method: str, path: str) -> Fault | None:
+    def _take_fault(self, method: str, path: str, start: int | None) -> Fault | None:
         with self._mu:
             for f in self.faults:
-                if f.times > 0 and f.method == method and f.match in path:
+                if f.times > 0 and f.method == method and f.match in path and f.start in (None, start):
                     f.times -= 1
                     return f
         return None
@@ -280,7 +318,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, req: Request) -> None:
         hub = self.hub
         path = urlsplit(self.path).path
-        fault = hub._take_fault(self.command, path)
+        mm = re.fullmatch(r"bytes=(\d+)-\d*", (req.range or "").strip())
+        fault = hub._take_fault(self.command, path, int(mm.group(1)) if mm else None)
         if fault is not None and fault.kind in ("500", "502", "503"):
             self._error(int(fault.kind), "", "injected server error")
             return
@@ -368,14 +407,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, "EntryNotFound", f"{file} does not exist", {"X-Repo-Commit": commit.sha})
             return
         data = commit.files[file]
-        if fault is not None and fault.kind == "wrong":
-            data = bytes([data[0] ^ 0xFF]) + data[1:]
         headers = {
             "ETag": f'"{commit.etag(file)}"',
             "X-Repo-Commit": commit.sha,
             "Accept-Ranges": "bytes",
             "Content-Type": "application/octet-stream",
         }
+        if _repo.xet:
+            headers["X-Xet-Hash"] = hashlib.sha256(commit.etag(file).encode()).hexdigest()
+            headers["X-Xet-Refresh-Route"] = (
+                f"{self.hub.url}/api/models/{repo_id}/xet-read-token/{commit.sha}"
+            )
         start, end, code = 0, len(data), 200
         rng = self.headers.get("Range")
         if fault is not None and fault.kind == "norange":
@@ -391,36 +433,70 @@ class _Handler(BaseHTTPRequestHandler):
                 end = min(int(mm.group(2)) + 1, len(data)) if mm.group(2) else len(data)
                 code = 206
                 headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(data)}"
-        body = memoryview(data)[start:end]  # sent as slices of the file's bytes, never copied
         self.send_response(code)
         for k, v in headers.items():
             self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(end - start))
         self.end_headers()
         if self.command == "HEAD":
             return
-        cut = len(body)
+        cut = end
         if fault is not None and fault.kind == "truncate":
-            cut = len(body) // 2
-        step = 256 * 1024
-        sent = 0
+            cut = start + (end - start) // 2
         try:
-            while sent < cut:
-                chunk = body[sent : min(sent + step, cut)]
-                self.wfile.write(chunk)
-                sent += len(chunk)
-                with self.hub._mu:
-                    req.sent += len(chunk)
-                    self.hub.bytes_sent[file] = self.hub.bytes_sent.get(file, 0) + len(chunk)
-                if fault is not None and fault.kind == "slow" and start + sent >= fault.after and sent < cut:
-                    self.wfile.flush()
-                    time.sleep(fault.delay)
+            self._body(data, start, cut, fault, req, file)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
             return
-        if cut < len(body):
+        if cut < end:
             self.wfile.flush()
             self._reset()
+
+    def _body(
+        self, data: bytes | Blob, start: int, cut: int, fault: Fault | None, req: Request, file: str
+    ) -> None:
+        """Send bytes ``start``..``cut`` of the file: slices of the bytes (never copied) or ``sendfile`` from
+        a blob, in large steps unless a "slow" fault paces them. A "wrong" fault flips the first byte sent."""
+        slow = fault is not None and fault.kind == "slow"
+        step = 256 * 1024 if slow else 8 << 20
+        pos = start
+        if fault is not None and fault.kind == "wrong" and pos < cut:
+            first = data[pos] if isinstance(data, bytes) else os.pread(self._fd(data), 1, pos)[0]
+            self.wfile.write(bytes([first ^ 0xFF]))
+            self._sent(req, file, 1)
+            pos += 1
+        view = memoryview(data) if isinstance(data, bytes) else None
+        while pos < cut:
+            n = min(step, cut - pos)
+            if view is not None:
+                self.wfile.write(view[pos : pos + n])
+            else:
+                assert isinstance(data, Blob)
+                n = os.sendfile(self.connection.fileno(), self._fd(data), pos, n)
+                if n == 0:
+                    raise BrokenPipeError("sendfile sent nothing")
+            pos += n
+            self._sent(req, file, n)
+            if slow and fault is not None and pos >= fault.after and pos < cut:
+                self.wfile.flush()
+                time.sleep(fault.delay)
+
+    def _fd(self, blob: Blob) -> int:
+        """An open descriptor of ``blob`` (one per handler, that is per connection)."""
+        fds: dict[Path, int] = self.__dict__.setdefault("_fds", {})
+        if blob.path not in fds:
+            fds[blob.path] = os.open(blob.path, os.O_RDONLY)
+        return fds[blob.path]
+
+    def finish(self) -> None:
+        super().finish()
+        for fd in self.__dict__.get("_fds", {}).values():
+            os.close(fd)
+
+    def _sent(self, req: Request, file: str, n: int) -> None:
+        with self.hub._mu:
+            req.sent += n
+            self.hub.bytes_sent[file] = self.hub.bytes_sent.get(file, 0) + n
 
 
 def bench_env(base: Mapping[str, str], url: str, hf_home: Path, root: Path) -> dict[str, str]:
@@ -438,7 +514,7 @@ def bench_env(base: Mapping[str, str], url: str, hf_home: Path, root: Path) -> d
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve one generated repo until killed (for bench/bench_fetch.py): prints ``URL COMMIT`` on stdout."""
+    """Serve generated repos until killed (for bench/): prints ``URL COMMIT`` on stdout, a line per repo."""
     import argparse
     import sys
 
@@ -447,30 +523,46 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--shard-mib", type=int, default=64)
     ap.add_argument(
+        "--also", action="append", default=[], metavar="REPO:SHARDS:MIB", help="another repo to serve"
+    )
+    ap.add_argument("--data-dir", type=Path, help="keep the shards as files here (any size), not in memory")
+    ap.add_argument(
         "--slow", type=float, default=0.0, help="seconds to sleep per 256 KiB sent (to watch progress)"
     )
     args = ap.parse_args(argv)
-    files = {
-        "config.json": b'{"architectures": ["Bench"], "text_config": {"hidden_size": 8}}\n',
-        "tokenizer.json": json.dumps({"vocab": list(range(2000))}).encode(),
-    }
-    for i in range(1, args.shards + 1):
-        files[f"model-{i:05d}-of-{args.shards:05d}.safetensors"] = random_bytes(
-            f"bench/{i}", args.shard_mib << 20
-        )
     server = HubServer()
-    sha = server.repo(args.repo).add_commit(files)
-    for p in files:
-        server.repos[args.repo].commits[sha].entry(p)
+    shas = [_bench_repo(server, args.repo, args.shards, args.shard_mib, args.data_dir)]
+    for spec in args.also:
+        repo, shards, mib = spec.rsplit(":", 2)
+        shas.append(_bench_repo(server, repo, int(shards), int(mib), args.data_dir))
     if args.slow:
-        server.fault(*(Fault("slow", p, delay=args.slow, times=1 << 30) for p in files))
+        server.fault(Fault("slow", "/resolve/", delay=args.slow, times=1 << 30))
     server.start()
-    sys.stdout.write(f"{server.url} {sha}\n")
+    sys.stdout.write("".join(f"{server.url} {sha}\n" for sha in shas))
     sys.stdout.flush()
     try:
         threading.Event().wait()
     finally:
         server.stop()
+
+
+def _bench_repo(server: HubServer, repo: str, shards: int, mib: int, data_dir: Path | None) -> str:
+    """A config, a tokenizer and ``shards`` random shards of ``mib`` MiB each; the commit's sha."""
+    files: dict[str, bytes | Blob] = {
+        "config.json": b'{"architectures": ["Bench"], "text_config": {"hidden_size": 8}}\n',
+        "tokenizer.json": json.dumps({"vocab": list(range(2000))}).encode(),
+    }
+    for i in range(1, shards + 1):
+        name, seed = f"model-{i:05d}-of-{shards:05d}.safetensors", f"bench/{repo}/{i}"
+        if data_dir is None:
+            files[name] = random_bytes(seed, mib << 20)
+        else:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            files[name] = write_random(seed, mib << 20, data_dir / f"{repo.replace('/', '--')}--{name}")
+    sha = server.repo(repo).add_commit(files)
+    for p in files:
+        server.repos[repo].commits[sha].entry(p)
+    return sha
 
 
 if __name__ == "__main__":

@@ -9,14 +9,16 @@ exception tree decides what is transient (see research/library-facts.md §1.9: `
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, TypeVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpcore2
 import httpx2
@@ -31,9 +33,11 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.file_download import hf_hub_url
+from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url, xet_get
 from huggingface_hub.utils._headers import build_hf_headers
 from huggingface_hub.utils._http import hf_raise_for_status, http_backoff, http_stream_backoff
+from huggingface_hub.utils._runtime import is_xet_available
+from huggingface_hub.utils._xet import XetFileData
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -45,6 +49,7 @@ from tenacity import (
 from rigsmith.errors import AdapterError
 from rigsmith.resolving.modelfiles import RemoteFile, Stopped, read_text_or_none, remote_files, token_from
 from rigsmith.resolving.netfail import unreachable
+from rigsmith.resolving.rangeget import NotRanged, RangeGetter, ShortRange, Write, origin
 from rigsmith.spec import SHA1_RE
 
 log = logging.getLogger("rigsmith.hub")
@@ -110,6 +115,8 @@ def is_retryable(exc: BaseException) -> bool:
         return True
     if isinstance(exc, LocalEntryNotFoundError):
         return exc.__cause__ is not None and is_retryable(exc.__cause__)
+    if isinstance(exc, ShortRange | ConnectionError | TimeoutError | http.client.HTTPException):
+        return True  # the ranged route's transport errors (rangeget: the standard library's)
     # ShortBody is what _stream raises; the message test keeps huggingface_hub's own size check transient.
     return isinstance(exc, ShortBody) or (isinstance(exc, OSError) and "Consistency check failed" in str(exc))
 
@@ -159,6 +166,7 @@ class HfHub:
         self._token = token
         self._retry = retry or RetryPolicy()
         self._api = HfApi(endpoint=self.endpoint, token=token if token else False, library_name="rigsmith")
+        self._ranges: RangeGetter | None = None
         logging.getLogger(_HF_HTTP_LOGGER).setLevel(logging.ERROR)
         _widen_reads()
 
@@ -234,11 +242,11 @@ class HfHub:
             out.extend(page)
             nxt = resp.links.get("next", {}).get("url")
             url, params = (str(nxt) if nxt else None), None
-            if url is not None and _origin(url) != _origin(self.endpoint):
+            if url is not None and origin(url) != origin(self.endpoint):
                 # The token goes with every page: never to a host the user did not name.
                 raise AdapterError(
                     f"{self.endpoint} sent the next page of the file list of {repo}@{commit} to another "
-                    f"host ({_origin(url)}); not following it",
+                    f"host ({origin(url)}); not following it",
                     hint="check HF_ENDPOINT: a Hub pages within its own address",
                 )
         raise AdapterError(
@@ -281,6 +289,88 @@ class HfHub:
                 raise Stopped("stopped while waiting to retry")
 
         self._call("download", repo, once, revision=f"{commit}/{path}", sleep=sleep)
+
+    def download_range(
+        self,
+        repo: str,
+        commit: str,
+        path: str,
+        start: int,
+        end: int,
+        size: int,
+        write: Write,
+        stop: threading.Event,
+    ) -> None:
+        """Write bytes ``start``..``end`` of the ``size``-byte file by one range request (rangeget), retried
+        like :meth:`download` and resumed from the last byte written after a transport error.
+
+        Raises:
+            NotRanged: the server (or a proxy in the way) does not serve this range as asked: download the
+                file with :meth:`download` instead, which reports HTTP errors properly.
+        """
+        if self._ranges is None:
+            headers = build_hf_headers(token=self._token if self._token else False, library_name="rigsmith")
+            self._ranges = RangeGetter(headers, constants.HF_HUB_DOWNLOAD_TIMEOUT)
+        getter, url = self._ranges, hf_hub_url(repo, path, revision=commit, endpoint=self.endpoint)
+        pos = [start]
+
+        def at(off: int, block: memoryview) -> None:
+            write(off, block)
+            pos[0] = off + len(block)
+
+        def sleep(seconds: float) -> None:
+            if stop.wait(seconds):
+                raise Stopped("stopped while waiting to retry")
+
+        try:
+            for attempt in self._retry.retrying(f"download {repo}@{commit}/{path}", sleep):
+                with attempt:
+                    while True:  # progress resumes at once; a failure without progress waits its turn
+                        before = pos[0]
+                        try:
+                            getter.get(url, pos[0], end, size, at, stop)
+                            return
+                        except (OSError, http.client.HTTPException) as err:
+                            if pos[0] <= before or not is_retryable(err):
+                                raise
+        except (AdapterError, Stopped, NotRanged):
+            raise
+        except Exception as err:
+            raise self._translate(err, "download", repo, f"{commit}/{path}") from None
+
+    def xet_file(self, repo: str, commit: str, path: str) -> XetFileData | None:
+        """Where the Hub keeps the file on Xet (its ``HEAD`` answer), or None: not on Xet, or hf_xet is
+        not installed or turned off (``HF_HUB_DISABLE_XET``); then no request is made."""
+        if not is_xet_available():
+            return None
+        url = hf_hub_url(repo, path, revision=commit, endpoint=self.endpoint)
+        token = self._token if self._token else False
+        meta = self._call(
+            "look up",
+            repo,
+            lambda: get_hf_file_metadata(url, token=token, endpoint=self.endpoint, library_name="rigsmith"),
+            revision=f"{commit}/{path}",
+        )
+        return meta.xet_file_data
+
+    def download_xet(
+        self, repo: str, commit: str, path: str, dest: Path, size: int, xet: XetFileData
+    ) -> None:
+        """The whole file into ``dest`` through hf_xet (huggingface_hub's ``xet_get``: chunks in parallel,
+        deduplicated against its chunk cache, which is also what a re-run after an interruption reuses)."""
+        headers = build_hf_headers(token=self._token if self._token else False, library_name="rigsmith")
+        self._call(
+            "download",
+            repo,
+            lambda: xet_get(
+                incomplete_path=dest,
+                xet_file_data=xet,
+                headers=headers,
+                expected_size=size,
+                displayed_filename=path,
+            ),
+            revision=f"{commit}/{path}",
+        )
 
     def _translate(self, err: Exception, what: str, repo: str, revision: str | None) -> AdapterError:
         where = f"{repo}@{revision}" if revision else repo
@@ -329,13 +419,6 @@ def _widen_reads() -> None:
     conn = httpcore2.HTTP11Connection
     if getattr(conn, "READ_NUM_BYTES", 0) < READ_BYTES:
         conn.READ_NUM_BYTES = READ_BYTES
-
-
-def _origin(url: str) -> str:
-    """scheme://host:port of a URL, the port made explicit."""
-    parts = urlsplit(url)
-    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
-    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
 def _stream(url: str, headers: Mapping[str, str], out: Sink, size: int) -> None:

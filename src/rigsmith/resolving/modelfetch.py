@@ -23,7 +23,6 @@ lock records Hub facts only.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import shutil
@@ -32,7 +31,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
@@ -40,6 +39,7 @@ from rigsmith.errors import AdapterError, ConsentError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving import parts as partsmod
 from rigsmith.resolving import warmfetch
 from rigsmith.resolving.lock import LockedModel
 from rigsmith.resolving.modelfiles import (
@@ -74,6 +74,7 @@ from rigsmith.resolving.modelfiles import (
     still_verified,
     wants,
 )
+from rigsmith.resolving.rangeget import NotRanged
 from rigsmith.resolving.warmfetch import MAX_WORKERS as MAX_WORKERS
 from rigsmith.resolving.warmfetch import WORKERS as WORKERS
 from rigsmith.resolving.warmfetch import parse_workers as parse_workers
@@ -261,8 +262,8 @@ class _HashingWriter:
     The hashing runs beside the download (:class:`_HashPipe`); :attr:`hasher` waits for it. Progress is
     reported in steps of at least :data:`PROGRESS_STEP` bytes (a rich update per 64 KiB
     block costs more than the hashing). Every :data:`WRITEBACK_STEP` bytes the kernel is asked to start
-    writing the range out (:func:`_start_writeback`), so the fsync before the rename waits for the last
-    few MiB rather than for the whole file.
+    writing the range out (:func:`~rigsmith.resolving.parts.start_writeback`), so the fsync before the
+    rename waits for the last few MiB rather than for the whole file.
     """
 
     def __init__(
@@ -300,7 +301,7 @@ class _HashingWriter:
             self._unreported = 0
         if self._pos - self._synced >= WRITEBACK_STEP:
             self._fh.flush()
-            _start_writeback(self._fd, self._synced, self._pos - self._synced)
+            partsmod.start_writeback(self._fd, self._synced, self._pos - self._synced)
             self._synced = self._pos
         return n
 
@@ -341,31 +342,6 @@ class _HashingWriter:
             self._unreported = 0
 
 
-def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (AttributeError, OSError):
-        return None  # not Linux/glibc: the fsync before the rename does all the work
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return cast(Callable[[int, int, int, int], int], fn)
-
-
-_SYNC_FILE_RANGE = _load_sync_file_range()
-_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writeback of dirty pages in the range, do not wait
-
-
-def _start_writeback(fd: int, offset: int, n: int) -> None:
-    """Start (not wait for) writing ``n`` bytes at ``offset`` to disk; a hint, errors are ignored.
-
-    Without it a fresh download stays dirty in the page cache until the fsync (or the kernel's 30 s /
-    dirty_background_ratio writeback), and the fsync then writes the whole file while nothing else
-    happens. PostgreSQL does the same for its checkpoints (``pg_flush_data``, ``*_flush_after``).
-    """
-    if _SYNC_FILE_RANGE is not None:
-        _SYNC_FILE_RANGE(fd, offset, n, _SYNC_FILE_RANGE_WRITE)
-
-
 @dataclass
 class _Ctx:
     """One fetch run's shared, mutable bits (guarded by ``mu``)."""
@@ -380,6 +356,14 @@ class _Ctx:
     stop: threading.Event
     progress: Progress | None = None
     overall: TaskID | None = None
+    #: The connections that download ranges of large files (:mod:`~rigsmith.resolving.parts`).
+    ranges: ThreadPoolExecutor | None = None
+    #: Set once a server answered a range other than as asked: later files skip the ranged route.
+    no_ranges: bool = False
+    #: Set once a large file turned out not to be on Xet (or hf_xet is off): later files skip the question.
+    no_xet: bool = False
+    #: Large files (a range or more) not started yet: the last ones to start go as several ranges.
+    waiting: int = 0
 
     def inside(self, rel: str) -> Path:
         """``root/rel``, refusing it when a symlinked directory on the way leads out of the model dir."""
@@ -446,7 +430,12 @@ def _check(ctx: _Ctx, w: Want) -> bool:
 
 
 def _download(ctx: _Ctx, w: Want) -> None:
-    """Stream one file into its partial, verify, move into place; resume from a partial left earlier."""
+    """Download one file into its partial, verify, move into place; resume from a partial left earlier.
+
+    A large file goes as several ranges at once when the Hub serves ranges (:func:`_fetch_ranged`), any
+    other by one streamed request (:func:`_fetch_stream`); either way every byte is hashed before the
+    rename, and a file that hashes wrong is fetched once more before it is refused.
+    """
     part = ctx.inside(f"{STATE_DIR}/{PARTIAL_DIR}/{w.partial_name}")
     part.parent.mkdir(parents=True, exist_ok=True)
     task = None
@@ -460,41 +449,21 @@ def _download(ctx: _Ctx, w: Want) -> None:
 
     try:
         for attempt in range(1, MISMATCH_ATTEMPTS + 1):
-            have = part.stat().st_size if part.exists() else 0
-            if have > w.size:
-                part.unlink()
-                have = 0
-            with part.open("r+b" if have else "w+b") as fh:
-                hasher = (
-                    hash_stream(w.kind, w.size, fh, limit=have, stop=ctx.stop)
-                    if have
-                    else Hasher(w.kind, w.size)
-                )
-                if have:
-                    ctx.hashed(have)
-                    on_bytes(have)
-                    with ctx.mu:
-                        ctx.report.resumed_bytes += have
-                fh.seek(have)
-                out = _HashingWriter(fh, hasher, w.kind, w.size, on_bytes, ctx.stop)
+            done = _fetch_xet(ctx, w, part, on_bytes) or _fetch_ranged(ctx, w, part, on_bytes)
+            digest, got, written = done if done is not None else _fetch_stream(ctx, w, part, on_bytes)
+            if got == w.size and digest == w.digest:
+                # Durable before the rename: the state cache will vouch for these bytes unhashed.
+                fd = os.open(part, os.O_RDONLY)
                 try:
-                    if have < w.size:
-                        ctx.get_hub().download(
-                            ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
-                        )
+                    os.fsync(fd)
                 finally:
-                    out.close()
-                out.flush()
-                digest = out.hasher.hexdigest()
-                got = out.tell()
-                if got == w.size and digest == w.digest:
-                    # Durable before the rename: the state cache will vouch for these bytes unhashed.
-                    os.fsync(fh.fileno())
+                    os.close(fd)
             with ctx.mu:
-                ctx.report.downloaded_bytes += out.written
+                ctx.report.downloaded_bytes += written
             if got == w.size and digest == w.digest:
                 break
             part.unlink()
+            partsmod.record_path(part).unlink(missing_ok=True)
             on_bytes(-got)
             if attempt == MISMATCH_ATTEMPTS:
                 raise HashMismatch(
@@ -506,12 +475,129 @@ def _download(ctx: _Ctx, w: Want) -> None:
         final = ctx.inside(w.disk_path)
         final.parent.mkdir(parents=True, exist_ok=True)
         part.replace(final)
+        partsmod.record_path(part).unlink(missing_ok=True)
         ctx.record(w.disk_path, w.kind, w.digest)
         with ctx.mu:
             ctx.report.downloaded.append(w.repo_path)
     finally:
         if task is not None and ctx.progress is not None:
             ctx.progress.remove_task(task)
+
+
+def _fetch_ranged(
+    ctx: _Ctx, w: Want, part: Path, on_bytes: Callable[[int], None]
+) -> tuple[str, int, int] | None:
+    """(digest, size, bytes downloaded) of ``w`` fetched by range requests (:mod:`~rigsmith.resolving.
+    parts`); None when the Hub adapter has no ranged route or the server does not serve ranges (the
+    partial is then left for the streamed route).
+
+    A file of :data:`~rigsmith.resolving.parts.PART_BYTES` or more goes by range requests (a smaller one:
+    None). The last large file to start goes as several ranges in flight together on the shared
+    connections, so a single large file (or the tail of a snapshot) still fills the wire; any other as one
+    range, written and hashed as it arrives, since the other files keep the connections busy.
+    """
+    hub = ctx.get_hub()
+    if ctx.no_ranges or ctx.ranges is None or not hasattr(hub, "download_range"):
+        if partsmod.record_path(part).exists():
+            _sequential_partial(part, w.size)
+        return None
+    if w.size < partsmod.PART_BYTES and not partsmod.record_path(part).exists():
+        return None  # small: huggingface_hub's stream costs little here, and reports errors itself
+    with ctx.mu:
+        ctx.waiting -= 1
+        several = w.size >= 2 * partsmod.PART_BYTES and ctx.waiting <= 0
+
+    def get(start: int, end: int, write: Callable[[int, memoryview], None]) -> None:
+        hub.download_range(ctx.entry.repo, ctx.entry.commit, w.repo_path, start, end, w.size, write, ctx.stop)
+
+    reported = [0]
+
+    def progress(n: int) -> None:
+        reported[0] += n
+        on_bytes(n)
+
+    try:
+        if several:
+            progress(sum(b - a for a, b in partsmod.read_record(part, w.size)))
+            digest, resumed, written = partsmod.fetch_parts(
+                part, w.kind, w.size, get, ctx.ranges, progress, ctx.stop
+            )
+        else:
+            digest, resumed, written = partsmod.fetch_whole(part, w.kind, w.size, get, progress, ctx.stop)
+    except NotRanged:
+        ctx.no_ranges = True  # the streamed route reports HTTP errors properly, and resumes from the prefix
+        _sequential_partial(part, w.size)
+        on_bytes(-reported[0])
+        return None
+    with ctx.mu:
+        ctx.report.resumed_bytes += resumed
+    ctx.hashed(resumed)
+    return digest, w.size, written
+
+
+def _fetch_xet(
+    ctx: _Ctx, w: Want, part: Path, on_bytes: Callable[[int], None]
+) -> tuple[str, int, int] | None:
+    """(digest, size, bytes downloaded) of a large file the Hub keeps on Xet, fetched by hf_xet and then
+    hashed from the page cache; None when the file is not on Xet (or hf_xet is off), asked once per file.
+
+    hf_xet writes the whole file itself: a partial of the other routes is dropped (its chunk cache, not
+    the partial, is what makes a second try cheap)."""
+    hub = ctx.get_hub()
+    if (
+        ctx.no_xet
+        or w.size < 2 * partsmod.PART_BYTES
+        or not (hasattr(hub, "xet_file") and hasattr(hub, "download_xet"))
+    ):
+        return None
+    xet = hub.xet_file(ctx.entry.repo, ctx.entry.commit, w.repo_path)
+    if xet is None:
+        ctx.no_xet = True  # a Hub either keeps a snapshot's large files on Xet or not: one HEAD is enough
+        return None
+    part.unlink(missing_ok=True)
+    partsmod.record_path(part).unlink(missing_ok=True)
+    hub.download_xet(ctx.entry.repo, ctx.entry.commit, w.repo_path, part, w.size, xet)
+    got = part.stat().st_size
+    on_bytes(got)
+    return hash_file(part, w.kind, w.size, ctx.stop), got, got
+
+
+def _sequential_partial(part: Path, size: int) -> None:
+    """Make a ranged partial one the streamed route resumes: cut at the first gap, record removed."""
+    spans = partsmod.read_record(part, size)
+    keep = spans[0][1] if spans and spans[0][0] == 0 else 0
+    if part.exists():
+        os.truncate(part, keep)
+    partsmod.record_path(part).unlink(missing_ok=True)
+
+
+def _fetch_stream(ctx: _Ctx, w: Want, part: Path, on_bytes: Callable[[int], None]) -> tuple[str, int, int]:
+    """(digest, bytes in the partial, bytes downloaded) of ``w`` streamed by one request from where its
+    partial ends, hashed as it arrives (the resumed prefix hashed from disk first)."""
+    have = part.stat().st_size if part.exists() else 0
+    if have > w.size:
+        part.unlink()
+        have = 0
+    with part.open("r+b" if have else "w+b") as fh:
+        hasher = (
+            hash_stream(w.kind, w.size, fh, limit=have, stop=ctx.stop) if have else Hasher(w.kind, w.size)
+        )
+        if have:
+            ctx.hashed(have)
+            on_bytes(have)
+            with ctx.mu:
+                ctx.report.resumed_bytes += have
+        fh.seek(have)
+        out = _HashingWriter(fh, hasher, w.kind, w.size, on_bytes, ctx.stop)
+        try:
+            if have < w.size:
+                ctx.get_hub().download(
+                    ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
+                )
+        finally:
+            out.close()
+        out.flush()
+        return out.hasher.hexdigest(), out.tell(), out.written
 
 
 def _run_all(
@@ -904,9 +990,16 @@ def _download_all(ctx: _Ctx, todo: Sequence[Want], workers: int, progress: bool 
     ) as prog:
         ctx.progress = prog
         ctx.overall = prog.add_task(f"{ctx.entry.repo}", total=sum(w.size for w in todo))
-        for _w, res in _run_all(lambda w: _download(ctx, w), todo, workers, ctx.stop):
-            if isinstance(res, BaseException):
-                errors.append(res)
+        # Ranges of large files share `workers` connections, in file order (the first file completes first).
+        ctx.ranges = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="range")
+        ctx.waiting = sum(w.size >= partsmod.PART_BYTES for w in todo)
+        try:
+            for _w, res in _run_all(lambda w: _download(ctx, w), todo, workers, ctx.stop):
+                if isinstance(res, BaseException):
+                    errors.append(res)
+        finally:
+            ctx.ranges.shutdown(wait=True, cancel_futures=True)
+            ctx.ranges = None
         ctx.progress = None
     if not errors:
         return
