@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from rigsmith import spec as specmod
-from rigsmith.operating import portcheck
+from rigsmith.errors import RigsmithError
+from rigsmith.operating import clusterlife, portcheck
+from rigsmith.operating.host import LocalHost
+from rigsmith.rendering import plan as planmod
+from rigsmith.rendering.cluster import NodePlan, node_plans
+from rigsmith.resolving import lock as lockmod
 from tests.support import cluster as fixtures
 
 
@@ -47,3 +54,43 @@ def test_head_port_problems_name_the_spec_field_of_each_busy_port() -> None:
     one = fixtures.ray_data()
     del one["cluster"]
     assert portcheck.head_port_problems(specmod.from_data(one), "127.0.0.1") == []
+
+
+
+class _Recorded:
+    """A NodeControl that starts nothing and records what it was asked to start."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def start(self, node: NodePlan) -> list[list[str]]:
+        self.started.append(node.node.name)
+        return []
+
+    def state(self, host: object, node: NodePlan) -> str:
+        return "absent"
+
+    def clear(self, node: NodePlan) -> list[list[str]]:
+        return []
+
+
+def test_up_on_the_head_refuses_a_busy_port_before_starting_anything() -> None:
+    held = socket.socket()
+    held.bind(("0.0.0.0", 0))
+    held.listen()
+    try:
+        data = fixtures.ray_data()
+        data["network"] = {**data.get("network", {}), "port": held.getsockname()[1]}
+        spec = specmod.from_data(data)
+        plan = planmod.make(spec, lockmod.Lock(), spec_path="x.yaml", image="localhost/x:1")
+        nodes = node_plans(spec, plan)
+        control = _Recorded()
+        hosts = {n.node.name: LocalHost() for n in nodes}
+        c = clusterlife.Cluster(spec, nodes, hosts, control, echo=lambda _m: None)  # type: ignore[arg-type]
+        with pytest.raises(RigsmithError, match=r"network\.port: port \d+ on 0\.0\.0\.0 is in use"):
+            clusterlife.start(c)
+        assert control.started == []
+    finally:
+        held.close()
+    clusterlife.start(c)  # free again: the head and the worker start
+    assert control.started == [n.node.name for n in nodes]

@@ -164,11 +164,27 @@ def start(c: Cluster) -> list[str]:
         if st != "absent":
             for argv in c.control.clear(n):
                 c.must(n, argv)
+        if n is c.nodes[0] and type(c.host(n)) is LocalHost:
+            _head_ports_free(c)
         c.echo(f"  {n.node.name} ({n.role}, {describe(c.host(n))}): starting {n.plan.name}")
         for argv in c.control.start(n):
             c.must(n, argv, hint=f"fix what it names on {n.node.name}, then `invoke up` again")
         started.append(n.node.name)
     return started
+
+
+def _head_ports_free(c: Cluster) -> None:
+    """The head runs here: its API and Ray (or data-parallel RPC) ports must be free before it starts, or
+    Ray's GCS or the API server dies late and obscurely after the image loads."""
+    from rigsmith.operating.portcheck import head_port_problems
+
+    busy = head_port_problems(c.spec)
+    if busy:
+        raise RigsmithError(
+            f"the head {c.nodes[0].node.name} cannot start here: "
+            + "; ".join(f"{field}: {why}" for field, why in busy),
+            hint="free the port (or change the field named) and run `invoke up` again; nothing was started",
+        )
 
 
 def wait_ray(c: Cluster, timeout: float | None = None) -> float:
