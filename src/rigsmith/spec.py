@@ -513,6 +513,10 @@ class Mount(Frozen):
             raise ValueError("container must be an absolute path")
         if self.sparse_size is not None and self.kind != "file":
             raise ValueError("sparse_size needs kind: file")
+        if self.kind == "file" and self.host.rsplit("/", 1)[-1] in ("", ".", "..", "~"):
+            raise ValueError(
+                f"host {self.host!r} names a directory, not a file (kind: file); write the file's path"
+            )
         return self
 
 
