@@ -12,8 +12,9 @@ import pytest
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.hub import HfHub
-from rigsmith.resolving.modelfetch import _HashingWriter, fetch_model, pin_model
+from rigsmith.resolving.modelfetch import fetch_model, pin_model
 from rigsmith.resolving.modelfiles import Hasher, HashMismatch, read_state
+from rigsmith.resolving.transfer import HashingWriter
 from tests.support.hubserver import Fault, HubServer, random_bytes
 from tests.support.models import FAST, MiB, digest, tiny_files
 
@@ -251,7 +252,7 @@ def test_download_writer_hashes_and_reports_every_byte_across_a_rewind(tmp_path)
     seen: list[int] = []
     with (tmp_path / "f").open("w+b") as fh:
         fh.write(data[:MiB])
-        out = _HashingWriter(fh, Hasher("sha256", len(data)), "sha256", len(data), seen.append)
+        out = HashingWriter(fh, Hasher("sha256", len(data)), "sha256", len(data), seen.append)
         assert out.tell() == MiB
         for i in range(MiB, 2 * MiB + 5, 65536):  # some resumed bytes, then the server starts over
             out.write(data[i : min(i + 65536, 2 * MiB + 5)])
@@ -274,7 +275,7 @@ def test_download_writer_hashes_beside_the_download_and_ends_its_thread(tmp_path
 
     data = random_bytes("pipe", 2 * MiB + 3)
     with (tmp_path / "f").open("w+b") as fh:
-        out = _HashingWriter(fh, Hasher("sha256", len(data)), "sha256", len(data), lambda _n: None)
+        out = HashingWriter(fh, Hasher("sha256", len(data)), "sha256", len(data), lambda _n: None)
         buf = bytearray(65536)
         for i in range(0, len(data), 65536):
             block = data[i : i + 65536]

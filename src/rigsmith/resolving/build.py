@@ -274,17 +274,8 @@ def build_image(
 
     if push:
         assert resolver is not None
-        remote = f"{ref}:{tag}"
-        engine.tag(result.image_id, remote)
-        reported = engine.push(remote, log=echo)
-        served = resolver.resolve(remote).digest
-        if reported is not None and reported != served:
-            raise AdapterError(
-                f"push of {remote} reported {reported} but the registry serves {served}",
-                hint="another push to the same tag raced this one; re-run `invoke build --push`",
-            )
-        digest = served
-        echo(f"push: {remote} -> {ref}@{digest}")
+        digest = _push(engine, resolver, result.image_id, f"{ref}:{tag}", echo)
+        echo(f"push: {ref}:{tag} -> {ref}@{digest}")
 
     entry = lockmod.LockedBuild(
         ref=ref,
@@ -306,6 +297,20 @@ def build_image(
         lock.builds[name] = entry
     echo(f"lock: builds.{name} = {entry.pinned_ref}{kept}")
     return entry
+
+
+def _push(engine: Engine, resolver: Resolver, image_id: str, remote: str, echo: Echo) -> str:
+    """Tag and push ``image_id`` as ``remote``; the digest the registry serves for it (checked against the
+    one the engine reported)."""
+    engine.tag(image_id, remote)
+    reported = engine.push(remote, log=echo)
+    served = resolver.resolve(remote).digest
+    if reported is not None and reported != served:
+        raise AdapterError(
+            f"push of {remote} reported {reported} but the registry serves {served}",
+            hint="another push to the same tag raced this one; re-run `invoke build --push`",
+        )
+    return served
 
 
 def _unchanged(

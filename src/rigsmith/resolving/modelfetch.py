@@ -18,29 +18,21 @@ what the directory holds, and config patches are applied the same way (original 
 lock records Hub facts only.
 """
 
-# Over 500 lines, left whole for now: pin and fetch share the Hub client, the file lock and the
-# verified-state cache; the module is being reworked for lazy imports in parallel, and is split after that.
-
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from filelock import FileLock, Timeout
-
-from rigsmith.errors import AdapterError, ConsentError, RigsmithError, SpecError
+from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import parts as partsmod
 from rigsmith.resolving import warmfetch
+from rigsmith.resolving.localmodel import dir_lock, fetch_local, patched, real_home
 from rigsmith.resolving.lock import LockedModel
 from rigsmith.resolving.modelfiles import (
     HF_DOWNLOAD_DIR,
@@ -48,24 +40,15 @@ from rigsmith.resolving.modelfiles import (
     PARTIAL_DIR,
     STATE_DIR,
     STATE_FILE,
-    DirState,
     FetchReport,
-    FileState,
-    Hasher,
-    HashKind,
-    HashMismatch,
-    Stopped,
     Want,
     check_disk,
     check_patch_files,
     describe_repin,
     dump_state,
     expand_dir,
-    hash_file,
-    hash_stream,
     locked_model,
     locked_patches,
-    patch_json,
     patches_by_file,
     read_state,
     select,
@@ -74,7 +57,8 @@ from rigsmith.resolving.modelfiles import (
     still_verified,
     wants,
 )
-from rigsmith.resolving.rangeget import NotRanged
+from rigsmith.resolving.transfer import FetchContext, check_file, download_all, run_all
+from rigsmith.resolving.transfer import FetchInterrupted as FetchInterrupted
 from rigsmith.resolving.warmfetch import MAX_WORKERS as MAX_WORKERS
 from rigsmith.resolving.warmfetch import WORKERS as WORKERS
 from rigsmith.resolving.warmfetch import parse_workers as parse_workers
@@ -82,8 +66,6 @@ from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
 if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
-
     from rigsmith.resolving.hub import Hub
 
 Echo = Callable[[str], None]
@@ -91,23 +73,11 @@ HubFactory = Callable[[], "Hub"]
 #: Asks the user a yes/no question (None: no terminal, so nothing may be asked and the answer is no).
 Confirm = Callable[[str], bool]
 
-#: Report download progress in steps of at least this many bytes.
-PROGRESS_STEP = 1 << 20
-#: Ask the kernel to start writing a download out every this many bytes.
-WRITEBACK_STEP = 16 << 20
-#: Blocks (up to a socket read each, 1 MiB) waiting for a download's hashing thread, at most.
-HASH_QUEUE = 16
-#: A file that hashes wrong after download is fetched once more before it is refused.
-MISMATCH_ATTEMPTS = 2
 #: Entries of a non-empty model dir looked at before deciding it holds something else.
 SCAN_LIMIT = 10_000
 #: The flags that give consent (named in the refusals).
 ADOPT_FLAG = "--adopt-dir"
 OVERWRITE_FLAG = "--overwrite-edited"
-
-
-class FetchInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a fetch: queued files were cancelled, transfers stopped, partial files kept."""
 
 
 def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
@@ -209,422 +179,6 @@ def pin_model(
     return new
 
 
-# --------------------------------------------------------------------------------------------------
-
-
-class _HashPipe:
-    """Hashes blocks in a thread of its own, in order, while the caller goes back to the socket.
-
-    Inline, every block's hash update stalls the connection it came from (nothing reads the socket while
-    the block is hashed, so the sender waits on a full window); here the next block is read meanwhile.
-    hashlib releases the GIL for large buffers, so the two really overlap. At most :data:`HASH_QUEUE`
-    blocks wait (bounded memory). :meth:`result` waits for the last block and ends the thread; the next
-    :meth:`update` starts another.
-    """
-
-    def __init__(self, hasher: Hasher) -> None:
-        self._hasher = hasher
-        self._q: queue.Queue[bytes | memoryview | None] | None = None
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-
-    def update(self, data: bytes | memoryview) -> None:
-        if not isinstance(data, bytes):
-            data = bytes(data)  # the caller may reuse its buffer once this returns
-        if self._q is None:
-            self._q = queue.Queue(maxsize=HASH_QUEUE)
-            self._thread = threading.Thread(target=self._run, args=(self._q,), name="hash", daemon=True)
-            self._thread.start()
-        self._q.put(data)
-
-    def _run(self, q: queue.Queue[bytes | memoryview | None]) -> None:
-        while (block := q.get()) is not None:
-            if self._error is None:
-                try:
-                    self._hasher.update(block)
-                except BaseException as err:  # re-raised by result()
-                    self._error = err
-
-    def result(self) -> Hasher:
-        """The hasher, every block given so far in it."""
-        if self._q is not None and self._thread is not None:
-            self._q.put(None)
-            self._thread.join()
-            self._q = self._thread = None
-        if self._error is not None:
-            raise self._error
-        return self._hasher
-
-
-class _HashingWriter:
-    """The download sink: writes, hashes and counts each block as it arrives; absolute positions.
-
-    The hashing runs beside the download (:class:`_HashPipe`); :attr:`hasher` waits for it. Progress is
-    reported in steps of at least :data:`PROGRESS_STEP` bytes (a rich update per 64 KiB
-    block costs more than the hashing). Every :data:`WRITEBACK_STEP` bytes the kernel is asked to start
-    writing the range out (:func:`~rigsmith.resolving.parts.start_writeback`), so the fsync before the
-    rename waits for the last few MiB rather than for the whole file.
-    """
-
-    def __init__(
-        self,
-        fh: Any,
-        hasher: Hasher,
-        kind: HashKind,
-        size: int,
-        on_bytes: Callable[[int], None],
-        stop: threading.Event | None = None,
-    ) -> None:
-        self._fh = fh
-        self.stop = stop  # read by the Hub adapter too: a set stop also cuts a retry backoff short
-        self._fd: int = fh.fileno()
-        self._kind = kind
-        self._size = size
-        self._pipe = _HashPipe(hasher)
-        self.on_bytes = on_bytes
-        self.written = 0
-        self._pos: int = fh.tell()
-        self._unreported = 0
-        self._synced = self._pos
-
-    def write(self, data: bytes) -> int:
-        if self.stop is not None and self.stop.is_set():
-            self._fh.flush()  # what arrived stays in the partial file: the next run resumes from it
-            raise Stopped("stopped")
-        n: int = self._fh.write(data)
-        self._pipe.update(data)
-        self.written += n
-        self._pos += n
-        self._unreported += n
-        if self._unreported >= PROGRESS_STEP:
-            self.on_bytes(self._unreported)
-            self._unreported = 0
-        if self._pos - self._synced >= WRITEBACK_STEP:
-            self._fh.flush()
-            partsmod.start_writeback(self._fd, self._synced, self._pos - self._synced)
-            self._synced = self._pos
-        return n
-
-    @property
-    def hasher(self) -> Hasher:
-        """The hash of every byte written so far (waits for the hashing thread to catch up)."""
-        return self._pipe.result()
-
-    def close(self) -> None:
-        """End the hashing thread (after an error: the bytes so far are not needed)."""
-        self._pipe.result()
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        # The adapter rewinds to 0 when a server ignores Range; the hash restarts with it.
-        pos: int = self._fh.seek(offset, whence)
-        if pos != self._pos:
-            if pos != 0:
-                raise ValueError("only a rewind to the start is supported")
-            self._pipe.result()
-            self._pipe = _HashPipe(Hasher(self._kind, self._size))
-            self.on_bytes(self._unreported - self._pos)
-            self._unreported = 0
-            self._synced = 0
-        self._pos = pos
-        return pos
-
-    def truncate(self, size: int | None = None) -> int:
-        n: int = self._fh.truncate(size)
-        return n
-
-    def flush(self) -> None:
-        self._fh.flush()
-        if self._unreported:
-            self.on_bytes(self._unreported)
-            self._unreported = 0
-
-
-@dataclass
-class _Ctx:
-    """One fetch run's shared, mutable bits (guarded by ``mu``)."""
-
-    spec: Deployment
-    entry: LockedModel
-    root: Path
-    state: DirState
-    report: FetchReport
-    mu: threading.Lock
-    get_hub: Callable[[], Hub]
-    stop: threading.Event
-    progress: Progress | None = None
-    overall: TaskID | None = None
-    #: The connections that download ranges of large files (:mod:`~rigsmith.resolving.parts`).
-    ranges: ThreadPoolExecutor | None = None
-    #: Set once a server answered a range other than as asked: later files skip the ranged route.
-    no_ranges: bool = False
-    #: Set once a large file turned out not to be on Xet (or hf_xet is off): later files skip the question.
-    no_xet: bool = False
-    #: Large files (a range or more) not started yet: the last ones to start go as several ranges.
-    waiting: int = 0
-
-    def inside(self, rel: str) -> Path:
-        """``root/rel``, refusing it when a symlinked directory on the way leads out of the model dir."""
-        path = self.root / rel
-        real_root = self.root.resolve()
-        if not path.parent.resolve().is_relative_to(real_root):
-            raise RigsmithError(
-                f"{path}: a directory on the way is a symlink out of the model dir ({path.parent.resolve()})",
-                hint=f"remove the symlink from {self.root}; rigsmith writes only inside the model dir",
-            )
-        return path
-
-    @property
-    def state_path(self) -> Path:
-        return self.root / STATE_DIR / STATE_FILE
-
-    def record(self, rel: str, kind: HashKind, digest: str) -> None:
-        st = (self.root / rel).stat()
-        with self.mu:
-            self.state.files[rel] = FileState(
-                size=st.st_size, mtime_ns=st.st_mtime_ns, kind=kind, digest=digest
-            )
-            write_one(self.state_path, dump_state(self.state))
-
-    def hashed(self, n: int) -> None:
-        with self.mu:
-            self.report.hashed_files += 1
-            self.report.hashed_bytes += n
-
-    def advance(self, n: int) -> None:
-        if self.progress is not None and self.overall is not None:
-            self.progress.advance(self.overall, n)
-
-
-def _alternate(w: Want) -> str:
-    """Where a good copy of the Hub's bytes may already be: the real path of a newly patched file, or the
-    kept original of a file whose patch was dropped from the spec."""
-    return w.repo_path if w.disk_path != w.repo_path else f"{STATE_DIR}/{ORIGINAL_DIR}/{w.repo_path}"
-
-
-def _check(ctx: _Ctx, w: Want) -> bool:
-    """Hash what is on disk for ``w``; adopt it (and cache the verification) when it matches."""
-    for rel in (w.disk_path, _alternate(w)):
-        path = ctx.root / rel
-        try:
-            if path.stat().st_size != w.size:
-                continue
-        except FileNotFoundError:
-            continue
-        digest = hash_file(path, w.kind, w.size, ctx.stop)
-        ctx.hashed(w.size)
-        if digest != w.digest:
-            continue
-        if rel != w.disk_path:
-            dst = ctx.inside(w.disk_path)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if rel == w.repo_path:
-                shutil.copy2(path, dst)  # keep the real path until the patch replaces it
-            else:
-                path.replace(dst)
-        ctx.record(w.disk_path, w.kind, w.digest)
-        return True
-    return False
-
-
-def _download(ctx: _Ctx, w: Want) -> None:
-    """Download one file into its partial, verify, move into place; resume from a partial left earlier.
-
-    A large file goes as several ranges at once when the Hub serves ranges (:func:`_fetch_ranged`), any
-    other by one streamed request (:func:`_fetch_stream`); either way every byte is hashed before the
-    rename, and a file that hashes wrong is fetched once more before it is refused.
-    """
-    part = ctx.inside(f"{STATE_DIR}/{PARTIAL_DIR}/{w.partial_name}")
-    part.parent.mkdir(parents=True, exist_ok=True)
-    task = None
-    if ctx.progress is not None:
-        task = ctx.progress.add_task(w.repo_path, total=w.size)
-
-    def on_bytes(n: int) -> None:
-        ctx.advance(n)
-        if task is not None and ctx.progress is not None:
-            ctx.progress.advance(task, n)
-
-    try:
-        for attempt in range(1, MISMATCH_ATTEMPTS + 1):
-            done = _fetch_xet(ctx, w, part, on_bytes) or _fetch_ranged(ctx, w, part, on_bytes)
-            digest, got, written = done if done is not None else _fetch_stream(ctx, w, part, on_bytes)
-            if got == w.size and digest == w.digest:
-                # Durable before the rename: the state cache will vouch for these bytes unhashed.
-                fd = os.open(part, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            with ctx.mu:
-                ctx.report.downloaded_bytes += written
-            if got == w.size and digest == w.digest:
-                break
-            part.unlink()
-            partsmod.record_path(part).unlink(missing_ok=True)
-            on_bytes(-got)
-            if attempt == MISMATCH_ATTEMPTS:
-                raise HashMismatch(
-                    f"{w.repo_path}: the Hub sent bytes that do not match the lock "
-                    f"({w.kind} {digest} != {w.digest}, {got} of {w.size} bytes); the file was discarded",
-                    hint="re-run later; if it persists, the mirror/endpoint is serving corrupt data "
-                    "(or the repo was force-pushed: `invoke pin --repin`)",
-                )
-        final = ctx.inside(w.disk_path)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        part.replace(final)
-        partsmod.record_path(part).unlink(missing_ok=True)
-        ctx.record(w.disk_path, w.kind, w.digest)
-        with ctx.mu:
-            ctx.report.downloaded.append(w.repo_path)
-    finally:
-        if task is not None and ctx.progress is not None:
-            ctx.progress.remove_task(task)
-
-
-def _fetch_ranged(
-    ctx: _Ctx, w: Want, part: Path, on_bytes: Callable[[int], None]
-) -> tuple[str, int, int] | None:
-    """(digest, size, bytes downloaded) of ``w`` fetched by range requests (:mod:`~rigsmith.resolving.
-    parts`); None when the Hub adapter has no ranged route or the server does not serve ranges (the
-    partial is then left for the streamed route).
-
-    A file of :data:`~rigsmith.resolving.parts.PART_BYTES` or more goes by range requests (a smaller one:
-    None). The last large file to start goes as several ranges in flight together on the shared
-    connections, so a single large file (or the tail of a snapshot) still fills the wire; any other as one
-    range, written and hashed as it arrives, since the other files keep the connections busy.
-    """
-    hub = ctx.get_hub()
-    if ctx.no_ranges or ctx.ranges is None or not hasattr(hub, "download_range"):
-        if partsmod.record_path(part).exists():
-            _sequential_partial(part, w.size)
-        return None
-    if w.size < partsmod.PART_BYTES and not partsmod.record_path(part).exists():
-        return None  # small: huggingface_hub's stream costs little here, and reports errors itself
-    with ctx.mu:
-        ctx.waiting -= 1
-        several = w.size >= 2 * partsmod.PART_BYTES and ctx.waiting <= 0
-
-    def get(start: int, end: int, write: Callable[[int, memoryview], None]) -> None:
-        hub.download_range(ctx.entry.repo, ctx.entry.commit, w.repo_path, start, end, w.size, write, ctx.stop)
-
-    reported = [0]
-
-    def progress(n: int) -> None:
-        reported[0] += n
-        on_bytes(n)
-
-    try:
-        if several:
-            progress(sum(b - a for a, b in partsmod.read_record(part, w.size)))
-            digest, resumed, written = partsmod.fetch_parts(
-                part, w.kind, w.size, get, ctx.ranges, progress, ctx.stop
-            )
-        else:
-            digest, resumed, written = partsmod.fetch_whole(part, w.kind, w.size, get, progress, ctx.stop)
-    except NotRanged:
-        ctx.no_ranges = True  # the streamed route reports HTTP errors properly, and resumes from the prefix
-        _sequential_partial(part, w.size)
-        on_bytes(-reported[0])
-        return None
-    with ctx.mu:
-        ctx.report.resumed_bytes += resumed
-    ctx.hashed(resumed)
-    return digest, w.size, written
-
-
-def _fetch_xet(
-    ctx: _Ctx, w: Want, part: Path, on_bytes: Callable[[int], None]
-) -> tuple[str, int, int] | None:
-    """(digest, size, bytes downloaded) of a large file the Hub keeps on Xet, fetched by hf_xet and then
-    hashed from the page cache; None when the file is not on Xet (or hf_xet is off), asked once per file.
-
-    hf_xet writes the whole file itself: a partial of the other routes is dropped (its chunk cache, not
-    the partial, is what makes a second try cheap)."""
-    hub = ctx.get_hub()
-    if (
-        ctx.no_xet
-        or w.size < 2 * partsmod.PART_BYTES
-        or not (hasattr(hub, "xet_file") and hasattr(hub, "download_xet"))
-    ):
-        return None
-    xet = hub.xet_file(ctx.entry.repo, ctx.entry.commit, w.repo_path)
-    if xet is None:
-        ctx.no_xet = True  # a Hub either keeps a snapshot's large files on Xet or not: one HEAD is enough
-        return None
-    part.unlink(missing_ok=True)
-    partsmod.record_path(part).unlink(missing_ok=True)
-    hub.download_xet(ctx.entry.repo, ctx.entry.commit, w.repo_path, part, w.size, xet)
-    got = part.stat().st_size
-    on_bytes(got)
-    return hash_file(part, w.kind, w.size, ctx.stop), got, got
-
-
-def _sequential_partial(part: Path, size: int) -> None:
-    """Make a ranged partial one the streamed route resumes: cut at the first gap, record removed."""
-    spans = partsmod.read_record(part, size)
-    keep = spans[0][1] if spans and spans[0][0] == 0 else 0
-    if part.exists():
-        os.truncate(part, keep)
-    partsmod.record_path(part).unlink(missing_ok=True)
-
-
-def _fetch_stream(ctx: _Ctx, w: Want, part: Path, on_bytes: Callable[[int], None]) -> tuple[str, int, int]:
-    """(digest, bytes in the partial, bytes downloaded) of ``w`` streamed by one request from where its
-    partial ends, hashed as it arrives (the resumed prefix hashed from disk first)."""
-    have = part.stat().st_size if part.exists() else 0
-    if have > w.size:
-        part.unlink()
-        have = 0
-    with part.open("r+b" if have else "w+b") as fh:
-        hasher = (
-            hash_stream(w.kind, w.size, fh, limit=have, stop=ctx.stop) if have else Hasher(w.kind, w.size)
-        )
-        if have:
-            ctx.hashed(have)
-            on_bytes(have)
-            with ctx.mu:
-                ctx.report.resumed_bytes += have
-        fh.seek(have)
-        out = _HashingWriter(fh, hasher, w.kind, w.size, on_bytes, ctx.stop)
-        try:
-            if have < w.size:
-                ctx.get_hub().download(
-                    ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
-                )
-        finally:
-            out.close()
-        out.flush()
-        return out.hasher.hexdigest(), out.tell(), out.written
-
-
-def _run_all(
-    fn: Callable[[Want], Any], items: Sequence[Want], workers: int, stop: threading.Event
-) -> list[tuple[Want, Any]]:
-    """Run ``fn`` over items in a thread pool; return (item, result-or-exception) pairs, all of them.
-
-    Ctrl-C (KeyboardInterrupt in this, the main thread) cancels every queued item, sets ``stop`` so the
-    running ones end at their next block (keeping their partial files), waits for them, and re-raises.
-    """
-    out: list[tuple[Want, Any]] = []
-    if not items:
-        return out
-    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))))
-    try:
-        futs = [(w, pool.submit(fn, w)) for w in items]
-        for w, f in futs:
-            exc = f.exception()
-            out.append((w, exc if exc is not None else f.result()))
-    except KeyboardInterrupt:
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    return out
-
-
 def _clean(root: Path, wanted: Sequence[Want]) -> list[str]:
     """Remove partial downloads nothing can resume from, and huggingface_hub's own orphaned temp files."""
     removed = []
@@ -642,16 +196,6 @@ def _clean(root: Path, wanted: Sequence[Want]) -> list[str]:
     return removed
 
 
-def _dir_lock(path: Path, echo: Echo) -> FileLock:
-    lock = FileLock(str(path), timeout=-1)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        echo(f"waiting for another fetch into {path.parent.parent} to finish …")
-        lock.acquire()
-    return lock
-
-
 def free_bytes(path: Path) -> int:
     """Free space on the filesystem that holds ``path`` (host fact; tests pass their own)."""
     for p in (path, *path.parents):
@@ -661,7 +205,7 @@ def free_bytes(path: Path) -> int:
 
 
 def _patch(
-    ctx: _Ctx, verify: bool, confirm: Confirm | None, overwrite_edited: bool
+    ctx: FetchContext, verify: bool, confirm: Confirm | None, overwrite_edited: bool
 ) -> dict[str, tuple[str, str]]:
     """Apply the spec's config patches from the kept originals; idempotent.
 
@@ -686,7 +230,7 @@ def _patch(
                 applied[file] = (rec.original_sha256, rec.patched_sha256)
                 continue
         original = (ctx.root / STATE_DIR / ORIGINAL_DIR / file).read_bytes()
-        new = _patched(original, plist, file)
+        new = patched(original, plist, file)
         a, b = sha256_bytes(original), sha256_bytes(new)
         ctx.hashed(len(original))
         current = target.read_bytes() if target.is_file() else None
@@ -771,7 +315,7 @@ def fetch_model(
         )
     home = home if home is not None else warmfetch.user_home()
     if spec.model.repo is None:
-        return _local(spec, dest, echo, home)
+        return fetch_local(spec, dest, echo, home)
     field = "--dest" if dest is not None else f"{where}.local_dir"
     written = str(dest) if dest is not None else spec.model.local_dir
     check_model_dir(written, home, field)
@@ -804,10 +348,10 @@ def fetch_model(
             f"cannot create {root}: {err.strerror}", hint="pass --dest DIR you can write to"
         ) from None
     report = FetchReport(commit=entry.commit, local_dir=str(root), files=len(wanted))
-    with _dir_lock(root / STATE_DIR / "fetch.lock", echo):
+    with dir_lock(root / STATE_DIR / "fetch.lock", echo):
         state = read_state(root / STATE_DIR / STATE_FILE)
         state.repo, state.commit = entry.repo, entry.commit
-        ctx = _Ctx(spec, entry, root, state, report, threading.Lock(), get_hub, threading.Event())
+        ctx = FetchContext(spec, entry, root, state, report, threading.Lock(), get_hub, threading.Event())
         report.cleaned = _clean(root, wanted)
 
         to_check: list[Want] = []
@@ -824,7 +368,7 @@ def fetch_model(
             else:
                 to_check.append(w)
         try:
-            checked = _run_all(lambda w: _check(ctx, w), to_check, workers, ctx.stop)
+            checked = run_all(lambda w: check_file(ctx, w), to_check, workers, ctx.stop)
         except KeyboardInterrupt:
             raise FetchInterrupted(
                 "stopped while verifying the files on disk (those verified so far are remembered); run "
@@ -843,7 +387,7 @@ def fetch_model(
                 if verify and (root / w.disk_path).exists():
                     echo(f"{w.repo_path}: does not match the lock; downloading it again")
             try:
-                _download_all(ctx, todo, workers, progress)
+                download_all(ctx, todo, workers, progress)
             except KeyboardInterrupt:
                 raise FetchInterrupted(
                     f"queued files cancelled; partial downloads kept in {root / STATE_DIR / PARTIAL_DIR}; "
@@ -896,7 +440,7 @@ def _guard_dir(
     """
     real = root.resolve()
     if real != root:
-        check_model_dir(str(real), _real(home), f"{field} (resolved through symlinks)")
+        check_model_dir(str(real), real_home(home), f"{field} (resolved through symlinks)")
     if not root.exists():
         return
     if not root.is_dir():
@@ -932,12 +476,6 @@ def _guard_dir(
     )
 
 
-def _real(home: str) -> str:
-    """The home directory through its symlinks (``/home`` is ``/var/home`` on Fedora Atomic), so a model
-    dir under it is judged as a subdirectory of home, not as something in ``/var``."""
-    return str(Path(home).resolve()) if home else home
-
-
 def _foreign_files(root: Path, entry: LockedModel) -> list[str]:
     """Paths under ``root`` that are not files of the locked snapshot (book-keeping dirs aside)."""
     foreign: list[str] = []
@@ -961,146 +499,3 @@ def _size(p: Path) -> int:
         return p.stat().st_size
     except FileNotFoundError:
         return 0
-
-
-def _download_all(ctx: _Ctx, todo: Sequence[Want], workers: int, progress: bool | None) -> None:
-    # rich loads here: a warm run (nothing to download) never needs it.
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    console = Console(stderr=True)
-    show = console.is_terminal if progress is None else progress
-    errors: list[BaseException] = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(binary_units=True),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=not show,
-        transient=True,
-    ) as prog:
-        ctx.progress = prog
-        ctx.overall = prog.add_task(f"{ctx.entry.repo}", total=sum(w.size for w in todo))
-        # Ranges of large files share `workers` connections, in file order (the first file completes first).
-        ctx.ranges = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="range")
-        ctx.waiting = sum(w.size >= partsmod.PART_BYTES for w in todo)
-        try:
-            for _w, res in _run_all(lambda w: _download(ctx, w), todo, workers, ctx.stop):
-                if isinstance(res, BaseException):
-                    errors.append(res)
-        finally:
-            ctx.ranges.shutdown(wait=True, cancel_futures=True)
-            ctx.ranges = None
-        ctx.progress = None
-    if not errors:
-        return
-    if len(errors) == 1 or all(not isinstance(e, RigsmithError) for e in errors[1:]):
-        first = errors[0]
-        if isinstance(first, RigsmithError):
-            raise first
-        raise AdapterError(f"download failed: {type(first).__name__}: {first}") from first
-    msgs = [str(e) for e in errors]
-    raise AdapterError(
-        f"{len(errors)} files failed; the others are verified and kept:\n"
-        + "\n".join(f"- {m}" for m in msgs),
-        hint="re-run `invoke fetch-model`: finished files are not downloaded again",
-    )
-
-
-# -- local checkpoints (model.repo: null) ---------------------------------------------------------------
-
-#: File suffixes that hold weights, for the report.
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
-
-
-def _local(spec: Deployment, dest: Path | None, echo: Echo, home: str) -> FetchReport:
-    """A checkpoint already on disk: report what is there and apply the config patches; download nothing."""
-    m = spec.model
-    if dest is None and not m.local_dir.startswith(("/", "~")):
-        raise SpecError(
-            "model.local_dir",
-            [
-                (
-                    "model.local_dir",
-                    f"{m.local_dir!r} is relative (to where the recipe ran); set the checkpoint's absolute "
-                    "path",
-                )
-            ],
-        )
-    root = dest.absolute() if dest is not None else expand_dir(m.local_dir, {"HOME": home})
-    if not root.is_dir():
-        raise RigsmithError(
-            f"{spec.name}: model.repo is null, so the checkpoint is local and there is nothing to download "
-            f"— but {root} is not a directory",
-            hint="copy the checkpoint there, point model.local_dir at it, or set model.repo to owner/name to "
-            "download it",
-        )
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != STATE_DIR)
-    report = FetchReport(
-        local_dir=str(root),
-        files=len(files),
-        local=True,
-        local_bytes=sum(p.stat().st_size for p in files),
-        weight_files=sum(p.name.endswith(_WEIGHT_SUFFIXES) for p in files),
-        has_config=(root / "config.json").is_file(),
-    )
-    if m.config_patches:
-        # Patching writes into the checkpoint dir: the same refusals as a download.
-        check_model_dir(
-            str(dest) if dest is not None else m.local_dir, home, "--dest" if dest else "model.local_dir"
-        )
-        check_model_dir(str(root.resolve()), _real(home), "model.local_dir (resolved through symlinks)")
-        with _dir_lock(root / STATE_DIR / "fetch.lock", echo):
-            _patch_local(spec, root, report, echo)
-    return report
-
-
-def _patch_local(spec: Deployment, root: Path, report: FetchReport, echo: Echo) -> None:
-    """Config patches on a local checkpoint: the first-seen bytes are kept as the original, as for the Hub.
-
-    A file that matches neither the kept original nor its patched form was replaced outside rigsmith (a new
-    checkpoint copied in); it becomes the new original, and rigsmith says so.
-    """
-    missing = [
-        (f"model.config_patches[{i}].file", f"{p.file} is not in the local checkpoint {root}")
-        for i, p in enumerate(spec.model.config_patches)
-        if not (root / p.file).is_file() and not (root / STATE_DIR / ORIGINAL_DIR / p.file).is_file()
-    ]
-    if missing:
-        raise SpecError("model.config_patches", missing)
-    for file, plist in patches_by_file(spec.model.config_patches).items():
-        target, kept = root / file, root / STATE_DIR / ORIGINAL_DIR / file
-        current = target.read_bytes() if target.is_file() else None
-        original = kept.read_bytes() if kept.is_file() else current
-        assert original is not None
-        new = _patched(original, plist, file)
-        if current is not None and current not in (original, new):
-            echo(f"{file}: changed outside rigsmith since it was patched; keeping it as the new original")
-            original = current
-            new = _patched(original, plist, file)
-        if not kept.is_file() or kept.read_bytes() != original:
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            write_one(kept, original.decode("utf-8"))
-        if current != new:
-            write_one(target, new.decode("utf-8"))
-            report.patched.append(file)
-
-
-def _patched(original: bytes, plist: Sequence[tuple[int, Any]], file: str) -> bytes:
-    try:
-        text = original.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecError(
-            "model.config_patches",
-            [(f"model.config_patches[{plist[0][0]}].file", f"{file} is not UTF-8 text")],
-        ) from None
-    return patch_json(text, plist, file).encode("utf-8")

@@ -65,14 +65,11 @@ def _is_launcher(argv: Sequence[str]) -> bool:
     return base in ("vllm", "docker", "podman") or bool(_PYTHON_RE.match(base))
 
 
-def _from_shell(text: str) -> Launch:
-    script = shellwords.scan(text)
-    launch = Launch()
-    launch.problems += script.problems
-    launch.notes += script.notes
-    for line, comment in script.comments:
-        if comment:
-            launch.notes.append(f"comment (line {line}): {comment}")
+def _sort_lines(
+    script: shellwords.Script, launch: Launch
+) -> tuple[list[specmod.EnvVar], list[shellwords.Command]]:
+    """The script's lines: ``export``s (env), commands that may launch the engine, and what is neither
+    (a note or, for control flow and orphaned options, a problem on ``launch``)."""
     exported: list[specmod.EnvVar] = []
     candidates: list[shellwords.Command] = []
     for cmd in script.commands:
@@ -114,6 +111,43 @@ def _from_shell(text: str) -> Launch:
             )
         else:
             candidates.append(cmd)
+    return exported, candidates
+
+
+def _command_words(
+    main: shellwords.Command, launch: Launch
+) -> tuple[list[shellwords.Word], list[specmod.EnvVar]]:
+    """The launch command's words without its ``NAME=value`` prefix (returned as env) and wrappers."""
+    words = list(main.words)
+    prefix: list[specmod.EnvVar] = []
+    while words and _is_assignment(words[0].text):
+        m = _ASSIGN_RE.match(words[0].text)
+        assert m is not None
+        prefix.append(_env_var(m.group(1), m.group(2), None, launch, f"line {main.line}"))
+        words.pop(0)
+    if skip := _wrapper([w.text for w in words]):
+        wrapper = " ".join(w.text for w in words[:skip])
+        launch.notes.append(
+            f"line {main.line}: '{wrapper}' dropped (rigsmith's targets run the engine as needed)"
+        )
+        words = words[skip:]
+    if main.comment:
+        launch.notes.append(f"comment (line {main.line}): {main.comment}")
+    if not words:
+        launch.problems.append(f"line {main.line}: only variable assignments, no command")
+        return [], prefix
+    return words, prefix
+
+
+def _from_shell(text: str) -> Launch:
+    script = shellwords.scan(text)
+    launch = Launch()
+    launch.problems += script.problems
+    launch.notes += script.notes
+    for line, comment in script.comments:
+        if comment:
+            launch.notes.append(f"comment (line {line}): {comment}")
+    exported, candidates = _sort_lines(script, launch)
     if (ray := _ray_cluster(candidates, exported, launch)) is not None:
         return ray
     launchers = [c for c in candidates if _is_launcher([a for a in c.argv if not _is_assignment(a)])]
@@ -139,23 +173,8 @@ def _from_shell(text: str) -> Launch:
             )
         return launch
     main = launchers[0]
-    words = list(main.words)
-    prefix: list[specmod.EnvVar] = []
-    while words and _is_assignment(words[0].text):
-        m = _ASSIGN_RE.match(words[0].text)
-        assert m is not None
-        prefix.append(_env_var(m.group(1), m.group(2), None, launch, f"line {main.line}"))
-        words.pop(0)
-    if skip := _wrapper([w.text for w in words]):
-        wrapper = " ".join(w.text for w in words[:skip])
-        launch.notes.append(
-            f"line {main.line}: '{wrapper}' dropped (rigsmith's targets run the engine as needed)"
-        )
-        words = words[skip:]
-    if main.comment:
-        launch.notes.append(f"comment (line {main.line}): {main.comment}")
+    words, prefix = _command_words(main, launch)
     if not words:
-        launch.problems.append(f"line {main.line}: only variable assignments, no command")
         return launch
     base = PurePosixPath(words[0].text).name
     if base in ("docker", "podman"):
