@@ -211,7 +211,7 @@ def _source_noop(
         src = sourcesmod.Sources(base / "cache")
         try:
             buildmod.pin_images(project, resolver, echo=lambda _: None)
-            sourcesmod.pin_sources(project, src, echo=lambda _: None)
+            sourcesmod.pin_sources(project, src, sourcesmod.check_filled(project), echo=lambda _: None)
 
             def rigsmith() -> None:
                 buildmod.build_image(project, eng, image="merlin", echo=lambda _: None, sources=src)
