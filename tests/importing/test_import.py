@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rigsmith import spec as specmod
 from rigsmith.errors import ConsentError, RecipeError, RigsmithError
 from rigsmith.importing import importer, recipe
+from rigsmith.importing.recipe.composeform import SERVICE_KEYS
 from rigsmith.project import Project
 from tests.support.common import GOLDEN, compare_tree
 from tests.support.recipes import SEED_RECIPE, corpus
@@ -403,21 +404,7 @@ _VALUE = st.recursive(
     max_leaves=8,
 )
 _SERVICE = st.dictionaries(
-    st.sampled_from(
-        [
-            "image",
-            "command",
-            "entrypoint",
-            "environment",
-            "devices",
-            "deploy",
-            "shm_size",
-            "ulimits",
-            "stop_grace_period",
-            "volumes",
-            "ports",
-        ]
-    ),
+    st.sampled_from([*SERVICE_KEYS, "ports"]),
     _VALUE,
     max_size=8,
 )

@@ -90,6 +90,21 @@ def _compose_env_ref(env: Any, path: str, where: str) -> bool:
     return isinstance(value, str) and bool(_SELF_REF_RE.fullmatch(value))
 
 
+#: The service keys rigsmith imports; any other becomes a note (each target sets its own).
+SERVICE_KEYS = (
+    "image",
+    "command",
+    "entrypoint",
+    "environment",
+    "devices",
+    "deploy",
+    "shm_size",
+    "ulimits",
+    "stop_grace_period",
+    "volumes",
+)
+
+
 def _from_compose(data: dict[str, Any]) -> Launch:
     launch = Launch()
     services = data["services"]
@@ -241,19 +256,7 @@ def _service_settings(svc: dict[str, Any], where: str, launch: Launch) -> None:
             _volume(vol, launch, f"{where}.volumes[{idx}]")
         else:
             launch.notes.append(f"{where}.volumes[{idx}]: long syntax not imported: {json.dumps(vol)}")
-    known = {
-        "image",
-        "command",
-        "entrypoint",
-        "environment",
-        "devices",
-        "deploy",
-        "shm_size",
-        "ulimits",
-        "stop_grace_period",
-        "volumes",
-    }
-    dropped = sorted(set(svc) - known)
+    dropped = sorted(set(svc) - set(SERVICE_KEYS))
     if dropped:
         launch.notes.append(
             f"{where}: keys not imported (rigsmith sets them per target): "
