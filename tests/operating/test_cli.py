@@ -10,29 +10,15 @@ import sys
 from pathlib import Path
 
 from rigsmith.operating.standin import Standin, StandinConfig
-from tests.support.common import REPO, write_project
+from tests.support.common import REPO, invoke_cli, write_project
 from tests.support.ops import OPS_IMAGE, ops_data
 from tests.support.podman import Podman
-
-WORKTREE = Path(__file__).resolve().parents[2]
 
 
 def invoke(
     *args: str, env: dict[str, str] | None = None, root: Path | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
-    e = dict(env or os.environ)
-    e["PYTHONPATH"] = f"{WORKTREE / 'src'}:{WORKTREE}"
-    if root is not None:
-        e["RIGSMITH_ROOT"] = str(root)
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", *args],
-        cwd=WORKTREE,
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return invoke_cli(root, *args, env=env, timeout=timeout)
 
 
 def test_every_ops_task_has_help_for_every_flag() -> None:
@@ -178,9 +164,9 @@ def test_import_with_stdin_closed_writes_a_new_spec_and_refuses_a_change_without
     def closed_stdin(*extra: str) -> subprocess.CompletedProcess[str]:
         args = ["import-recipe", str(recipe), "--name", "q", *extra]
         cmd = f"exec {sys.executable} -m invoke " + " ".join(f"'{a}'" for a in args) + " <&-"
-        e = {**os.environ, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{WORKTREE / 'src'}:{WORKTREE}"}
+        e = {**os.environ, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
         return subprocess.run(
-            ["bash", "-c", cmd], cwd=WORKTREE, env=e, capture_output=True, text=True, timeout=120, check=False
+            ["bash", "-c", cmd], cwd=REPO, env=e, capture_output=True, text=True, timeout=120, check=False
         )
 
     first = closed_stdin("--image", "docker.io/vllm/vllm-openai:v0.11.0")
@@ -194,6 +180,6 @@ def test_import_with_stdin_closed_writes_a_new_spec_and_refuses_a_change_without
 def test_model_dir_state_and_bench_results_are_git_ignored() -> None:
     for path in (".rigsmith/bench.jsonl", "models/x/.rigsmith/state.json"):
         proc = subprocess.run(
-            ["git", "check-ignore", "--no-index", "-q", path], cwd=WORKTREE, check=False, capture_output=True
+            ["git", "check-ignore", "--no-index", "-q", path], cwd=REPO, check=False, capture_output=True
         )
         assert proc.returncode == 0, f"{path} is not git-ignored"

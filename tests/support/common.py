@@ -90,17 +90,17 @@ def make_seed_project(base: Path) -> Project:
 
 
 def invoke_cli(
-    root: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
+    root: Path | None, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """``invoke ARGS`` on the project at ``root`` as a user runs it: this checkout's tasks and sources, no
-    terminal on stdin, the environment ``env`` (default: this process's)."""
-    full = {
-        **(os.environ if env is None else env),
-        "RIGSMITH_ROOT": str(root),
-        "PYTHONPATH": f"{REPO / 'src'}:{REPO}",
-    }
+    terminal on stdin, the environment ``env`` (default: this process's). ``root`` None: no RIGSMITH_ROOT,
+    run in this checkout, so the project is the one Invoke finds there (with its invoke.yaml)."""
+    full = {**(os.environ if env is None else env), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+    if root is not None:
+        full["RIGSMITH_ROOT"] = str(root)
     return subprocess.run(
         [sys.executable, "-m", "invoke", "-r", str(REPO), *args],
+        cwd=REPO,
         env=full,
         capture_output=True,
         text=True,
