@@ -150,6 +150,27 @@ def podman_env(base: Path, insecure: Sequence[str]) -> dict[str, str]:
     return {**os.environ, "CONTAINERS_CONF": str(conf), "CONTAINERS_REGISTRIES_CONF": str(regs)}
 
 
+def _engine_api(
+    what: str, argv: list[str], sock: Path, log: Path, env: dict[str, str] | None = None, timeout: float = 30
+) -> subprocess.Popen[bytes]:
+    """Start an engine's API server (output to ``log``) and wait until ``/_ping`` on ``sock`` answers 200."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    transport = httpx.HTTPTransport(uds=str(sock))
+    try:
+        _wait(
+            what,
+            lambda: httpx.Client(transport=transport).get("http://d/_ping").status_code == 200,
+            proc,
+            log,
+            timeout=timeout,
+        )
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc
+
+
 @contextlib.contextmanager
 def podman_service(base: Path, insecure: Sequence[str] = ()) -> Iterator[PodmanService]:
     """``podman system service --time=0`` on base/podman.sock with storage under base; reset on exit."""
@@ -159,7 +180,6 @@ def podman_service(base: Path, insecure: Sequence[str] = ()) -> Iterator[PodmanS
     # podman refuses a runroot path longer than 50 characters; pytest's temp paths are longer.
     runroot = Path(tempfile.mkdtemp(prefix="rs-runroot-"))
     svc = PodmanService(f"unix://{sock}", base / "root", runroot, env)
-    log = base / "service.log"
     argv = [
         "podman",
         "--root",
@@ -171,19 +191,13 @@ def podman_service(base: Path, insecure: Sequence[str] = ()) -> Iterator[PodmanS
         "--time=0",
         svc.url,
     ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
-        transport = httpx.HTTPTransport(uds=str(sock))
-        _wait(
-            "podman system service",
-            lambda: httpx.Client(transport=transport).get("http://d/_ping").status_code == 200,
-            proc,
-            log,
-        )
-        yield svc
+        proc = _engine_api("podman system service", argv, sock, base / "service.log", env=env)
+        try:
+            yield svc
+        finally:
+            _stop(proc)
     finally:
-        _stop(proc)
         svc.cli("system", "reset", "--force", check=False)
         shutil.rmtree(runroot, ignore_errors=True)
 
@@ -222,18 +236,8 @@ def dockerd(base: Path) -> Iterator[Dockerd]:
         "--default-ulimit",
         "nofile=1024:1024",
     ]
-    log = base / "dockerd.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    proc = _engine_api("dockerd", argv, sock, base / "dockerd.log", timeout=60)
     try:
-        transport = httpx.HTTPTransport(uds=str(sock))
-        _wait(
-            "dockerd",
-            lambda: httpx.Client(transport=transport).get("http://d/_ping").status_code == 200,
-            proc,
-            log,
-            timeout=60,
-        )
         yield Dockerd(f"unix://{sock}", base)
     finally:
         _stop(proc, timeout=30)
