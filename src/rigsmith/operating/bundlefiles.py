@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from rigsmith import confine
 from rigsmith.errors import LockError, PreflightError, RigsmithError
 from rigsmith.operating import ociarchive
 from rigsmith.resolving import lock as lockmod
@@ -134,11 +136,21 @@ def read_manifest(bundle: Path) -> Manifest:
 
 
 def member_path(bundle: Path, member: str) -> Path:
-    """The file of a member, refusing names that would leave the bundle (the manifest is untrusted)."""
-    parts = Path(member).parts
-    if not member or member.startswith("/") or ".." in parts or parts[0] == BUNDLE_STATE:
-        raise BundleError(f"{bundle / MANIFEST}: member name {member!r} is not a path inside the bundle")
-    return bundle / member
+    """The file of a member: a safe name (:mod:`rigsmith.confine`), not the bundle's book-keeping, and on disk
+    a regular file reached through no symlink (the manifest and the directory are untrusted)."""
+    where = f"{bundle / MANIFEST}: member"
+    confine.check(member, where, BundleError)
+    if member.split("/")[0] == BUNDLE_STATE:
+        raise BundleError(f"{where} {member!r} is not a path inside the bundle's members (book-keeping)")
+    path = confine.under(bundle, member, where, BundleError)
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return path
+    if not stat.S_ISREG(st.st_mode):
+        raise BundleError(f"{where} {member!r}: {path} is not a regular file (a link, FIFO or device)",
+                          hint="copy the bundle again from the connected machine")  # fmt: skip
+    return path
 
 
 # -- hashing and placing files ----------------------------------------------------------------------------
@@ -445,8 +457,10 @@ def atomic(path: Path) -> Iterator[IO[bytes]]:
     """Write a file beside ``path``, fsync it, rename it over ``path``; on any error leave no trace."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.rigsmith-tmp")
+    tmp.unlink(missing_ok=True)
     try:
-        with tmp.open("wb") as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())

@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import tarfile
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -16,9 +17,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rigsmith import confine, writer
 from rigsmith import spec as specmod
-from rigsmith import writer
-from rigsmith.errors import AdapterError, ConsentError
+from rigsmith.errors import AdapterError, ConsentError, RigsmithError
 from rigsmith.operating import ociarchive
 from rigsmith.operating.bundlefiles import (
     ARTIFACT_PREFIX,
@@ -34,6 +35,7 @@ from rigsmith.operating.bundlefiles import (
     Io,
     Manifest,
     Moved,
+    atomic,
     check_against_lock,
     check_space,
     contents,
@@ -46,7 +48,7 @@ from rigsmith.operating.bundlefiles import (
     same_filesystem,
     write_bytes,
 )
-from rigsmith.project import Project
+from rigsmith.project import TARGETS, Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import (
     HASH_CHUNK,
@@ -169,22 +171,44 @@ def _unpacked(project: Project, path: Path, echo: Echo, progress: bool | None, d
             infos = tf.getmembers()
     except tarfile.TarError as err:
         raise BundleError(f"{path}: not a bundle tar ({err})") from None
-    need = sum(i.size for i in infos if not _have(dest / i.name, i.size))
+    files = _tar_files(path, infos)
+    need = sum(i.size for n, i in files.items() if not _have(dest / n, i.size))
     check_space(
         {dest: need}, disk_free, f"unpacking {path.name}", "unpack it elsewhere and pass the directory"
     )
     echo(f"unbundle: unpacking {path} into {dest}")
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, "r:") as tf, progress_bars(progress) as prog:
-        task = prog.add_task(f"unpack {path.name}", total=sum(i.size for i in infos))
-        for info in tf:
-            if not (info.isfile() and _have(dest / info.name, info.size)):
-                try:
-                    tf.extract(info, dest, filter="data")
-                except tarfile.TarError as err:  # FilterError: a name leaving the bundle, a link, a device
-                    raise BundleError(f"{path}: refusing member {info.name!r}: {err}") from None
+        task = prog.add_task(f"unpack {path.name}", total=sum(i.size for i in files.values()))
+        for name, info in files.items():
+            target = confine.make_dirs(dest, name, f"{path}: tar member", BundleError)
+            if not _have(target, info.size):
+                src = tf.extractfile(info)
+                assert src is not None  # a regular file (checked by _tar_files)
+                with src, atomic(target) as out:
+                    shutil.copyfileobj(src, out, HASH_CHUNK)
             prog.advance(task, info.size)
     return dest
+
+
+def _tar_files(path: Path, infos: Sequence[tarfile.TarInfo]) -> dict[str, tarfile.TarInfo]:
+    """A bundle tar's regular files by name, every name checked before anything is written: no links,
+    devices or FIFOs, no name that leaves the bundle, no name twice."""
+    out: dict[str, tarfile.TarInfo] = {}
+    for info in infos:
+        name = confine.check(info.name, f"{path}: tar member", BundleError)
+        if info.isdir():
+            continue
+        if not info.isreg():
+            raise BundleError(
+                f"{path}: refusing member {info.name!r}: not a regular file (a link, device or FIFO); "
+                "nothing was unpacked",
+                hint="a bundle tar holds only files; make it again with `invoke bundle --tar`",
+            )
+        if name in out:
+            raise BundleError(f"{path}: member {info.name!r} appears twice; nothing was unpacked")
+        out[name] = info
+    return out
 
 
 def _work_dir(project: Project) -> Path:
@@ -216,9 +240,13 @@ def _unbundle_dir(
 ) -> UnbundleReport:
     manifest = read_manifest(bundle_dir)
     name = manifest.deployment
-    for member in manifest.members:
-        member_path(bundle_dir, member)
-    missing = [m for m in manifest.members if not (bundle_dir / m).is_file()]
+    if not specmod.NAME_RE.match(name):
+        raise BundleError(
+            f"{bundle_dir / MANIFEST}: deployment {name!r} is not a deployment name",
+            hint="a bundle names its deployment by the spec's name (lowercase letters, digits, . _ -)",
+        )
+    files = {member: member_path(bundle_dir, member) for member in manifest.members}
+    missing = [m for m, p in files.items() if not p.is_file()]
     if missing:
         raise BundleError(
             f"{bundle_dir} is incomplete: {len(missing)} member(s) missing: " + ", ".join(missing[:10]),
@@ -251,16 +279,27 @@ def _unbundle_dir(
             f"{LOCK_MEMBER} in {bundle_dir}: not a rigsmith lock ({err.errors()[0]['msg']})"
         ) from None
     spec_bytes = (bundle_dir / spec_member).read_bytes()
-    spec = specmod.loads(spec_bytes.decode("utf-8"), source=spec_member)
+    try:
+        spec = specmod.loads(spec_bytes.decode("utf-8"), source=spec_member)
+    except UnicodeDecodeError:
+        raise BundleError(f"{spec_member} in {bundle_dir}: not UTF-8 text; bundle refused") from None
+    if spec.name != name:
+        raise BundleError(
+            f"{spec_member} in {bundle_dir}: names deployment {spec.name!r}, the manifest {name!r}"
+        )
     c = contents(spec, bundle_lock)
     problems = check_against_lock(manifest, c)
     if problems:
         raise BundleError(f"{bundle_dir / MANIFEST} does not match its lock: " + "; ".join(problems),
                           hint="bundle again on the connected machine")  # fmt: skip
+    placing = _placements(project, bundle_dir, manifest, spec, lock_bytes, c)
 
     root = into.absolute() if into is not None else expand_dir(spec.model.local_dir)
     report = UnbundleReport(deployment=name, local_dir=str(root), lock_sha256=lock_sha)
     fetched = read_state(root / STATE_DIR / STATE_FILE)
+
+    for w in c.wanted:  # a link planted in the model dir must not carry a placed file elsewhere
+        confine.under(root, w.disk_path, f"model dir {root}", BundleError)
 
     def in_place(w: Want) -> bool:
         try:
@@ -291,7 +330,7 @@ def _unbundle_dir(
     _verify_members(bundle_dir, manifest, c, report, progress, _work_dir(project) / f"verified-{key}.json")
 
     # Everything checks out: place the project files, the image, the model.
-    _place_project(project, bundle_dir, manifest, spec, bundle_lock, c, into, root, yes, confirm, echo)
+    _place_project(project, bundle_dir, placing, spec, bundle_lock, c, into, root, yes, confirm, echo)
     if c.pin is not None:
         report.image = c.pin.pinned_ref
         if not image_present:
@@ -395,10 +434,116 @@ def _verify_members(
             )
 
 
+@dataclass(frozen=True)
+class Placing:
+    """Where a bundle's project members go: each by its kind, at a path rigsmith chose (a member's name is
+    never joined to the checkout)."""
+
+    spec_text: str
+    #: The image definition of ``engine.build``: path under images/BUILD/ → bytes.
+    images: list[tuple[Path, bytes]]
+    #: The rendered artifacts, at the path and mode ``deploy`` gives them here, with the bundle's text.
+    artifacts: list[writer.Artifact]
+    targets: list[str]
+
+
+def _placements(
+    project: Project, bundle_dir: Path, manifest: Manifest, spec: Deployment, lock_bytes: bytes, c: Contents
+) -> Placing:
+    """Sort every member into a kind unbundle may place, or refuse the bundle before anything is written.
+
+    The kinds: the spec and lock at their fixed names, the image archive, the lock's model files, the image
+    definition of the spec's ``engine.build`` (under images/BUILD/), and the artifacts that rendering the
+    manifest's targets from the bundle's own spec and lock produces (path and mode from that render).
+    """
+    where = str(bundle_dir / MANIFEST)
+    name = spec.name
+    odd = [t for t in manifest.targets if t not in TARGETS]
+    if odd:
+        raise BundleError(f"{where}: targets {odd} are not rigsmith targets ({', '.join(TARGETS)})")
+    fixed = {f"deployments/{name}.yaml", LOCK_MEMBER, *((IMAGE_MEMBER,) if c.pin is not None else ())}
+    fixed |= {MODEL_PREFIX + w.repo_path for w in c.wanted}
+    build = f"images/{spec.engine.build}/" if spec.engine.build else None
+    images: dict[str, bytes] = {}
+    arts: dict[str, str] = {}
+    stray = []
+    for member in manifest.members:
+        if member in fixed:
+            continue
+        if build is not None and member.startswith(build):
+            images[member.removeprefix(build)] = (bundle_dir / member).read_bytes()
+        elif member.startswith(ARTIFACT_PREFIX) and manifest.targets:
+            arts[member.removeprefix(ARTIFACT_PREFIX)] = member
+        else:
+            stray.append(member)
+    rendered = _render(project, spec, lock_bytes, images, manifest.targets, bundle_dir)
+    stray += [arts[rel] for rel in sorted(set(arts) - set(rendered))]
+    if stray:
+        raise BundleError(
+            f"{where}: {len(stray)} member(s) are none of what a bundle of {name!r} holds: "
+            + ", ".join(repr(m) for m in stray[:5])
+            + "; nothing was placed",
+            hint="a bundle holds the spec, the lock, the image archive, the lock's model files, "
+            f"images/{spec.engine.build or 'BUILD'}/ and the artifacts of its targets; bundle again on the "
+            "connected machine",
+        )
+    root = project.root.resolve()
+    out = []
+    for rel, member in sorted(arts.items()):
+        confine.under(root, rel, f"{where}: artifact", BundleError)
+        text = (bundle_dir / member).read_bytes().decode("utf-8", errors="strict")
+        out.append(writer.Artifact(rendered[rel].path, text, rendered[rel].mode))
+    placed = [
+        (confine.under(root, f"{build}{rel}", f"{where}: image definition", BundleError), blob)
+        for rel, blob in sorted(images.items())
+    ]
+    spec_text = (bundle_dir / f"deployments/{name}.yaml").read_text(encoding="utf-8")
+    return Placing(spec_text, placed, out, list(manifest.targets))
+
+
+def _render(
+    project: Project,
+    spec: Deployment,
+    lock_bytes: bytes,
+    images: dict[str, bytes],
+    targets: Sequence[str],
+    bundle_dir: Path,
+) -> dict[str, writer.Artifact]:
+    """The bundle's targets rendered from its own spec and lock in a scratch checkout, for this checkout's
+    paths: relative path → artifact (what may be placed, and with which mode)."""
+    from rigsmith.rendering import deploy as deploymod
+
+    if not targets:
+        return {}
+    root = project.root.resolve()
+    out: dict[str, writer.Artifact] = {}
+    with tempfile.TemporaryDirectory(prefix="rigsmith-unbundle-") as tmp:
+        scratch = Project(Path(tmp))
+        scratch.deployments.mkdir()
+        scratch.spec_path(spec.name).write_text(specmod.dump(spec), encoding="utf-8")
+        scratch.lock_path.write_bytes(lock_bytes)
+        for rel, blob in images.items():
+            what = f"{bundle_dir / MANIFEST}: image definition"
+            confine.make_dirs(
+                scratch.root, f"images/{spec.engine.build}/{rel}", what, BundleError
+            ).write_bytes(blob)
+        for target in targets:
+            try:
+                _plan, arts = deploymod.artifacts(scratch, target, deployment=spec.name, out=root)
+            except RigsmithError as err:
+                raise BundleError(
+                    f"{bundle_dir}: its {target} artifacts cannot be rendered here from its spec and lock "
+                    f"({err.message})",
+                    hint="bundle again on the connected machine with this rigsmith version",
+                ) from None
+            out.update({a.path.relative_to(root).as_posix(): a for a in arts})
+    return out
+
+
 def _place_project(
     project: Project,
     bundle_dir: Path,
-    manifest: Manifest,
+    placing: Placing,
     spec: Deployment,
     bundle_lock: lockmod.Lock,
     c: Contents,
@@ -414,26 +559,24 @@ def _place_project(
     name = spec.name
     relocated = into is not None and root != expand_dir(spec.model.local_dir)
     files: list[writer.Artifact] = []
-    spec_text = (bundle_dir / f"deployments/{name}.yaml").read_text(encoding="utf-8")
+    spec_text = placing.spec_text
     if relocated:
         data = specmod.to_data(spec)
         data["model"]["local_dir"] = str(root)
         spec_text = specmod.dump(specmod.from_data(data))
         echo(f"unbundle: model.local_dir of deployments/{name}.yaml set to {root} (--into)")
-    files.append(writer.Artifact(project.spec_path(name), spec_text))
+    files.append(
+        writer.Artifact(confine.under(project.root, f"deployments/{name}.yaml", "the spec"), spec_text)
+    )
     # Image-definition files that are not text go around the (text-only) writer, under the same consent.
     binary: list[tuple[Path, bytes]] = []
-    for member in manifest.members:
-        if member.startswith("images/"):
-            blob = (bundle_dir / member).read_bytes()
-            try:
-                files.append(writer.Artifact(project.root / member, blob.decode("utf-8")))
-            except UnicodeDecodeError:
-                binary.append((project.root / member, blob))
-        elif member.startswith(ARTIFACT_PREFIX) and not relocated:
-            p = project.root / member.removeprefix(ARTIFACT_PREFIX)
-            mode = 0o755 if p.suffix == ".sh" else 0o644
-            files.append(writer.Artifact(p, (bundle_dir / member).read_text(encoding="utf-8"), mode))
+    for path, blob in placing.images:
+        try:
+            files.append(writer.Artifact(path, blob.decode("utf-8")))
+        except UnicodeDecodeError:
+            binary.append((path, blob))
+    if not relocated:
+        files += placing.artifacts
     differs = [str(p) for p, b in binary if p.exists() and not same_bytes(p, b)]
     if differs and not yes:
         raise ConsentError(
@@ -450,8 +593,8 @@ def _place_project(
             lk.images[spec.engine.image] = bundle_lock.images[spec.engine.image]
         if spec.engine.build and spec.engine.build in bundle_lock.builds:
             lk.builds[spec.engine.build] = bundle_lock.builds[spec.engine.build]
-    if relocated and manifest.targets:
-        for target in manifest.targets:
+    if relocated:
+        for target in placing.targets:
             _plan, arts = deploymod.artifacts(project, target, deployment=name)
             writer.write(arts, yes=yes, confirm=confirm, echo=echo, root=project.root)
 
@@ -481,7 +624,7 @@ def _place_model(
         todo,
         lambda w: (
             bundle_dir / (MODEL_PREFIX + w.repo_path),
-            root / w.disk_path,
+            confine.make_dirs(root, w.disk_path, f"model dir {root}", BundleError),
             root / STATE_DIR / "partial" / w.partial_name,
         ),
         report.moved,

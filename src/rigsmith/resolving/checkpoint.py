@@ -19,12 +19,13 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
-from huggingface_hub import HfApi, parse_local_safetensors_file_metadata
+from huggingface_hub import HfApi
 from huggingface_hub.errors import SafetensorsParsingError
 from huggingface_hub.utils._safetensors import SafetensorsFileMetadata
 
+from rigsmith import confine
 from rigsmith.errors import AdapterError, LockError
 from rigsmith.resolving.fit import Estimate, FitError, ModelShape, engine_inputs, estimate
 from rigsmith.resolving.hub import DEFAULT_ENDPOINT, HfHub, RetryPolicy
@@ -66,9 +67,71 @@ def rows(ckpt: Checkpoint, window: int = 4) -> Iterator[HeaderRow]:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+#: safetensors' own limit on a header (100 MB); a longer one is not a safetensors file.
+MAX_HEADER = 100_000_000
+#: The most files a checkpoint's index may name (the largest published checkpoints have a few hundred).
+MAX_SHARDS = 20_000
+#: The most dimensions of one tensor (real tensors have up to 5 or so).
+MAX_DIMS = 16
+
+
 def _rows(meta: SafetensorsFileMetadata) -> list[HeaderRow]:
     # The byte size is the file's own (end − begin): exact for packed and sub-byte dtypes too.
     return [(n, t.data_offsets[1] - t.data_offsets[0], tuple(t.shape)) for n, t in meta.tensors.items()]
+
+
+def _checked_rows(where: str, rows: list[HeaderRow]) -> list[HeaderRow]:
+    """Rows whose sizes and shapes are whole non-negative numbers (a header is untrusted)."""
+    for name, size, shape in rows:
+        if (
+            not isinstance(name, str)
+            or isinstance(size, bool)
+            or not isinstance(size, int)
+            or size < 0
+            or len(shape) > MAX_DIMS
+            or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape)
+        ):
+            raise FitError(
+                f"{where}: tensor {name!r} has data_offsets or shape that are not whole numbers "
+                f"(size {size!r}, shape {shape!r})",
+                hint="the safetensors header is damaged or hostile; check the repo",
+            )
+    return rows
+
+
+def header_rows(where: str, header: object) -> list[HeaderRow]:
+    """The rows of a parsed safetensors header (a JSON object of tensor name → dtype, shape, data_offsets),
+    every value checked; one FitError naming the file and the tensor otherwise."""
+    if not isinstance(header, dict):
+        raise FitError(f"{where}: the safetensors header is a JSON {type(header).__name__}, not an object")
+    out: list[HeaderRow] = []
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = t.get("data_offsets") if isinstance(t, dict) else None
+        shape = t.get("shape") if isinstance(t, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and isinstance(shape, list)):
+            raise FitError(
+                f"{where}: tensor {name!r} is not an object with shape and two data_offsets",
+                hint="the safetensors header is damaged or hostile; check the repo",
+            )
+        begin, end = offsets
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in offsets)
+        size = end - begin if ok and end >= begin >= 0 else -1
+        out.append((name, size, tuple(shape)))
+    return _checked_rows(where, out)
+
+
+def _read_header(where: str, fh: BinaryIO) -> list[HeaderRow]:
+    """A safetensors file's header: 8 bytes of length (little-endian), then that much JSON."""
+    head = fh.read(8)
+    n = int.from_bytes(head, "little") if len(head) == 8 else -1
+    if not 2 <= n <= MAX_HEADER:
+        raise FitError(f"{where}: not a safetensors file (header length {n}, at most {MAX_HEADER})")
+    raw = fh.read(n)
+    if len(raw) != n:
+        raise FitError(f"{where}: the safetensors header is cut short ({len(raw)} of {n} bytes)")
+    return header_rows(where, _parse_json(where, raw))
 
 
 _SHARD = re.compile(r"^(.+)-(\d{5})-of-(\d{5})\.safetensors$")
@@ -86,20 +149,43 @@ def _pick(paths: list[str], index: Callable[[], Mapping[str, Any] | None]) -> li
         return top
     idx = index()
     if idx is not None:
-        return sorted(set(map(str, (idx.get("weight_map") or {}).values())))
+        return _weight_map(INDEX, idx)
     if SINGLE in paths:
         return [SINGLE]
     return top
 
 
-def _json(where: str, text: bytes | str) -> dict[str, Any]:
+#: The most bytes of a config.json or index fit reads (real ones are a few hundred kB at most).
+MAX_JSON = 64 << 20
+
+
+def _parse_json(where: str, text: bytes | str) -> Any:
+    if len(text) > MAX_JSON:
+        raise FitError(f"{where}: larger than {MAX_JSON >> 20} MiB; not a checkpoint's JSON")
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise FitError(f"{where} is not JSON: {err}") from None
+    except RecursionError:
+        raise FitError(f"{where}: JSON nested too deeply to be a checkpoint's file") from None
+
+
+def _json(where: str, text: bytes | str) -> dict[str, Any]:
+    data = _parse_json(where, text)
     if not isinstance(data, dict):
         raise FitError(f"{where} is not a JSON object")
     return data
+
+
+def _weight_map(where: str, index: Mapping[str, Any]) -> list[str]:
+    """The files an index's ``weight_map`` names, each a safe name inside the checkpoint."""
+    wmap = index.get("weight_map") or {}
+    if not isinstance(wmap, dict):
+        raise FitError(f"{where}: weight_map is a JSON {type(wmap).__name__}, not an object of tensor → file")
+    files = sorted(set(wmap.values()), key=str)
+    if len(files) > MAX_SHARDS:
+        raise FitError(f"{where}: weight_map names {len(files)} files (at most {MAX_SHARDS})")
+    return [confine.check(f, f"{where}: weight_map", FitError) for f in files]
 
 
 class LocalCheckpoint:
@@ -109,30 +195,34 @@ class LocalCheckpoint:
         self.root = root
         self.where = str(root)
 
+    def _read(self, name: str) -> bytes | None:
+        try:
+            with confine.open_regular(self.root, name, f"checkpoint {self.root}", FitError) as fh:
+                return fh.read(MAX_JSON + 1)
+        except FitError:
+            if not (self.root / name).exists() and not (self.root / name).is_symlink():
+                return None
+            raise
+
     def config(self) -> dict[str, Any]:
-        path = self.root / CONFIG
-        text = read_text_or_none(path)
+        text = self._read(CONFIG)
         if text is None:
             raise FitError(f"no {CONFIG} in {self.root}", hint="fit needs the checkpoint's config.json")
-        return _json(str(path), text)
+        return _json(str(self.root / CONFIG), text)
 
     def weight_files(self) -> list[str]:
         def index() -> dict[str, Any] | None:
-            text = read_text_or_none(self.root / INDEX)
+            text = self._read(INDEX)
             return _json(str(self.root / INDEX), text) if text is not None else None
 
         return _pick(sorted(p.name for p in self.root.glob("*.safetensors")), index)
 
     def header(self, file: str) -> list[HeaderRow]:
-        path = self.root / file
-        try:
-            return _rows(parse_local_safetensors_file_metadata(path))
-        except SafetensorsParsingError as err:
-            raise FitError(f"{path}: not a readable safetensors header: {err}") from None
-        except OSError as err:
-            raise FitError(
-                f"{path}: {err.strerror or err}", hint="the index names a shard the directory lacks"
-            ) from None
+        where = str(self.root / file)
+        if not (self.root / file).exists():
+            raise FitError(f"{where}: no such file", hint="the index names a shard the directory lacks")
+        with confine.open_regular(self.root, file, f"checkpoint {self.root}", FitError) as fh:
+            return _read_header(where, fh)
 
 
 class HubCheckpoint:
@@ -146,6 +236,8 @@ class HubCheckpoint:
     def _small(self, path: str) -> bytes:
         if path not in self.files:
             raise FitError(f"{self.where} has no {path}", hint="fit needs the checkpoint's config.json")
+        if self.files[path] > MAX_JSON:
+            raise FitError(f"{self.where}/{path}: {self.files[path]} bytes, larger than a checkpoint's JSON")
         buf = io.BytesIO()
         self.hub.download(self.repo, self.commit, path, buf, offset=0, size=self.files[path])
         return buf.getvalue()
@@ -164,11 +256,24 @@ class HubCheckpoint:
         try:
             for attempt in self._retry.retrying(what):
                 with attempt:
-                    return _rows(
-                        self.api.parse_safetensors_file_metadata(self.repo, file, revision=self.commit)
-                    )
-        except SafetensorsParsingError as err:
-            raise FitError(f"{self.where}/{file}: not a readable safetensors header: {err}") from None
+                    meta = self.api.parse_safetensors_file_metadata(self.repo, file, revision=self.commit)
+                    return _checked_rows(f"{self.where}/{file}", _rows(meta))
+        except FitError:
+            raise
+        except (
+            SafetensorsParsingError,
+            ValueError,
+            TypeError,
+            AttributeError,
+            KeyError,
+            RecursionError,
+        ) as err:
+            # huggingface_hub builds its dataclasses from the header as it stands: a hostile header fails
+            # inside it with whatever error the wrong type gives.
+            raise FitError(
+                f"{self.where}/{file}: not a readable safetensors header ({type(err).__name__})",
+                hint="the safetensors header is damaged or hostile; check the repo",
+            ) from None
         except Exception as err:
             status = getattr(getattr(err, "response", None), "status_code", None)
             raise AdapterError(

@@ -126,60 +126,84 @@ class ModelShape:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], where: str = "config.json") -> ModelShape:
-        """Read the fields vLLM reads; a missing essential field is a FitError naming it."""
-        text = {**config, **(config.get("text_config") or config.get("language_config") or {})}
+        """Read the fields vLLM reads. A config.json comes from the Hub repo, so every value is checked: a
+        missing essential field, a value of the wrong type or out of range is one FitError naming the key."""
+        nested = next((k for k in ("text_config", "language_config") if config.get(k) is not None), None)
+        sub = config.get(nested) if nested else {}
+        if not isinstance(sub, Mapping):
+            raise FitError(f"{where}: {nested} is {type(sub).__name__}, not an object", hint=_CONFIG_HINT)
+        text = {**config, **sub}
 
-        def first(*keys: str, default: Any = None) -> Any:
+        def first(*keys: str, default: Any = None) -> tuple[str, Any]:
             for k in keys:
                 if text.get(k) is not None:
-                    return text[k]
-            return default
+                    return k, text[k]
+            return keys[0], default
 
-        need = {
-            "num_hidden_layers": first("num_hidden_layers", "n_layer", "num_layers"),
-            "hidden_size": first("hidden_size", "d_model", "n_embd"),
-            "num_attention_heads": first("num_attention_heads", "n_head"),
-            "vocab_size": first("vocab_size"),
-        }
-        missing = [k for k, v in need.items() if not isinstance(v, int)]
+        def num(*keys: str, lo: int = 0, hi: int = 1 << 24, default: int | None = None) -> int:
+            key, v = first(*keys, default=default)
+            if v is None:
+                raise FitError(f"{where}: no {keys[0]} (also looked in text_config)", hint=_CONFIG_HINT)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise FitError(
+                    f"{where}: {key} is {v!r}, not a whole number from {lo} to {hi}", hint=_CONFIG_HINT
+                )
+            return v
+
+        essential = (("num_hidden_layers", "n_layer", "num_layers"), ("hidden_size", "d_model", "n_embd"),
+                     ("num_attention_heads", "n_head"), ("vocab_size",))  # fmt: skip
+        missing = [keys[0] for keys in essential if first(*keys)[1] is None]
         if missing:
             raise FitError(
-                f"{where}: no {', '.join(missing)} (also looked in text_config)",
-                hint="fit needs the checkpoint's config.json as transformers writes it",
+                f"{where}: no {', '.join(missing)} (also looked in text_config)", hint=_CONFIG_HINT
             )
-        layers, hidden, heads = need["num_hidden_layers"], need["hidden_size"], need["num_attention_heads"]
-        kv = int(first("num_key_value_heads", "multi_query_group_num", default=heads))
-        types = first("layer_types")
-        interval = first("full_attention_interval")
+        layers = num("num_hidden_layers", "n_layer", "num_layers", lo=1, hi=MAX_LAYERS)
+        hidden = num("hidden_size", "d_model", "n_embd", lo=1)
+        heads = num("num_attention_heads", "n_head", lo=1, hi=1 << 16)
+        vocab = num("vocab_size", lo=1, hi=1 << 28)
+        kv = num("num_key_value_heads", "multi_query_group_num", lo=1, hi=heads, default=heads)
+        _, types = first("layer_types")
+        interval = num("full_attention_interval", default=0, hi=MAX_LAYERS)
         if isinstance(types, list) and len(types) >= layers:
             attn = tuple(
                 i for i, t in enumerate(types[:layers]) if "attention" in str(t) and "linear" not in str(t)
             )
-        elif isinstance(interval, int) and interval > 0:
+        elif interval > 0:
             attn = tuple(i for i in range(layers) if (i + 1) % interval == 0)
         else:
             attn = tuple(range(layers))
         quant = config.get("quantization_config") or text.get("quantization_config") or {}
+        experts = num("num_experts", "num_local_experts", "n_routed_experts", default=0, hi=1 << 16)
+        _, max_pos = first("max_position_embeddings")
+        _, dtype = first("torch_dtype", "dtype", default="bfloat16")
         return cls(
             num_layers=layers,
             hidden_size=hidden,
             num_heads=heads,
             num_kv_heads=kv,
-            head_dim=int(first("head_dim", default=hidden // heads)),
-            vocab_size=need["vocab_size"],
-            intermediate_size=int(first("intermediate_size", "ffn_hidden_size", default=0) or 0),
-            num_experts=int(first("num_experts", "num_local_experts", "n_routed_experts", default=0) or 0),
-            moe_intermediate_size=int(first("moe_intermediate_size", default=0) or 0),
-            experts_per_token=int(first("num_experts_per_tok", "moe_topk", default=0) or 0),
-            mtp_layers=int(first("num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
+            head_dim=num("head_dim", lo=1, hi=1 << 16, default=max(1, hidden // heads)),
+            vocab_size=vocab,
+            intermediate_size=num("intermediate_size", "ffn_hidden_size", default=0),
+            num_experts=experts,
+            moe_intermediate_size=num("moe_intermediate_size", default=0),
+            experts_per_token=num("num_experts_per_tok", "moe_topk", default=0, hi=max(experts, 1 << 10)),
+            mtp_layers=num("num_nextn_predict_layers", "mtp_num_hidden_layers", default=0, hi=64),
             attention_layers=attn,
-            kv_lora_rank=int(first("kv_lora_rank", default=0) or 0),
-            rope_head_dim=int(first("qk_rope_head_dim", default=0) or 0),
-            tie_word_embeddings=bool(first("tie_word_embeddings", default=False)),
-            dtype_bytes=TORCH_DTYPE_BYTES.get(str(first("torch_dtype", "dtype", default="bfloat16")), 2),
-            max_position_embeddings=first("max_position_embeddings"),
+            kv_lora_rank=num("kv_lora_rank", default=0),
+            rope_head_dim=num("qk_rope_head_dim", default=0, hi=1 << 16),
+            tie_word_embeddings=first("tie_word_embeddings", default=False)[1] is True,
+            dtype_bytes=TORCH_DTYPE_BYTES.get(str(dtype), 2),
+            max_position_embeddings=num("max_position_embeddings", lo=1, hi=1 << 40)
+            if max_pos is not None
+            else None,
             quantization=str(quant.get("quant_method")) if isinstance(quant, dict) and quant else None,
         )
+
+
+#: The most layers a config.json may declare (the largest published models have ~128): a hostile value
+#: must not make fit build a trillion-entry tuple.
+MAX_LAYERS = 4096
+_CONFIG_HINT = "fit needs the checkpoint's config.json as transformers writes it; check the repo"
 
 
 # -- placing tensors on ranks -----------------------------------------------------------------------------

@@ -132,7 +132,7 @@ def test_a_manifest_that_swapped_a_model_hash_is_named_with_both_hashes() -> Non
 
 @pytest.mark.parametrize("name", ["../etc/passwd", "/abs", ".rigsmith-bundle/state.json"])
 def test_member_names_outside_the_bundle_are_refused(tmp_path: Path, name: str) -> None:
-    with pytest.raises(BundleError, match="not a path inside the bundle"):
+    with pytest.raises(BundleError, match="not a path inside"):
         member_path(tmp_path, name)
 
 
