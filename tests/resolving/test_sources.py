@@ -233,3 +233,50 @@ def test_an_asset_larger_than_the_limit_is_refused_and_not_cached(
         src.close()
     assert list((tmp_path / "cache" / "assets" / "sha256").glob("*")) == []
     assert not project.lock_path.exists()
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["http://example.invalid/ops.tar.gz", "http://user:secret@127.0.0.1/ops.tar.gz", "file:///etc/hostname"],
+    ids=["plain-http-elsewhere", "credentials", "file-scheme"],
+)
+def test_a_redirect_to_a_refused_url_is_never_requested(
+    assets: AssetServer, tmp_path: Path, location: str
+) -> None:
+    """Each hop is checked before the request (issue 23): the refused URL is named, nothing is cached."""
+    assets.redirects["/moved"] = location
+    src = Sources(tmp_path / "cache")
+    try:
+        with pytest.raises(RigsmithError, match="redirects to a refused URL") as err:
+            src.download("ops", assets.url + "/moved", None, "images/x/image.yaml tree")
+    finally:
+        src.close()
+    assert "asset 'ops'" in str(err.value)
+    assert assets.hits == ["/moved"]
+    assert list((tmp_path / "cache" / "assets").rglob("sha256/*")) == []
+
+
+def test_redirects_inside_the_allowed_urls_are_followed_hop_by_hop(
+    assets: AssetServer, tmp_path: Path
+) -> None:
+    assets.files["/final"] = b"bytes"
+    assets.redirects["/a"] = "/b"
+    assets.redirects["/b"] = assets.url + "/final"
+    src = Sources(tmp_path / "cache")
+    try:
+        got, size = src.download("ops", assets.url + "/a", None, "here")
+    finally:
+        src.close()
+    assert (got, size) == ("sha256:" + hashlib.sha256(b"bytes").hexdigest(), 5)
+    assert assets.hits == ["/a", "/b", "/final"]
+
+
+def test_a_redirect_loop_stops_after_a_bounded_number_of_hops(assets: AssetServer, tmp_path: Path) -> None:
+    assets.redirects["/loop"] = "/loop"
+    src = Sources(tmp_path / "cache")
+    try:
+        with pytest.raises(RigsmithError, match="more than 5 redirects"):
+            src.download("ops", assets.url + "/loop", None, "here")
+    finally:
+        src.close()
+    assert len(assets.hits) == 6

@@ -127,6 +127,8 @@ class AssetServer:
     url: str
     files: dict[str, bytes] = field(default_factory=dict)
     hits: list[str] = field(default_factory=list)
+    #: path → Location: answered with a 302 instead of a file.
+    redirects: dict[str, str] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -137,6 +139,12 @@ def asset_server() -> Iterator[AssetServer]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             srv.hits.append(self.path)
+            if self.path in srv.redirects:
+                self.send_response(302)
+                self.send_header("Location", srv.redirects[self.path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             data = srv.files.get(self.path)
             if data is None:
                 self.send_error(404)

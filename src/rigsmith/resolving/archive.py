@@ -11,6 +11,7 @@ import tarfile
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
+from rigsmith import confine
 from rigsmith.errors import RigsmithError
 from rigsmith.resolving.image import ContextFile
 
@@ -20,14 +21,9 @@ class ArchiveError(RigsmithError):
 
 
 def _member_path(raw: str, what: str) -> str:
+    """A member's name, checked by the one confinement rule (``./`` in front is tar's, not the author's)."""
     name = raw.removeprefix("./")
-    p = PurePosixPath(name)
-    if raw.startswith("/") or ".." in p.parts or "\\" in raw or any(ord(c) < 32 for c in raw):
-        raise ArchiveError(
-            f"{what}: member {raw!r} is an absolute path, climbs out with '..' or holds control characters",
-            hint="the archive is refused as a whole; check where it came from",
-        )
-    return str(p)
+    return confine.check(name, f"{what}: member", ArchiveError)
 
 
 #: The most an archive may unpack to (a tree or an asset): a compression bomb stops here.

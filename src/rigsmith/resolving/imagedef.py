@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from rigsmith import render
+from rigsmith import confine, render
 from rigsmith.errors import SpecError
 from rigsmith.importing.proposal import check_asset_url, check_git_url
 from rigsmith.resolving.imageref import DIGEST_RE, parse_ref
@@ -53,9 +53,9 @@ def _lower_name(v: str, what: str) -> str:
 
 
 def _inside(v: str) -> str:
-    p = PurePosixPath(v)
-    if p.is_absolute() or ".." in p.parts or not p.parts:
-        raise ValueError("must be a relative path inside the image directory (no leading /, no ..)")
+    why = confine.why_unsafe(v)
+    if why is not None:
+        raise ValueError(f"must be a relative path inside the image directory ({why})")
     return v
 
 
@@ -167,9 +167,9 @@ def _commit(v: str) -> None:
 
 
 def _no_escape(v: str, what: str) -> str:
-    p = PurePosixPath(v)
-    if p.is_absolute() or ".." in p.parts or "\\" in v:
-        raise ValueError(f"{what} must be a relative path inside the tree (no leading /, no ..)")
+    why = confine.why_unsafe(v) if v != "." else None
+    if why is not None:
+        raise ValueError(f"{what} must be a relative path inside the tree ({why})")
     return _single_line(v, what)
 
 

@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import re
-import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any, BinaryIO, Literal
 from huggingface_hub.utils._paths import filter_repo_objects
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rigsmith import confine
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
 from rigsmith.resolving.lock import LockedFile, LockedModel, LockedPatch
 from rigsmith.resolving.warmfetch import HF_DOWNLOAD_DIR as HF_DOWNLOAD_DIR
@@ -171,34 +171,19 @@ def select(
     return {p: files[p] for p in sorted(keep)}
 
 
-#: Longest file name one path component may have (NAME_MAX on Linux filesystems), and a whole path.
-NAME_MAX = 255
-PATH_MAX = 4096
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 
 def unsafe_relpath(path: object) -> str | None:
     """Why ``path`` (a repo file path from the Hub or the lock) cannot be written under a model dir, or
-    None when it can: relative, ``/``-separated, no empty, ``.`` or ``..`` part, no NUL, control character
-    or line break, each part at most :data:`NAME_MAX` bytes, not inside rigsmith's or huggingface_hub's
-    book-keeping."""
-    if not isinstance(path, str) or not path:
-        return "it is empty or not text"
-    if "\0" in path:
-        return "it contains a NUL byte"
-    if path.startswith("/"):
-        return "it is absolute"
-    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in path):
-        return "it contains a control character or line break"
-    if len(path.encode("utf-8", "surrogatepass")) > PATH_MAX:
-        return f"it is longer than {PATH_MAX} bytes"
+    None when it can: the one confinement rule (:func:`rigsmith.confine.why_unsafe`), and not inside
+    rigsmith's or huggingface_hub's book-keeping."""
+    why = confine.why_unsafe(path)
+    if why is not None:
+        return why
+    assert isinstance(path, str)
     parts = path.split("/")
-    for part in parts:
-        if part in ("", ".", ".."):
-            return f"it has a {part!r} part" if part else "it has an empty part (// or a trailing /)"
-        if len(part.encode("utf-8", "surrogatepass")) > NAME_MAX:
-            return f"a part of it is longer than {NAME_MAX} bytes"
     if parts[0] in (STATE_DIR, ".cache"):
         return f"it is inside {parts[0]}/, the download book-keeping"
     return None

@@ -17,7 +17,9 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +38,8 @@ Echo = Callable[[str], None]
 
 _HEX_RE = re.compile(r"^[0-9a-f]{4,40}$")
 _CHUNK = 1 << 20
+#: Redirect hops an asset download follows (release pages redirect once or twice to their storage).
+MAX_REDIRECTS = 5
 
 
 def cache_root(env: Mapping[str, str] | None = None) -> Path:
@@ -180,21 +184,16 @@ class Sources:
         check_asset_url(url)
         client = self._client
         if client is None:
-            client = self._client = httpx.Client(timeout=self.timeout, follow_redirects=True)
+            client = self._client = httpx.Client(timeout=self.timeout, follow_redirects=False)
         tmp_dir = self.cache / "assets" / "tmp"
         tmp_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=tmp_dir)
         digest, size = hashlib.sha256(), 0
+        deadline = time.monotonic() + self.timeout
         try:
             with os.fdopen(fd, "wb") as out:
                 try:
-                    with client.stream("GET", url) as resp:
-                        if resp.status_code != 200:
-                            raise AdapterError(
-                                f"{where}: asset {name!r}: GET {url} answered HTTP {resp.status_code}",
-                                hint="check the URL in tree.assets and re-run",
-                            )
-                        check_asset_url(str(resp.url))  # where a redirect ended
+                    with self._follow(client, name, url, where, deadline) as resp:
                         for chunk in resp.iter_bytes(_CHUNK):
                             digest.update(chunk)
                             size += len(chunk)
@@ -204,15 +203,17 @@ class Sources:
                                     "refused",
                                     hint="check that the URL names the asset you meant",
                                 )
+                            if time.monotonic() > deadline:
+                                raise AdapterError(
+                                    f"{where}: asset {name!r}: {url} took over {self.timeout:.0f} s in all; "
+                                    "stopped",
+                                    hint="re-run on a faster link (nothing was kept)",
+                                )
                             out.write(chunk)
                 except httpx.HTTPError as err:
                     raise AdapterError(
                         f"{where}: asset {name!r}: cannot download {url}: {err}",
                         hint="check the URL and the network, then re-run",
-                    ) from None
-                except ValueError as err:
-                    raise AdapterError(
-                        f"{where}: asset {name!r}: redirected to a refused URL: {err}"
                     ) from None
             got = "sha256:" + digest.hexdigest()
             if want is not None and got != want:
@@ -228,6 +229,41 @@ class Sources:
             return got, size
         finally:
             Path(tmp).unlink(missing_ok=True)
+
+    @contextmanager
+    def _follow(
+        self, client: httpx.Client, name: str, url: str, where: str, deadline: float
+    ) -> Iterator[httpx.Response]:
+        """GET ``url``, following redirects by hand: every hop's URL is checked (https, or http to
+        loopback; no credentials) before a request is made to it, at most :data:`MAX_REDIRECTS` hops."""
+        for _hop in range(MAX_REDIRECTS + 1):
+            if time.monotonic() > deadline:
+                break
+            with client.stream("GET", url) as resp:
+                location = resp.headers.get("location")
+                if resp.is_redirect and location:
+                    nxt = str(resp.url.join(location))
+                    try:
+                        check_asset_url(nxt)
+                    except ValueError as err:
+                        raise AdapterError(
+                            f"{where}: asset {name!r}: {url} redirects to a refused URL ({err})",
+                            hint="use the URL the asset really lives at, over https",
+                        ) from None
+                    url = nxt
+                    continue
+                if resp.status_code != 200:
+                    raise AdapterError(
+                        f"{where}: asset {name!r}: GET {url} answered HTTP {resp.status_code}",
+                        hint="check the URL in tree.assets and re-run",
+                    )
+                yield resp
+                return
+        raise AdapterError(
+            f"{where}: asset {name!r}: more than {MAX_REDIRECTS} redirects, or over {self.timeout:.0f} s, "
+            f"before {url} answered",
+            hint="use the asset's final URL in tree.assets",
+        )
 
     def asset(self, name: str, locked: lockmod.LockedAsset, where: str) -> bytes:
         """The locked asset's bytes: from the cache when there (verified), else downloaded and verified."""
