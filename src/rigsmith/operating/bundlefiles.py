@@ -195,7 +195,7 @@ def place(
     resumed copy did not have to copy again.
     """
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.rigsmith-link")
+    tmp = beside(dst, "rigsmith-link")
     tmp.unlink(missing_ok=True)
     try:
         os.link(src, tmp)
@@ -456,7 +456,7 @@ class BundleReport:
 def atomic(path: Path) -> Iterator[IO[bytes]]:
     """Write a file beside ``path``, fsync it, rename it over ``path``; on any error leave no trace."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.rigsmith-tmp")
+    tmp = beside(path, "rigsmith-tmp")
     tmp.unlink(missing_ok=True)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -468,6 +468,12 @@ def atomic(path: Path) -> Iterator[IO[bytes]]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def beside(path: Path, tag: str) -> Path:
+    """A hidden temporary name next to ``path`` that fits NAME_MAX whatever the length of ``path``'s name."""
+    name = path.name if len(path.name.encode()) <= 200 else hashlib.sha256(path.name.encode()).hexdigest()
+    return path.with_name(f".{name}.{tag}")
 
 
 def write_bytes(path: Path, data: bytes) -> None:

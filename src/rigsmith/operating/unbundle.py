@@ -185,8 +185,15 @@ def _unpacked(project: Project, path: Path, echo: Echo, progress: bool | None, d
             if not _have(target, info.size):
                 src = tf.extractfile(info)
                 assert src is not None  # a regular file (checked by _tar_files)
-                with src, atomic(target) as out:
-                    shutil.copyfileobj(src, out, HASH_CHUNK)
+                try:
+                    with src, atomic(target) as out:
+                        shutil.copyfileobj(src, out, HASH_CHUNK)
+                except OSError as err:
+                    raise BundleError(
+                        f"{path}: cannot unpack member {name!r} into {dest}: {err.strerror or err}",
+                        hint="unpack the tar by hand on a filesystem that can hold its names, and pass the "
+                        "directory",
+                    ) from None
             prog.advance(task, info.size)
     return dest
 
