@@ -51,7 +51,7 @@ def test_files_links_inside_and_exec_bits_come_through_under_the_unpack_dir() ->
 @pytest.mark.parametrize(
     ("members", "words"),
     [
-        ((("/etc/passwd", "file", b"x"),), "'/etc/passwd' is not a path inside its directory (it is absolute)"),
+        ((("/etc/passwd", "file", b"x"),), "'/etc/passwd' is not a path inside its directory"),
         ((("a/../../x", "file", b"x"),), "(it has a '..' part)"),
         ((("l", "sym", "/etc"),), "link 'l' -> '/etc' points outside the tree"),
         ((("a/l", "sym", "../../etc"),), "points outside the tree"),

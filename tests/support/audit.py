@@ -64,7 +64,7 @@ def _abs(p: object, dir_fd: object = None) -> str | None:
     except TypeError:
         return None
     if isinstance(dir_fd, int) and not text.startswith("/"):  # shutil.rmtree removes by (dir_fd, name)
-        text = os.readlink(f"/proc/self/fd/{dir_fd}") + "/" + text
+        text = os.readlink(f"/proc/self/fd/{dir_fd}") + "/" + text  # noqa: PTH115 (no pathlib in a hook)
     # Resolve the parent (a symlink on the way is where a write really lands), keep the last part. os.path,
     # not pathlib: inside an audit hook, plain string functions raise no further events.
     head, tail = os.path.split(os.path.abspath(text))  # noqa: PTH100

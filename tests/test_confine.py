@@ -1,0 +1,157 @@
+"""The one confinement rule (issue 23), checked as a property over hostile names and planted symlinks, and
+through each surface that takes a name from outside: the Hub listing and lock file lists (fetch-model),
+a checkpoint index (fit), tree and asset archives. Nothing resolves outside its root; every refusal is one
+paragraph; reads and writes are recorded through audit hooks."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import posixpath
+import tarfile
+import unicodedata
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from rigsmith import confine
+from rigsmith.errors import RigsmithError
+from rigsmith.resolving import checkpoint
+from rigsmith.resolving.archive import unpack_tar
+from rigsmith.resolving.fit import FitError
+from rigsmith.resolving.modelfiles import remote_files
+from tests.support import audit
+
+PIECES = [
+    "/", "//", "\\", ".", "..", "\0", "\x01", "\n", "\r", "\x7f", "\u200b", "\u2028", "a", "b.txt", " ",
+    "\u2024", "\u2025", "\uff0f", "\uff0e", "\u2215", "\ufe52", "e\u0301", "\u202e", "~", "-", "%2e%2e",
+]  # fmt: skip
+NAMES = st.one_of(
+    st.lists(st.sampled_from(PIECES), min_size=0, max_size=12).map("".join),
+    st.integers(min_value=200, max_value=5000).map(lambda n: "d/" + "a" * n),
+    st.text(max_size=40),
+)
+SETTINGS = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def _stays_inside(name: str) -> None:
+    """What an accepted name guarantees, checked independently of the rule's code."""
+    assert not name.startswith("/") and "\\" not in name and "\0" not in name
+    assert posixpath.normpath(name) == name and ".." not in name.split("/")
+    folded = unicodedata.normalize("NFKC", name)
+    assert ".." not in folded.split("/") and not folded.startswith("/")
+    assert all(len(p.encode()) <= 255 for p in name.split("/"))
+    root = "/r/o/o/t"
+    assert posixpath.normpath(posixpath.join(root, name)).startswith(root + "/")
+
+
+@SETTINGS
+@given(name=NAMES)
+@example("a/./b")
+@example("a//b")
+@example("a/")
+@example("\uff0e\uff0e/x")
+@example("x/\u2024\u2024/y")
+def test_a_name_is_refused_in_one_paragraph_or_stays_inside(name: str) -> None:
+    try:
+        got = confine.check(name, "test")
+    except confine.PathRefused as err:
+        assert str(err).count("\n") == 1 and "hint:" in str(err)  # the message and its hint
+        return
+    _stays_inside(got)
+
+
+@SETTINGS
+@given(name=st.sampled_from(["a/b/c.txt", "a/c.txt", "x/y", "a/b"]), link=st.sampled_from(["a", "a/b", "x"]))
+def test_no_path_through_a_planted_symlink(tmp_path: Path, name: str, link: str) -> None:
+    root = tmp_path / "root"
+    outside = tmp_path / "outside"
+    outside.mkdir(exist_ok=True)
+    if root.exists():
+        for p in sorted(root.rglob("*"), reverse=True):
+            p.unlink() if p.is_symlink() or p.is_file() else p.rmdir()
+    root.mkdir(exist_ok=True)
+    (root / link).parent.mkdir(parents=True, exist_ok=True)
+    (root / link).symlink_to(outside, target_is_directory=True)
+    with audit.recording() as rec:
+        try:
+            path = confine.make_dirs(root, name, "test")
+            path.write_bytes(b"x")
+        except confine.PathRefused:
+            pass
+    assert list(outside.iterdir()) == []
+    assert rec.writes_outside(root) == []
+
+
+def test_special_files_are_refused_without_blocking(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(confine.PathRefused, match="not a regular file"):
+        confine.open_regular(tmp_path, "fifo", "test")
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(confine.PathRefused, match="not a regular file"):
+        confine.open_regular(tmp_path, "dir", "test")
+    with pytest.raises(confine.PathRefused, match="not a regular file"):
+        confine.open_regular(Path("/dev"), "null", "test")
+
+
+@SETTINGS
+@given(name=NAMES)
+def test_the_hub_listing_refuses_or_stays_inside(name: str) -> None:
+    """fetch-model's file list (the Hub's tree listing and the lock's files go through the same check)."""
+    try:
+        files = remote_files([{"type": "file", "path": name, "size": 1, "oid": "0" * 40}], "hub")
+    except RigsmithError as err:
+        assert "Traceback" not in str(err)
+        return
+    for f in files:
+        _stays_inside(f.path)
+
+
+@SETTINGS
+@given(name=NAMES)
+def test_a_checkpoint_index_names_only_files_inside(tmp_path: Path, name: str) -> None:
+    """fit's index: a name leaving the checkpoint is refused before any file is opened."""
+    root = tmp_path / "ckpt"
+    root.mkdir(exist_ok=True)
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": name}}))
+    ckpt = checkpoint.LocalCheckpoint(root)
+    with audit.recording() as rec:
+        try:
+            files = ckpt.weight_files()
+        except FitError:
+            files = []
+        for f in files:
+            _stays_inside(f)
+            with contextlib.suppress(FitError):
+                ckpt.header(f)
+    real = str(root.resolve())
+    assert all(p.startswith(real + "/") for _e, p in rec.reads if "ckpt" in p or p.startswith(str(tmp_path)))
+    assert rec.writes == []
+
+
+@SETTINGS
+@given(names=st.lists(NAMES, min_size=1, max_size=3))
+def test_an_archive_unpacks_only_names_inside_its_tree(names: list[str]) -> None:
+    """The image-tree and asset unpacker: refused as a whole, or every member's name stays inside."""
+    buf = io.BytesIO()
+    try:
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+            for n in names:
+                info = tarfile.TarInfo(n)
+                info.size = 1
+                tf.addfile(info, io.BytesIO(b"x"))
+    except (ValueError, UnicodeEncodeError):
+        return  # tar itself cannot hold the name
+    try:
+        out = unpack_tar(buf.getvalue(), "asset 'x'", "vllm")
+    except RigsmithError as err:
+        assert "asset 'x'" in str(err)
+        return
+    for rel in out:
+        _stays_inside(rel)
