@@ -593,3 +593,17 @@ def test_a_headless_rank_answers_health_while_it_runs_and_forwards_sigterm(tmp_p
     assert (tmp_path / "argv").read_text().splitlines()[:4] == [
         "serve", "/models/Kimi-K2-Instruct", "--headless", "--data-parallel-start-rank"
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ["10.0.0.2; touch /tmp/x", "-oProxyCommand=sh", "$(reboot)", "<nobody>"])
+def test_a_filled_node_address_is_checked_again(tmp_path: Path, value: str) -> None:
+    """A placeholder value is the user's text: once filled into cluster.nodes[].address it must still be an
+    address (issue 23), or the render stops naming the field."""
+    data = fixtures.dp_data()
+    nodes = data["cluster"]["nodes"]
+    i = next(i for i, n in enumerate(nodes) if n["address"].startswith("<"))
+    data["placeholders"][nodes[i]["address"]] = value
+    project = write_project(tmp_path / "p", data)
+    with pytest.raises(SpecError) as err:
+        render_seed(project, "podman", fixtures.DP_NAME, tmp_path / "out")
+    assert f"cluster.nodes[{i}].address" in [f for f, _ in err.value.problems], str(err.value)

@@ -403,6 +403,18 @@ def node_plans(spec: specmod.Deployment, plan: RunPlan) -> list[NodePlan]:
     check(spec, plan.spec_path)
     # Addresses may be placeholders ('<node0 address>') the user filled in `placeholders`.
     nodes = tuple(n.model_copy(update={"address": spec.fill(n.address)}) for n in spec.cluster.nodes)
+    # A filled value is the user's text, not validated by the spec's field rule: check it as an address.
+    bad = [
+        (
+            f"cluster.nodes[{i}].address",
+            f"{n.address!r} (after filling placeholders) is not an IP address or host name",
+        )
+        for i, (n, was) in enumerate(zip(nodes, spec.cluster.nodes, strict=True))
+        if specmod.PLACEHOLDER_RE.search(was.address)
+        and (not specmod.ADDRESS_RE.match(n.address) or n.address.startswith("<"))
+    ]
+    if bad:
+        raise SpecError(plan.spec_path, bad)
     spec = spec.model_copy(update={"cluster": spec.cluster.model_copy(update={"nodes": nodes})})
     cluster = spec.cluster
     assert cluster is not None

@@ -1,4 +1,5 @@
-"""Untrusted archives of source trees and release assets, unpacked in memory: nothing escapes the tree.
+"""Untrusted archives of source trees and release assets, unpacked in memory once the members' declared sizes
+passed the budget and the memory available now: nothing escapes the tree.
 
 Refused as a whole: an absolute name, ``..``, a link leaving the tree (or a file below a symlink), a device, a
 duplicate member, an unpack larger than the limit. Pure (bytes in, files out).
@@ -7,6 +8,7 @@ duplicate member, an unpack larger than the limit. Pure (bytes in, files out).
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 from collections.abc import Mapping
 from pathlib import PurePosixPath
@@ -39,6 +41,7 @@ def unpack_tar(
     out: dict[str, ContextFile] = {}
     base = PurePosixPath(into)
     total = 0
+    _presize(data, what, max_bytes)
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
             for m in tar:
@@ -84,6 +87,37 @@ def unpack_tar(
         if parents & links:
             raise ArchiveError(f"{what}: member {rel!r} lies below a symlink", hint="the archive is refused")
     return out
+
+
+def _presize(data: bytes, what: str, max_bytes: int) -> None:
+    """Sum the members' declared sizes from the headers alone (nothing is kept) and refuse an archive that
+    would unpack past ``max_bytes`` or past half of the memory available now, before a byte is read."""
+    declared = 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+            for m in tar:
+                declared += m.size if m.isreg() else 0
+    except tarfile.TarError as err:
+        raise ArchiveError(f"{what}: not a readable tar archive ({err})") from None
+    budget = min(max_bytes, available_memory() // 2)
+    if declared > budget:
+        raise ArchiveError(
+            f"{what}: its members declare {declared} bytes unpacked, more than the {budget} bytes this "
+            "machine can hold in memory for it; refused before unpacking",
+            hint="check that the URL names the asset you meant (a compression bomb looks like this)",
+        )
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (MemAvailable), or the physical total where /proc is not there."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:  # noqa: PTH123 (a kernel file, read once)
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _normalize(p: PurePosixPath) -> PurePosixPath | None:
