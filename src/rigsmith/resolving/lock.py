@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from rigsmith import confine
 from rigsmith.errors import LockError
 from rigsmith.writer import write_one
 
@@ -28,6 +29,17 @@ LOCK_VERSIONS = (1, 2)
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Sha1 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
 Digest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
+
+
+def _repo_path(v: str) -> str:
+    why = confine.why_unsafe(v)
+    if why is not None:
+        raise ValueError(f"{v!r} is not a file path inside the repo ({why})")
+    return v
+
+
+#: A file of a repo snapshot: it becomes a path under the model dir, so it passes the confinement rule.
+RepoPath = Annotated[str, AfterValidator(_repo_path)]
 
 
 class _M(BaseModel):
@@ -45,7 +57,7 @@ class LockedFile(_M):
 class LockedPatch(_M):
     """A checkpoint config patch applied after verification."""
 
-    file: str
+    file: RepoPath
     original_sha256: Sha256
     patched_sha256: Sha256
 
@@ -56,7 +68,7 @@ class LockedModel(_M):
     repo: str
     requested: str | None = None  # what the spec asked for (branch, tag or sha)
     commit: Sha1
-    files: dict[str, LockedFile] = Field(default_factory=dict)
+    files: dict[RepoPath, LockedFile] = Field(default_factory=dict)
     patches: list[LockedPatch] = Field(default_factory=list)
 
 
