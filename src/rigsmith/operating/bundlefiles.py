@@ -128,7 +128,16 @@ def read_manifest(bundle: Path) -> Manifest:
             hint="an interrupted `invoke bundle` writes the manifest last; run it again on the connected "
             "machine and copy the whole directory",
         ) from None
-    except (OSError, ValidationError, ValueError) as err:
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])[:200]
+        raise BundleError(
+            f"{path}: not a rigsmith bundle manifest ({err.error_count()} problem(s); first: "
+            f"{where + ': ' if where else ''}{first['msg']})",
+            hint="unbundle reads the manifest.json `invoke bundle` writes; bundle again on the connected "
+            "machine",
+        ) from None
+    except (OSError, ValueError) as err:
         raise BundleError(f"{path}: not a rigsmith bundle manifest ({err})") from None
     if m.format != FORMAT:
         raise BundleError(f"{path}: format {m.format!r}, this rigsmith reads {FORMAT!r}")

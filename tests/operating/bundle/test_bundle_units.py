@@ -218,3 +218,12 @@ def test_a_multi_platform_index_pin_is_refused_with_the_way_out() -> None:
     with pytest.raises(LockError, match="multi-platform index") as err:
         ociarchive.image_pin(spec(), multi)
     assert "skopeo inspect --raw docker://127.0.0.1:5000/vllm@" + DIGEST in str(err.value)
+
+
+def test_a_foreign_manifest_is_one_paragraph(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, "members": [1, 2], "x": {"y": None}}))
+    with pytest.raises(BundleError) as err:
+        read_manifest(tmp_path)
+    text = str(err.value)
+    assert "not a rigsmith bundle manifest" in text and "problem(s); first:" in text
+    assert text.count("\n") == 1 and "https://" not in text  # the message and its hint, no pydantic URL
