@@ -336,6 +336,20 @@ def _unbundle_dir(
     key = hashlib.sha256(str(bundle_dir).encode()).hexdigest()[:16]
     _verify_members(bundle_dir, manifest, c, report, progress, _work_dir(project) / f"verified-{key}.json")
 
+    # The model dir is the bundle's spec's (or --into): like fetch-model, never fill someone else's directory.
+    from rigsmith.resolving import modelfetch
+
+    field = "--into" if into is not None else f"deployments/{name}.yaml model.local_dir"
+    home = os.environ.get("HOME") or str(Path.home())
+    try:
+        modelfetch.guard_dir(root, field, home, c.entry, c.wanted, confirm, yes)
+    except ConsentError as err:
+        raise ConsentError(
+            err.message + "; nothing was placed",
+            hint="pass --into DIR (an empty directory of its own), or --yes to place the model there anyway "
+            "(files not in the snapshot are never touched)",
+        ) from None
+
     # Everything checks out: place the project files, the image, the model.
     _place_project(project, bundle_dir, placing, spec, bundle_lock, c, into, root, yes, confirm, echo)
     if c.pin is not None:
@@ -347,8 +361,7 @@ def _unbundle_dir(
     _place_model(bundle_dir, c, root, todo, fetched, report, progress)
     report.already_placed = len(c.wanted) - len(todo)
 
-    from rigsmith.resolving import modelfetch  # re-check through fetch-model itself: offline, from the cache
-
+    # Re-check through fetch-model itself: offline, from the cache.
     placed = project.load(name)
     fetch = modelfetch.fetch_model(
         project, placed, dest=None if into is None else root, hub=OfflineHub(), echo=echo, progress=False

@@ -339,7 +339,7 @@ def fetch_model(
     check_patch_files(m.config_patches, files)
     by_file = patches_by_file(m.config_patches)
     wanted = wants(files, by_file)
-    _guard_dir(root, field, home, entry, wanted, confirm, adopt_dir)
+    guard_dir(root, field, home, entry, wanted, confirm, adopt_dir)
 
     try:
         (root / STATE_DIR).mkdir(parents=True, exist_ok=True)
@@ -421,7 +421,7 @@ def _mark(project: Project, name: str, dest: Path | None, home: str, root: Path,
         warmfetch.forget(project.root, name)
 
 
-def _guard_dir(
+def guard_dir(
     root: Path,
     field: str,
     home: str,
