@@ -208,8 +208,8 @@ def test_no_hostile_tar_member_is_unpacked_outside_the_work_dir(tmp_path: Path, 
 def test_a_model_dir_holding_someone_elses_files_is_not_filled_without_consent(
     source: Source, offline_podman: Podman, tmp_path: Path
 ) -> None:
-    """The bundle's spec (or --into) names the model dir; as fetch-model does, unbundle never replaces files in
-    a directory that is not this model's without --yes."""
+    """The bundle's spec (or --into) names the model dir; as fetch-model does, unbundle never replaces files
+    in a directory that is not this model's without --yes."""
     into = tmp_path / "www"
     into.mkdir()
     (into / "index.html").write_text("mine")
@@ -218,7 +218,8 @@ def test_a_model_dir_holding_someone_elses_files_is_not_filled_without_consent(
     project = offline_project(tmp_path)
     proc = invoke(project, offline_podman, "unbundle", str(bundle), "--into", str(into))
     assert proc.returncode == 1, proc.stdout
-    assert "is not empty" in proc.stderr and "--into DIR" in proc.stderr and "--yes" in proc.stderr, proc.stderr
+    msg = proc.stderr
+    assert "is not empty" in msg and "--into DIR" in msg and "--yes" in msg, msg
     assert (into / "config.json").read_text() == "my own config"
     assert sorted(p.name for p in into.iterdir()) == ["config.json", "index.html"]
     assert list((project.root / "deployments").iterdir()) == []
