@@ -41,9 +41,13 @@ def test_a_port_a_server_listens_on_is_busy_and_a_closed_one_is_free() -> None:
 
 def test_head_port_problems_name_the_spec_field_of_each_busy_port() -> None:
     held = _listener()
+    spare = _listener()  # the API port: one no other process on this machine holds (not the fixture's 8000)
+    api_port = spare.getsockname()[1]
+    spare.close()
     try:
         data = fixtures.ray_data()
         data["cluster"]["ray_port"] = held.getsockname()[1]
+        data["network"] = {**data.get("network", {}), "port": api_port}
         spec = specmod.from_data(data)
         found = portcheck.head_port_problems(spec, "127.0.0.1")
         assert [f for f, _ in found] == ["cluster.ray_port"]
