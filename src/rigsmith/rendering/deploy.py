@@ -12,7 +12,7 @@ from rigsmith.errors import RigsmithError
 from rigsmith.project import TARGETS, Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
-from rigsmith.rendering.targets import LxcOptions, RenderContext, renderers
+from rigsmith.rendering.targets import LxcOptions, RenderContext, find
 from rigsmith.resolving import lock as lockmod
 
 
@@ -49,8 +49,8 @@ def artifacts(
     memlock, lxc = options.get("memlock"), options.get("lxc")
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
-    table = renderers()
-    if target not in table:
+    found = find(target)
+    if found is None:
         raise RigsmithError(f"target {target!r} is not implemented yet", hint="use --target podman")
     name = project.resolve_name(deployment)
     spec = project.load(name)
@@ -75,9 +75,9 @@ def artifacts(
     if spec.cluster is not None:
         from rigsmith.rendering.targets import nodes
 
-        rendered = nodes.render(target, spec, plan, ctx)
+        rendered = nodes.render(target, found[0], spec, plan, ctx)
     else:
-        rendered = table[target](plan, ctx)
+        rendered = found[0](plan, ctx)
     plan.check_env_paths()
     return plan, rendered
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from rigsmith.project import TARGETS
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.spec import Deployment
 from rigsmith.writer import Artifact
@@ -55,27 +56,40 @@ Renderer = Callable[[RunPlan, RenderContext], list[Artifact]]
 Checker = Callable[[RunPlan, RenderContext], list[tuple[str, str]]]
 
 
-def renderers() -> dict[str, Renderer]:
-    """Target name → renderer. Imported lazily so one target's import error names that target."""
-    from rigsmith.rendering.targets import compose, kube, lxc, podman, quadlet
+def find(name: str) -> tuple[Renderer, tuple[Checker, ...]] | None:
+    """The renderer of target ``name`` and the checks it refuses a plan with; None for an unknown name.
 
-    return {
-        "podman": podman.render,
-        "quadlet": quadlet.render,
-        "compose": compose.render,
-        "lxc": lxc.render,
-        "kube": kube.render,
-    }
+    Only that target's module is imported (a check or render of one target pays for no other), and an
+    import error names that target.
+    """
+    if name == "podman":
+        from rigsmith.rendering.targets import podman
+
+        return podman.render, podman.CHECKS
+    if name == "quadlet":
+        from rigsmith.rendering.targets import quadlet
+
+        return quadlet.render, quadlet.CHECKS
+    if name == "compose":
+        from rigsmith.rendering.targets import compose
+
+        return compose.render, compose.CHECKS
+    if name == "lxc":
+        from rigsmith.rendering.targets import lxc
+
+        return lxc.render, lxc.CHECKS
+    if name == "kube":
+        from rigsmith.rendering.targets import kube
+
+        return kube.render, kube.CHECKS
+    return None
+
+
+def renderers() -> dict[str, Renderer]:
+    """Target name → renderer, for every target (imports them all)."""
+    return {name: found[0] for name in TARGETS if (found := find(name)) is not None}
 
 
 def checks() -> dict[str, tuple[Checker, ...]]:
     """Target name → what the target cannot express, as data: the checks its renderer refuses with."""
-    from rigsmith.rendering.targets import compose, kube, lxc, podman, quadlet
-
-    return {
-        "podman": podman.CHECKS,
-        "quadlet": quadlet.CHECKS,
-        "compose": compose.CHECKS,
-        "lxc": lxc.CHECKS,
-        "kube": kube.CHECKS,
-    }
+    return {name: found[1] for name in TARGETS if (found := find(name)) is not None}

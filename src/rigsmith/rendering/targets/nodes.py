@@ -15,12 +15,14 @@ from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
 from rigsmith.rendering import cluster
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import RenderContext, renderers
+from rigsmith.rendering.targets import RenderContext, Renderer
 from rigsmith.writer import Artifact
 
 
-def render(target: str, spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
-    """Artifacts of ``target`` for every node of ``spec.cluster``, head first."""
+def render(
+    target: str, render_one: Renderer, spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext
+) -> list[Artifact]:
+    """Artifacts of ``target`` (rendered by ``render_one``) for every node of ``spec.cluster``, head first."""
     nodes = cluster.node_plans(spec, plan)
     if target == "kube":
         from rigsmith.rendering.targets import kube_lws
@@ -32,7 +34,6 @@ def render(target: str, spec: specmod.Deployment, plan: RunPlan, ctx: RenderCont
             f"{len(nodes)} nodes, one CT each",
             hint="render without --lxc-config (each node's NNN.conf is written new), then merge them by hand",
         )
-    render_one = renderers()[target]
     out: list[Artifact] = []
     for node in nodes:
         lxc = dataclasses.replace(ctx.lxc, vmid=ctx.lxc.vmid + node.index)
