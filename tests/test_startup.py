@@ -73,8 +73,8 @@ def test_deploy_check_of_one_target_loads_no_other_target(tmp_path: Path) -> Non
     code += "from rigsmith.rendering import deploy\n"
     code += f"deploy.deploy(Project(Path({str(project.root)!r})), 'podman', deployment={seed!r}, check=True)"
     targets = [m for m in _loaded_after(code) if m.startswith("rigsmith.rendering.targets.")]
-    # common and ini are shared helpers; every other module there is one target (or one form of it).
-    shared = {"common", "ini"}
+    # common, ini and context are shared; every other module there is one target (or one form of it).
+    shared = {"common", "context", "ini"}
     assert sorted(m.rpartition(".")[2] for m in targets if m.rpartition(".")[2] not in shared) == ["podman"]
 
 

@@ -28,7 +28,7 @@ from rigsmith import render as tpl
 from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.render import banner, breaks_line
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import LxcOptions, RenderContext, pctconf
+from rigsmith.rendering.targets import pctconf
 from rigsmith.rendering.targets.common import (
     Check,
     cannot_express,
@@ -38,6 +38,7 @@ from rigsmith.rendering.targets.common import (
     timings,
     volume_problems,
 )
+from rigsmith.rendering.targets.context import LxcOptions, RenderContext
 from rigsmith.rendering.targets.lxcservice import SECRETS_DIR, unit_text, venv_program
 from rigsmith.rendering.targets.podman import run_lines
 from rigsmith.rendering.targets.pvekeys import PVE_KEYS, Version, check

@@ -14,8 +14,9 @@ from pathlib import Path
 from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
 from rigsmith.rendering import cluster
+from rigsmith.rendering.nextsteps import next_steps as one_node
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import RenderContext, Renderer
+from rigsmith.rendering.targets.context import RenderContext, Renderer
 from rigsmith.writer import Artifact
 
 
@@ -43,8 +44,6 @@ def render(
 
 def next_steps(target: str, spec: specmod.Deployment, plan: RunPlan, out: Path | None) -> list[str]:
     """What to run on each node after deploy, head first, and the order to stop them in."""
-    from rigsmith.rendering.deploy import next_steps as one_node
-
     if target == "kube":
         return one_node(target, plan, out)
     nodes = cluster.node_plans(spec, plan)
