@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from rigsmith.errors import SpecError
+from rigsmith.placement import placement_problem
 
 SPEC_VERSION: Literal[1] = 1
 
@@ -711,8 +712,6 @@ class Deployment(Frozen):
                     f"secondary_models[{i}].arg {sm.arg} is outside engine.args "
                     f"(0..{len(self.engine.args) - 1})"
                 )
-        from rigsmith.secondary import placement_problem  # the layout rules live beside the layout
-
         problem = placement_problem(self)
         if problem:
             raise ValueError(problem)
