@@ -10,10 +10,10 @@ model dir, and a ``startup: down=`` that outlasts every stop timeout inside.
 A config rigsmith writes (``lxc/NAME/VMID.conf``) is its own: re-rendering replaces the lines it manages
 (same key, same mount point, same device, same variable) and keeps lines added by hand. A config the user
 hands in (``--lxc-config``) is theirs: it is read, never written, and the merged copy goes to
-``lxc/NAME/VMID.conf`` under the rules of :mod:`rigsmith.targets.pctconf` (only rigsmith's settings change,
-three-way against the recorded base, CT identity keys never touched). Either way everything goes before the
-first ``[section]`` (snapshots, ``[pve:pending]``), because lines appended after it would land in the last
-snapshot (research/runtime-facts.md §4.1).
+``lxc/NAME/VMID.conf`` under the rules of :mod:`rigsmith.rendering.targets.pctconf` (only rigsmith's settings
+change, three-way against the recorded base, CT identity keys never touched). Either way everything goes
+before the first ``[section]`` (snapshots, ``[pve:pending]``), because lines appended after it would land in
+the last snapshot (research/runtime-facts.md §4.1).
 """
 
 from __future__ import annotations
