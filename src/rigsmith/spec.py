@@ -4,8 +4,8 @@ Everything a target renders comes from here (plus ``rigsmith.lock``). The models
 collect every validation problem with its field path, and round-trip: ``load(dump(x)) == x``.
 """
 
-# Over 500 lines, left whole for now: the models are one schema (exported as JSON Schema) and the YAML
-# load/dump beside them; multi-node fields are being added in parallel, so the I/O half moves out after that.
+# Over 500 lines: the models are one schema (exported as JSON Schema), with the YAML hardening and the
+# load/dump that every reader of a spec goes through beside them.
 
 from __future__ import annotations
 
@@ -114,11 +114,45 @@ _YamlLoader.add_constructor("tag:yaml.org,2002:set", _refuse_tag)
 def load_yaml(text: str) -> Any:
     """YAML text as plain data. Every way it can fail is a ``yaml.YAMLError`` (the constructors raise
     ValueError/OverflowError for scalars such as ``2001-13-14`` or ``.nanx``), except RecursionError for a
-    document nested deeper than the parser can follow, which callers report as such."""
+    document nested deeper than ``MAX_DEPTH``, which callers report as such: whether the parser recursed
+    too deep, refused the depth itself (its words differ between PyYAML versions) or returned the tree
+    (``tree_problem`` then says it)."""
     try:
         return yaml.load(text, Loader=_YamlLoader)
     except (ValueError, TypeError, OverflowError) as err:
         raise yaml.YAMLError(f"{type(err).__name__}: {err}") from None
+    except yaml.YAMLError:
+        if _nesting(text) > MAX_DEPTH:
+            raise RecursionError(f"nested more than {MAX_DEPTH} levels deep") from None
+        raise
+
+
+def _nesting(text: str) -> int:
+    """How deep ``text`` nests, roughly, as YAML: flow brackets outside quotes, or block indentation
+    levels, whichever is deeper. Asked only of text the parser refused, to tell "too deep" apart."""
+    flow = deepest = 0
+    quote = ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            flow += 1
+            deepest = max(deepest, flow)
+        elif ch in "]}":
+            flow = max(flow - 1, 0)
+    indents: list[int] = []
+    for line in text.splitlines():
+        body = line.lstrip(" ")
+        if not body or body.startswith("#"):
+            continue
+        indent = len(line) - len(body)
+        while indents and indents[-1] >= indent:
+            indents.pop()
+        indents.append(indent)
+        deepest = max(deepest, len(indents))
+    return deepest
 
 
 def nul_paths(value: Any, path: str = "") -> list[str]:
