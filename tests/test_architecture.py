@@ -25,6 +25,8 @@ CORE = (
     "rigsmith.writer",
     "rigsmith.render",
     "rigsmith.merge",
+    "rigsmith.yamldoc",  # a document from the internet as a plain tree
+    "rigsmith.placement",  # where secondary models live (the spec validates with it)
 )
 
 #: Modules that talk to the network, an engine or the host, and the libraries that do.

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from rigsmith import spec as specmod
+from rigsmith import yamldoc
 from rigsmith.errors import SpecError
 from tests.support.common import REPO
 
@@ -200,16 +201,16 @@ def test_a_deep_spec_is_one_problem_in_rigsmiths_words_whatever_the_yaml_library
     monkeypatch: pytest.MonkeyPatch, library: object, text: str
 ) -> None:
     if library is not None:
-        monkeypatch.setattr(specmod.yaml, "load", library)
+        monkeypatch.setattr(yamldoc.yaml, "load", library)
     with pytest.raises(SpecError) as err:
         specmod.loads(text, "deployments/t.yaml")
-    assert err.value.problems == [("(file)", f"is nested more than {specmod.MAX_DEPTH} levels deep")]
+    assert err.value.problems == [("(file)", f"is nested more than {yamldoc.MAX_DEPTH} levels deep")]
 
 
 def test_a_shallow_spec_the_library_refuses_keeps_the_librarys_reason(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(specmod.yaml, "load", _refuses_depth)
+    monkeypatch.setattr(yamldoc.yaml, "load", _refuses_depth)
     with pytest.raises(SpecError) as err:
         specmod.loads("name: t\nx: [1, [2]]\n", "deployments/t.yaml")
     [(field, message)] = err.value.problems

@@ -269,7 +269,7 @@ def mount_consent(
     mounts = list(dep.mounts)
     refused = []
     for i, m in enumerate(mounts):
-        why = specmod.dangerous_host_path(m.host)
+        why = policy.dangerous_host_path(m.host)
         if why is None or m.consent:
             continue
         mode = "read-only" if m.readonly else "read-write"

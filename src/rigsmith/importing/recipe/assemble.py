@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rigsmith import policy
+from rigsmith import policy, yamldoc
 from rigsmith import spec as specmod
 from rigsmith.importing import multinode
 from rigsmith.importing.recipe import raycluster
@@ -339,7 +339,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
         **({"cluster": cluster} if cluster else {}),
     }
     _scrub_secrets(data, launch, meta)
-    nul = specmod.nul_paths(data)
+    nul = yamldoc.nul_paths(data)
     if nul:
         # A JSON "\u0000" or a YAML "\0" escape: the raw text had none.
         raise _refuse(

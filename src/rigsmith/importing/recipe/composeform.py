@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from rigsmith import spec as specmod
+from rigsmith import yamldoc
 from rigsmith.errors import RecipeError
 from rigsmith.importing import shellwords
 from rigsmith.importing.recipe.containeropts import device_node, set_shm, volume, whole_number
@@ -26,7 +27,7 @@ def _compose_data(text: str, source: str) -> dict[str, Any] | None:
     if not _SERVICES_RE.search(text):
         return None
     try:
-        data = specmod.load_yaml(text)
+        data = yamldoc.load_yaml(text)
     except yaml.YAMLError as err:
         raise RecipeError(
             f"{source}: has a `services:` line, so it is read as a compose file, but it is not valid YAML: "
@@ -35,12 +36,12 @@ def _compose_data(text: str, source: str) -> dict[str, Any] | None:
         ) from None
     except RecursionError:
         raise RecipeError(
-            f"{source}: the compose file is nested more than {specmod.MAX_DEPTH} levels deep",
+            f"{source}: the compose file is nested more than {yamldoc.MAX_DEPTH} levels deep",
             hint="a compose file with one vLLM service is a few levels deep; import the service itself",
         ) from None
     if not (isinstance(data, dict) and isinstance(data.get("services"), dict)):
         return None
-    problem = specmod.tree_problem(data)
+    problem = yamldoc.tree_problem(data)
     if problem:
         raise RecipeError(
             f"{source}: the compose file {problem}", hint="import a compose file with plain values"
