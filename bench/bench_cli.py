@@ -4,7 +4,8 @@
     python bench/bench_cli.py [--repeat 7] [--files 100] [--against DIR]
 
 - ``invoke --list`` (goal: 0.25 s) and ``invoke deploy podman --check`` of one target with nothing to
-  change (goal: 0.3 s), each against ``python -c pass`` (the interpreter's own start-up);
+  change (goal: 0.35 s; it renders and compares every run, no cache), each against ``python -c pass``
+  (the interpreter's own start-up);
 - a warm re-run of ``invoke fetch-model`` on a complete snapshot of ``--files`` files (zero requests; goal:
   0.2 s for 100 files) against ``hf download --local-dir`` re-run on its own complete copy.
 
@@ -133,7 +134,7 @@ def _bench(
     for label, _checkout in checkouts:
         rows += [
             (label, "invoke --list", med[f"{label} list"], "python -c pass", python, 0.25),
-            (label, "invoke deploy --check", med[f"{label} check"], "python -c pass", python, 0.3),
+            (label, "invoke deploy --check", med[f"{label} check"], "python -c pass", python, 0.35),
             (
                 label,
                 f"warm fetch-model ({args.files})",

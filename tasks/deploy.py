@@ -1,7 +1,7 @@
 """invoke deploy.
 
-rigsmith.deploy (the targets, the image registry client) loads inside the tasks: invoke imports every
-task module for every command.
+rigsmith.rendering.deploy (the spec models, Jinja, the targets) loads inside the tasks: invoke imports
+every task module for every command, ``--list`` included.
 """
 
 from __future__ import annotations
@@ -87,33 +87,12 @@ def deploy(
     replace_gpu_passthrough: bool = False,
 ) -> None:
     """Render run artifacts for one target from the spec and the lock."""
-    resolve = side(ours, theirs)
-    proj = project(c)
-    mem, vm, uvm = _memlock(memlock), _vmid(vmid, lxc_config), _int("--uvm-major", uvm_major)
-    opts = [image, out and str(Path(out).resolve()), mem, podman_version, vm, pve_version, uvm, resolve]
-    said: list[str] = []
-    mark = None
-    from rigsmith.project import TARGETS  # no spec models: those load only for a full render
-
-    if check and lxc_config is None and target in TARGETS:
-        from rigsmith.rendering import checkmark  # stdlib only: an up-to-date check answers from stat calls
-
-        name = proj.resolve_name(deployment)
-        mark = (name, checkmark.key(proj.root, target, name, {"options": [*opts, replace_gpu_passthrough]}))
-        for line in checkmark.recall(proj.root, target, *mark) or []:
-            said.append(line)
-            echo(line)
-        if said:
-            return
     from rigsmith.rendering import deploy as deploymod
     from rigsmith.rendering.targets import LxcOptions
 
-    def say(line: str) -> None:
-        said.append(line)
-        echo(line)
-
-    outcomes = deploymod.deploy(
-        proj,
+    mem, uvm = _memlock(memlock), _int("--uvm-major", uvm_major)
+    deploymod.deploy(
+        project(c),
         target,
         deployment=deployment,
         image=image,
@@ -121,23 +100,18 @@ def deploy(
         yes=yes,
         check=check,
         confirm=confirm(),
-        echo=say,
+        echo=echo,
         memlock=mem,
         podman_version=podman_version,
         lxc=LxcOptions(
-            vmid=vm,
+            vmid=_vmid(vmid, lxc_config),
             pve_version=pve_version,
             config=Path(lxc_config) if lxc_config else None,
             uvm_major=uvm,
-            resolve=resolve,
+            resolve=side(ours, theirs),
             replace_passthrough=replace_gpu_passthrough,
         ),
     )
-    if mark is not None:
-        from rigsmith.rendering import checkmark
-
-        paths = [str(o.artifact.path) for o in outcomes]
-        checkmark.record(proj.root, target, mark[0], mark[1], paths, said)
 
 
 @task(

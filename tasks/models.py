@@ -1,4 +1,4 @@
-"""invoke fetch-model (and the model half of `invoke pin`, via rigsmith.modelfetch.pin_model)."""
+"""invoke fetch-model (and the model half of `invoke pin`, via rigsmith.resolving.modelfetch.pin_model)."""
 
 from __future__ import annotations
 

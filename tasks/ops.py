@@ -143,11 +143,11 @@ def down(c: Context, deployment: str | None = None, target: str = "podman", out:
 @user_errors
 def status(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Show the deployment's container state, whether it runs the current spec, and /health."""
-    from rigsmith.operating import clusterlife, lifecycle
+    from rigsmith.operating import lifecycle
     from rigsmith.operating import wait as waitmod
 
     ops = _ops(c, target, out)
-    nodes = clusterlife.cluster_status(ops, deployment=deployment)
+    nodes = lifecycle.cluster_status(ops, deployment=deployment)
     if nodes is not None:
         ray = {True: "in the Ray cluster", False: "NOT in the Ray cluster", None: "-"}
         for n in nodes:

@@ -25,6 +25,8 @@ CORE = (
     "rigsmith.writer",
     "rigsmith.render",
     "rigsmith.merge",
+    "rigsmith.yamldoc",  # a document from the internet as a plain tree
+    "rigsmith.placement",  # where secondary models live (the spec validates with it)
 )
 
 #: Modules that talk to the network, an engine or the host, and the libraries that do.
@@ -197,6 +199,99 @@ def test_the_checker_catches_a_forbidden_import(module: str, source: str, expect
 )
 def test_the_checker_lets_an_allowed_import_through(module: str, source: str) -> None:
     assert violations(_synthetic(**{module: source})) == []
+
+
+# -- no cycles: two modules that import each other share a piece that belongs one floor lower ----------
+
+
+def import_cycles(modules: Mapping[str, tuple[ast.Module, bool]]) -> list[list[str]]:
+    """Every group of rigsmith modules that import each other, directly or through others, counting every
+    import in a module's body (function-level and TYPE_CHECKING ones too); each group sorted, as a list.
+
+    A package ``__init__`` importing its own submodules is an edge like any other: a submodule that imports
+    a name back from its package closes a cycle.
+    """
+    graph = {
+        name: sorted(i for i in imports_of(name, tree, modules, package=pkg) if i in modules and i != name)
+        for name, (tree, pkg) in modules.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(start: str) -> None:
+        # Tarjan's strongly connected components, iteratively (no recursion limit on a long chain).
+        work = [(start, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            if i < len(graph[node]):
+                work.append((node, i + 1))
+                nxt = graph[node][i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return sorted(found)
+
+
+def test_no_import_cycle_among_rigsmith_modules() -> None:
+    assert import_cycles(source_modules()) == []
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        (  # function-level, both ways
+            {"rigsmith__aa": "def f():\n    from rigsmith import bb\n", "rigsmith__bb": "import rigsmith.aa"},
+            [["rigsmith.aa", "rigsmith.bb"]],
+        ),
+        (  # TYPE_CHECKING counts too, and a cycle through a third module
+            {
+                "rigsmith__aa": "from rigsmith.bb import x",
+                "rigsmith__bb": "from rigsmith import cc",
+                "rigsmith__cc": "import typing\nif typing.TYPE_CHECKING:\n    from rigsmith.aa import y\n",
+            },
+            [["rigsmith.aa", "rigsmith.bb", "rigsmith.cc"]],
+        ),
+        ({"rigsmith__aa": "from rigsmith import bb", "rigsmith__bb": "import json"}, []),
+    ],
+)
+def test_the_cycle_check_finds_function_level_and_indirect_cycles(
+    sources: dict[str, str], expected: list[list[str]]
+) -> None:
+    assert import_cycles(_synthetic(**sources)) == expected
+
+
+def test_a_submodule_importing_from_its_package_init_is_a_cycle() -> None:
+    modules = {
+        **_synthetic(rigsmith__pk__sub="from rigsmith.pk import Thing"),
+        "rigsmith.pk": (ast.parse("def f():\n    from rigsmith.pk import sub\n"), True),
+    }
+    assert import_cycles(modules) == [["rigsmith.pk", "rigsmith.pk.sub"]]
 
 
 # -- size: a newcomer reads a module or a function whole ------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -87,3 +88,77 @@ def test_nested_conflict_is_one_field_and_no_base_makes_every_difference_a_confl
     none = merge3(None, {"a": 1, "b": 2, "u": 0}, {"a": 1, "b": 3, "n": 0})
     assert [c.path for c in none.conflicts] == ["b"]
     assert none.value == {"a": 1, "b": 2, "u": 0, "n": 0}
+
+
+ENV = {"keyed": lambda p: "name" if p == "env" else None}
+
+
+def _env(*pairs: tuple[Any, Any]) -> list[Any]:
+    return [{"name": n, "value": v} for n, v in pairs]
+
+
+def test_keyed_lists_merge_entry_by_entry_and_say_which_entries_moved() -> None:
+    base = {"env": _env(("A", "1"), ("B", "2"), ("D", "4"))}
+    ours = {"env": _env(("A", "mine"), ("B", "2"), ("D", "4"))}
+    theirs = {"env": _env(("A", "1"), ("B", "2"))}  # D removed upstream
+    m = merge3(base, ours, theirs, **ENV)
+    assert m.value == {"env": _env(("A", "mine"), ("B", "2"))}
+    assert (m.conflicts, m.kept, m.taken) == ((), ("env[A]",), ("env[D]",))
+
+
+def test_a_keyed_list_missing_from_the_base_merges_by_key() -> None:
+    m = merge3({}, {"env": _env(("A", "1"))}, {"env": _env(("B", "2"))}, **ENV)
+    assert m.conflicts == ()
+    assert m.value == {"env": _env(("A", "1"), ("B", "2"))}
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        _env(("A", "1"), ("A", "2")),  # the same name twice: no entry to merge it with
+        [*_env(("A", "1")), "B=2"],  # an item that is not a mapping
+        [*_env(("A", "1")), {"value": "2"}],  # a mapping without the key
+        [*_env(("A", "1")), {"name": 7, "value": "2"}],  # a key that is not a string
+    ],
+    ids=["duplicate", "not-a-mapping", "no-key", "non-string-key"],
+)
+def test_a_keyed_list_that_cannot_be_keyed_is_one_value(odd: list[Any]) -> None:
+    base = {"env": _env(("A", "1"))}
+    theirs = {"env": _env(("A", "1"), ("C", "3"))}
+    m = merge3(base, {"env": odd}, theirs, **ENV)
+    assert [c.path for c in m.conflicts] == ["env"]
+    assert m.value == {"env": odd}
+    assert merge3(base, {"env": odd}, theirs, resolve="theirs", **ENV).value == theirs
+
+
+def test_a_mapping_against_a_scalar_is_one_conflict_not_a_merge() -> None:
+    base = {"model": "a"}
+    m = merge3(base, {"model": {"repo": "a"}}, {"model": "b"})
+    assert [(c.path, c.ours, c.theirs) for c in m.conflicts] == [("model", {"repo": "a"}, "b")]
+    m = merge3(base, {"model": "b"}, {"model": {"repo": "a"}})
+    assert [(c.path, c.ours, c.theirs) for c in m.conflicts] == [("model", "b", {"repo": "a"})]
+
+
+def test_two_mappings_over_a_scalar_base_merge_key_by_key_as_if_the_base_were_empty() -> None:
+    m = merge3({"model": "a"}, {"model": {"repo": "r", "x": 1}}, {"model": {"repo": "r", "y": 2}})
+    assert m.conflicts == ()
+    assert m.value == {"model": {"repo": "r", "x": 1, "y": 2}}
+    m = merge3({"model": "a"}, {"model": {"repo": "mine"}}, {"model": {"repo": "up"}})
+    assert [c.path for c in m.conflicts] == ["model.repo"]
+
+
+def test_a_conflict_settled_by_a_function_is_asked_once_per_field() -> None:
+    asked: list[str] = []
+
+    def pick(c: Any) -> Any:
+        asked.append(c.path)
+        return "theirs" if c.path == "a" else "ours"
+
+    m = merge3({"a": 0, "b": 0}, {"a": 1, "b": 1}, {"a": 2, "b": 2}, resolve=pick)
+    assert asked == ["a", "b"] and m.value == {"a": 2, "b": 1}
+    assert [c.describe() for c in m.conflicts] == [
+        "a: yours 1, upstream 2 (was 0)",
+        "b: yours 1, upstream 2 (was 0)",
+    ]
+    gone = merge3({"a": 0}, {}, {"a": 2})
+    assert gone.conflicts[0].describe() == "a: yours <not set>, upstream 2 (was 0)"

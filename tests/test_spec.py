@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from rigsmith import spec as specmod
+from rigsmith import yamldoc
 from rigsmith.errors import SpecError
 from tests.support.common import REPO
 
@@ -178,3 +179,39 @@ def test_identifiers_with_a_trailing_newline_are_refused_at_the_spec() -> None:
         "resources.gpus.cdi_devices",
         "resources.shm_size",
     ]
+
+
+def _refuses_depth(_text: str, **_kw: object) -> object:
+    raise yaml.YAMLError("while parsing a flow node: nesting depth exceeded (a later PyYAML's own words)")
+
+
+def _recurses(_text: str, **_kw: object) -> object:
+    raise RecursionError("maximum recursion depth exceeded")
+
+
+DEEP_FLOW = "name: t\nx: " + "[" * 5000 + "]" * 5000 + "\n"
+DEEP_BLOCK = "".join("  " * i + "k:\n" for i in range(3000))
+
+
+@pytest.mark.parametrize(
+    "library", [None, _refuses_depth, _recurses], ids=["as-installed", "refuses", "recurses"]
+)
+@pytest.mark.parametrize("text", [DEEP_FLOW, DEEP_BLOCK], ids=["flow", "block"])
+def test_a_deep_spec_is_one_problem_in_rigsmiths_words_whatever_the_yaml_library_does(
+    monkeypatch: pytest.MonkeyPatch, library: object, text: str
+) -> None:
+    if library is not None:
+        monkeypatch.setattr(yamldoc.yaml, "load", library)
+    with pytest.raises(SpecError) as err:
+        specmod.loads(text, "deployments/t.yaml")
+    assert err.value.problems == [("(file)", f"is nested more than {yamldoc.MAX_DEPTH} levels deep")]
+
+
+def test_a_shallow_spec_the_library_refuses_keeps_the_librarys_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(yamldoc.yaml, "load", _refuses_depth)
+    with pytest.raises(SpecError) as err:
+        specmod.loads("name: t\nx: [1, [2]]\n", "deployments/t.yaml")
+    [(field, message)] = err.value.problems
+    assert field == "(file)" and message.startswith("not valid YAML: ")

@@ -61,6 +61,23 @@ def test_listing_the_tasks_loads_nothing_heavy() -> None:
     assert _heavy(_loaded_after(code)) == []
 
 
+def test_deploy_check_of_one_target_loads_no_other_target(tmp_path: Path) -> None:
+    # `deploy --check` computes its answer every run; it stays fast by importing only the target it renders.
+    from rigsmith.rendering import deploy
+    from tests.support.common import make_seed_project
+
+    project = make_seed_project(tmp_path)
+    seed = "flash-next-int4-3x3090"
+    deploy.deploy(project, "podman", deployment=seed, yes=True, echo=lambda _: None)
+    code = "from pathlib import Path\nfrom rigsmith.project import Project\n"
+    code += "from rigsmith.rendering import deploy\n"
+    code += f"deploy.deploy(Project(Path({str(project.root)!r})), 'podman', deployment={seed!r}, check=True)"
+    targets = [m for m in _loaded_after(code) if m.startswith("rigsmith.rendering.targets.")]
+    # common, ini and context are shared; every other module there is one target (or one form of it).
+    shared = {"common", "context", "ini"}
+    assert sorted(m.rpartition(".")[2] for m in targets if m.rpartition(".")[2] not in shared) == ["podman"]
+
+
 def test_the_fetch_model_default_matches_modelfetch() -> None:
     from tasks import models
 

@@ -4,6 +4,8 @@ would hand a container the host. Pure; one definition so import-time lifting and
 
 from __future__ import annotations
 
+import posixpath
+import re
 from dataclasses import dataclass
 
 from rigsmith import spec as specmod
@@ -77,12 +79,76 @@ def secret_flag_span(args: tuple[str, ...] | list[str], i: int) -> int:
     return j
 
 
+#: Host paths a container must not see without the user's recorded consent: (path, why). A mount of the
+#: path itself or of anything under it is dangerous; ``/`` and home directories only as themselves
+#: (``/home/me/models`` is an ordinary data directory).
+_DANGEROUS_TREES: tuple[tuple[str, str], ...] = (
+    ("/etc", "the host's configuration"),
+    ("/proc", "the host's kernel and process interface"),
+    ("/sys", "the host's kernel and device interface"),
+    ("/boot", "the host's kernel and boot loader"),
+    ("/dev", "the host's devices (rigsmith passes the GPUs as CDI devices)"),
+    ("/root", "root's home directory"),
+    ("/run", "the host's runtime state, including the podman and docker sockets"),
+    ("/var/run", "the host's runtime state, including the podman and docker sockets"),
+    ("/var/lib/containers", "the container engine's storage"),
+    ("/var/lib/docker", "the container engine's storage"),
+    ("/var/lib/lxc", "the container engine's storage"),
+    ("/var/lib/kubelet", "the container engine's storage"),
+    ("/usr", "the host's programs"),
+    ("/bin", "the host's programs"),
+    ("/sbin", "the host's programs"),
+    ("/lib", "the host's libraries"),
+    ("/lib64", "the host's libraries"),
+)
+_DANGEROUS_EXACT = {"/": "the host's whole file system", "~": "your home directory", "/home": "every home"}
+#: The GPU device nodes (NVIDIA, DRM render nodes, AMD's KFD): what a GPU container is given anyway.
+_GPU_NODE_RE = re.compile(r"^/dev/(nvidia[a-z0-9-]*|nvidia-caps(/.*)?|dri(/.*)?|kfd)\Z")
+#: Dot-directories that are caches vLLM and the Hub client read and fill, not a user's private state.
+_CACHE_DIRS = frozenset({"huggingface", "vllm", "torch", "triton", "flashinfer"})
+
+
+def dangerous_host_path(host: str) -> str | None:
+    """Why mounting ``host`` into a recipe's container endangers the host, or None when it does not.
+
+    Judged on the normalised path (``//``, ``.`` and ``..`` resolved as the kernel would), so
+    ``/etc/../`` is ``/``. ``~`` is the home directory; ``~/.cache/huggingface`` (and the other caches in
+    ``_CACHE_DIRS``) are not private state, every other dot-directory is (``~/.ssh``, ``~/.config``,
+    ``~/.local/share/containers``).
+    """
+    home = host == "~" or host.startswith("~/")
+    rest = host[1:] if home else host
+    norm = posixpath.normpath(rest) if rest else "/"
+    if norm.startswith("//"):
+        norm = "/" + norm.lstrip("/")
+    if home:
+        norm = "~" if norm in ("/", ".") else "~" + norm
+    if norm in _DANGEROUS_EXACT:
+        return _DANGEROUS_EXACT[norm]
+    if re.fullmatch(r"/home/[^/]+", norm):
+        return "a home directory"
+    if _GPU_NODE_RE.match(norm):
+        return None
+    if norm.endswith(".sock") or "/.sock" in norm:
+        return "a socket (a container engine's socket gives root on the host)"
+    for tree, why in _DANGEROUS_TREES:
+        if norm == tree or norm.startswith(tree + "/"):
+            return why
+    parts = norm.split("/")
+    for i, part in enumerate(parts):
+        if part.startswith(".") and part not in (".", ".."):
+            if part == ".cache" and i + 1 < len(parts) and parts[i + 1] in _CACHE_DIRS:
+                continue
+            return f"a dot-directory ({part}: private state such as keys, credentials or engine storage)"
+    return None
+
+
 def dangerous_mounts(spec: specmod.Deployment) -> list[tuple[str, str]]:
     """Problems for host paths that would hand the container the host: the model directory is never one
     (it must be a dedicated directory), an extra mount only with ``consent`` recorded in the spec."""
     out = []
     local = spec.model.local_dir
-    why = specmod.dangerous_host_path(local)
+    why = dangerous_host_path(local)
     # The text rules fetch-model applies too (modeldir): system trees, shared tops, dot-directories.
     # Home is unknown here (pure): ``~/…`` is judged by its parts; fetch-model re-checks it resolved.
     written_absolute = local.startswith("/") or local == "~" or local.startswith("~/")  # else: "relative"
@@ -98,7 +164,7 @@ def dangerous_mounts(spec: specmod.Deployment) -> list[tuple[str, str]]:
             )
         )
     for i, m in enumerate(spec.mounts):
-        why = specmod.dangerous_host_path(m.host)
+        why = dangerous_host_path(m.host)
         if why and not (m.consent or "").strip():
             mode = "read-only" if m.readonly else "read-write"
             out.append(

@@ -4,13 +4,12 @@ Everything a target renders comes from here (plus ``rigsmith.lock``). The models
 collect every validation problem with its field path, and round-trip: ``load(dump(x)) == x``.
 """
 
-# Over 500 lines, left whole for now: the models are one schema (exported as JSON Schema) and the YAML
-# load/dump beside them; multi-node fields are being added in parallel, so the I/O half moves out after that.
+# Over 500 lines: the models are one schema (exported as JSON Schema), with the load/dump every reader of a
+# spec goes through beside them. YAML hardening is yamldoc; which host paths need consent is policy.
 
 from __future__ import annotations
 
 import json
-import posixpath
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,6 +28,8 @@ from pydantic import (
 )
 
 from rigsmith.errors import SpecError
+from rigsmith.placement import placement_problem
+from rigsmith.yamldoc import MAX_DEPTH, load_yaml, nul_paths, tree_problem
 
 SPEC_VERSION: Literal[1] = 1
 
@@ -46,90 +47,6 @@ _ASCII_INT_RE = re.compile(r"[0-9]+\Z")
 #: Most GPUs one node gives a container. The largest nodes sold carry 8-16; 64 leaves room for any real
 #: machine while a recipe's ``--gpus 3000000`` cannot make every target write three million CDI names.
 MAX_GPUS = 64
-#: Deepest nesting accepted in a spec or recipe document; real ones are under 10 levels.
-MAX_DEPTH = 64
-
-
-#: Most values (scalars, lists, mappings, each alias expansion counted again) a document may hold once
-#: expanded. A spec or recipe holds a few hundred; a 453-byte YAML alias bomb expands to billions.
-MAX_NODES = 100_000
-
-
-def tree_problem(data: Any) -> str | None:
-    """Why ``data`` (parsed JSON or YAML) is not a plain tree a person wrote, or None.
-
-    Walks the value as every later step would, with aliases expanded, and stops early: more than
-    ``MAX_NODES`` values, deeper than ``MAX_DEPTH``, or a value that contains itself (``&a [*a]``).
-    """
-    seen = 0
-    ancestors: set[int] = set()
-
-    def walk(value: Any, depth: int) -> str | None:
-        nonlocal seen
-        seen += 1
-        if seen > MAX_NODES:
-            return (
-                f"holds more than {MAX_NODES} values once YAML aliases are expanded (an alias bomb?); "
-                "write the values out"
-            )
-        if depth > MAX_DEPTH:
-            return f"is nested more than {MAX_DEPTH} levels deep"
-        if not isinstance(value, list | dict):
-            return None
-        if id(value) in ancestors:
-            return "contains itself (a YAML alias to an enclosing value); write the values out"
-        ancestors.add(id(value))
-        children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
-        for child in children:
-            problem = walk(child, depth + 1)
-            if problem:
-                return problem
-        ancestors.discard(id(value))
-        return None
-
-    return walk(data, 0)
-
-
-class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """A safe loader (libyaml's when present) that yields only JSON-like values: a timestamp stays the
-    text it was (compose and YAML 1.2 readers see a string), ``!!binary`` and ``!!set`` are refused."""
-
-
-def _as_text(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
-    return str(loader.construct_scalar(node))
-
-
-def _refuse_tag(loader: yaml.SafeLoader, node: yaml.Node) -> None:
-    raise yaml.constructor.ConstructorError(
-        None, None, f"{node.tag} values are not accepted (write plain text)", node.start_mark
-    )
-
-
-_YamlLoader.add_constructor("tag:yaml.org,2002:timestamp", _as_text)
-_YamlLoader.add_constructor("tag:yaml.org,2002:binary", _refuse_tag)
-_YamlLoader.add_constructor("tag:yaml.org,2002:set", _refuse_tag)
-
-
-def load_yaml(text: str) -> Any:
-    """YAML text as plain data. Every way it can fail is a ``yaml.YAMLError`` (the constructors raise
-    ValueError/OverflowError for scalars such as ``2001-13-14`` or ``.nanx``), except RecursionError for a
-    document nested deeper than the parser can follow, which callers report as such."""
-    try:
-        return yaml.load(text, Loader=_YamlLoader)
-    except (ValueError, TypeError, OverflowError) as err:
-        raise yaml.YAMLError(f"{type(err).__name__}: {err}") from None
-
-
-def nul_paths(value: Any, path: str = "") -> list[str]:
-    """Field paths of the strings in ``value`` that hold a NUL (no shell, unit file or YAML line carries
-    one: run.sh would drop it, quadlet drops the whole line)."""
-    if isinstance(value, str):
-        return [path or "(top level)"] if "\x00" in value else []
-    if isinstance(value, dict):
-        return [p for k, v in value.items() for p in nul_paths(v, f"{path}.{k}" if path else str(k))]
-    if isinstance(value, list | tuple):
-        return [p for i, v in enumerate(value) for p in nul_paths(v, f"{path}[{i}]")]
-    return []
 
 
 def repeated(values: Iterable[str]) -> list[str]:
@@ -145,70 +62,6 @@ def ascii_int(text: str) -> int | None:
     shells do not; every count or port read from a recipe or spec goes through here.
     """
     return int(text) if _ASCII_INT_RE.match(text) else None
-
-
-#: Host paths a container must not see without the user's recorded consent: (path, why). A mount of the
-#: path itself or of anything under it is dangerous; ``/`` and home directories only as themselves
-#: (``/home/me/models`` is an ordinary data directory).
-_DANGEROUS_TREES: tuple[tuple[str, str], ...] = (
-    ("/etc", "the host's configuration"),
-    ("/proc", "the host's kernel and process interface"),
-    ("/sys", "the host's kernel and device interface"),
-    ("/boot", "the host's kernel and boot loader"),
-    ("/dev", "the host's devices (rigsmith passes the GPUs as CDI devices)"),
-    ("/root", "root's home directory"),
-    ("/run", "the host's runtime state, including the podman and docker sockets"),
-    ("/var/run", "the host's runtime state, including the podman and docker sockets"),
-    ("/var/lib/containers", "the container engine's storage"),
-    ("/var/lib/docker", "the container engine's storage"),
-    ("/var/lib/lxc", "the container engine's storage"),
-    ("/var/lib/kubelet", "the container engine's storage"),
-    ("/usr", "the host's programs"),
-    ("/bin", "the host's programs"),
-    ("/sbin", "the host's programs"),
-    ("/lib", "the host's libraries"),
-    ("/lib64", "the host's libraries"),
-)
-_DANGEROUS_EXACT = {"/": "the host's whole file system", "~": "your home directory", "/home": "every home"}
-#: The GPU device nodes (NVIDIA, DRM render nodes, AMD's KFD): what a GPU container is given anyway.
-_GPU_NODE_RE = re.compile(r"^/dev/(nvidia[a-z0-9-]*|nvidia-caps(/.*)?|dri(/.*)?|kfd)\Z")
-#: Dot-directories that are caches vLLM and the Hub client read and fill, not a user's private state.
-_CACHE_DIRS = frozenset({"huggingface", "vllm", "torch", "triton", "flashinfer"})
-
-
-def dangerous_host_path(host: str) -> str | None:
-    """Why mounting ``host`` into a recipe's container endangers the host, or None when it does not.
-
-    Judged on the normalised path (``//``, ``.`` and ``..`` resolved as the kernel would), so
-    ``/etc/../`` is ``/``. ``~`` is the home directory; ``~/.cache/huggingface`` (and the other caches in
-    ``_CACHE_DIRS``) are not private state, every other dot-directory is (``~/.ssh``, ``~/.config``,
-    ``~/.local/share/containers``).
-    """
-    home = host == "~" or host.startswith("~/")
-    rest = host[1:] if home else host
-    norm = posixpath.normpath(rest) if rest else "/"
-    if norm.startswith("//"):
-        norm = "/" + norm.lstrip("/")
-    if home:
-        norm = "~" if norm in ("/", ".") else "~" + norm
-    if norm in _DANGEROUS_EXACT:
-        return _DANGEROUS_EXACT[norm]
-    if re.fullmatch(r"/home/[^/]+", norm):
-        return "a home directory"
-    if _GPU_NODE_RE.match(norm):
-        return None
-    if norm.endswith(".sock") or "/.sock" in norm:
-        return "a socket (a container engine's socket gives root on the host)"
-    for tree, why in _DANGEROUS_TREES:
-        if norm == tree or norm.startswith(tree + "/"):
-            return why
-    parts = norm.split("/")
-    for i, part in enumerate(parts):
-        if part.startswith(".") and part not in (".", ".."):
-            if part == ".cache" and i + 1 < len(parts) and parts[i + 1] in _CACHE_DIRS:
-                continue
-            return f"a dot-directory ({part}: private state such as keys, credentials or engine storage)"
-    return None
 
 
 def parse_size(text: str) -> int:
@@ -711,8 +564,6 @@ class Deployment(Frozen):
                     f"secondary_models[{i}].arg {sm.arg} is outside engine.args "
                     f"(0..{len(self.engine.args) - 1})"
                 )
-        from rigsmith.secondary import placement_problem  # the layout rules live beside the layout
-
         problem = placement_problem(self)
         if problem:
             raise ValueError(problem)

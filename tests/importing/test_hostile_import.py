@@ -193,7 +193,7 @@ DANGEROUS = [
 @pytest.mark.parametrize("host", DANGEROUS)
 def test_dangerous_host_paths_are_named(host: str) -> None:
     host = "~" if host == "$HOME" else host
-    assert specmod.dangerous_host_path(host), host
+    assert policy.dangerous_host_path(host), host
 
 
 @pytest.mark.parametrize(
@@ -213,7 +213,7 @@ def test_dangerous_host_paths_are_named(host: str) -> None:
     ],
 )
 def test_ordinary_data_directories_are_not_dangerous(host: str) -> None:
-    assert specmod.dangerous_host_path(host) is None
+    assert policy.dangerous_host_path(host) is None
 
 
 def _docker_recipe(tmp_path: Path, volume: str) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,3 +66,64 @@ def test_crlf_line_ends_count_as_lf_outside_quotes_only() -> None:
 
 def test_unclosed_quote_is_a_problem() -> None:
     assert "never closed" in shellwords.scan("vllm serve 'abc").problems[0]
+
+
+def test_a_nested_command_substitution_is_one_word_up_to_its_own_close() -> None:
+    script = shellwords.scan("vllm serve $(dirname $(pwd) x)/m --port 1")
+    assert script.problems == []
+    assert [(w.text, w.expands) for w in script.commands[0].words] == [
+        ("vllm", False),
+        ("serve", False),
+        ("$(dirname $(pwd) x)/m", True),
+        ("--port", False),
+        ("1", False),
+    ]
+
+
+def test_a_substitution_over_lines_counts_them_for_later_messages() -> None:
+    script = shellwords.scan("vllm serve $(cat\nmodel.txt) \\\n  --x 1 > log\n")
+    assert [w.text for w in script.commands[0].words][:3] == ["vllm", "serve", "$(cat\nmodel.txt)"]
+    assert len(script.problems) == 1 and script.problems[0].startswith("line 3: '>' is a shell redirection")
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("vllm serve m \\\n  --a 'x\ny' \\\n  --b \"unclosed", 4),  # a quoted newline counts too
+        ('vllm serve m --a "x\\\ny" &&\n', 2),  # a continuation inside double quotes
+        ('vllm serve m --a "x\ny" | tee\n', 2),  # a newline inside double quotes
+        ("vllm serve m \\\n\n\n  --port 1 | tee\n", 4),  # blank lines after a continuation
+        ("vllm serve m \\\r\n  --port 1 ; echo\r\n", 2),  # CRLF line ends
+    ],
+    ids=[
+        "quoted-newline",
+        "continued-in-quotes",
+        "double-quoted-newline",
+        "blank-after-continuation",
+        "crlf",
+    ],
+)
+def test_problems_name_the_line_they_are_on(text: str, line: int) -> None:
+    problems = shellwords.scan(text).problems
+    assert len(problems) == 1 and problems[0].startswith(f"line {line}: "), problems
+
+
+def test_crlf_continuations_comments_and_blank_lines_read_as_with_lf() -> None:
+    lf = "# start it\nvllm serve m \\\n\n  --port 1  # the port\n"
+    crlf = lf.replace("\n", "\r\n")
+    a, b = shellwords.scan(lf), shellwords.scan(crlf)
+    assert (
+        [c.argv for c in b.commands]
+        == [c.argv for c in a.commands]
+        == [["vllm", "serve", "m", "--port", "1"]]
+    )
+    assert b.comments == a.comments == [(1, "start it")]
+    assert b.commands[0].comment == a.commands[0].comment == "the port"
+    assert b.notes == a.notes and "line(s) 2" in a.notes[0]
+    assert b.problems == a.problems == []
+
+
+def test_a_backslash_then_space_then_crlf_is_a_problem_as_with_lf() -> None:
+    for end in ("\n", "\r\n"):
+        problems = shellwords.scan(f"vllm serve m \\ {end}  --port 1{end}").problems
+        assert len(problems) == 1 and "followed by a space (then the end of the line)" in problems[0], end

@@ -88,7 +88,7 @@ def test_up_joins_a_waiting_worker_status_lists_every_node_down_leaves_no_ray(
 ) -> None:
     ops = _ops(tmp_path, _data(), nodes)
     plan = lifecycle.plan_for(ops.project, fixtures.RAY_NAME)
-    c = clusterlife.from_ops(ops, plan)
+    c = lifecycle.from_ops(ops, plan)
     worker = c.nodes[1]
     try:
         # A worker started before the head waits for it (bounded) instead of giving up.
@@ -115,7 +115,7 @@ def test_up_joins_a_waiting_worker_status_lists_every_node_down_leaves_no_ray(
         assert done.exists(), _log(ops, "box-a")  # the head's script went on to the engine
         seen = (ops.node_control.run_dir / "box-a" / "cluster.json").read_text()  # type: ignore[union-attr]
         assert f'"nodes": ["{HEAD}", "{WORKER}"]' in seen and '"gpus": 4.0' in seen
-        listed = clusterlife.cluster_status(ops, deployment=fixtures.RAY_NAME)
+        listed = lifecycle.cluster_status(ops, deployment=fixtures.RAY_NAME)
         assert listed is not None
         assert [(s.name, s.role, s.state, s.in_ray) for s in listed] == [
             ("box-a", "head", "running", True),
@@ -131,7 +131,7 @@ def test_up_joins_a_waiting_worker_status_lists_every_node_down_leaves_no_ray(
     assert [s.split()[1] for s in stops] == [f"{fixtures.RAY_NAME}-box-a", f"{fixtures.RAY_NAME}-box-b"]
     assert ops.lines[-1].endswith("no Ray process left")  # type: ignore[attr-defined]
     assert fixtures.node_pids("10.232.0.") == [], "a Ray process outlived down"
-    after = clusterlife.cluster_status(ops, deployment=fixtures.RAY_NAME)
+    after = lifecycle.cluster_status(ops, deployment=fixtures.RAY_NAME)
     assert after is not None and {s.state for s in after} == {"absent"}
 
 

@@ -132,3 +132,23 @@ def test_a_podman_version_with_a_line_break_never_reaches_the_quadlet_unit(seed_
         assert proc.returncode == 1 and "podman_version" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
     assert not (seed_project.root / "quadlet").exists()
+
+
+def test_check_computes_its_answer_from_the_files_and_the_flags_every_time(seed_project: Project) -> None:
+    # No cache of an earlier answer: an edit that keeps a generated file's size and mtime, and a flag
+    # that changes what renders, are each seen by the very next --check.
+    args = ("deploy", "--target", "podman", "--deployment", SEEDS[1])
+    assert _invoke(seed_project, *args).returncode == 0
+    assert _invoke(seed_project, *args, "--check").returncode == 0
+    run_sh = seed_project.root / "podman" / SEEDS[1] / "run.sh"
+    text, st = run_sh.read_text(), run_sh.stat()
+    assert "memlock=-1:-1" in text
+    run_sh.write_text(text.replace("memlock=-1:-1", "memlock=-2:-1", 1))
+    os.utime(run_sh, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert run_sh.stat().st_size == st.st_size
+    check = _invoke(seed_project, *args, "--check")
+    assert check.returncode == 1 and "run.sh" in check.stdout + check.stderr
+    run_sh.write_text(text)
+    assert _invoke(seed_project, *args, "--check").returncode == 0
+    flagged = _invoke(seed_project, *args, "--check", "--memlock", "host")
+    assert flagged.returncode == 1, flagged.stdout

@@ -129,10 +129,8 @@ def test_up_and_down_run_the_unit_under_systemd_with_what_the_plan_asks(
     project = _guest_deployment(guest, tmp_path, seed, name, podman_version=version)
     said: list[str] = []
     ops = _ops(guest, project, tmp_path, said)
-    t0 = time.monotonic()
     with HealthKick(guest, name):
         plan = lifecycle.up(ops, deployment=name, memlock=HOST_MEMLOCK, yes=True)
-    started = time.monotonic() - t0
     unit = (guest.path(f"{UNIT_DIR}/{name}.container")).read_text()
     assert ("\nNotify=healthy\n" in unit) == (version >= "5"), unit
     assert ("\nPodmanArgs=" in unit) == (version < "5"), unit
@@ -152,14 +150,13 @@ def test_up_and_down_run_the_unit_under_systemd_with_what_the_plan_asks(
     ]
     data = json.dumps(standin_deployment(GUEST_BASE, seed=seed, name=name, podman_version=version))
     _check_recording(guest, plan, data)
-    t0 = time.monotonic()
     lifecycle.down(ops, deployment=name)
-    stopped = time.monotonic() - t0
+    # Stopped by SIGTERM, not killed after the timeout: systemd's result and the engine's own log say so
+    # (no wall-clock bound, which a loaded machine breaks).
     end = guest.show(f"{name}.service", "ActiveState", "Result", "ExecMainStatus")
     assert end == {"ActiveState": "inactive", "Result": "success", "ExecMainStatus": "0"}, end
     assert "SIGTERM received" in guest.journal(f"{name}.service")
     assert guest.run("podman", "container", "exists", name, check=False).returncode == 1
-    assert started < 15 and stopped < 5, (started, stopped)
 
 
 def _usec(seconds: int) -> str:
@@ -275,7 +272,15 @@ def test_an_engine_crashing_at_startup_is_restarted_after_restartsec_not_in_a_ti
         svc = guest.show(f"{name}.service", *props)
     assert svc["SubState"] == "auto-restart" and svc["Result"] == "exit-code", svc
     assert svc["ExecMainStatus"] == "1" and svc["RestartUSec"] == "10s"
-    time.sleep(2)  # with the 100 ms default this saw 2 to 3 more restarts
-    svc = guest.show(f"{name}.service", *props)
-    assert (svc["SubState"], svc["NRestarts"]) == ("auto-restart", "0"), svc
+    # The next start, as an event: systemd's own monotonic clock says how long after the crash it came
+    # (with the 100 ms default, 2 to 3 more restarts came within 2 s).
+    when = ("ExecMainExitTimestampMonotonic", "ExecMainStartTimestampMonotonic")
+    crashed = int(guest.show(f"{name}.service", when[0])[when[0]])
+    deadline = time.monotonic() + 120
+    again = guest.show(f"{name}.service", "NRestarts", *when)
+    while again["NRestarts"] == "0" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        again = guest.show(f"{name}.service", "NRestarts", *when)
+    assert again["NRestarts"] == "1", again
+    assert int(again[when[1]]) - crashed >= 10_000_000, (crashed, again)
     assert "exiting with 1" in guest.journal(f"{name}.service")

@@ -2,7 +2,7 @@
 
 The HTTP adapter only translates: timeouts, a streamed size limit, and tenacity retries on transient
 failures alone (connect errors, timeouts, 5xx, 429) — never on other 4xx. Parsing is
-:mod:`rigsmith.recipe` (pure); writing is :mod:`rigsmith.writer` (consent, diff, atomic).
+:mod:`rigsmith.importing.recipe` (pure); writing is :mod:`rigsmith.writer` (consent, diff, atomic).
 """
 
 # Over 500 lines (550), left whole: the fetch (deadline, size cap, retries), the three-way re-import and the
@@ -269,7 +269,7 @@ def mount_consent(
     mounts = list(dep.mounts)
     refused = []
     for i, m in enumerate(mounts):
-        why = specmod.dangerous_host_path(m.host)
+        why = policy.dangerous_host_path(m.host)
         if why is None or m.consent:
             continue
         mode = "read-only" if m.readonly else "read-write"

@@ -1,9 +1,14 @@
-"""One row of doctor's go/no-go table (doctor, its podman checks and the fit report build them)."""
+"""What doctor's checks share (doctor, its podman checks and the fit report build on it): one row of the
+go/no-go table, and the GPUs a spec asks for on this host."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from rigsmith.operating.probes import HostFacts
+    from rigsmith.spec import Deployment
 
 Verdict = Literal["go", "warn", "no-go"]
 
@@ -16,3 +21,18 @@ class Check:
     verdict: Verdict
     detail: str
     hint: str | None = None
+
+
+def requested_gpus(spec: Deployment, facts: HostFacts) -> list[int]:
+    """Indices of the GPUs the spec's CDI devices name ('all' = every GPU found)."""
+    names = [d.split("=", 1)[1] for d in spec.resources.gpus.cdi_devices]
+    if "all" in names:
+        return [g.index for g in facts.gpus] or list(range(spec.resources.gpus.count))
+    out = []
+    by_uuid = {g.uuid: g.index for g in facts.gpus}
+    for n in names:
+        if n.isdigit():
+            out.append(int(n))
+        elif n in by_uuid:
+            out.append(by_uuid[n])
+    return out

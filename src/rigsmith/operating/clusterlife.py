@@ -26,16 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from rigsmith import writer
 from rigsmith.errors import CommandError, RigsmithError
-from rigsmith.operating import drift, lifecycle
+from rigsmith.operating import drift
 from rigsmith.operating.clusterdoctor import node_model_facts
 from rigsmith.operating.host import Host, LocalHost, image_facts
 from rigsmith.operating.noderun import describe, node_hosts
 from rigsmith.operating.probes import CmdResult
 from rigsmith.operating.verify import inspect_argv, parse_inspect
-from rigsmith.rendering import plan as planmod
-from rigsmith.rendering.cluster import POLL_SECONDS, NodePlan, node_plans
+from rigsmith.rendering.cluster import POLL_SECONDS, NodePlan
 from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import Deployment
 
@@ -339,51 +337,3 @@ def build(
             )
         control = PodmanNodes(root)
     return Cluster(spec, nodes, node_hosts(spec, local, hosts), control, echo)
-
-
-# -- from the one-host ops (lifecycle.Ops) ------------------------------------------------------------
-
-
-def from_ops(ops: lifecycle.Ops, plan: planmod.RunPlan) -> Cluster:
-    """The multi-node deployment of ``plan`` with a Host and the target's control for each node."""
-    spec = ops.project.load(plan.name)
-    local = LocalHost(ops.env, timeout=lifecycle.COMMAND_TIMEOUT)
-    root = (ops.out or ops.project.root).resolve()
-    return build(
-        spec, node_plans(spec, plan), target=ops.target, root=root, local=local, hosts=ops.nodes,
-        control=ops.node_control, echo=ops.echo,
-    )  # fmt: skip
-
-
-def ops_up(
-    ops: lifecycle.Ops,
-    plan: planmod.RunPlan,
-    files: list[writer.Artifact],
-    *,
-    yes: bool,
-    confirm: Callable[[str], bool] | None,
-    dry_run: bool,
-    ignore_drift: bool,
-) -> planmod.RunPlan:
-    """up for a multi-node deployment: artifacts written here, then the nodes in order (clusterlife)."""
-    c = from_ops(ops, plan)
-    root = (ops.out or ops.project.root).resolve()
-    changed = [o for o in writer.plan(files) if o.status != "identical"]
-    steps = [f"{o.status} {lifecycle._rel(o.artifact.path, root)}" for o in changed]
-    steps += [f"start {n.plan.name} on {n.node.name} unless running" for n in c.nodes]
-    ops.echo(f"up {plan.name} ({ops.target}, {len(c.nodes)} nodes): " + "; ".join(steps))
-    if dry_run:
-        return plan
-    if changed:
-        writer.write(files, yes=yes, confirm=confirm, echo=ops.echo, root=root)
-    drift_gate(c, lockmod.read(ops.project.lock_path), ignore_drift)
-    up(c)
-    return plan
-
-
-def cluster_status(ops: lifecycle.Ops, *, deployment: str | None = None) -> list[NodeStatus] | None:
-    """Every node's state for a multi-node deployment; None for a one-host one."""
-    if ops.project.load(deployment).cluster is None:
-        return None
-    plan, _files = lifecycle._plan(ops, deployment, None, None)
-    return status(from_ops(ops, plan))

@@ -17,6 +17,8 @@ from rigsmith.errors import RigsmithError
 from rigsmith.operating import drift
 from rigsmith.operating.checkrow import Check as Check
 from rigsmith.operating.checkrow import Verdict as Verdict
+from rigsmith.operating.checkrow import requested_gpus
+from rigsmith.operating.fitreport import fit_check
 from rigsmith.operating.host import Host, gather
 from rigsmith.operating.podmanchecks import (
     NVIDIA_CDI_HINT,
@@ -46,21 +48,6 @@ MiB = 1024**2
 
 def _gib(n: float) -> str:
     return f"{n / GiB:.1f} GiB"
-
-
-def requested_gpus(spec: Deployment, facts: HostFacts) -> list[int]:
-    """Indices of the GPUs the spec's CDI devices name ('all' = every GPU found)."""
-    names = [d.split("=", 1)[1] for d in spec.resources.gpus.cdi_devices]
-    if "all" in names:
-        return [g.index for g in facts.gpus] or list(range(spec.resources.gpus.count))
-    out = []
-    by_uuid = {g.uuid: g.index for g in facts.gpus}
-    for n in names:
-        if n.isdigit():
-            out.append(int(n))
-        elif n in by_uuid:
-            out.append(by_uuid[n])
-    return out
 
 
 def _check_gpus(spec: Deployment, facts: HostFacts, want: list[int]) -> Check:
@@ -451,8 +438,6 @@ def diagnose(
         sparse=[(str(expand_dir(h)), s) for h, s in sparse],
         model=drift.model_facts(spec, lock, verify=verify),
     )
-    from rigsmith.operating.fitreport import fit_check  # fitreport builds on this module's Check
-
     checks = evaluate(spec, facts, target, fit_check(spec, lock, facts, os.environ))
     return name, checks + ([planned] if planned else [])
 

@@ -16,8 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating.checkrow import Check, Verdict
-from rigsmith.operating.doctor import requested_gpus
+from rigsmith.operating.checkrow import Check, Verdict, requested_gpus
 from rigsmith.operating.probes import HostFacts
 from rigsmith.resolving.fit import WARN_HEADROOM, Estimate, GiB, MiB, RankNeed
 from rigsmith.resolving.lock import Lock

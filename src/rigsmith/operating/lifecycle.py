@@ -21,21 +21,20 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from rigsmith import writer
 from rigsmith.errors import CommandError, LockDriftError, PreflightError, RigsmithError
-from rigsmith.operating import drift, probes
+from rigsmith.operating import clusterlife, drift, probes
+from rigsmith.operating.clusterlife import NodeControl
 from rigsmith.operating.host import Host, LocalHost, image_facts, probe
 from rigsmith.operating.probes import CmdResult
 from rigsmith.operating.verify import SPEC_LABEL, cdi_edits, container_problems, inspect_argv, parse_inspect
 from rigsmith.project import Project
 from rigsmith.rendering import deploy as deploymod
 from rigsmith.rendering import plan as planmod
+from rigsmith.rendering.cluster import node_plans
 from rigsmith.resolving import lock as lockmod
-
-if TYPE_CHECKING:
-    from rigsmith.operating.clusterlife import NodeControl
 
 OPS_TARGETS = ("podman", "quadlet")
 #: Where systemd's quadlet generator reads rootful units (podman-systemd.unit(5)).
@@ -225,11 +224,7 @@ def up(
     """
     plan, files = _plan(ops, deployment, image, memlock)
     if ops.project.load(plan.name).cluster is not None:
-        from rigsmith.operating import clusterlife
-
-        return clusterlife.ops_up(
-            ops, plan, files, yes=yes, confirm=confirm, dry_run=dry_run, ignore_drift=ignore_drift
-        )
+        return ops_up(ops, plan, files, yes=yes, confirm=confirm, dry_run=dry_run, ignore_drift=ignore_drift)
     _drift_gate(ops, plan, ignore_drift)
     if ops.target == "quadlet":
         files = [*files, *quadlet_installs(files, plan.name, ops.quadlet_dir)]
@@ -343,10 +338,8 @@ def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
     spec = ops.project.load(deployment)
     name = spec.name
     if spec.cluster is not None:
-        from rigsmith.operating import clusterlife
-
         plan, _files = _plan(ops, deployment, None, None)
-        clusterlife.down(clusterlife.from_ops(ops, plan), plan.stop_timeout)
+        clusterlife.down(from_ops(ops, plan), plan.stop_timeout)
         return []
     ctl = controller(ops.project, ops.target, name, ops.out)
     info = inspect(ops.run, name)
@@ -461,3 +454,51 @@ def plan_for(project: Project, deployment: str | None, **kw: Any) -> planmod.Run
     return planmod.make(
         project.load(name), lockmod.read(project.lock_path), spec_path=f"deployments/{name}.yaml", **kw
     )
+
+
+# -- multi-node: the cluster (clusterlife) driven from Ops -------------------------------------------
+
+
+def from_ops(ops: Ops, plan: planmod.RunPlan) -> clusterlife.Cluster:
+    """The multi-node deployment of ``plan`` with a Host and the target's control for each node."""
+    spec = ops.project.load(plan.name)
+    local = LocalHost(ops.env, timeout=COMMAND_TIMEOUT)
+    root = (ops.out or ops.project.root).resolve()
+    return clusterlife.build(
+        spec, node_plans(spec, plan), target=ops.target, root=root, local=local, hosts=ops.nodes,
+        control=ops.node_control, echo=ops.echo,
+    )  # fmt: skip
+
+
+def ops_up(
+    ops: Ops,
+    plan: planmod.RunPlan,
+    files: list[writer.Artifact],
+    *,
+    yes: bool,
+    confirm: Callable[[str], bool] | None,
+    dry_run: bool,
+    ignore_drift: bool,
+) -> planmod.RunPlan:
+    """up for a multi-node deployment: artifacts written here, then the nodes in order (clusterlife)."""
+    c = from_ops(ops, plan)
+    root = (ops.out or ops.project.root).resolve()
+    changed = [o for o in writer.plan(files) if o.status != "identical"]
+    steps = [f"{o.status} {_rel(o.artifact.path, root)}" for o in changed]
+    steps += [f"start {n.plan.name} on {n.node.name} unless running" for n in c.nodes]
+    ops.echo(f"up {plan.name} ({ops.target}, {len(c.nodes)} nodes): " + "; ".join(steps))
+    if dry_run:
+        return plan
+    if changed:
+        writer.write(files, yes=yes, confirm=confirm, echo=ops.echo, root=root)
+    clusterlife.drift_gate(c, lockmod.read(ops.project.lock_path), ignore_drift)
+    clusterlife.up(c)
+    return plan
+
+
+def cluster_status(ops: Ops, *, deployment: str | None = None) -> list[clusterlife.NodeStatus] | None:
+    """Every node's state for a multi-node deployment; None for a one-host one."""
+    if ops.project.load(deployment).cluster is None:
+        return None
+    plan, _files = _plan(ops, deployment, None, None)
+    return clusterlife.status(from_ops(ops, plan))

@@ -12,7 +12,8 @@ from rigsmith.errors import RigsmithError
 from rigsmith.project import TARGETS, Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
-from rigsmith.rendering.targets import LxcOptions, RenderContext, renderers
+from rigsmith.rendering.nextsteps import next_steps
+from rigsmith.rendering.targets import LxcOptions, RenderContext, find
 from rigsmith.resolving import lock as lockmod
 
 
@@ -49,8 +50,8 @@ def artifacts(
     memlock, lxc = options.get("memlock"), options.get("lxc")
     if target not in TARGETS:
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
-    table = renderers()
-    if target not in table:
+    found = find(target)
+    if found is None:
         raise RigsmithError(f"target {target!r} is not implemented yet", hint="use --target podman")
     name = project.resolve_name(deployment)
     spec = project.load(name)
@@ -75,9 +76,9 @@ def artifacts(
     if spec.cluster is not None:
         from rigsmith.rendering.targets import nodes
 
-        rendered = nodes.render(target, spec, plan, ctx)
+        rendered = nodes.render(target, found[0], spec, plan, ctx)
     else:
-        rendered = table[target](plan, ctx)
+        rendered = found[0](plan, ctx)
     plan.check_env_paths()
     return plan, rendered
 
@@ -91,44 +92,6 @@ def _show_merge(source: Path, merged: writer.Artifact, echo: Callable[[str], Non
         difflib.unified_diff(before, merged.content.splitlines(keepends=True), str(source), str(merged.path))
     )
     echo(f"merged {source} (unchanged) into {merged.path}:\n{diff or '  (no change)'}")
-
-
-def next_steps(target: str, plan: planmod.RunPlan, out: Path | None = None) -> list[str]:
-    """What to run after deploy writes the files (the post-start check included where a front-end may drop
-    devices). Paths are relative to the checkout, or under ``out`` when the files went there."""
-
-    def at(rel: str) -> str:
-        return str(out / rel) if out is not None else rel
-
-    check = (
-        "then check it really got its GPUs, shm and stop timeout: "
-        f"invoke check-container --deployment {plan.name}"
-    )
-    if target == "compose":
-        from rigsmith.rendering.targets.compose import up_argv
-
-        return [f"start: {shlex.join(up_argv(plan, at(f'compose/{plan.name}/compose.yaml')))}", check]
-    if target == "quadlet":
-        return [
-            f"install: cp {shlex.quote(at(f'quadlet/{plan.name}.container'))} /etc/containers/systemd/ "
-            f"&& systemctl daemon-reload && systemctl start {plan.name}",
-            check,
-        ]
-    merge = (
-        f"merge {shlex.quote(at(f'lxc/{plan.name}'))}/*.conf into /etc/pve/lxc/, start the CT, "
-        "run provision.sh inside it"
-    )
-    if target == "lxc" and plan.runtime == "venv":
-        return [
-            merge,
-            f"then inside the CT: systemctl status {plan.name}.service (logs: journalctl -u {plan.name})",
-        ]
-    if target == "lxc":
-        return [merge, check]
-    if target == "kube":
-        kube = shlex.quote(at(f"kube/{plan.name}.yaml"))
-        return [f"kubectl apply -f {kube} (or podman kube play {kube})"]
-    return [f"start: {shlex.quote(at(f'podman/{plan.name}/run.sh'))}"]
 
 
 def image_line(image: str, pinned: bool) -> str:

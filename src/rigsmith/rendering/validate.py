@@ -11,7 +11,7 @@ from typing import Literal
 from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError, SpecError
 from rigsmith.rendering import plan as planmod
-from rigsmith.rendering.targets import RenderContext, checks
+from rigsmith.rendering.targets import RenderContext, find
 from rigsmith.rendering.targets.common import problems as target_problems
 from rigsmith.resolving import lock as lockmod
 
@@ -37,7 +37,9 @@ def problems(
     except RigsmithError:
         ref = ("", False)
     plan = planmod.build(spec, ref, spec_path=spec_path, memlock=memlock)
-    return out + [p for p in target_problems(plan, ctx, checks()[target]) if p not in out]
+    found = find(target)
+    checks = found[1] if found is not None else ()
+    return out + [p for p in target_problems(plan, ctx, checks) if p not in out]
 
 
 def refuse(spec_path: str, found: list[tuple[str, str]]) -> None:

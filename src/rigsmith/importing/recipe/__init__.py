@@ -4,7 +4,7 @@ Three formats (``parse`` picks one): (a) the recipe JSON (``title``/``command``/
 (b) raw command text — ``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``, ``docker run`` /
 ``podman run`` — with continuations, comments, ``VAR=value`` prefixes and ``export`` lines, (c) a compose
 file holding one vLLM service. The argv is kept exactly as a POSIX shell parses it (see
-:mod:`rigsmith.shellwords`); whatever a shell would read differently from what the author meant is
+:mod:`rigsmith.importing.shellwords`); whatever a shell would read differently from what the author meant is
 refused with a reason that names the line or field. Facts the notes state in prose (Hub repo, size,
 GPUs, shm, memlock, stop grace, readiness, config patches) are read with the regex table
 ``NOTE_FACTS``; the notes themselves are kept verbatim.

@@ -9,17 +9,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rigsmith import policy
+from rigsmith import policy, yamldoc
 from rigsmith import spec as specmod
 from rigsmith.importing import multinode
 from rigsmith.importing.recipe import raycluster
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
+from rigsmith.importing.recipe.envvars import env_var, merge_env, passthrough
 from rigsmith.importing.recipe.flags import _json_problems, _number_problems, flag_values
 from rigsmith.importing.recipe.gpus import _gpus, _vendor, _visible_devices
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _refuse
 from rigsmith.importing.recipe.model import _expands, _Model, _model, _secondary_models
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
-from rigsmith.importing.recipe.shellform import _env_var, _merge_env, _passthrough
 from rigsmith.importing.recipe.tables import (
     _SECRET_NAME_RE,
 )
@@ -147,10 +147,8 @@ def _environment(launch: Launch, meta: Meta, problems: list[str]) -> tuple[list[
             if not specmod.ENV_NAME_RE.match(k):
                 problems.append(f"env: {k!r} is not an environment variable name")
             else:
-                env.append(
-                    _passthrough(k, launch, "env") if v is None else _env_var(k, v, None, launch, "env")
-                )
-    env = _merge_env([*env, *_lift_secret_flags(launch, problems)], launch)
+                env.append(passthrough(k, launch, "env") if v is None else env_var(k, v, None, launch, "env"))
+    env = merge_env([*env, *_lift_secret_flags(launch, problems)], launch)
     problems += [
         f"the entrypoint holds {w.split('=', 1)[0]} ({sf.flag}), a secret flag; move it and its value to "
         f"the command (import then passes the secret as {sf.variable} by name) or remove it"
@@ -341,7 +339,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
         **({"cluster": cluster} if cluster else {}),
     }
     _scrub_secrets(data, launch, meta)
-    nul = specmod.nul_paths(data)
+    nul = yamldoc.nul_paths(data)
     if nul:
         # A JSON "\u0000" or a YAML "\0" escape: the raw text had none.
         raise _refuse(

@@ -11,18 +11,12 @@ from typing import Any
 import yaml
 
 from rigsmith import spec as specmod
+from rigsmith import yamldoc
 from rigsmith.errors import RecipeError
 from rigsmith.importing import shellwords
+from rigsmith.importing.recipe.containeropts import device_node, set_shm, volume, whole_number
+from rigsmith.importing.recipe.envvars import env_var, merge_env, passthrough
 from rigsmith.importing.recipe.launch import Launch
-from rigsmith.importing.recipe.shellform import (
-    _device_node,
-    _env_var,
-    _int,
-    _merge_env,
-    _passthrough,
-    _set_shm,
-    _volume,
-)
 from rigsmith.importing.recipe.tables import _COMPOSE_VAR_RE, _SECRET_NAME_RE, _SELF_REF_RE, _SERVICES_RE
 
 # -- format (c): compose -----------------------------------------------------------------------------
@@ -33,7 +27,7 @@ def _compose_data(text: str, source: str) -> dict[str, Any] | None:
     if not _SERVICES_RE.search(text):
         return None
     try:
-        data = specmod.load_yaml(text)
+        data = yamldoc.load_yaml(text)
     except yaml.YAMLError as err:
         raise RecipeError(
             f"{source}: has a `services:` line, so it is read as a compose file, but it is not valid YAML: "
@@ -42,12 +36,12 @@ def _compose_data(text: str, source: str) -> dict[str, Any] | None:
         ) from None
     except RecursionError:
         raise RecipeError(
-            f"{source}: the compose file is nested more than {specmod.MAX_DEPTH} levels deep",
+            f"{source}: the compose file is nested more than {yamldoc.MAX_DEPTH} levels deep",
             hint="a compose file with one vLLM service is a few levels deep; import the service itself",
         ) from None
     if not (isinstance(data, dict) and isinstance(data.get("services"), dict)):
         return None
-    problem = specmod.tree_problem(data)
+    problem = yamldoc.tree_problem(data)
     if problem:
         raise RecipeError(
             f"{source}: the compose file {problem}", hint="import a compose file with plain values"
@@ -236,24 +230,26 @@ def _service_settings(svc: dict[str, Any], where: str, launch: Launch) -> None:
         if isinstance(dev, str) and specmod.CDI_RE.match(dev):
             launch.gpu_cdi = [*(launch.gpu_cdi or []), dev]
         elif isinstance(dev, str) and dev.startswith("/dev/"):
-            _device_node(dev, launch, f"{where}.devices[{idx}]")
+            device_node(dev, launch, f"{where}.devices[{idx}]")
         else:
             launch.notes.append(f"{where}.devices[{idx}] {dev!r}: not a CDI name; not imported")
     _compose_gpus(svc.get("deploy"), f"{where}.deploy", launch)
     if "shm_size" in svc:
-        _set_shm(str(svc["shm_size"]), launch, f"{where}.shm_size")
+        set_shm(str(svc["shm_size"]), launch, f"{where}.shm_size")
     ulimits = svc.get("ulimits") or {}
     if isinstance(ulimits, dict) and "memlock" in ulimits:
         ml = ulimits["memlock"]
         soft = ml.get("soft") if isinstance(ml, dict) else ml
         launch.memlock = (
-            "unlimited" if str(soft) in ("-1", "unlimited") else _int(str(soft), launch, f"{where}.ulimits")
+            "unlimited"
+            if str(soft) in ("-1", "unlimited")
+            else whole_number(str(soft), launch, f"{where}.ulimits")
         )
     if "stop_grace_period" in svc:
         launch.stop_grace = _duration(str(svc["stop_grace_period"]), launch, f"{where}.stop_grace_period")
     for idx, vol in enumerate(svc.get("volumes") or []):
         if isinstance(vol, str):
-            _volume(vol, launch, f"{where}.volumes[{idx}]")
+            volume(vol, launch, f"{where}.volumes[{idx}]")
         else:
             launch.notes.append(f"{where}.volumes[{idx}]: long syntax not imported: {json.dumps(vol)}")
     dropped = sorted(set(svc) - set(SERVICE_KEYS))
@@ -298,10 +294,10 @@ def _compose_env(value: Any, where: str, launch: Launch) -> None:
         if not specmod.ENV_NAME_RE.match(k):
             launch.problems.append(f"{where}: {k!r} is not an environment variable name")
         elif val is None:
-            launch.env.append(_passthrough(k, launch, where))
+            launch.env.append(passthrough(k, launch, where))
         else:
-            launch.env.append(_env_var(k, _unescape(val), None, launch, where))
-    launch.env = _merge_env(launch.env, launch)
+            launch.env.append(env_var(k, _unescape(val), None, launch, where))
+    launch.env = merge_env(launch.env, launch)
 
 
 def _compose_gpus(deploy: Any, where: str, launch: Launch) -> None:

@@ -1,14 +1,28 @@
-"""``docker run``'s options up to the image (recipe form (b)): which words are options, which is the image,
-the ``--entrypoint``; shared by the one-command import and the Ray-cluster one. Pure."""
+"""``docker run`` / ``podman run`` (recipe form (b)): which words are options, which is the image, the
+``--entrypoint``, and each option's value read into the Launch; shared by the one-command import and the
+Ray-cluster one. Pure."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import PurePosixPath
 
+from rigsmith import spec as specmod
 from rigsmith.importing import shellwords
+from rigsmith.importing.recipe.containeropts import device_node, gpus_request, set_shm, volume, whole_number
+from rigsmith.importing.recipe.envvars import env_var, passthrough
 from rigsmith.importing.recipe.launch import Launch
-from rigsmith.importing.recipe.tables import DOCKER_BOOL_OPTS, DOCKER_DROPPED, DOCKER_VALUE_OPTS
+from rigsmith.importing.recipe.tables import (
+    _ASSIGN_RE,
+    _PYTHON_RE,
+    _SHELLS,
+    DOCKER_BOOL_OPTS,
+    DOCKER_DROPPED,
+    DOCKER_VALUE_OPTS,
+    IMAGE_ENTRYPOINT,
+    LAUNCHERS,
+)
 
 
 @dataclasses.dataclass
@@ -96,3 +110,104 @@ def _short_cluster(word: str) -> tuple[str, str | None, str] | None:
         if c not in _DOCKER_SHORT_BOOL:
             return None
     return body, None, ""
+
+
+def docker_run(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None:
+    tool = PurePosixPath(words[0].text).name
+    if len(words) < 2 or words[1].text != "run":
+        launch.problems.append(
+            f"line {line}: '{tool} {words[1].text if len(words) > 1 else ''}' is not '{tool} run'"
+        )
+        return
+    rest = list(words[2:])
+    opts = docker_options(rest, launch, line, tool)
+    if opts is None:
+        return
+    dropped, entrypoint, i = opts.dropped, opts.entrypoint, opts.image_at
+    for opt, val in opts.values:
+        _docker_option(opt, val, launch, dropped, f"{tool} run {opt}")
+    if i >= len(rest):
+        launch.problems.append(f"line {line}: {tool} run names no image")
+        return
+    image = rest[i].text
+    launch.image_expands = rest[i].expands
+    launch.image = image
+    after = rest[i + 1 :]
+    texts = [w.text for w in after]
+    shell = entrypoint if entrypoint is not None else (texts[0] if texts else None)
+    if shell is not None and PurePosixPath(shell).name in _SHELLS:
+        how = f"--entrypoint {entrypoint}" if entrypoint is not None else f"{shell} after the image"
+        script = "-c" in texts[: 2 if entrypoint is None else 1]
+        what = "runs a shell script (-c …) in" if script else "starts an interactive shell in"
+        launch.problems.append(
+            f"line {line}: this is not a serving command: {how} {what} {image}, not the vLLM server; "
+            "import the vllm serve (or python -m vllm.entrypoints.openai.api_server) command "
+            f"{'the script runs' if script else 'you run inside it'} on its own"
+        )
+        return
+    if entrypoint is not None:
+        launch.recipe_executable = launch.executable = entrypoint
+        launch.subcommand = ()
+    elif texts and PurePosixPath(texts[0]).name == "vllm" and texts[1:2] == ["serve"]:
+        launch.recipe_executable = texts[0]
+        after = after[2:]
+    elif (
+        texts
+        and _PYTHON_RE.match(PurePosixPath(texts[0]).name)
+        and texts[1:3] == ["-m", LAUNCHERS["python"][1][1]]
+    ):
+        launch.recipe_executable = texts[0]
+        launch.executable, launch.subcommand = LAUNCHERS["python"]
+        launch.first_arg_positional_ok = False
+        after = after[3:]
+    else:
+        launch.recipe_executable = f"{image} (image entrypoint)"
+        launch.executable, launch.subcommand = IMAGE_ENTRYPOINT
+        launch.notes.append(
+            f"{tool} run: the image's entrypoint is taken to be `vllm serve` (as in vllm/vllm-openai); the "
+            "args after the image are its arguments"
+        )
+    launch.args = [w.text for w in after]
+    launch.arg_expands = [w.expands for w in after]
+    if dropped:
+        launch.notes.append(
+            f"{tool} run options not imported (rigsmith sets name, restart, network and ports per target; "
+            f"the server listens on --host/--port): {' '.join(dropped)}"
+        )
+
+
+def _docker_option(opt: str, val: str, launch: Launch, dropped: list[str], where: str) -> None:
+    if opt == "--gpus":
+        gpus_request(val, launch, where)
+    elif opt == "--device":
+        if specmod.CDI_RE.match(val):
+            launch.gpu_cdi = [*(launch.gpu_cdi or []), val]
+        else:
+            device_node(val, launch, where)
+    elif opt == "--shm-size":
+        set_shm(val, launch, where)
+    elif opt == "--ulimit":
+        kind, _, limits = val.partition("=")
+        if kind == "memlock":
+            soft = limits.split(":", 1)[0]
+            launch.memlock = "unlimited" if soft in ("-1", "unlimited") else whole_number(soft, launch, where)
+        else:
+            launch.notes.append(f"{where} {val}: not imported (only memlock is carried by every target)")
+    elif opt in ("-e", "--env"):
+        m = _ASSIGN_RE.match(val)
+        if m:
+            launch.env.append(env_var(m.group(1), m.group(2), None, launch, where))
+        elif specmod.ENV_NAME_RE.match(val):
+            launch.env.append(passthrough(val, launch, where))
+        else:
+            launch.problems.append(f"{where} {val!r}: not NAME=value or NAME")
+    elif opt in ("-v", "--volume"):
+        volume(val, launch, where)
+    elif opt == "--ipc":
+        launch.notes.append(f"{where}={val}: not imported; the container gets its own /dev/shm of shm_size")
+    elif opt == "--stop-timeout":
+        launch.stop_grace = whole_number(val, launch, where)
+    elif opt in DOCKER_DROPPED:
+        dropped.append(f"{opt} {val}")
+    else:
+        launch.notes.append(f"{where} {val}: not imported")

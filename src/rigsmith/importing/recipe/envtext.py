@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from rigsmith import spec as specmod
-from rigsmith.importing.recipe.shellform import _secret_var
+from rigsmith.importing.recipe.envvars import secret_var
 from rigsmith.importing.recipe.tables import _SECRET_NAME_RE
 
 # -- env string grammar (seed 003) -------------------------------------------------------------------
@@ -60,7 +60,7 @@ def _entry(
 ) -> specmod.EnvVar:
     """One variable of the env string: a secret's value lifted out (said in ``notes``), else kept, marked
     secret when its name says so."""
-    lifted = _secret_var(name, value, note, where, **flags)
+    lifted = secret_var(name, value, note, where, **flags)
     if lifted is not None:
         notes.append(lifted[1])
         return lifted[0]

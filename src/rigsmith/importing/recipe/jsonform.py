@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rigsmith import spec as specmod
+from rigsmith import yamldoc
 from rigsmith.errors import RecipeError
 from rigsmith.importing.recipe.launch import Launch, Meta, _refuse
 from rigsmith.importing.recipe.shellform import _from_shell
@@ -24,10 +24,10 @@ def _from_json(text: str, source: str) -> tuple[Launch, Meta]:
         ) from None
     except RecursionError:
         raise RecipeError(
-            f"{source}: the recipe JSON is nested more than {specmod.MAX_DEPTH} levels deep",
+            f"{source}: the recipe JSON is nested more than {yamldoc.MAX_DEPTH} levels deep",
             hint="a recipe JSON is a flat object",
         ) from None
-    problem = specmod.tree_problem(data)
+    problem = yamldoc.tree_problem(data)
     if problem:
         raise RecipeError(f"{source}: the recipe JSON {problem}", hint="a recipe JSON is a flat object")
     if not isinstance(data, dict):

@@ -31,8 +31,8 @@ from typing import Literal
 
 from rigsmith import spec as specmod
 from rigsmith.importing import shellwords
-from rigsmith.importing.recipe import shellform
-from rigsmith.importing.recipe.dockerrun import docker_options
+from rigsmith.importing.recipe.dockerrun import docker_options, docker_run
+from rigsmith.importing.recipe.envvars import env_var
 from rigsmith.importing.recipe.flags import flag_values
 from rigsmith.importing.recipe.launch import Launch
 from rigsmith.importing.recipe.tables import _ASSIGN_RE, _PYTHON_RE, _SHELLS, LAUNCHERS
@@ -252,9 +252,7 @@ def apply(group: RayGroup, launch: Launch) -> None:
     launch.notes += group.notes
     words = list(group.serve)
     while words and (m := _ASSIGN_RE.match(words[0].text)):
-        launch.env.append(
-            shellform._env_var(m.group(1), m.group(2), None, launch, f"line {group.serve_line}")
-        )
+        launch.env.append(env_var(m.group(1), m.group(2), None, launch, f"line {group.serve_line}"))
         words.pop(0)
     backend = _flag([w.text for w in words], "--distributed-executor-backend")
     if backend is None:
@@ -271,9 +269,9 @@ def apply(group: RayGroup, launch: Launch) -> None:
             "Ray cluster the other commands start would go unused; use --distributed-executor-backend ray"
         )
     head = group.nodes[0]
-    shellform._docker([*head.docker, *words], launch, head.line)
+    docker_run([*head.docker, *words], launch, head.line)
     for node in group.nodes:
-        shellform._docker(node.docker, node.facts, node.line)
+        docker_run(node.docker, node.facts, node.line)
     _env_differences(group, launch)
     launch.notes += [
         f"env {e.name}={e.value} selects GPUs on the head's host; in a cluster each node's cdi_devices "

@@ -17,7 +17,7 @@ import yaml
 from rigsmith.errors import SpecError
 from rigsmith.render import breaks_line, line_breaks
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import Checker, RenderContext
+from rigsmith.rendering.targets.context import Checker, RenderContext
 
 #: Seconds each enclosing layer adds to the stop timeout inside it.
 STOP_MARGIN = 30

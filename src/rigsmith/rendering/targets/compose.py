@@ -4,8 +4,8 @@ GPUs go in the service's ``devices:`` list, which every front-end passes through
 ``deploy.resources.reservations.devices`` with ``driver: cdi``, which podman-compose 1.0.6 and 1.6.0 both drop
 without a word (shared/ENVIRONMENT.md; seeds/000 pitfall 1). podman-compose also never passes
 ``stop_grace_period`` to ``podman create/run`` (only to its own ``down``), so the up command rigsmith prints
-adds ``--stop-timeout`` through ``--podman-run-args``, and the post-start check (rigsmith.verify) fails loudly
-when either the devices or the stop timeout did not arrive.
+adds ``--stop-timeout`` through ``--podman-run-args``, and the post-start check (rigsmith.operating.verify)
+fails loudly when either the devices or the stop timeout did not arrive.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 from rigsmith import render as tpl
 from rigsmith.render import banner
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import RenderContext
 from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_RETRIES,
@@ -30,6 +29,7 @@ from rigsmith.rendering.targets.common import (
     volume_problems,
     yaml_text,
 )
+from rigsmith.rendering.targets.context import RenderContext
 from rigsmith.writer import Artifact
 
 

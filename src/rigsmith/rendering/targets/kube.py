@@ -15,7 +15,6 @@ from typing import Any
 from rigsmith import render as tpl
 from rigsmith.render import banner
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import RenderContext
 from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_TIMEOUT,
@@ -29,6 +28,7 @@ from rigsmith.rendering.targets.common import (
     volume_problems,
     yaml_text,
 )
+from rigsmith.rendering.targets.context import RenderContext
 from rigsmith.writer import Artifact
 
 

@@ -27,7 +27,6 @@ from rigsmith.errors import SpecError
 from rigsmith.render import banner
 from rigsmith.rendering import cluster
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import RenderContext
 from rigsmith.rendering.targets.common import (
     cannot_express,
     refuse,
@@ -35,6 +34,7 @@ from rigsmith.rendering.targets.common import (
     volume_problems,
     yaml_text,
 )
+from rigsmith.rendering.targets.context import RenderContext
 from rigsmith.rendering.targets.kube import manifests, object_name
 from rigsmith.writer import Artifact
 

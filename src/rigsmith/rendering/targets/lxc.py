@@ -10,10 +10,10 @@ model dir, and a ``startup: down=`` that outlasts every stop timeout inside.
 A config rigsmith writes (``lxc/NAME/VMID.conf``) is its own: re-rendering replaces the lines it manages
 (same key, same mount point, same device, same variable) and keeps lines added by hand. A config the user
 hands in (``--lxc-config``) is theirs: it is read, never written, and the merged copy goes to
-``lxc/NAME/VMID.conf`` under the rules of :mod:`rigsmith.targets.pctconf` (only rigsmith's settings change,
-three-way against the recorded base, CT identity keys never touched). Either way everything goes before the
-first ``[section]`` (snapshots, ``[pve:pending]``), because lines appended after it would land in the last
-snapshot (research/runtime-facts.md §4.1).
+``lxc/NAME/VMID.conf`` under the rules of :mod:`rigsmith.rendering.targets.pctconf` (only rigsmith's settings
+change, three-way against the recorded base, CT identity keys never touched). Either way everything goes
+before the first ``[section]`` (snapshots, ``[pve:pending]``), because lines appended after it would land in
+the last snapshot (research/runtime-facts.md §4.1).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rigsmith import render as tpl
 from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.render import banner, breaks_line
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import LxcOptions, RenderContext, pctconf
+from rigsmith.rendering.targets import pctconf
 from rigsmith.rendering.targets.common import (
     Check,
     cannot_express,
@@ -38,6 +38,7 @@ from rigsmith.rendering.targets.common import (
     timings,
     volume_problems,
 )
+from rigsmith.rendering.targets.context import LxcOptions, RenderContext
 from rigsmith.rendering.targets.lxcservice import SECRETS_DIR, unit_text, venv_program
 from rigsmith.rendering.targets.podman import run_lines
 from rigsmith.rendering.targets.pvekeys import PVE_KEYS, Version, check

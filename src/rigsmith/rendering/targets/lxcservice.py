@@ -10,8 +10,9 @@ import posixpath
 from rigsmith import render as tpl
 from rigsmith.render import banner
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import RenderContext, ini
+from rigsmith.rendering.targets import ini
 from rigsmith.rendering.targets.common import RESTART_SEC, home_path, timings
+from rigsmith.rendering.targets.context import RenderContext
 
 #: Where provision.sh writes a venv service's secret env file (0600), read by its EnvironmentFile=.
 SECRETS_DIR = "/etc/rigsmith"

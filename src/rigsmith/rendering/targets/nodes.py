@@ -14,13 +14,16 @@ from pathlib import Path
 from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
 from rigsmith.rendering import cluster
+from rigsmith.rendering.nextsteps import next_steps as one_node
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import RenderContext, renderers
+from rigsmith.rendering.targets.context import RenderContext, Renderer
 from rigsmith.writer import Artifact
 
 
-def render(target: str, spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
-    """Artifacts of ``target`` for every node of ``spec.cluster``, head first."""
+def render(
+    target: str, render_one: Renderer, spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext
+) -> list[Artifact]:
+    """Artifacts of ``target`` (rendered by ``render_one``) for every node of ``spec.cluster``, head first."""
     nodes = cluster.node_plans(spec, plan)
     if target == "kube":
         from rigsmith.rendering.targets import kube_lws
@@ -32,7 +35,6 @@ def render(target: str, spec: specmod.Deployment, plan: RunPlan, ctx: RenderCont
             f"{len(nodes)} nodes, one CT each",
             hint="render without --lxc-config (each node's NNN.conf is written new), then merge them by hand",
         )
-    render_one = renderers()[target]
     out: list[Artifact] = []
     for node in nodes:
         lxc = dataclasses.replace(ctx.lxc, vmid=ctx.lxc.vmid + node.index)
@@ -42,8 +44,6 @@ def render(target: str, spec: specmod.Deployment, plan: RunPlan, ctx: RenderCont
 
 def next_steps(target: str, spec: specmod.Deployment, plan: RunPlan, out: Path | None) -> list[str]:
     """What to run on each node after deploy, head first, and the order to stop them in."""
-    from rigsmith.rendering.deploy import next_steps as one_node
-
     if target == "kube":
         return one_node(target, plan, out)
     nodes = cluster.node_plans(spec, plan)

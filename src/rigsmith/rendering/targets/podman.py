@@ -8,7 +8,6 @@ import re
 from rigsmith import render as tpl
 from rigsmith.render import banner, shpath, shquote
 from rigsmith.rendering.plan import PlanMount, RunPlan
-from rigsmith.rendering.targets import RenderContext
 from rigsmith.rendering.targets.common import (
     Check,
     entrypoint_problems,
@@ -17,6 +16,7 @@ from rigsmith.rendering.targets.common import (
     runs_container,
     volume_problems,
 )
+from rigsmith.rendering.targets.context import RenderContext
 from rigsmith.writer import Artifact
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from rigsmith import render as tpl
 from rigsmith.render import banner
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets import RenderContext
 from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_RETRIES,
@@ -32,6 +31,7 @@ from rigsmith.rendering.targets.common import (
     timings,
     volume_problems,
 )
+from rigsmith.rendering.targets.context import RenderContext
 from rigsmith.rendering.targets.ini import Entry, sections, specifiers, systemd_word, systemd_words
 from rigsmith.writer import Artifact
 

@@ -1,0 +1,81 @@
+"""One environment variable from a recipe (every form: shell text, compose, JSON, the env string): a secret
+lifted out of the spec with a note, a host reference kept and explained, repeats merged as the shell does."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rigsmith import spec as specmod
+from rigsmith.importing.recipe.launch import Launch
+from rigsmith.importing.recipe.tables import _SECRET_NAME_RE, _SELF_REF_RE
+
+
+def secret_var(
+    name: str, value: str, note: str | None, where: str, **flags: bool
+) -> tuple[specmod.EnvVar, str] | None:
+    """A variable whose name says it holds a secret, with its value dropped (never stored in the spec),
+    and the note that says so; None for any other variable. Every env source goes through here."""
+    if not _SECRET_NAME_RE.search(name) or "$" in value or not value:
+        return None
+    if specmod.PLACEHOLDER_RE.fullmatch(value):
+        return specmod.EnvVar(name=name, value="", note=note, secret=True, **flags), (
+            f"{where}: {name} is a secret (placeholder {value} dropped); it is read from the host "
+            "environment at run time"
+        )
+    return specmod.EnvVar(name=name, value="", note=note, secret=True, **flags), (
+        f"{where}: the value of {name} was dropped (a secret is never stored in the spec); it is read from "
+        "the host environment at run time"
+    )
+
+
+def env_var(name: str, value: str, note: str | None, launch: Launch, where: str) -> specmod.EnvVar:
+    secret = bool(_SECRET_NAME_RE.search(name))
+    m = _SELF_REF_RE.match(value)
+    if m and m.group(1) == name:
+        launch.notes.append(f"{where}: {name}={value} is read from the host environment at run time")
+        return specmod.EnvVar(name=name, value=value, note=note, secret=True)
+    if m and secret:
+        # `-e HUGGING_FACE_HUB_TOKEN=$HF_TOKEN`: the container's NAME is the host's other variable. The
+        # value keeps that mapping; every target passes a secret by its own name, so say what to export.
+        launch.notes.append(
+            f"{where}: {name}={value} reads the secret {name} from the host's {m.group(1)}; "
+            "env[].value keeps "
+            f'that mapping, and the targets pass {name} by name: export {name}="${m.group(1)}" (or create '
+            f"the podman secret {name}) before starting"
+        )
+        return specmod.EnvVar(
+            name=name, value=value, note=note or f"from the host's {m.group(1)}", secret=True
+        )
+    lifted = secret_var(name, value, note, where)
+    if lifted is not None:
+        launch.notes.append(lifted[1])
+        if not specmod.PLACEHOLDER_RE.fullmatch(value):  # a <placeholder> is no secret to scrub
+            launch.secrets.append(value)
+        return lifted[0]
+    if "$" in value or "`" in value:
+        launch.notes.append(
+            f"{where}: {name}={value} holds shell syntax that a shell would expand; kept literally, "
+            "replace it with the value you mean"
+        )
+    return specmod.EnvVar(name=name, value=value, note=note, secret=secret)
+
+
+def passthrough(name: str, launch: Launch, where: str) -> specmod.EnvVar:
+    launch.notes.append(f"{where}: {name} is passed through from the host environment at run time")
+    return specmod.EnvVar(name=name, value="", secret=True, note="passed through from the host environment")
+
+
+def merge_env(env: Sequence[specmod.EnvVar], launch: Launch) -> list[specmod.EnvVar]:
+    """Later settings of a name win (a prefix beats an export), as in the shell; repeats are noted."""
+    out: dict[str, specmod.EnvVar] = {}
+    for e in env:
+        old = out.get(e.name)
+        if old is not None:
+            same = (
+                "with the same value" if old.value == e.value else f"({old.value!r} → {e.value!r}, last wins)"
+            )
+            launch.notes.append(f"env {e.name} is set twice {same}")
+            if e.note is None and old.note is not None:
+                e = e.model_copy(update={"note": old.note})
+        out[e.name] = e
+    return list(out.values())
