@@ -42,28 +42,15 @@ from typing import IO
 
 from rigsmith.operating import ociarchive
 from rigsmith.operating.bundlefiles import (
-    ARTIFACT_PREFIX,
-    BUNDLE_STATE,
     DEFAULT_IO,
-    DEFAULT_TARGETS,
-    IMAGE_MEMBER,
-    LOCK_MEMBER,
-    MANIFEST,
-    MODEL_PREFIX,
-    BundleError,
     BundleReport,
     Contents,
     Echo,
-    ImageEntry,
     Io,
-    Manifest,
-    Member,
-    ModelFile,
     atomic,
     check_space,
     contents,
     drop_stale,
-    dump_manifest,
     gib,
     image_size,
     pin_key,
@@ -74,6 +61,21 @@ from rigsmith.operating.bundlefiles import (
     sha256_file,
     verify_source,
     write_bytes,
+)
+from rigsmith.operating.bundlemanifest import (
+    ARTIFACT_PREFIX,
+    BUNDLE_STATE,
+    DEFAULT_TARGETS,
+    IMAGE_MEMBER,
+    LOCK_MEMBER,
+    MANIFEST,
+    MODEL_PREFIX,
+    BundleError,
+    ImageEntry,
+    Manifest,
+    Member,
+    ModelFile,
+    dump_manifest,
 )
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import shutil
-import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -28,9 +25,9 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from rigsmith import confine
-from rigsmith.errors import LockError, PreflightError, RigsmithError
+from rigsmith.errors import LockError, PreflightError
 from rigsmith.operating import ociarchive
+from rigsmith.operating.bundlemanifest import IMAGE_MEMBER, MODEL_PREFIX, BundleError, Manifest
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import (
     HASH_CHUNK,
@@ -47,120 +44,6 @@ from rigsmith.spec import Deployment
 
 Echo = Callable[[str], None]
 DiskFree = Callable[[Path], int]
-
-
-FORMAT = "rigsmith-bundle/1"
-MANIFEST = "manifest.json"
-LOCK_MEMBER = "rigsmith.lock"
-IMAGE_MEMBER = "image/engine.oci.tar"
-MODEL_PREFIX = "model/"
-ARTIFACT_PREFIX = "artifacts/"
-#: The bundle's own book-keeping (never a member, never in the tar).
-BUNDLE_STATE = ".rigsmith-bundle"
-DEFAULT_TARGETS = ("podman",)
-
-
-class BundleError(RigsmithError):
-    """A bundle is incomplete, tampered with, or does not match its lock."""
-
-
-# -- the manifest ---------------------------------------------------------------------------------------
-
-
-class _M(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Member(_M):
-    """One file of the bundle."""
-
-    size: int
-    sha256: str
-
-
-class ModelFile(_M):
-    """A model file: its member, and the hash the lock holds for it."""
-
-    member: str
-    size: int
-    kind: HashKind
-    digest: str
-
-
-class ImageEntry(_M):
-    """The engine image archive and the pin it must match."""
-
-    member: str
-    name: str
-    tag: str | None
-    digest: str | None
-    image_id: str | None
-    pinned_ref: str
-    config_digest: str
-
-
-class Manifest(_M):
-    """``manifest.json``."""
-
-    format: str = FORMAT
-    deployment: str
-    lock_sha256: str
-    model_repo: str
-    model_commit: str
-    model: dict[str, ModelFile] = Field(default_factory=dict)  # key: path in the repo
-    image: ImageEntry | None = None
-    targets: list[str] = Field(default_factory=list)
-    members: dict[str, Member] = Field(default_factory=dict)
-
-
-def dump_manifest(m: Manifest) -> str:
-    return json.dumps(m.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
-
-
-def read_manifest(bundle: Path) -> Manifest:
-    """The bundle's manifest, or a BundleError saying the bundle is incomplete or not one."""
-    path = bundle / MANIFEST
-    try:
-        m = Manifest.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
-        raise BundleError(
-            f"{bundle} is not a complete bundle: {MANIFEST} is missing",
-            hint="an interrupted `invoke bundle` writes the manifest last; run it again on the connected "
-            "machine and copy the whole directory",
-        ) from None
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])[:200]
-        raise BundleError(
-            f"{path}: not a rigsmith bundle manifest ({err.error_count()} problem(s); first: "
-            f"{where + ': ' if where else ''}{first['msg']})",
-            hint="unbundle reads the manifest.json `invoke bundle` writes; bundle again on the connected "
-            "machine",
-        ) from None
-    except (OSError, ValueError) as err:
-        raise BundleError(f"{path}: not a rigsmith bundle manifest ({err})") from None
-    if m.format != FORMAT:
-        raise BundleError(f"{path}: format {m.format!r}, this rigsmith reads {FORMAT!r}")
-    return m
-
-
-def member_path(bundle: Path, member: str) -> Path:
-    """The file of a member: a safe name (:mod:`rigsmith.confine`), not the bundle's book-keeping, and on disk
-    a regular file reached through no symlink (the manifest and the directory are untrusted)."""
-    where = f"{bundle / MANIFEST}: member"
-    confine.check(member, where, BundleError)
-    if member.split("/")[0] == BUNDLE_STATE:
-        raise BundleError(f"{where} {member!r} is not a path inside the bundle's members (book-keeping)")
-    path = confine.under(bundle, member, where, BundleError)
-    try:
-        st = path.lstat()
-    except FileNotFoundError:
-        return path
-    if not stat.S_ISREG(st.st_mode):
-        raise BundleError(f"{where} {member!r}: {path} is not a regular file (a link, FIFO or device)",
-                          hint="copy the bundle again from the connected machine")  # fmt: skip
-    return path
-
 
 # -- hashing and placing files ----------------------------------------------------------------------------
 

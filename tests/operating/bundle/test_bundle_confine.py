@@ -22,8 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigsmith.errors import RigsmithError
+from rigsmith.operating import bundleplace
 from rigsmith.operating import unbundle as unbundlemod
-from rigsmith.operating.bundlefiles import MANIFEST, Io
+from rigsmith.operating.bundlefiles import Io
+from rigsmith.operating.bundlemanifest import MANIFEST
 from tests.support import audit
 from tests.support.bundle import NAME, Source, invoke, offline_project
 from tests.support.podman import Podman
@@ -199,7 +201,7 @@ def test_no_hostile_tar_member_is_unpacked_outside_the_work_dir(tmp_path: Path, 
     work = project.root / ".rigsmith"
     with audit.recording() as rec:
         try:
-            unbundlemod._unpacked(project, tar, lambda _m: None, False, lambda _p: 1 << 50)
+            bundleplace.unpacked(project, tar, lambda _m: None, False, lambda _p: 1 << 50)
         except RigsmithError as err:
             assert "\n  hint" in str(err) or "\n" not in str(err)
     assert rec.writes_outside(work) == []

@@ -12,16 +12,13 @@ import pytest
 
 from rigsmith.errors import LockError, PreflightError
 from rigsmith.operating import ociarchive
-from rigsmith.operating.bundlefiles import (
+from rigsmith.operating.bundlefiles import check_against_lock, check_space, contents, place
+from rigsmith.operating.bundlemanifest import (
     BundleError,
     Manifest,
     Member,
     ModelFile,
-    check_against_lock,
-    check_space,
-    contents,
     member_path,
-    place,
     read_manifest,
 )
 from rigsmith.resolving import lock as lockmod
