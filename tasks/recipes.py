@@ -13,7 +13,8 @@ from tasks._common import confirm, echo, project, side, user_errors
         "source": "recipe to import: an http(s) URL or a file (recipe JSON, command text or compose file)",
         "name": "deployment name, i.e. deployments/NAME.yaml (default: from the recipe id, title or model)",
         "image": "container image to run when the recipe names none (seed 003 runs vLLM from a venv)",
-        "yes": "change an existing deployments/NAME.yaml without asking",
+        "yes": "change an existing deployments/NAME.yaml without asking; import a text bash would break on "
+        "(a comment after a '\\' continuation) as its author meant, recorded in the spec's notes",
         "dry_run": "print what would be written; write nothing",
         "ours": "re-import: where you and the recipe changed the same field, keep your value",
         "theirs": "re-import: where you and the recipe changed the same field, take the recipe's value",

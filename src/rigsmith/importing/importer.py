@@ -321,7 +321,8 @@ def import_recipe(
         source: http(s) URL or file path of the recipe.
         name: deployment name (default: from the recipe id, title or model).
         image: container image when the recipe names none (or to replace it).
-        yes: change an existing file without asking.
+        yes: change an existing file without asking, and import a text where bash would break on it the
+            way its author evidently meant (each such step is recorded in the spec's notes).
         dry_run: print what would be written; write nothing.
         confirm: asks the user; None means there is no terminal.
         echo: where messages go.
@@ -332,7 +333,9 @@ def import_recipe(
     """
     fetched = load_source(source, http=http)
     text = decode(fetched)
-    upstream = recipemod.parse(text, source=fetched.source, sha256=fetched.sha256, name=name, image=image)
+    upstream = recipemod.parse(
+        text, source=fetched.source, sha256=fetched.sha256, name=name, image=image, accept=yes
+    )
     upstream = proposalmod.mark_script_switches(upstream)
     upstream, image_file = _proposed_image(project, upstream, fetched.source, source_repo, echo)
     path = project.spec_path(upstream.name)

@@ -53,8 +53,11 @@ Decisions (each is a corpus case in tests/importing/corpus_expected.yaml):
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from rigsmith import spec as specmod
+from rigsmith.errors import RecipeError
+from rigsmith.importing import shelleval
 from rigsmith.importing.recipe.assemble import build, slug
 from rigsmith.importing.recipe.composeform import _compose_data, _from_compose
 from rigsmith.importing.recipe.envtext import parse_env_text
@@ -75,6 +78,7 @@ def parse(
     sha256: str,
     name: str | None = None,
     image: str | None = None,
+    accept: bool = False,
 ) -> specmod.Deployment:
     """Recipe text (any of the three formats) → a validated Deployment, or RecipeError with every reason.
 
@@ -84,6 +88,8 @@ def parse(
         sha256: hex digest of the fetched bytes.
         name: deployment name (default: from the recipe id, title or model).
         image: container image to use when the recipe names none (or to replace the one it names).
+        accept: take the author's evident intent where bash would break on the text (``--yes``); each
+            such step is recorded in the spec's notes.
     """
     if "\x00" in text:
         at = text.index("\x00")
@@ -115,10 +121,55 @@ def parse(
             launch = _from_compose(data)
             meta = Meta()
         else:
-            launch = _from_shell(text)
+            launch = _from_script(text, source, accept)
             meta = Meta()
+    launch.problems += _modelscope(launch, meta)
     meta = dataclasses.replace(meta, provenance=_provenance(source, sha256, meta))
     return build(launch, meta, source=source, asked=Asked(name, image))
+
+
+_MODELSCOPE_RE = re.compile(r"(?:^|\s)VLLM_USE_MODELSCOPE=['\"]?(?:1|[Tt]rue|TRUE|yes)\b")
+
+
+def _modelscope(launch: Launch, meta: Meta) -> list[str]:
+    """VLLM_USE_MODELSCOPE makes vLLM fetch the model id from ModelScope, not the Hugging Face Hub that
+    rigsmith pins and verifies against: the id would be pinned as the wrong repo, so it is refused."""
+    values = [e.value for e in launch.env if e.name == "VLLM_USE_MODELSCOPE"]
+    values += [v or "" for k, v in (meta.env_map or {}).items() if k == "VLLM_USE_MODELSCOPE"]
+    on = any(v.strip().lower() in ("1", "true", "yes") for v in values)
+    if not on and not _MODELSCOPE_RE.search(meta.env_text or ""):
+        return []
+    return [
+        "env VLLM_USE_MODELSCOPE is set: vLLM then downloads the model id from ModelScope, not from the "
+        "Hugging Face Hub that rigsmith pins and verifies; the same id on the Hub may be another model or "
+        "none. "
+        "Import the Hub repo id of the model instead (without VLLM_USE_MODELSCOPE), or the checkpoint's "
+        "directory if you downloaded it from ModelScope yourself"
+    ]
+
+
+def _from_script(text: str, source: str, accept: bool) -> Launch:
+    """Shell text: evaluated (:mod:`rigsmith.importing.shelleval`) into the one command it runs, then read
+    as that command. Steps beyond bash need ``accept``; without it they are refused, saying what it takes."""
+    ev = shelleval.evaluate(text, accept=accept)
+    if ev.asks and not accept:
+        raise RecipeError(
+            "\n".join(
+                [f"{source}: cannot import this recipe as bash would run it ({len(ev.asks)} question(s))"]
+                + [f"  - {a}" for a in ev.asks + ev.problems]
+            ),
+            hint="re-run with --yes to import it as described (the spec's notes record each step), or fix "
+            "the text",
+        )
+    if not ev.changed:
+        launch = _from_shell(text)
+        if ev.problems:  # outside the subset: named by the evaluator, in one paragraph
+            launch.problems = list(ev.problems)
+        return launch
+    launch = _from_shell(ev.text)
+    launch.problems = [*ev.problems, *launch.problems]
+    launch.notes = [*ev.notes, *launch.notes]
+    return launch
 
 
 __all__ = [
