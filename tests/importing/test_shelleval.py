@@ -8,6 +8,7 @@ evaluator under an audit hook that records every process start and file open.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -268,7 +269,7 @@ sys.addaudithook(_Audit.hook)
 
 
 @given(_SCRIPT)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=int(os.environ.get("SHELLEVAL_EXAMPLES", "60")), deadline=None)
 def test_evaluation_starts_no_process_reads_no_file_and_matches_bash(script: str) -> None:
     import tempfile
 

@@ -59,6 +59,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
 from rigsmith.importing import shelleval
 from rigsmith.importing.recipe.assemble import build, slug
+from rigsmith.importing.recipe.composeenv import ComposeEnv
 from rigsmith.importing.recipe.composeform import _compose_data, _from_compose
 from rigsmith.importing.recipe.envtext import parse_env_text
 from rigsmith.importing.recipe.flags import canonical_flag, flag_values
@@ -79,6 +80,8 @@ def parse(
     name: str | None = None,
     image: str | None = None,
     accept: bool = False,
+    compose_env: ComposeEnv | None = None,
+    service: str | None = None,
 ) -> specmod.Deployment:
     """Recipe text (any of the three formats) → a validated Deployment, or RecipeError with every reason.
 
@@ -90,6 +93,9 @@ def parse(
         image: container image to use when the recipe names none (or to replace the one it names).
         accept: take the author's evident intent where bash would break on the text (``--yes``); each
             such step is recorded in the spec's notes.
+        compose_env: the variables a compose file is interpolated with (process environment, env file);
+            None interpolates with nothing set (every ``${VAR}`` without a default is a placeholder).
+        service: the compose service to import (``--service``), when the file has several.
     """
     if "\x00" in text:
         at = text.index("\x00")
@@ -118,7 +124,7 @@ def parse(
             )
         data = _compose_data(text, source)
         if data is not None:
-            launch = _from_compose(data)
+            launch = _from_compose(data, compose_env or ComposeEnv(), service)
             meta = Meta()
         else:
             launch = _from_script(text, source, accept)
@@ -173,6 +179,7 @@ def _from_script(text: str, source: str, accept: bool) -> Launch:
 
 
 __all__ = [
+    "ComposeEnv",
     "Launch",
     "Meta",
     "NoteFacts",

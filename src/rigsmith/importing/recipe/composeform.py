@@ -13,6 +13,7 @@ import yaml
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
 from rigsmith.importing import shellwords
+from rigsmith.importing.recipe import composeenv
 from rigsmith.importing.recipe.launch import Launch
 from rigsmith.importing.recipe.shellform import (
     _device_node,
@@ -105,19 +106,47 @@ SERVICE_KEYS = (
 )
 
 
-def _from_compose(data: dict[str, Any]) -> Launch:
+def _pick_service(services: dict[str, Any], service: str | None, launch: Launch) -> str | None:
+    """The service to import: ``--service NAME``, else the one service that runs vLLM."""
+    if service is not None:
+        if service not in services:
+            launch.problems.append(
+                f"--service {service}: the file has no such service (it has: {', '.join(map(str, services))})"
+            )
+            return None
+        return service
+    vllm = [str(name) for name, svc in services.items() if _runs_vllm(svc)]
+    if len(vllm) == 1:
+        return vllm[0]
+    if vllm:
+        launch.problems.append(
+            f"services: {len(vllm)} services run vLLM ({', '.join(vllm)}); rigsmith imports one deployment "
+            "per "
+            "service: pick one with --service NAME (and import again with another name for the next)"
+        )
+    else:
+        launch.problems.append("services: no service runs vLLM; import a file with a vLLM service")
+    return None
+
+
+def _from_compose(
+    data: dict[str, Any], env: composeenv.ComposeEnv | None = None, service: str | None = None
+) -> Launch:
     launch = Launch()
     services = data["services"]
-    vllm = [name for name, svc in services.items() if _runs_vllm(svc)]
-    if len(vllm) != 1:
-        found = f"{len(vllm)} ({', '.join(vllm)})" if vllm else "none"
-        launch.problems.append(
-            f"services: exactly one service must run vLLM, found {found}; import a file with one vLLM service"
-        )
+    name = _pick_service(services, service, launch)
+    if name is None:
         return launch
-    name = vllm[0]
-    svc: dict[str, Any] = services[name]
     where = f"services.{name}"
+    svc: dict[str, Any] = services[name]
+    if env is not None:
+        values, origin = env.lookup()
+        interp = composeenv.Interpolation(values, origin)
+        svc = composeenv.interpolate(svc, interp, where)
+        launch.problems += interp.problems
+        launch.notes += composeenv.notes_for(interp)
+        if launch.problems:
+            return launch
     entry_list = _refusals(svc, where, launch)
     if launch.problems:
         return launch
@@ -126,6 +155,8 @@ def _from_compose(data: dict[str, Any]) -> Launch:
         launch.problems.append(f"{where}.image: missing; the service must name its image")
         return launch
     launch.image = image
+    # an interpolated variable nobody sets: the image is unknown until the user names it (--image)
+    launch.image_expands = bool(specmod.PLACEHOLDER_RE.search(image))
     full = _argv(svc, where, entry_list, launch)
     if full is None:
         return launch
