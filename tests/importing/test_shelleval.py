@@ -288,3 +288,40 @@ def test_evaluation_starts_no_process_reads_no_file_and_matches_bash(script: str
     placeholders = [w for w in got if w.startswith("<") and w.endswith(">")]
     if not placeholders:
         assert got == want
+
+
+# -- bash -c inside a container ----------------------------------------------------------------------
+
+
+def test_compose_entrypoint_script_runs_its_one_command_with_the_services_args() -> None:
+    text = (
+        "services:\n  vllm:\n    image: vllm/vllm-openai:v0.11.0\n    environment:\n      - X=1\n"
+        "    entrypoint: [/bin/bash, -c, 'export X=2 && exec vllm serve \"$$@\" --port 8000', --]\n"
+        "    command: [Qwen/Qwen3-0.6B, -tp, '2']\n"
+    )
+    dep = _parse(text)
+    assert (dep.engine.executable, list(dep.engine.args)) == (
+        "vllm",
+        ["Qwen/Qwen3-0.6B", "-tp", "2", "--port", "8000"],
+    )
+    assert {e.name: e.value for e in dep.env} == {"X": "2"}  # the script's export is set after the service's
+    assert any("'/bin/bash -c SCRIPT'" in n for n in dep.notes)
+
+
+def test_docker_run_image_bash_c_runs_the_scripts_command() -> None:
+    dep = _parse(
+        "docker run --gpus all vllm/vllm-openai:v0.11.0 bash -c "
+        "'cd /work && export VLLM_CPU_KVCACHE_SPACE=40 && python3 -m vllm.entrypoints.openai.api_server "
+        "--model Qwen/Qwen3-0.6B --port 80'\n"
+    )
+    assert (dep.engine.executable, list(dep.engine.args)) == (
+        "python3",
+        ["--model", "Qwen/Qwen3-0.6B", "--port", "80"],
+    )
+    assert ("VLLM_CPU_KVCACHE_SPACE", "40") in [(e.name, e.value) for e in dep.env]
+    assert any("'cd /work'" in n for n in dep.notes)
+
+
+def test_a_container_script_outside_the_subset_is_refused_naming_it() -> None:
+    message = refusal("docker run vllm/vllm-openai:v0.11.0 bash -c 'for i in 1 2; do vllm serve a/b; done'\n")
+    assert "the bash -c script: " in message and "shell control flow ('for')" in message

@@ -55,9 +55,13 @@ from rigsmith.importing.shellparse import (
 _KEPT_VARS = frozenset({"HOME", "PWD"})
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
 _LOOPS = frozenset({"for", "while", "until", "select", "case", "function"})
+#: The word that ends each compound command the evaluator refuses (what follows it is skipped).
+_CLOSERS = {"for": "done", "while": "done", "until": "done", "select": "done", "case": "esac"}
 _ASSIGN_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 _PY_RE = re.compile(r"^python3?(\.\d+)?$")
 _IFS = " \t\n"
+#: Between two arguments of ``"$@"``: a field boundary no quoting removes.
+_FIELD_BREAK = "\x00"
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,16 @@ class _Evaluator:
         """Append the expansion of ``p`` to ``out`` as (char, splittable) pairs; False when it is kept as
         written (the caller then emits the word as it is)."""
         value = self._lookup(p)
+        if p.name in ("@", "*") and self.positional is not None:
+            args = self.positional[1:]
+            if p.name == "@" and p.quoted:  # "$@": one field per argument
+                for idx, arg in enumerate(args):
+                    if idx:
+                        out.append((_FIELD_BREAK, True))
+                    out.extend((c, False) for c in arg)
+            else:
+                self._put(" ".join(args), p.quoted, out)
+            return True
         if p.name in ("@", "*", "#", "?", "!", "$", "-"):
             self.problems.append(
                 f"line {line}: {p.src} is a value only the running shell knows (the script's arguments or "
@@ -234,7 +248,10 @@ class _Evaluator:
         cur: list[str] = []
         had = False  # the current field has a character or a quoted (possibly empty) part
         for c, splittable in chars:
-            if splittable and c in _IFS:
+            if c == _FIELD_BREAK and splittable:
+                fields.append("".join(cur))
+                cur, had = [], False
+            elif splittable and c in _IFS:
                 if cur or had:
                     fields.append("".join(cur))
                 cur, had = [], False
@@ -267,11 +284,21 @@ class _Evaluator:
     # -- statements --------------------------------------------------------------------------------
 
     def run(self, nodes: Sequence[Node]) -> None:
+        closing: list[str] = []  # inside a loop or case (refused once): skip to its end
         for node in nodes:
+            kw = keyword(node) if isinstance(node, Simple) else None
+            if closing:
+                if kw in _CLOSERS.values():
+                    closing.pop() if kw == closing[-1] else None
+                elif kw in _CLOSERS:
+                    closing.append(_CLOSERS[kw])
+                continue
             if isinstance(node, If):
                 self._if(node)
             else:
                 self._simple(node)
+                if kw in _CLOSERS:
+                    closing.append(_CLOSERS[kw])
 
     def _if(self, node: If) -> None:
         self.changed = True

@@ -124,6 +124,7 @@ class _Lexer:
         self.word_start = 0
         self.word_line = 1
         self.in_command = False  # words seen since the last operator / line end
+        self.case_depth = 0  # inside `case … esac`, whose `)` are pattern ends, not syntax errors
 
     # -- words -------------------------------------------------------------------------------------
 
@@ -139,6 +140,8 @@ class _Lexer:
             return None
         word = Word(tuple(self.parts), self.word_start, self.i, self.word_line)
         self.parts = None
+        if word.unquoted and word.plain in ("case", "esac") and (word.plain == "esac" or not self.in_command):
+            self.case_depth += 1 if word.plain == "case" else -1 if self.case_depth else 0
         self.out.tokens.append(word)
         self.in_command = True
         return word
@@ -476,10 +479,17 @@ class _Lexer:
         self.in_command = True
 
     def paren(self, c: str) -> None:
+        if self.case_depth:  # a case pattern's parentheses: the case itself is refused by name
+            self.end_word()
+            self.out.tokens.append(Op(c, self.line, self.i))
+            self.i += 1
+            return
         if self.parts is not None:
             so_far = "".join(p.text if isinstance(p, Lit) else p.src for p in self.parts)
             if c == "(" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\+?=", so_far):
                 what = f"an array assignment ({so_far}(…))"
+                close = self._matching(self.i + 1, "(", ")")
+                self.i = (self.n if close < 0 else close) - 1  # the array's words are part of the refusal
             else:
                 what = f"an unquoted {c!r} inside the word {so_far + c!r}"
             self.out.problems.append(

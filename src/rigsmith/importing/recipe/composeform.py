@@ -24,6 +24,7 @@ from rigsmith.importing.recipe.shellform import (
     _set_shm,
     _volume,
 )
+from rigsmith.importing.recipe.shellscript import is_shell_c, script_argv
 from rigsmith.importing.recipe.tables import _COMPOSE_VAR_RE, _SECRET_NAME_RE, _SELF_REF_RE, _SERVICES_RE
 
 # -- format (c): compose -----------------------------------------------------------------------------
@@ -171,15 +172,6 @@ def _refusals(svc: dict[str, Any], where: str, launch: Launch) -> list[str] | No
     ``launch.problems``; the entrypoint's words."""
     entry = svc.get("entrypoint")
     entry_list = _compose_words(entry, f"{where}.entrypoint", launch) if entry is not None else None
-    if (
-        entry_list
-        and PurePosixPath(entry_list[0]).name in ("bash", "sh", "dash", "zsh")
-        and "-c" in entry_list
-    ):
-        launch.problems.append(
-            f"{where}.entrypoint: runs a shell script ({entry_list[0]} -c …); rigsmith runs vLLM's "
-            "argv directly and does not import scripts — replace it with the vllm serve command it runs"
-        )
     # `NAME: ${VAR}` in environment is the shell's `-e NAME=$VAR`: read from the host at run time.
     seen = [
         (p, v)
@@ -223,6 +215,15 @@ def _argv(svc: dict[str, Any], where: str, entry_list: list[str] | None, launch:
                     f"{where}.command[{idx}]: {item!r} is ONE argument containing a space (a YAML list item "
                     "is passed whole), which vLLM rejects; split it into two items"
                 )
+    if entry_list and is_shell_c([*entry_list, *cmd]):
+        # `entrypoint: [bash, -c, SCRIPT, …]`: the one command the script runs (command: are its "$@")
+        got = script_argv([*entry_list, *cmd], f"{where}.entrypoint", launch)
+        if got is None:
+            return None
+        argv, env = got
+        launch.env += [_env_var(k, v, None, launch, f"{where}.entrypoint") for k, v in env]
+        module = len(argv) > 2 and argv[1] == "-m" and PurePosixPath(argv[0]).name.startswith("python")
+        entry_list, cmd = argv[: 3 if module else 1], argv[3 if module else 1 :]
     if entry_list == []:
         # `entrypoint: []` clears the image's entrypoint: the command's first word is the executable.
         if not cmd:
@@ -325,14 +326,16 @@ def _compose_env(value: Any, where: str, launch: Launch) -> None:
         items = [(str(k), None if v is None else str(v)) for k, v in value.items()]
     elif value is not None:
         launch.problems.append(f"{where}: must be a list or a mapping")
+    service_env: list[specmod.EnvVar] = []
     for k, val in items:
         if not specmod.ENV_NAME_RE.match(k):
             launch.problems.append(f"{where}: {k!r} is not an environment variable name")
         elif val is None:
-            launch.env.append(_passthrough(k, launch, where))
+            service_env.append(_passthrough(k, launch, where))
         else:
-            launch.env.append(_env_var(k, _unescape(val), None, launch, where))
-    launch.env = _merge_env(launch.env, launch)
+            service_env.append(_env_var(k, _unescape(val), None, launch, where))
+    # what an entrypoint script exports (already in launch.env) is set after the service's environment
+    launch.env = _merge_env([*service_env, *launch.env], launch)
 
 
 def _compose_gpus(deploy: Any, where: str, launch: Launch) -> None:
