@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rigsmith.importing import recipe, shelleval
+from rigsmith.importing import recipe, shelleval, shellparse
 from rigsmith.spec import Deployment
 from tests.support.bashoracle import bash_argv
 from tests.support.recipes import HERE, corpus, refusal
@@ -63,7 +63,7 @@ def test_published_script(case: dict[str, Any], tmp_path: Path) -> None:
     assert interpreted.changed
     # bash on the interpreted text gives the spec's argv, byte for byte
     assert _args_of(bash_argv(interpreted.text, tmp_path), dep) == case["args"]
-    if not accept and not shelleval.strip_prompts(text)[1]:
+    if not accept and not shellparse.strip_prompts(text)[1]:
         # and bash on the published text itself, where bash runs it as its author meant (a prompt is not)
         assert _args_of(bash_argv(text, tmp_path), dep) == case["args"]
 
