@@ -302,6 +302,14 @@ class _Evaluator:
 
     def _if(self, node: If) -> None:
         self.changed = True
+        if _is_guard(node):
+            # `if <port busy>; then echo …; exit 1; fi`: a check that stops the script on the machine; what
+            # runs when it passes is the rest of the text.
+            self.notes.append(
+                f"line {node.line}: a guard (if … then echo/exit … fi) that stops the script when its test "
+                "holds on the machine; not imported — the rest of the text is what runs when it passes"
+            )
+            return
         for idx, (test, body) in enumerate(node.branches):
             if test is None:
                 self.notes.append(
@@ -502,7 +510,10 @@ class _Evaluator:
     def _source(self, words: list[Word], s: Simple) -> None:
         target = words[1].plain if len(words) > 1 else None
         self.changed = True
-        if target is not None and PurePosixPath(target).parts[-2:] == ("bin", "activate"):
+        if target is not None and (
+            PurePosixPath(target).parts[-2:] == ("bin", "activate")
+            or PurePosixPath(target).parts[-3:] == ("etc", "profile.d", "conda.sh")
+        ):
             self.notes.append(
                 f"line {s.line}: 'source {target}' activates a Python venv on the host; in a container the "
                 "image's environment runs vLLM (for an LXC venv, set engine.venv to that venv)"
@@ -635,6 +646,21 @@ class _Evaluator:
         self.kept += [(ln + offset, t) for ln, t in inner.kept]
         exported_inner = [n for n in inner.exported if n not in self.exported]
         self.exported += exported_inner
+
+
+#: Commands a guard's body may hold: it only reports and stops.
+_GUARD_WORDS = frozenset({"echo", "printf", "exit", "return", ":"})
+
+
+def _is_guard(node: If) -> bool:
+    """An ``if`` with no ``else`` whose body only reports and exits."""
+    (_test, body), *rest = node.branches
+    return (
+        not rest
+        and bool(body)
+        and all(isinstance(n, Simple) and keyword(n) in _GUARD_WORDS for n in body)
+        and any(isinstance(n, Simple) and keyword(n) in ("exit", "return") for n in body)
+    )
 
 
 def evaluate(text: str, *, accept: bool = False, _inner: _Evaluator | None = None) -> Evaluated:
