@@ -280,10 +280,11 @@ def test_evaluation_starts_no_process_reads_no_file_and_matches_bash(script: str
     finally:
         _Audit.armed = False
     assert _Audit.seen == []
-    if result.problems or result.asks or "$ " in script.splitlines()[-1][:2]:
-        return
+    assert result.problems == [] and result.asks == []  # the generated scripts stay inside the subset
+    # bash cannot run a prompt: the published text without it is what the author ran
+    typed = script.replace("\n$ ", "\n").removeprefix("$ ")
     with tempfile.TemporaryDirectory() as tmp:
-        want = bash_argv(script, Path(tmp))
+        want = bash_argv(typed, Path(tmp))
         got = bash_argv(result.text, Path(tmp))
     placeholders = [w for w in got if w.startswith("<") and w.endswith(">")]
     if not placeholders:
@@ -325,3 +326,16 @@ def test_docker_run_image_bash_c_runs_the_scripts_command() -> None:
 def test_a_container_script_outside_the_subset_is_refused_naming_it() -> None:
     message = refusal("docker run vllm/vllm-openai:v0.11.0 bash -c 'for i in 1 2; do vllm serve a/b; done'\n")
     assert "the bash -c script: " in message and "shell control flow ('for')" in message
+
+
+def test_a_pasted_terminal_session_drops_the_output_after_the_prompted_command() -> None:
+    # vLLM issue 13124's comment: the prompt, the command, then the server's log
+    text = (
+        "(qwen25vl) lzh@instance-aw1rhmsz-5:~/Code/qwen2_5vl$ "
+        "vllm serve Qwen/Qwen2.5-VL-7B-Instruct --port 6006\n"
+        "INFO 02-12 13:31:03 __init__.py:190] Automatically detected platform cuda.\n"
+        "INFO 02-12 13:31:04 api_server.py:840] vLLM API server version 0.7.2\n"
+    )
+    dep = _parse(text)
+    assert list(dep.engine.args) == ["Qwen/Qwen2.5-VL-7B-Instruct", "--port", "6006"]
+    assert any("line(s) 2-3: terminal output after a prompted command" in n for n in dep.notes)

@@ -27,10 +27,17 @@ def strip_prompts(text: str) -> tuple[str, list[str]]:
     """``text`` without terminal prompts (``$ ``, ``(venv) $ ``, ``user@host:~# ``, the ``> `` of a
     continued line), line numbers unchanged; and one note per prompt removed."""
     out, notes = [], []
-    continued = False
+    continued = prompted = False
+    output: list[int] = []
     for no, line in enumerate(text.split("\n"), 1):
         m = _PROMPT_RE.match(line)
+        if prompted and not continued and not m and line.strip() and not line.lstrip().startswith(">"):
+            # a terminal session: what follows a prompted command (until the next prompt) is its output
+            output.append(no)
+            out.append("")
+            continue
         if not continued and m:
+            prompted = True
             notes.append(
                 f"line {no}: the shell prompt {m.group('p').strip() + ' '!r} before the command is not "
                 "part of it"
@@ -43,7 +50,23 @@ def strip_prompts(text: str) -> tuple[str, list[str]]:
             line = re.sub(r"^[ \t]*>", " ", line, count=1)
         continued = line.rstrip("\r").endswith("\\") and not line.rstrip("\r").endswith("\\\\")
         out.append(line)
+    if output:
+        notes.append(
+            f"line(s) {_ranges(output)}: terminal output after a prompted command (a pasted session); "
+            "not imported"
+        )
     return "\n".join(out), notes
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    """``1-3, 7`` for [1, 2, 3, 7]."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
 
 
 # -- statements ----------------------------------------------------------------------------------------
