@@ -339,3 +339,10 @@ def test_a_pasted_terminal_session_drops_the_output_after_the_prompted_command()
     dep = _parse(text)
     assert list(dep.engine.args) == ["Qwen/Qwen2.5-VL-7B-Instruct", "--port", "6006"]
     assert any("line(s) 2-3: terminal output after a prompted command" in n for n in dep.notes)
+
+
+def test_the_recipe_json_command_is_read_with_the_same_rules() -> None:
+    text = json.dumps({"title": "t", "command": "MODEL=Qwen/Qwen3-0.6B\nnohup vllm serve $MODEL -tp 2 &"})
+    dep = _parse(text)
+    assert list(dep.engine.args) == ["Qwen/Qwen3-0.6B", "-tp", "2"]
+    assert any("'nohup' dropped" in n for n in dep.notes)

@@ -57,8 +57,6 @@ import json
 import re
 
 from rigsmith import spec as specmod
-from rigsmith.errors import RecipeError
-from rigsmith.importing import shelleval
 from rigsmith.importing.recipe import cardform
 from rigsmith.importing.recipe.assemble import build, slug
 from rigsmith.importing.recipe.composeenv import ComposeEnv
@@ -68,7 +66,7 @@ from rigsmith.importing.recipe.flags import canonical_flag, flag_values
 from rigsmith.importing.recipe.jsonform import _from_json
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _provenance, _refuse
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
-from rigsmith.importing.recipe.shellform import _from_shell
+from rigsmith.importing.recipe.scriptform import from_script
 from rigsmith.importing.recipe.tables import _KUBE_RE
 
 # -- entry point -------------------------------------------------------------------------------------
@@ -111,12 +109,12 @@ def parse(
         )
     stripped = text.lstrip("\ufeff \t\r\n")
     if stripped.startswith("{"):
-        launch, meta = _from_json(text, source)
+        launch, meta = _from_json(text, source, accept)
     elif cardform.is_card(text):
         fields, card_notes, card_problems = cardform.card_fields(text)
         if card_problems:
             raise _refuse(source, card_problems)
-        launch, meta = _from_json(json.dumps(fields), source)
+        launch, meta = _from_json(json.dumps(fields), source, accept)
         launch.notes = [*card_notes, *launch.notes]
     else:
         manifest = _KUBE_RE.search(text)
@@ -135,7 +133,7 @@ def parse(
             launch = _from_compose(data, compose_env or ComposeEnv(), service)
             meta = Meta()
         else:
-            launch = _from_script(text, source, accept)
+            launch = from_script(text, source, accept)
             meta = Meta()
     launch.problems += _modelscope(launch, meta)
     meta = dataclasses.replace(meta, provenance=_provenance(source, sha256, meta))
@@ -160,63 +158,6 @@ def _modelscope(launch: Launch, meta: Meta) -> list[str]:
         "Import the Hub repo id of the model instead (without VLLM_USE_MODELSCOPE), or the checkpoint's "
         "directory if you downloaded it from ModelScope yourself"
     ]
-
-
-def _from_record(text: str, source: str, accept: bool) -> Launch:
-    """A text with no launch command (a record, notes): one paragraph saying so, with the command its
-    lines describe when they name a model and vLLM flags — imported only when the user confirms it."""
-    proposal = cardform.propose(text)
-    what = (
-        f"{source}: this text has no launch command: no line runs vllm serve, python -m "
-        "vllm.entrypoints.openai.api_server, docker run or podman run (it reads like a record or notes)"
-    )
-    if proposal is None or len(proposal.argv) <= 3:
-        raise RecipeError(
-            what + "; nor do its lines name a model (Model: owner/name) and vLLM flags to build one from",
-            hint="import the command the record ran (its script or compose file), or write it into the text",
-        )
-    if not accept:
-        skipped = f"; not proposed: {'; '.join(proposal.skipped)}" if proposal.skipped else ""
-        raise RecipeError(
-            f"{what}. Its lines name a model and vLLM flags ({', '.join(proposal.sources)}){skipped}; the "
-            f"command they describe is:\n    {proposal.text}\nCheck it against the record; --yes imports "
-            "exactly that command (the spec's notes record that it was proposed from the text)",
-            hint="re-run with --yes to import the proposed command, or import the record's own command",
-        )
-    launch = _from_shell(proposal.text)
-    launch.notes = [
-        f"the text has no launch command; imported with --yes the command proposed from its lines "
-        f"({', '.join(proposal.sources)}): {proposal.text}",
-        *([f"named in the text but not proposed: {'; '.join(proposal.skipped)}"] if proposal.skipped else []),
-        *launch.notes,
-    ]
-    return launch
-
-
-def _from_script(text: str, source: str, accept: bool) -> Launch:
-    """Shell text: evaluated (:mod:`rigsmith.importing.shelleval`) into the one command it runs, then read
-    as that command. Steps beyond bash need ``accept``; without it they are refused, saying what it takes."""
-    if cardform.is_record(text):
-        return _from_record(text, source, accept)
-    ev = shelleval.evaluate(text, accept=accept)
-    if ev.asks and not accept:
-        raise RecipeError(
-            "\n".join(
-                [f"{source}: cannot import this recipe as bash would run it ({len(ev.asks)} question(s))"]
-                + [f"  - {a}" for a in ev.asks + ev.problems]
-            ),
-            hint="re-run with --yes to import it as described (the spec's notes record each step), or fix "
-            "the text",
-        )
-    if not ev.changed:
-        launch = _from_shell(text)
-        if ev.problems:  # outside the subset: named by the evaluator, in one paragraph
-            launch.problems = list(ev.problems)
-        return launch
-    launch = _from_shell(ev.text)
-    launch.problems = [*ev.problems, *launch.problems]
-    launch.notes = [*ev.notes, *launch.notes]
-    return launch
 
 
 __all__ = [
