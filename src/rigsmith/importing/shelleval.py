@@ -343,8 +343,7 @@ class _Evaluator:
             shown = " ".join(w.plain or "…" for w in words)
             self.problems.append(
                 f"line {test.line}: the test '{shown}' runs a command; rigsmith only decides tests that "
-                "compare "
-                "values the text sets ([ A = B ], [ -n A ], [ -z A ])"
+                "compare values the text sets ([ A = B ], [ -n A ], [ -z A ])"
             )
             return None
         values: list[str] = []
@@ -413,8 +412,7 @@ class _Evaluator:
             self.changed = True
             self.notes.append(
                 f"line {s.line}: 'cd {where}': the recipe runs from {where}; a relative path in the command "
-                "is "
-                "relative to it (rigsmith's targets run the engine in their own working directory)"
+                "is relative to it (rigsmith's targets run the engine in their own working directory)"
             )
             return
         if head in ("source", "."):
@@ -428,8 +426,8 @@ class _Evaluator:
             self.changed = True
             self.notes.append(
                 f"line {s.line}: '{' '.join(w.plain or '…' for w in words)}' selects a Python environment "
-                "on the "
-                "host; in a container the image's environment runs vLLM (for an LXC venv, set engine.venv)"
+                "on the host; in a container the image's environment runs vLLM (for an LXC venv, set "
+                "engine.venv)"
             )
             return
         if head == "set" and all(
@@ -607,8 +605,7 @@ class _Evaluator:
                 self.changed = True
                 self.notes.append(
                     f"line {s.line}: '{s.pipe_op} tee …' dropped: the targets keep the engine's output in "
-                    "their "
-                    "own log"
+                    "their own log"
                 )
                 if tail.sep == "&":
                     self.notes.append(f"line {s.line}: the trailing '&' (run in the background) dropped")
@@ -630,8 +627,7 @@ class _Evaluator:
         self.changed = True
         self.notes.append(
             f"line {s.line}: '{words[0].plain} -c SCRIPT': the script is read with the same rules as the "
-            "text "
-            "(the extra shell is dropped)"
+            "text (the extra shell is dropped)"
         )
         args = [self.expand(w).fields for w in words[3:]]
         inner = _Evaluator(self.accept)

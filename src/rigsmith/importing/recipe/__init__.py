@@ -154,9 +154,8 @@ def _modelscope(launch: Launch, meta: Meta) -> list[str]:
     return [
         "env VLLM_USE_MODELSCOPE is set: vLLM then downloads the model id from ModelScope, not from the "
         "Hugging Face Hub that rigsmith pins and verifies; the same id on the Hub may be another model or "
-        "none. "
-        "Import the Hub repo id of the model instead (without VLLM_USE_MODELSCOPE), or the checkpoint's "
-        "directory if you downloaded it from ModelScope yourself"
+        "none. Import the Hub repo id of the model instead (without VLLM_USE_MODELSCOPE), or the "
+        "checkpoint's directory if you downloaded it from ModelScope yourself"
     ]
 
 

@@ -124,8 +124,7 @@ class Interpolation:
             token = f"<{name}>"
             self.notes.append(
                 f"{where}: {src}: {name} is not set anywhere (environment, env file), so compose would use "
-                "an "
-                f"empty string; it is the placeholder {token}, which you fill in before deploy"
+                f"an empty string; it is the placeholder {token}, which you fill in before deploy"
             )
             return token
         if _SECRET_NAME_RE.search(name) and value and not self.in_env:

@@ -122,8 +122,7 @@ def _pick_service(services: dict[str, Any], service: str | None, launch: Launch)
     if vllm:
         launch.problems.append(
             f"services: {len(vllm)} services run vLLM ({', '.join(vllm)}); rigsmith imports one deployment "
-            "per "
-            "service: pick one with --service NAME (and import again with another name for the next)"
+            "per service: pick one with --service NAME (and import again with another name for the next)"
         )
     else:
         launch.problems.append("services: no service runs vLLM; import a file with a vLLM service")

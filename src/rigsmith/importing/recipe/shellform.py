@@ -224,8 +224,7 @@ def _launcher(words: Sequence[shellwords.Word], launch: Launch, line: int) -> No
         if opts:
             launch.notes.append(
                 f"line {line}: the interpreter's own option(s) {' '.join(w.text for w in rest[:opts])!r} "
-                "before "
-                "-m dropped (they change how Python runs, not what vLLM serves)"
+                "before -m dropped (they change how Python runs, not what vLLM serves)"
             )
             rest = rest[opts:]
         if [w.text for w in rest[:2]] != ["-m", "vllm.entrypoints.openai.api_server"]:
