@@ -173,6 +173,8 @@ def test_script_form_imports_with_bashs_argv(
         ('if [ "$GPU" = a100 ]; then vllm serve a/b; fi\n', "the 'if' test depends on GPU"),
         ("vllm serve Qwen/Qwen3-0.6B --port $((8000 + 1))\n", "$((8000 + 1)) in the command is arithmetic"),
         ("vllm serve Qwen/Qwen3-0.6B | grep -v DEBUG\n", "piped ('|') into 'grep'"),
+        ("vllm serve Qwen/Qwen3-0.6B --chat-template $'a\\nb'\n", "is ANSI-C quoted string"),
+        ("docker run vllm/vllm-openai:v0.11.0 Qwen/Qwen3-0.6B --x $'\\t'\n", "is ANSI-C quoted string"),
         ("VLLM_USE_MODELSCOPE=True vllm serve Qwen/Qwen3-0.6B\n", "env VLLM_USE_MODELSCOPE is set"),
         ("export VLLM_USE_MODELSCOPE=1\nvllm serve qwen/Qwen3-0.6B\n", "ModelScope"),
         ("vllm serve Qwen/Qwen3-0.6B --port 1 || exit 1\n", "'||' runs the next command only when"),

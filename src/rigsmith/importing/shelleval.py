@@ -561,7 +561,8 @@ class _Evaluator:
         container = exe in ("docker", "podman")
         for w in words:
             sub = next((p for p in w.parts if isinstance(p, Sub)), None)
-            if sub is not None and (sub.kind == "arithmetic" or (launcher and not container)):
+            always = ("arithmetic", "ANSI-C quoted string")  # no reading keeps these as written
+            if sub is not None and (sub.kind in always or (launcher and not container)):
                 self.problems.append(
                     f"line {s.line}: {sub.src} in the command is {sub.kind}, which only the running shell "
                     "computes (rigsmith never runs it); write the value out"

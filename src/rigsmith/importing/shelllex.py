@@ -330,6 +330,11 @@ class _Lexer:
             end = self._matching(i + 1, "`", "`")
             return self._sub("command substitution", quoted, end)
         nxt = text[i + 1 : i + 2]
+        if nxt == "'" and not quoted:  # $'…': bash's ANSI-C quoting (\n, \t, \x41 …), never guessed
+            k = i + 2
+            while k < self.n and text[k] != "'":
+                k += 2 if text[k] == "\\" else 1
+            return self._sub("ANSI-C quoted string", quoted, k + 1 if k < self.n else -1)
         if text.startswith("$((", i):
             return self._sub("arithmetic", quoted, self._matching(i + 3, "(", ")") + 1)
         if nxt == "(":
