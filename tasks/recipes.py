@@ -13,13 +13,17 @@ from tasks._common import confirm, echo, project, side, user_errors
         "source": "recipe to import: an http(s) URL or a file (recipe JSON, command text or compose file)",
         "name": "deployment name, i.e. deployments/NAME.yaml (default: from the recipe id, title or model)",
         "image": "container image to run when the recipe names none (seed 003 runs vLLM from a venv)",
-        "yes": "change an existing deployments/NAME.yaml without asking",
+        "yes": "change an existing deployments/NAME.yaml without asking; import a text bash would break on "
+        "(a comment after a '\\' continuation) as its author meant, recorded in the spec's notes",
         "dry_run": "print what would be written; write nothing",
         "ours": "re-import: where you and the recipe changed the same field, keep your value",
         "theirs": "re-import: where you and the recipe changed the same field, take the recipe's value",
         "allow_mount": "consent to the recipe's mount of this dangerous host path (/, a home, a socket, "
         "/etc, a dot-directory…); repeatable",
         "source_repo": "git URL of the source tree the recipe's notes clone (the proposed image's tree.repo)",
+        "service": "compose file with several vLLM services: the service to import",
+        "env_file": "compose file: interpolate ${VAR} from this KEY=value file instead of the .env beside it "
+        "(the process environment still wins, as in compose)",
     },
     iterable=["allow_mount"],
 )
@@ -35,6 +39,8 @@ def import_recipe(
     theirs: bool = False,
     allow_mount: list[str] | None = None,
     source_repo: str | None = None,
+    service: str | None = None,
+    env_file: str | None = None,
 ) -> None:
     """Import a published vLLM recipe into deployments/NAME.yaml (a re-import merges into your edits)."""
     resolve = side(ours, theirs)
@@ -52,4 +58,6 @@ def import_recipe(
         resolve=resolve,
         allow_mount=tuple(allow_mount or ()),
         source_repo=source_repo,
+        service=service,
+        env_file=env_file,
     )

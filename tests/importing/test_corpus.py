@@ -9,31 +9,19 @@ stub functions for the launchers that print their argv, and the spec must hold e
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rigsmith.errors import RecipeError
-from rigsmith.importing import recipe
+from rigsmith.importing import recipe, shelleval
 from rigsmith.spec import Deployment
-from tests.support.common import require
+from tests.support.bashoracle import bash_argv
 from tests.support.recipes import corpus, expected
 
 CASES = corpus()
 EXPECTED = expected()
-_STUBS = """
-set -f
-_argv() { printf '%s\\0' "$@" > "$ARGV_OUT"; }
-vllm() { _argv vllm "$@"; }
-python() { _argv python "$@"; }
-python3() { _argv python3 "$@"; }
-docker() { _argv docker "$@"; }
-podman() { _argv podman "$@"; }
-sudo() { "$@"; }
-"""
 
 
 def _import(case: dict[str, Any]) -> Deployment:
@@ -98,20 +86,7 @@ _ORACLE = [
 
 @pytest.mark.parametrize("case", _ORACLE, ids=[c["id"] for c in _ORACLE])
 def test_imported_argv_is_what_bash_parses(case: dict[str, Any], tmp_path: Path) -> None:
-    bash = require("bash")
-    out = tmp_path / "argv"
-    env = {"PATH": os.environ["PATH"], "ARGV_OUT": str(out), "HOME": str(tmp_path)}
-    proc = subprocess.run(
-        [bash, "--noprofile", "--norc", "-c", _STUBS + case["raw"]],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    shell_argv = out.read_bytes().decode().split("\0")[:-1]
+    shell_argv = bash_argv(case["raw"], tmp_path)
     eng = _import(case).engine
     if shell_argv[0] in ("docker", "podman"):
         image = eng.image
@@ -121,6 +96,10 @@ def test_imported_argv_is_what_bash_parses(case: dict[str, Any], tmp_path: Path)
         shell_args = shell_argv[1 + len(eng.subcommand) :]
         assert shell_argv[0] == eng.recipe_executable
     assert list(eng.args) == shell_args
+    # issue 25: where the text is interpreted, bash on the interpreted text gives the same argv
+    interpreted = shelleval.evaluate(case["raw"])
+    if interpreted.changed:
+        assert bash_argv(interpreted.text, tmp_path) == shell_argv
 
 
 _IMPORTED = [c for c in CASES if EXPECTED[c["id"]]["outcome"] == "imported"]
@@ -142,7 +121,10 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
     )
     filled = dep.model_copy(
         update={
-            "placeholders": {t: f"/filled/{i}" for i, t in enumerate(dep.placeholders)},
+            # A node address gets a host name (it is checked as one once filled); the rest a path.
+            "placeholders": {
+                t: f"node{i}.lan" if "address" in t else f"/filled/{i}" for i, t in enumerate(dep.placeholders)
+            },
             "engine": dep.engine.model_copy(update={"image": dep.engine.image or "localhost/vllm:1"}),
             "mounts": mounts,
             # A relative checkpoint dir (a local model) is the other value the user must fill.

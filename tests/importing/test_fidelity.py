@@ -367,11 +367,18 @@ def test_compose_secret_reference_is_a_pass_through_like_the_shell_form(form: st
 
 
 def test_compose_secret_interpolated_elsewhere_is_refused_without_asking_to_write_it_down() -> None:
-    message = _refusal(
+    text = (
         "services:\n  vllm:\n    image: vllm/vllm-openai:v0.11.0\n"
-        "    command: --model Qwen/Qwen3-0.6B --api-key ${VLLM_API_KEY:-x}\n"
+        "    command: --model Qwen/Qwen3-0.6B --hf-token ${HF_TOKEN:-x}\n"
     )
-    assert "a secret (VLLM_API_KEY) is never written into a file" in message
+    from rigsmith.errors import RecipeError
+
+    with pytest.raises(RecipeError) as err:
+        recipe.parse(
+            text, source="t", sha256="0" * 64, compose_env=recipe.ComposeEnv(process={"HF_TOKEN": "hf_abc"})
+        )
+    assert "would write the secret HF_TOKEN into the spec" in str(err.value)
+    assert "hf_abc" not in str(err.value)
 
 
 def test_secret_env_mapping_is_kept() -> None:

@@ -25,9 +25,19 @@ from rigsmith.errors import RigsmithError
 from rigsmith.importing import recipe
 from rigsmith.rendering import plan
 from rigsmith.resolving.lock import Lock
-from tests.support.recipes import corpus
+from tests.support.recipes import HERE, corpus
 
-CASES = corpus()
+CASES = [
+    *corpus(),
+    # issue 25: scripts, compose files with interpolation and the seed texts, as published
+    *json.loads((HERE / "data" / "shell-scripts.json").read_text(encoding="utf-8")),
+    *json.loads((HERE / "data" / "compose-files.json").read_text(encoding="utf-8")),
+    *(
+        {"id": p.stem, "raw": p.read_text(encoding="utf-8")}
+        for p in sorted((HERE / "data").glob("seed-*.txt"))
+    ),
+]
+CASES = [c for c in CASES if "raw" in c]
 EXAMPLES = int(os.environ.get("RIGSMITH_FUZZ_EXAMPLES", "400"))
 
 HOSTILE = [
@@ -64,6 +74,27 @@ HOSTILE = [
     "~",
     "=",
     "..",
+    # the shell subset (issue 25)
+    "$X",
+    "${X:?e}",
+    "${X:+a b}",
+    '"$@"',
+    "X=1 ",
+    "\nexport X=$Y\n",
+    '\nif [ "$X" = 1 ]; then\n',
+    "\nelse\n",
+    "\nfi\n",
+    "nohup ",
+    " > log 2>&1 &",
+    " | tee log",
+    "bash -c '",
+    "(",
+    ")",
+    "$ ",
+    "(venv) $ ",
+    "\n> ",
+    "case x in",
+    "$((1+1))",
 ]
 SPLICES = [
     "--api_key sk-fuzz",

@@ -509,7 +509,7 @@ def test_a_docker_mount_of_the_current_directory_gives_a_relative_local_dir() ->
         ("vllm serve path/to/your/model\n", "a documentation placeholder path"),
         ("vllm serve ...\n", "a placeholder in the published text"),
         ("vllm serve '<model dir>'\n", "the model is the placeholder '<model dir>'"),
-        ("vllm serve $MODEL_DIR\n", "which a shell would expand from a variable"),
+        ("vllm serve $MODEL_DIR\n", "the model is the placeholder '<MODEL_DIR>'"),
         ("vllm serve ~bob/m\n", "~user is not expanded"),
         (
             "docker run vllm/vllm-openai --model /models/m\n",

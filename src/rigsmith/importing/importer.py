@@ -11,6 +11,7 @@ failures alone (connect errors, timeouts, 5xx, 429) — never on other 4xx. Pars
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -296,6 +297,31 @@ def mount_consent(
     return dep.model_copy(update={"mounts": tuple(mounts)})
 
 
+def compose_env(source: str, env_file: str | None, environ: Mapping[str, str]) -> recipemod.ComposeEnv:
+    """What a compose recipe is interpolated with: ``environ`` over ``--env-file FILE``, or over the
+    ``.env`` beside a local recipe file (compose's own defaults and precedence)."""
+    if env_file is not None:
+        path, name = Path(env_file).expanduser(), f"--env-file {env_file}"
+        try:
+            text: str | None = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise RecipeError(
+                f"--env-file {env_file}: cannot read it ({err})", hint="pass a readable KEY=value file"
+            ) from None
+    elif not is_url(source) and (beside := Path(source).expanduser().parent / ".env").is_file():
+        name = f"the .env beside {source}"
+        try:
+            text = beside.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise RecipeError(
+                f"{beside}: cannot read the .env beside the compose file ({err})",
+                hint="fix or remove it, or pass --env-file FILE",
+            ) from None
+    else:
+        text, name = None, ""
+    return recipemod.ComposeEnv(process=dict(environ), file_text=text, file_name=name or None)
+
+
 def import_recipe(
     project: Project,
     source: str,
@@ -309,6 +335,9 @@ def import_recipe(
     resolve: Resolve | None = None,
     allow_mount: Sequence[str] = (),
     source_repo: str | None = None,
+    service: str | None = None,
+    env_file: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> specmod.Deployment:
     """Import SOURCE into ``deployments/NAME.yaml`` (asking before changing an existing file).
 
@@ -321,7 +350,8 @@ def import_recipe(
         source: http(s) URL or file path of the recipe.
         name: deployment name (default: from the recipe id, title or model).
         image: container image when the recipe names none (or to replace it).
-        yes: change an existing file without asking.
+        yes: change an existing file without asking, and import a text where bash would break on it the
+            way its author evidently meant (each such step is recorded in the spec's notes).
         dry_run: print what would be written; write nothing.
         confirm: asks the user; None means there is no terminal.
         echo: where messages go.
@@ -329,10 +359,22 @@ def import_recipe(
         allow_mount: host paths of dangerous mounts (/, a home, a socket, /etc…) the user consents to.
         resolve: settle every conflict with the user's value ("ours") or upstream's ("theirs").
         source_repo: git URL of the source tree the notes clone (the proposed image's tree.repo).
+        service: the compose service to import when the file has several vLLM services.
+        env_file: the env file a compose file is interpolated with (instead of the .env beside it).
+        environ: the process environment compose interpolation reads (default: this process's).
     """
     fetched = load_source(source, http=http)
     text = decode(fetched)
-    upstream = recipemod.parse(text, source=fetched.source, sha256=fetched.sha256, name=name, image=image)
+    upstream = recipemod.parse(
+        text,
+        source=fetched.source,
+        sha256=fetched.sha256,
+        name=name,
+        image=image,
+        accept=yes,
+        compose_env=compose_env(source, env_file, os.environ if environ is None else environ),
+        service=service,
+    )
     upstream = proposalmod.mark_script_switches(upstream)
     upstream, image_file = _proposed_image(project, upstream, fetched.source, source_repo, echo)
     path = project.spec_path(upstream.name)

@@ -53,16 +53,20 @@ Decisions (each is a corpus case in tests/importing/corpus_expected.yaml):
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 
 from rigsmith import spec as specmod
+from rigsmith.importing.recipe import cardform
 from rigsmith.importing.recipe.assemble import build, slug
+from rigsmith.importing.recipe.composeenv import ComposeEnv
 from rigsmith.importing.recipe.composeform import _compose_data, _from_compose
 from rigsmith.importing.recipe.envtext import parse_env_text
 from rigsmith.importing.recipe.flags import canonical_flag, flag_values
 from rigsmith.importing.recipe.jsonform import _from_json
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _provenance, _refuse
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
-from rigsmith.importing.recipe.shellform import _from_shell
+from rigsmith.importing.recipe.scriptform import from_script
 from rigsmith.importing.recipe.tables import _KUBE_RE
 
 # -- entry point -------------------------------------------------------------------------------------
@@ -75,6 +79,9 @@ def parse(
     sha256: str,
     name: str | None = None,
     image: str | None = None,
+    accept: bool = False,
+    compose_env: ComposeEnv | None = None,
+    service: str | None = None,
 ) -> specmod.Deployment:
     """Recipe text (any of the three formats) → a validated Deployment, or RecipeError with every reason.
 
@@ -84,6 +91,11 @@ def parse(
         sha256: hex digest of the fetched bytes.
         name: deployment name (default: from the recipe id, title or model).
         image: container image to use when the recipe names none (or to replace the one it names).
+        accept: take the author's evident intent where bash would break on the text (``--yes``); each
+            such step is recorded in the spec's notes.
+        compose_env: the variables a compose file is interpolated with (process environment, env file);
+            None interpolates with nothing set (every ``${VAR}`` without a default is a placeholder).
+        service: the compose service to import (``--service``), when the file has several.
     """
     if "\x00" in text:
         at = text.index("\x00")
@@ -97,7 +109,13 @@ def parse(
         )
     stripped = text.lstrip("\ufeff \t\r\n")
     if stripped.startswith("{"):
-        launch, meta = _from_json(text, source)
+        launch, meta = _from_json(text, source, accept)
+    elif cardform.is_card(text):
+        fields, card_notes, card_problems = cardform.card_fields(text)
+        if card_problems:
+            raise _refuse(source, card_problems)
+        launch, meta = _from_json(json.dumps(fields), source, accept)
+        launch.notes = [*card_notes, *launch.notes]
     else:
         manifest = _KUBE_RE.search(text)
         if manifest is not None:
@@ -112,16 +130,37 @@ def parse(
             )
         data = _compose_data(text, source)
         if data is not None:
-            launch = _from_compose(data)
+            launch = _from_compose(data, compose_env or ComposeEnv(), service)
             meta = Meta()
         else:
-            launch = _from_shell(text)
+            launch = from_script(text, source, accept)
             meta = Meta()
+    launch.problems += _modelscope(launch, meta)
     meta = dataclasses.replace(meta, provenance=_provenance(source, sha256, meta))
     return build(launch, meta, source=source, asked=Asked(name, image))
 
 
+_MODELSCOPE_RE = re.compile(r"(?:^|\s)VLLM_USE_MODELSCOPE=['\"]?(?:1|[Tt]rue|TRUE|yes)\b")
+
+
+def _modelscope(launch: Launch, meta: Meta) -> list[str]:
+    """VLLM_USE_MODELSCOPE makes vLLM fetch the model id from ModelScope, not the Hugging Face Hub that
+    rigsmith pins and verifies against: the id would be pinned as the wrong repo, so it is refused."""
+    values = [e.value for e in launch.env if e.name == "VLLM_USE_MODELSCOPE"]
+    values += [v or "" for k, v in (meta.env_map or {}).items() if k == "VLLM_USE_MODELSCOPE"]
+    on = any(v.strip().lower() in ("1", "true", "yes") for v in values)
+    if not on and not _MODELSCOPE_RE.search(meta.env_text or ""):
+        return []
+    return [
+        "env VLLM_USE_MODELSCOPE is set: vLLM then downloads the model id from ModelScope, not from the "
+        "Hugging Face Hub that rigsmith pins and verifies; the same id on the Hub may be another model or "
+        "none. Import the Hub repo id of the model instead (without VLLM_USE_MODELSCOPE), or the "
+        "checkpoint's directory if you downloaded it from ModelScope yourself"
+    ]
+
+
 __all__ = [
+    "ComposeEnv",
     "Launch",
     "Meta",
     "NoteFacts",

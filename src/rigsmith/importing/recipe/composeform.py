@@ -14,9 +14,11 @@ from rigsmith import spec as specmod
 from rigsmith import yamldoc
 from rigsmith.errors import RecipeError
 from rigsmith.importing import shellwords
+from rigsmith.importing.recipe import composeenv
 from rigsmith.importing.recipe.containeropts import device_node, set_shm, volume, whole_number
 from rigsmith.importing.recipe.envvars import env_var, merge_env, passthrough
 from rigsmith.importing.recipe.launch import Launch
+from rigsmith.importing.recipe.shellscript import is_shell_c, script_argv
 from rigsmith.importing.recipe.tables import _COMPOSE_VAR_RE, _SECRET_NAME_RE, _SELF_REF_RE, _SERVICES_RE
 
 # -- format (c): compose -----------------------------------------------------------------------------
@@ -99,19 +101,46 @@ SERVICE_KEYS = (
 )
 
 
-def _from_compose(data: dict[str, Any]) -> Launch:
+def _pick_service(services: dict[str, Any], service: str | None, launch: Launch) -> str | None:
+    """The service to import: ``--service NAME``, else the one service that runs vLLM."""
+    if service is not None:
+        if service not in services:
+            launch.problems.append(
+                f"--service {service}: the file has no such service (it has: {', '.join(map(str, services))})"
+            )
+            return None
+        return service
+    vllm = [str(name) for name, svc in services.items() if _runs_vllm(svc)]
+    if len(vllm) == 1:
+        return vllm[0]
+    if vllm:
+        launch.problems.append(
+            f"services: {len(vllm)} services run vLLM ({', '.join(vllm)}); rigsmith imports one deployment "
+            "per service: pick one with --service NAME (and import again with another name for the next)"
+        )
+    else:
+        launch.problems.append("services: no service runs vLLM; import a file with a vLLM service")
+    return None
+
+
+def _from_compose(
+    data: dict[str, Any], env: composeenv.ComposeEnv | None = None, service: str | None = None
+) -> Launch:
     launch = Launch()
     services = data["services"]
-    vllm = [name for name, svc in services.items() if _runs_vllm(svc)]
-    if len(vllm) != 1:
-        found = f"{len(vllm)} ({', '.join(vllm)})" if vllm else "none"
-        launch.problems.append(
-            f"services: exactly one service must run vLLM, found {found}; import a file with one vLLM service"
-        )
+    name = _pick_service(services, service, launch)
+    if name is None:
         return launch
-    name = vllm[0]
-    svc: dict[str, Any] = services[name]
     where = f"services.{name}"
+    svc: dict[str, Any] = services[name]
+    if env is not None:
+        values, origin = env.lookup()
+        interp = composeenv.Interpolation(values, origin)
+        svc = composeenv.interpolate(svc, interp, where)
+        launch.problems += interp.problems
+        launch.notes += composeenv.notes_for(interp)
+        if launch.problems:
+            return launch
     entry_list = _refusals(svc, where, launch)
     if launch.problems:
         return launch
@@ -120,6 +149,8 @@ def _from_compose(data: dict[str, Any]) -> Launch:
         launch.problems.append(f"{where}.image: missing; the service must name its image")
         return launch
     launch.image = image
+    # an interpolated variable nobody sets: the image is unknown until the user names it (--image)
+    launch.image_expands = bool(specmod.PLACEHOLDER_RE.search(image))
     full = _argv(svc, where, entry_list, launch)
     if full is None:
         return launch
@@ -134,15 +165,6 @@ def _refusals(svc: dict[str, Any], where: str, launch: Launch) -> list[str] | No
     ``launch.problems``; the entrypoint's words."""
     entry = svc.get("entrypoint")
     entry_list = _compose_words(entry, f"{where}.entrypoint", launch) if entry is not None else None
-    if (
-        entry_list
-        and PurePosixPath(entry_list[0]).name in ("bash", "sh", "dash", "zsh")
-        and "-c" in entry_list
-    ):
-        launch.problems.append(
-            f"{where}.entrypoint: runs a shell script ({entry_list[0]} -c …); rigsmith runs vLLM's "
-            "argv directly and does not import scripts — replace it with the vllm serve command it runs"
-        )
     # `NAME: ${VAR}` in environment is the shell's `-e NAME=$VAR`: read from the host at run time.
     seen = [
         (p, v)
@@ -186,6 +208,15 @@ def _argv(svc: dict[str, Any], where: str, entry_list: list[str] | None, launch:
                     f"{where}.command[{idx}]: {item!r} is ONE argument containing a space (a YAML list item "
                     "is passed whole), which vLLM rejects; split it into two items"
                 )
+    if entry_list and is_shell_c([*entry_list, *cmd]):
+        # `entrypoint: [bash, -c, SCRIPT, …]`: the one command the script runs (command: are its "$@")
+        got = script_argv([*entry_list, *cmd], f"{where}.entrypoint", launch)
+        if got is None:
+            return None
+        argv, env = got
+        launch.env += [env_var(k, v, None, launch, f"{where}.entrypoint") for k, v in env]
+        module = len(argv) > 2 and argv[1] == "-m" and PurePosixPath(argv[0]).name.startswith("python")
+        entry_list, cmd = argv[: 3 if module else 1], argv[3 if module else 1 :]
     if entry_list == []:
         # `entrypoint: []` clears the image's entrypoint: the command's first word is the executable.
         if not cmd:
@@ -290,14 +321,16 @@ def _compose_env(value: Any, where: str, launch: Launch) -> None:
         items = [(str(k), None if v is None else str(v)) for k, v in value.items()]
     elif value is not None:
         launch.problems.append(f"{where}: must be a list or a mapping")
+    service_env: list[specmod.EnvVar] = []
     for k, val in items:
         if not specmod.ENV_NAME_RE.match(k):
             launch.problems.append(f"{where}: {k!r} is not an environment variable name")
         elif val is None:
-            launch.env.append(passthrough(k, launch, where))
+            service_env.append(passthrough(k, launch, where))
         else:
-            launch.env.append(env_var(k, _unescape(val), None, launch, where))
-    launch.env = merge_env(launch.env, launch)
+            service_env.append(env_var(k, _unescape(val), None, launch, where))
+    # what an entrypoint script exports (already in launch.env) is set after the service's environment
+    launch.env = merge_env([*service_env, *launch.env], launch)
 
 
 def _compose_gpus(deploy: Any, where: str, launch: Launch) -> None:

@@ -13,6 +13,7 @@ from rigsmith.importing import shellwords
 from rigsmith.importing.recipe.containeropts import device_node, gpus_request, set_shm, volume, whole_number
 from rigsmith.importing.recipe.envvars import env_var, passthrough
 from rigsmith.importing.recipe.launch import Launch
+from rigsmith.importing.recipe.shellscript import is_shell_c, script_argv
 from rigsmith.importing.recipe.tables import (
     _ASSIGN_RE,
     _PYTHON_RE,
@@ -135,7 +136,23 @@ def docker_run(words: Sequence[shellwords.Word], launch: Launch, line: int) -> N
     after = rest[i + 1 :]
     texts = [w.text for w in after]
     shell = entrypoint if entrypoint is not None else (texts[0] if texts else None)
-    if shell is not None and PurePosixPath(shell).name in _SHELLS:
+    container_argv = [entrypoint, *texts] if entrypoint is not None else texts
+    if shell is not None and is_shell_c(container_argv):
+        # `IMAGE bash -c SCRIPT`: the one command the script runs is the container's command
+        got = script_argv(container_argv, f"line {line}: {tool} run {image}", launch)
+        if got is None:
+            return
+        texts, env = got
+        launch.env += [env_var(k, v, None, launch, f"line {line}") for k, v in env]
+        after, entrypoint = [shellwords.Word(t, line) for t in texts], None
+        base = PurePosixPath(texts[0]).name if texts else ""
+        if base != "vllm" and not _PYTHON_RE.match(base):
+            launch.problems.append(
+                f"line {line}: the {shell} -c script in {image} runs {texts[0] if texts else 'nothing'!r}, "
+                "not the vLLM server"
+            )
+            return
+    elif shell is not None and PurePosixPath(shell).name in _SHELLS:
         how = f"--entrypoint {entrypoint}" if entrypoint is not None else f"{shell} after the image"
         script = "-c" in texts[: 2 if entrypoint is None else 1]
         what = "runs a shell script (-c …) in" if script else "starts an interactive shell in"

@@ -7,14 +7,14 @@ import json
 from rigsmith import yamldoc
 from rigsmith.errors import RecipeError
 from rigsmith.importing.recipe.launch import Launch, Meta, _refuse
-from rigsmith.importing.recipe.shellform import _from_shell
+from rigsmith.importing.recipe.scriptform import from_script
 
 # -- format (a): recipe JSON -------------------------------------------------------------------------
 
 _JSON_FIELDS = ("id", "title", "command", "env", "notes")
 
 
-def _from_json(text: str, source: str) -> tuple[Launch, Meta]:
+def _from_json(text: str, source: str, accept: bool = False) -> tuple[Launch, Meta]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -55,7 +55,7 @@ def _from_json(text: str, source: str) -> tuple[Launch, Meta]:
         problems.append(f"env: must be a string or an object, got {type(env).__name__}")
     if problems:
         raise _refuse(source, problems)
-    launch = _from_shell(data["command"])
+    launch = from_script(data["command"], f"{source}: command", accept)
     extra = sorted(set(data) - set(_JSON_FIELDS))
     for key in extra:
         launch.notes.append(f"recipe field {key!r} not imported: {json.dumps(data[key], ensure_ascii=False)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 
@@ -211,6 +212,13 @@ def _launcher(words: Sequence[shellwords.Word], launch: Launch, line: int) -> No
         launch.executable, launch.subcommand = LAUNCHERS["vllm"]
         rest = rest[1:]
     elif _PYTHON_RE.match(base):
+        opts = _interpreter_options([w.text for w in rest])
+        if opts:
+            launch.notes.append(
+                f"line {line}: the interpreter's own option(s) {' '.join(w.text for w in rest[:opts])!r} "
+                "before -m dropped (they change how Python runs, not what vLLM serves)"
+            )
+            rest = rest[opts:]
         if [w.text for w in rest[:2]] != ["-m", "vllm.entrypoints.openai.api_server"]:
             launch.problems.append(
                 f"line {line}: '{exe} {' '.join(w.text for w in rest[:2])}' is not vLLM's OpenAI server; "
@@ -226,3 +234,16 @@ def _launcher(words: Sequence[shellwords.Word], launch: Launch, line: int) -> No
     launch.recipe_executable = exe
     launch.args = [w.text for w in rest]
     launch.arg_expands = [w.expands for w in rest]
+
+
+def _interpreter_options(argv: Sequence[str]) -> int:
+    """How many leading words are Python's own options (``-u``, ``-O``, ``-X dev``, ``-W ignore``)."""
+    i = 0
+    while i < len(argv) and argv[i] != "-m":
+        if re.fullmatch(r"-[bBdEiIOPqsSuvx]+", argv[i]) or re.fullmatch(r"-[WX].+", argv[i]):
+            i += 1
+        elif argv[i] in ("-W", "-X") and i + 1 < len(argv):
+            i += 2
+        else:
+            return 0
+    return i if i < len(argv) else 0
