@@ -123,7 +123,8 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
         update={
             # A node address gets a host name (it is checked as one once filled); the rest a path.
             "placeholders": {
-                t: f"node{i}.lan" if "address" in t else f"/filled/{i}" for i, t in enumerate(dep.placeholders)
+                t: f"node{i}.lan" if "address" in t else f"/filled/{i}"
+                for i, t in enumerate(dep.placeholders)
             },
             "engine": dep.engine.model_copy(update={"image": dep.engine.image or "localhost/vllm:1"}),
             "mounts": mounts,
