@@ -588,3 +588,11 @@ def test_cli_refuses_a_dangerous_mount_without_a_terminal_and_takes_allow_mount(
     assert [m.consent for m in spec.mounts if m.host.endswith(".sock")] == [
         "allowed with --allow-mount at import"
     ]
+
+
+@pytest.mark.parametrize("key", ["devices", "volumes"])
+@pytest.mark.parametrize("value", ["true", "/dev/kfd", "{a: 1}"])
+def test_compose_devices_or_volumes_that_are_not_a_list_are_one_paragraph(key: str, value: str) -> None:
+    text = f"services:\n  vllm:\n    image: vllm/vllm-openai:v1\n    command: [org/m]\n    {key}: {value}\n"
+    message = _refused(text)
+    assert f"services.vllm.{key}: " in message and "is not a list" in message and "Traceback" not in message

@@ -38,10 +38,10 @@ def serve(hub: HubServer, files: dict[str, bytes]) -> str:
 
 def settled(hub: HubServer) -> dict[str, int]:
     """Bytes sent per file once the server has finished answering (the client can be done first)."""
-    for _ in range(500):
-        if all(r.ended is not None for r in hub.hub_requests()):
-            break
+    deadline = time.monotonic() + 120
+    while not all(r.ended is not None for r in hub.hub_requests()) and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert all(r.ended is not None for r in hub.hub_requests()), "the server still answers a request"
     return dict(hub.bytes_sent)
 
 

@@ -254,10 +254,19 @@ def _argv(svc: dict[str, Any], where: str, entry_list: list[str] | None, launch:
     return full
 
 
+def _listed(svc: dict[str, Any], key: str, where: str, launch: Launch) -> list[Any]:
+    """``svc[key]`` when it is a list (the compose spec's only form), else a problem and nothing."""
+    value = svc.get(key)
+    if value is None or isinstance(value, list):
+        return value or []
+    launch.problems.append(f"{where}.{key}: {json.dumps(value)} is not a list; write one entry a line (- …)")
+    return []
+
+
 def _service_settings(svc: dict[str, Any], where: str, launch: Launch) -> None:
     """env, devices, GPUs, shm, memlock, stop grace and volumes; every other key becomes a note."""
     _compose_env(svc.get("environment"), f"{where}.environment", launch)
-    for idx, dev in enumerate(svc.get("devices") or []):
+    for idx, dev in enumerate(_listed(svc, "devices", where, launch)):
         if isinstance(dev, str) and specmod.CDI_RE.match(dev):
             launch.gpu_cdi = [*(launch.gpu_cdi or []), dev]
         elif isinstance(dev, str) and dev.startswith("/dev/"):
@@ -278,7 +287,7 @@ def _service_settings(svc: dict[str, Any], where: str, launch: Launch) -> None:
         )
     if "stop_grace_period" in svc:
         launch.stop_grace = _duration(str(svc["stop_grace_period"]), launch, f"{where}.stop_grace_period")
-    for idx, vol in enumerate(svc.get("volumes") or []):
+    for idx, vol in enumerate(_listed(svc, "volumes", where, launch)):
         if isinstance(vol, str):
             volume(vol, launch, f"{where}.volumes[{idx}]")
         else:
