@@ -159,7 +159,7 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
     lines.append(f"searched {prop.candidates} layouts on {len(rig.cards)} GPU(s)")
     if prop.fix:
         lines.append(
-            "the recipe's layout does not run as it stands; the cheapest fix: " + "; then ".join(prop.fix)
+            "the recipe's layout does not run as it stands; cheapest fix: " + "; then ".join(prop.fix)
         )
     elif prop.recipe is not None:
         lines.append("the recipe's layout runs as it stands")

@@ -326,7 +326,7 @@ def doctor_row(fits: list[GpuFit], comps: list[Comparison]) -> Check:
         "stop the process(es) named (`kill PID`, `podman stop NAME`), then run doctor again"
         if any(f.squatters for f in bad)
         else "lower --gpu-memory-utilization/--kv-cache-memory/--max-model-len, or use more or larger GPUs"
-    )
+    ) + "; `invoke fit --propose` ranks the layouts that fit this rig"
     return Check("fit", "no-go", detail, hint)
 
 

@@ -383,11 +383,13 @@ def prescribe(s: Summary, base: EngineParams, rig: Rig, ranked: Sequence[Proposa
     more = replace(base, pp=base.pp + 1, pp_partition=None)
     if more.world <= len(rig.cards) and more.pp <= s.shape.num_layers and recipe_row(s, more, rig, 0).runs:
         return [*steps, f"add a stage: --pipeline-parallel-size {more.pp} (vLLM's even split)"]
-    return _best(ranked, "the recipe's layout does not run on this rig")
+    return _best(ranked, "")
 
 
 def _best(ranked: Sequence[Proposal], why: str) -> list[str]:
     best = next((p for p in ranked if p.fits), None)
     if best is None:
-        return [f"{why}, and no layout fits with that headroom: free GPU memory or add GPUs"]
-    return [f"{why}: take proposal 1, {best.layout.label()} (`invoke fit --apply 1`)"]
+        return [
+            f"{why + ', and ' if why else ''}no layout fits with that headroom: free GPU memory or add GPUs"
+        ]
+    return [f"{why + ': ' if why else ''}take proposal 1, {best.layout.label()} (`invoke fit --apply 1`)"]
