@@ -37,10 +37,11 @@ def _number(flag: str, text: str | None, kind: type[float] | type[int]) -> float
         "deployment": "deployments/NAME.yaml to estimate" + DEFAULT_DEP,
         "vram_gib": "estimate for idle cards of this many GiB instead of this host's GPUs",
         "propose": "rank the layouts vLLM accepts on this rig; show the recipe's and the top three",
-        "max_model_len": "with --propose: the longest context to ask for (default: the recipe's, "
+        "max_model_len": "with --propose/--apply: the longest context to ask for (default: the recipe's, "
         "else the model's limit)",
-        "headroom_gib": "with --propose: GiB every GPU keeps free (default: 0.5, or the recipe's "
+        "headroom_gib": "with --propose/--apply: GiB every GPU keeps free (default: 0.5, or the recipe's "
         "own where it runs closer)",
+        "apply": "write proposal N (as --propose numbers them) into the spec: argv flags, env and a note",
     }
 )
 @user_errors
@@ -51,6 +52,7 @@ def fit(
     propose: bool = False,
     max_model_len: str | None = None,
     headroom_gib: str | None = None,
+    apply: str | None = None,
 ) -> None:
     """Per-GPU memory verdict from the checkpoint's headers and config (range requests only)."""
     from rigsmith.operating import fitreport, observed
@@ -63,8 +65,8 @@ def fit(
     size = _number("--vram-gib", vram_gib, float)
     locked = lock.read(p.lock_path)
     facts = None if size is not None else gather(LocalHost(), model_dir=spec.model.local_dir)
-    if propose:
-        _propose(p, spec, facts, size, max_model_len, headroom_gib)
+    if propose or apply is not None:
+        _propose(p, spec, facts, size, max_model_len, headroom_gib, apply)
         return
     est = estimate_for(spec, open_checkpoint(spec, locked, os.environ))
     fits = fitreport.fit_gpus(est, spec, facts, size)
@@ -83,8 +85,10 @@ def _propose(
     size: float | None,
     max_model_len: str | None,
     headroom_gib: str | None,
+    apply: str | None,
 ) -> None:
-    """--propose: the search on this rig."""
+    """--propose / --apply N: the search on this rig, shown or written."""
+    from rigsmith import spec as specmod
     from rigsmith.operating import fitpropose
     from rigsmith.resolving import lock
     from rigsmith.resolving.checkpoint import open_checkpoint, rows
@@ -92,6 +96,9 @@ def _propose(
 
     cap = parse_bytes("--max-model-len", max_model_len) if max_model_len else None
     room = _number("--headroom-gib", headroom_gib, float)
+    n = _number("--apply", apply, int)
+    path = p.spec_path(spec.name)
+    read = path.read_text(encoding="utf-8")
     rig = fitpropose.rig_of(spec, facts, size, engine_inputs(spec).world)
     if rig is None:
         raise RigsmithError(
@@ -102,4 +109,16 @@ def _propose(
     shape = ModelShape.from_config(ckpt.config(), f"{ckpt.where}/config.json")
     headroom = None if room is None else int(room * GiB)
     prop = fitpropose.propose(spec, shape, rows(ckpt), rig, headroom=headroom, cap=cap)
-    echo(fitpropose.render(prop, f"fit --propose: {spec.name}").rstrip())
+    if n is None:
+        echo(fitpropose.render(prop, f"fit --propose: {spec.name}").rstrip())
+        return
+    from rigsmith import writer
+
+    new = fitpropose.apply(path, read, spec, prop, int(n))
+    artifacts = [writer.Artifact(path, specmod.dump(new))]
+    for outcome in writer.plan(artifacts):
+        if outcome.status == "update":
+            echo(outcome.diff(p.root).rstrip())
+    # --apply N is the user's explicit choice of this change: it is the consent
+    writer.write(artifacts, yes=True, echo=echo, root=p.root)
+    echo(f"proposal {n} written into {path.name}; `invoke fit` shows its per-GPU verdict")

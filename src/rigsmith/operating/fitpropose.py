@@ -7,15 +7,19 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from rigsmith.errors import RigsmithError
+from rigsmith.importing.importer import merge_user_change
 from rigsmith.operating.fitreport import host_cards
 from rigsmith.operating.probes import P2P_LINKS, HostFacts
+from rigsmith.resolving.applylayout import with_layout
 from rigsmith.resolving.fit import GiB, MiB, ModelShape, engine_inputs
 from rigsmith.resolving.fitparams import EngineParams
-from rigsmith.resolving.layout import Summary, summary_keys
+from rigsmith.resolving.layout import Summary, of_params, summary_keys
 from rigsmith.resolving.propose import (
     Card,
     Proposal,
@@ -169,3 +173,23 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
         lines.append("`invoke fit --apply N` writes proposal N into the spec")
     console.print("\n".join(lines), highlight=False, markup=False)
     return buf.getvalue()
+
+
+def chosen(prop: Proposed, n: int) -> Proposal:
+    """Proposal ``n`` (1-based) of the ones ``render`` shows."""
+    top = prop.top()
+    if not 1 <= n <= len(top):
+        raise RigsmithError(
+            f"--apply {n}: this rig has {len(top)} proposal(s) that fit" + ("" if top else " (none)"),
+            hint="`invoke fit --propose` lists them; --apply takes the number of one",
+        )
+    return top[n - 1]
+
+
+def apply(path: Path, read: str, spec: Deployment, prop: Proposed, n: int) -> Deployment:
+    """``spec`` (read from ``path`` as the text ``read``) with proposal ``n`` written in: argv flags, the
+    partition env and a note, merged three-way into the file as it is now (importer.merge_user_change)."""
+    p = chosen(prop, n)
+    cards = ", ".join(f"GPU{c.index} {c.name}" for c in prop.rig.cards[: p.layout.gpus])
+    why = f"{cards}; " + "; ".join(reasons(p, prop.summary, of_params(prop.base), prop.headroom))
+    return merge_user_change(path, read, with_layout(spec, p.layout, p.params, why))
