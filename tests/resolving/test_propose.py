@@ -10,15 +10,17 @@ is ``checkpoints.expected`` (bytes sliced from the arrays as the test states vLL
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from rigsmith.operating import fitpropose
+from rigsmith.operating import fitpropose, fitreport
 from rigsmith.operating.host import gather
 from rigsmith.operating.probes import HostFacts
 from rigsmith.project import Project
-from rigsmith.resolving import fit, layout, propose
+from rigsmith.resolving import checkpoint, fit, layout, propose
+from rigsmith.resolving.applylayout import with_layout
 from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
 from rigsmith.spec import Deployment, from_data, to_data
 from tests.support import checkpoints as ck
@@ -206,8 +208,8 @@ def test_the_search_is_bounded(tmp_path: Path) -> None:
     a = ck.seed003_like()
     prop, _ = _propose(a, "flash-next-merlin-4x3090", _facts("4x3090-idle"), tmp_path)
     # TP ∈ {1, 2, 4}, PP ≤ 4, the splits within SPREAD of even, EP for TP > 1, two KV dtypes
-    assert 500 < prop.candidates < 1000
-    assert len(layout.partitions(48, 4)) <= 7**3 and len(layout.partitions(48, 3)) <= 9**2
+    assert 500 < prop.candidates < 1500
+    assert all(len(layout.partitions(48, pp)) <= layout.SPLITS + 1 for pp in range(1, 9))
 
 
 def test_fixes_come_in_order_lower_max_model_len_then_add_a_stage(tmp_path: Path) -> None:
@@ -235,3 +237,26 @@ def test_fixes_come_in_order_lower_max_model_len_then_add_a_stage(tmp_path: Path
     assert propose.prescribe(s2, two, idle, ranked2) == [
         "add a stage: --pipeline-parallel-size 3 (vLLM's even split)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("make", "name", "case"),
+    [
+        (ck.seed000_like, "flash-next-int4-3x3090", "3x3090-squatter"),
+        (ck.seed003_like, "flash-next-merlin-4x3090", "4x3090-idle"),
+    ],
+)
+def test_every_proposal_written_into_the_spec_is_a_go_by_invoke_fits_own_table(
+    tmp_path: Path, make: Callable[[], ck.Arch], name: str, case: str
+) -> None:
+    facts = _facts(case)
+    prop, spec = _propose(make(), name, facts, tmp_path)
+    assert prop.top()
+    for p in prop.top():
+        applied = with_layout(spec, p.layout, p.params, "test")
+        est = checkpoint.estimate_for(applied, LocalCheckpoint(Path(spec.model.local_dir)))
+        fits = fitreport.fit_gpus(est, applied, facts)
+        group = p.ranks[: p.layout.group]
+        assert [f.headroom for f in fits] == [r.headroom for r in group]
+        assert all(f.verdict != "no-go" and f.headroom >= prop.headroom for f in fits)
+        assert est.kv_tokens([f.total for f in fits]) * p.layout.dp == p.kv_tokens

@@ -36,8 +36,11 @@ from rigsmith.resolving.fit import (
     pp_partition,
 )
 
-#: How far (in layers) a stage may move from vLLM's even split; bounds the search (see ``partitions``).
-SPREAD = {2: 6, 3: 4, 4: 3}
+#: The most splits tried per pipeline depth, and the most layers a stage moves from vLLM's even split:
+#: (2d + 1)^(PP - 1) ≤ SPLITS bounds d (6 for PP=2 and 3, 3 for PP=4, 1 for PP=5 and 6); deeper pipelines
+#: try every one-layer move between two stages instead. See ``partitions``.
+SPLITS = 400
+MAX_SPREAD = 6
 MAX_PP = 8
 
 
@@ -183,20 +186,35 @@ def tp_sizes(shape: ModelShape, gpus: int) -> list[int]:
     return [t for t in range(1, gpus + 1) if shape.num_heads % t == 0 and (kv % t == 0 or t % kv == 0)]
 
 
+def spread(pp: int) -> int:
+    """How far a stage may move from the even split at this depth (``SPLITS``)."""
+    d = 0
+    while d < MAX_SPREAD and (2 * d + 3) ** (pp - 1) <= SPLITS:
+        d += 1
+    return d
+
+
 def partitions(layers: int, pp: int) -> list[tuple[int, ...] | None]:
-    """vLLM's even split (None) and every other split whose stages stay within ``SPREAD[pp]`` layers of
-    it (each stage ≥ 1 layer): 13 splits for PP=2, up to 81 for PP=3 and 343 for PP=4."""
+    """vLLM's even split (None) and the other splits tried: every split whose stages stay within
+    ``spread(pp)`` layers of it (each stage ≥ 1 layer), or where that is 0, every move of one layer from
+    one stage to another. At most ``SPLITS`` + 1."""
     even = tuple(b - a for a, b in pp_partition(layers, pp))
     if pp == 1:
         return [None]
-    d = SPREAD.get(pp, 2)
-    out: list[tuple[int, ...] | None] = [None]
-    for head in itertools.product(range(-d, d + 1), repeat=pp - 1):
-        parts = [e + h for e, h in zip(even, head, strict=False)]
-        parts.append(layers - sum(parts))
-        if min(parts) >= 1 and abs(parts[-1] - even[-1]) <= d and tuple(parts) != even:
-            out.append(tuple(parts))
-    return out
+    d = spread(pp)
+    found: set[tuple[int, ...]] = set()
+    if d:
+        for head in itertools.product(range(-d, d + 1), repeat=pp - 1):
+            parts = [e + h for e, h in zip(even, head, strict=False)]
+            parts.append(layers - sum(parts))
+            if abs(parts[-1] - even[-1]) <= d:
+                found.add(tuple(parts))
+    else:
+        for i, j in itertools.permutations(range(pp), 2):
+            parts = list(even)
+            parts[i], parts[j] = parts[i] - 1, parts[j] + 1
+            found.add(tuple(parts))
+    return [None, *sorted(p for p in found if min(p) >= 1 and p != even)]
 
 
 def layouts(shape: ModelShape, base: EngineParams, gpus: int, kv_dtypes: Sequence[str]) -> Iterator[Layout]:

@@ -56,6 +56,9 @@ KV_DTYPES_FROM: tuple[tuple[tuple[int, int], tuple[str, ...]], ...] = (
     ((0, 0), ("auto",)),
 )
 
+#: KV tokens of a replica with no attention layer at all: only the cap bounds its context.
+NO_ATTENTION = 1 << 40
+
 #: The most ``--gpu-memory-utilization`` a proposal sets (vLLM's own guidance stops short of 1.0).
 MAX_UTIL = 0.98
 
@@ -164,7 +167,7 @@ def _size(s: Summary, lay: Layout, params: EngineParams, rig: Rig, headroom: int
 def _tokens(ranks: Sequence[RankFit], block: int) -> int:
     """vLLM's KV cache size of one replica: whole blocks, the smallest rank decides."""
     out = [r.kv // (r.need.kv_bytes_per_token * block) * block for r in ranks if r.need.kv_bytes_per_token]
-    return min(out) if out else 0
+    return min(out) if out else NO_ATTENTION
 
 
 def _cross(lay: Layout, rig: Rig) -> tuple[int, int]:
