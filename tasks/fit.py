@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import TYPE_CHECKING
 
@@ -27,8 +28,8 @@ def _number(flag: str, text: str | None, kind: type[float] | type[int]) -> float
         value = kind(text)
     except ValueError:
         raise RigsmithError(f"{flag} {text!r} is not a number", hint=f"e.g. {flag} 24") from None
-    if value < 0:
-        raise RigsmithError(f"{flag} {text!r} is negative", hint=f"e.g. {flag} 24")
+    if not math.isfinite(value) or value < 0:
+        raise RigsmithError(f"{flag} {text!r} is not a finite number ≥ 0", hint=f"e.g. {flag} 24")
     return value
 
 

@@ -74,8 +74,10 @@ def test_propose_apply_and_a_reimport_that_keeps_the_applied_layout(tmp_path: Pa
 
     r = fit_cli(root, "--apply", "7", "--vram-gib", "24")
     assert r.returncode == 1 and "--apply 7: this rig has" in r.stderr and "Traceback" not in r.stderr
-    r = fit_cli(root, "--propose", "--headroom-gib", "x", "--vram-gib", "24")
-    assert r.returncode == 1 and "--headroom-gib 'x' is not a number" in r.stderr
+    for bad, why in (("x", "is not a number"), ("nan", "is not a finite number"), ("-1", "≥ 0")):
+        r = fit_cli(root, "--propose", "--headroom-gib", bad, "--vram-gib", "24")
+        assert r.returncode == 1 and f"--headroom-gib {bad!r}" in r.stderr and why in r.stderr
+        assert "Traceback" not in r.stderr
 
 
 def test_layout_flags_are_edited_in_place_and_appended_only_when_they_change() -> None:
