@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rigsmith.operating import fitpropose, fitreport
 from rigsmith.operating.host import gather
@@ -260,3 +262,56 @@ def test_every_proposal_written_into_the_spec_is_a_go_by_invoke_fits_own_table(
         assert [f.headroom for f in fits] == [r.headroom for r in group]
         assert all(f.verdict != "no-go" and f.headroom >= prop.headroom for f in fits)
         assert est.kv_tokens([f.total for f in fits]) * p.layout.dp == p.kv_tokens
+
+
+# -- unseen rigs and checkpoints: the acceptance properties ------------------------------------------------
+
+RIG_CARD = st.tuples(st.integers(12, 48), st.integers(0, 3072))  # GiB total, MiB held by a squatter
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    kind=st.sampled_from(["moe", "hybrid"]),
+    layers=st.integers(4, 24),
+    inter=st.integers(1, 16).map(lambda k: 64 * k),
+    heads=st.sampled_from([(8, 2), (8, 8), (16, 4), (12, 4)]),
+    cards=st.lists(RIG_CARD, min_size=2, max_size=4),
+    close=st.sets(st.tuples(st.integers(0, 3), st.integers(0, 3)).map(lambda t: tuple(sorted(t)))),
+    recipe=st.sampled_from([["-tp", "2"], ["-pp", "2", "--kv-cache-memory", "1G"], []]),
+)
+def test_on_unseen_rigs_every_proposal_fits_by_fits_own_count_and_holds_no_less_kv_than_the_recipe(
+    kind: str,
+    layers: int,
+    inter: int,
+    heads: tuple[int, int],
+    cards: list[tuple[int, int]],
+    close: set[tuple[int, int]],
+    recipe: list[str],
+) -> None:
+    dims = (1024, heads[0], heads[1], 128, 32000)
+    make = ck.moe if kind == "moe" else ck.hybrid_mtp
+    a = make(layers, dims, experts=16, inter=inter, lazy=True)
+    shape = fit.ModelShape.from_config(a.config)
+    base = fit.engine_params([*recipe, "--max-model-len", "8192"], {})
+    rig = propose.Rig(
+        tuple(
+            propose.Card(i, "NVIDIA GeForce RTX 3090", g * GiB, m * MiB, (("PID 1 x", m * MiB),) if m else ())
+            for i, (g, m) in enumerate(cards)
+        ),
+        frozenset(p for p in close if p[0] != p[1] and p[1] < len(cards)),
+        (8, 6),
+    )
+    s = layout.Summary(shape, base, layout.summary_keys(shape, len(cards), base), header_rows(a))
+    headroom = propose.default_headroom(s, base, rig)
+    ranked, seen = propose.search(s, base, rig, headroom=headroom)
+    assert seen > 0
+    own = propose.recipe_row(s, base, rig, headroom) if base.world <= len(cards) else None
+    for p in ranked:
+        assert p.fits and p.kv_tokens >= (own.kv_tokens if own is not None and own.runs else 0)
+        assert [r.need.weights for r in p.ranks] == independent(a, p.layout, p.params) * p.layout.dp
+        est = fit.estimate(shape, p.params, header_rows(a))
+        for r in p.ranks:
+            kv, _, needs = est.usage(est.ranks[r.need.rank], r.card.total)
+            assert kv > 0 and r.card.has - needs == r.headroom >= headroom
+        assert p.max_context <= 8192 and p.sequences >= 1
+    assert [p.key() for p in ranked] == sorted((p.key() for p in ranked), reverse=True)

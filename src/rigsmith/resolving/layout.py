@@ -181,9 +181,15 @@ class Summary:
 
 
 def tp_sizes(shape: ModelShape, gpus: int) -> list[int]:
-    """TP sizes vLLM accepts for this model on up to ``gpus`` GPUs."""
+    """TP sizes vLLM accepts for this model on up to ``gpus`` GPUs: they divide the heads and the MLP and
+    expert widths (vLLM's ``divide`` asserts it), and the KV heads divide them or they divide the KV heads."""
     kv = shape.num_kv_heads
-    return [t for t in range(1, gpus + 1) if shape.num_heads % t == 0 and (kv % t == 0 or t % kv == 0)]
+    widths = [w for w in (shape.intermediate_size, shape.moe_intermediate_size) if w]
+    return [
+        t
+        for t in range(1, gpus + 1)
+        if shape.num_heads % t == 0 and (kv % t == 0 or t % kv == 0) and all(w % t == 0 for w in widths)
+    ]
 
 
 def spread(pp: int) -> int:
