@@ -42,7 +42,8 @@ def _number(flag: str, text: str | None, kind: type[float] | type[int]) -> float
         "else the model's limit)",
         "headroom_gib": "with --propose/--apply: GiB every GPU keeps free (default: 0.5, or the recipe's "
         "own where it runs closer)",
-        "apply": "write proposal N (as --propose numbers them) into the spec: argv flags, env and a note",
+        "apply": "write proposal N (as --propose numbers them, with the same --max-model-len/--headroom-gib) "
+        "into the spec: argv flags, env and a note",
     }
 )
 @user_errors
