@@ -112,7 +112,7 @@ def test_doctor_table_carries_the_fit_row(tmp_path: Path) -> None:
     assert checks[-1] is row and row.name == "fit" and row.verdict == "no-go"
     assert row.detail.startswith("GPU0 PP0/TP0: needs ") and "PID 48213" in row.detail
     assert "256 MiB" in row.detail and "GPU1" not in row.detail
-    assert row.hint is not None and "kill PID" in row.hint
+    assert row.hint is not None and "kill PID" in row.hint and "`invoke fit --propose`" in row.hint
     text = doctor.render(checks, "doctor")
     assert "fit" in text and "NO-GO" in text
     # Without the squatter (4x3090-idle has no compute process), no GPU is no-go.

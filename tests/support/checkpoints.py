@@ -37,13 +37,29 @@ class T:
 class Arch:
     config: dict[str, Any]
     tensors: list[T] = field(default_factory=list)
+    #: header-only: each array is a zero-stride view (shape and nbytes, no memory), written by ``headers``
+    lazy: bool = False
 
     def add(
         self, name: str, shape: tuple[int, ...], split: str, where: str, layer: int = -1, expert: int = -1
     ) -> None:
-        rng = np.random.default_rng(len(self.tensors))
-        arr = rng.standard_normal(shape).astype(np.float16)
+        if self.lazy:
+            arr = np.broadcast_to(np.float16(0), shape)
+        else:
+            rng = np.random.default_rng(len(self.tensors))
+            arr = rng.standard_normal(shape).astype(np.float16)
         self.tensors.append(T(name, arr, split, where, layer, expert))
+
+    def headers(self, root: Path, shards: int = 4) -> Path:
+        """config.json and header-only shards (data declared by offsets, none written) under ``root``."""
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "config.json").write_text(json.dumps(self.config), encoding="utf-8")
+        per = -(-len(self.tensors) // shards)
+        for k in range(shards):
+            chunk = self.tensors[k * per : (k + 1) * per]
+            data, _ = header_only([(t.name, "F16", tuple(t.array.shape)) for t in chunk])
+            (root / f"model-{k + 1:05d}-of-{shards:05d}.safetensors").write_bytes(data)
+        return root
 
     def files(self, shards: int = 2) -> dict[str, bytes]:
         """config.json, model-0000k-of-0000n.safetensors shards and their index."""
@@ -117,9 +133,17 @@ def _moe(a: Arch, prefix: str, where: str, i: int, h: int, experts: int, inter: 
         a.add(f"{prefix}mlp.experts.{e}.down_proj.weight", (h, inter), "expert-row", where, i, e)
 
 
-def moe() -> Arch:
-    """Qwen3-MoE-like: 4 layers of attention with q/k norms and 8 routed experts (top 2)."""
-    h, heads, kv, hd, experts, inter, vocab, layers = 128, 4, 2, 32, 8, 64, 512, 4
+def moe(
+    layers: int = 4,
+    dims: tuple[int, int, int, int, int] = (128, 4, 2, 32, 512),
+    experts: int = 8,
+    inter: int = 64,
+    *,
+    lazy: bool = False,
+) -> Arch:
+    """Qwen3-MoE-like: attention with q/k norms and routed experts (top 2); ``dims`` = hidden, heads, KV
+    heads, head dim, vocab. The defaults: 4 layers, 8 experts."""
+    h, heads, kv, hd, vocab = dims
     a = Arch(
         {
             "architectures": ["Qwen3MoeForCausalLM"],
@@ -129,7 +153,8 @@ def moe() -> Arch:
             "num_experts_per_tok": 2,
             "torch_dtype": "bfloat16",
             "tie_word_embeddings": False,
-        }
+        },
+        lazy=lazy,
     )
     a.add("model.embed_tokens.weight", (vocab, h), "vocab", "first")
     for i in range(layers):
@@ -145,10 +170,19 @@ def moe() -> Arch:
     return a
 
 
-def hybrid_mtp() -> Arch:
-    """Qwen3-Next-like: linear-attention (gated delta net) layers, full attention every 2nd layer, MoE with a
-    shared expert, one MTP layer under ``mtp.``, and a small vision tower."""
-    h, heads, kv, hd, experts, inter, vocab, layers = 128, 4, 2, 32, 4, 64, 512, 4
+def hybrid_mtp(
+    layers: int = 4,
+    dims: tuple[int, int, int, int, int] = (128, 4, 2, 32, 512),
+    experts: int = 4,
+    inter: int = 64,
+    *,
+    interval: int = 2,
+    lazy: bool = False,
+) -> Arch:
+    """Qwen3-Next-like: linear-attention (gated delta net) layers, full attention every ``interval``-th
+    layer, MoE with a shared expert, one MTP layer under ``mtp.``, and a small vision tower. ``dims`` =
+    hidden, heads, KV heads, head dim, vocab."""
+    h, heads, kv, hd, vocab = dims
     nk, nv, dk, dv = 2, 4, 32, 32
     a = Arch(
         {
@@ -160,13 +194,14 @@ def hybrid_mtp() -> Arch:
                 "shared_expert_intermediate_size": 128,
                 "num_experts": experts,
                 "num_experts_per_tok": 2,
-                "full_attention_interval": 2,
+                "full_attention_interval": interval,
                 "linear_num_key_heads": nk,
                 "linear_num_value_heads": nv,
                 "num_nextn_predict_layers": 1,
                 "torch_dtype": "bfloat16",
             },
-        }
+        },
+        lazy=lazy,
     )
     a.add("model.visual.patch_embed.proj.weight", (h, 588), "rep", "vision")
     a.add("model.visual.merger.mlp.0.weight", (h, 4 * h), "rep", "vision")
@@ -195,7 +230,7 @@ def hybrid_mtp() -> Arch:
         a.add(prefix + "mlp.shared_expert_gate.weight", (1, h), "rep", where, i)
 
     for i in range(layers):
-        block(f"model.layers.{i}.", "layer", i, full=(i + 1) % 2 == 0)
+        block(f"model.layers.{i}.", "layer", i, full=(i + 1) % interval == 0)
     a.add("model.norm.weight", (h,), "rep", "last")
     a.add("lm_head.weight", (vocab, h), "vocab", "last")
     a.add("mtp.fc.weight", (h, 2 * h), "col", "mtp")
@@ -308,3 +343,21 @@ def make_spec(
     data["engine"]["model_arg"] = 0
     data["env"] = [{"name": k, "value": v} for k, v in (env or {}).items()]
     return specmod.from_data(data)
+
+
+# -- stand-ins for the seeds' models (header-only, shapes from their notes) --------------------------------
+
+
+def seed000_like() -> Arch:
+    """Seed 000's model as fit sees it with vision and MTP off: 48 MoE layers (64 experts, top 8) whose
+    declared sizes make the heaviest of three PP stages load 21.55 GiB, the published "Weights load 21.55
+    GiB/rank". Hidden 2048, 16 heads over 2 KV heads of 128, vocab 151936."""
+    return moe(48, (2048, 16, 2, 128, 151936), experts=64, inter=1765, lazy=True)
+
+
+def seed003_like() -> Arch:
+    """Seed 003's Qwen3-Next-style hybrid: 48 layers, full attention every 4th (16 heads over 2 KV heads
+    of 256), 32 routed experts and a shared expert per layer, one MTP layer, a vision tower; vocab 151936.
+    Expert sizes make TP2×PP2 with ``VLLM_PP_LAYER_PARTITION=25,23`` and MTP load ~18.4 GiB on the heavier
+    stage, so seed 003's 4.1 GB KV pool fits a 24 GiB card as it did on the seed's rig."""
+    return hybrid_mtp(48, (2048, 16, 2, 256, 151936), experts=32, inter=3904, interval=4, lazy=True)

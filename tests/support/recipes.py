@@ -75,14 +75,19 @@ class RecipeServer:
 
 def import_cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`invoke import-recipe ARGS` in a subprocess against the checkout at ``root`` (no terminal)."""
-    env = {**os.environ, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+    return task_cli(root, "import-recipe", *args)
+
+
+def task_cli(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`invoke ARGS` in a subprocess against the checkout at ``root`` (no terminal), ``env`` added."""
+    full = {**os.environ, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}", **env}
     return subprocess.run(
-        [sys.executable, "-m", "invoke", "import-recipe", *args],
+        [sys.executable, "-m", "invoke", *args],
         cwd=REPO,
-        env=env,
+        env=full,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )

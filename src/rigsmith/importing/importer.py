@@ -551,6 +551,31 @@ def merge_spec(
     return dep, specmod.to_data(dep, defaults=True) == ours
 
 
+def merge_user_change(path: Path, read: str, changed: specmod.Deployment) -> specmod.Deployment:
+    """A change the user asked rigsmith to make (``invoke fit --apply N``) merged into their spec three-way:
+    base = the file as it was read (``read``), ours = the file now, theirs = ``changed``. The base of the
+    last import (deployments/.base/) is left as it is, so a re-import of the same recipe sees the change
+    as the user's edit and keeps it.
+
+    Raises:
+        ConsentError: the file changed since it was read, in the same fields (nothing is written).
+    """
+    try:
+        base = _full(yaml.safe_load(read))
+    except yaml.YAMLError as err:
+        raise SpecError(str(path), [("(file)", f"cannot read your spec: {err}")]) from None
+    merged = merge3(
+        base, _full(_read_data(path, "your spec")), _full(specmod.to_data(changed)), keyed=SPEC_LIST_KEYS.get
+    )
+    if merged.conflicts:
+        raise ConsentError(
+            f"{path} changed while rigsmith was working on it, in the fields it changes: "
+            f"{'; '.join(c.describe() for c in merged.conflicts)}. Nothing was written",
+            hint="run the command again",
+        )
+    return specmod.from_data(merged.value, str(path))
+
+
 def _asker(confirm: Callable[[str], bool], echo: Callable[[str], None]) -> Callable[[Conflict], Resolve]:
     def ask(c: Conflict) -> Resolve:
         echo(f"conflict {c.describe()}")

@@ -64,15 +64,16 @@ def _gib(n: int) -> str:
     return f"{n / GiB:.2f} GiB"
 
 
-def fit_gpus(
-    est: Estimate, spec: Deployment, facts: HostFacts | None, vram_gib: float | None = None
-) -> list[GpuFit]:
-    """Each rank on its GPU (rank r → the r-th GPU the spec selects, as vLLM numbers local ranks).
+Card = tuple[int | None, str, int, int, list[tuple[str, int]]]  # index, name, total, others, squatters
 
-    Without GPU facts (no driver here) or with ``vram_gib``, the cards are the spec's (or that size), idle.
-    """
-    p = est.params
-    cards: list[tuple[int | None, str, int, int, list[tuple[str, int]]]] = []
+
+def host_cards(
+    spec: Deployment, facts: HostFacts | None, vram_gib: float | None, world: int
+) -> list[Card] | None:
+    """The GPUs the spec selects (index, name, total bytes, bytes others use, squatters named with their
+    bytes); without GPU facts or with ``vram_gib``, idle cards of that (or the spec's) size: at least
+    ``world`` of them. None: no size known."""
+    cards: list[Card] = []
     if facts is not None and facts.gpus and not facts.gpu_error and vram_gib is None:
         by_index = {g.index: g for g in facts.gpus}
         for i in requested_gpus(spec, facts):
@@ -91,12 +92,25 @@ def fit_gpus(
                     where = f" (container {ctr})" if ctr else ""
                     squat.append((f"PID {app.pid} {app.name}{where} holds {_mib(used)}", used))
             cards.append((i, g.name, g.memory_total_mib * MiB, max(g.memory_used_mib * MiB - own, 0), squat))
-    else:
-        size = vram_gib if vram_gib is not None else spec.resources.gpus.vram_gib
-        if size is None:
-            return []
-        label = f"{spec.resources.gpus.model or 'GPU'} ({size:g} GiB, assumed idle)"
-        cards = [(i, label, int(size * GiB), 0, []) for i in range(max(p.world, spec.resources.gpus.count))]
+        return cards
+    size = vram_gib if vram_gib is not None else spec.resources.gpus.vram_gib
+    if size is None:
+        return None
+    label = f"{spec.resources.gpus.model or 'GPU'} ({size:g} GiB, assumed idle)"
+    return [(i, label, int(size * GiB), 0, []) for i in range(max(world, spec.resources.gpus.count))]
+
+
+def fit_gpus(
+    est: Estimate, spec: Deployment, facts: HostFacts | None, vram_gib: float | None = None
+) -> list[GpuFit]:
+    """Each rank on its GPU (rank r → the r-th GPU the spec selects, as vLLM numbers local ranks).
+
+    Without GPU facts (no driver here) or with ``vram_gib``, the cards are the spec's (or that size), idle.
+    """
+    p = est.params
+    cards = host_cards(spec, facts, vram_gib, p.world)
+    if cards is None:
+        return []
     out = []
     for r in est.ranks:
         if r.rank >= len(cards):
@@ -133,10 +147,8 @@ def _one(
     squat: list[tuple[str, int]],
 ) -> GpuFit:
     p = est.params
-    kv = est.kv_budget(r, total)
+    kv, inside, needs = est.usage(r, total)
     budget = int(total * p.gpu_memory_utilization)
-    inside = r.weights + kv + r.activation + r.cuda_graphs
-    needs = r.runtime + max(budget, inside)
     has = total - others
     headroom = has - needs
     squat_bytes = sum(b for _, b in squat)
@@ -313,7 +325,7 @@ def doctor_row(fits: list[GpuFit], comps: list[Comparison]) -> Check:
         "stop the process(es) named (`kill PID`, `podman stop NAME`), then run doctor again"
         if any(f.squatters for f in bad)
         else "lower --gpu-memory-utilization/--kv-cache-memory/--max-model-len, or use more or larger GPUs"
-    )
+    ) + "; `invoke fit --propose` ranks the layouts that fit this rig"
     return Check("fit", "no-go", detail, hint)
 
 

@@ -27,6 +27,7 @@ What is exact and what is an estimate:
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -93,6 +94,10 @@ _VISION = re.compile(
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 _FINAL_NORM = re.compile(r"^(?:model\.)?(?:language_model\.)?(?:model\.)?(?:norm|final_layernorm|ln_f)\.")
+
+#: Reasons a tensor is left off the GPU (keys of ``Estimate.skipped``).
+SKIP_VISION = "vision tower (--language-model-only)"
+SKIP_MTP = "MTP module (no --speculative-config method mtp)"
 
 Category = Literal["embed", "layers", "experts", "head", "mtp", "vision", "other"]
 CATEGORIES: tuple[Category, ...] = ("embed", "layers", "experts", "head", "mtp", "vision", "other")
@@ -222,7 +227,7 @@ class Placement:
     _stages: list[tuple[int, int]] = field(default_factory=list)
     _owner: list[int] = field(default_factory=list)
     lm_head_seen: bool = False
-    _embed_rank_bytes: int = 0
+    embed_rank_bytes: int = 0
 
     def __post_init__(self) -> None:
         p, s = self.params, self.shape
@@ -232,10 +237,9 @@ class Placement:
             self._owner = expert_owner(s.num_experts, p.tp)
 
     def stage_of(self, layer: int) -> int:
-        for i, (a, b) in enumerate(self._stages):
-            if a <= layer < b:
-                return i
-        return self.params.pp - 1
+        # a binary search: the layout search places with one stage per layer (resolving/layout.py)
+        i = bisect.bisect_right(self._stages, layer, key=lambda st: st[0]) - 1
+        return i if 0 <= i < len(self._stages) and layer < self._stages[i][1] else self.params.pp - 1
 
     def _put(self, stage: int, cat: Category, per_tp: Sequence[int]) -> None:
         for t, n in enumerate(per_tp):
@@ -251,7 +255,7 @@ class Placement:
         param = parts[-1]
         if _VISION.search(name):
             if p.language_model_only:
-                why = "vision tower (--language-model-only)"
+                why = SKIP_VISION
                 self.skipped[why] = self.skipped.get(why, 0) + nbytes
                 return
             self._put(0, "vision", [nbytes] * tp)
@@ -261,7 +265,7 @@ class Placement:
         cat: Category = "layers"
         if name.startswith("mtp.") or ".mtp." in name or (m is not None and int(m.group(1)) >= s.num_layers):
             if not p.mtp:
-                why = "MTP module (no --speculative-config method mtp)"
+                why = SKIP_MTP
                 self.skipped[why] = self.skipped.get(why, 0) + nbytes
                 return
             stage, cat = last, "mtp"
@@ -282,10 +286,10 @@ class Placement:
                 self._put(stage, cat, self._tp_split(mod, param, nbytes, shape))
             return
         if module in EMBED:
-            self._embed_rank_bytes = self._vocab_split(nbytes, shape)
-            self._put(0, "embed", [self._embed_rank_bytes] * tp)
+            self.embed_rank_bytes = self._vocab_split(nbytes, shape)
+            self._put(0, "embed", [self.embed_rank_bytes] * tp)
             if s.tie_word_embeddings and p.pp > 1:
-                self._put(last, "head", [self._embed_rank_bytes] * tp)  # the last stage's own lm_head copy
+                self._put(last, "head", [self.embed_rank_bytes] * tp)  # the last stage's own lm_head copy
             return
         if module == "lm_head" or (module == "head" and "shared_head" not in name):
             self.lm_head_seen = True
@@ -373,6 +377,13 @@ class Estimate:
         left = int(total * self.params.gpu_memory_utilization) - r.weights - r.activation - r.cuda_graphs
         return max(left, 0)
 
+    def usage(self, r: RankNeed, total: int) -> tuple[int, int, int]:
+        """(KV pool, weights + KV + activations + graphs, needs) of one rank on a card of ``total`` bytes.
+        needs = runtime + the larger of utilisation × total (vLLM wants it free at start) and the use."""
+        kv = self.kv_budget(r, total)
+        inside = r.weights + kv + r.activation + r.cuda_graphs
+        return kv, inside, r.runtime + max(int(total * self.params.gpu_memory_utilization), inside)
+
     def kv_tokens(self, totals: Sequence[int]) -> int | None:
         """vLLM's "GPU KV cache size: N tokens": whole blocks per rank, the smallest rank decides."""
         out = None
@@ -422,12 +433,30 @@ def estimate(
     place = Placement(shape, params)
     for name, nbytes, tshape in headers:
         place.add(name, nbytes, tshape)
-    if place.tensors == 0:
+    placed = Placed(place.bytes, place.tensors, place.skipped, tuple(place.unknown), place.lm_head_seen)
+    return from_placed(shape, params, placed)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where the checkpoint's bytes went: per global rank, by category (``Placement.bytes``)."""
+
+    bytes: list[dict[str, int]]
+    tensors: int
+    skipped: dict[str, int]
+    unknown: tuple[str, ...]
+    lm_head_seen: bool
+
+
+def from_placed(shape: ModelShape, params: EngineParams, placed: Placed) -> Estimate:
+    """The per-rank estimate of placed weights: the named allowances added rank by rank. ``estimate`` and
+    the layout search (``resolving.layout``) both end here, so their per-rank figures are one count."""
+    if placed.tensors == 0:
         raise FitError(
             "the checkpoint has no safetensors tensors", hint="fit reads .safetensors headers only"
         )
     notes = []
-    if shape.tie_word_embeddings and params.pp > 1 and not place.lm_head_seen:
+    if shape.tie_word_embeddings and params.pp > 1 and not placed.lm_head_seen:
         notes.append("tied embeddings: the last stage holds its own copy of the embedding as LM head")
     if params.draft_model:
         notes.append(
@@ -451,8 +480,8 @@ def estimate(
                 rank=rank,
                 pp_rank=pp_rank,
                 tp_rank=tp_rank,
-                weights=place.weights(rank),
-                by_category=dict(place.bytes[rank]),
+                weights=sum(placed.bytes[rank].values()),
+                by_category=dict(placed.bytes[rank]),
                 kv_bytes_per_token=_kv_per_token(shape, params, attn, mtp),
                 activation=_activation(shape, params, last),
                 cuda_graphs=CUDA_GRAPHS if params.cuda_graphs else 0,
@@ -460,7 +489,7 @@ def estimate(
             )
         )
     return Estimate(
-        shape, params, tuple(ranks), tuple(stages), place.tensors, dict(place.skipped), tuple(place.unknown),
+        shape, params, tuple(ranks), tuple(stages), placed.tensors, dict(placed.skipped), placed.unknown,
         tuple(notes),
     )  # fmt: skip
 

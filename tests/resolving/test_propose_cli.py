@@ -1,0 +1,127 @@
+"""`invoke fit --propose` and `invoke fit --apply N` through the CLI, and the applied layout surviving a
+re-import of the recipe (`invoke import-recipe` with the same source: the three-way merge keeps it).
+
+The recipe is raw command text serving a local header-only checkpoint (no Hub); this machine has no GPU,
+so the rig is `--vram-gib 24` idle cards (the captured rigs are tested in test_propose.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rigsmith import spec as specmod
+from rigsmith.errors import ConsentError
+from rigsmith.importing.importer import merge_user_change
+from rigsmith.resolving import fit
+from rigsmith.resolving.applylayout import NOTE_PREFIX, layout_args, set_flag, set_switch
+from rigsmith.resolving.layout import Layout
+from tests.support import checkpoints as ck
+from tests.support.recipes import import_cli, task_cli
+
+
+def fit_cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`invoke fit ARGS` offline (the checkpoint is local)."""
+    return task_cli(root, "fit", *args, HF_HUB_OFFLINE="1")
+
+
+def test_propose_apply_and_a_reimport_that_keeps_the_applied_layout(tmp_path: Path) -> None:
+    ckpt = ck.seed000_like().headers(tmp_path / "models" / "Seed0-Like")
+    recipe = tmp_path / "serve.sh"
+    recipe.write_text(
+        f"CUDA_VISIBLE_DEVICES=0,1,2 vllm serve {ckpt} --tensor-parallel-size 2 --max-model-len 65536 "
+        "--kv-cache-memory 2G\n",
+        encoding="utf-8",
+    )
+    root = tmp_path / "proj"
+    (root / "deployments").mkdir(parents=True)
+    r = import_cli(root, str(recipe), "--name", "seed0", "--image", "localhost/vllm:1")
+    assert r.returncode == 0, r.stderr
+    path = root / "deployments" / "seed0.yaml"
+    imported = path.read_text(encoding="utf-8")
+
+    # the recipe's TP=2 does not hold 64 GiB of weights on two 24 GiB cards: NO-GO, pointing at --propose
+    r = fit_cli(root, "--vram-gib", "24")
+    assert r.returncode == 1 and "`invoke fit --propose` ranks the layouts" in r.stderr
+
+    r = fit_cli(root, "--propose", "--vram-gib", "24", "--max-model-len", "32768")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "proposal 1" in out and "TP1×PP3 KV auto" in out and "searched " in out
+    assert "the recipe's layout does not run as it stands" in out and "Traceback" not in r.stderr
+    assert path.read_text(encoding="utf-8") == imported  # --propose writes nothing
+
+    r = fit_cli(root, "--apply", "1", "--vram-gib", "24", "--max-model-len", "32768")
+    assert r.returncode == 0, r.stderr
+    assert "update  deployments/seed0.yaml" in r.stdout
+    spec = specmod.load(path)
+    p = fit.engine_inputs(spec)
+    assert (p.tp, p.pp, p.max_model_len) == (1, 3, 32768) and p.kv_cache_memory is not None
+    assert spec.engine.args[0] == str(ckpt) and "--tensor-parallel-size" in spec.engine.args
+    assert any(n.startswith(f"{NOTE_PREFIX} TP1×PP3") for n in spec.notes)
+    # fit's own verdict on what was written: every GPU fits
+    r = fit_cli(root, "--vram-gib", "24")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "fit: GO" in r.stdout
+
+    applied = path.read_text(encoding="utf-8")
+    r = import_cli(root, str(recipe), "--name", "seed0", "--image", "localhost/vllm:1")
+    assert r.returncode == 0, r.stderr
+    assert "the recipe has not changed since the last import" in r.stdout
+    assert path.read_text(encoding="utf-8") == applied
+
+    r = fit_cli(root, "--apply", "7", "--vram-gib", "24")
+    assert r.returncode == 1 and "--apply 7: this rig has" in r.stderr and "Traceback" not in r.stderr
+    for bad, why in (("x", "is not a number"), ("nan", "is not a finite number"), ("-1", "≥ 0")):
+        r = fit_cli(root, "--propose", "--headroom-gib", bad, "--vram-gib", "24")
+        assert r.returncode == 1 and f"--headroom-gib {bad!r}" in r.stderr and why in r.stderr
+        assert "Traceback" not in r.stderr
+
+
+def test_layout_flags_are_edited_in_place_and_appended_only_when_they_change() -> None:
+    args = [
+        "/m",
+        "--tensor-parallel-size=4",
+        "--max-model-len",
+        "8192",
+        "--enable-expert-parallel",
+        "-tp",
+        "4",
+    ]
+    assert set_flag(args, ("--tensor-parallel-size", "-tp"), "2") == [
+        "/m", "--tensor-parallel-size=2", "--max-model-len", "8192", "--enable-expert-parallel",
+    ]  # fmt: skip
+    assert set_flag(["/m"], ("--kv-cache-memory",), None) == ["/m"]
+    assert set_switch(args, "--enable-expert-parallel", False) == [a for a in args if "expert" not in a]
+    assert set_switch(["/m", "--no-enable-expert-parallel"], "--enable-expert-parallel", True) == [
+        "/m", "--enable-expert-parallel",
+    ]  # fmt: skip
+    params = fit.engine_params([], {})
+    lay = Layout(tp=1, pp=2, partition=(3, 1))
+    sized = fit.EngineParams(gpu_memory_utilization=0.931, kv_cache_memory=123, max_model_len=4096)
+    out = layout_args(["/m", "--served-model-name", "x"], {}, lay, sized)
+    assert out == [
+        "/m", "--served-model-name", "x", "--pipeline-parallel-size", "2", "--gpu-memory-utilization",
+        "0.931", "--kv-cache-memory", "123", "--max-model-len", "4096",
+    ]  # fmt: skip
+    assert params.tp == 1  # TP=1 is vLLM's default: not written
+
+
+def test_apply_merges_into_the_file_as_it_is_now_and_refuses_a_clash(tmp_path: Path) -> None:
+    path = tmp_path / "deployments" / "t.yaml"
+    path.parent.mkdir()
+    spec = ck.make_spec(tmp_path, ["-tp", "2"])
+    read = specmod.dump(spec)
+    path.write_text(read, encoding="utf-8")
+    changed = spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": ("/m", "-pp", "2")})})
+    # the user edited another field meanwhile: both stay
+    path.write_text(specmod.dump(spec.model_copy(update={"description": "mine"})), encoding="utf-8")
+    merged = merge_user_change(path, read, changed)
+    assert merged.description == "mine" and merged.engine.args == ("/m", "-pp", "2")
+    # the user edited the same field: nothing is decided for them
+    other = spec.engine.model_copy(update={"args": ("/m", "-tp", "4")})
+    path.write_text(specmod.dump(spec.model_copy(update={"engine": other})), encoding="utf-8")
+    with pytest.raises(ConsentError, match="changed while rigsmith was working on it"):
+        merge_user_change(path, read, changed)
