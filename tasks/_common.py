@@ -89,13 +89,32 @@ def confirm() -> Callable[[str], bool] | None:
     return ask
 
 
+def command_line(fn: Callable[..., Any], given: dict[str, Any]) -> str:
+    """``invoke NAME --flag value …`` as the user typed it, near enough: the flags that differ from their
+    defaults (what the lock history records as the command of a change)."""
+    import inspect
+
+    words = ["invoke", fn.__name__.replace("_", "-")]
+    for name, param in inspect.signature(fn).parameters.items():
+        value = given.get(name, param.default)
+        if name == "c" or value == param.default or value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        words += [flag] if value is True else [flag, str(value)]
+    return " ".join(words)
+
+
 def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn RigsmithError into invoke's Exit (message on stderr, exit 1), never a traceback."""
+    """Turn RigsmithError into invoke's Exit (message on stderr, exit 1), never a traceback; lock changes
+    made meanwhile are recorded as made by this command."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        from rigsmith.resolving import lockhistory  # stdlib + the writer: nothing heavy
+
         try:
-            return fn(*args, **kwargs)
+            with lockhistory.because(command_line(fn, dict(kwargs))):
+                return fn(*args, **kwargs)
         except RigsmithError as err:
             raise Exit(f"error: {err}", code=1) from None
         except KeyboardInterrupt:

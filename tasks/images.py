@@ -13,7 +13,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
-from tasks._common import echo, project, user_errors
+from tasks._common import confirm, echo, project, user_errors
 
 if TYPE_CHECKING:
     from rigsmith.resolving.registry import Registry
@@ -28,34 +28,24 @@ def _registry() -> Registry:
 @task(
     help={
         "deployment": "pin only what this deployment uses (default: every deployment and image)",
-        "repin": "re-resolve model branches/tags and image source trees already in the lock and show "
-        "what changed",
+        "repin": "re-resolve model branches/tags and image source trees already in the lock; show the "
+        "diff and ask before writing it",
+        "yes": "with --repin: write the changes without asking (no terminal and no --yes: change nothing)",
     }
 )
 @user_errors
-def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
+def pin(c: Context, deployment: str | None = None, repin: bool = False, yes: bool = False) -> None:
     """Resolve image tags, source trees (and model branches, secondary models too) to digests/commits in
     rigsmith.lock."""
-    from rigsmith.resolving import build as buildmod
-    from rigsmith.resolving import sources as sourcesmod
-    from rigsmith.resolving.secondaryfetch import pin_models
+    from rigsmith.resolving import repin as repinmod
 
     proj = project(c)
-    # An image.yaml still to fill stops pin before any network.
-    trees = sourcesmod.check_filled(proj, deployment)
-    reg = _registry()
-    try:
-        buildmod.pin_images(proj, reg, deployment=deployment, echo=echo)
-    finally:
-        reg.close()
-    src = sourcesmod.Sources(sourcesmod.cache_root())
-    try:
-        sourcesmod.pin_sources(proj, src, trees, repin=repin, echo=echo)
-    finally:
-        src.close()
-    names = [proj.resolve_name(deployment)] if deployment else proj.deployment_names()
-    for name in names:
-        pin_models(proj, proj.load(name), repin=repin, echo=echo)
+    if not repin:
+        repinmod.pin_all(proj, deployment, repin=False, echo=echo)
+        return
+    staged = repinmod.stage(proj)
+    repinmod.pin_all(staged, deployment, repin=True, echo=echo)
+    repinmod.adopt(proj, staged, yes=yes, confirm=confirm(), echo=echo)
 
 
 @task(

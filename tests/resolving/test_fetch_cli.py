@@ -123,7 +123,7 @@ def test_invoke_pin_locks_the_model_branch_then_keeps_it(hub, make_project):
     again = run_cli(hub, project, "pin")
     assert again.returncode == 0, again.stderr
     assert lockmod.read(project.lock_path).models["t"].commit == first, "a pin only moves when asked"
-    moved = run_cli(hub, project, "pin", "--repin")
+    moved = run_cli(hub, project, "pin", "--repin", "--yes")
     assert moved.returncode == 0, moved.stderr
     assert lockmod.read(project.lock_path).models["t"].commit == second
     assert "README.md" in moved.stdout

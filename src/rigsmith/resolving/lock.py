@@ -1,7 +1,8 @@
 """``rigsmith.lock``: the resolved facts. Written only by pin / fetch-model / build.
 
 JSON with sorted keys (diff-friendly), updated under a file lock so concurrent steps do not lose each
-other's entries: ``with locked(path) as lock: lock.images[ref] = ...`` reads, lets you change, writes.
+other's entries: ``with locked(path) as lock: lock.images[ref] = ...`` reads, lets you change, writes, and
+keeps the new text in the lock's history (``rigsmith.resolving.lockhistory``) when it changed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from rigsmith import confine
 from rigsmith.errors import LockError
+from rigsmith.resolving import lockhistory
 from rigsmith.writer import write_one
 
 #: Version 2 added ``secondary`` (secondary Hub models); a lock without them is still written as version 1,
@@ -52,6 +54,18 @@ class LockedFile(_M):
     size: int = Field(ge=0)
     sha256: Sha256 | None = None  # LFS files
     git_sha1: Sha1 | None = None  # small (non-LFS) files: git blob sha1
+
+
+def file_changes(
+    old: dict[str, LockedFile], new: dict[str, LockedFile]
+) -> list[tuple[str, str, LockedFile | None, LockedFile | None]]:
+    """Pure: ``(sign, path, old, new)`` per file added (+), removed (-) or changed (~), by path."""
+    out: list[tuple[str, str, LockedFile | None, LockedFile | None]] = []
+    for path in sorted(set(old) | set(new)):
+        a, b = old.get(path), new.get(path)
+        if a != b:
+            out.append(("+" if a is None else "-" if b is None else "~", path, a, b))
+    return out
 
 
 class LockedPatch(_M):
@@ -209,5 +223,9 @@ def locked(path: Path) -> Iterator[Lock]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".flock", timeout=600):
         lock = read(path)
+        before = dumps(lock) if path.exists() else None
         yield lock
-        write_one(path, dumps(lock))
+        after = dumps(lock)
+        write_one(path, after)
+        # Every change is kept (.rigsmith/locks/), under the same file lock, so rows never interleave.
+        lockhistory.record(path, before, after)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rigsmith import confine
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
-from rigsmith.resolving.lock import LockedFile, LockedModel, LockedPatch
+from rigsmith.resolving.lock import LockedFile, LockedModel, LockedPatch, file_changes
 from rigsmith.resolving.warmfetch import HF_DOWNLOAD_DIR as HF_DOWNLOAD_DIR
 from rigsmith.resolving.warmfetch import PARTIAL_DIR as PARTIAL_DIR
 from rigsmith.resolving.warmfetch import STATE_DIR as STATE_DIR
@@ -148,13 +148,12 @@ def describe_repin(old: LockedModel | None, new: LockedModel) -> list[str]:
     lines = [f"re-pinned {new.repo}@{ref}: {old.commit} -> {new.commit}"]
     if old.repo != new.repo:
         lines[0] = f"re-pinned {old.repo} -> {new.repo}@{ref}: {old.commit} -> {new.commit}"
-    for path in sorted(set(old.files) | set(new.files)):
-        a, b = old.files.get(path), new.files.get(path)
-        if a is None and b is not None:
-            lines.append(f"  + {path} ({b.size} bytes)")
-        elif b is None and a is not None:
+    for _sign, path, a, b in file_changes(old.files, new.files):
+        if b is None:
             lines.append(f"  - {path}")
-        elif a != b and a is not None and b is not None:
+        elif a is None:
+            lines.append(f"  + {path} ({b.size} bytes)")
+        else:
             lines.append(f"  ~ {path} ({a.size} -> {b.size} bytes)")
     if len(lines) == 1:
         lines.append("  (same files, same hashes)")
