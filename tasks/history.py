@@ -12,6 +12,8 @@ from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
 from tasks._common import echo, project, user_errors
+from tasks.deploy import _memlock
+from tasks.ops import _DEP, _OUT, _TARGET, _int, _ops, _seconds
 
 
 def lock_numbers(text: str) -> tuple[int, int | None]:
@@ -48,3 +50,81 @@ def lock(c: Context, history: bool = False, diff: str | None = None) -> None:
         n, m = lock_numbers(diff)
         for line in lockdiff.diff_lines(path, n, m):
             echo(line)
+
+
+_MEMLOCK = "override memlock: unlimited, bytes, or host (set none; for hosts that cannot raise it)"
+
+
+@task(
+    help={
+        "deployment": _DEP,
+        "to": "the recorded lock to restore (default: the newest one before the current; `invoke lock "
+        "--history` lists them)",
+        "target": _TARGET,
+        "out": _OUT,
+        "memlock": _MEMLOCK,
+    }
+)
+@user_errors
+def rollback(
+    c: Context,
+    deployment: str | None = None,
+    to: str | None = None,
+    target: str = "podman",
+    out: str | None = None,
+    memlock: str | None = None,
+) -> None:
+    """Restore a recorded lock with its model files, artifacts and image, and restart on it."""
+    from rigsmith.operating import rollback as rollbackmod
+
+    n = rollbackmod.rollback(
+        _ops(c, target, out),
+        deployment=deployment,
+        to=_int("--to", to) if to is not None else None,
+        memlock=_memlock(memlock),
+    )
+    echo(f"rollback: running on lock {n}")
+
+
+@task(
+    help={
+        "deployment": _DEP,
+        "threshold": "bench regression (decode tok/s down or TTFT up, in %) that rolls back (default 10)",
+        "target": _TARGET,
+        "out": _OUT,
+        "memlock": _MEMLOCK,
+        "wait_timeout": "seconds the new engine gets to pass the readiness gates (default: 2x the recipe's "
+        "first-boot time)",
+        "max_tokens": "tokens per bench request (default 128)",
+        "prompt_words": "bench prompt length in words (default 512)",
+    }
+)
+@user_errors
+def upgrade(
+    c: Context,
+    deployment: str | None = None,
+    threshold: str = "10",
+    target: str = "podman",
+    out: str | None = None,
+    memlock: str | None = None,
+    wait_timeout: str | None = None,
+    max_tokens: str = "128",
+    prompt_words: str | None = None,
+) -> None:
+    """Repin, fetch, build, restart and bench; roll back by itself when a gate or the bench fails."""
+    from rigsmith.operating import bench as benchmod
+    from rigsmith.operating import upgrade as upgrademod
+
+    pct = _seconds("--threshold", threshold)
+    if not 0 < pct < 100:
+        raise RigsmithError(f"--threshold {threshold} is not a percentage between 0 and 100", hint="e.g. 10")
+    opts = upgrademod.Options(
+        threshold=pct / 100,
+        memlock=_memlock(memlock),
+        wait_timeout=_seconds("--wait-timeout", wait_timeout) if wait_timeout is not None else None,
+        max_tokens=_int("--max-tokens", max_tokens),
+        prompt_words=_int("--prompt-words", prompt_words)
+        if prompt_words is not None
+        else benchmod.DEFAULT_PROMPT_WORDS,
+    )
+    upgrademod.upgrade(_ops(c, target, out), deployment=deployment, options=opts)

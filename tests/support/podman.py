@@ -163,11 +163,11 @@ def busybox_rootfs_tar(root: Path, tools: Sequence[str], scripts: dict[str, str]
     return subprocess.run(["tar", "-C", str(root), "-c", "."], capture_output=True, check=True).stdout
 
 
-def import_busybox_image(podman: Podman, root: Path, ref: str, tools: Sequence[str], vllm: str) -> str:
-    """Import a busybox rootfs under ``ref`` whose ``/usr/local/bin/vllm`` is the script ``vllm``."""
-    tar = busybox_rootfs_tar(root, tools, {"vllm": vllm})
+def import_tar(podman: Podman, tar: bytes, ref: str, *changes: str) -> str:
+    """``podman import`` a rootfs tar as ``ref`` with Dockerfile-style ``changes``; returns ``ref``."""
+    argv = ["import", *(w for ch in changes for w in ("--change", ch)), "-", ref]
     proc = subprocess.run(
-        podman.argv("import", "--change", BUSYBOX_IMAGE_ENV, "-", ref),
+        podman.argv(*argv),
         input=tar,
         capture_output=True,
         env={**os.environ, "CONTAINERS_CONF": str(podman.conf)},
@@ -175,3 +175,8 @@ def import_busybox_image(podman: Podman, root: Path, ref: str, tools: Sequence[s
     )
     assert proc.returncode == 0, proc.stderr.decode()
     return ref
+
+
+def import_busybox_image(podman: Podman, root: Path, ref: str, tools: Sequence[str], vllm: str) -> str:
+    """Import a busybox rootfs under ``ref`` whose ``/usr/local/bin/vllm`` is the script ``vllm``."""
+    return import_tar(podman, busybox_rootfs_tar(root, tools, {"vllm": vllm}), ref, BUSYBOX_IMAGE_ENV)

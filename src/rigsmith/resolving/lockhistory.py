@@ -159,3 +159,14 @@ def record(lock_path: Path, before: str | None, after: str, when: str | None = N
         _append(lock_path, before, how, None, stamp)
     command, reason = current_cause()
     return _append(lock_path, after, command, reason, stamp)
+
+
+def mark_current(lock_path: Path, reason: str | None = None) -> int:
+    """The entry number of the lock as it is now, recording it first when no entry holds its text (the
+    caller holds the lock's file lock)."""
+    text = lock_path.read_text(encoding="utf-8")
+    n = current_number(lock_path, text)
+    if n is not None:
+        return n
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _append(lock_path, text, "(changed outside rigsmith)", reason, stamp)
