@@ -264,6 +264,8 @@ def wait(
         "prompt_words": "prompt length in words (default 512)",
         "chat": "use /v1/chat/completions instead of /v1/completions",
         "compare": "print the comparison with earlier runs and the recipe's published numbers",
+        "history": "measure nothing: chart decode tok/s and TTFT per lock over time, upgrades marked",
+        "out": "with --history: also write the chart to FILE (.svg)",
     }
 )
 @user_errors
@@ -277,9 +279,24 @@ def bench(
     prompt_words: str | None = None,
     chat: bool = False,
     compare: bool = False,
+    history: bool = False,
+    out: str | None = None,
 ) -> None:
     """Measure decode tok/s (1 and N streams), TTFT and prefill; append results keyed by the lock hash."""
     from rigsmith.operating import bench as benchmod
+
+    if history or out:
+        from rigsmith.operating import benchhistory
+
+        p = project(c)
+        spec = p.load(deployment)
+        pts, mks = benchhistory.points(p.root, p.lock_path, spec), benchhistory.marks(p.lock_path)
+        for line in benchhistory.terminal(pts, mks):
+            echo(line)
+        if out:
+            title = f"{spec.name}: decode tok/s and TTFT per lock"
+            echo(f"bench: chart written to {benchhistory.write_chart(pts, mks, Path(out), title)}")
+        return
 
     counts = [_int("--streams", s) for s in str(streams).split(",") if s.strip()]
     benchmod.bench_deployment(

@@ -55,6 +55,10 @@ def test_an_upgrade_that_passes_serves_the_new_snapshot_and_history_shows_both_l
     assert f"  model {rig.name}: ~ README.md" not in diff.stdout  # the same bytes in both commits
     rows = rig.bench_rows()
     assert len({r["lock_key"] for r in rows}) == 2  # the last-known-good's bench and the new one's
+    chart = rig.cli("bench", "--history", "--out", str(rig.project.root / "chart.svg"))
+    assert chart.returncode == 0, chart.stderr
+    assert f"── upgrade → lock #{before + 1} ──" in chart.stdout
+    assert "<svg" in (rig.project.root / "chart.svg").read_text()[:400]
 
 
 def _assert_rolled_back(rig: Rig, out, old_text: str, why: str) -> None:
