@@ -13,7 +13,7 @@ from invoke.tasks import task
 from rigsmith.errors import RigsmithError
 from tasks._common import echo, project, user_errors
 from tasks.deploy import _memlock
-from tasks.ops import _DEP, _OUT, _TARGET, _int, _ops, _seconds
+from tasks.ops import _DEP, _MEMLOCK, _OUT, _TARGET, _int, _ops, _seconds
 
 
 def lock_numbers(text: str) -> tuple[int, int | None]:
@@ -50,9 +50,6 @@ def lock(c: Context, history: bool = False, diff: str | None = None) -> None:
         n, m = lock_numbers(diff)
         for line in lockdiff.diff_lines(path, n, m):
             echo(line)
-
-
-_MEMLOCK = "override memlock: unlimited, bytes, or host (set none; for hosts that cannot raise it)"
 
 
 @task(

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 _DEP = "deployments/NAME.yaml to act on" + DEFAULT_DEP
 _TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
 _OUT = "where the target's artifacts live: DIR/<target>/… (default: the checkout)"
+_MEMLOCK = "override memlock: unlimited, bytes, or host (set none; for hosts that cannot raise it)"
 
 
 def _ops(c: Context, target: str, out: str | None) -> Ops:
@@ -96,7 +97,7 @@ def doctor(
         "deployment": _DEP,
         "target": _TARGET,
         "image": "container image reference, overriding the spec and the lock",
-        "memlock": "override memlock: unlimited, bytes, or host (set none; for hosts that cannot raise it)",
+        "memlock": _MEMLOCK,
         "out": _OUT,
         "yes": "change existing generated files without asking",
         "dry_run": "print what would change and be started; do nothing",

@@ -4,7 +4,8 @@ It serves ``/health``, ``/v1/models``, ``/v1/completions`` and ``/v1/chat/comple
 included) on 127.0.0.1, emitting tokens at a configured rate after a configured time to first token, and
 writes vLLM-like startup lines ("GPU KV cache size: N tokens", "Application startup complete.") to a log,
 so ``wait`` and ``bench`` can be exercised end to end. Token *i* of a stream is sent at
-``t0 + ttft + i / rate`` (an absolute schedule, so sleep jitter does not accumulate).
+``first + i / rate``, ``first`` being when token 0 left (due at ``t0 + ttft``): an absolute schedule, so sleep
+jitter does not accumulate, and a late first token is not followed by a catch-up burst.
 
 Run it: ``python -m rigsmith.operating.standin --port 8000 --rate 67.4 --ttft 0.2 --log /tmp/standin.log``.
 """
@@ -211,6 +212,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._chunk(tok)
                 if cfg.rate:
                     self.wfile.flush()
+                if i == 0:
+                    # The schedule runs from when the first token really left: a first token made late
+                    # by a loaded host must not make the decode rate look faster by a catch-up burst.
+                    first = max(first, time.monotonic())
             self._chunk(last)
             if usage:
                 u = {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}

@@ -6,7 +6,8 @@ into a staged copy (``repin``), and each model dir must have room for the new sn
 while the old ones stay (``lastgood.bytes_needed``). Then the old model files are hard-linked into their
 kept snapshot and the old image tagged, the new lock is written (entry M), fetched, built, rendered and
 started. A step that fails, readiness gates that never pass, or a bench that regresses beyond the
-threshold against the last-known-good's bench (decode tok/s down, TTFT up) puts lock N back through
+threshold against the last-known-good's bench (decode tok/s down, TTFT up; the best of up to
+``BENCH_TRIES`` runs, so a moment of load elsewhere is not a regression) puts lock N back through
 ``rollback`` (model files, artifacts, image), waits for it to be ready again, and fails saying why.
 """
 
@@ -26,6 +27,9 @@ from rigsmith.resolving.lockdiff import human_size
 from rigsmith.spec import Deployment
 
 DEFAULT_THRESHOLD = 0.10
+#: A regression must hold in each of this many benches of the new lock (the best one is compared): a host
+#: busy with something else for a moment makes one run slower, a slower engine makes every run slower.
+BENCH_TRIES = 3
 #: A TTFT rise smaller than this is not a regression whatever its ratio: a first token that comes in a few
 #: milliseconds varies by more than 10 % with the load of the host alone.
 TTFT_SLACK_S = 0.025
@@ -233,8 +237,7 @@ def upgrade(
         step = "wait (the recipe's readiness gates)"
         wait_ready(ops, spec, options.wait_timeout)
         step = "bench"
-        report.after = bench_once(ops, spec, options)
-        worse = regressions(report.before, report.after, options.threshold) if report.before else []
+        worse = _bench_gate(ops, spec, options, report)
         if worse:
             raise RigsmithError("bench regressed against lock " + str(old_n) + ": " + "; ".join(worse))
     except RigsmithError as err:
@@ -251,6 +254,24 @@ def upgrade(
         ops.echo("upgrade: no bench of the last-known-good to compare with (it was not running)")
     ops.echo(f"upgrade {spec.name}: lock {old_n} → {report.new} passed" + _numbers(report))
     return report
+
+
+def _bench_gate(ops: lifecycle.Ops, spec: Deployment, opt: Options, report: Report) -> list[str]:
+    """Bench the new lock until its best decode rate and best TTFT so far do not regress against the
+    last-known-good, at most BENCH_TRIES times; what still regresses (empty: passed)."""
+    worse: list[str] = []
+    for _ in range(BENCH_TRIES if report.before else 1):
+        run = bench_once(ops, spec, opt)
+        best = report.after or run
+        report.after = {
+            **run,
+            "mean_stream_decode_tps": max(best["mean_stream_decode_tps"], run["mean_stream_decode_tps"]),
+            "ttft_mean_s": min(best["ttft_mean_s"], run["ttft_mean_s"]),
+        }
+        worse = regressions(report.before, report.after, opt.threshold) if report.before else []
+        if not worse:
+            break
+    return worse
 
 
 def _log_tail(ops: lifecycle.Ops, name: str, lines: int = 5) -> str:
