@@ -188,15 +188,14 @@ def logs(
     tail: str | None = None,
 ) -> None:
     """Show the deployment's engine log (podman logs / journalctl)."""
-    from rigsmith.operating import lifecycle
+    from rigsmith.operating import lifecycle, rootcause
     from rigsmith.operating.host import LocalHost
 
-    argv = lifecycle.logs_argv(
-        _ops(c, target, out),
-        deployment=deployment,
-        follow=follow,
-        tail=_int("--tail", tail) if tail is not None else None,
-    )
+    lines = _int("--tail", tail) if tail is not None else None
+    ops = _ops(c, target, out)
+    name = ops.project.resolve_name(deployment)
+    rootcause.require_running(ops.project, name, target, ops.host, "show logs of")
+    argv = lifecycle.logs_argv(ops, deployment=name, follow=follow, tail=lines)
     try:
         code = LocalHost().call(argv)
     except FileNotFoundError:
@@ -229,20 +228,27 @@ def wait(
 ) -> None:
     """Wait until the recipe's readiness gates pass (log lines, KV-cache size, /health)."""
     from rigsmith.operating import bench as benchmod
-    from rigsmith.operating import lifecycle
+    from rigsmith.operating import lifecycle, rootcause
     from rigsmith.operating import wait as waitmod
 
     ops = _ops(c, target, out)
     spec = ops.project.load(deployment)
+    secs = _seconds("--timeout", timeout) if timeout is not None else waitmod.timeout_for(spec)
     if log_file:
         follower = waitmod.LogFollower(path=Path(log_file))
     else:
+        rootcause.require_running(ops.project, spec.name, target, ops.host, "wait for")
         follower = waitmod.LogFollower(argv=lifecycle.logs_argv(ops, deployment=spec.name, follow=True))
     health = url or f"{benchmod.base_url(spec)}{spec.readiness.health_path}"
-    secs = _seconds("--timeout", timeout) if timeout is not None else waitmod.timeout_for(spec)
-    res = waitmod.wait(
-        waitmod.Gates.from_spec(spec), follower, waitmod.http_health(health), timeout=secs, echo=echo
-    )
+    try:
+        res = waitmod.wait(
+            waitmod.Gates.from_spec(spec), follower, waitmod.http_health(health), timeout=secs, echo=echo
+        )
+    except RigsmithError as err:  # root cause first: doctor's failing row leads the engine's last words
+        if log_file:
+            raise
+        blocker = rootcause.first_blocker(ops.project, spec.name, target, ops.host, skip=("memlock",))
+        raise rootcause.lead(err, blocker, spec.name, target) from None
     echo(
         f"wait: {spec.name} ready after {res.seconds:.0f}s"
         + (f" (GPU KV cache {res.kv_seen:,} tokens)" if res.kv_seen is not None else "")
