@@ -266,10 +266,11 @@ def wait(
         "url": "OpenAI API base URL (default: the deployment's host and port)",
         "model": "model name to request (default: the first one /v1/models lists)",
         "streams": "comma-separated extra stream counts (1 and the recipe's published counts always run)",
-        "max_tokens": "tokens generated per request (default 256)",
-        "prompt_words": "prompt length in words (default 512)",
+        "max_tokens": "tokens generated per request (default 256, the workload --compare needs)",
+        "prompt_words": "prompt length in words (default 512, the workload --compare needs)",
         "chat": "use /v1/chat/completions instead of /v1/completions",
-        "compare": "print the comparison with earlier runs and the recipe's published numbers",
+        "compare": "compare with earlier runs, and with the recipe's published numbers when this deployment "
+        "runs from this lock at the default workload (else say why not)",
     }
 )
 @user_errors
@@ -286,20 +287,31 @@ def bench(
 ) -> None:
     """Measure decode tok/s (1 and N streams), TTFT and prefill; append results keyed by the lock hash."""
     from rigsmith.operating import bench as benchmod
+    from rigsmith.operating import benchgate
+    from rigsmith.operating.host import LocalHost
 
     counts = [_int("--streams", s) for s in str(streams).split(",") if s.strip()]
-    benchmod.bench_deployment(
-        project(c),
-        deployment,
+    tokens = benchgate.PUBLISHED_MAX_TOKENS if max_tokens is None else _int("--max-tokens", max_tokens)
+    words = benchmod.DEFAULT_PROMPT_WORDS if prompt_words is None else _int("--prompt-words", prompt_words)
+    p = project(c)
+    name = p.resolve_name(deployment)
+    _summaries, comparisons = benchmod.bench_deployment(
+        p,
+        name,
         url=url,
         model=model,
         streams=counts,
-        max_tokens=_int("--max-tokens", max_tokens) if max_tokens is not None else 256,
-        prompt_words=_int("--prompt-words", prompt_words) if prompt_words is not None else 512,
+        max_tokens=tokens,
+        prompt_words=words,
         chat=chat,
-        show_compare=compare,
+        show_compare=False,
         echo=echo,
     )
+    if compare:  # a PASS only for this deployment, running from this lock, at the recipe's workload
+        host = LocalHost(dict(os.environ))
+        reasons = benchgate.why_not(p, name, host, url=url, max_tokens=tokens, prompt_words=words)
+        for line in benchgate.lines(comparisons, reasons):
+            echo(line)
 
 
 @task(
