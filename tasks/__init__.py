@@ -13,10 +13,10 @@ from invoke.collection import Collection
 # every module it imports, again (0.1–0.4 s on a 2-core box). PYTHONDONTWRITEBYTECODE / -B still win.
 sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
 
-from tasks import bundle, deploy, fit, images, models, ops, recipes  # noqa: E402 (after the flag)
+from tasks import bundle, deploy, fit, guide, images, models, ops, recipes  # noqa: E402 (after the flag)
 
 ns = Collection()
-for _module in (recipes, deploy, models, fit, images, ops, bundle):
+for _module in (recipes, deploy, models, fit, images, ops, bundle, guide):
     for _task in Collection.from_module(_module).tasks.values():
         # Invoke would give each flag its first free letter (`wait -i` = --timeout, `deploy -e` =
         # --pve-version): long flags only, so no letter means something surprising.

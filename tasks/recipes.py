@@ -40,7 +40,7 @@ def import_recipe(
     resolve = side(ours, theirs)
     from rigsmith.importing import importer
 
-    importer.import_recipe(
+    dep = importer.import_recipe(
         project(c),
         source,
         name=name,
@@ -53,3 +53,8 @@ def import_recipe(
         allow_mount=tuple(allow_mount or ()),
         source_repo=source_repo,
     )
+    if not dry_run:
+        from rigsmith.operating.nextstep import after_import
+
+        for line in after_import(dep):
+            echo(line)
