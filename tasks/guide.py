@@ -29,6 +29,7 @@ def next_step(c: Context, deployment: str | None = None, target: str = "podman")
         raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
     p = project(c)
     name = p.resolve_name(deployment)
+    found = nextstep.stages(p, name, target, LocalHost(dict(os.environ)))
     echo(f"{name}:")
-    for line in nextstep.report(nextstep.stages(p, name, target, LocalHost(dict(os.environ)))):
+    for line in nextstep.report(found):
         echo(line)
