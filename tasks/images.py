@@ -34,8 +34,9 @@ def _registry() -> Registry:
 )
 @user_errors
 def pin(c: Context, deployment: str | None = None, repin: bool = False) -> None:
-    """Resolve image tags, source trees (and model branches, secondary models too) to digests/commits in
-    rigsmith.lock."""
+    """Pin image tags, source trees and model branches (secondary models too) in rigsmith.lock.
+
+    Each floating reference is resolved to a digest or a commit."""
     from rigsmith.resolving import build as buildmod
     from rigsmith.resolving import sources as sourcesmod
     from rigsmith.resolving.secondaryfetch import pin_models
