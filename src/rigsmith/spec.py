@@ -34,6 +34,9 @@ from rigsmith.placement import placement_problem
 from rigsmith.yamldoc import MAX_DEPTH, load_yaml, nul_paths, tree_problem, yaml_problem
 
 SPEC_VERSION: Literal[1] = 1
+#: First line of a spec file import-recipe writes: editors with the YAML language server validate and
+#: complete it against the schema (``invoke schema``). A comment, so the model never sees it.
+MODELINE = "# yaml-language-server: $schema=../schema/deployment.schema.json\n"
 
 #: A placeholder token in a recipe value: ``<repo>``, ``<vllm tree>``, ``<n_of_tokens>``.
 PLACEHOLDER_RE = re.compile(r"<[A-Za-z_][A-Za-z0-9_ .-]*>")

@@ -346,7 +346,7 @@ def import_recipe(
     base_path = base_path_of(path)
     dep, unchanged = merge_spec(path, base_path, upstream, resolve=resolve, confirm=confirm, echo=echo)
     # nothing to take: the user's file stays byte for byte (comments and all)
-    content = path.read_text(encoding="utf-8") if unchanged else specmod.dump(dep)
+    content = path.read_text(encoding="utf-8") if unchanged else specmod.MODELINE + specmod.dump(dep)
     artifacts = [writer.Artifact(path, content), *image_file]
     if dry_run:
         for outcome in writer.plan(artifacts):
