@@ -549,6 +549,7 @@ def next_steps(dep: specmod.Deployment) -> list[str]:
     if dep.engine.image is None and dep.engine.build is None:
         out.append(
             "no container image: the recipe runs vLLM outside a container; re-import with --image REF, pass "
-            f"`invoke deploy --image REF`, or set engine.image / engine.build in deployments/{dep.name}.yaml"
+            "`invoke deploy --target podman --image REF`, or set engine.image / engine.build in "
+            f"deployments/{dep.name}.yaml"
         )
     return out

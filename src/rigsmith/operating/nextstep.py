@@ -159,7 +159,7 @@ def _deployed(c: _Ctx) -> Stage:
 def _up(c: _Ctx) -> Stage:
     name = c.spec.name
     if c.target not in UP_TARGETS:
-        detail = f"not checked from here for --target {c.target}: start it as `invoke deploy` printed"
+        detail = f"not checked from here for --target {c.target}: start it as deploy printed"
         return Stage("up", False, detail, f"invoke check-container {c.d} (once it runs)")
     res = c.host.run(inspect_argv(name))
     info = parse_inspect(res.stdout) if res.code == 0 else None
