@@ -21,7 +21,7 @@ def _memlock(value: str | None) -> Literal["unlimited", "host"] | int | None:
         return None
     if value in ("unlimited", "-1", "host"):
         return "host" if value == "host" else "unlimited"
-    n = _int("--memlock", value)
+    n = int(value) if value.isascii() and value.isdigit() else None
     if n is None or n <= 0:
         raise RigsmithError(
             f"--memlock {value!r} is not unlimited, host or a byte count", hint="e.g. --memlock unlimited"

@@ -35,8 +35,9 @@ def _registry() -> Registry:
 )
 @user_errors
 def pin(c: Context, deployment: str | None = None, repin: bool = False, yes: bool = False) -> None:
-    """Resolve image tags, source trees (and model branches, secondary models too) to digests/commits in
-    rigsmith.lock."""
+    """Pin image tags, source trees and model branches (secondary models too) in rigsmith.lock.
+
+    Each floating reference is resolved to a digest or a commit; --repin shows the lock diff and asks."""
     from rigsmith.resolving import repin as repinmod
 
     proj = project(c)

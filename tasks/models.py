@@ -39,8 +39,9 @@ def fetch_model(
     adopt_dir: bool = False,
     overwrite_edited: bool = False,
 ) -> None:
-    """Download the locked model revision, verify every file, apply declared config patches; then the same
-    for each secondary Hub model (draft, tokenizer, LoRA adapter), each into its own directory.
+    """Download the locked model revision, verify every file and apply the declared config patches.
+
+    Then the same for each secondary Hub model (draft, tokenizer, LoRA adapter), each into its own directory.
 
     A local checkpoint (``model.repo: null``) is not downloaded or verified: the task reports what
     model.local_dir holds (or fails when it is missing) and applies the config patches, keeping the original.

@@ -189,15 +189,14 @@ def logs(
     tail: str | None = None,
 ) -> None:
     """Show the deployment's engine log (podman logs / journalctl)."""
-    from rigsmith.operating import lifecycle
+    from rigsmith.operating import lifecycle, rootcause
     from rigsmith.operating.host import LocalHost
 
-    argv = lifecycle.logs_argv(
-        _ops(c, target, out),
-        deployment=deployment,
-        follow=follow,
-        tail=_int("--tail", tail) if tail is not None else None,
-    )
+    lines = _int("--tail", tail) if tail is not None else None
+    ops = _ops(c, target, out)
+    name = ops.project.resolve_name(deployment)
+    rootcause.require_running(ops.project, name, target, ops.host, "show logs of")
+    argv = lifecycle.logs_argv(ops, deployment=name, follow=follow, tail=lines)
     try:
         code = LocalHost().call(argv)
     except FileNotFoundError:
@@ -230,20 +229,27 @@ def wait(
 ) -> None:
     """Wait until the recipe's readiness gates pass (log lines, KV-cache size, /health)."""
     from rigsmith.operating import bench as benchmod
-    from rigsmith.operating import lifecycle
+    from rigsmith.operating import lifecycle, rootcause
     from rigsmith.operating import wait as waitmod
 
     ops = _ops(c, target, out)
     spec = ops.project.load(deployment)
+    secs = _seconds("--timeout", timeout) if timeout is not None else waitmod.timeout_for(spec)
     if log_file:
         follower = waitmod.LogFollower(path=Path(log_file))
     else:
+        rootcause.require_running(ops.project, spec.name, target, ops.host, "wait for")
         follower = waitmod.LogFollower(argv=lifecycle.logs_argv(ops, deployment=spec.name, follow=True))
     health = url or f"{benchmod.base_url(spec)}{spec.readiness.health_path}"
-    secs = _seconds("--timeout", timeout) if timeout is not None else waitmod.timeout_for(spec)
-    res = waitmod.wait(
-        waitmod.Gates.from_spec(spec), follower, waitmod.http_health(health), timeout=secs, echo=echo
-    )
+    try:
+        res = waitmod.wait(
+            waitmod.Gates.from_spec(spec), follower, waitmod.http_health(health), timeout=secs, echo=echo
+        )
+    except RigsmithError as err:  # root cause first: doctor's failing row leads the engine's last words
+        if log_file:
+            raise
+        blocker = rootcause.first_blocker(ops.project, spec.name, target, ops.host, skip=("memlock",))
+        raise rootcause.lead(err, blocker, spec.name, target) from None
     echo(
         f"wait: {spec.name} ready after {res.seconds:.0f}s"
         + (f" (GPU KV cache {res.kv_seen:,} tokens)" if res.kv_seen is not None else "")
@@ -261,10 +267,11 @@ def wait(
         "url": "OpenAI API base URL (default: the deployment's host and port)",
         "model": "model name to request (default: the first one /v1/models lists)",
         "streams": "comma-separated extra stream counts (1 and the recipe's published counts always run)",
-        "max_tokens": "tokens generated per request (default 256)",
-        "prompt_words": "prompt length in words (default 512)",
+        "max_tokens": "tokens generated per request (default 256, the workload --compare needs)",
+        "prompt_words": "prompt length in words (default 512, the workload --compare needs)",
         "chat": "use /v1/chat/completions instead of /v1/completions",
-        "compare": "print the comparison with earlier runs and the recipe's published numbers",
+        "compare": "compare with earlier runs, and with the recipe's published numbers when this deployment "
+        "runs from this lock at the default workload (else say why not)",
         "history": "measure nothing: chart decode tok/s and TTFT per lock over time, upgrades marked",
         "out": "with --history: also write the chart to FILE (.svg)",
     }
@@ -285,6 +292,8 @@ def bench(
 ) -> None:
     """Measure decode tok/s (1 and N streams), TTFT and prefill; append results keyed by the lock hash."""
     from rigsmith.operating import bench as benchmod
+    from rigsmith.operating import benchgate
+    from rigsmith.operating.host import LocalHost
 
     if history or out:
         from rigsmith.operating import benchhistory
@@ -300,18 +309,27 @@ def bench(
         return
 
     counts = [_int("--streams", s) for s in str(streams).split(",") if s.strip()]
-    benchmod.bench_deployment(
-        project(c),
-        deployment,
+    tokens = benchgate.PUBLISHED_MAX_TOKENS if max_tokens is None else _int("--max-tokens", max_tokens)
+    words = benchmod.DEFAULT_PROMPT_WORDS if prompt_words is None else _int("--prompt-words", prompt_words)
+    p = project(c)
+    name = p.resolve_name(deployment)
+    _summaries, comparisons = benchmod.bench_deployment(
+        p,
+        name,
         url=url,
         model=model,
         streams=counts,
-        max_tokens=_int("--max-tokens", max_tokens) if max_tokens is not None else 256,
-        prompt_words=_int("--prompt-words", prompt_words) if prompt_words is not None else 512,
+        max_tokens=tokens,
+        prompt_words=words,
         chat=chat,
-        show_compare=compare,
+        show_compare=False,
         echo=echo,
     )
+    if compare:  # a PASS only for this deployment, running from this lock, at the recipe's workload
+        host = LocalHost(dict(os.environ))
+        reasons = benchgate.why_not(p, name, host, url=url, max_tokens=tokens, prompt_words=words)
+        for line in benchgate.lines(comparisons, reasons):
+            echo(line)
 
 
 @task(

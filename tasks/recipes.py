@@ -46,7 +46,7 @@ def import_recipe(
     resolve = side(ours, theirs)
     from rigsmith.importing import importer
 
-    importer.import_recipe(
+    dep = importer.import_recipe(
         project(c),
         source,
         name=name,
@@ -61,3 +61,8 @@ def import_recipe(
         service=service,
         env_file=env_file,
     )
+    if not dry_run:
+        from rigsmith.operating.nextstep import after_import
+
+        for line in after_import(dep):
+            echo(line)

@@ -9,8 +9,10 @@ collect every validation problem with its field path, and round-trip: ``load(dum
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -29,9 +31,12 @@ from pydantic import (
 
 from rigsmith.errors import SpecError
 from rigsmith.placement import placement_problem
-from rigsmith.yamldoc import MAX_DEPTH, load_yaml, nul_paths, tree_problem
+from rigsmith.yamldoc import MAX_DEPTH, load_yaml, nul_paths, tree_problem, yaml_problem
 
 SPEC_VERSION: Literal[1] = 1
+#: First line of a spec file import-recipe writes: editors with the YAML language server validate and
+#: complete it against the schema (``invoke schema``). A comment, so the model never sees it.
+MODELINE = "# yaml-language-server: $schema=../schema/deployment.schema.json\n"
 
 #: A placeholder token in a recipe value: ``<repo>``, ``<vllm tree>``, ``<n_of_tokens>``.
 PLACEHOLDER_RE = re.compile(r"<[A-Za-z_][A-Za-z0-9_ .-]*>")
@@ -622,13 +627,44 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     return out or "(top level)"
 
 
-def problems_from(err: ValidationError) -> list[tuple[str, str]]:
-    """Turn a pydantic error into (field path, message with hint) pairs, all of them."""
+def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The field names (aliases where set) of the model found at ``loc`` below ``model``; [] when the path
+    leads to no model (a dict of free keys, a scalar)."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if current is not None else None
+        if field is None:
+            return []
+        current = _model_in(field.annotation)
+    return [f.alias or n for n, f in current.model_fields.items()] if current is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel inside an annotation (``X``, ``X | None``, ``tuple[X, ...]``, ``list[X]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def problems_from(err: ValidationError, model: type[BaseModel] | None = None) -> list[tuple[str, str]]:
+    """Turn a pydantic error into (field path, message with hint) pairs, all of them. ``model``: the model
+    validated, so an unknown field gets the nearest known one ("did you mean")."""
     out = []
     for e in err.errors():
         msg = e["msg"].removeprefix("Value error, ")
         hint = _HINTS.get(e["type"])
-        out.append((_loc(tuple(e["loc"])), f"{msg} ({hint})" if hint else msg))
+        loc = tuple(e["loc"])
+        if e["type"] == "extra_forbidden" and model is not None and loc and isinstance(loc[-1], str):
+            near = difflib.get_close_matches(loc[-1], _fields_at(model, loc[:-1]), n=1, cutoff=0.6)
+            if near:
+                hint = f"unknown field; did you mean {near[0]!r}?"
+        out.append((_loc(loc), f"{msg} ({hint})" if hint else msg))
     return out
 
 
@@ -644,7 +680,7 @@ def from_data(data: Any, source: str = "<spec>") -> Deployment:
     try:
         return Deployment.model_validate(data)
     except ValidationError as err:
-        raise SpecError(source, problems_from(err)) from None
+        raise SpecError(source, problems_from(err, Deployment)) from None
 
 
 def to_data(spec: Deployment, defaults: bool = False) -> dict[str, Any]:
@@ -689,7 +725,7 @@ def loads(text: str, source: str = "<spec>") -> Deployment:
     try:
         data = load_yaml(text)
     except yaml.YAMLError as err:
-        raise SpecError(source, [("(file)", f"not valid YAML: {err}")]) from None
+        raise SpecError(source, [("(file)", yaml_problem(err))]) from None
     except RecursionError:
         raise SpecError(source, [("(file)", f"is nested more than {MAX_DEPTH} levels deep")]) from None
     problem = tree_problem(data)

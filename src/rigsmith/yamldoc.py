@@ -75,6 +75,20 @@ _YamlLoader.add_constructor("tag:yaml.org,2002:binary", _refuse_tag)
 _YamlLoader.add_constructor("tag:yaml.org,2002:set", _refuse_tag)
 
 
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """A YAML error in the user's words: where (line, column) and what, without PyYAML's
+    ``in "<unicode string>"`` (the caller names the file)."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        mark = err.problem_mark
+        what = f"not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {err.problem or 'error'}"
+        if err.context:
+            where = err.context_mark
+            since = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+            what += f" ({err.context}{since})"
+        return what
+    return "not valid YAML: " + " ".join(str(err).split())
+
+
 def load_yaml(text: str) -> Any:
     """YAML text as plain data. Every way it can fail is a ``yaml.YAMLError`` (the constructors raise
     ValueError/OverflowError for scalars such as ``2001-13-14`` or ``.nanx``), except RecursionError for a

@@ -166,12 +166,13 @@ def test_hf_token_without_a_value_is_not_a_secret(tmp_path: Path) -> None:
     ("argv", "message"),
     [
         (["deploy", "--target", "lxc", "--vmid", "abc"], "--vmid 'abc' is not a whole number"),
-        (["deploy", "--target", "podman", "--memlock", "lots"], "--memlock 'lots' is not a whole number"),
+        # the hint is an example --memlock takes (issue 27: it used to say "e.g. --memlock 509")
+        (["deploy", "--target", "podman", "--memlock", "lots"], "--memlock 'lots' is not unlimited, host"),
         (
             ["deploy", "--target", "podman", "--memlock", "0"],
             "--memlock '0' is not unlimited, host or a byte",
         ),
-        (["check-container", "--memlock", "x"], "--memlock 'x' is not a whole number"),
+        (["check-container", "--memlock", "x"], "--memlock 'x' is not unlimited, host or a byte count"),
         (["wait", "--timeout", "soon"], "--timeout 'soon' is not a number of seconds"),
         (["bench", "--max-tokens", "many"], "--max-tokens 'many' is not a whole number"),
         (["bench", "--prompt-words", "long"], "--prompt-words 'long' is not a whole number"),

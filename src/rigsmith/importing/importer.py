@@ -388,7 +388,7 @@ def import_recipe(
     base_path = base_path_of(path)
     dep, unchanged = merge_spec(path, base_path, upstream, resolve=resolve, confirm=confirm, echo=echo)
     # nothing to take: the user's file stays byte for byte (comments and all)
-    content = path.read_text(encoding="utf-8") if unchanged else specmod.dump(dep)
+    content = path.read_text(encoding="utf-8") if unchanged else specmod.MODELINE + specmod.dump(dep)
     artifacts = [writer.Artifact(path, content), *image_file]
     if dry_run:
         for outcome in writer.plan(artifacts):
@@ -616,6 +616,7 @@ def next_steps(dep: specmod.Deployment) -> list[str]:
     if dep.engine.image is None and dep.engine.build is None:
         out.append(
             "no container image: the recipe runs vLLM outside a container; re-import with --image REF, pass "
-            f"`invoke deploy --image REF`, or set engine.image / engine.build in deployments/{dep.name}.yaml"
+            "`invoke deploy --target podman --image REF`, or set engine.image / engine.build in "
+            f"deployments/{dep.name}.yaml"
         )
     return out

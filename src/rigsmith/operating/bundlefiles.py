@@ -400,7 +400,8 @@ def verify_source(src: Path, w: Want, report: BundleReport) -> None:
     if got != w.digest or src.stat().st_size != w.size:
         raise BundleError(
             f"{src}: {w.kind} {got} on disk, the lock says {w.digest}; it is not bundled",
-            hint="run `invoke fetch-model --verify` to restore the locked file, then `invoke bundle` again",
+            hint="run `invoke fetch-model --verify` to restore the locked file, then `invoke bundle OUT` "
+            "again",
         )
 
 

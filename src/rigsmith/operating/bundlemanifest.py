@@ -92,8 +92,8 @@ def read_manifest(bundle: Path) -> Manifest:
     except FileNotFoundError:
         raise BundleError(
             f"{bundle} is not a complete bundle: {MANIFEST} is missing",
-            hint="an interrupted `invoke bundle` writes the manifest last; run it again on the connected "
-            "machine and copy the whole directory",
+            hint="an interrupted bundle has no manifest (it is written last): run `invoke bundle OUT` "
+            "again on the connected machine and copy the whole directory",
         ) from None
     except ValidationError as err:
         first = err.errors()[0]
@@ -101,8 +101,8 @@ def read_manifest(bundle: Path) -> Manifest:
         raise BundleError(
             f"{path}: not a rigsmith bundle manifest ({err.error_count()} problem(s); first: "
             f"{where + ': ' if where else ''}{first['msg']})",
-            hint="unbundle reads the manifest.json `invoke bundle` writes; bundle again on the connected "
-            "machine",
+            hint="unbundle reads the manifest.json that bundle writes; run `invoke bundle OUT` again on the "
+            "connected machine",
         ) from None
     except (OSError, ValueError) as err:
         raise BundleError(f"{path}: not a rigsmith bundle manifest ({err})") from None

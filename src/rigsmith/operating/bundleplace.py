@@ -81,7 +81,7 @@ def tar_files(path: Path, infos: Sequence[tarfile.TarInfo]) -> dict[str, tarfile
             raise BundleError(
                 f"{path}: refusing member {info.name!r}: not a regular file (a link, device or FIFO); "
                 "nothing was unpacked",
-                hint="a bundle tar holds only files; make it again with `invoke bundle --tar`",
+                hint="a bundle tar holds only files; make it again with `invoke bundle OUT --tar`",
             )
         if name in out:
             raise BundleError(f"{path}: member {info.name!r} appears twice; nothing was unpacked")

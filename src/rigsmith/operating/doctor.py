@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import drift
+from rigsmith.operating import drift, targetrows
 from rigsmith.operating.checkrow import Check as Check
 from rigsmith.operating.checkrow import Verdict as Verdict
 from rigsmith.operating.checkrow import requested_gpus
@@ -332,18 +332,23 @@ def _check_p2p(spec: Deployment, facts: HostFacts, want: list[int]) -> Check:
     )
 
 
-def _check_model(facts: HostFacts) -> Check | None:
+def _check_model(spec: Deployment, facts: HostFacts) -> Check | None:
     m = facts.model
     if m is None:
         return None
+    if m.unpinned and not m.problems:  # nothing to verify against: say so, never "go"
+        return Check(
+            "model files",
+            "warn",
+            f"not pinned yet: rigsmith.lock has no commit for {', '.join(m.unpinned)}"
+            + (f"; {m.checked} other file(s) match it" if m.checked else ""),
+            f"`invoke pin --deployment {spec.name}`, then `invoke fetch-model --deployment {spec.name}`",
+        )
     if m.note and not m.checked and not m.problems:
         return Check("model files", "go", m.note)
     how = "full hashes" if m.hashed else "sizes + verified-state cache"
     if not m.problems:
-        also = f"; {m.note}" if m.note else ""  # a secondary model not pinned yet
-        return Check(
-            "model files", "go", f"{m.checked} files at {m.local_dir} match rigsmith.lock ({how}){also}"
-        )
+        return Check("model files", "go", f"{m.checked} files at {m.local_dir} match rigsmith.lock ({how})")
     return Check(
         "model files",
         "no-go",
@@ -390,15 +395,17 @@ def evaluate(
         check_init(facts, target),
         *check_helpers(facts, target),
         check_image(facts),
-        _check_model(facts),
+        _check_model(spec, facts),
         _check_sparse(facts, target),
     ]
+    # lxc: doctor runs on the PVE host; CDI specs and memlock are the CT's own (its provision.sh checks them)
+    in_ct = target == "lxc"
     return [
         _check_gpus(spec, facts, want),
         _check_squatters(spec, facts, want),
-        _check_cdi(spec, facts),
+        *([] if in_ct else [_check_cdi(spec, facts)]),
         _check_shm(spec, facts),
-        _check_memlock(spec, facts),
+        *([] if in_ct else [_check_memlock(spec, facts)]),
         _check_ram(spec, facts),
         _check_disk(spec, facts),
         _check_p2p(spec, facts, want),
@@ -439,6 +446,8 @@ def diagnose(
         model=drift.model_facts(spec, lock, verify=verify),
     )
     checks = evaluate(spec, facts, target, fit_check(spec, lock, facts, os.environ))
+    compose_file = str(project.root / "compose" / name / "compose.yaml")
+    checks += targetrows.rows(spec, targetrows.gather(host, target, compose_file), target)
     return name, checks + ([planned] if planned else [])
 
 

@@ -73,6 +73,7 @@ def model_facts(
             0,
             verify,
             note="rigsmith.lock pins no model for it yet: `invoke pin` then `fetch-model`",
+            unpinned=(m.repo,),
         )
     count, problems = _compare(m, entry, verify, listing)
     unpinned = []
@@ -92,7 +93,7 @@ def model_facts(
         if unpinned
         else None
     )
-    return ModelFacts(m.local_dir, count, verify, tuple(problems), note=note)
+    return ModelFacts(m.local_dir, count, verify, tuple(problems), note=note, unpinned=tuple(unpinned))
 
 
 def _compare(

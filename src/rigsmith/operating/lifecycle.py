@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from rigsmith import writer
 from rigsmith.errors import CommandError, LockDriftError, PreflightError, RigsmithError
-from rigsmith.operating import clusterlife, drift, probes
+from rigsmith.operating import clusterlife, drift, probes, rootcause
 from rigsmith.operating.clusterlife import NodeControl
 from rigsmith.operating.host import Host, LocalHost, image_facts, probe
 from rigsmith.operating.probes import CmdResult
@@ -257,8 +257,13 @@ def up(
     if info and not running:
         _must(ops.run, ["podman", "rm", "--force", plan.name])
     if not running:
-        for argv in ctl.start():
-            _must(ops.run, argv, hint="fix what the script names, then `invoke up` again")
+        try:
+            for argv in ctl.start():
+                _must(ops.run, argv, hint="fix what the script names, then `invoke up` again")
+        except CommandError as err:  # root cause first: doctor's failing row, then what the script said
+            skip = ("memlock",) if memlock is not None else ()
+            blocker = rootcause.first_blocker(ops.project, plan.name, ops.target, ops.host, skip=skip)
+            raise rootcause.lead(err, blocker, plan.name, ops.target) from None
     verify(ops, plan)
     return plan
 
@@ -359,12 +364,14 @@ def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
     left = survivors(snapshot, {pid: _cmdline(ops.host, pid) for pid in snapshot})
     holders: list[Holder] = []
     res = probe(ops.host, probes.COMMANDS["apps"])
+    gpus_checked = False
     try:
         probes.check_nvsmi(res.code, res.stdout, res.stderr)
         apps = probes.parse_apps(res.stdout)
         holders = classify_holders(
             apps, set(snapshot), {a.pid: _cmdline(ops.host, a.pid) or "" for a in apps}
         )
+        gpus_checked = True
     except probes.NoDriver as err:
         ops.echo(f"down {name}: cannot check the GPUs for leftover processes ({err})")
     held = {h.pid for h in holders}
@@ -380,7 +387,7 @@ def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
             + ", ".join(f"PID {h.pid} ({h.name}, {h.why})" for h in orphans),
             hint=f"reap them: {reap_command(orphans)}",
         )
-    ops.echo(f"down {name}: no process of this deployment is left" + ("" if res.code else " or holds a GPU"))
+    ops.echo(f"down {name}: {rootcause.down_summary(gpus_checked, bool(info))}")
     return holders
 
 

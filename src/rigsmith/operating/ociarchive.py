@@ -131,7 +131,8 @@ def archive_facts(path: Path, member: str = "image archive") -> ArchiveFacts:
 
     def bad(why: str) -> ImageMismatch:
         return ImageMismatch(
-            f"{member}: {why}", hint="bundle again with `invoke bundle` (the archive is damaged or not OCI)"
+            f"{member}: {why}",
+            hint="bundle again with `invoke bundle OUT` (the archive is damaged or not OCI)",
         )
 
     try:
@@ -225,7 +226,7 @@ def export(
     raise ImageMismatch(
         f"cannot export {pin.pinned_ref} with the {_want(pin)} the lock holds; tried: " + "; ".join(tried),
         hint=f"pull it by digest (`podman pull {pin.pinned_ref}`) or make the registry reachable, then "
-        "`invoke bundle` again",
+        "`invoke bundle OUT` again",
     )
 
 
@@ -275,7 +276,7 @@ def load(pin: ImagePin, archive: Path, *, run: Run = run_command) -> str:
         raise ImageMismatch(
             f"{archive.name}: loaded image {image_id} (manifest {got}) is not the {_want(pin)} the lock "
             "holds",
-            hint="the bundle was made from another image; `invoke bundle` again on the connected machine",
+            hint="the bundle was made from another image; `invoke bundle OUT` again on the connected machine",
         )
     return image_id
 

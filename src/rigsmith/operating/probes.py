@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     # `--ulimit memlock=-1:-1` fails where this fails: runtime-facts §2.)
     "memlock": ("sh", "-c", "ulimit -H -l; (ulimit -l unlimited && echo raise-ok) 2>&1 || echo raise-failed"),
     "podman_version": ("podman", "--version"),
+    "compose_version": ("podman-compose", "--version"),  # the compose target's front-end
+    "pct": ("sh", "-c", "command -v pct"),  # a Proxmox VE host (doctor --target lxc runs there)
     "containers": ("podman", "ps", "--all", "--no-trunc", "--format", "json"),
     # OCI runtime and conmon as podman resolves them (it fails here when it finds neither).
     "podman_info": ("podman", "info", "--format", "json"),
@@ -480,3 +482,4 @@ class ModelFacts:
     hashed: bool  # full hashes (--verify) rather than sizes + the verified-state cache
     problems: tuple[str, ...] = ()
     note: str | None = None  # why nothing could be compared (no lock entry, local checkpoint)
+    unpinned: tuple[str, ...] = ()  # repos (the model, secondaries) rigsmith.lock has no commit for yet

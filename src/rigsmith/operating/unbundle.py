@@ -103,7 +103,7 @@ class OfflineHub:
     def _refuse(self) -> AdapterError:
         return AdapterError(
             "unbundle is offline: a model file was not placed verified, so fetch-model would need the Hub",
-            hint="run `invoke unbundle` again (it resumes); if it persists the bundle lacks a file",
+            hint="run `invoke unbundle PATH` again (it resumes); if it persists the bundle lacks a file",
         )
 
     def resolve(self, repo: str, revision: str) -> str:
@@ -183,7 +183,7 @@ def _unbundle_dir(
     if missing:
         raise BundleError(
             f"{bundle_dir} is incomplete: {len(missing)} member(s) missing: " + ", ".join(missing[:10]),
-            hint="copy the whole bundle directory again (or re-run `invoke bundle`; it resumes)",
+            hint="copy the whole bundle directory again (or re-run `invoke bundle OUT`; it resumes)",
         )
     short = [
         f"{m}: {(bundle_dir / m).stat().st_size} bytes, the manifest says {e.size}"
@@ -297,7 +297,7 @@ def _unbundle_dir(
         raise BundleError(
             f"{root}: after unbundling, fetch-model verified {fetch.cached} of {len(c.wanted)} files from "
             "its cache",
-            hint="run `invoke unbundle` again",
+            hint="run `invoke unbundle PATH` again",
         )
     report.fetch_summary = fetch.summary()
     return report

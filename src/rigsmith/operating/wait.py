@@ -108,8 +108,9 @@ class Gates:
             )
         return None
 
-    def hint(self) -> str:
-        """What to do after ``failure`` (or a timeout): only a slow first boot is helped by more time."""
+    def hint(self, ended: bool = False) -> str:
+        """What to do after ``failure`` (or a timeout): only a slow first boot is helped by more time, and
+        a container whose log ended (``ended``) is not booting at all."""
         if self.fatal:
             return self.fatal[1]
         if self.kv_ok is False:
@@ -119,6 +120,8 @@ class Gates:
                 "the GPUs' model and another process holding VRAM (`invoke doctor`); if this rig really "
                 "differs from the recipe's, set readiness.kv_cache_tokens to what it logs"
             )
+        if ended:
+            return "the container stopped: the last log lines above say why; more time will not help"
         return "check the log (`invoke logs`); raise --timeout if the first boot is just slow"
 
     def progress(self) -> str:
@@ -265,7 +268,7 @@ def wait(
             if why:
                 raise RigsmithError(
                     why + "\n  last log lines:\n" + "\n".join(f"  | {ln}" for ln in last_lines),
-                    hint=gates.hint(),
+                    hint=gates.hint(ended and not gates.healthy),
                 )
             try:
                 line = logs.lines.get(timeout=min(poll, 0.2))

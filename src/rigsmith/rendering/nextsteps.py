@@ -9,9 +9,13 @@ from pathlib import Path
 from rigsmith.rendering.plan import RunPlan
 
 
-def next_steps(target: str, plan: RunPlan, out: Path | None = None) -> list[str]:
+def next_steps(
+    target: str, plan: RunPlan, out: Path | None = None, deployment: str | None = None
+) -> list[str]:
     """What to run after deploy writes the files (the post-start check included where a front-end may drop
-    devices). Paths are relative to the checkout, or under ``out`` when the files went there."""
+    devices). Paths are relative to the checkout, or under ``out`` when the files went there.
+    ``deployment``: the spec a node's plan belongs to (multi-node: ``plan.name`` is the node's container,
+    which is no deployment of its own, so the check is the cluster's status)."""
 
     def at(rel: str) -> str:
         return str(out / rel) if out is not None else rel
@@ -19,6 +23,8 @@ def next_steps(target: str, plan: RunPlan, out: Path | None = None) -> list[str]
     check = (
         "then check it really got its GPUs, shm and stop timeout: "
         f"invoke check-container --deployment {plan.name}"
+        if deployment in (None, plan.name)
+        else f"then see every node's state: invoke status --deployment {deployment}"
     )
     if target == "compose":
         from rigsmith.rendering.targets.compose import up_argv

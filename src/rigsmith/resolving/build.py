@@ -308,7 +308,7 @@ def _push(engine: Engine, resolver: Resolver, image_id: str, remote: str, echo: 
     if reported is not None and reported != served:
         raise AdapterError(
             f"push of {remote} reported {reported} but the registry serves {served}",
-            hint="another push to the same tag raced this one; re-run `invoke build --push`",
+            hint="another push to the same tag raced this one; re-run `invoke build --push REGISTRY`",
         )
     return served
 

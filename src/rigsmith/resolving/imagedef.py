@@ -27,6 +27,7 @@ from rigsmith.errors import SpecError
 from rigsmith.importing.proposal import check_asset_url, check_git_url
 from rigsmith.resolving.imageref import DIGEST_RE, parse_ref
 from rigsmith.spec import NAME_RE, problems_from, repeated
+from rigsmith.yamldoc import yaml_problem
 
 _PIP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
 _LABEL_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*[a-z0-9]$")
@@ -384,7 +385,7 @@ def load(images_dir: Path, name: str) -> ImageDef:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise SpecError(source, [("(file)", f"not valid YAML: {err}")], what="image definition") from None
+        raise SpecError(source, [("(file)", yaml_problem(err))], what="image definition") from None
     if not isinstance(data, dict):
         raise SpecError(source, [("(top level)", "must be a mapping (YAML object)")], what="image definition")
     try:
@@ -392,7 +393,7 @@ def load(images_dir: Path, name: str) -> ImageDef:
     except ValidationError as err:
         problems = [
             (path, msg.replace("schema/deployment.schema.json", "schema/image.schema.json"))
-            for path, msg in problems_from(err)
+            for path, msg in problems_from(err, ImageDef)
         ]
         raise SpecError(source, problems, what="image definition") from None
 

@@ -32,8 +32,8 @@ def _compose_data(text: str, source: str) -> dict[str, Any] | None:
         data = yamldoc.load_yaml(text)
     except yaml.YAMLError as err:
         raise RecipeError(
-            f"{source}: has a `services:` line, so it is read as a compose file, but it is not valid YAML: "
-            + " ".join(str(err).split()),
+            f"{source}: has a `services:` line, so it is read as a compose file, but it is "
+            + yamldoc.yaml_problem(err),
             hint="fix the YAML, or import the vllm serve command on its own",
         ) from None
     except RecursionError:

@@ -115,6 +115,21 @@ def up_argv(plan: RunPlan, compose_file: str) -> list[str]:
 CHECKS: tuple[Check, ...] = (runs_container("compose"), expressed("compose", volume_problems))
 
 
+def _check_lines(plan: RunPlan, deployment: str) -> dict[str, str]:
+    """The post-start check the header names: check-container for a deployment's own container; a node of a
+    multi-node deployment is no deployment of its own, so the cluster's status is what there is to run."""
+    if plan.name == deployment:
+        return {
+            "check_intro": "Then check that the GPUs, shm and stop timeout really arrived "
+            "(fails loudly if not):",
+            "check": f"invoke check-container --deployment {deployment}",
+        }
+    return {
+        "check_intro": "Then see every node's state (this node's container is one of them):",
+        "check": f"invoke status --deployment {deployment}",
+    }
+
+
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``compose/NAME/compose.yaml``."""
     refuse(plan, ctx, CHECKS)
@@ -124,7 +139,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         "compose/compose.yaml.j2",
         banner=banner(ctx.command, plan.spec_path),
         up=" ".join(up_argv(plan, rel)),
-        check=f"invoke check-container --deployment {plan.name}",
+        **_check_lines(plan, ctx.spec.name),
         body=body,
     )
     return [Artifact(ctx.out / rel, text)]

@@ -50,7 +50,7 @@ def next_steps(target: str, spec: specmod.Deployment, plan: RunPlan, out: Path |
     lines = [
         f"on {n.node.name} ({n.node.address}, {n.role}): {step}"
         for n in nodes
-        for step in one_node(target, n.plan, out)
+        for step in one_node(target, n.plan, out, deployment=spec.name)
     ]
     if spec.cluster is not None and spec.cluster.layout == "ray":
         lines.append(

@@ -90,6 +90,7 @@ def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
         dirs=[(shpath(m.host), m.role) for m in plan.mounts if m.kind == "dir"],
         secrets=plan.secret_env,
         secret_from=dict(plan.secret_from),
+        deployment=ctx.spec.name,  # a node's plan.name is its container, not a deployment
     )
     stop = tpl.render("podman/stop.sh.j2", **common)
     return {"run.sh": run, "stop.sh": stop}

@@ -1,0 +1,60 @@
+"""What every command shows before it does anything: `invoke --list` lines that end at a full stop, and a
+word when the tasks would run another checkout's (or an installed) rigsmith (issue 27)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from invoke.util import helpline
+from tasks import ns
+
+from tests.support.common import REPO, invoke_cli
+
+#: invoke --list prints a task's name in an ~18-column field: a help line this long fits 120 columns.
+HELP_WIDTH = 100
+
+
+def test_every_task_lists_one_whole_sentence() -> None:
+    for name, task in ns.tasks.items():
+        line = helpline(task.body)
+        assert line and line.endswith("."), f"{name}: {line!r} does not end at a full stop"
+        assert len(line) <= HELP_WIDTH, f"{name}: {len(line)} characters: {line!r}"
+    out = invoke_cli(None, "--list", env={**os.environ, "COLUMNS": "80"})
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    blocks: dict[str, str] = {}
+    for raw in out.stdout.splitlines()[2:]:
+        if not raw.strip():
+            continue
+        if not raw.startswith("    "):  # "  name   help…": a new task
+            name, _, text = raw.strip().partition(" ")
+            blocks[name] = text.strip()
+        else:
+            blocks[name] += " " + raw.strip()
+    assert set(blocks) == set(ns.tasks), set(blocks) ^ set(ns.tasks)
+    assert all(text.endswith(".") for text in blocks.values()), blocks
+
+
+def _list_with(pythonpath: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if k != "RIGSMITH_USE_INSTALLED"}
+    full.update(PYTHONPATH=pythonpath, **env)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(REPO), "--list"],
+        cwd=REPO, env=full, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_tasks_say_when_they_would_run_another_rigsmith(tmp_path: Path) -> None:
+    other = tmp_path / "elsewhere" / "rigsmith"  # another checkout's copy, found first on the path
+    shutil.copytree(REPO / "src" / "rigsmith", other, ignore=shutil.ignore_patterns("__pycache__"))
+    out = _list_with(f"{other.parent}{os.pathsep}{REPO}")
+    assert out.returncode == 0
+    assert f"would run rigsmith from {other}, not this checkout's {REPO / 'src'}" in out.stderr
+    assert f"pip install -e {REPO}" in out.stderr and "RIGSMITH_USE_INSTALLED=1" in out.stderr
+    chosen = _list_with(f"{other.parent}{os.pathsep}{REPO}", RIGSMITH_USE_INSTALLED="1")
+    assert chosen.returncode == 0 and chosen.stderr == ""
+    own = _list_with(f"{REPO / 'src'}{os.pathsep}{REPO}")
+    assert own.returncode == 0 and own.stderr == ""
