@@ -9,6 +9,7 @@ collect every validation problem with its field path, and round-trip: ``load(dum
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import posixpath
 import re
@@ -537,6 +538,24 @@ class Network(Frozen):
     mode: Literal["host", "none"] = "host"
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
+    listen: str | None = Field(
+        None,
+        description="The address every target makes vLLM listen on (--host LISTEN replaces the args' --host, "
+        "or is added). Import sets it when a container recipe published the API on one address only "
+        "(-p 127.0.0.1:8000:8000): the targets run with host networking, where vLLM's own bind address is "
+        "the exposure. null: the args decide.",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _address(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IPv4 or IPv6 address (write e.g. 127.0.0.1 or ::1)") from None
+        return v
 
 
 class Benchmark(Frozen):

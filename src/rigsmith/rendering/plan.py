@@ -163,7 +163,13 @@ def gguf_path(spec: specmod.Deployment, lock: lockmod.Lock | None, base: str) ->
 def local_url(host: str, port: int) -> str:
     """The URL of a server bound to ``host``:``port``, reached from the same host: a wildcard bind is
     reached on loopback. The one copy of that rule (status, wait, bench and the proxy entry use it)."""
-    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+    host = reach_host(host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def reach_host(host: str) -> str:
+    """The address a client on the same host calls a server bound to ``host`` on (a wildcard: loopback)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
 #: A registry host as Docker's reference grammar has it (domain or IPv6 literal, optional port).
@@ -445,7 +451,12 @@ def build(
     placed = secondary.placements(spec)
     # Each secondary model's word names its mounted copy (host path for a venv), like the model word.
     where = {p.repo: p.local_dir if venv else p.container_path for p in placed}
-    opted = optins.apply(spec, secondary.rewrite_args(spec, spec.engine.args, where))
+    args = secondary.rewrite_args(spec, spec.engine.args, where)
+    if spec.network.listen is not None:
+        # Import's exposure decision (importing/recipe/exposure.py): with host networking vLLM's bind address
+        # is the exposure. A recipe opt-in that sets --host (seed 003's HOST) is applied after it and wins.
+        args = optins.with_flag(args, "--host", spec.network.listen)
+    opted = optins.apply(spec, args)
     listen = spec.network.host
     if opted.args != spec.engine.args:
         engine = spec.engine.model_copy(update={"args": opted.args})

@@ -14,6 +14,7 @@ from rigsmith import spec as specmod
 from rigsmith.importing import multinode
 from rigsmith.importing.recipe import raycluster
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
+from rigsmith.importing.recipe.exposure import listen_address
 from rigsmith.importing.recipe.flags import _json_problems, _number_problems, flag_values
 from rigsmith.importing.recipe.gpus import _gpus, _vendor, _visible_devices
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _refuse
@@ -288,6 +289,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     model = _model(launch, facts, model_problems) if launch.args or not launch.problems else None
     problems += [p for p in model_problems if not (launch.problems and "names no model" in p)]
     problems += _asked_problems(asked, launch)
+    listen = listen_address(launch, notes, problems)
     env = _visible_devices(env, launch, problems)
     gpus = _gpus(launch, facts, launch.gpu_vendor or _vendor(env), problems)
     if problems or model is None or gpus is None:
@@ -303,6 +305,8 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     if image and launch.image and image != launch.image:
         notes.append(f"the recipe's image {launch.image} was replaced by --image {image}")
     network = _network(launch, notes)
+    if listen is not None:
+        network.update(listen=listen, host=listen)
     revision = flag_values(launch.args, "--revision")
     cluster, node_tokens, cluster_notes = _cluster(launch, launch.gpu_vendor or _vendor(env))
     notes += cluster_notes

@@ -21,6 +21,10 @@ class DockerOptions:
     entrypoint_span: tuple[int, int] | None = None
     values: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     dropped: list[str] = dataclasses.field(default_factory=list)
+    #: Every ``-p``/``--publish`` value (``-P``/``--publish-all`` as ``""``: every port, every address).
+    published: list[str] = dataclasses.field(default_factory=list)
+    #: ``--network``/``--net``, the last one given.
+    network: str | None = None
 
 
 def docker_options(
@@ -43,6 +47,7 @@ def docker_options(
             # `-itd`, `-dp8000:8000`, `-itv /a:/b`: docker's short flags combine, the last may take a value.
             bools, value_opt, attached = cluster
             out.dropped += [f"-{c}" for c in bools if f"-{c}" in DOCKER_DROPPED]
+            out.published += ["" for c in bools if c == "P"]
             if value_opt is None:
                 i += 1
                 continue
@@ -52,6 +57,8 @@ def docker_options(
         if opt in DOCKER_BOOL_OPTS:
             if opt in DOCKER_DROPPED:
                 out.dropped.append(w)
+            if opt in ("-P", "--publish-all"):
+                out.published.append("")
             i += 1
             continue
         if opt not in DOCKER_VALUE_OPTS:
@@ -73,6 +80,10 @@ def docker_options(
             out.entrypoint, out.entrypoint_span = val, (first, i)
         elif opt in DOCKER_DROPPED:
             out.dropped.append(f"{opt} {val}")
+            if opt in ("-p", "--publish"):
+                out.published.append(val)
+            elif opt in ("--network", "--net"):
+                out.network = val
         else:
             out.values.append((opt, val))
     return out

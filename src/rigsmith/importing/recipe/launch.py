@@ -37,6 +37,11 @@ class Launch:
     mounts: list[specmod.Mount] = field(default_factory=list)
     #: Secret values taken out of the args and env; scrubbed from every other field (comments, notes).
     secrets: list[str] = field(default_factory=list)
+    #: A container recipe's port publishes (``-p``, compose ``ports:``; ``""`` is ``-P``); None: not a
+    #: container recipe, or one whose publishes were not read.
+    published: list[str] | None = None
+    #: A container recipe's network (``--network``, compose ``network_mode``); None: the engine's default.
+    network: str | None = None
     #: Container paths of the mounts the recipe marked ``:rw`` (it says it writes there).
     writable: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)

@@ -248,6 +248,7 @@ def _docker(words: Sequence[shellwords.Word], launch: Launch, line: int) -> None
     if opts is None:
         return
     dropped, entrypoint, i = opts.dropped, opts.entrypoint, opts.image_at
+    launch.published, launch.network = opts.published, opts.network
     for opt, val in opts.values:
         _docker_option(opt, val, launch, dropped, f"{tool} run {opt}")
     if i >= len(rest):

@@ -67,8 +67,9 @@ def timings(plan: RunPlan) -> Timings:
 
 
 def health_url(plan: RunPlan) -> str:
-    """The URL probed from inside the container's network namespace (host network: loopback)."""
-    return f"http://127.0.0.1:{plan.port}{plan.health_path}"
+    """The URL probed from inside the container's network namespace (host network: where vLLM listens,
+    loopback for a wildcard bind)."""
+    return plan.health_url
 
 
 def health_argv(plan: RunPlan) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from rigsmith import render as tpl
 from rigsmith.render import banner
-from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.plan import RunPlan, reach_host
 from rigsmith.rendering.targets import RenderContext
 from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
@@ -139,11 +139,12 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
         {"name": k, "valueFrom": {"secretKeyRef": {"name": f"{kname}-secrets", "key": plan.secret_source(k)}}}
         for k in plan.secret_env
     ]
-    # With hostNetwork the server may listen on loopback only (the seeds do); kubelet probes from the node.
+    # With hostNetwork the server may listen on loopback only (the seeds do; network.listen); kubelet probes
+    # from the node, on the address vLLM listens on.
     get = {
         "path": plan.health_path,
         "port": plan.port,
-        **({"host": "127.0.0.1"} if plan.network_mode == "host" else {}),
+        **({"host": reach_host(plan.host)} if plan.network_mode == "host" else {}),
     }
     probe = {"httpGet": get, "periodSeconds": HEALTH_INTERVAL, "timeoutSeconds": HEALTH_TIMEOUT}
     gpus = _gpu_limits(plan, ctx.spec.resources.gpus.count)
