@@ -33,6 +33,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, ConsentError, RecipeError, SpecError
 from rigsmith.importing import proposal as proposalmod
 from rigsmith.importing import recipe as recipemod
+from rigsmith.importing.recipe.mountkinds import host_files
 from rigsmith.merge import Conflict, Resolve, merge3
 from rigsmith.project import Project
 
@@ -334,6 +335,7 @@ def import_recipe(
     text = decode(fetched)
     upstream = recipemod.parse(text, source=fetched.source, sha256=fetched.sha256, name=name, image=image)
     upstream = proposalmod.mark_script_switches(upstream)
+    upstream = host_files(upstream, {m.host: _is_file(m.host) for m in upstream.mounts})
     upstream, image_file = _proposed_image(project, upstream, fetched.source, source_repo, echo)
     path = project.spec_path(upstream.name)
     try:
@@ -365,6 +367,14 @@ def import_recipe(
     for line in next_steps(dep):
         echo(line)
     return dep
+
+
+def _is_file(host: str) -> bool:
+    """Whether ``host`` (``~/`` is the importing user's home) is a regular file on this host."""
+    try:
+        return Path(host).expanduser().is_file()
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def _user_engine(spec_path: Path) -> tuple[bool, dict[str, str]]:

@@ -19,6 +19,7 @@ from rigsmith.importing.recipe.flags import _json_problems, _number_problems, fl
 from rigsmith.importing.recipe.gpus import _gpus, _vendor, _visible_devices
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _refuse
 from rigsmith.importing.recipe.model import _expands, _Model, _model, _secondary_models
+from rigsmith.importing.recipe.mountkinds import file_mounts
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
 from rigsmith.importing.recipe.shellform import _env_var, _merge_env, _passthrough
 from rigsmith.importing.recipe.tables import (
@@ -311,6 +312,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     cluster, node_tokens, cluster_notes = _cluster(launch, launch.gpu_vendor or _vendor(env))
     notes += cluster_notes
     secondary = _secondary_models(launch, model, notes)
+    mounts = file_mounts(launch.mounts, facts, notes)
     all_notes = [*([meta.notes_text] if meta.notes_text else []), *launch.notes, *notes]
     data: dict[str, Any] = {
         "name": name
@@ -340,7 +342,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
         "resources": _resources(launch, facts, gpus),
         "readiness": _readiness(facts),
         "network": network,
-        "mounts": [m.model_dump() for m in launch.mounts],
+        "mounts": [m.model_dump() for m in mounts],
         "notes": all_notes,
         **({"cluster": cluster} if cluster else {}),
     }
