@@ -129,6 +129,25 @@ class RunPlan:
         return opts
 
 
+#: vLLM's flag naming the model's served names (argparse takes the underscore spelling too).
+SERVED_FLAGS = ("--served-model-name", "--served_model_name")
+
+
+def _flag_value(word: str) -> str:
+    """A model word's value: ``--model=V`` → V, else the word."""
+    flag, eq, value = word.partition("=")
+    return value if eq and flag.startswith("-") else word
+
+
+def served_name(spec: specmod.Deployment) -> str | None:
+    """The name the recipe's vLLM served the model under (its model argument as written) when the args
+    set no ``--served-model-name``; None when they do or there is no model argument."""
+    i = spec.engine.model_arg
+    if i is None or any(a.split("=", 1)[0] in SERVED_FLAGS for a in spec.engine.args):
+        return None
+    return _flag_value(spec.engine.args[i])
+
+
 def gguf_path(spec: specmod.Deployment, lock: lockmod.Lock | None, base: str) -> str:
     """Where the model word points: ``base`` (the model dir), or for a GGUF Hub reference (``REPO:QUANT``)
     the one ``.gguf`` file of that quantization inside it, found in the lock's file list.
@@ -464,6 +483,13 @@ def build(
         spec = spec.model_copy(update={"engine": engine})
     model_path = gguf_path(written, lock, spec.model.local_dir if venv else spec.model.container_path)
     command = tuple(spec.fill(a) for a in spec.engine.argv_with_model(model_path))
+    served = served_name(written)
+    if served is not None and spec.engine.model_arg is not None:
+        word = command[len(spec.engine.subcommand) + spec.engine.model_arg]
+        if _flag_value(word) != spec.fill(served):
+            # vLLM serves the model under its model argument; rewritten to the mounted copy, clients that
+            # call the recipe's id would get 404 (issue 24). Import notes it.
+            command = (*command, "--served-model-name", spec.fill(served))
     model_word = None
     if venv and spec.engine.model_arg is not None:
         model_word = len(spec.engine.subcommand) + spec.engine.model_arg

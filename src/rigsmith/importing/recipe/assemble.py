@@ -247,9 +247,15 @@ def _argv_notes(launch: Launch, model: _Model) -> list[str]:
             notes.append(f"args[{i}] {a!r} holds shell syntax that a shell would expand; kept literally")
     model_value = flag_values([launch.args[model_idx]], "--model") or [(model_idx, launch.args[model_idx])]
     if repo is not None and model_value[0][1] == repo:
+        served = not flag_values(launch.args, "--served-model-name")
         notes.append(
-            f"the model argument {repo} is replaced by the downloaded copy at model.container_path; "
-            "set --served-model-name if clients must see the repo id"
+            f"the model argument {repo} is replaced by the downloaded copy at model.container_path"
+            + (
+                f"; decision: the recipe set no --served-model-name, so every target adds "
+                f"--served-model-name {repo} and clients still call the model {repo}"
+                if served
+                else ""
+            )
         )
     if repo is None:
         notes.append(
