@@ -16,7 +16,14 @@ from rigsmith.importing.recipe import raycluster
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
 from rigsmith.importing.recipe.exposure import listen_address
 from rigsmith.importing.recipe.flags import _json_problems, _number_problems, flag_values
-from rigsmith.importing.recipe.gpus import _gpus, _vendor, _visible_devices
+from rigsmith.importing.recipe.gpus import (
+    _gpus,
+    _vendor,
+    _visible_devices,
+    device_notes,
+    device_problems,
+    parallel_gpus,
+)
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _refuse
 from rigsmith.importing.recipe.model import _expands, _Model, _model, _secondary_models
 from rigsmith.importing.recipe.mountkinds import file_mounts
@@ -298,7 +305,10 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     problems += _asked_problems(asked, launch)
     listen = listen_address(launch, notes, problems)
     env = _visible_devices(env, launch, problems)
-    gpus = _gpus(launch, facts, launch.gpu_vendor or _vendor(env), problems)
+    runs = asked.image or (None if launch.image_expands else launch.image)
+    device_problems(launch, runs, problems)
+    vendor = launch.gpu_vendor or _vendor(env, runs)
+    gpus = _gpus(launch, facts, vendor, problems)
     if problems or model is None or gpus is None:
         raise _refuse(source, problems or ["no model"])
     repo, local_dir, model_idx = model.repo, model.local_dir, model.arg
@@ -315,7 +325,8 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     if listen is not None:
         network.update(listen=listen, host=listen)
     revision = flag_values(launch.args, "--revision")
-    cluster, node_tokens, cluster_notes = _cluster(launch, launch.gpu_vendor or _vendor(env))
+    device_notes(launch, gpus, parallel_gpus(launch), notes)
+    cluster, node_tokens, cluster_notes = _cluster(launch, vendor)
     notes += cluster_notes
     secondary = _secondary_models(launch, model, notes)
     mounts = file_mounts(launch.mounts, facts, notes)

@@ -338,7 +338,9 @@ def _compose_gpus(deploy: Any, where: str, launch: Launch) -> None:
             launch.gpu_indices = [str(x) for x in ids]
         elif isinstance(dev.get("count"), int):
             launch.gpu_count = dev["count"]
-        elif dev.get("count") not in (None, "all"):
+        elif dev.get("count") == "all":
+            launch.gpus_all = f"{where}.resources.reservations.devices[{idx}].count: all"
+        elif dev.get("count") is not None:
             launch.problems.append(f"{where}.resources.reservations.devices[{idx}].count: {dev['count']!r}")
 
 

@@ -31,6 +31,8 @@ class Launch:
     #: The GPU vendor the launch itself shows (ROCm's /dev/kfd), ahead of the env's hints.
     gpu_vendor: str | None = None
     gpu_count: int | None = None
+    #: How the recipe gave its container every GPU (``--gpus all``, ``nvidia.com/gpu=all``), or None.
+    gpus_all: str | None = None
     shm_size: str | None = None
     memlock: str | int | None = None
     stop_grace: int | None = None
