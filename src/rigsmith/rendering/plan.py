@@ -6,12 +6,13 @@ readiness are decided once, here. Pure: no filesystem, no engine, no network.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rigsmith import secondary
+from rigsmith import secondary, userhome
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
 from rigsmith.policy import SECRET_FLAGS as SECRET_FLAGS  # re-exported for the targets
@@ -411,6 +412,7 @@ def make(
     spec_path: str,
     image: str | None = None,
     memlock: Literal["unlimited", "host"] | int | None = None,
+    home: str | None = None,
 ) -> RunPlan:
     """Decide the run plan. Refuses every problem of :func:`problems` at once, then a missing image."""
     bad = problems(spec, image)
@@ -423,15 +425,20 @@ def make(
         memlock=memlock,
         lock=lock,
         override=image,
+        home=home,
     )
 
 
-def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement]) -> list[PlanMount]:
-    """The model dir, the spec's mounts, then each secondary model's dir (read-only)."""
+def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement], home: str) -> list[PlanMount]:
+    """The model dir, the spec's mounts, then each secondary model's dir (read-only); ``~/`` is ``home``."""
+    at = functools.partial(userhome.expand, home=home)
     return [
-        PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
-        *(PlanMount(m.host, m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
-        *(PlanMount(p.local_dir, p.container_path, True, "dir", None, "secondary", p.field) for p in placed),
+        PlanMount(at(spec.model.local_dir), spec.model.container_path, True, "dir", None, "model"),
+        *(PlanMount(at(m.host), m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
+        *(
+            PlanMount(at(p.local_dir), p.container_path, True, "dir", None, "secondary", p.field)
+            for p in placed
+        ),
     ]
 
 
@@ -460,16 +467,21 @@ def build(
     memlock: Literal["unlimited", "host"] | int | None = None,
     lock: lockmod.Lock | None = None,
     override: str | None = None,
+    home: str | None = None,
 ) -> RunPlan:
     """The plan for a spec, unchecked: :func:`make` refuses the problems first; ``rendering.validate``
     builds one from a spec with problems to find the targets' problems too. ``lock`` and ``override``
-    (``--image``) tell which container paths the built image provides (issue 14's env paths)."""
+    (``--image``) tell which container paths the built image provides (issue 14's env paths).
+
+    ``home`` is what the spec's ``~/`` means (default: the invoking user's, :mod:`rigsmith.userhome`): the
+    plan's host paths are absolute, so every target writes the same place (issue 24)."""
+    home = home or userhome.invoking_home()
     ref, pinned = image
     written = spec  # the spec as the user wrote it (the opt-ins rewrite a copy's argv)
     venv = spec.engine.runtime == "venv"
     placed = secondary.placements(spec)
     # Each secondary model's word names its mounted copy (host path for a venv), like the model word.
-    where = {p.repo: p.local_dir if venv else p.container_path for p in placed}
+    where = {p.repo: userhome.expand(p.local_dir, home) if venv else p.container_path for p in placed}
     args = secondary.rewrite_args(spec, spec.engine.args, where)
     if spec.network.listen is not None:
         # Import's exposure decision (importing/recipe/exposure.py): with host networking vLLM's bind address
@@ -481,7 +493,8 @@ def build(
         engine = spec.engine.model_copy(update={"args": opted.args})
         listen = engine.flag_value("--host") or listen
         spec = spec.model_copy(update={"engine": engine})
-    model_path = gguf_path(written, lock, spec.model.local_dir if venv else spec.model.container_path)
+    model_dir = userhome.expand(spec.model.local_dir, home) if venv else spec.model.container_path
+    model_path = gguf_path(written, lock, model_dir)
     command = tuple(spec.fill(a) for a in spec.engine.argv_with_model(model_path))
     served = served_name(written)
     if served is not None and spec.engine.model_arg is not None:
@@ -493,7 +506,7 @@ def build(
     model_word = None
     if venv and spec.engine.model_arg is not None:
         model_word = len(spec.engine.subcommand) + spec.engine.model_arg
-    mounts = _mounts(spec, placed)
+    mounts = _mounts(spec, placed, home)
     paths: tuple[EnvPath, ...] = ()
     if spec.engine.runtime == "container":
         builds = lock.builds if lock is not None else {}

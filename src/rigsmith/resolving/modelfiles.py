@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, Literal
 from huggingface_hub.utils._paths import filter_repo_objects
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rigsmith import userhome
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
 from rigsmith.resolving.lock import LockedFile, LockedModel, LockedPatch
 from rigsmith.resolving.warmfetch import HF_DOWNLOAD_DIR as HF_DOWNLOAD_DIR
@@ -513,8 +514,9 @@ class FetchReport:
 
 
 def expand_dir(text: str, env: Mapping[str, str] = os.environ) -> Path:
-    """``~/x`` and ``$HOME``-style values as an absolute path (at the edge, from the caller's environment)."""
-    home = env.get("HOME") or str(Path.home())
+    """``~/x`` and ``$HOME``-style values as an absolute path (at the edge, from the caller's environment;
+    ``~`` is the invoking user's home, SUDO_USER's under sudo: rigsmith.userhome)."""
+    home = userhome.invoking_home(env)
     if text == "~" or text.startswith("~/"):
         text = home + text[1:]
     return Path(text).absolute()

@@ -82,15 +82,6 @@ def health_argv(plan: RunPlan) -> list[str]:
     return ["python3", "-c", code]
 
 
-def home_path(path: str, home: str) -> str:
-    """``~/x`` → ``{home}/x``; other paths unchanged."""
-    if path == "~":
-        return home
-    if path.startswith("~/"):
-        return home.rstrip("/") + "/" + path[2:]
-    return path
-
-
 #: One capability check of a target: the fields of a plan it cannot express, each with the final message.
 Check = Checker
 

@@ -33,7 +33,6 @@ from rigsmith.rendering.targets.common import (
     Check,
     cannot_express,
     entrypoint_problems,
-    home_path,
     mount_fields,
     timings,
     volume_problems,
@@ -197,7 +196,7 @@ def _lines(plan: RunPlan, ctx: RenderContext) -> tuple[list[Line], list[tuple[st
         Line("swap", "0"),
         Line("unprivileged", "1"),
     ]
-    out += _mount_lines(plan, opts.home, problems)
+    out += _mount_lines(plan, problems)
     out += _passthrough_lines(plan, ctx, pve, problems)
     if plan.memlock != "host":
         out.append(
@@ -224,11 +223,11 @@ def _lines(plan: RunPlan, ctx: RenderContext) -> tuple[list[Line], list[tuple[st
     return out, problems
 
 
-def _mount_lines(plan: RunPlan, home: str, problems: list[tuple[str, str]]) -> list[Line]:
+def _mount_lines(plan: RunPlan, problems: list[tuple[str, str]]) -> list[Line]:
     """An ``mpN`` line per directory mount, an ``lxc.mount.entry`` per file one; bad paths to ``problems``."""
     out = []
     for (fld, _, _, _), m in zip(mount_fields(plan), plan.mounts, strict=True):
-        path = home_path(m.host, home)
+        path = m.host
         if m.kind == "dir":
             # PVE splits the mpN property string on ',' and reads a part holding '=' as key=value.
             if re.search(r"[,=\s]", path):
