@@ -818,6 +818,9 @@ def from_data(data: Any, source: str = "<spec>") -> Deployment:
 def to_data(spec: Deployment, defaults: bool = False) -> dict[str, Any]:
     """Plain data for YAML, defaults left out so the user's file stays short (``defaults``: spelled out)."""
     data: dict[str, Any] = json.loads(spec.model_dump_json(exclude_defaults=not defaults))
+    for e, item in zip(spec.env, data.get("env", ()), strict=True):
+        if e.opt_in:  # an opt-in's state is written out: `enabled: true` is the user's explicit choice
+            item["enabled"] = e.enabled
     if spec.model.repo is None:
         # Written out although it is the default: `repo: null` tells the reader nothing is downloaded.
         data["model"] = {"repo": None, **data["model"]}

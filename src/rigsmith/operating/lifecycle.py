@@ -279,12 +279,9 @@ def up(
 
 
 def preflight(ops: Ops, plan: planmod.RunPlan) -> None:
-    """What ``up`` checks before it writes anything on the host (PreflightError naming every reason).
-
-    quadlet: systemd must be PID 1 (``systemctl daemon-reload`` is what turns the unit into a service) and
-    podman's quadlet generator must be installed (without it systemd finds no unit) — else installing into
-    /etc/containers/systemd would leave a unit nothing reads (issue 24; doctor's podman check says the same).
-    """
+    """What ``up`` checks before it writes anything on the host (PreflightError naming every reason). quadlet:
+    systemd as PID 1 (daemon-reload makes the unit a service) and podman's quadlet generator, else the unit
+    installed in /etc/containers/systemd is read by nothing (issue 24; doctor's podman check agrees)."""
     problems = []
     if ops.target == "quadlet":
         init = (probe_read(ops.host, "/proc/1/comm") or "").strip()

@@ -18,7 +18,7 @@ from rigsmith.errors import LockError, RigsmithError, SpecError
 from rigsmith.policy import SECRET_FLAGS as SECRET_FLAGS  # re-exported for the targets
 from rigsmith.policy import dangerous_mounts, secret_flag, secret_flag_span
 from rigsmith.render import breaks_line
-from rigsmith.rendering import optins
+from rigsmith.rendering import decisions, optins
 from rigsmith.rendering.envpaths import EnvPath, env_paths, unprovided
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.imageref import parse_ref
@@ -128,56 +128,6 @@ class RunPlan:
             opts += ["--env", k]
         opts += ["--entrypoint", self.entrypoint]
         return opts
-
-
-#: vLLM's flag naming the model's served names (argparse takes the underscore spelling too).
-SERVED_FLAGS = ("--served-model-name", "--served_model_name")
-
-
-def _flag_value(word: str) -> str:
-    """A model word's value: ``--model=V`` → V, else the word."""
-    flag, eq, value = word.partition("=")
-    return value if eq and flag.startswith("-") else word
-
-
-def served_name(spec: specmod.Deployment) -> str | None:
-    """The name the recipe's vLLM served the model under (its model argument as written) when the args
-    set no ``--served-model-name``; None when they do or there is no model argument."""
-    i = spec.engine.model_arg
-    if i is None or any(a.split("=", 1)[0] in SERVED_FLAGS for a in spec.engine.args):
-        return None
-    return _flag_value(spec.engine.args[i])
-
-
-def gguf_path(spec: specmod.Deployment, lock: lockmod.Lock | None, base: str) -> str:
-    """Where the model word points: ``base`` (the model dir), or for a GGUF Hub reference (``REPO:QUANT``)
-    the one ``.gguf`` file of that quantization inside it, found in the lock's file list.
-
-    Without a lock (``validate`` checking a spec alone) the directory stands in.
-
-    Raises:
-        LockError: the lock has no entry for the model yet, or no single file matches the quantization.
-    """
-    quant = secondary.gguf_quant(spec)
-    if quant is None or lock is None:
-        return base
-    entry = lock.models.get(spec.name)
-    if entry is None:
-        raise LockError(
-            f"{spec.name}: the model {spec.model.repo}:{quant} is a GGUF file of a Hub repo, and which file "
-            "is known only once the repo is pinned; rigsmith.lock has no entry for it yet",
-            hint=f"run `invoke pin --deployment {spec.name}` (or `invoke fetch-model`), then deploy again",
-        )
-    files = secondary.gguf_files(spec, entry.files)
-    if len(files) != 1:
-        found = ", ".join(files[:6]) if files else "none"
-        raise LockError(
-            f"{spec.name}: {len(files)} .gguf files of {entry.repo}@{entry.commit[:12]} match the "
-            f"quantization {quant} and model.allow_patterns ({found}); vLLM loads one GGUF file",
-            hint="narrow model.allow_patterns to the one .gguf file to serve (a split GGUF must be merged "
-            "first, e.g. with llama-gguf-split --merge)",
-        )
-    return base.rstrip("/") + "/" + files[0]
 
 
 def local_url(host: str, port: int) -> str:
@@ -469,12 +419,9 @@ def build(
     override: str | None = None,
     home: str | None = None,
 ) -> RunPlan:
-    """The plan for a spec, unchecked: :func:`make` refuses the problems first; ``rendering.validate``
-    builds one from a spec with problems to find the targets' problems too. ``lock`` and ``override``
-    (``--image``) tell which container paths the built image provides (issue 14's env paths).
-
-    ``home`` is what the spec's ``~/`` means (default: the invoking user's, :mod:`rigsmith.userhome`): the
-    plan's host paths are absolute, so every target writes the same place (issue 24)."""
+    """The plan for a spec, unchecked (:func:`make` refuses the problems first; ``rendering.validate`` builds
+    one to find the targets' problems too). ``lock``/``override`` (``--image``) tell which container paths the
+    built image provides; ``home`` is what ``~/`` means (default: :mod:`rigsmith.userhome`'s)."""
     home = home or userhome.invoking_home()
     ref, pinned = image
     written = spec  # the spec as the user wrote it (the opt-ins rewrite a copy's argv)
@@ -482,11 +429,7 @@ def build(
     placed = secondary.placements(spec)
     # Each secondary model's word names its mounted copy (host path for a venv), like the model word.
     where = {p.repo: userhome.expand(p.local_dir, home) if venv else p.container_path for p in placed}
-    args = secondary.rewrite_args(spec, spec.engine.args, where)
-    if spec.network.listen is not None:
-        # Import's exposure decision (importing/recipe/exposure.py): with host networking vLLM's bind address
-        # is the exposure. A recipe opt-in that sets --host (seed 003's HOST) is applied after it and wins.
-        args = optins.with_flag(args, "--host", spec.network.listen)
+    args = decisions.listen_args(spec, secondary.rewrite_args(spec, spec.engine.args, where))
     opted = optins.apply(spec, args)
     listen = spec.network.host
     if opted.args != spec.engine.args:
@@ -494,15 +437,9 @@ def build(
         listen = engine.flag_value("--host") or listen
         spec = spec.model_copy(update={"engine": engine})
     model_dir = userhome.expand(spec.model.local_dir, home) if venv else spec.model.container_path
-    model_path = gguf_path(written, lock, model_dir)
-    command = tuple(spec.fill(a) for a in spec.engine.argv_with_model(model_path))
-    served = served_name(written)
-    if served is not None and spec.engine.model_arg is not None:
-        word = command[len(spec.engine.subcommand) + spec.engine.model_arg]
-        if _flag_value(word) != spec.fill(served):
-            # vLLM serves the model under its model argument; rewritten to the mounted copy, clients that
-            # call the recipe's id would get 404 (issue 24). Import notes it.
-            command = (*command, "--served-model-name", spec.fill(served))
+    model_path = decisions.gguf_path(written, lock, model_dir)
+    argv = tuple(spec.fill(a) for a in spec.engine.argv_with_model(model_path))
+    command = decisions.keep_served_name(written, argv)
     model_word = None
     if venv and spec.engine.model_arg is not None:
         model_word = len(spec.engine.subcommand) + spec.engine.model_arg

@@ -516,7 +516,4 @@ class FetchReport:
 def expand_dir(text: str, env: Mapping[str, str] = os.environ) -> Path:
     """``~/x`` and ``$HOME``-style values as an absolute path (at the edge, from the caller's environment;
     ``~`` is the invoking user's home, SUDO_USER's under sudo: rigsmith.userhome)."""
-    home = userhome.invoking_home(env)
-    if text == "~" or text.startswith("~/"):
-        text = home + text[1:]
-    return Path(text).absolute()
+    return Path(userhome.expand(text, userhome.invoking_home(env))).absolute()
