@@ -254,16 +254,7 @@ def _argv_notes(launch: Launch, model: _Model) -> list[str]:
             notes.append(f"args[{i}] {a!r} holds shell syntax that a shell would expand; kept literally")
     model_value = flag_values([launch.args[model_idx]], "--model") or [(model_idx, launch.args[model_idx])]
     if repo is not None and model_value[0][1] == repo:
-        served = not flag_values(launch.args, "--served-model-name")
-        notes.append(
-            f"the model argument {repo} is replaced by the downloaded copy at model.container_path"
-            + (
-                f"; decision: the recipe set no --served-model-name, so every target adds "
-                f"--served-model-name {repo} and clients still call the model {repo}"
-                if served
-                else ""
-            )
-        )
+        notes.append(f"the model argument {repo} is replaced by the downloaded copy at model.container_path")
     if repo is None:
         notes.append(
             "model.repo is null: the checkpoint is already on disk at model.local_dir, mounted read-only at "
@@ -277,6 +268,20 @@ def _argv_notes(launch: Launch, model: _Model) -> list[str]:
                 f"args[{i}] {a!r} is a path relative to where the recipe ran; mount it and fix the path"
             )
     return notes + _read_only_mounts(launch, model_value[0][1] if repo is None else None)
+
+
+def _served_note(launch: Launch, model: _Model, container_path: str) -> list[str]:
+    """vLLM serves the model under its model argument; every target rewrites that word to the mounted copy,
+    so the plan adds the recipe's word as --served-model-name (rendering/decisions.py): say so."""
+    arg = launch.args[model.arg]
+    word = arg.split("=", 1)[1] if "=" in arg and arg.startswith("-") else arg
+    if word == container_path or flag_values(launch.args, "--served-model-name"):
+        return []
+    return [
+        f"decision: the model argument {word} is rewritten to {container_path} (the mounted copy) and the "
+        f"recipe set no --served-model-name, so every target adds --served-model-name {word}: clients still "
+        f"call the model {word}"
+    ]
 
 
 def _cluster(launch: Launch, vendor: str) -> tuple[dict[str, Any] | None, list[str], list[str]]:
@@ -315,6 +320,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     notes += _argv_notes(launch, model)
     basename = PurePosixPath(local_dir.rstrip("/")).name or PurePosixPath(repo or "model").name
     container_path = model.container_path or f"/models/{basename}"
+    notes += _served_note(launch, model, container_path)
     if model.container_path is not None:
         # The recipe's own volume is the model mount (`-v /srv/m:/models/m ... --model /models/m`).
         launch.mounts = [m for m in launch.mounts if m.container.rstrip("/") != model.container_path]
