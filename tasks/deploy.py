@@ -90,7 +90,10 @@ def deploy(
     resolve = side(ours, theirs)
     proj = project(c)
     mem, vm, uvm = _memlock(memlock), _vmid(vmid, lxc_config), _int("--uvm-major", uvm_major)
-    opts = [image, out and str(Path(out).resolve()), mem, podman_version, vm, pve_version, uvm, resolve]
+    from rigsmith.userhome import invoking_home  # stdlib only: what ~ means is part of what is rendered
+
+    home = invoking_home()
+    opts = [image, out and str(Path(out).resolve()), mem, podman_version, vm, pve_version, uvm, resolve, home]
     said: list[str] = []
     mark = None
     from rigsmith.project import TARGETS  # no spec models: those load only for a full render
@@ -118,6 +121,7 @@ def deploy(
         deployment=deployment,
         image=image,
         out=Path(out) if out else None,
+        home=home,
         yes=yes,
         check=check,
         confirm=confirm(),
