@@ -189,12 +189,13 @@ def _asked_problems(asked: Asked, launch: Launch) -> list[str]:
     return out
 
 
-def _network(launch: Launch, notes: list[str]) -> dict[str, Any]:
-    network: dict[str, Any] = {}
+def _network(launch: Launch, notes: list[str], listen: str | None) -> dict[str, Any]:
+    """``--host``/``--port``; the exposure decision (``listen``) is where the server listens."""
+    network: dict[str, Any] = {} if listen is None else {"listen": listen}
     hosts = flag_values(launch.args, "--host")
     ports = flag_values(launch.args, "--port")
-    if hosts:
-        network["host"] = hosts[-1][1]
+    if hosts or listen:
+        network["host"] = listen or hosts[-1][1]
     if ports:
         if (port := specmod.ascii_int(ports[-1][1])) is not None:
             network["port"] = port
@@ -327,9 +328,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     final_image = image or launch.image
     if image and launch.image and image != launch.image:
         notes.append(f"the recipe's image {launch.image} was replaced by --image {image}")
-    network = _network(launch, notes)
-    if listen is not None:
-        network.update(listen=listen, host=listen)
+    network = _network(launch, notes, listen)
     revision = flag_values(launch.args, "--revision")
     device_notes(launch, gpus, parallel_gpus(launch), notes)
     cluster, node_tokens, cluster_notes = _cluster(launch, vendor)
