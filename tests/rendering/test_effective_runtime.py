@@ -163,8 +163,12 @@ def _runtime(target: str, files: dict[str, str], tmp_path: Path, quadlet_bin: Pa
         svc = next(iter(doc["services"].values()))
         mounts = {}
         for v in svc.get("volumes", []):
+            if isinstance(v, dict):  # the long syntax: a file, never created as a directory
+                assert v["bind"] == {"create_host_path": False}, v
+                mounts[v["target"]] = (v["source"], v["read_only"], "file")
+                continue
             host, cont, *opt = v.split(":")
-            mounts[cont] = (host, opt == ["ro"], None)
+            mounts[cont] = (host, opt == ["ro"], "dir")
         return {"argv": [*svc["entrypoint"], *svc["command"]], "mounts": mounts}
     pod = doc["spec"]["template"]["spec"]
     c = pod["containers"][0]
