@@ -87,6 +87,9 @@ def deploy(
     replace_gpu_passthrough: bool = False,
 ) -> None:
     """Render run artifacts for one target from the spec and the lock."""
+    from rigsmith.userhome import invoking_home  # what ~ means is part of what is rendered
+
+    home = invoking_home()
     from rigsmith.rendering import deploy as deploymod
     from rigsmith.rendering.targets import LxcOptions
 
@@ -97,6 +100,7 @@ def deploy(
         deployment=deployment,
         image=image,
         out=Path(out) if out else None,
+        home=home,
         yes=yes,
         check=check,
         confirm=confirm(),

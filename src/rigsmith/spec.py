@@ -10,6 +10,7 @@ collect every validation problem with its field path, and round-trip: ``load(dum
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import re
 import typing
@@ -395,6 +396,24 @@ class Network(Frozen):
     mode: Literal["host", "none"] = "host"
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
+    listen: str | None = Field(
+        None,
+        description="The address every target makes vLLM listen on (--host LISTEN replaces the args' --host, "
+        "or is added). Import sets it when a container recipe published the API on one address only "
+        "(-p 127.0.0.1:8000:8000): the targets run with host networking, where vLLM's own bind address is "
+        "the exposure. null: the args decide.",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _address(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IPv4 or IPv6 address (write e.g. 127.0.0.1 or ::1)") from None
+        return v
 
 
 class Benchmark(Frozen):
@@ -686,6 +705,9 @@ def from_data(data: Any, source: str = "<spec>") -> Deployment:
 def to_data(spec: Deployment, defaults: bool = False) -> dict[str, Any]:
     """Plain data for YAML, defaults left out so the user's file stays short (``defaults``: spelled out)."""
     data: dict[str, Any] = json.loads(spec.model_dump_json(exclude_defaults=not defaults))
+    for e, item in zip(spec.env, data.get("env", ()), strict=True):
+        if e.opt_in:  # an opt-in's state is written out: `enabled: true` is the user's explicit choice
+            item["enabled"] = e.enabled
     if spec.model.repo is None:
         # Written out although it is the default: `repo: null` tells the reader nothing is downloaded.
         data["model"] = {"repo": None, **data["model"]}

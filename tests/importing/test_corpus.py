@@ -107,10 +107,10 @@ _IMPORTED = [c for c in CASES if EXPECTED[c["id"]]["outcome"] == "imported"]
 
 @pytest.mark.parametrize("case", _IMPORTED, ids=[c["id"] for c in _IMPORTED])
 def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any], tmp_path: Path) -> None:
-    from rigsmith import secondary
+    from rigsmith import secondary, userhome
     from rigsmith import spec as specmod
     from rigsmith.project import Project
-    from rigsmith.rendering import deploy
+    from rigsmith.rendering import decisions, deploy, optins
 
     dep = _import(case)
     local_dir = dep.model.local_dir
@@ -159,10 +159,19 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
     placed = {p.repo: p.container_path for p in secondary.placements(filled)}
     args = secondary.rewrite_args(filled, filled.engine.args, placed)
     engine = filled.engine.model_copy(update={"args": args})
-    assert plan.command == tuple(filled.fill(a) for a in engine.container_argv(filled.model))
+    want = tuple(filled.fill(a) for a in engine.container_argv(filled.model))
+    if filled.network.listen is not None:  # the exposure decision (issue 24): --host replaced or added
+        sub = len(filled.engine.subcommand)
+        want = (*want[:sub], *optins.with_flag(want[sub:], "--host", filled.network.listen))
+    served = decisions.served_name(filled)
+    if served is not None and filled.engine.model_arg is not None:
+        word = want[len(filled.engine.subcommand) + filled.engine.model_arg]
+        if word.split("=", 1)[-1] != served:  # the model word was rewritten: the recipe's name is kept
+            want = (*want, "--served-model-name", served)
+    assert plan.command == want
     mounted = {(m.host, m.container, m.readonly) for m in plan.mounts}
     for p in secondary.placements(filled):
-        assert (p.local_dir, p.container_path, True) in mounted
+        assert (userhome.expand(p.local_dir, userhome.invoking_home()), p.container_path, True) in mounted
     assert plan.devices == dep.resources.gpus.cdi_devices
     assert files
 

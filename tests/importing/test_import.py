@@ -50,7 +50,8 @@ def test_same_recipe_again_is_identical(empty_project: Project) -> None:
     importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=Echo())
     echo = Echo()
     importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=echo)
-    assert "identical  deployments/merlin.yaml" in echo.text
+    # The same recipe bytes as the last import and no flag: nothing to do, nothing written (issue 24).
+    assert "has not changed since the last import" in echo.text and "nothing written" in echo.text
 
 
 def _edit_spec(path: Path, edit: object) -> str:
@@ -95,7 +96,8 @@ def test_reimport_of_the_same_recipe_keeps_every_user_edit_byte_for_byte(empty_p
     path.write_text(edited, encoding="utf-8")
     echo = Echo()
     importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=echo, confirm=None)
-    assert "identical  deployments/merlin.yaml" in echo.text
+    # The same recipe bytes as the last import and no flag: nothing to do, nothing written (issue 24).
+    assert "has not changed since the last import" in echo.text and "nothing written" in echo.text
     assert path.read_text(encoding="utf-8") == edited
 
 
@@ -326,7 +328,7 @@ def test_cli_import_recipe_exit_codes_and_messages(tmp_path: Path) -> None:
     assert "create  images/merlin/image.yaml" in r.stdout
 
     r = _cli(root, str(SEED_RECIPE), "--name", "merlin")
-    assert r.returncode == 0 and "identical  deployments/merlin.yaml" in r.stdout
+    assert r.returncode == 0 and "has not changed since the last import" in r.stdout
 
     r = _cli(root, str(SEED_RECIPE), "--name", "merlin", "--image", "localhost/vllm-merlin:v2.5.1")
     before = spec_path.read_text(encoding="utf-8")

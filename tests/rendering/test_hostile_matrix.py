@@ -33,7 +33,6 @@ from rigsmith.render import LINE_BREAKS, line_breaks
 from rigsmith.rendering import deploy
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.rendering.targets import LxcOptions
-from rigsmith.rendering.targets.common import home_path
 from rigsmith.rendering.targets.kube import k8s_literal
 from tests.rendering.test_shell_property import FAKE_PODMAN
 from tests.rendering.test_units import _k8s_expand
@@ -227,7 +226,7 @@ def _fake_run(script: str, base: Path) -> list[str]:
 def _expected_argv(plan: RunPlan) -> list[str]:
     vols = []
     for m in plan.mounts:
-        vols += ["-v", f"{home_path(m.host, os.environ['HOME'])}:{m.container}{':ro' if m.readonly else ''}"]
+        vols += ["-v", f"{m.host}:{m.container}{':ro' if m.readonly else ''}"]
     return ["run", "--detach", *plan.podman_options(), *vols, plan.image, *plan.command]
 
 

@@ -84,6 +84,13 @@ def _recorder_env(tmp_path: Path) -> dict[str, str]:
 
 def _project(tmp_path: Path, nvidia: bool = False) -> tuple[Any, str]:
     data = standin_deployment(tmp_path, name="parity")
+    # A loopback-only container recipe (-p 127.0.0.1:…) whose args say --host 0.0.0.0 (issue 24): every target
+    # must run what the plan decided, --host 127.0.0.1.
+    args = data["engine"]["args"]  # type: ignore[index]
+    data["engine"]["args"] = [  # type: ignore[index]
+        "0.0.0.0" if i and args[i - 1] == "--host" else a for i, a in enumerate(args)
+    ]
+    data["network"] = {"listen": "127.0.0.1"}
     if nvidia:  # the lxc target knows nvidia's device nodes only
         data["resources"]["gpus"]["cdi_devices"] = [f"nvidia.com/gpu={i}" for i in range(4)]  # type: ignore[index]
     prepare_host_dirs(data)
@@ -255,6 +262,8 @@ def test_parity_matrix(
     assert set(got) == set(ASPECTS)
     mismatched = {a: (got[a], want[a]) for a in ASPECTS if got[a] != want[a]}
     assert not mismatched, f"{target} differs from the plan in: {mismatched}"
+    argv = got["argv"]
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--host"] == ["127.0.0.1"], "network.listen"
     assert (plan.shutdown_timeout or 0) < plan.stop_timeout
 
 

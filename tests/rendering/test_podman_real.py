@@ -89,7 +89,9 @@ def test_hostile_values_reach_the_container_literally_and_nothing_runs_on_host(
     finally:
         podman.run("rm", "--force", "--time", "0", "standin-hostile", check=False)
     args = data["engine"]["args"]  # type: ignore[index]
-    assert rec.argv == ["serve", data["model"]["container_path"], *args[1:]]  # type: ignore[index]
+    # The model word /models/x is mapped to the container path, so the name it served is kept (issue 24).
+    served = ["--served-model-name", args[0]]
+    assert rec.argv == ["serve", data["model"]["container_path"], *args[1:], *served]  # type: ignore[index]
     for i, v in enumerate(HOSTILE):
         assert rec.env[f"HOSTILE_{i}"] == v
     for i in (1, 2, 3):

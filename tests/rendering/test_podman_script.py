@@ -87,7 +87,7 @@ def test_any_argv_survives_spec_script_shell(
     spec = SEED.model_copy(update={"engine": engine, "env": env, "placeholders": {}})
     spec = specmod.loads(specmod.dump(spec))  # through YAML, as a user's file would be
     assert list(spec.engine.args) == args and spec.env[0].value == env_value
-    plan = planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml")
+    plan = planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml", home=fake_host["HOME"])
     out = tmp_path_factory.mktemp("render")
     ctx = RenderContext(spec=spec, out=out, command="invoke deploy --target podman")
     (run,) = [a for a in podman.render(plan, ctx) if a.path.name == "run.sh"]
@@ -121,7 +121,7 @@ def test_health_path_and_mount_paths_are_never_run_by_the_shell(
             )
         )
     )
-    plan = planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml")
+    plan = planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml", home=fake_host["HOME"])
     ctx = RenderContext(spec=spec, out=tmp_path / "out", command="invoke deploy --target podman")
     (run,) = [a for a in podman.render(plan, ctx) if a.path.name == "run.sh"]
     run.path.parent.mkdir(parents=True)

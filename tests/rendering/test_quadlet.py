@@ -22,6 +22,7 @@ from tests.support.common import (
 from tests.support.facts import exec_start, ini_values, plan_facts, podman_facts, split_systemd
 from tests.support.podman import Podman
 from tests.support.targets import (
+    GOLDEN_HOME,
     SEEDS,
     assert_standin_ran_the_plan,
     hostile_deployment,
@@ -46,7 +47,7 @@ def test_generator_accepts_golden_unit_and_execstart_is_the_podman_argv(
     assert "unsupported key" not in proc.stderr
     service = proc.stdout
     argv = split_systemd(exec_start(service))
-    plan, _ = deploy.artifacts(seed_project, "quadlet", deployment=unit.parts[-3])
+    plan, _ = deploy.artifacts(seed_project, "quadlet", deployment=unit.parts[-3], home=GOLDEN_HOME)
     got, want = podman_facts(argv), plan_facts(plan)
     # Everything podman_options() says, as podman will receive it; quadlet only reorders options.
     assert sorted(got.devices) == sorted(want.devices)

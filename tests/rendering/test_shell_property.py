@@ -23,7 +23,6 @@ from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.targets import LxcOptions, RenderContext, lxc, lxcservice, podman
-from rigsmith.rendering.targets.common import home_path
 from rigsmith.resolving import lock as lockmod
 from tests.support.common import REPO
 from tests.support.facts import split_systemd
@@ -175,16 +174,16 @@ def _run(script: Path, base: Path) -> tuple[subprocess.CompletedProcess[str], li
     return proc, argv
 
 
-def _expected(plan: planmod.RunPlan, home: str) -> list[str]:
+def _expected(plan: planmod.RunPlan) -> list[str]:
     vols = []
     for m in plan.mounts:
-        vols += ["-v", f"{home_path(m.host, home)}:{m.container}{':ro' if m.readonly else ''}"]
+        vols += ["-v", f"{m.host}:{m.container}{':ro' if m.readonly else ''}"]
     return ["run", "--detach", *plan.podman_options(), *vols, plan.image, *plan.command]
 
 
 def _prepare(plan: planmod.RunPlan, base: Path) -> None:
     for m in plan.mounts:
-        host = Path(home_path(m.host, str(base / "home")))
+        host = Path(m.host)
         if m.kind == "dir":
             host.mkdir(parents=True, exist_ok=True)
         else:  # provision.sh wants the file made on the PVE host; run.sh makes it sparse itself
@@ -212,7 +211,9 @@ def _container_scripts(field: str, value: str) -> None:
         apply(data, base)
         try:
             spec = specmod.loads(specmod.dump(specmod.from_data(data)))
-            plan = planmod.make(spec, lockmod.Lock(), spec_path="deployments/prop.yaml")
+            plan = planmod.make(
+                spec, lockmod.Lock(), spec_path="deployments/prop.yaml", home=str(base / "home")
+            )
         except RigsmithError as err:
             assert any(n in str(err) for n in names), str(err)
             return
@@ -236,7 +237,7 @@ def _container_scripts(field: str, value: str) -> None:
             proc, argv = _run(_script(artifacts, script, base), base)
             assert not (base / "cwd" / MARK).exists() and not list((base / "cwd").iterdir()), target
             assert proc.returncode == 0, f"{target}: {proc.stderr}"
-            assert argv == _expected(plan, str(base / "home")), target
+            assert argv == _expected(plan), target
 
 
 VENV_FIELDS = ["args", "env value", "model dir", "placeholder", "subcommand", "venv"]
@@ -258,7 +259,9 @@ def _venv_unit(field: str, value: str) -> None:
         apply(data, base)
         try:
             spec = specmod.loads(specmod.dump(specmod.from_data(data)))
-            plan = planmod.make(spec, lockmod.Lock(), spec_path="deployments/prop.yaml")
+            plan = planmod.make(
+                spec, lockmod.Lock(), spec_path="deployments/prop.yaml", home=str(base / "home")
+            )
             ctx = RenderContext(spec=spec, out=base / "out", command="invoke deploy --target lxc")
             artifacts = lxc.render(plan, ctx)
         except RigsmithError as err:
@@ -290,8 +293,7 @@ def _venv_unit(field: str, value: str) -> None:
             if "=" in line and not line.startswith("#"):
                 k, _, v = line.partition("=")
                 keys.setdefault(k, []).append(v)
-        home = LxcOptions().home
-        assert split_systemd(keys["ExecStart"][0]) == lxcservice.venv_argv(plan, home)
+        assert split_systemd(keys["ExecStart"][0]) == lxcservice.venv_argv(plan)
         assert [split_systemd(e) for e in keys.get("Environment", [])] == [[f"{k}={v}"] for k, v in plan.env]
 
 

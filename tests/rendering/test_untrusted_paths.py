@@ -77,7 +77,7 @@ def test_a_colon_in_a_mount_path_is_refused_by_every_volume_syntax_target(
         data[key] = {**data[key], **value} if isinstance(data.get(key), dict) else value  # type: ignore[dict-item]
     data["resources"]["host_ram_gib"] = 64  # type: ignore[index]
     project = write_project(tmp_path, data)
-    lxc = LxcOptions(home="/root")
+    lxc = LxcOptions()
     with pytest.raises(SpecError) as err:
         deploy.artifacts(project, target, deployment="colon", out=tmp_path / "out", lxc=lxc)  # type: ignore[arg-type]
     msg = str(err.value)

@@ -132,7 +132,7 @@ def test_json_lora_module_and_flag_equals_forms_are_rewritten(tmp_path: Path) ->
     )
     plan, _ = deploy.artifacts(project, "podman", deployment=dep.name, out=tmp_path / "out")
     assert "--tokenizer=/models/tok" in plan.command
-    conf = json.loads(plan.command[-1])
+    conf = json.loads(plan.command[plan.command.index("--lora-modules") + 1])
     assert conf == {"name": "b", "path": "/models/lora", "base_model_name": "acme/main"}
 
 
@@ -197,8 +197,10 @@ def test_a_venv_engine_names_the_secondary_host_dirs_in_the_ct(tmp_path: Path) -
     project = Project(tmp_path / "venv-proj")
     project.spec_path(dep.name).parent.mkdir(parents=True)
     project.spec_path(dep.name).write_text(specmod.dump(dep), encoding="utf-8")
-    dep_plan, files = deploy.artifacts(project, "lxc", deployment=dep.name, out=tmp_path / "out")
-    assert "a=~/models/lora" in dep_plan.command
+    dep_plan, files = deploy.artifacts(
+        project, "lxc", deployment=dep.name, out=tmp_path / "out", home="/root"
+    )
+    assert "a=/root/models/lora" in dep_plan.command  # ~ is one home, written out (issue 24)
     text = "\n".join(f.content if isinstance(f.content, str) else f.content.decode() for f in files)
     assert "--tokenizer /root/models/tok --enable-lora --lora-modules a=/root/models/lora" in text
     assert '"{\\"model\\": \\"/root/models/draft\\", ' in text  # systemd-quoted JSON in ExecStart=

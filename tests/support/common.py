@@ -111,11 +111,20 @@ def invoke_cli(
 
 
 def run_script(
-    script: Path, env: dict[str, str], args: Sequence[str] = (), timeout: float = 120
+    script: Path,
+    env: dict[str, str],
+    args: Sequence[str] = (),
+    timeout: float = 120,
+    wrap: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Execute a generated script with bash, as a user would."""
+    """Execute a generated script with bash, as a user would (``wrap``: a prefix such as ip netns exec)."""
     return subprocess.run(
-        ["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        [*wrap, "bash", str(script), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 

@@ -182,6 +182,10 @@ class GuestHost:
     def tree_bytes(self, path: str) -> int:
         return sum(p.lstat().st_size for p in self.guest.path(path).rglob("*") if p.is_file())
 
+    def size(self, path: str) -> int | None:
+        proc = self.guest.run("stat", "-L", "-c", "%s", path, check=False)
+        return int(proc.stdout) if proc.returncode == 0 and proc.stdout.strip().isdigit() else None
+
 
 def _pids_in(cgroups: Sequence[Path]) -> set[int]:
     pids: set[int] = set()

@@ -75,8 +75,14 @@ def run_quadlet(binary: Path, unit: Path, workdir: Path) -> subprocess.Completed
     return capture([str(binary), "-dryrun"], env={**os.environ, "QUADLET_UNIT_DIRS": str(units)}, timeout=60)
 
 
+#: What ``~/`` means in the golden renders (issue 24: one home, written out in every target).
+GOLDEN_HOME = "/home/rig"
+
+
 def render_seed(project: Project, target: str, name: str, out: Path, **options: object) -> dict[str, str]:
-    """Render a target into memory: path relative to out/<target> → text."""
+    """Render a target into memory: path relative to out/<target> → text (``~/`` is GOLDEN_HOME unless
+    ``home`` is given: the goldens must not depend on who runs the tests)."""
+    options.setdefault("home", GOLDEN_HOME)
     _plan, files = deploy.artifacts(project, target, deployment=name, out=out, **options)  # type: ignore[arg-type]
     base = out.resolve() / target
     return {

@@ -5,7 +5,7 @@ failures alone (connect errors, timeouts, 5xx, 429) — never on other 4xx. Pars
 :mod:`rigsmith.importing.recipe` (pure); writing is :mod:`rigsmith.writer` (consent, diff, atomic).
 """
 
-# Over 500 lines (550), left whole: the fetch (deadline, size cap, retries), the three-way re-import and the
+# Over 500 lines (600), left whole: the fetch (deadline, size cap, retries), the three-way re-import and the
 # consent steps (mounts, the proposed image) are one write path; the merge engine itself is rigsmith.merge.
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -34,6 +35,8 @@ from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, ConsentError, RecipeError, SpecError
 from rigsmith.importing import proposal as proposalmod
 from rigsmith.importing import recipe as recipemod
+from rigsmith.importing import reimport
+from rigsmith.importing.recipe.mountkinds import host_files
 from rigsmith.merge import Conflict, Resolve, merge3
 from rigsmith.project import Project
 
@@ -365,19 +368,33 @@ def import_recipe(
     """
     fetched = load_source(source, http=http)
     text = decode(fetched)
+    how: dict[str, Any] = {
+        "accept": yes,
+        "compose_env": compose_env(source, env_file, os.environ if environ is None else environ),
+        "service": service,
+    }
     upstream = recipemod.parse(
-        text,
-        source=fetched.source,
-        sha256=fetched.sha256,
-        name=name,
-        image=image,
-        accept=yes,
-        compose_env=compose_env(source, env_file, os.environ if environ is None else environ),
-        service=service,
+        text, source=fetched.source, sha256=fetched.sha256, name=name, image=image, **how
     )
-    upstream = proposalmod.mark_script_switches(upstream)
-    upstream, image_file = _proposed_image(project, upstream, fetched.source, source_repo, echo)
     path = project.spec_path(upstream.name)
+    base_path = base_path_of(path)
+    mine = _valid_spec(path)  # a broken file goes through the merge, which says how to start afresh
+    if mine and not yes and reimport.same_recipe(base_path, fetched.sha256, image, allow_mount, source_repo):
+        rel = _rel_to(path, project.root)
+        echo(
+            f"the recipe has not changed since the last import; {rel} stays as it is (nothing written; --yes "
+            "re-derives what your filled placeholders change, such as the proposed image's tree)"
+        )
+        return mine
+    # The recipe's side of the merge (and the recorded base) is what the recipe alone says; --image and
+    # the answers to prompts are the user's side (rigsmith.importing.reimport).
+    own = reimport.recipe_own(
+        text, source=fetched.source, sha256=fetched.sha256, upstream=upstream, image=image, **how
+    )
+    upstream, own = (_local_facts(d) for d in (upstream, own))
+    upstream, image_file = _proposed_image(project, upstream, fetched.source, source_repo, echo)
+    if image is None:
+        own = upstream
     try:
         upstream = mount_consent(upstream, allow_mount, None if dry_run else confirm, _consented(path))
     except ConsentError as err:
@@ -385,28 +402,62 @@ def import_recipe(
             raise
         # A dry run asks nothing and writes nothing: it says what a real import would need.
         echo(f"consent needed (dry run): {err.message}; {err.hint}")
-    base_path = base_path_of(path)
-    dep, unchanged = merge_spec(path, base_path, upstream, resolve=resolve, confirm=confirm, echo=echo)
+    if path.exists():
+        theirs = reimport.with_consents(own, upstream)
+        dep, unchanged = merge_spec(
+            path, base_path, theirs, mine=reimport.flags(image), resolve=resolve, confirm=confirm, echo=echo
+        )
+    else:
+        dep, unchanged = upstream, False
     # nothing to take: the user's file stays byte for byte (comments and all)
     content = path.read_text(encoding="utf-8") if unchanged else specmod.MODELINE + specmod.dump(dep)
     artifacts = [writer.Artifact(path, content), *image_file]
     if dry_run:
-        for outcome in writer.plan(artifacts):
-            out = outcome.artifact.path
-            rel = out.relative_to(project.root) if out.is_relative_to(project.root) else out
-            echo(f"{outcome.status:>9}  {rel}  (dry run: nothing written)")
-            if outcome.status in ("update", "conflict"):
-                echo(outcome.diff(project.root))
-            elif outcome.status == "create":
-                echo(outcome.artifact.content)
+        _show_dry_run(artifacts, project.root, echo)
         return dep
     writer.write(artifacts, yes=yes, confirm=confirm, echo=echo, root=project.root)
     # The base is rigsmith's record of what the import said (not the user's file): written after the
     # spec, so an interrupted run leaves an older base, which only makes the next merge ask more.
-    writer.write_one(base_path, specmod.dump(upstream))
+    writer.write_one(base_path, specmod.dump(own))
     for line in next_steps(dep):
         echo(line)
     return dep
+
+
+def _valid_spec(path: Path) -> specmod.Deployment | None:
+    """The user's spec at ``path`` when it exists and is valid, else None."""
+    try:
+        return specmod.from_data(_read_data(path, "your spec"), str(path)) if path.exists() else None
+    except SpecError:
+        return None
+
+
+def _show_dry_run(artifacts: Sequence[writer.Artifact], root: Path, echo: Callable[[str], None]) -> None:
+    """What a real import would write, file by file (diffs for changes, the text for new files)."""
+    for outcome in writer.plan(artifacts):
+        echo(f"{outcome.status:>9}  {_rel_to(outcome.artifact.path, root)}  (dry run: nothing written)")
+        if outcome.status in ("update", "conflict"):
+            echo(outcome.diff(root))
+        elif outcome.status == "create":
+            echo(outcome.artifact.content)
+
+
+def _local_facts(dep: specmod.Deployment) -> specmod.Deployment:
+    """``dep`` with what this checkout and host add: the recipe's script switches, file mounts."""
+    dep = proposalmod.mark_script_switches(dep)
+    return host_files(dep, {m.host: _is_file(m.host) for m in dep.mounts})
+
+
+def _rel_to(path: Path, root: Path) -> Path:
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
+def _is_file(host: str) -> bool:
+    """Whether ``host`` (``~/`` is the importing user's home) is a regular file on this host."""
+    try:
+        return Path(host).expanduser().is_file()
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def _user_engine(spec_path: Path) -> tuple[bool, dict[str, str]]:
@@ -497,19 +548,22 @@ def merge_spec(
     base_path: Path,
     upstream: specmod.Deployment,
     *,
+    mine: Mapping[str, Any] | None = None,
     resolve: Resolve | None = None,
     confirm: Callable[[str], bool] | None = None,
     echo: Callable[[str], None] = print,
 ) -> tuple[specmod.Deployment, bool]:
     """The spec to write: ``upstream`` as is for a new file, else merged into the user's current file;
-    and whether that is what the user's file already says (then it is left as it is).
+    and whether that is what the user's file already says (then it is left as it is). ``mine``: fields
+    the user set with flags on this import (dotted paths), applied to the user's side before the merge.
 
     Raises:
         ConsentError: conflicts with no ``resolve`` and no terminal to ask (nothing is written).
     """
     if not path.exists():
         return upstream, False
-    ours = _full(_read_data(path, "your spec"))
+    file_data = _full(_read_data(path, "your spec"))
+    ours = reimport.overlay(file_data, mine or {})
     base = _full(_read_data(base_path, "the recorded base")) if base_path.exists() else None
     theirs = _full(specmod.to_data(upstream))
     merged = merge3(base, ours, theirs, keyed=SPEC_LIST_KEYS.get, resolve=resolve)
@@ -548,7 +602,7 @@ def merge_spec(
             ],
         ) from None
     dep = _without_secret_values(dep, echo)
-    return dep, specmod.to_data(dep, defaults=True) == ours
+    return dep, specmod.to_data(dep, defaults=True) == file_data
 
 
 def merge_user_change(path: Path, read: str, changed: specmod.Deployment) -> specmod.Deployment:

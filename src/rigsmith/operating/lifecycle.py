@@ -28,6 +28,7 @@ from rigsmith.errors import CommandError, LockDriftError, PreflightError, Rigsmi
 from rigsmith.operating import clusterlife, drift, probes, rootcause
 from rigsmith.operating.clusterlife import NodeControl
 from rigsmith.operating.host import Host, LocalHost, image_facts, probe
+from rigsmith.operating.host import read as probe_read
 from rigsmith.operating.probes import CmdResult
 from rigsmith.operating.verify import SPEC_LABEL, cdi_edits, container_problems, inspect_argv, parse_inspect
 from rigsmith.project import Project
@@ -226,8 +227,10 @@ def up(
     if ops.project.load(plan.name).cluster is not None:
         return ops_up(ops, plan, files, yes=yes, confirm=confirm, dry_run=dry_run, ignore_drift=ignore_drift)
     _drift_gate(ops, plan, ignore_drift)
+    installs: list[writer.Artifact] = []
     if ops.target == "quadlet":
-        files = [*files, *quadlet_installs(files, plan.name, ops.quadlet_dir)]
+        installs = quadlet_installs(files, plan.name, ops.quadlet_dir)
+        files = [*files, *installs]
     ctl = controller(ops.project, ops.target, plan.name, ops.out)
     root = (ops.out or ops.project.root).resolve()
     changed = [o for o in writer.plan(files) if o.status != "identical"]
@@ -252,20 +255,73 @@ def up(
     )
     if dry_run:
         return plan
+    if not running:
+        preflight(ops, plan)  # before any write: a host that cannot start it gets nothing installed
+    before = {a.path: _previous(a.path) for a in installs}
     if changed:
         writer.write(files, yes=yes, confirm=confirm, echo=ops.echo, root=root)
-    if info and not running:
-        _must(ops.run, ["podman", "rm", "--force", plan.name])
-    if not running:
-        try:
-            for argv in ctl.start():
-                _must(ops.run, argv, hint="fix what the script names, then `invoke up` again")
-        except CommandError as err:  # root cause first: doctor's failing row, then what the script said
-            skip = ("memlock",) if memlock is not None else ()
-            blocker = rootcause.first_blocker(ops.project, plan.name, ops.target, ops.host, skip=skip)
-            raise rootcause.lead(err, blocker, plan.name, ops.target) from None
+    try:
+        if info and not running:
+            _must(ops.run, ["podman", "rm", "--force", plan.name])
+        if not running:
+            try:
+                for argv in ctl.start():
+                    _must(ops.run, argv, hint="fix what the script names, then `invoke up` again")
+            except CommandError as err:  # root cause first: doctor's failing row, then the script's words
+                skip = ("memlock",) if memlock is not None else ()
+                blocker = rootcause.first_blocker(ops.project, plan.name, ops.target, ops.host, skip=skip)
+                raise rootcause.lead(err, blocker, plan.name, ops.target) from None
+    except RigsmithError:
+        _undo_installs(before, ops.echo)
+        raise
     verify(ops, plan)
     return plan
+
+
+def preflight(ops: Ops, plan: planmod.RunPlan) -> None:
+    """What ``up`` checks before it writes anything on the host (PreflightError naming every reason). quadlet:
+    systemd as PID 1 (daemon-reload makes the unit a service) and podman's quadlet generator, else the unit
+    installed in /etc/containers/systemd is read by nothing (issue 24; doctor's podman check agrees)."""
+    problems = []
+    if ops.target == "quadlet":
+        init = (probe_read(ops.host, "/proc/1/comm") or "").strip()
+        if init != "systemd":
+            problems.append(
+                f"PID 1 is {init or 'unknown'}, not systemd: nothing would turn {plan.name}.container into a "
+                "service"
+            )
+        if not any(ops.host.size(g) is not None for g in probes.QUADLET_GENERATORS):
+            problems.append(
+                f"podman's quadlet generator is not installed ({' or '.join(probes.QUADLET_GENERATORS)}), so "
+                "systemd would find no unit (podman < 4.4, or a package without it)"
+            )
+    if problems:
+        raise PreflightError(
+            f"up --target {ops.target}: refused before writing anything: " + "; ".join(problems),
+            hint="use --target podman (plain podman run), or a host whose podman has quadlet and whose init "
+            "is systemd; `invoke doctor --target quadlet` checks it",
+        )
+
+
+def _previous(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _undo_installs(before: Mapping[Path, bytes | None], echo: Callable[[str], None]) -> None:
+    """Put the installed units back as they were before ``up`` (a failed start leaves no new unit)."""
+    for path, old in before.items():
+        try:
+            if old is None:
+                path.unlink(missing_ok=True)
+                echo(f"undone: removed {path} (the start failed)")
+            elif path.read_bytes() != old:
+                writer.write_one(path, old.decode("utf-8", errors="surrogateescape"))
+                echo(f"undone: restored {path} (the start failed)")
+        except OSError as err:
+            echo(f"warning: could not undo {path}: {err}")
 
 
 def _drift_gate(ops: Ops, plan: planmod.RunPlan, ignore: bool) -> None:

@@ -35,6 +35,7 @@ class RenderOptions(TypedDict, total=False):
     memlock: Literal["unlimited", "host"] | int | None
     podman_version: str | None  # the target host's podman (default: spec.podman_version)
     lxc: LxcOptions | None  # Proxmox CT options (lxc target)
+    home: str | None  # what the spec's ~/ means (default: the invoking user's home, rigsmith.userhome)
 
 
 def artifacts(
@@ -72,7 +73,9 @@ def artifacts(
     validate.refuse(
         spec_rel, validate.problems(spec, lock, target, ctx, spec_path=spec_rel, image=image, memlock=memlock)
     )
-    plan = planmod.make(spec, lock, spec_path=spec_rel, image=image, memlock=memlock)
+    plan = planmod.make(
+        spec, lock, spec_path=spec_rel, image=image, memlock=memlock, home=options.get("home")
+    )
     if spec.cluster is not None:
         from rigsmith.rendering.targets import nodes
 

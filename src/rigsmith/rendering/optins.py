@@ -52,6 +52,15 @@ def _set_flag(args: list[str], flag: str, value: str) -> bool:
     return hit
 
 
+def with_flag(args: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
+    """``args`` with every ``flag`` given ``value`` (``--f V`` and ``--f=V`` forms), or ``flag value``
+    appended when it is not there: argparse keeps the last one, so every earlier one agrees."""
+    out = list(args)
+    if not _set_flag(out, flag, value):
+        out += [flag, value]
+    return tuple(out)
+
+
 def runs_script(spec: specmod.Deployment, script: str) -> bool:
     """True when the engine's executable is ``script`` (``scripts/x.sh`` matches ``/opt/t/scripts/x.sh``)."""
     exe = spec.engine.executable
@@ -69,8 +78,7 @@ def apply(spec: specmod.Deployment, args: tuple[str, ...]) -> Applied:
         effect = EFFECTS.get(e.name) if e.opt_in else None
         if effect is not None:
             value = spec.fill(e.value)
-            if not _set_flag(out, effect.flag, value):
-                out += [effect.flag, value]
+            out = list(with_flag(tuple(out), effect.flag, value))
             skipped.append(e.name)
             need = effect.requires_secret
             if need and need not in secrets and value not in _LOOPBACK:

@@ -6,18 +6,19 @@ readiness are decided once, here. Pure: no filesystem, no engine, no network.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rigsmith import secondary
+from rigsmith import secondary, userhome
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
 from rigsmith.policy import SECRET_FLAGS as SECRET_FLAGS  # re-exported for the targets
 from rigsmith.policy import dangerous_mounts, secret_flag, secret_flag_span
 from rigsmith.render import breaks_line
-from rigsmith.rendering import optins
+from rigsmith.rendering import decisions, optins
 from rigsmith.rendering.envpaths import EnvPath, env_paths, unprovided
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.imageref import parse_ref
@@ -129,41 +130,16 @@ class RunPlan:
         return opts
 
 
-def gguf_path(spec: specmod.Deployment, lock: lockmod.Lock | None, base: str) -> str:
-    """Where the model word points: ``base`` (the model dir), or for a GGUF Hub reference (``REPO:QUANT``)
-    the one ``.gguf`` file of that quantization inside it, found in the lock's file list.
-
-    Without a lock (``validate`` checking a spec alone) the directory stands in.
-
-    Raises:
-        LockError: the lock has no entry for the model yet, or no single file matches the quantization.
-    """
-    quant = secondary.gguf_quant(spec)
-    if quant is None or lock is None:
-        return base
-    entry = lock.models.get(spec.name)
-    if entry is None:
-        raise LockError(
-            f"{spec.name}: the model {spec.model.repo}:{quant} is a GGUF file of a Hub repo, and which file "
-            "is known only once the repo is pinned; rigsmith.lock has no entry for it yet",
-            hint=f"run `invoke pin --deployment {spec.name}` (or `invoke fetch-model`), then deploy again",
-        )
-    files = secondary.gguf_files(spec, entry.files)
-    if len(files) != 1:
-        found = ", ".join(files[:6]) if files else "none"
-        raise LockError(
-            f"{spec.name}: {len(files)} .gguf files of {entry.repo}@{entry.commit[:12]} match the "
-            f"quantization {quant} and model.allow_patterns ({found}); vLLM loads one GGUF file",
-            hint="narrow model.allow_patterns to the one .gguf file to serve (a split GGUF must be merged "
-            "first, e.g. with llama-gguf-split --merge)",
-        )
-    return base.rstrip("/") + "/" + files[0]
-
-
 def local_url(host: str, port: int) -> str:
     """The URL of a server bound to ``host``:``port``, reached from the same host: a wildcard bind is
     reached on loopback. The one copy of that rule (status, wait, bench and the proxy entry use it)."""
-    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+    host = reach_host(host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def reach_host(host: str) -> str:
+    """The address a client on the same host calls a server bound to ``host`` on (a wildcard: loopback)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
 #: A registry host as Docker's reference grammar has it (domain or IPv6 literal, optional port).
@@ -386,6 +362,7 @@ def make(
     spec_path: str,
     image: str | None = None,
     memlock: Literal["unlimited", "host"] | int | None = None,
+    home: str | None = None,
 ) -> RunPlan:
     """Decide the run plan. Refuses every problem of :func:`problems` at once, then a missing image."""
     bad = problems(spec, image)
@@ -398,15 +375,20 @@ def make(
         memlock=memlock,
         lock=lock,
         override=image,
+        home=home,
     )
 
 
-def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement]) -> list[PlanMount]:
-    """The model dir, the spec's mounts, then each secondary model's dir (read-only)."""
+def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement], home: str) -> list[PlanMount]:
+    """The model dir, the spec's mounts, then each secondary model's dir (read-only); ``~/`` is ``home``."""
+    at = functools.partial(userhome.expand, home=home)
     return [
-        PlanMount(spec.model.local_dir, spec.model.container_path, True, "dir", None, "model"),
-        *(PlanMount(m.host, m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
-        *(PlanMount(p.local_dir, p.container_path, True, "dir", None, "secondary", p.field) for p in placed),
+        PlanMount(at(spec.model.local_dir), spec.model.container_path, True, "dir", None, "model"),
+        *(PlanMount(at(m.host), m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
+        *(
+            PlanMount(at(p.local_dir), p.container_path, True, "dir", None, "secondary", p.field)
+            for p in placed
+        ),
     ]
 
 
@@ -435,28 +417,33 @@ def build(
     memlock: Literal["unlimited", "host"] | int | None = None,
     lock: lockmod.Lock | None = None,
     override: str | None = None,
+    home: str | None = None,
 ) -> RunPlan:
-    """The plan for a spec, unchecked: :func:`make` refuses the problems first; ``rendering.validate``
-    builds one from a spec with problems to find the targets' problems too. ``lock`` and ``override``
-    (``--image``) tell which container paths the built image provides (issue 14's env paths)."""
+    """The plan for a spec, unchecked (:func:`make` refuses the problems first; ``rendering.validate`` builds
+    one to find the targets' problems too). ``lock``/``override`` (``--image``) tell which container paths the
+    built image provides; ``home`` is what ``~/`` means (default: :mod:`rigsmith.userhome`'s)."""
+    home = home or userhome.invoking_home()
     ref, pinned = image
     written = spec  # the spec as the user wrote it (the opt-ins rewrite a copy's argv)
     venv = spec.engine.runtime == "venv"
     placed = secondary.placements(spec)
     # Each secondary model's word names its mounted copy (host path for a venv), like the model word.
-    where = {p.repo: p.local_dir if venv else p.container_path for p in placed}
-    opted = optins.apply(spec, secondary.rewrite_args(spec, spec.engine.args, where))
+    where = {p.repo: userhome.expand(p.local_dir, home) if venv else p.container_path for p in placed}
+    args = decisions.listen_args(spec, secondary.rewrite_args(spec, spec.engine.args, where))
+    opted = optins.apply(spec, args)
     listen = spec.network.host
     if opted.args != spec.engine.args:
         engine = spec.engine.model_copy(update={"args": opted.args})
         listen = engine.flag_value("--host") or listen
         spec = spec.model_copy(update={"engine": engine})
-    model_path = gguf_path(written, lock, spec.model.local_dir if venv else spec.model.container_path)
-    command = tuple(spec.fill(a) for a in spec.engine.argv_with_model(model_path))
+    model_dir = userhome.expand(spec.model.local_dir, home) if venv else spec.model.container_path
+    model_path = decisions.gguf_path(written, lock, model_dir)
+    argv = tuple(spec.fill(a) for a in spec.engine.argv_with_model(model_path))
+    command = decisions.keep_served_name(written, argv)
     model_word = None
     if venv and spec.engine.model_arg is not None:
         model_word = len(spec.engine.subcommand) + spec.engine.model_arg
-    mounts = _mounts(spec, placed)
+    mounts = _mounts(spec, placed, home)
     paths: tuple[EnvPath, ...] = ()
     if spec.engine.runtime == "container":
         builds = lock.builds if lock is not None else {}

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, Literal
 from huggingface_hub.utils._paths import filter_repo_objects
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rigsmith import confine
+from rigsmith import confine, userhome
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
 from rigsmith.resolving.lock import LockedFile, LockedModel, LockedPatch, file_changes
 from rigsmith.resolving.warmfetch import HF_DOWNLOAD_DIR as HF_DOWNLOAD_DIR
@@ -497,8 +497,6 @@ class FetchReport:
 
 
 def expand_dir(text: str, env: Mapping[str, str] = os.environ) -> Path:
-    """``~/x`` and ``$HOME``-style values as an absolute path (at the edge, from the caller's environment)."""
-    home = env.get("HOME") or str(Path.home())
-    if text == "~" or text.startswith("~/"):
-        text = home + text[1:]
-    return Path(text).absolute()
+    """``~/x`` and ``$HOME``-style values as an absolute path (at the edge, from the caller's environment;
+    ``~`` is the invoking user's home, SUDO_USER's under sudo: rigsmith.userhome)."""
+    return Path(userhome.expand(text, userhome.invoking_home(env))).absolute()

@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-from rigsmith import marks
+from rigsmith import marks, userhome
 from rigsmith.errors import RigsmithError
 
 #: How many files download and hash at once, like ``hf download`` (hashlib releases the GIL on large
@@ -54,8 +54,9 @@ def parse_workers(text: object) -> int:
 
 
 def user_home() -> str:
-    """The user's home directory, as the model-dir check judges ``model.local_dir`` against it."""
-    return os.environ.get("HOME") or str(Path.home())
+    """The user's home directory, as the model-dir check judges ``model.local_dir`` against it (the invoking
+    user's, SUDO_USER's under sudo: rigsmith.userhome)."""
+    return userhome.invoking_home()
 
 
 def mark_path(checkout: Path, name: str) -> Path:

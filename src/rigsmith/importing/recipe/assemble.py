@@ -15,10 +15,19 @@ from rigsmith.importing import multinode
 from rigsmith.importing.recipe import raycluster
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
 from rigsmith.importing.recipe.envvars import env_var, merge_env, passthrough
+from rigsmith.importing.recipe.exposure import listen_address
 from rigsmith.importing.recipe.flags import _json_problems, _number_problems, flag_values
-from rigsmith.importing.recipe.gpus import _gpus, _vendor, _visible_devices
+from rigsmith.importing.recipe.gpus import (
+    _gpus,
+    _vendor,
+    _visible_devices,
+    device_notes,
+    device_problems,
+    parallel_gpus,
+)
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _refuse
 from rigsmith.importing.recipe.model import _expands, _Model, _model, _secondary_models
+from rigsmith.importing.recipe.mountkinds import file_mounts
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
 from rigsmith.importing.recipe.tables import (
     _SECRET_NAME_RE,
@@ -178,12 +187,13 @@ def _asked_problems(asked: Asked, launch: Launch) -> list[str]:
     return out
 
 
-def _network(launch: Launch, notes: list[str]) -> dict[str, Any]:
-    network: dict[str, Any] = {}
+def _network(launch: Launch, notes: list[str], listen: str | None) -> dict[str, Any]:
+    """``--host``/``--port``; the exposure decision (``listen``) is where the server listens."""
+    network: dict[str, Any] = {} if listen is None else {"listen": listen}
     hosts = flag_values(launch.args, "--host")
     ports = flag_values(launch.args, "--port")
-    if hosts:
-        network["host"] = hosts[-1][1]
+    if hosts or listen:
+        network["host"] = listen or hosts[-1][1]
     if ports:
         if (port := specmod.ascii_int(ports[-1][1])) is not None:
             network["port"] = port
@@ -243,10 +253,7 @@ def _argv_notes(launch: Launch, model: _Model) -> list[str]:
             notes.append(f"args[{i}] {a!r} holds shell syntax that a shell would expand; kept literally")
     model_value = flag_values([launch.args[model_idx]], "--model") or [(model_idx, launch.args[model_idx])]
     if repo is not None and model_value[0][1] == repo:
-        notes.append(
-            f"the model argument {repo} is replaced by the downloaded copy at model.container_path; "
-            "set --served-model-name if clients must see the repo id"
-        )
+        notes.append(f"the model argument {repo} is replaced by the downloaded copy at model.container_path")
     if repo is None:
         notes.append(
             "model.repo is null: the checkpoint is already on disk at model.local_dir, mounted read-only at "
@@ -260,6 +267,20 @@ def _argv_notes(launch: Launch, model: _Model) -> list[str]:
                 f"args[{i}] {a!r} is a path relative to where the recipe ran; mount it and fix the path"
             )
     return notes + _read_only_mounts(launch, model_value[0][1] if repo is None else None)
+
+
+def _served_note(launch: Launch, model: _Model, container_path: str) -> list[str]:
+    """vLLM serves the model under its model argument; every target rewrites that word to the mounted copy,
+    so the plan adds the recipe's word as --served-model-name (rendering/decisions.py): say so."""
+    arg = launch.args[model.arg]
+    word = arg.split("=", 1)[1] if "=" in arg and arg.startswith("-") else arg
+    if word == container_path or flag_values(launch.args, "--served-model-name"):
+        return []
+    return [
+        f"decision: the model argument {word} is rewritten to {container_path} (the mounted copy) and the "
+        f"recipe set no --served-model-name, so every target adds --served-model-name {word}: clients still "
+        f"call the model {word}"
+    ]
 
 
 def _cluster(launch: Launch, vendor: str) -> tuple[dict[str, Any] | None, list[str], list[str]]:
@@ -286,25 +307,32 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     model = _model(launch, facts, model_problems) if launch.args or not launch.problems else None
     problems += [p for p in model_problems if not (launch.problems and "names no model" in p)]
     problems += _asked_problems(asked, launch)
+    listen = listen_address(launch, notes, problems)
     env = _visible_devices(env, launch, problems)
-    gpus = _gpus(launch, facts, launch.gpu_vendor or _vendor(env), problems)
+    runs = asked.image or (None if launch.image_expands else launch.image)
+    device_problems(launch, runs, problems)
+    vendor = launch.gpu_vendor or _vendor(env, runs)
+    gpus = _gpus(launch, facts, vendor, problems)
     if problems or model is None or gpus is None:
         raise _refuse(source, problems or ["no model"])
     repo, local_dir, model_idx = model.repo, model.local_dir, model.arg
     notes += _argv_notes(launch, model)
     basename = PurePosixPath(local_dir.rstrip("/")).name or PurePosixPath(repo or "model").name
     container_path = model.container_path or f"/models/{basename}"
+    notes += _served_note(launch, model, container_path)
     if model.container_path is not None:
         # The recipe's own volume is the model mount (`-v /srv/m:/models/m ... --model /models/m`).
         launch.mounts = [m for m in launch.mounts if m.container.rstrip("/") != model.container_path]
     final_image = image or launch.image
     if image and launch.image and image != launch.image:
         notes.append(f"the recipe's image {launch.image} was replaced by --image {image}")
-    network = _network(launch, notes)
+    network = _network(launch, notes, listen)
     revision = flag_values(launch.args, "--revision")
-    cluster, node_tokens, cluster_notes = _cluster(launch, launch.gpu_vendor or _vendor(env))
+    device_notes(launch, gpus, parallel_gpus(launch), notes)
+    cluster, node_tokens, cluster_notes = _cluster(launch, vendor)
     notes += cluster_notes
     secondary = _secondary_models(launch, model, notes)
+    mounts = file_mounts(launch.mounts, facts, notes)
     all_notes = [*([meta.notes_text] if meta.notes_text else []), *launch.notes, *notes]
     data: dict[str, Any] = {
         "name": name
@@ -334,7 +362,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
         "resources": _resources(launch, facts, gpus),
         "readiness": _readiness(facts),
         "network": network,
-        "mounts": [m.model_dump() for m in launch.mounts],
+        "mounts": [m.model_dump() for m in mounts],
         "notes": all_notes,
         **({"cluster": cluster} if cluster else {}),
     }

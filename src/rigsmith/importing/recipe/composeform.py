@@ -98,6 +98,8 @@ SERVICE_KEYS = (
     "ulimits",
     "stop_grace_period",
     "volumes",
+    "ports",
+    "network_mode",
 )
 
 
@@ -287,6 +289,7 @@ def _service_settings(svc: dict[str, Any], where: str, launch: Launch) -> None:
         )
     if "stop_grace_period" in svc:
         launch.stop_grace = _duration(str(svc["stop_grace_period"]), launch, f"{where}.stop_grace_period")
+    _compose_ports(svc, where, launch)
     for idx, vol in enumerate(_listed(svc, "volumes", where, launch)):
         if isinstance(vol, str):
             volume(vol, launch, f"{where}.volumes[{idx}]")
@@ -298,6 +301,22 @@ def _service_settings(svc: dict[str, Any], where: str, launch: Launch) -> None:
             f"{where}: keys not imported (rigsmith sets them per target): "
             + ", ".join(f"{k}: {json.dumps(svc[k], ensure_ascii=False)}" for k in dropped)
         )
+
+
+def _compose_ports(svc: dict[str, Any], where: str, launch: Launch) -> None:
+    """``ports:`` (short ``[IP:]HOST:CONTAINER`` or long ``{host_ip, published, target}``) and
+    ``network_mode``: who can reach the API (assemble decides what that means for the targets)."""
+    launch.published = []
+    for idx, port in enumerate(svc.get("ports") or []):
+        if isinstance(port, dict):
+            ip, host, target = port.get("host_ip", ""), port.get("published", ""), port.get("target", "")
+            launch.published.append(f"{'[' + ip + ']' if ':' in str(ip) else ip}:{host}:{target}")
+        elif isinstance(port, str | int) and not isinstance(port, bool):
+            launch.published.append(str(port))
+        else:
+            launch.problems.append(f"{where}.ports[{idx}]: {port!r} is not a port mapping")
+    mode = svc.get("network_mode")
+    launch.network = str(mode) if mode is not None else None
 
 
 def _compose_words(value: Any, where: str, launch: Launch) -> list[str]:
@@ -357,7 +376,9 @@ def _compose_gpus(deploy: Any, where: str, launch: Launch) -> None:
             launch.gpu_indices = [str(x) for x in ids]
         elif isinstance(dev.get("count"), int):
             launch.gpu_count = dev["count"]
-        elif dev.get("count") not in (None, "all"):
+        elif dev.get("count") == "all":
+            launch.gpus_all = f"{where}.resources.reservations.devices[{idx}].count: all"
+        elif dev.get("count") is not None:
             launch.problems.append(f"{where}.resources.reservations.devices[{idx}].count: {dev['count']!r}")
 
 

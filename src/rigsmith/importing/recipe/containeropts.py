@@ -27,6 +27,7 @@ def device_node(val: str, launch: Launch, where: str) -> None:
 def gpus_request(val: str, launch: Launch, where: str) -> None:
     v = val.strip().strip("\"'")
     if v == "all":
+        launch.gpus_all = f"{where} {val}"
         return
     count = specmod.ascii_int(v)
     if count is not None:

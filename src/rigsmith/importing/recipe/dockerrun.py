@@ -36,6 +36,10 @@ class DockerOptions:
     entrypoint_span: tuple[int, int] | None = None
     values: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     dropped: list[str] = dataclasses.field(default_factory=list)
+    #: Every ``-p``/``--publish`` value (``-P``/``--publish-all`` as ``""``: every port, every address).
+    published: list[str] = dataclasses.field(default_factory=list)
+    #: ``--network``/``--net``, the last one given.
+    network: str | None = None
 
 
 def docker_options(
@@ -58,6 +62,7 @@ def docker_options(
             # `-itd`, `-dp8000:8000`, `-itv /a:/b`: docker's short flags combine, the last may take a value.
             bools, value_opt, attached = cluster
             out.dropped += [f"-{c}" for c in bools if f"-{c}" in DOCKER_DROPPED]
+            out.published += ["" for c in bools if c == "P"]
             if value_opt is None:
                 i += 1
                 continue
@@ -67,6 +72,8 @@ def docker_options(
         if opt in DOCKER_BOOL_OPTS:
             if opt in DOCKER_DROPPED:
                 out.dropped.append(w)
+            if opt in ("-P", "--publish-all"):
+                out.published.append("")
             i += 1
             continue
         if opt not in DOCKER_VALUE_OPTS:
@@ -88,6 +95,10 @@ def docker_options(
             out.entrypoint, out.entrypoint_span = val, (first, i)
         elif opt in DOCKER_DROPPED:
             out.dropped.append(f"{opt} {val}")
+            if opt in ("-p", "--publish"):
+                out.published.append(val)
+            elif opt in ("--network", "--net"):
+                out.network = val
         else:
             out.values.append((opt, val))
     return out
@@ -125,6 +136,7 @@ def docker_run(words: Sequence[shellwords.Word], launch: Launch, line: int) -> N
     if opts is None:
         return
     dropped, entrypoint, i = opts.dropped, opts.entrypoint, opts.image_at
+    launch.published, launch.network = opts.published, opts.network
     for opt, val in opts.values:
         _docker_option(opt, val, launch, dropped, f"{tool} run {opt}")
     if i >= len(rest):

@@ -18,20 +18,25 @@ from rigsmith.importing.recipe.tables import (
 )
 
 
-def _gpus(launch: Launch, facts: NoteFacts, vendor: str, problems: list[str]) -> specmod.GpuSpec | None:
-    """The GPU request, or None with the reason in problems (more GPUs than one node has)."""
+def parallel_gpus(launch: Launch) -> int:
+    """One engine of TP × PP × PCP GPUs per data-parallel rank on this node (vllmflags.GPU_MULTIPLIERS)."""
 
     def size(canon: str) -> int:
         vals = flag_values(launch.args, canon)
         n = specmod.ascii_int(vals[-1][1]) if vals else None
         return 1 if n is None else n
 
-    # One engine of TP × PP × PCP GPUs per data-parallel rank on this node (vllmflags.GPU_MULTIPLIERS).
     dp_local = bool(flag_values(launch.args, "--data-parallel-size-local"))
     parallel = 1
     for canon in vllmflags.GPU_MULTIPLIERS:
         if canon != ("--data-parallel-size" if dp_local else "--data-parallel-size-local"):
             parallel *= size(canon)
+    return parallel
+
+
+def _gpus(launch: Launch, facts: NoteFacts, vendor: str, problems: list[str]) -> specmod.GpuSpec | None:
+    """The GPU request, or None with the reason in problems (more GPUs than one node has)."""
+    parallel = parallel_gpus(launch)
     pin_all = bool(launch.gpu_cdi) and any(c.endswith("=all") for c in launch.gpu_cdi or [])
     explicit = None if pin_all else launch.gpu_cdi or launch.gpu_indices
     count = len(explicit) if explicit else facts.gpu_count or launch.gpu_count or parallel
@@ -123,9 +128,80 @@ def _gpu_count_source(launch: Launch, facts: NoteFacts, parallel: int) -> str:
     return f"the parallel sizes, {parallel} in all"
 
 
-def _vendor(env: Sequence[specmod.EnvVar]) -> str:
+def _vendor(env: Sequence[specmod.EnvVar], image: str | None = None) -> str:
+    """The GPU vendor the env (ROCm's variables) or the image (a ROCm build) shows; NVIDIA otherwise."""
     for e in env:
         for pattern, vendor in GPU_VENDOR_HINTS:
             if pattern.match(e.name):
                 return vendor
+    if image is not None and _ROCM_IMAGE_RE.search(image):
+        return "amd.com/gpu"
     return DEFAULT_GPU_VENDOR
+
+
+#: vLLM ``--device`` values (and image names) of platforms rigsmith does not deploy, and what each is.
+#: rigsmith passes GPUs as CDI devices of NVIDIA's or AMD's kind; ``cuda``/``auto`` is either of them.
+FOREIGN_DEVICES = {
+    "xpu": "Intel GPUs (XPU)",
+    "cpu": "the CPU, with no GPU",
+    "tpu": "Google TPUs",
+    "hpu": "Intel Gaudi accelerators (HPU)",
+    "gaudi": "Intel Gaudi accelerators (HPU)",
+    "neuron": "AWS Neuron accelerators",
+}
+_FOREIGN_IMAGE_RE = re.compile(
+    r"(?:^|[/_.:-])(" + "|".join(FOREIGN_DEVICES) + r")(?=$|[/_.:-])", re.IGNORECASE
+)
+_ROCM_IMAGE_RE = re.compile(r"rocm", re.IGNORECASE)
+#: GPUs one box usually has: more from a lone serve command suggests a multi-node recipe.
+ONE_BOX_GPUS = 8
+
+
+def device_problems(launch: Launch, image: str | None, problems: list[str]) -> None:
+    """Refuse a recipe for a platform rigsmith does not deploy (vLLM's ``--device xpu``/``cpu``/…, or an
+    ``image`` built for one: the one that will run), naming it: its GPUs would otherwise become NVIDIA CDI
+    devices."""
+    for i, a in enumerate(launch.args):
+        if a == "--device" and i + 1 < len(launch.args):
+            value = launch.args[i + 1]
+        elif a.startswith("--device="):
+            value = a.split("=", 1)[1]
+        else:
+            continue
+        what = FOREIGN_DEVICES.get(value.lower())
+        if what is not None:
+            problems.append(
+                f"args[{i}]: --device {value}: the recipe runs vLLM on {what}; rigsmith deploys on NVIDIA "
+                "and AMD GPUs (CDI nvidia.com/gpu, amd.com/gpu) only, so this recipe cannot be imported as "
+                "written: import the CUDA or ROCm recipe of this model"
+            )
+    found = _FOREIGN_IMAGE_RE.search(image) if image is not None else None
+    if found is not None:
+        problems.append(
+            f"engine.image: {image} is a vLLM build for {FOREIGN_DEVICES[found.group(1).lower()]}; rigsmith "
+            "deploys on NVIDIA and AMD GPUs only: import the CUDA or ROCm recipe (or pass --image with "
+            "such a build)"
+        )
+
+
+def device_notes(launch: Launch, gpus: specmod.GpuSpec, parallel: int, notes: list[str]) -> None:
+    """Say what import chose for GPUs the recipe left open (``--gpus all``, ``=all``), and that a lone
+    serve asking for more GPUs than one box usually has may be a multi-node recipe."""
+    first = ", ".join(gpus.cdi_devices[:4]) + (", …" if gpus.count > 4 else "")
+    every = launch.gpus_all or next((c for c in launch.gpu_cdi or () if c.endswith("=all")), None)
+    if every and not launch.gpu_indices and gpus.count:
+        many = gpus.count > 1
+        notes.append(
+            f"the recipe's container saw every GPU ({every}); its parallel sizes use {gpus.count}, "
+            f"so GPU{'s' if many else ''} {first} {'were' if many else 'was'} chosen: set "
+            "resources.gpus.cdi_devices to use others"
+        )
+    if launch.node_args or launch.ray_nodes:
+        return
+    if max(parallel, gpus.count) > ONE_BOX_GPUS:
+        notes.append(
+            f"this may be a multi-node recipe: it asks for {max(parallel, gpus.count)} GPUs (TP × PP × DP of "
+            f"the flags: {parallel}) and one box usually has at most {ONE_BOX_GPUS}; as imported it is one "
+            "host with them all. If it runs on several machines, describe them in the spec's cluster section "
+            "(README: multi-node), one node per machine"
+        )

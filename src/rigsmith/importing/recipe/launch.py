@@ -31,12 +31,19 @@ class Launch:
     #: The GPU vendor the launch itself shows (ROCm's /dev/kfd), ahead of the env's hints.
     gpu_vendor: str | None = None
     gpu_count: int | None = None
+    #: How the recipe gave its container every GPU (``--gpus all``, ``nvidia.com/gpu=all``), or None.
+    gpus_all: str | None = None
     shm_size: str | None = None
     memlock: str | int | None = None
     stop_grace: int | None = None
     mounts: list[specmod.Mount] = field(default_factory=list)
     #: Secret values taken out of the args and env; scrubbed from every other field (comments, notes).
     secrets: list[str] = field(default_factory=list)
+    #: A container recipe's port publishes (``-p``, compose ``ports:``; ``""`` is ``-P``); None: not a
+    #: container recipe, or one whose publishes were not read.
+    published: list[str] | None = None
+    #: A container recipe's network (``--network``, compose ``network_mode``); None: the engine's default.
+    network: str | None = None
     #: Container paths of the mounts the recipe marked ``:rw`` (it says it writes there).
     writable: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)

@@ -37,6 +37,10 @@ class NoteFacts:
     startup: int | None = None
     warm: int | None = None
     patches: list[specmod.ConfigPatch] = field(default_factory=list)
+    #: Files the notes create (``truncate -s``, ``fallocate -l``, ``dd of=``, ``touch``): path → size in
+    #: bytes (None when the command gives none), with the command as written, in ``file_commands``.
+    files: dict[str, int | None] = field(default_factory=dict)
+    file_commands: dict[str, str] = field(default_factory=dict)
 
 
 def _upper_minutes(m: re.Match[str]) -> int:
@@ -87,6 +91,57 @@ def _gpu_fact(f: NoteFacts, m: re.Match[str]) -> None:
     f.gpu_arch = m.group("arch") or GPUS.get(f.gpu_model, (0.0, None))[1]
 
 
+#: A coreutils size (truncate -s, fallocate -l, dd's bs=/seek=/count=): K, M, G, T are powers of 1024 (KiB
+#: too), KB, MB, GB, TB powers of 1000.
+_COREUTILS_SIZE_RE = re.compile(r"(\d+)([KMGT](?:i?B)?)?", re.IGNORECASE)
+#: A path word in prose: not a flag, ends at whitespace, a quote, a closing paren or sentence punctuation.
+_PATH = r"(?P<path>[^\s'\"`()-][^\s'\"`()]*?)(?=[.,;:)]?(?:\s|$|['\"`]))"
+_FILE_COMMAND_RES = (
+    re.compile(r"\btruncate\s+(?:-s\s*|--size[= ])(?P<size>\d+[A-Za-z]*)\s+" + _PATH),
+    re.compile(r"\bfallocate\s+(?:-l\s*|--length[= ])(?P<size>\d+[A-Za-z]*)\s+" + _PATH),
+    re.compile(r"\bdd\s+(?P<ops>(?:[a-z]+=\S+\s+)*?)of=" + _PATH + r"(?P<rest>(?:\s+[a-z]+=\S+)*)"),
+    re.compile(r"\btouch\s+" + _PATH),
+)
+
+
+def coreutils_size(text: str) -> int | None:
+    """Bytes in ``text`` as truncate/fallocate/dd read it, or None."""
+    m = _COREUTILS_SIZE_RE.fullmatch(text.strip())
+    if not m:
+        return None
+    unit = (m.group(2) or "").upper()
+    power = 1000 if unit.endswith("B") and "I" not in unit else 1024
+    exponent = " KMGT".index(unit[0]) if unit else 0
+    return int(m.group(1)) * int(power**exponent)
+
+
+def _dd_size(ops: str) -> int | None:
+    """``dd``'s output size from ``bs=``/``seek=``/``count=`` (``count=0 seek=N``: a sparse N blocks)."""
+    kv = dict(op.split("=", 1) for op in ops.split() if "=" in op)
+    bs = coreutils_size(kv.get("bs", "512"))
+    seek = coreutils_size(kv.get("seek", "0"))
+    count = coreutils_size(kv["count"]) if "count" in kv else None
+    if bs is None or seek is None or count is None:
+        return None
+    return bs * (seek + count)
+
+
+def file_facts(text: str, facts: NoteFacts) -> None:
+    """The files the notes create, by path, into ``facts`` (the first command per path wins)."""
+    for pattern in _FILE_COMMAND_RES:
+        for m in pattern.finditer(text):
+            path = m.group("path")
+            groups = m.groupdict()
+            if groups.get("size") is not None:
+                size = coreutils_size(groups["size"])
+            elif groups.get("ops") is not None:
+                size = _dd_size(f"{groups['ops']} {groups['rest']}")
+            else:
+                size = None
+            facts.files.setdefault(path, size)
+            facts.file_commands.setdefault(path, m.group(0))
+
+
 def note_facts(text: str) -> NoteFacts:
     """Read the structural facts out of recipe notes (first match of each pattern wins)."""
     facts = NoteFacts()
@@ -98,4 +153,5 @@ def note_facts(text: str) -> NoteFacts:
         found = pattern.search(text)
         if found:
             _FACT_READERS[key](facts, found)
+    file_facts(text, facts)
     return facts

@@ -67,8 +67,9 @@ def timings(plan: RunPlan) -> Timings:
 
 
 def health_url(plan: RunPlan) -> str:
-    """The URL probed from inside the container's network namespace (host network: loopback)."""
-    return f"http://127.0.0.1:{plan.port}{plan.health_path}"
+    """The URL probed from inside the container's network namespace (host network: where vLLM listens,
+    loopback for a wildcard bind)."""
+    return plan.health_url
 
 
 def health_argv(plan: RunPlan) -> list[str]:
@@ -79,15 +80,6 @@ def health_argv(plan: RunPlan) -> list[str]:
     """
     code = f"import urllib.request as u; u.urlopen({health_url(plan)!r}, timeout={HEALTH_TIMEOUT - 2})"
     return ["python3", "-c", code]
-
-
-def home_path(path: str, home: str) -> str:
-    """``~/x`` → ``{home}/x``; other paths unchanged."""
-    if path == "~":
-        return home
-    if path.startswith("~/"):
-        return home.rstrip("/") + "/" + path[2:]
-    return path
 
 
 #: One capability check of a target: the fields of a plan it cannot express, each with the final message.

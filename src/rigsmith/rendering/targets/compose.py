@@ -10,12 +10,13 @@ fails loudly when either the devices or the stop timeout did not arrive.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 from rigsmith import render as tpl
-from rigsmith.render import banner
-from rigsmith.rendering.plan import RunPlan
+from rigsmith.render import banner, breaks_line, shquote
+from rigsmith.rendering.plan import PlanMount, RunPlan
 from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_RETRIES,
@@ -72,7 +73,7 @@ def service(plan: RunPlan) -> dict[str, Any]:
     svc["labels"] = [f"{k}={v}" for k, v in plan.labels]
     # List form: a bare NAME takes the value from the shell that runs compose (secrets stay out of the file).
     svc["environment"] = [f"{k}={v}" for k, v in plan.env] + list(plan.secret_env)
-    svc["volumes"] = [f"{m.host}:{m.container}{':ro' if m.readonly else ''}" for m in plan.mounts]
+    svc["volumes"] = [_volume(m) for m in plan.mounts]
     svc["healthcheck"] = {
         "test": ["CMD", *health_argv(plan)],
         "interval": f"{HEALTH_INTERVAL}s",
@@ -81,6 +82,16 @@ def service(plan: RunPlan) -> dict[str, Any]:
         "start_period": f"{t.start_period}s",
     }
     return svc
+
+
+def _volume(m: PlanMount) -> str | dict[str, Any]:
+    """A directory as ``host:container[:ro]``; a file in the long syntax with ``create_host_path: false``:
+    podman-compose makes a directory for any missing bind source otherwise (seed 000's pitfall 2; 1.6.0
+    honours the flag and refuses, 1.0.6 ignores it: the file header says to create the file first)."""
+    if m.kind == "dir":
+        return f"{m.host}:{m.container}{':ro' if m.readonly else ''}"
+    bind = {"type": "bind", "source": m.host, "target": m.container, "read_only": m.readonly}
+    return {**bind, "bind": {"create_host_path": False}}
 
 
 def document(plan: RunPlan) -> dict[str, Any]:
@@ -140,6 +151,12 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         banner=banner(ctx.command, plan.spec_path),
         up=" ".join(up_argv(plan, rel)),
         **_check_lines(plan, ctx.spec.name),
+        # A comment line: a path with a line break is shown JSON-escaped, never as a second line.
+        files=[
+            (json.dumps(m.host) if breaks_line(m.host) else shquote(m.host), m.sparse_size)
+            for m in plan.mounts
+            if m.kind == "file"
+        ],
         body=body,
     )
     return [Artifact(ctx.out / rel, text)]

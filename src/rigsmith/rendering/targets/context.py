@@ -25,7 +25,6 @@ class LxcOptions:
         "8.2"  # devN: passthrough needs PVE 8.1 (pve-container 5.0.7); older gets raw lxc.* keys
     )
     config: Path | None = None  # an existing /etc/pve/lxc/VMID.conf (copy) to update in place
-    home: str = "/root"  # what ~/ means on the PVE host and in the CT (pct and the CT's podman run as root)
     cores: int = 8
     storage: str = "local-lvm"
     rootfs_gib: int = 64

@@ -14,13 +14,12 @@ from typing import Any
 
 from rigsmith import render as tpl
 from rigsmith.render import banner
-from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.plan import RunPlan, reach_host
 from rigsmith.rendering.targets.common import (
     HEALTH_INTERVAL,
     HEALTH_TIMEOUT,
     Check,
     expressed,
-    home_path,
     k8s_quantity,
     refuse,
     runs_container,
@@ -117,7 +116,7 @@ def k8s_literal(text: str) -> str:
     return text.replace("$", "$$") if "$(" in text or "$$" in text else text
 
 
-def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[dict[str, Any]]:
+def manifests(plan: RunPlan, ctx: RenderContext) -> list[dict[str, Any]]:
     """Deployment and Service as data."""
     t = timings(plan)
     kname = object_name(plan.name)
@@ -127,7 +126,7 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
     for i, m in enumerate(plan.mounts):
         vname = _volume_name(i, m.role)
         kind = "Directory" if m.kind == "dir" else "File"
-        volumes.append({"name": vname, "hostPath": {"path": home_path(m.host, home), "type": kind}})
+        volumes.append({"name": vname, "hostPath": {"path": m.host, "type": kind}})
         mounts.append({"name": vname, "mountPath": m.container, **({"readOnly": True} if m.readonly else {})})
     # Named after the deployment: podman kube play (4.3) turns an emptyDir into a named volume, which every
     # pod using the same volume name would share.
@@ -139,11 +138,12 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
         {"name": k, "valueFrom": {"secretKeyRef": {"name": f"{kname}-secrets", "key": plan.secret_source(k)}}}
         for k in plan.secret_env
     ]
-    # With hostNetwork the server may listen on loopback only (the seeds do); kubelet probes from the node.
+    # With hostNetwork the server may listen on loopback only (the seeds do; network.listen); kubelet probes
+    # from the node, on the address vLLM listens on.
     get = {
         "path": plan.health_path,
         "port": plan.port,
-        **({"host": "127.0.0.1"} if plan.network_mode == "host" else {}),
+        **({"host": reach_host(plan.host)} if plan.network_mode == "host" else {}),
     }
     probe = {"httpGet": get, "periodSeconds": HEALTH_INTERVAL, "timeoutSeconds": HEALTH_TIMEOUT}
     gpus = _gpu_limits(plan, ctx.spec.resources.gpus.count)
@@ -195,13 +195,12 @@ def manifests(plan: RunPlan, ctx: RenderContext, home: str = "/root") -> list[di
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     """``kube/NAME.yaml``."""
     refuse(plan, ctx, CHECKS)
-    docs = manifests(plan, ctx, ctx.lxc.home)
+    docs = manifests(plan, ctx)
     body = yaml_text(*docs, explicit_start=True)
     text = tpl.render(
         "kube/kube.yaml.j2",
         banner=banner(ctx.command, plan.spec_path),
         name=plan.name,
-        home=ctx.lxc.home if any(m.host.startswith("~") for m in plan.mounts) else None,
         body=body,
     )
     return [Artifact(ctx.out / "kube" / f"{plan.name}.yaml", text)]

@@ -109,7 +109,7 @@ def _script(word: str, leader: bool, ranks: int = 0) -> str:
 
 def _template(plan: RunPlan, ctx: RenderContext, leader: bool, ranks: int = 0) -> dict[str, Any]:
     plan = dataclasses.replace(plan, command=tuple(_script(a, leader, ranks) for a in plan.command))
-    pod: dict[str, Any] = manifests(plan, ctx, ctx.lxc.home)[0]["spec"]["template"]
+    pod: dict[str, Any] = manifests(plan, ctx)[0]["spec"]["template"]
     container = pod["spec"]["containers"][0]
     container["env"] = [
         {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -181,7 +181,6 @@ def render(spec: specmod.Deployment, plan: RunPlan, ctx: RenderContext) -> list[
         name=plan.name,
         size=len(spec.cluster.nodes) if spec.cluster else 0,
         layout=spec.cluster.layout if spec.cluster else "ray",
-        home=ctx.lxc.home if any(m.host.startswith("~") for m in plan.mounts) else None,
         body=body,
     )
     return [Artifact(ctx.out / "kube" / f"{plan.name}.yaml", text)]

@@ -7,13 +7,14 @@ the venv's vllm and installs a systemd service in the CT whose ExecStart is the 
 argv. The pct.conf carries the CT side of the same facts: GPU nodes, a sized /dev/shm, memlock, env, the
 model dir, and a ``startup: down=`` that outlasts every stop timeout inside.
 
-A config rigsmith writes (``lxc/NAME/VMID.conf``) is its own: re-rendering replaces the lines it manages
-(same key, same mount point, same device, same variable) and keeps lines added by hand. A config the user
-hands in (``--lxc-config``) is theirs: it is read, never written, and the merged copy goes to
-``lxc/NAME/VMID.conf`` under the rules of :mod:`rigsmith.rendering.targets.pctconf` (only rigsmith's settings
-change, three-way against the recorded base, CT identity keys never touched). Either way everything goes
-before the first ``[section]`` (snapshots, ``[pve:pending]``), because lines appended after it would land in
-the last snapshot (research/runtime-facts.md §4.1).
+A config rigsmith writes (``lxc/NAME/VMID.conf``, no ``--lxc-config``) is its own, owned whole: a re-render
+is exactly a fresh render (issue 24: merging into the previous copy kept the mounts, env lines and ``mpN``
+entries a spec change removed); a hand edit there is a conflict the writer shows, like in any generated
+file. A config the user hands in (``--lxc-config``) is theirs: it is read, never written, and the merged
+copy goes to ``lxc/NAME/VMID.conf`` under the rules of :mod:`rigsmith.rendering.targets.pctconf` (only
+rigsmith's settings change, three-way against the recorded base, CT identity keys never touched). Either way
+everything goes before the first ``[section]`` (snapshots, ``[pve:pending]``), because lines appended after
+it would land in the last snapshot (research/runtime-facts.md §4.1).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from rigsmith.rendering.targets.common import (
     Check,
     cannot_express,
     entrypoint_problems,
-    home_path,
     mount_fields,
     timings,
     volume_problems,
@@ -198,7 +198,7 @@ def _lines(plan: RunPlan, ctx: RenderContext) -> tuple[list[Line], list[tuple[st
         Line("swap", "0"),
         Line("unprivileged", "1"),
     ]
-    out += _mount_lines(plan, opts.home, problems)
+    out += _mount_lines(plan, problems)
     out += _passthrough_lines(plan, ctx, pve, problems)
     if plan.memlock != "host":
         out.append(
@@ -225,11 +225,11 @@ def _lines(plan: RunPlan, ctx: RenderContext) -> tuple[list[Line], list[tuple[st
     return out, problems
 
 
-def _mount_lines(plan: RunPlan, home: str, problems: list[tuple[str, str]]) -> list[Line]:
+def _mount_lines(plan: RunPlan, problems: list[tuple[str, str]]) -> list[Line]:
     """An ``mpN`` line per directory mount, an ``lxc.mount.entry`` per file one; bad paths to ``problems``."""
     out = []
     for (fld, _, _, _), m in zip(mount_fields(plan), plan.mounts, strict=True):
-        path = home_path(m.host, home)
+        path = m.host
         if m.kind == "dir":
             # PVE splits the mpN property string on ',' and reads a part holding '=' as key=value.
             if re.search(r"[,=\s]", path):
@@ -434,7 +434,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
     if opts.config is not None:
         confs = _users_conf(plan, ctx, ours, conf)
     else:
-        confs = [Artifact(conf, "\n".join(merge(ctx.read(conf), ours, head)) + "\n")]
+        confs = [Artifact(conf, "\n".join(merge(None, ours, head)) + "\n")]
     _check_conf(confs[0], ours, _version(opts.pve_version), ctx)
     nodes = _gpu_nodes(plan, ctx.spec.resources.gpus.count, [])
     script = tpl.render(

@@ -11,28 +11,20 @@ from rigsmith import render as tpl
 from rigsmith.render import banner
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.rendering.targets import ini
-from rigsmith.rendering.targets.common import RESTART_SEC, home_path, timings
+from rigsmith.rendering.targets.common import RESTART_SEC, timings
 from rigsmith.rendering.targets.context import RenderContext
 
 #: Where provision.sh writes a venv service's secret env file (0600), read by its EnvironmentFile=.
 SECRETS_DIR = "/etc/rigsmith"
 
 
-def venv_argv(plan: RunPlan, home: str) -> list[str]:
+def venv_argv(plan: RunPlan) -> list[str]:
     """What the CT's service runs: the venv's vllm + the recipe argv, the model word at its CT path.
 
-    The model directory is bind-mounted at its host path (an ``mpN`` line), so that is where it is in the CT.
+    The model directory is bind-mounted at its host path (an ``mpN`` line), so that is where it is in the CT;
+    the plan's words name it already (``~/`` written out: rigsmith.userhome).
     """
-    words = list(plan.command)
-    model = next(m for m in plan.mounts if m.role == "model")
-    i = plan.model_word
-    if i is not None and words[i].endswith(model.host):
-        words[i] = words[i][: len(words[i]) - len(model.host)] + home_path(model.host, home)
-    for k in plan.secondary_words:  # a secondary model's word names its host dir too (inside JSON, NAME=)
-        for m in plan.mounts:
-            if m.role == "secondary" and m.host.startswith("~"):
-                words[k] = words[k].replace(m.host, home_path(m.host, home))
-    return [venv_program(plan), *words]
+    return [venv_program(plan), *plan.command]
 
 
 def venv_program(plan: RunPlan) -> str:
@@ -71,7 +63,7 @@ def service_entries(plan: RunPlan, ctx: RenderContext) -> list[ini.Entry]:
     out += [(svc, "Environment", ini.systemd_word(f"{k}={v}")) for k, v in plan.env]
     if plan.secret_env:
         out.append((svc, "EnvironmentFile", f"{SECRETS_DIR}/{plan.name}.env"))
-    out.append((svc, "ExecStart", ini.systemd_words(venv_argv(plan, ctx.lxc.home))))
+    out.append((svc, "ExecStart", ini.systemd_words(venv_argv(plan))))
     if plan.memlock != "host":
         out.append((svc, "LimitMEMLOCK", "infinity" if plan.memlock == "unlimited" else str(plan.memlock)))
     out += [

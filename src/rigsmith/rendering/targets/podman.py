@@ -87,6 +87,7 @@ def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
         cdi=cdi_checks(plan),
         gpu_ids=shquote(",".join(plan.gpu_indices)) if "all" not in plan.gpu_indices else "",
         sparse=[(shpath(m.host), m.sparse_size) for m in plan.mounts if m.sparse_size],
+        files=[shpath(m.host) for m in plan.mounts if m.kind == "file" and not m.sparse_size],
         dirs=[(shpath(m.host), m.role) for m in plan.mounts if m.kind == "dir"],
         secrets=plan.secret_env,
         secret_from=dict(plan.secret_from),

@@ -150,9 +150,9 @@ def _container_keys(plan: RunPlan) -> list[_Key]:
         word = f"{plan.secret_source(k)},type=env,target={k}"  # the podman secret OTHER as the container's k
         keys.append(_Key("Secret", word, word))
     for m in plan.mounts:
-        host = (
-            "%h" + specifiers(m.host[1:]) if m.host == "~" or m.host.startswith("~/") else specifiers(m.host)
-        )
+        # The plan's host paths are absolute (rigsmith.userhome): never %h, which a system-wide unit reads as
+        # root's home.
+        host = specifiers(m.host)
         suffix = ":ro" if m.readonly else ""
         keys.append(_Key("Volume", f"{host}:{specifiers(m.container)}{suffix}", ""))
     health = json.dumps(health_argv(plan))

@@ -1,0 +1,81 @@
+"""Who owns what in a re-import (issue 24): the recipe's side of the three-way merge is what the recipe alone
+says; values the user gave (``--image``, answers to prompts) are the user's side.
+
+The base (``deployments/.base/NAME.yaml``) records the recipe alone, so a flag value is never mistaken
+for upstream's: imported once with ``--image A`` and edited to ``B``, the unchanged recipe re-imported
+without ``--image`` keeps ``B`` with no conflict; ``--image C`` on a re-import is the user's new choice and
+wins the same way. An unchanged recipe (the same bytes as the last import) re-imported with no flag (and no
+``--yes``) writes nothing and exits 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rigsmith import spec as specmod
+from rigsmith.errors import RecipeError
+from rigsmith.importing import recipe as recipemod
+
+
+def recipe_own(
+    text: str, *, source: str, sha256: str, upstream: specmod.Deployment, image: str | None, **how: Any
+) -> specmod.Deployment:
+    """The spec the recipe gives without ``--image`` (``upstream`` is the one with it), parsed the same
+    way otherwise (``how``: the parse options); a recipe that cannot be imported without ``--image`` (its
+    image is a shell variable) names no image of its own."""
+    if image is None:
+        return upstream
+    try:
+        return recipemod.parse(text, source=source, sha256=sha256, name=upstream.name, image=None, **how)
+    except RecipeError:
+        return upstream.model_copy(update={"engine": upstream.engine.model_copy(update={"image": None})})
+
+
+def with_consents(dep: specmod.Deployment, given: specmod.Deployment) -> specmod.Deployment:
+    """``dep`` with the mount consents recorded in ``given`` (the user's answers), by host path."""
+    consents = {m.host: m.consent for m in given.mounts if m.consent}
+    mounts = tuple(
+        m.model_copy(update={"consent": consents[m.host]}) if m.host in consents and not m.consent else m
+        for m in dep.mounts
+    )
+    return dep.model_copy(update={"mounts": mounts})
+
+
+def flags(image: str | None) -> dict[str, Any]:
+    """The fields the user set with flags on this import, by dotted path (the user's side of the merge)."""
+    return {"engine.image": image} if image is not None else {}
+
+
+def overlay(data: Any, mine: Mapping[str, Any]) -> Any:
+    """Spec data with the user's flag values set (``engine.image`` → data["engine"]["image"])."""
+    if not mine or not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for dotted, value in mine.items():
+        node = out
+        *parents, last = dotted.split(".")
+        for key in parents:
+            child = node.get(key)
+            node[key] = dict(child) if isinstance(child, dict) else {}
+            node = node[key]
+        node[last] = value
+    return out
+
+
+def same_recipe(
+    base_path: Path, sha256: str, image: str | None, allow_mount: Sequence[str], source_repo: str | None
+) -> bool:
+    """Whether the last import (the recorded base) was of exactly these recipe bytes and this import gives
+    no flag of the user's side (``--image``, ``--allow-mount``, ``--source-repo``): then nothing changes."""
+    if image is not None or allow_mount or source_repo is not None:
+        return False
+    try:
+        data = yaml.safe_load(base_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    provenance = data.get("provenance") if isinstance(data, dict) else None
+    return isinstance(provenance, dict) and provenance.get("sha256") == sha256

@@ -1,0 +1,109 @@
+"""Re-import (issue 24): values from flags are the user's side of the three-way merge, conflict labels name
+the right sides, an unchanged recipe re-imported is exit 0 and writes nothing (the proposed image.yaml
+included), and the user's explicit `enabled: true` on an opt-in survives a merge."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+from rigsmith.project import Project
+from tests.support.common import REPO
+from tests.support.recipes import import_cli
+
+SEED003 = REPO / "examples/recipes/qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
+
+
+def _spec(project: Project, name: str) -> dict[str, object]:
+    data = yaml.safe_load((project.root / "deployments" / f"{name}.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def _set_image(project: Project, name: str, image: str) -> None:
+    path = project.root / "deployments" / f"{name}.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["engine"]["image"] = image
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_an_image_flag_is_the_users_side_not_upstreams(empty_project: Project, tmp_path: Path) -> None:
+    recipe = tmp_path / "r.sh"
+    recipe.write_text("vllm serve Qwen/Qwen3-8B --port 8000\n")
+    assert (
+        import_cli(empty_project.root, str(recipe), "--name", "q", "--image", "a.example/a:1").returncode == 0
+    )
+    base = yaml.safe_load((empty_project.root / "deployments/.base/q.yaml").read_text())
+    assert base["engine"].get("image") is None, "the flag value was recorded as the recipe's"
+    _set_image(empty_project, "q", "b.example/b:1")
+    recipe.write_text("vllm serve Qwen/Qwen3-8B --port 8001\n")  # upstream changes something else
+    proc = import_cli(empty_project.root, str(recipe), "--name", "q", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    spec = _spec(empty_project, "q")
+    assert spec["engine"]["image"] == "b.example/b:1" and "8001" in spec["engine"]["args"]  # type: ignore[index]
+    # A flag on a re-import is the user's new choice: it wins without a conflict.
+    proc = import_cli(empty_project.root, str(recipe), "--name", "q", "--image", "c.example/c:1", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert _spec(empty_project, "q")["engine"]["image"] == "c.example/c:1"  # type: ignore[index]
+
+
+def test_a_conflict_names_yours_upstream_and_was_right(empty_project: Project, tmp_path: Path) -> None:
+    recipe = tmp_path / "r.sh"
+    recipe.write_text("docker run --gpus 1 r.example/vllm:1 --model Qwen/Qwen3-8B\n")
+    assert import_cli(empty_project.root, str(recipe), "--name", "c").returncode == 0
+    _set_image(empty_project, "c", "mine.example/vllm:1")
+    recipe.write_text("docker run --gpus 1 r.example/vllm:2 --model Qwen/Qwen3-8B\n")
+    proc = import_cli(empty_project.root, str(recipe), "--name", "c", "--yes")
+    assert proc.returncode == 1
+    assert (
+        "engine.image: yours 'mine.example/vllm:1', upstream 'r.example/vllm:2' (was 'r.example/vllm:1')"
+        in (proc.stderr.replace("\n", " "))
+    )
+
+
+def test_an_unchanged_recipe_reimported_exits_0_and_writes_nothing(empty_project: Project) -> None:
+    recipe = empty_project.root / "seed003.json"
+    shutil.copy(SEED003, recipe)
+    proc = import_cli(empty_project.root, str(recipe), "--name", "s3", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    images = list((empty_project.root / "images").rglob("image.yaml"))
+    assert images, "seed 003's notes propose an image"
+    # The user moves the proposed tree in image.yaml (what a re-proposal would want to move back).
+    data = yaml.safe_load(images[0].read_text())
+    data["tree"]["dest"] = "/opt/elsewhere"
+    images[0].write_text(yaml.safe_dump(data, sort_keys=False))
+    before = _snapshot(empty_project.root)
+    proc = import_cli(empty_project.root, str(recipe), "--name", "s3")
+    assert proc.returncode == 0, proc.stderr
+    assert "has not changed since the last import" in proc.stdout
+    assert _snapshot(empty_project.root) == before
+
+
+def test_an_explicit_enabled_true_survives_a_merge(empty_project: Project, tmp_path: Path) -> None:
+    recipe = tmp_path / "seed003.json"
+    shutil.copy(SEED003, recipe)
+    assert import_cli(empty_project.root, str(recipe), "--name", "s3", "--yes").returncode == 0
+    path = empty_project.root / "deployments/s3.yaml"
+    data = yaml.safe_load(path.read_text())
+    opt = next(e for e in data["env"] if e.get("opt_in"))
+    opt["enabled"] = True
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    changed = json.loads(SEED003.read_text())
+    changed["title"] += " (revised)"
+    recipe.write_text(json.dumps(changed))
+    proc = import_cli(empty_project.root, str(recipe), "--name", "s3", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    after = yaml.safe_load(path.read_text())
+    entry = next(e for e in after["env"] if e["name"] == opt["name"])
+    assert entry["enabled"] is True and after["description"].endswith("(revised)")
