@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import lifecycle, probes, wait
+from rigsmith.operating import gpuholders, lifecycle, probes, wait
 from rigsmith.operating.lifecycle import Controller
 from rigsmith.project import Project
 from rigsmith.rendering.plan import make
@@ -152,7 +152,7 @@ def test_classify_holders_orphans_by_container_pid_or_engine_name() -> None:
         probes.GpuApp(12, "python3", "GPU-c", 300),
         probes.GpuApp(13, "/opt/ComfyUI/venv/bin/python", "GPU-a", 256),
     ]
-    held = lifecycle.classify_holders(
+    held = gpuholders.classify_holders(
         apps, {10}, {12: "python3 -m vllm.entrypoints.openai.api_server --port 8000"}
     )
     assert [h.why for h in held] == [
@@ -161,14 +161,14 @@ def test_classify_holders_orphans_by_container_pid_or_engine_name() -> None:
         "vLLM engine process",
         "foreign",
     ]
-    assert lifecycle.reap_command(held[:2]) == "kill -TERM 10 11; sleep 10; kill -KILL 10 11 2>/dev/null"
-    top = lifecycle.parse_top(
+    assert gpuholders.reap_command(held[:2]) == "kill -TERM 10 11; sleep 10; kill -KILL 10 11 2>/dev/null"
+    top = gpuholders.parse_top(
         "HPID        COMMAND\n4242        vllm serve /model --port 8000\n4250  VLLM::Worker_TP1\n"
     )
     assert top == {4242: "vllm serve /model --port 8000", 4250: "VLLM::Worker_TP1"}
     # 4242 is gone; 4250 lives on with the same command (an escaped worker); 4260's PID was reused
     now = {4242: None, 4250: "VLLM::Worker_TP1", 4260: "bash"}
-    assert lifecycle.survivors({**top, 4260: "VLLM::Worker_TP2"}, now) == [(4250, "VLLM::Worker_TP1")]
+    assert gpuholders.survivors({**top, 4260: "VLLM::Worker_TP2"}, now) == [(4250, "VLLM::Worker_TP1")]
 
 
 def test_gates_need_every_line_kv_within_tolerance_and_health() -> None:

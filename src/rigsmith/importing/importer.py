@@ -368,11 +368,8 @@ def import_recipe(
     """
     fetched = load_source(source, http=http)
     text = decode(fetched)
-    how: dict[str, Any] = {
-        "accept": yes,
-        "compose_env": compose_env(source, env_file, os.environ if environ is None else environ),
-        "service": service,
-    }
+    env = compose_env(source, env_file, os.environ if environ is None else environ)
+    how: dict[str, Any] = {"accept": yes, "compose_env": env, "service": service}
     upstream = recipemod.parse(
         text, source=fetched.source, sha256=fetched.sha256, name=name, image=image, **how
     )
@@ -380,11 +377,7 @@ def import_recipe(
     base_path = base_path_of(path)
     mine = _valid_spec(path)  # a broken file goes through the merge, which says how to start afresh
     if mine and not yes and reimport.same_recipe(base_path, fetched.sha256, image, allow_mount, source_repo):
-        rel = _rel_to(path, project.root)
-        echo(
-            f"the recipe has not changed since the last import; {rel} stays as it is (nothing written; --yes "
-            "re-derives what your filled placeholders change, such as the proposed image's tree)"
-        )
+        echo(_UNCHANGED.format(rel=_rel_to(path, project.root)))
         return mine
     # The recipe's side of the merge (and the recorded base) is what the recipe alone says; --image and
     # the answers to prompts are the user's side (rigsmith.importing.reimport).
@@ -395,13 +388,7 @@ def import_recipe(
     upstream, image_file = _proposed_image(project, upstream, fetched.source, source_repo, echo)
     if image is None:
         own = upstream
-    try:
-        upstream = mount_consent(upstream, allow_mount, None if dry_run else confirm, _consented(path))
-    except ConsentError as err:
-        if not dry_run:
-            raise
-        # A dry run asks nothing and writes nothing: it says what a real import would need.
-        echo(f"consent needed (dry run): {err.message}; {err.hint}")
+    upstream = _consent(upstream, allow_mount, path, dry_run, confirm, echo)
     if path.exists():
         theirs = reimport.with_consents(own, upstream)
         dep, unchanged = merge_spec(
@@ -422,6 +409,31 @@ def import_recipe(
     for line in next_steps(dep):
         echo(line)
     return dep
+
+
+def _consent(
+    dep: specmod.Deployment,
+    allow_mount: Sequence[str],
+    path: Path,
+    dry_run: bool,
+    confirm: Callable[[str], bool] | None,
+    echo: Callable[[str], None],
+) -> specmod.Deployment:
+    """``dep`` with the user's consent to its dangerous mounts recorded (asked, or given by --allow-mount)."""
+    try:
+        return mount_consent(dep, allow_mount, None if dry_run else confirm, _consented(path))
+    except ConsentError as err:
+        if not dry_run:
+            raise
+        # A dry run asks nothing and writes nothing: it says what a real import would need.
+        echo(f"consent needed (dry run): {err.message}; {err.hint}")
+        return dep
+
+
+_UNCHANGED = (
+    "the recipe has not changed since the last import; {rel} stays as it is (nothing written; --yes "
+    "re-derives what your filled placeholders change, such as the proposed image's tree)"
+)
 
 
 def _valid_spec(path: Path) -> specmod.Deployment | None:

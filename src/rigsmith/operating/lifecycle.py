@@ -17,7 +17,6 @@ wrapper first, exactly as for the generated scripts).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,14 @@ from rigsmith import writer
 from rigsmith.errors import CommandError, LockDriftError, PreflightError, RigsmithError
 from rigsmith.operating import clusterlife, drift, probes, rootcause
 from rigsmith.operating.clusterlife import NodeControl
+from rigsmith.operating.gpuholders import (
+    Holder,
+    classify_holders,
+    parse_top,
+    reap_command,
+    survivors,
+    top_argv,
+)
 from rigsmith.operating.host import Host, LocalHost, image_facts, probe
 from rigsmith.operating.host import read as probe_read
 from rigsmith.operating.probes import CmdResult
@@ -40,9 +47,6 @@ from rigsmith.resolving import lock as lockmod
 OPS_TARGETS = ("podman", "quadlet")
 #: Where systemd's quadlet generator reads rootful units (podman-systemd.unit(5)).
 QUADLET_DIR = Path("/etc/containers/systemd")
-
-#: Process names (nvidia-smi / cmdline) of vLLM engine processes: setproctitle names + the CLI.
-ENGINE_PROCESS = re.compile(r"VLLM::|EngineCore|\bvllm\b|vllm\.entrypoints")
 
 #: Runs argv to the end, capturing its output (``LocalHost.run``, the one command runner).
 Run = Callable[[Sequence[str]], CmdResult]
@@ -125,30 +129,6 @@ def parse_systemctl_show(text: str) -> dict[str, str]:
 def inspect(run: Run, name: str) -> dict[str, Any] | None:
     proc = run(inspect_argv(name))
     return parse_inspect(proc.stdout) if proc.code == 0 else None
-
-
-def top_argv(name: str) -> list[str]:
-    return ["podman", "top", name, "hpid", "args"]
-
-
-def parse_top(text: str) -> dict[int, str]:
-    """``podman top NAME hpid args`` → host PID → command line."""
-    out = {}
-    for line in text.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        if pid.isdigit():
-            out[int(pid)] = args.strip()
-    return out
-
-
-def survivors(snapshot: Mapping[int, str], now: Mapping[int, str | None]) -> list[tuple[int, str]]:
-    """Pure: container processes (host PID → args before stop) still alive with the same command line
-    after the container is gone (``now``: PID → /proc cmdline with NULs as spaces, None if gone)."""
-    return [
-        (pid, args)
-        for pid, args in sorted(snapshot.items())
-        if now.get(pid) is not None and str(now[pid]).strip() == args
-    ]
 
 
 # -- up -----------------------------------------------------------------------------------------------
@@ -358,40 +338,6 @@ def verify(ops: Ops, plan: planmod.RunPlan) -> None:
 
 
 # -- down ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A process still holding VRAM after down."""
-
-    pid: int
-    name: str
-    gpu: str
-    used_mib: int | None
-    why: str  # "was in the container" | "vLLM engine process" | "foreign"
-
-
-def classify_holders(
-    apps: Sequence[probes.GpuApp], container_pids: set[int], cmdlines: Mapping[int, str]
-) -> list[Holder]:
-    """Pure: GPU processes → which belong to this deployment (orphans) and which are foreign."""
-    out = []
-    for a in apps:
-        cmd = cmdlines.get(a.pid, "")
-        if a.pid in container_pids:
-            why = "was in the container"
-        elif ENGINE_PROCESS.search(a.name) or ENGINE_PROCESS.search(cmd):
-            why = "vLLM engine process"
-        else:
-            why = "foreign"
-        out.append(Holder(a.pid, a.name, a.gpu_uuid, a.used_mib, why))
-    return out
-
-
-def reap_command(holders: Sequence[Holder]) -> str:
-    """The command that ends the orphans: TERM, a grace, then KILL."""
-    pids = " ".join(str(h.pid) for h in holders)
-    return f"kill -TERM {pids}; sleep 10; kill -KILL {pids} 2>/dev/null"
 
 
 def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
