@@ -20,9 +20,9 @@ from rigsmith.errors import AdapterError, LockError
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.hub import HfHub, RetryPolicy, is_retryable
 from rigsmith.resolving.modelfetch import fetch_model
-from rigsmith.resolving.modelfiles import HASH_CHUNK, Hasher, Stopped, hash_file
+from rigsmith.resolving.modelfiles import HASH_CHUNK, Stopped, hash_file
 from rigsmith.resolving.netfail import unreachable
-from rigsmith.resolving.transfer import HashingWriter
+from rigsmith.resolving.transfer import PartialFile
 from tests.support.hubserver import Fault, random_bytes
 from tests.support.models import MiB, cli_env, invoke_argv, run_cli, tiny_files
 
@@ -190,7 +190,7 @@ def test_ctrl_c_cancels_queued_files_stops_transfers_and_keeps_partials(hub, mak
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(
-        p.stat().st_size >= 512 * 1024 for p in (pdir.glob("*.incomplete") if pdir.is_dir() else [])
+        p.stat().st_size >= MiB for p in (pdir.glob("*.incomplete") if pdir.is_dir() else [])
     ):
         time.sleep(0.05)
     t0 = time.monotonic()
@@ -247,7 +247,7 @@ def test_a_stop_ends_a_download_waiting_out_a_retry_backoff(hub, tmp_path):
 
     def run() -> None:
         with (tmp_path / "part").open("w+b") as fh:
-            sink = HashingWriter(fh, Hasher("sha256", 64 * 1024), "sha256", 64 * 1024, lambda _n: None, stop)
+            sink = PartialFile(fh, lambda _n: None, stop)
             try:
                 slow.download("acme/backoff", sha, "w.safetensors", sink, offset=0, size=64 * 1024)
             except BaseException as err:

@@ -450,8 +450,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if cut < end:
+            # A clean close (FIN) mid-body: every byte sent reaches the client (a reset may discard bytes
+            # still unread in its buffer, so what arrived would be a race).
             self.wfile.flush()
-            self._reset()
+            self.connection.shutdown(socket.SHUT_WR)
+            self.close_connection = True
 
     def _body(
         self, data: bytes | Blob, start: int, cut: int, fault: Fault | None, req: Request, file: str

@@ -351,7 +351,7 @@ def _check_model(facts: HostFacts) -> Check | None:
         return None
     if m.note and not m.checked and not m.problems:
         return Check("model files", "go", m.note)
-    how = "full hashes" if m.hashed else "sizes + verified-state cache"
+    how = "full hashes" if m.hashed else "sizes + verified-file record"
     if not m.problems:
         also = f"; {m.note}" if m.note else ""  # a secondary model not pinned yet
         return Check(

@@ -1,23 +1,20 @@
-"""How a model's files reach the disk: each wanted file checked or downloaded (one stream through the
-Hub client, byte ranges in parallel, or hf_xet), hashed beside the transfer, and renamed into place only
-once its hash matches the lock. :mod:`rigsmith.resolving.modelfetch` decides what to fetch; this moves
-the bytes.
+"""How a model's files reach the disk, into a partial file first: hf_xet where the Hub keeps a large file on
+Xet; byte ranges (:mod:`~rigsmith.resolving.parts`, hashed as they land) for other large files, kept
+because bench/bench_link.py measured them ≥ 15 % faster than huggingface_hub's HTTP path at a shaped
+10 Gbit/s link; huggingface_hub's ``http_get`` for the rest, then one hash pass. A file takes its real path
+only once its hash matches the lock. :mod:`rigsmith.resolving.modelfetch` decides what to fetch.
 """
-
-# Over 500 lines (530): the three routes a file takes (one Hub stream, byte ranges in parallel, hf_xet)
-# share one context (stop flag, progress, hash pipe, range pool); split by route once a fourth appears.
 
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rigsmith.errors import AdapterError, RigsmithError
 from rigsmith.resolving import parts as partsmod
@@ -29,20 +26,16 @@ from rigsmith.resolving.modelfiles import (
     STATE_FILE,
     DirState,
     FetchReport,
-    FileState,
-    Hasher,
     HashKind,
     HashMismatch,
     Stopped,
     Want,
     dump_state,
     hash_file,
-    hash_stream,
+    seen,
+    verified,
 )
 from rigsmith.resolving.rangeget import NotRanged
-from rigsmith.resolving.warmfetch import MAX_WORKERS as MAX_WORKERS
-from rigsmith.resolving.warmfetch import WORKERS as WORKERS
-from rigsmith.resolving.warmfetch import parse_workers as parse_workers
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
@@ -51,14 +44,6 @@ if TYPE_CHECKING:
 
     from rigsmith.resolving.hub import Hub
 
-Echo = Callable[[str], None]
-
-#: Report download progress in steps of at least this many bytes.
-PROGRESS_STEP = 1 << 20
-#: Ask the kernel to start writing a download out every this many bytes.
-WRITEBACK_STEP = 16 << 20
-#: Blocks (up to a socket read each, 1 MiB) waiting for a download's hashing thread, at most.
-HASH_QUEUE = 16
 #: A file that hashes wrong after download is fetched once more before it is refused.
 MISMATCH_ATTEMPTS = 2
 
@@ -67,134 +52,38 @@ class FetchInterrupted(KeyboardInterrupt):
     """Ctrl-C during a fetch: queued files were cancelled, transfers stopped, partial files kept."""
 
 
-class _HashPipe:
-    """Hashes blocks in a thread of its own, in order, while the caller goes back to the socket.
+class PartialFile:
+    """The partial file as huggingface_hub writes into it: each block counted, refused once ``stop`` is set
+    (Ctrl-C; the bytes so far stay for the next run to resume from)."""
 
-    Inline, every block's hash update stalls the connection it came from (nothing reads the socket while
-    the block is hashed, so the sender waits on a full window); here the next block is read meanwhile.
-    hashlib releases the GIL for large buffers, so the two really overlap. At most :data:`HASH_QUEUE`
-    blocks wait (bounded memory). :meth:`result` waits for the last block and ends the thread; the next
-    :meth:`update` starts another.
-    """
-
-    def __init__(self, hasher: Hasher) -> None:
-        self._hasher = hasher
-        self._q: queue.Queue[bytes | memoryview | None] | None = None
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-
-    def update(self, data: bytes | memoryview) -> None:
-        if not isinstance(data, bytes):
-            data = bytes(data)  # the caller may reuse its buffer once this returns
-        if self._q is None:
-            self._q = queue.Queue(maxsize=HASH_QUEUE)
-            self._thread = threading.Thread(target=self._run, args=(self._q,), name="hash", daemon=True)
-            self._thread.start()
-        self._q.put(data)
-
-    def _run(self, q: queue.Queue[bytes | memoryview | None]) -> None:
-        while (block := q.get()) is not None:
-            if self._error is None:
-                try:
-                    self._hasher.update(block)
-                except BaseException as err:  # re-raised by result()
-                    self._error = err
-
-    def result(self) -> Hasher:
-        """The hasher, every block given so far in it."""
-        if self._q is not None and self._thread is not None:
-            self._q.put(None)
-            self._thread.join()
-            self._q = self._thread = None
-        if self._error is not None:
-            raise self._error
-        return self._hasher
-
-
-class HashingWriter:
-    """The download sink: writes, hashes and counts each block as it arrives; absolute positions.
-
-    The hashing runs beside the download (:class:`_HashPipe`); :attr:`hasher` waits for it. Progress is
-    reported in steps of at least :data:`PROGRESS_STEP` bytes (a rich update per 64 KiB
-    block costs more than the hashing). Every :data:`WRITEBACK_STEP` bytes the kernel is asked to start
-    writing the range out (:func:`~rigsmith.resolving.parts.start_writeback`), so the fsync before the
-    rename waits for the last few MiB rather than for the whole file.
-    """
-
-    def __init__(
-        self,
-        fh: Any,
-        hasher: Hasher,
-        kind: HashKind,
-        size: int,
-        on_bytes: Callable[[int], None],
-        stop: threading.Event | None = None,
-    ) -> None:
+    def __init__(self, fh: IO[bytes], on_bytes: Callable[[int], None], stop: threading.Event) -> None:
         self._fh = fh
-        self.stop = stop  # read by the Hub adapter too: a set stop also cuts a retry backoff short
-        self._fd: int = fh.fileno()
-        self._kind = kind
-        self._size = size
-        self._pipe = _HashPipe(hasher)
         self.on_bytes = on_bytes
+        self.stop = stop  # read by the Hub adapter too: a set stop also cuts a retry backoff short
         self.written = 0
-        self._pos: int = fh.tell()
-        self._unreported = 0
-        self._synced = self._pos
 
     def write(self, data: bytes) -> int:
-        if self.stop is not None and self.stop.is_set():
-            self._fh.flush()  # what arrived stays in the partial file: the next run resumes from it
+        if self.stop.is_set():
             raise Stopped("stopped")
-        n: int = self._fh.write(data)
-        self._pipe.update(data)
+        n = self._fh.write(data)
         self.written += n
-        self._pos += n
-        self._unreported += n
-        if self._unreported >= PROGRESS_STEP:
-            self.on_bytes(self._unreported)
-            self._unreported = 0
-        if self._pos - self._synced >= WRITEBACK_STEP:
-            self._fh.flush()
-            partsmod.start_writeback(self._fd, self._synced, self._pos - self._synced)
-            self._synced = self._pos
+        self.on_bytes(n)
         return n
 
-    @property
-    def hasher(self) -> Hasher:
-        """The hash of every byte written so far (waits for the hashing thread to catch up)."""
-        return self._pipe.result()
-
-    def close(self) -> None:
-        """End the hashing thread (after an error: the bytes so far are not needed)."""
-        self._pipe.result()
-
     def tell(self) -> int:
-        return self._pos
+        return self._fh.tell()
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        # The adapter rewinds to 0 when a server ignores Range; the hash restarts with it.
-        pos: int = self._fh.seek(offset, whence)
-        if pos != self._pos:
-            if pos != 0:
-                raise ValueError("only a rewind to the start is supported")
-            self._pipe.result()
-            self._pipe = _HashPipe(Hasher(self._kind, self._size))
-            self.on_bytes(self._unreported - self._pos)
-            self._unreported = 0
-            self._synced = 0
-        self._pos = pos
+        before = self._fh.tell()
+        pos = self._fh.seek(offset, whence)
+        self.on_bytes(pos - before)  # a server ignoring Range: the file starts over
         return pos
 
     def truncate(self, size: int | None = None) -> int:
-        n: int = self._fh.truncate(size)
-        return n
+        return self._fh.truncate(size)
 
     def flush(self) -> None:
         self._fh.flush()
-        if self._unreported:
-            self.on_bytes(self._unreported)
-            self._unreported = 0
 
 
 @dataclass
@@ -211,12 +100,12 @@ class FetchContext:
     stop: threading.Event
     progress: Progress | None = None
     overall: TaskID | None = None
+    #: Set once a large file turned out not to be on Xet (or hf_xet is off): later files skip the question.
+    no_xet: bool = False
     #: The connections that download ranges of large files (:mod:`~rigsmith.resolving.parts`).
     ranges: ThreadPoolExecutor | None = None
     #: Set once a server answered a range other than as asked: later files skip the ranged route.
     no_ranges: bool = False
-    #: Set once a large file turned out not to be on Xet (or hf_xet is off): later files skip the question.
-    no_xet: bool = False
     #: Large files (a range or more) not started yet: the last ones to start go as several ranges.
     waiting: int = 0
 
@@ -236,11 +125,10 @@ class FetchContext:
         return self.root / STATE_DIR / STATE_FILE
 
     def record(self, rel: str, kind: HashKind, digest: str) -> None:
-        st = (self.root / rel).stat()
+        """Remember that ``rel``, as it is on disk now, holds the bytes that hash to ``digest``."""
+        rec = verified(seen((self.root / rel).stat()), kind, digest)
         with self.mu:
-            self.state.files[rel] = FileState(
-                size=st.st_size, mtime_ns=st.st_mtime_ns, kind=kind, digest=digest
-            )
+            self.state.files[rel] = rec
             write_one(self.state_path, dump_state(self.state))
 
     def hashed(self, n: int) -> None:
@@ -260,7 +148,7 @@ def _alternate(w: Want) -> str:
 
 
 def check_file(ctx: FetchContext, w: Want) -> bool:
-    """Hash what is on disk for ``w``; adopt it (and cache the verification) when it matches."""
+    """Hash what is on disk for ``w``; adopt it (and record the verification) when it matches."""
     for rel in (w.disk_path, _alternate(w)):
         path = ctx.root / rel
         try:
@@ -285,17 +173,12 @@ def check_file(ctx: FetchContext, w: Want) -> bool:
 
 
 def _download(ctx: FetchContext, w: Want) -> None:
-    """Download one file into its partial, verify, move into place; resume from a partial left earlier.
+    """Download one file into its partial (resuming one left earlier), hash it, move it into place.
 
-    A large file goes as several ranges at once when the Hub serves ranges (:func:`_fetch_ranged`), any
-    other by one streamed request (:func:`_fetch_stream`); either way every byte is hashed before the
-    rename, and a file that hashes wrong is fetched once more before it is refused.
-    """
+    A file that hashes wrong is fetched once more before it is refused."""
     part = ctx.inside(f"{STATE_DIR}/{PARTIAL_DIR}/{w.partial_name}")
     part.parent.mkdir(parents=True, exist_ok=True)
-    task = None
-    if ctx.progress is not None:
-        task = ctx.progress.add_task(w.repo_path, total=w.size)
+    task = ctx.progress.add_task(w.repo_path, total=w.size) if ctx.progress is not None else None
 
     def on_bytes(n: int) -> None:
         ctx.advance(n)
@@ -305,17 +188,13 @@ def _download(ctx: FetchContext, w: Want) -> None:
     try:
         for attempt in range(1, MISMATCH_ATTEMPTS + 1):
             done = _fetch_xet(ctx, w, part, on_bytes) or _fetch_ranged(ctx, w, part, on_bytes)
-            digest, got, written = done if done is not None else _fetch_stream(ctx, w, part, on_bytes)
-            if got == w.size and digest == w.digest:
-                # Durable before the rename: the state cache will vouch for these bytes unhashed.
-                fd = os.open(part, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            digest, written = done if done is not None else (None, _fetch(ctx, w, part, on_bytes))
             with ctx.mu:
                 ctx.report.downloaded_bytes += written
+            got = part.stat().st_size
+            digest = digest or hash_file(part, w.kind, w.size, ctx.stop)
             if got == w.size and digest == w.digest:
+                _fsync(part)  # durable before the rename: the record will vouch for these bytes unhashed
                 break
             part.unlink()
             partsmod.record_path(part).unlink(missing_ok=True)
@@ -339,25 +218,43 @@ def _download(ctx: FetchContext, w: Want) -> None:
             ctx.progress.remove_task(task)
 
 
+def _fetch_xet(
+    ctx: FetchContext, w: Want, part: Path, on_bytes: Callable[[int], None]
+) -> tuple[None, int] | None:
+    """(no digest, bytes downloaded) of a large file the Hub keeps on Xet, fetched whole by hf_xet (its chunk
+    cache, not the partial, is what a second try reuses); None when the file is not on Xet (or hf_xet is
+    off, or the adapter has no Xet route), asked for the first large file only."""
+    xet_hub: Any = ctx.get_hub()
+    if ctx.no_xet or w.size < 2 * partsmod.PART_BYTES or not hasattr(xet_hub, "xet_file"):
+        return None
+    xet = xet_hub.xet_file(ctx.entry.repo, ctx.entry.commit, w.repo_path)
+    if xet is None:
+        ctx.no_xet = True  # a Hub either keeps a snapshot's large files on Xet or not: one HEAD is enough
+        return None
+    part.unlink(missing_ok=True)
+    partsmod.record_path(part).unlink(missing_ok=True)
+    xet_hub.download_xet(ctx.entry.repo, ctx.entry.commit, w.repo_path, part, w.size, xet)
+    on_bytes(w.size)
+    return None, w.size
+
+
 def _fetch_ranged(
     ctx: FetchContext, w: Want, part: Path, on_bytes: Callable[[int], None]
-) -> tuple[str, int, int] | None:
-    """(digest, size, bytes downloaded) of ``w`` fetched by range requests (:mod:`~rigsmith.resolving.
-    parts`); None when the Hub adapter has no ranged route or the server does not serve ranges (the
-    partial is then left for the streamed route).
+) -> tuple[str, int] | None:
+    """(digest, bytes downloaded) of a file of :data:`~rigsmith.resolving.parts.PART_BYTES` or more, fetched
+    by range requests and hashed as they land; None for a smaller file, or when the adapter has no ranged
+    route or the server does not serve ranges (the partial is then left for :func:`_fetch`).
 
-    A file of :data:`~rigsmith.resolving.parts.PART_BYTES` or more goes by range requests (a smaller one:
-    None). The last large file to start goes as several ranges in flight together on the shared
-    connections, so a single large file (or the tail of a snapshot) still fills the wire; any other as one
-    range, written and hashed as it arrives, since the other files keep the connections busy.
+    The last large file to start goes as several ranges in flight together on the shared connections, so a
+    single large file (or the tail of a snapshot) still fills the wire; any other as one range.
     """
-    hub = ctx.get_hub()
+    hub: Any = ctx.get_hub()
     if ctx.no_ranges or ctx.ranges is None or not hasattr(hub, "download_range"):
         if partsmod.record_path(part).exists():
             _sequential_partial(part, w.size)
         return None
     if w.size < partsmod.PART_BYTES and not partsmod.record_path(part).exists():
-        return None  # small: huggingface_hub's stream costs little here, and reports errors itself
+        return None
     with ctx.mu:
         ctx.waiting -= 1
         several = w.size >= 2 * partsmod.PART_BYTES and ctx.waiting <= 0
@@ -380,45 +277,17 @@ def _fetch_ranged(
         else:
             digest, resumed, written = partsmod.fetch_whole(part, w.kind, w.size, get, progress, ctx.stop)
     except NotRanged:
-        ctx.no_ranges = True  # the streamed route reports HTTP errors properly, and resumes from the prefix
+        ctx.no_ranges = True  # huggingface_hub reports HTTP errors properly, and resumes from the prefix
         _sequential_partial(part, w.size)
         on_bytes(-reported[0])
         return None
     with ctx.mu:
         ctx.report.resumed_bytes += resumed
-    ctx.hashed(resumed)
-    return digest, w.size, written
-
-
-def _fetch_xet(
-    ctx: FetchContext, w: Want, part: Path, on_bytes: Callable[[int], None]
-) -> tuple[str, int, int] | None:
-    """(digest, size, bytes downloaded) of a large file the Hub keeps on Xet, fetched by hf_xet and then
-    hashed from the page cache; None when the file is not on Xet (or hf_xet is off), asked once per file.
-
-    hf_xet writes the whole file itself: a partial of the other routes is dropped (its chunk cache, not
-    the partial, is what makes a second try cheap)."""
-    hub = ctx.get_hub()
-    if (
-        ctx.no_xet
-        or w.size < 2 * partsmod.PART_BYTES
-        or not (hasattr(hub, "xet_file") and hasattr(hub, "download_xet"))
-    ):
-        return None
-    xet = hub.xet_file(ctx.entry.repo, ctx.entry.commit, w.repo_path)
-    if xet is None:
-        ctx.no_xet = True  # a Hub either keeps a snapshot's large files on Xet or not: one HEAD is enough
-        return None
-    part.unlink(missing_ok=True)
-    partsmod.record_path(part).unlink(missing_ok=True)
-    hub.download_xet(ctx.entry.repo, ctx.entry.commit, w.repo_path, part, w.size, xet)
-    got = part.stat().st_size
-    on_bytes(got)
-    return hash_file(part, w.kind, w.size, ctx.stop), got, got
+    return digest, written
 
 
 def _sequential_partial(part: Path, size: int) -> None:
-    """Make a ranged partial one the streamed route resumes: cut at the first gap, record removed."""
+    """Make a ranged partial one :func:`_fetch` resumes: cut at the first gap, record removed."""
     spans = partsmod.read_record(part, size)
     keep = spans[0][1] if spans and spans[0][0] == 0 else 0
     if part.exists():
@@ -426,35 +295,33 @@ def _sequential_partial(part: Path, size: int) -> None:
     partsmod.record_path(part).unlink(missing_ok=True)
 
 
-def _fetch_stream(
-    ctx: FetchContext, w: Want, part: Path, on_bytes: Callable[[int], None]
-) -> tuple[str, int, int]:
-    """(digest, bytes in the partial, bytes downloaded) of ``w`` streamed by one request from where its
-    partial ends, hashed as it arrives (the resumed prefix hashed from disk first)."""
+def _fetch(ctx: FetchContext, w: Want, part: Path, on_bytes: Callable[[int], None]) -> int:
+    """Bytes downloaded into ``part`` for ``w`` by huggingface_hub's ``http_get``, from where the partial
+    ends (a range request); the caller hashes the file."""
     have = part.stat().st_size if part.exists() else 0
     if have > w.size:
         part.unlink()
         have = 0
-    with part.open("r+b" if have else "w+b") as fh:
-        hasher = (
-            hash_stream(w.kind, w.size, fh, limit=have, stop=ctx.stop) if have else Hasher(w.kind, w.size)
-        )
-        if have:
-            ctx.hashed(have)
-            on_bytes(have)
-            with ctx.mu:
-                ctx.report.resumed_bytes += have
+    if have:
+        on_bytes(have)
+        with ctx.mu:
+            ctx.report.resumed_bytes += have
+    with part.open("r+b" if have else "wb") as fh:
         fh.seek(have)
-        out = HashingWriter(fh, hasher, w.kind, w.size, on_bytes, ctx.stop)
-        try:
-            if have < w.size:
-                ctx.get_hub().download(
-                    ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
-                )
-        finally:
-            out.close()
-        out.flush()
-        return out.hasher.hexdigest(), out.tell(), out.written
+        out = PartialFile(fh, on_bytes, ctx.stop)
+        if have < w.size:
+            ctx.get_hub().download(
+                ctx.entry.repo, ctx.entry.commit, w.repo_path, out, offset=have, size=w.size
+            )
+        return out.written
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def run_all(
