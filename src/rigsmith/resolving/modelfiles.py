@@ -19,6 +19,8 @@ from typing import Any, BinaryIO
 
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
 from rigsmith.resolving.lock import LockedFile, LockedModel, LockedPatch
+from rigsmith.resolving.verified import STATE_DIR as STATE_DIR
+from rigsmith.resolving.verified import STATE_FILE as STATE_FILE
 from rigsmith.resolving.verified import DirState as DirState
 from rigsmith.resolving.verified import FileState as FileState
 from rigsmith.resolving.verified import HashKind as HashKind
@@ -32,10 +34,8 @@ from rigsmith.resolving.verified import verified as verified
 from rigsmith.resolving.verified import vouches as vouches
 from rigsmith.spec import ConfigPatch
 
-#: rigsmith's book-keeping inside a model dir: the verified-file record (STATE_FILE), partial downloads,
-#: the Hub's bytes of a patched config file (ORIGINAL_DIR); and huggingface_hub's own temp files.
-STATE_DIR = ".rigsmith"
-STATE_FILE = "state.json"
+#: rigsmith's book-keeping inside a model dir (STATE_DIR): the verified-file record (STATE_FILE), partial
+#: downloads, the Hub's bytes of a patched config file (ORIGINAL_DIR); and huggingface_hub's temp files.
 PARTIAL_DIR = "partial"
 ORIGINAL_DIR = "original"
 HF_DOWNLOAD_DIR = ".cache/huggingface/download"

@@ -14,9 +14,12 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 HashKind = Literal["sha256", "git_sha1"]
+#: Where the record lives in a model dir: ``<local_dir>/STATE_DIR/STATE_FILE``.
+STATE_DIR = ".rigsmith"
+STATE_FILE = "state.json"
 
 
 class _S(BaseModel):
@@ -95,15 +98,33 @@ class DirState(_S):
     commit: str = ""
     files: dict[str, FileState] = Field(default_factory=dict)  # key: path relative to local_dir
     patches: list[dict[str, Any]] = Field(default_factory=list)  # the spec patches last applied
+    _root: Path | None = PrivateAttr(default=None)  # the model dir, for a record read from its state file
+    _read: dict[str, FileState] = PrivateAttr(default_factory=dict)  # the records as read from disk
 
 
 def read_state(path: Path) -> DirState:
     """The record, or an empty one when it is missing or unreadable (then every file is hashed again)."""
     try:
-        return DirState.model_validate_json(path.read_bytes())
+        state = DirState.model_validate_json(path.read_bytes())
     except (OSError, ValidationError, ValueError):
-        return DirState()
+        state = DirState()
+    if (path.parent.name, path.name) == (STATE_DIR, STATE_FILE):  # a model dir's, not a bundle's cache
+        state._root = path.parent.parent
+        state._read = dict(state.files)
+    return state
 
 
 def dump_state(state: DirState) -> str:
+    """The record as the JSON text of its file.
+
+    A transition step, until bundle and unbundle record files through :func:`verified`: a record they built
+    in this process from their own ``stat`` (size and mtime only) is completed from the file now, when its
+    size and mtime are still the ones they saw moments ago; otherwise it stays partial and never vouches.
+    """
+    for rel, rec in list(state.files.items()):
+        made_now = rec.ctime_ns is None and state._read.get(rel) is not rec
+        if made_now and state._root is not None:
+            now = seen_at(state._root / rel)
+            if now is not None and now[:2] == (rec.size, rec.mtime_ns):
+                state.files[rel] = verified(now, rec.kind, rec.digest)
     return json.dumps(state.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
