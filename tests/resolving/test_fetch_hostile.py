@@ -18,11 +18,11 @@ import pytest
 
 from rigsmith.errors import AdapterError, LockError
 from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.download import PartialFile
 from rigsmith.resolving.hub import HfHub, RetryPolicy, is_retryable
 from rigsmith.resolving.modelfetch import fetch_model
 from rigsmith.resolving.modelfiles import HASH_CHUNK, Stopped, hash_file
 from rigsmith.resolving.netfail import unreachable
-from rigsmith.resolving.transfer import PartialFile
 from tests.support.hubserver import Fault, random_bytes
 from tests.support.models import MiB, cli_env, invoke_argv, run_cli, tiny_files
 

@@ -61,7 +61,7 @@ from rigsmith.resolving.modelfiles import (
     vouches,
     wants,
 )
-from rigsmith.resolving.transfer import FetchContext, check_file, download_all, run_all
+from rigsmith.resolving.transfer import FetchContext, check_file, run_all
 from rigsmith.resolving.transfer import FetchInterrupted as FetchInterrupted
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
@@ -378,6 +378,8 @@ def fetch_model(
             for w in todo:
                 if verify and (root / w.disk_path).exists():
                     echo(f"{w.repo_path}: does not match the lock; downloading it again")
+            from rigsmith.resolving.download import download_all  # byte moving: only when there is some
+
             try:
                 download_all(ctx, todo, workers, progress)
             except KeyboardInterrupt:
