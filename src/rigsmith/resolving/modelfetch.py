@@ -10,7 +10,7 @@ The flow (converge, act, re-check):
    (hash the file on disk) and *to download*. It checks disk space for what is left, then downloads in
    parallel: huggingface_hub moves the bytes into ``.rigsmith/partial/<hash>.incomplete`` (a killed run
    resumes from there with a range request), one hash pass checks them, and a file reaches its real path
-   only once its hash matches the lock (:mod:`~rigsmith.resolving.transfer`).
+   only once its hash matches the lock (:mod:`~rigsmith.resolving.download`).
 3. Config patches are applied to a copy: the Hub's bytes stay in ``.rigsmith/original/<file>``, the
    patched file takes the real path, and the lock records both sha256s.
 
