@@ -313,7 +313,7 @@ def wants(files: Mapping[str, LockedFile], patched: Iterable[str]) -> list[Want]
 
 def stale_partials(partial_names: Iterable[str], wanted: Iterable[Want]) -> list[str]:
     """Partial downloads no current file can resume from (other commit, killed run of another spec)."""
-    keep = {w.partial_name for w in wanted}
+    keep = {n for w in wanted for n in (w.partial_name, f"{w.digest}.ranges")}  # a ranged partial's record
     return sorted(n for n in partial_names if n not in keep)
 
 

@@ -57,6 +57,12 @@ class FetchContext:
     overall: TaskID | None = None
     #: Set once a large file turned out not to be on Xet (or hf_xet is off): later files skip the question.
     no_xet: bool = False
+    #: The connections that download ranges of large files (:mod:`~rigsmith.resolving.parts`).
+    ranges: ThreadPoolExecutor | None = None
+    #: Set once a server answered a range other than as asked: later files skip the ranged route.
+    no_ranges: bool = False
+    #: Large files (a range or more) not started yet: the last ones to start go as several ranges.
+    waiting: int = 0
 
     def inside(self, rel: str) -> Path:
         """``root/rel``, refusing it when a symlinked directory on the way leads out of the model dir."""
