@@ -6,8 +6,9 @@
 - ``invoke --list`` (goal: 0.25 s) and ``invoke deploy podman --check`` of one target with nothing to
   change (goal: 0.35 s; it renders and compares every run, no cache), each against ``python -c pass``
   (the interpreter's own start-up);
-- a warm re-run of ``invoke fetch-model`` on a complete snapshot of ``--files`` files (zero requests; goal:
-  0.2 s for 100 files) against ``hf download --local-dir`` re-run on its own complete copy.
+- a warm re-run of ``invoke fetch-model`` on a complete snapshot of ``--files`` files (zero requests, no
+  mark: the verified-file record and a stat per file; goal: 0.3 s for 100 files, issue 26) against
+  ``hf download --local-dir`` re-run on its own complete copy.
 
 Every figure is the median wall-clock time of ``--repeat`` runs, after one warm-up, with bytecode cached
 (``PYTHONPYCACHEPREFIX`` in a temporary directory; an installed checkout has its ``__pycache__``).
@@ -141,7 +142,7 @@ def _bench(
                 med[f"{label} warm"],
                 "hf download (re-run)",
                 hf_warm,
-                0.2,
+                0.3,
             ),
         ]
     print(f"median of {r} after a warm-up; bytecode cached; 127.0.0.1; {os.cpu_count()} cores")

@@ -46,18 +46,12 @@ def fetch_model(
     A local checkpoint (``model.repo: null``) is not downloaded or verified: the task reports what
     model.local_dir holds (or fails when it is missing) and applies the config patches, keeping the original.
     """
-    from rigsmith.resolving import warmfetch  # stdlib only: a warm re-run answers from stat calls
+    from rigsmith.resolving import modelfetch, secondaryfetch
+    from rigsmith.resolving.modelfiles import parse_workers
 
-    n = warmfetch.parse_workers(workers)
+    n = parse_workers(workers)
     proj = project(c)
     where = Path(dest).expanduser() if dest else None
-    if not (verify or repin or adopt_dir or overwrite_edited):
-        said = warmfetch.recall(proj.root, proj.resolve_name(deployment), where, warmfetch.user_home())
-        if said is not None:
-            echo(said)
-            return
-    from rigsmith.resolving import modelfetch, secondaryfetch
-
     spec = proj.load(deployment)
     try:
         report = secondaryfetch.fetch_models(

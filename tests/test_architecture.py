@@ -38,7 +38,8 @@ ADAPTERS = (
     "rigsmith.resolving.registry",
     "rigsmith.resolving.engine",
     "rigsmith.resolving.modelfetch",
-    "rigsmith.resolving.transfer",  # the bytes of a model's files: Hub stream, byte ranges, hf_xet
+    "rigsmith.resolving.transfer",  # a fetch's context, checks of files on disk, the worker pool
+    "rigsmith.resolving.download",  # the bytes of a model's files: huggingface_hub, byte ranges, hf_xet
     "rigsmith.resolving.localmodel",  # a checkpoint already on disk (file lock, config patches)
     "rigsmith.resolving.build",
     "rigsmith.resolving.checkpoint",  # safetensors headers by range requests

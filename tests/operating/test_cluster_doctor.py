@@ -171,14 +171,16 @@ def fetched(
     return project, spec
 
 
-def test_model_row_reads_each_node_model_dir_and_names_the_node_that_differs(fetched, tmp_path: Path) -> None:
+def test_model_row_reads_each_node_model_dir_and_names_the_node_that_differs(
+    fetched, client: HfHub, tmp_path: Path
+) -> None:
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("a private mount namespace needs root and unshare")
     project, spec = fetched
     lock = lockmod.read(project.lock_path)
     root = Path(spec.model.local_dir)
     other = tmp_path / "node-b-models"
-    shutil.copytree(root, other)  # copies keep mtimes: still verified, as a node's own fetch would be
+    fetch_model(project, spec, dest=other, hub=client, echo=lambda _m: None)  # box-b's own fetch
     # box-b: its own mount namespace, where its copy sits at the model path.
     bind = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
     box_b = RemoteHost(

@@ -19,7 +19,7 @@ from rigsmith.resolving.hub import HfHub
 from rigsmith.resolving.modelfetch import fetch_model
 from rigsmith.spec import Deployment
 from tests.support.hubserver import HubServer
-from tests.support.models import tiny_files
+from tests.support.models import overwrite_in_place, tiny_files
 from tests.support.podman import Podman
 
 PATCH = [{"key": "text_config.ple_embedding_dtype", "value": "float8_e4m3fn"}]
@@ -80,6 +80,16 @@ def test_a_touched_but_identical_file_passes_the_hash_check_not_the_fast_one(fet
         "generation_config.json: changed since fetch-model verified it",
     )
     assert drift.model_facts(spec, _lock(project), verify=True).problems == ()
+
+
+def test_bytes_changed_under_the_same_size_and_mtime_are_drift(fetched) -> None:
+    """The verified-file record holds ctime, inode and device: putting size and mtime back hides nothing."""
+    project, spec, root = fetched
+    shard = root / "model-00002-of-00002.safetensors"
+    overwrite_in_place(shard, 7, b"\0\1\2")
+    assert drift.model_facts(spec, _lock(project)).problems == (
+        "model-00002-of-00002.safetensors: changed since fetch-model verified it",
+    )
 
 
 def test_a_hand_edited_patched_config_is_drift(fetched) -> None:

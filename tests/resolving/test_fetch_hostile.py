@@ -19,11 +19,11 @@ import pytest
 
 from rigsmith.errors import AdapterError, LockError
 from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.download import PartialFile
 from rigsmith.resolving.hub import HfHub, RetryPolicy, is_retryable
 from rigsmith.resolving.modelfetch import fetch_model
-from rigsmith.resolving.modelfiles import HASH_CHUNK, Hasher, Stopped, hash_file
+from rigsmith.resolving.modelfiles import HASH_CHUNK, Stopped, hash_file
 from rigsmith.resolving.netfail import unreachable
-from rigsmith.resolving.transfer import HashingWriter
 from tests.support.hubserver import Fault, random_bytes
 from tests.support.models import MiB, cli_env, invoke_argv, run_cli, tiny_files
 
@@ -257,7 +257,7 @@ def test_a_stop_ends_a_download_waiting_out_a_retry_backoff(hub, tmp_path):
 
     def run() -> None:
         with (tmp_path / "part").open("w+b") as fh:
-            sink = HashingWriter(fh, Hasher("sha256", 64 * 1024), "sha256", 64 * 1024, lambda _n: None, stop)
+            sink = PartialFile(fh, lambda _n: None, stop)
             try:
                 slow.download("acme/backoff", sha, "w.safetensors", sink, offset=0, size=64 * 1024)
             except BaseException as err:

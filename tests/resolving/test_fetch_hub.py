@@ -13,10 +13,9 @@ from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecErr
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.hub import HfHub
 from rigsmith.resolving.modelfetch import fetch_model, pin_model
-from rigsmith.resolving.modelfiles import Hasher, HashMismatch, read_state
-from rigsmith.resolving.transfer import HashingWriter
+from rigsmith.resolving.modelfiles import HashMismatch, read_state
 from tests.support.hubserver import Fault, HubServer, random_bytes
-from tests.support.models import FAST, MiB, digest, tiny_files
+from tests.support.models import FAST, MiB, digest, overwrite_in_place, tiny_files
 
 
 def _assert_tree(root: Path, files: dict[str, bytes], *, patched: tuple[str, ...] = ()) -> None:
@@ -246,48 +245,6 @@ def test_a_file_failing_verification_fails_the_fetch_while_the_others_complete(h
     _assert_tree(root, {p: d for p, d in files.items() if p != bad})
 
 
-def test_download_writer_hashes_and_reports_every_byte_across_a_rewind(tmp_path):
-    """The sink the adapter writes into: one hash, progress that adds up, even when a server ignores Range."""
-    data = random_bytes("writer", 3 * MiB + 7)
-    seen: list[int] = []
-    with (tmp_path / "f").open("w+b") as fh:
-        fh.write(data[:MiB])
-        out = HashingWriter(fh, Hasher("sha256", len(data)), "sha256", len(data), seen.append)
-        assert out.tell() == MiB
-        for i in range(MiB, 2 * MiB + 5, 65536):  # some resumed bytes, then the server starts over
-            out.write(data[i : min(i + 65536, 2 * MiB + 5)])
-        out.seek(0)
-        out.truncate()
-        for i in range(0, len(data), 65536):
-            out.write(data[i : i + 65536])
-        out.flush()
-        assert out.tell() == len(data) == fh.tell()
-    assert sum(seen) == len(data) - MiB  # the resumed MiB was reported by the caller, not the writer
-    assert len(seen) < len(data) // 65536  # batched, not one update per block
-    assert out.hasher.hexdigest() == hashlib.sha256(data).hexdigest()
-    assert (tmp_path / "f").read_bytes() == data
-
-
-def test_download_writer_hashes_beside_the_download_and_ends_its_thread(tmp_path):
-    """The hash runs in a thread of its own: a block whose buffer the caller reuses is still hashed as it
-    was written, reading the hash waits for every block, and no hashing thread outlives the writer."""
-    import threading
-
-    data = random_bytes("pipe", 2 * MiB + 3)
-    with (tmp_path / "f").open("w+b") as fh:
-        out = HashingWriter(fh, Hasher("sha256", len(data)), "sha256", len(data), lambda _n: None)
-        buf = bytearray(65536)
-        for i in range(0, len(data), 65536):
-            block = data[i : i + 65536]
-            buf[: len(block)] = block
-            out.write(memoryview(buf)[: len(block)])  # type: ignore[arg-type]
-        out.flush()
-        assert out.hasher.hexdigest() == hashlib.sha256(data).hexdigest()
-        out.close()
-    assert not [t for t in threading.enumerate() if t.name == "hash"]
-    assert (tmp_path / "f").read_bytes() == data
-
-
 def test_edited_or_corrupted_files_are_caught(hub, client, make_project):
     files = tiny_files("edited")
     sha = hub.repo("acme/edited").add_commit(files)
@@ -296,14 +253,17 @@ def test_edited_or_corrupted_files_are_caught(hub, client, make_project):
     root = Path(spec.model.local_dir)
     shard = root / "model-00002-of-00002.safetensors"
 
-    # Same size, same mtime, different bytes: only --verify can see it.
-    st = shard.stat()
-    with shard.open("r+b") as fh:
-        fh.seek(100)
-        fh.write(b"\0\0\0\0")
-    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    # Same size, same mtime, different bytes: the write changed ctime, so the record no longer vouches; the
+    # file is hashed, found wrong and downloaded again, without --verify.
+    overwrite_in_place(shard, 100, b"\0\0\0\0")
     hub.reset()
-    assert fetch_model(project, spec, hub=client, echo=lambda _m: None).downloaded == []
+    report = fetch_model(project, spec, hub=client, echo=lambda _m: None)
+    assert report.downloaded == ["model-00002-of-00002.safetensors"] and report.hashed_files == 1
+    assert shard.read_bytes() == files[shard.name]
+
+    # --verify hashes every file; one changed on disk is named, then downloaded again.
+    with shard.open("r+b") as fh:
+        fh.write(b"\0\0\0\0")
     msgs: list[str] = []
     report = fetch_model(project, spec, hub=client, verify=True, echo=msgs.append)
     assert report.downloaded == ["model-00002-of-00002.safetensors"]
@@ -311,6 +271,7 @@ def test_edited_or_corrupted_files_are_caught(hub, client, make_project):
     assert shard.read_bytes() == files[shard.name]
 
     # A changed mtime makes the file suspect: it is hashed (not downloaded) and adopted when it matches.
+    st = shard.stat()
     os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
     hub.reset()
     report = fetch_model(project, spec, hub=client, echo=lambda _m: None)

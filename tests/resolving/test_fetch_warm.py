@@ -1,6 +1,7 @@
-"""A warm `invoke fetch-model` re-run answers from stat calls (no spec models, no Hub client, no request),
-and the full fetch runs again whenever anything it followed from changed: a file removed, rewritten or
-touched, a partial download appearing, the spec, the lock, ``--dest``."""
+"""A warm `invoke fetch-model` re-run: zero requests, no network library loaded, no mark; the verified-file
+record vouches for each file only while it looks as it did when hashed (size, mtime, ctime, inode, device),
+so any change — a file removed, rewritten (even under the same size and mtime) or touched, a partial
+download appearing, the spec, ``--dest`` — is seen."""
 
 from __future__ import annotations
 
@@ -13,11 +14,15 @@ from pathlib import Path
 import pytest
 
 from rigsmith import spec as specmod
-from rigsmith.resolving import lock as lockmod
-from tests.support.models import REPO, cli_env, tiny_files
+from rigsmith.resolving.modelfiles import read_state
+from tests.support.models import REPO, cli_env, overwrite_in_place, tiny_files
 
-#: What the warm path must not load (the full fetch loads all of them).
-HEAVY = ("pydantic", "huggingface_hub", "httpx", "filelock", "rigsmith.spec", "rigsmith.resolving.modelfetch")
+#: What a warm run must not load: the Hub client and everything under it, the byte-moving code, the
+#: progress display.
+HEAVY = (
+    *("huggingface_hub", "httpx", "httpx2", "hf_xet", "rich", "tenacity", "http.client"),
+    *("rigsmith.resolving.hub", "rigsmith.resolving.download", "rigsmith.resolving.rangeget"),
+)
 PATCH = [{"key": "text_config.ple_embedding_dtype", "value": "float8_e4m3fn"}]
 
 
@@ -38,13 +43,12 @@ def _fetch(hub, project, *args: str) -> tuple[str, list[str]]:
 
 
 def _warm(hub, project) -> str:
-    """A run that changes nothing (full, or already from the mark), then one answered from its mark."""
-    full, _ = _fetch(hub, project)
+    """A run that changes nothing: no request, nothing heavy loaded, every file verified earlier."""
     hub.reset()
-    fast, heavy = _fetch(hub, project)
-    assert (fast, heavy) == (full.splitlines()[-1], [])
-    assert hub.count() == 0
-    return fast
+    said, heavy = _fetch(hub, project)
+    assert heavy == [] and hub.count() == 0
+    assert said.endswith("0 downloaded (0.0 MiB); 0 hashed; 7 verified earlier"), said
+    return said
 
 
 @pytest.fixture
@@ -56,11 +60,12 @@ def fetched(hub, make_project):
     return project, Path(spec.model.local_dir)
 
 
-def test_a_warm_rerun_loads_no_spec_models_and_no_network_library(hub, fetched):
-    project, _root = fetched
-    said = _warm(hub, project)
-    assert said.endswith("0 downloaded (0.0 MiB); 0 hashed; 7 verified earlier")
-    assert (project.root / ".rigsmith" / "fetched" / "t.json").is_file()
+def test_a_warm_rerun_makes_no_request_loads_no_network_library_and_leaves_no_mark(hub, fetched):
+    project, root = fetched
+    record = (root / ".rigsmith" / "state.json").read_bytes()
+    _warm(hub, project)
+    assert not (project.root / ".rigsmith" / "fetched").exists()
+    assert (root / ".rigsmith" / "state.json").read_bytes() == record
 
 
 def test_a_changed_file_is_downloaded_again(hub, fetched):
@@ -81,20 +86,35 @@ def test_a_touched_file_is_hashed_again(hub, fetched):
     _warm(hub, project)
     os.utime(root / "README.md", ns=(1, 1))
     said, heavy = _fetch(hub, project)
-    assert "1 hashed" in said and heavy
+    assert "1 hashed" in said and "0 downloaded" in said and not heavy
 
 
 def test_bytes_changed_under_the_same_size_and_mtime_are_not_vouched_for(hub, fetched):
-    # The verified-state cache trusts size and mtime; the mark also compares ctime and inode, so the
-    # full fetch decides (and says what its cache says).
+    """The record holds ctime, inode and device too: a rewrite that puts size and mtime back is still seen,
+    hashed, found wrong and downloaded again."""
     project, root = fetched
+    readme = root / "README.md"
+    good = readme.read_bytes()
+    overwrite_in_place(readme, 0, good.upper())
+    said, _heavy = _fetch(hub, project)
+    assert "1 downloaded" in said and "1 hashed" in said, said
+    assert readme.read_bytes() == good
     _warm(hub, project)
+
+
+def test_a_file_replaced_by_another_inode_is_hashed_again(hub, fetched):
+    """Same bytes, same size and mtime, another inode (a copy moved over it): hashed, kept, recorded anew."""
+    project, root = fetched
     readme = root / "README.md"
     st = readme.stat()
-    readme.write_bytes(readme.read_bytes().upper())
-    os.utime(readme, ns=(st.st_atime_ns, st.st_mtime_ns))
-    _said, heavy = _fetch(hub, project)
-    assert heavy
+    copy = root / "README.copy"
+    copy.write_bytes(readme.read_bytes())
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    copy.replace(readme)
+    said, _heavy = _fetch(hub, project)
+    assert "0 downloaded" in said and "1 hashed" in said, said
+    assert read_state(root / ".rigsmith" / "state.json").files["README.md"].ino == readme.stat().st_ino
+    _warm(hub, project)
 
 
 def test_a_stale_partial_download_is_removed(hub, fetched):
@@ -102,35 +122,24 @@ def test_a_stale_partial_download_is_removed(hub, fetched):
     _warm(hub, project)
     (root / ".rigsmith" / "partial" / ("0" * 64 + ".incomplete")).write_bytes(b"x")
     said, heavy = _fetch(hub, project)
-    assert "1 stale partial(s) removed" in said and heavy
+    assert "1 stale partial(s) removed" in said and not heavy
 
 
-def test_a_changed_spec_or_lock_or_dest_runs_the_full_fetch(hub, fetched, tmp_path):
+def test_a_changed_spec_or_dest_is_followed(hub, fetched, tmp_path):
     project, _root = fetched
-    _warm(hub, project)
     path = project.spec_path("t")
     data = specmod.to_data(specmod.load(path))
     data["model"]["ignore_patterns"] = ["README.md"]
     path.write_text(specmod.dump(specmod.from_data(data)), encoding="utf-8")
-    said, heavy = _fetch(hub, project)
-    assert said.startswith("6 files at") and heavy
-
-    _warm(hub, project)
-    lock = lockmod.read(project.lock_path)
-    lock.models.pop("t")
-    project.lock_path.write_text(lockmod.dumps(lock), encoding="utf-8")
-    hub.reset()
-    said, heavy = _fetch(hub, project)
-    assert hub.count() > 0 and heavy  # pinned again: the lock lost the commit
-
-    _warm(hub, project)
+    said, _heavy = _fetch(hub, project)
+    assert said.startswith("6 files at")
     said, heavy = _fetch(hub, project, "--dest", str(tmp_path / "elsewhere"))
     assert "6 downloaded" in said and heavy
 
 
 def test_verify_always_hashes(hub, fetched):
     project, _root = fetched
-    _warm(hub, project)
-    said, heavy = _fetch(hub, project, "--verify")
-    assert said.endswith("0 verified earlier") and heavy
-    assert not (project.root / ".rigsmith" / "fetched" / "t.json").exists()
+    hub.reset()
+    said, _heavy = _fetch(hub, project, "--verify")
+    assert said.endswith("0 verified earlier") and "8 hashed" in said, said
+    assert hub.count() == 0

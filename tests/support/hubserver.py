@@ -227,13 +227,14 @@ class HubServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> HubServer:
+    def start(self, host: str = "127.0.0.1") -> HubServer:
+        """Serve on ``host`` (loopback; the link benchmark passes an address of a namespace it made)."""
         server = self
 
         class Handler(_Handler):
             hub = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer((host, 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
@@ -449,8 +450,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if cut < end:
+            # A clean close (FIN) mid-body: every byte sent reaches the client (a reset may discard bytes
+            # still unread in its buffer, so what arrived would be a race).
             self.wfile.flush()
-            self._reset()
+            self.connection.shutdown(socket.SHUT_WR)
+            self.close_connection = True
 
     def _body(
         self, data: bytes | Blob, start: int, cut: int, fault: Fault | None, req: Request, file: str
@@ -526,6 +530,7 @@ def main(argv: list[str] | None = None) -> None:
         "--also", action="append", default=[], metavar="REPO:SHARDS:MIB", help="another repo to serve"
     )
     ap.add_argument("--data-dir", type=Path, help="keep the shards as files here (any size), not in memory")
+    ap.add_argument("--host", default="127.0.0.1", help="address to serve on (bench_link: a netns one)")
     ap.add_argument(
         "--slow", type=float, default=0.0, help="seconds to sleep per 256 KiB sent (to watch progress)"
     )
@@ -537,7 +542,7 @@ def main(argv: list[str] | None = None) -> None:
         shas.append(_bench_repo(server, repo, int(shards), int(mib), args.data_dir))
     if args.slow:
         server.fault(Fault("slow", "/resolve/", delay=args.slow, times=1 << 30))
-    server.start()
+    server.start(args.host)
     sys.stdout.write("".join(f"{server.url} {sha}\n" for sha in shas))
     sys.stdout.flush()
     try:

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from rigsmith.project import Project
 from rigsmith.resolving.hub import RetryPolicy
@@ -76,3 +77,14 @@ def run_cli(hub: HubServer, project: Project, *args: str, **env: str) -> subproc
     return subprocess.run(
         invoke_argv(*args), env=cli_env(hub, project, **env), capture_output=True, text=True, timeout=300
     )
+
+
+def overwrite_in_place(path: Path, offset: int, data: bytes) -> None:
+    """Change bytes of ``path`` and put its mtime back: size and mtime as before, only ctime tells."""
+    st = path.stat()
+    with path.open("r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    now = path.stat()
+    assert (now.st_size, now.st_mtime_ns) == (st.st_size, st.st_mtime_ns)

@@ -83,14 +83,13 @@ from rigsmith.resolving.modelfiles import (
     STATE_DIR,
     STATE_FILE,
     DirState,
-    FileState,
     HashKind,
     Want,
     dump_state,
     expand_dir,
     read_state,
-    still_verified,
 )
+from rigsmith.resolving.verified import seen, verified, vouches
 from rigsmith.writer import write_one
 
 # -- bundle -----------------------------------------------------------------------------------------------
@@ -157,13 +156,12 @@ def bundle(
         except FileNotFoundError:
             return None
         fs = bstate.files.get(member)
-        if fs is None or not still_verified(fs, st.st_size, st.st_mtime_ns, kind, digest or fs.digest):
+        if fs is None or not vouches(fs, seen(st), kind, digest or fs.digest):
             return None
         return fs.digest
 
     def remember(member: str, path: Path, kind: HashKind, digest: str) -> None:
-        st = path.stat()
-        new = FileState(size=st.st_size, mtime_ns=st.st_mtime_ns, kind=kind, digest=digest)
+        new = verified(seen(path.stat()), kind, digest)
         if bstate.files.get(member) != new:
             bstate.files[member] = new
             write_one(state_path, dump_state(bstate))
@@ -179,7 +177,7 @@ def bundle(
                 f"{src}: missing — the model is not fetched (or was moved)",
                 hint=f"run `invoke fetch-model --deployment {spec.name}` first",
             ) from None
-        if not still_verified(fetched.files.get(w.disk_path), st.st_size, st.st_mtime_ns, w.kind, w.digest):
+        if not vouches(fetched.files.get(w.disk_path), seen(st), w.kind, w.digest):
             verify_source(src, w, report)
         dst = out / (MODEL_PREFIX + w.repo_path)
         member = MODEL_PREFIX + w.repo_path

@@ -106,7 +106,7 @@ def node_spec(spec: Deployment, node: ClusterNode) -> Deployment:
 
 
 def node_model_facts(spec: Deployment, lock: lockmod.Lock, host: Host, *, verify: bool = False) -> ModelFacts:
-    """The node's model dir against the lock (another machine's: sizes and its verified-state cache, read
+    """The node's model dir against the lock (another machine's: sizes and its verified-file record, read
     through its Host, at the same path as here)."""
     listing = None
     if isinstance(host, RemoteHost):

@@ -346,7 +346,7 @@ def _check_model(spec: Deployment, facts: HostFacts) -> Check | None:
         )
     if m.note and not m.checked and not m.problems:
         return Check("model files", "go", m.note)
-    how = "full hashes" if m.hashed else "sizes + verified-state cache"
+    how = "full hashes" if m.hashed else "sizes + verified-file record"
     if not m.problems:
         return Check("model files", "go", f"{m.checked} files at {m.local_dir} match rigsmith.lock ({how})")
     return Check(

@@ -1,15 +1,15 @@
 """The rig against the lock: is the model dir what ``fetch-model`` verified, is the locked image here?
 
 ``doctor`` shows the answers as rows; ``up`` refuses to start on any difference (``--ignore-drift``
-starts anyway). The fast model check trusts the verified-state cache ``fetch-model`` keeps in
-``<local_dir>/.rigsmith/state.json`` (size and mtime still those of the verified bytes); ``verify`` hashes
-every file, as ``fetch-model --verify`` does, without downloading anything.
+starts anyway). The fast model check trusts the verified-file record ``fetch-model`` keeps in
+``<local_dir>/.rigsmith/state.json`` only where it vouches for the file as it is now (same size, mtime,
+ctime, inode and device as when it was hashed: :func:`~rigsmith.resolving.modelfiles.vouches`); ``verify``
+hashes every file, as ``fetch-model --verify`` does, without downloading anything.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 from rigsmith.errors import LockDriftError
 from rigsmith.operating.probes import ImageFacts, ModelFacts
@@ -19,12 +19,14 @@ from rigsmith.resolving.modelfiles import (
     STATE_FILE,
     DirState,
     HashKind,
+    Seen,
     expand_dir,
     hash_file,
     patches_by_file,
     read_state,
+    seen_at,
     select,
-    still_verified,
+    vouches,
     wants,
 )
 from rigsmith.secondary import placements, view
@@ -34,19 +36,9 @@ from rigsmith.spec import Deployment, ModelSpec
 SHOWN = 8
 
 
-#: (size, mtime in ns) of a file of the model dir by its path relative to the dir; None when missing.
-Stat = Callable[[str], "tuple[int, int] | None"]
-
-
-def _local_stat(root: Path) -> Stat:
-    def stat(rel: str) -> tuple[int, int] | None:
-        try:
-            st = (root / rel).stat()
-        except OSError:
-            return None
-        return st.st_size, st.st_mtime_ns
-
-    return stat
+#: How a file of the model dir looks (:data:`~rigsmith.resolving.modelfiles.Seen`) by its path relative to
+#: the dir; None when missing.
+Stat = Callable[[str], "Seen | None"]
 
 
 def model_facts(
@@ -54,12 +46,12 @@ def model_facts(
     lock: lockmod.Lock,
     *,
     verify: bool = False,
-    listing: tuple[Mapping[str, tuple[int, int]], str | None] | None = None,
+    listing: tuple[Mapping[str, Seen], str | None] | None = None,
 ) -> ModelFacts:
     """Compare ``model.local_dir`` with the deployment's model entry in the lock.
 
-    ``listing``: another machine's model dir instead of this one's, as (relative path → (size, mtime ns),
-    the text of its verified-state file or None); sizes and the verified-state cache only, no hashes.
+    ``listing``: another machine's model dir instead of this one's, as (relative path → how it looks there,
+    the text of its verified-file record or None); sizes and the record only, no hashes.
     """
     m = spec.model
     if m.repo is None:
@@ -100,12 +92,13 @@ def _compare(
     m: ModelSpec,
     entry: lockmod.LockedModel,
     verify: bool,
-    listing: tuple[Mapping[str, tuple[int, int]], str | None] | None = None,
+    listing: tuple[Mapping[str, Seen], str | None] | None = None,
 ) -> tuple[int, list[str]]:
     """(files compared, differences) of one model dir against its lock entry."""
     root = expand_dir(m.local_dir)
     if listing is None:
-        state, stat = read_state(root / STATE_DIR / STATE_FILE), _local_stat(root)
+        state = read_state(root / STATE_DIR / STATE_FILE)
+        stat: Stat = lambda rel: seen_at(root / rel)  # noqa: E731
     else:
         files_there, state_text = listing
         state, stat = _state(state_text), files_there.get
@@ -137,7 +130,7 @@ def _compare(
         elif verify:
             if hash_file(root / rel, kind, st[0]) != digest:
                 problems.append(f"{rel}: content differs from the lock ({kind})")
-        elif not still_verified(state.files.get(rel), st[0], st[1], kind, digest):
+        elif not vouches(state.files.get(rel), st, kind, digest):
             problems.append(f"{rel}: changed since fetch-model verified it")
     return len(expected), problems
 

@@ -14,7 +14,6 @@ from rigsmith.operating import probes
 ENGINE_PROCESS = re.compile(r"VLLM::|EngineCore|\bvllm\b|vllm\.entrypoints")
 
 
-
 def top_argv(name: str) -> list[str]:
     return ["podman", "top", name, "hpid", "args"]
 

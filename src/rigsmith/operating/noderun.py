@@ -12,11 +12,15 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rigsmith.errors import RigsmithError
 from rigsmith.operating.host import Host, LocalHost
 from rigsmith.operating.probes import CmdResult
 from rigsmith.spec import ClusterNode, Deployment
+
+if TYPE_CHECKING:
+    from rigsmith.resolving.modelfiles import Seen
 
 #: ssh never prompts (a missing key is an error, not a hang) and gives up on a dead host.
 SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
@@ -62,24 +66,33 @@ class RemoteHost:
         return blocks * frsize, avail * frsize
 
     def tree_bytes(self, path: str) -> int:
-        return sum(size for size, _mtime in self.files(path).values())
+        return sum(seen[0] for seen in self.files(path).values())
 
     def size(self, path: str) -> int | None:
         res = self.run(["stat", "-L", "-c", "%s %F", "--", path])
         size, _, kind = res.stdout.strip().partition(" ")
         return int(size) if res.code == 0 and size.isdigit() and kind.startswith("regular") else None
 
-    def files(self, path: str) -> dict[str, tuple[int, int]]:
-        """Every file under ``path``: relative path → (size, mtime in ns); empty when there is none."""
-        res = self.run(["find", path, "-type", "f", "-printf", r"%P\t%s\t%T@\n"])
-        out: dict[str, tuple[int, int]] = {}
+    def files(self, path: str) -> dict[str, Seen]:
+        """Every file under ``path``: relative path → (size, mtime ns, ctime ns, inode, device), as
+        :func:`~rigsmith.resolving.modelfiles.seen` has it here; empty when there is none."""
+        res = self.run(["find", path, "-type", "f", "-printf", r"%P\t%s\t%T@\t%C@\t%i\t%D\n"])
+        out: dict[str, Seen] = {}
         for line in res.stdout.splitlines():
-            rel, _, rest = line.partition("\t")
-            size, _, mtime = rest.partition("\t")
-            secs, _, frac = mtime.partition(".")
-            if size.isdigit() and secs.isdigit():
-                out[rel] = (int(size), int(secs) * 10**9 + int((frac + "0" * 9)[:9] or 0))
+            rel, *rest = line.split("\t")
+            if len(rest) == 5 and all(x.isdigit() for x in (rest[0], *rest[3:])):
+                mtime, ctime = _ns(rest[1]), _ns(rest[2])
+                if mtime is not None and ctime is not None:
+                    out[rel] = (int(rest[0]), mtime, ctime, int(rest[3]), int(rest[4]))
         return out
+
+
+def _ns(text: str) -> int | None:
+    """``find -printf %T@`` (seconds with a fraction) in nanoseconds."""
+    secs, _, frac = text.partition(".")
+    if not secs.isdigit() or not (frac.isdigit() or not frac):
+        return None
+    return int(secs) * 10**9 + int((frac + "0" * 9)[:9])
 
 
 def ssh_host(dest: str, local: LocalHost) -> RemoteHost:

@@ -479,7 +479,7 @@ class ModelFacts:
 
     local_dir: str
     checked: int  # files compared
-    hashed: bool  # full hashes (--verify) rather than sizes + the verified-state cache
+    hashed: bool  # full hashes (--verify) rather than the verified-file record
     problems: tuple[str, ...] = ()
     note: str | None = None  # why nothing could be compared (no lock entry, local checkpoint)
     unpinned: tuple[str, ...] = ()  # repos (the model, secondaries) rigsmith.lock has no commit for yet

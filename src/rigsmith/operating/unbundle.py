@@ -53,14 +53,13 @@ from rigsmith.resolving.modelfiles import (
     STATE_DIR,
     STATE_FILE,
     DirState,
-    FileState,
     Hasher,
     Want,
     dump_state,
     expand_dir,
     read_state,
-    still_verified,
 )
+from rigsmith.resolving.verified import seen, verified, vouches
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
@@ -239,7 +238,7 @@ def _unbundle_dir(
             st = (root / w.disk_path).stat()
         except FileNotFoundError:
             return False
-        return still_verified(fetched.files.get(w.disk_path), st.st_size, st.st_mtime_ns, w.kind, w.digest)
+        return vouches(fetched.files.get(w.disk_path), seen(st), w.kind, w.digest)
 
     todo = [w for w in c.wanted if not in_place(w)]
     copy_bytes = sum(
@@ -326,11 +325,7 @@ def _verify_members(
     for member, e in manifest.members.items():
         st = (bundle_dir / member).stat()
         fs = cache.files.get(member)
-        if (
-            fs is not None
-            and (fs.size, fs.mtime_ns) == (st.st_size, st.st_mtime_ns)
-            and fs.digest == f"{e.sha256}:{st.st_ino}"
-        ):
+        if vouches(fs, seen(st), "sha256", e.sha256):
             report.verified_earlier += 1
         else:
             todo.append(member)
@@ -359,9 +354,7 @@ def _verify_members(
                 bad.append(f"{member}: git blob sha1 {g.hexdigest()}, the lock says {git[member].digest}")
                 continue
             report.verified += 1
-            cache.files[member] = FileState(
-                size=st.st_size, mtime_ns=st.st_mtime_ns, kind="sha256", digest=f"{got}:{st.st_ino}"
-            )
+            cache.files[member] = verified(seen(st), "sha256", got)
             cache_path.parent.mkdir(parents=True, exist_ok=True)
             write_one(cache_path, dump_state(cache))
     if bad:
@@ -455,10 +448,7 @@ def _place_model(
     fetched.repo, fetched.commit = c.entry.repo, c.entry.commit
 
     def record(w: Want) -> None:
-        st = (root / w.disk_path).stat()
-        fetched.files[w.disk_path] = FileState(
-            size=st.st_size, mtime_ns=st.st_mtime_ns, kind=w.kind, digest=w.digest
-        )
+        fetched.files[w.disk_path] = verified(seen((root / w.disk_path).stat()), w.kind, w.digest)
         write_one(state_path, dump_state(fetched))
 
     place_all(

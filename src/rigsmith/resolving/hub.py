@@ -1,8 +1,10 @@
 """The Hub adapter: huggingface_hub behind a small interface, with retries and clear errors.
 
-It translates, nothing more: resolve a revision, list a commit's files with their hashes, stream one
-file's bytes from an offset. Retries (tenacity) cover transient failures only; huggingface_hub's own
-exception tree decides what is transient (see research/library-facts.md §1.9: ``GatedRepoError`` is a
+It translates, nothing more: resolve a revision, list a commit's files with their hashes, move a file's
+bytes from an offset (huggingface_hub's ``http_get``), a byte range of a large one (``rangeget``), or the
+whole file (``xet_get``, where the Hub says Xet). Retries (tenacity) cover transient failures only;
+huggingface_hub's own exception tree decides what is transient (see research/library-facts.md §1.9:
+``GatedRepoError`` is a
 ``RepositoryNotFoundError``, ``LocalEntryNotFoundError`` wraps the real cause, transport errors are
 ``httpx2`` errors and not ``OSError``).
 """
@@ -17,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import httpcore2
@@ -33,9 +35,9 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url, xet_get
+from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url, http_get, xet_get
 from huggingface_hub.utils._headers import build_hf_headers
-from huggingface_hub.utils._http import hf_raise_for_status, http_backoff, http_stream_backoff
+from huggingface_hub.utils._http import hf_raise_for_status, http_backoff
 from huggingface_hub.utils._runtime import is_xet_available
 from huggingface_hub.utils._xet import XetFileData
 from tenacity import (
@@ -58,9 +60,12 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 #: A tree listing longer than this many pages is refused (1000 entries a page: far beyond any model).
 MAX_TREE_PAGES = 1000
+#: Bytes ``http_get`` hands to the partial file at a time (huggingface_hub's default: 10 MiB). Ctrl-C is
+#: seen, and a later run resumes, at this step: 1 MiB keeps both prompt on a slow link.
+CHUNK_BYTES = 1 << 20
 #: Bytes asked of the socket per read on huggingface_hub's HTTP/1.1 connections (httpcore's default: 64 KiB).
-#: Each read is one pass through h11 and httpx in Python, then one write and one hash update: at loopback
-#: or LAN rates 1 MiB reads cut the client's CPU per downloaded GiB by about a fifth (bench/bench_fetch.py).
+#: Each read is one pass through h11 and httpx in Python: at LAN rates 1 MiB reads cut the client's CPU per
+#: downloaded GiB by about a fifth (bench/bench_link.py).
 READ_BYTES = 1 << 20
 #: huggingface_hub logs every one of its own retries (two lines each); rigsmith reports its own, once.
 _HF_HTTP_LOGGER = "huggingface_hub.utils._http"
@@ -68,7 +73,7 @@ T = TypeVar("T")
 
 
 class Sink(Protocol):
-    """Where downloaded bytes go: a binary file (or a wrapper that hashes as it writes)."""
+    """Where downloaded bytes go: a binary file (or a wrapper that counts them and stops on Ctrl-C)."""
 
     def write(self, data: bytes, /) -> object: ...
     def tell(self) -> int: ...
@@ -97,6 +102,9 @@ class Hub(Protocol):
         """
         ...
 
+    # An adapter may also have ``xet_file`` and ``download_xet`` (HfHub has): then files the Hub keeps on
+    # Xet go through hf_xet. An offline one (unbundle's) has neither.
+
 
 def is_retryable(exc: BaseException) -> bool:
     """Transient (worth another attempt) vs final: the §1.9 classification, order matters."""
@@ -115,14 +123,13 @@ def is_retryable(exc: BaseException) -> bool:
         return True
     if isinstance(exc, LocalEntryNotFoundError):
         return exc.__cause__ is not None and is_retryable(exc.__cause__)
-    if isinstance(exc, ShortRange | ConnectionError | TimeoutError | http.client.HTTPException):
-        return True  # the ranged route's transport errors (rangeget: the standard library's)
-    # ShortBody is what _stream raises; the message test keeps huggingface_hub's own size check transient.
-    return isinstance(exc, ShortBody) or (isinstance(exc, OSError) and "Consistency check failed" in str(exc))
+    # ShortRange and the standard library's errors: the ranged route's (rangeget).
+    transient = (ShortBody, ShortRange, ConnectionError, TimeoutError, http.client.HTTPException)
+    return isinstance(exc, transient)
 
 
 class ShortBody(OSError):
-    """The server ended (or overran) a body at a size other than the one the lock records."""
+    """The server sent a body of another size than the one the lock records (transient: ask again)."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +175,9 @@ class HfHub:
         self._api = HfApi(endpoint=self.endpoint, token=token if token else False, library_name="rigsmith")
         self._ranges: RangeGetter | None = None
         logging.getLogger(_HF_HTTP_LOGGER).setLevel(logging.ERROR)
-        _widen_reads()
+        constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, CHUNK_BYTES)
+        if getattr(httpcore2.HTTP11Connection, "READ_NUM_BYTES", 0) < READ_BYTES:
+            httpcore2.HTTP11Connection.READ_NUM_BYTES = READ_BYTES  # a class setting: no per-client knob
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ, retry: RetryPolicy | None = None) -> HfHub:
@@ -262,24 +271,22 @@ class HfHub:
         headers = build_hf_headers(token=self._token if self._token else False, library_name="rigsmith")
         if out.tell() != offset:
             raise ValueError("out must be positioned at offset")
+        bar: Any = _NoBar  # rigsmith shows its own progress (the sink counts the bytes)
+        sink: Any = out  # http_get asks for a BinaryIO; it calls write, tell, seek and truncate
 
         def once() -> None:
-            # A transport error after some bytes arrived resumes at once from what was written (like
-            # http_get's own loop, whose budget also resets on progress); one without progress (or after
-            # a server ignoring Range sent us back to 0), and every HTTP error, goes to the retry
-            # policy's budget and backoff.
-            while True:
-                before = out.tell()
-                try:
-                    _stream(url, headers, out, size)
-                    return
-                except httpx2.TransportError as err:
-                    if out.tell() <= before or not is_retryable(err):
-                        raise
-                    log.warning(
-                        "download %s@%s/%s: %s: %s; resuming at byte %d",
-                        repo, commit, path, type(err).__name__, err, out.tell(),
-                    )  # fmt: skip
+            # http_get resumes by itself after a dropped connection (up to 5 times, its budget reset by
+            # progress); other failures go to the retry policy, which resumes from what was written.
+            have = out.tell()
+            try:
+                http_get(url, sink, resume_size=have, headers=headers, expected_size=size, tqdm_class=bar)
+            except OSError as err:
+                if isinstance(err, HfHubHTTPError) or err.errno is not None:
+                    raise  # an HTTP error, or the disk (full, unwritable)
+                # huggingface_hub's own size check: the body ran short or long. Start the file over.
+                out.seek(0)
+                out.truncate()
+                raise ShortBody(f"the body of {path} was not {size} bytes") from err
 
         def sleep(seconds: float) -> None:
             # A Ctrl-C must not wait out a backoff of up to a minute.
@@ -413,45 +420,17 @@ class HfHub:
         return AdapterError(f"{what}: {where}: {type(err).__name__}: {err}")
 
 
-def _widen_reads() -> None:
-    """Read :data:`READ_BYTES` at a time on huggingface_hub's HTTP/1.1 connections (a class setting of
-    httpcore: the session's connection pool has no per-client knob). Never narrows a larger setting."""
-    conn = httpcore2.HTTP11Connection
-    if getattr(conn, "READ_NUM_BYTES", 0) < READ_BYTES:
-        conn.READ_NUM_BYTES = READ_BYTES
+class _NoBar:
+    """``http_get``'s progress bar, silenced."""
 
+    def __init__(self, **_kw: Any) -> None:
+        pass
 
-def _stream(url: str, headers: Mapping[str, str], out: Sink, size: int) -> None:
-    """GET ``url`` from ``out.tell()`` to ``size`` into ``out``, each block written as it arrives.
+    def __enter__(self) -> _NoBar:
+        return self
 
-    huggingface_hub's ``http_get`` re-chunks the body into 10 MiB pieces through httpx's ``ByteChunker``
-    (a BytesIO write, ``getvalue`` and a slice: three extra copies of every byte) and so also resumes only
-    at 10 MiB boundaries. This uses the same session, backoff and error mapping (``http_stream_backoff``,
-    ``hf_raise_for_status``) and hands each block httpx read to ``out`` as it is.
-    """
-    have = out.tell()
-    req = dict(headers)
-    if have:
-        req["Range"] = f"bytes={have}-"
-    with http_stream_backoff(
-        "GET",
-        url,
-        headers=req,
-        timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT,
-        retry_on_exceptions=(),
-        retry_on_status_codes=(408, 429),
-    ) as resp:
-        hf_raise_for_status(resp)
-        if have and resp.status_code != 206:
-            # The server ignored Range (a CDN may answer 200 with the whole body): start the file over.
-            out.seek(0)
-            out.truncate()
-            have = 0
-        # No chunk size: the blocks h11 parsed (decoded when Content-Encoding says so), not re-chunked.
-        for block in resp.iter_bytes():
-            have += len(block)
-            if have > size:
-                raise ShortBody(f"Consistency check failed: the body runs past {size} bytes")
-            out.write(block)
-    if have != size:
-        raise ShortBody(f"Consistency check failed: the body ended at byte {have} of {size}")
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def update(self, _n: int) -> None:
+        pass

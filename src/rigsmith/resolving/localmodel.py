@@ -21,10 +21,6 @@ from rigsmith.resolving.modelfiles import (
     patch_json,
     patches_by_file,
 )
-from rigsmith.resolving.transfer import FetchInterrupted as FetchInterrupted
-from rigsmith.resolving.warmfetch import MAX_WORKERS as MAX_WORKERS
-from rigsmith.resolving.warmfetch import WORKERS as WORKERS
-from rigsmith.resolving.warmfetch import parse_workers as parse_workers
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 

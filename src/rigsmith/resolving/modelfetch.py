@@ -5,11 +5,12 @@ The flow (converge, act, re-check):
 1. :func:`pin_model` resolves the spec's branch/tag once into ``rigsmith.lock`` (commit + every file's
    size and Hub hash). Afterwards the locked commit is used until the spec changes or ``--repin``.
 2. :func:`fetch_model` takes a per-directory file lock, removes stale partial downloads, and sorts the
-   wanted files into *verified earlier* (size and mtime match the verified-state cache: no hashing, no
-   network), *to check* (hash the file on disk) and *to download*. It checks disk space for what is left,
-   then downloads in parallel. Each file streams into ``.rigsmith/partial/<hash>.incomplete`` while being
-   hashed, so a killed run resumes from the partial file with an HTTP range request; a file reaches its
-   real path only once its hash matches the lock.
+   wanted files into *verified earlier* (the verified-file record vouches for the file as it is on disk:
+   same size, mtime, ctime, inode and device as when it was hashed; no hashing, no network), *to check*
+   (hash the file on disk) and *to download*. It checks disk space for what is left, then downloads in
+   parallel: huggingface_hub moves the bytes into ``.rigsmith/partial/<hash>.incomplete`` (a killed run
+   resumes from there with a range request), one hash pass checks them, and a file reaches its real path
+   only once its hash matches the lock (:mod:`~rigsmith.resolving.download`).
 3. Config patches are applied to a copy: the Hub's bytes stay in ``.rigsmith/original/<file>``, the
    patched file takes the real path, and the lock records both sha256s.
 
@@ -31,15 +32,16 @@ from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import warmfetch
 from rigsmith.resolving.localmodel import dir_lock, fetch_local, patched, real_home
 from rigsmith.resolving.lock import LockedModel
 from rigsmith.resolving.modelfiles import (
     HF_DOWNLOAD_DIR,
+    MAX_WORKERS,
     ORIGINAL_DIR,
     PARTIAL_DIR,
     STATE_DIR,
     STATE_FILE,
+    WORKERS,
     FetchReport,
     Want,
     check_disk,
@@ -51,17 +53,16 @@ from rigsmith.resolving.modelfiles import (
     locked_patches,
     patches_by_file,
     read_state,
+    seen_at,
     select,
     sha256_bytes,
     stale_partials,
-    still_verified,
+    user_home,
+    vouches,
     wants,
 )
-from rigsmith.resolving.transfer import FetchContext, check_file, download_all, run_all
+from rigsmith.resolving.transfer import FetchContext, check_file, run_all
 from rigsmith.resolving.transfer import FetchInterrupted as FetchInterrupted
-from rigsmith.resolving.warmfetch import MAX_WORKERS as MAX_WORKERS
-from rigsmith.resolving.warmfetch import WORKERS as WORKERS
-from rigsmith.resolving.warmfetch import parse_workers as parse_workers
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
@@ -219,16 +220,14 @@ def _patch(
     for file, plist in patches_by_file(ctx.spec.model.config_patches).items():
         target = ctx.root / file
         rec = recorded.get(file)
-        if not verify and rec is not None and ctx.state.patches == spec_patches:
-            try:
-                st = target.stat()
-            except FileNotFoundError:
-                st = None
-            if st is not None and still_verified(
-                ctx.state.files.get(file), st.st_size, st.st_mtime_ns, "sha256", rec.patched_sha256
-            ):
-                applied[file] = (rec.original_sha256, rec.patched_sha256)
-                continue
+        if (
+            not verify
+            and rec is not None
+            and ctx.state.patches == spec_patches
+            and vouches(ctx.state.files.get(file), seen_at(target), "sha256", rec.patched_sha256)
+        ):
+            applied[file] = (rec.original_sha256, rec.patched_sha256)
+            continue
         original = (ctx.root / STATE_DIR / ORIGINAL_DIR / file).read_bytes()
         new = patched(original, plist, file)
         a, b = sha256_bytes(original), sha256_bytes(new)
@@ -261,8 +260,7 @@ def _patch(
     return applied
 
 
-# Over 80 lines, left whole for now: fetch-model's order (resolve, plan, disk space, download, verify, lock)
-# is the function; it is also being reworked for lazy imports in parallel, so it is split after that lands.
+# Over 80 lines: fetch-model's order (resolve, plan, disk space, download, verify, lock) is the function.
 def fetch_model(
     project: Project,
     spec: Deployment,
@@ -288,7 +286,7 @@ def fetch_model(
         project: the checkout (lock read/written).
         spec: the deployment whose ``model`` section is fetched.
         dest: directory to fetch into instead of ``spec.model.local_dir``.
-        verify: hash every file again even where the verified-state cache vouches for it.
+        verify: hash every file again even where the verified-file record vouches for it.
         repin: re-resolve a branch/tag before fetching (shows what changed).
         echo: where status lines go.
         hub: Hub adapter (or factory); built only when a request is needed.
@@ -313,7 +311,7 @@ def fetch_model(
             f"--workers {workers}: must be between 1 and {MAX_WORKERS}",
             hint=f"the default, {WORKERS}, matches `hf download`",
         )
-    home = home if home is not None else warmfetch.user_home()
+    home = home if home is not None else user_home()
     if spec.model.repo is None:
         return fetch_local(spec, dest, echo, home)
     field = "--dest" if dest is not None else f"{where}.local_dir"
@@ -356,13 +354,7 @@ def fetch_model(
 
         to_check: list[Want] = []
         for w in wanted:
-            try:
-                st = (root / w.disk_path).stat()
-            except FileNotFoundError:
-                st = None
-            fresh = st is not None and still_verified(
-                state.files.get(w.disk_path), st.st_size, st.st_mtime_ns, w.kind, w.digest
-            )
+            fresh = vouches(state.files.get(w.disk_path), seen_at(root / w.disk_path), w.kind, w.digest)
             if fresh and not verify:
                 report.cached += 1
             else:
@@ -386,6 +378,8 @@ def fetch_model(
             for w in todo:
                 if verify and (root / w.disk_path).exists():
                     echo(f"{w.repo_path}: does not match the lock; downloading it again")
+            from rigsmith.resolving.download import download_all  # byte moving: only when there is some
+
             try:
                 download_all(ctx, todo, workers, progress)
             except KeyboardInterrupt:
@@ -404,21 +398,7 @@ def fetch_model(
             cur = slot.get(lock)
             if cur is not None and cur.commit == entry.commit:
                 slot.put(lock, cur.model_copy(update={"patches": new_patches}))
-    if slot.repo is None and not spec.secondary_models:
-        _mark(project, spec.name, dest, home, root, report)
-    else:
-        # A warm answer covers one model dir; with secondary models every run checks them all.
-        warmfetch.forget(project.root, spec.name)
     return report
-
-
-def _mark(project: Project, name: str, dest: Path | None, home: str, root: Path, report: FetchReport) -> None:
-    """A run that changed nothing leaves the mark a warm re-run answers from (stats only); others drop it."""
-    busy = report.downloaded or report.hashed_files or report.cleaned or report.patched
-    if report.cached == report.files and not busy:
-        warmfetch.record(project.root, name, dest, home, root, report.summary())
-    else:
-        warmfetch.forget(project.root, name)
 
 
 def guard_dir(
@@ -432,7 +412,7 @@ def guard_dir(
 ) -> None:
     """Refuse a model dir that is not dedicated to this model, on the disk (the text was checked before).
 
-    The directory may be missing or empty, hold rigsmith's verified-state cache (a model dir rigsmith
+    The directory may be missing or empty, hold rigsmith's verified-file record (a model dir rigsmith
     made), or hold only files of the locked snapshot (an earlier ``hf download``). Anything else is
     someone's directory: ask, showing what would be written over, or (no terminal) refuse naming the
     directory and :data:`ADOPT_FLAG`. Files that are not part of the snapshot are never touched either

@@ -14,25 +14,35 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from threading import Event
-from typing import Any, BinaryIO, Literal
-
-from huggingface_hub.utils._paths import filter_repo_objects
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Any, BinaryIO
 
 from rigsmith import confine, userhome
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
 from rigsmith.resolving.lock import LockedFile, LockedModel, LockedPatch, file_changes
-from rigsmith.resolving.warmfetch import HF_DOWNLOAD_DIR as HF_DOWNLOAD_DIR
-from rigsmith.resolving.warmfetch import PARTIAL_DIR as PARTIAL_DIR
-from rigsmith.resolving.warmfetch import STATE_DIR as STATE_DIR
-from rigsmith.resolving.warmfetch import STATE_FILE as STATE_FILE
+from rigsmith.resolving.verified import STATE_DIR as STATE_DIR
+from rigsmith.resolving.verified import STATE_FILE as STATE_FILE
+from rigsmith.resolving.verified import DirState as DirState
+from rigsmith.resolving.verified import FileState as FileState
+from rigsmith.resolving.verified import HashKind as HashKind
+from rigsmith.resolving.verified import Seen as Seen
+from rigsmith.resolving.verified import dump_state as dump_state
+from rigsmith.resolving.verified import read_state as read_state
+from rigsmith.resolving.verified import seen as seen
+from rigsmith.resolving.verified import seen_at as seen_at
+from rigsmith.resolving.verified import verified as verified
+from rigsmith.resolving.verified import vouches as vouches
 from rigsmith.spec import ConfigPatch
 
-#: Where the Hub's bytes of a patched config file stay, under STATE_DIR (rigsmith's book-keeping).
+#: rigsmith's book-keeping inside a model dir (STATE_DIR): the verified-file record (STATE_FILE), partial
+#: downloads, the Hub's bytes of a patched config file (ORIGINAL_DIR); and huggingface_hub's temp files.
+PARTIAL_DIR = "partial"
 ORIGINAL_DIR = "original"
+HF_DOWNLOAD_DIR = ".cache/huggingface/download"
 HASH_CHUNK = 8 * 1024 * 1024
-
-HashKind = Literal["sha256", "git_sha1"]
+#: How many files download and hash at once, like ``hf download`` (hashlib releases the GIL on large
+#: buffers, so the threads really overlap).
+WORKERS = 8
+MAX_WORKERS = 64
 
 
 class HashMismatch(RigsmithError):
@@ -82,13 +92,11 @@ def hash_stream(
     """
     h = Hasher(kind, size)
     left = limit
-    buf = bytearray(HASH_CHUNK)
-    view = memoryview(buf)
+    view = memoryview(bytearray(HASH_CHUNK))
     while left is None or left > 0:
         if stop is not None and stop.is_set():
             raise Stopped("stopped while hashing")
-        want = HASH_CHUNK if left is None else min(HASH_CHUNK, left)
-        n = stream.readinto(view[:want])  # type: ignore[attr-defined]
+        n = stream.readinto(view[: HASH_CHUNK if left is None else min(HASH_CHUNK, left)])  # type: ignore[attr-defined]
         if not n:
             break
         h.update(view[:n])
@@ -164,6 +172,10 @@ def select(
     files: Mapping[str, LockedFile], allow: Sequence[str], ignore: Sequence[str]
 ) -> dict[str, LockedFile]:
     """The files a fetch wants: huggingface_hub's own allow/ignore pattern semantics."""
+    if not allow and not ignore:
+        return dict(sorted(files.items()))
+    from huggingface_hub.utils._paths import filter_repo_objects  # only with patterns: a warm run skips it
+
     keep = filter_repo_objects(
         list(files), allow_patterns=list(allow) or None, ignore_patterns=list(ignore) or None
     )
@@ -248,55 +260,6 @@ def remote_files(entries: Sequence[object], source: str) -> list[RemoteFile]:
             raise AdapterError(f"{source}: the file {path!r} is listed twice", hint="check HF_ENDPOINT")
         out[path] = RemoteFile(path, size, oid, sha256)
     return list(out.values())
-
-
-# --------------------------------------------------------------------------------------------------
-# Verified-state cache: (size, mtime_ns) → digest, so a warm run hashes nothing.
-
-
-class _S(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class FileState(_S):
-    """What rigsmith last verified about one file on disk."""
-
-    size: int
-    mtime_ns: int
-    kind: HashKind
-    digest: str
-
-
-class DirState(_S):
-    """``<local_dir>/.rigsmith/state.json``."""
-
-    repo: str = ""
-    commit: str = ""
-    files: dict[str, FileState] = Field(default_factory=dict)  # key: path relative to local_dir
-    patches: list[dict[str, Any]] = Field(default_factory=list)  # the spec patches last applied
-
-
-def read_state(path: Path) -> DirState:
-    """The state file, or an empty state when it is missing or unreadable (it is only a cache)."""
-    try:
-        return DirState.model_validate_json(path.read_bytes())
-    except (OSError, ValidationError, ValueError):
-        return DirState()
-
-
-def dump_state(state: DirState) -> str:
-    return json.dumps(state.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
-
-
-def still_verified(st: FileState | None, size: int, mtime_ns: int, kind: HashKind, digest: str) -> bool:
-    """True when the cached verification still covers the file as it is on disk now."""
-    return (
-        st is not None
-        and st.size == size
-        and st.mtime_ns == mtime_ns
-        and st.kind == kind
-        and st.digest == digest
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -500,3 +463,25 @@ def expand_dir(text: str, env: Mapping[str, str] = os.environ) -> Path:
     """``~/x`` and ``$HOME``-style values as an absolute path (at the edge, from the caller's environment;
     ``~`` is the invoking user's home, SUDO_USER's under sudo: rigsmith.userhome)."""
     return Path(userhome.expand(text, userhome.invoking_home(env))).absolute()
+
+
+def user_home() -> str:
+    """The user's home directory, as the model-dir check judges ``model.local_dir`` against it (the invoking
+    user's, SUDO_USER's under sudo: rigsmith.userhome)."""
+    return userhome.invoking_home()
+
+
+def parse_workers(text: object) -> int:
+    """``--workers`` as given on the command line: a whole number from 1 to :data:`MAX_WORKERS`.
+
+    Raises:
+        RigsmithError: naming the flag and the range.
+    """
+    raw = str(text).strip()
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_WORKERS:
+        shown = raw if len(raw) <= 20 else raw[:20] + "…"
+        raise RigsmithError(
+            f"--workers {shown!r}: must be a whole number from 1 to {MAX_WORKERS}",
+            hint=f"the default, {WORKERS}, matches `hf download`",
+        )
+    return int(raw)

@@ -1,0 +1,102 @@
+"""The verified-file record of a model dir, and its one rule.
+
+``<local_dir>/.rigsmith/state.json`` maps each file rigsmith hashed and found to be the locked bytes to how
+the file looked on disk then: size, mtime, ctime, inode and device. A later command (``fetch-model``,
+``doctor``, ``up``'s drift gate) trusts a file unhashed only while all five are still the same
+(:func:`vouches`): any write changes ctime, even one that puts size and mtime back; a rename over it
+changes the inode; a copy elsewhere changes inode or device. Anything else is hashed again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+HashKind = Literal["sha256", "git_sha1"]
+#: Where the record lives in a model dir: ``<local_dir>/STATE_DIR/STATE_FILE``.
+STATE_DIR = ".rigsmith"
+STATE_FILE = "state.json"
+
+
+class _S(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+#: What identifies a file's bytes without reading them: size, mtime, ctime, inode and device (ns times). Any
+#: write changes ctime (even one that puts size and mtime back), a replacing rename changes the inode.
+Seen = tuple[int, int, int, int, int]
+
+
+def seen(st: os.stat_result) -> Seen:
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
+
+
+def seen_at(path: Path) -> Seen | None:
+    """:func:`seen` of ``path`` (followed through symlinks), or None when there is no such file."""
+    try:
+        return seen(path.stat())
+    except OSError:
+        return None
+
+
+class FileState(_S):
+    """One file rigsmith hashed and found to be the locked bytes, and how it looked on disk then.
+
+    ``ctime_ns``, ``ino`` and ``dev`` are None in a record written without them (before this rule, or by a
+    caller that passes only size and mtime): such a record never vouches (:func:`vouches`).
+    """
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int | None = None
+    ino: int | None = None
+    dev: int | None = None
+    kind: HashKind
+    digest: str
+
+
+def verified(now: Seen, kind: HashKind, digest: str) -> FileState:
+    """The record of a file that was just hashed to ``digest`` and looked like ``now``."""
+    size, mtime, ctime, ino, dev = now
+    return FileState(size=size, mtime_ns=mtime, ctime_ns=ctime, ino=ino, dev=dev, kind=kind, digest=digest)
+
+
+def vouches(rec: FileState | None, now: Seen | None, kind: HashKind, digest: str) -> bool:
+    """True when ``rec`` says the file, as it is on disk now, holds the bytes that hash to ``digest``.
+
+    The one rule: the same size, mtime, ctime, inode and device as when rigsmith hashed it, and that hash is
+    the one wanted. Anything else, the file must be hashed again.
+    """
+    return (
+        rec is not None
+        and now is not None
+        and (rec.size, rec.mtime_ns, rec.ctime_ns, rec.ino, rec.dev) == now
+        and rec.kind == kind
+        and rec.digest == digest
+    )
+
+
+class DirState(_S):
+    """``<local_dir>/.rigsmith/state.json``: the verified-file record of a model dir."""
+
+    repo: str = ""
+    commit: str = ""
+    files: dict[str, FileState] = Field(default_factory=dict)  # key: path relative to local_dir
+    patches: list[dict[str, Any]] = Field(default_factory=list)  # the spec patches last applied
+
+
+def read_state(path: Path) -> DirState:
+    """The record, or an empty one when it is missing or unreadable (then every file is hashed again)."""
+    try:
+        return DirState.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError, ValueError):
+        return DirState()
+
+
+def dump_state(state: DirState) -> str:
+    """The record as the JSON text of its file."""
+    return json.dumps(state.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
