@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith.errors import CommandError
+from rigsmith.errors import RigsmithError
 from rigsmith.operating import lifecycle
 from rigsmith.operating.host import LocalHost
 from rigsmith.operating.probes import QUADLET_GENERATORS
@@ -66,8 +66,9 @@ def test_a_failed_start_takes_the_installed_unit_back_out(tmp_path: Path) -> Non
     ops = lifecycle.Ops(
         root, target="quadlet", env=env, echo=said.append, host=_SystemdHost(env), quadlet_dir=units
     )
-    with pytest.raises(CommandError):
+    with pytest.raises(RigsmithError) as err:  # root cause first: doctor's row, then what failed after it
         lifecycle.up(ops, deployment=name, yes=True, ignore_drift=True)
+    assert "systemctl daemon-reload" in str(err.value)
     assert sorted(p.name for p in units.iterdir()) == ["other.container"]
     assert kept.read_text() == "[Container]\n"
     assert any(f"undone: removed {units / (name + '.container')}" in s for s in said)

@@ -81,7 +81,11 @@ def _filled(dep: specmod.Deployment) -> specmod.Deployment:
     local = dep.model.local_dir
     return dep.model_copy(
         update={
-            "placeholders": {t: f"/filled/{i}" for i, t in enumerate(dep.placeholders)},
+            # A node address gets a host name (it is checked as one once filled); the rest a path.
+            "placeholders": {
+                t: f"node{i}.lan" if "address" in t else f"/filled/{i}"
+                for i, t in enumerate(dep.placeholders)
+            },
             "engine": dep.engine.model_copy(update={"image": dep.engine.image or "localhost/vllm:1"}),
             "mounts": mounts,
             "model": dep.model.model_copy(

@@ -28,12 +28,10 @@ from rigsmith.resolving.modelfiles import (
     Hasher,
     Want,
     check_disk,
-    dump_state,
     expand_dir,
     hash_file,
     hash_stream,
     patch_json,
-    read_state,
     safe_relpath,
     seen,
     seen_at,
@@ -211,34 +209,3 @@ def test_the_record_vouches_only_for_the_file_as_it_was_hashed(tmp_path):
     assert not vouches(rec, seen_at(f), "sha256", "d" * 64)
     old = FileState(size=4, mtime_ns=f.stat().st_mtime_ns, kind="sha256", digest="d" * 64)
     assert not vouches(old, seen_at(f), "sha256", "d" * 64)
-
-
-def test_a_size_and_mtime_record_is_completed_only_when_made_now_for_a_model_dir(tmp_path):
-    """The transition step for bundle/unbundle: a record they build from their own stat is completed from
-    the file when written (size and mtime still as seen); one read from disk stays partial; a bundle's own
-    cache (another file name) is written as given."""
-    root = tmp_path / "m"
-    (root / ".rigsmith").mkdir(parents=True)
-    (root / "a.json").write_text("{}")
-    st = (root / "a.json").stat()
-    path = root / ".rigsmith" / "state.json"
-    state = read_state(path)
-    state.files["a.json"] = FileState(size=st.st_size, mtime_ns=st.st_mtime_ns, kind="git_sha1", digest="a")
-    path.write_text(dump_state(state))
-    assert vouches(read_state(path).files["a.json"], seen_at(root / "a.json"), "git_sha1", "a")
-
-    stale = {
-        "files": {
-            "a.json": {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "kind": "git_sha1", "digest": "a"}
-        }
-    }
-    path.write_text(json.dumps(stale))
-    again = read_state(path)
-    path.write_text(dump_state(again))
-    assert read_state(path).files["a.json"].ctime_ns is None
-
-    cache = tmp_path / "bundle" / ".rigsmith-bundle" / "state.json"
-    cache.parent.mkdir(parents=True)
-    bstate = read_state(cache)
-    bstate.files["a.json"] = FileState(size=st.st_size, mtime_ns=st.st_mtime_ns, kind="git_sha1", digest="a")
-    assert json.loads(dump_state(bstate))["files"]["a.json"]["ctime_ns"] is None

@@ -247,7 +247,7 @@ def upgrade(
         _roll_back(ops, spec, old_n, why, options)
         raise UpgradeRolledBack(
             f"upgrade of {spec.name} to lock {report.new} failed and was rolled back to lock {old_n}: {why}",
-            hint=f"`invoke lock --diff {old_n} {report.new}` shows what the upgrade changed; "
+            hint=f"`invoke lock --diff {old_n},{report.new}` shows what the upgrade changed; "
             f"`invoke rollback --to {report.new}` tries it again by hand",
         ) from None
     if report.before is None:
