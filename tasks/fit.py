@@ -91,7 +91,7 @@ def _propose(
 ) -> None:
     """--propose / --apply N: the search on this rig, shown or written."""
     from rigsmith import spec as specmod
-    from rigsmith.operating import fitpropose
+    from rigsmith.operating import bench, fitpropose, observed
     from rigsmith.resolving import lock
     from rigsmith.resolving.checkpoint import open_checkpoint, rows
     from rigsmith.resolving.fit import GiB, ModelShape, engine_inputs, parse_bytes
@@ -107,10 +107,15 @@ def _propose(
             "no GPU size known: no driver here and no resources.gpus.vram_gib in the spec",
             hint="pass --vram-gib 24 to propose for idle cards of that size",
         )
-    ckpt = open_checkpoint(spec, lock.read(p.lock_path), os.environ)
+    locked = lock.read(p.lock_path)
+    ckpt = open_checkpoint(spec, locked, os.environ)
     shape = ModelShape.from_config(ckpt.config(), f"{ckpt.where}/config.json")
     headroom = None if room is None else int(room * GiB)
-    prop = fitpropose.propose(spec, shape, rows(ckpt), rig, headroom=headroom, cap=cap)
+    seen = observed.last(p.root, spec, locked)
+    runs = bench.history(bench.results_path(p.root), spec.name)
+    prop = fitpropose.propose(
+        spec, shape, rows(ckpt), rig, headroom=headroom, cap=cap, seen=seen, bench_rows=runs
+    )
     if n is None:
         echo(fitpropose.render(prop, f"fit --propose: {spec.name}").rstrip())
         return

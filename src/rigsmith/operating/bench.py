@@ -221,7 +221,20 @@ def record(
         "model": model,
         "max_tokens": max_tokens,
         "runs": [asdict(s) for s in summaries],
+        "layout": layout_record(spec),
     }
+
+
+def layout_record(spec: specmod.Deployment) -> dict[str, Any] | None:
+    """The layout the spec ran with (TP, PP, DP, EP, partition, KV dtype: ``resolving.layout.Layout``), so
+    ``fit --propose`` can say which layout was measured faster; None where fit cannot read the flags."""
+    from rigsmith.resolving.fit import engine_inputs
+    from rigsmith.resolving.layout import of_params
+
+    try:
+        return asdict(of_params(engine_inputs(spec)))
+    except RigsmithError:
+        return None
 
 
 def append(path: Path, row: dict[str, Any]) -> None:

@@ -54,23 +54,31 @@ def points(root: Path, lock_path: Path, spec: Deployment) -> list[Point]:
         by_key.setdefault(benchmod.lock_key(text, spec), []).append(e)
     out = []
     for row in benchmod.history(benchmod.results_path(root), spec.name):
-        run = next((r for r in row.get("runs", []) if int(r.get("streams", 0)) == 1), None)
-        if run is None:
-            continue
         key, when = str(row.get("lock_key")), str(row.get("time", "?"))
         # A lock text recorded more than once (a rollback writes an earlier text again): the newest entry
         # written by the time of the run.
         same = by_key.get(key, [])
         entry = next((e for e in reversed(same) if e.time <= when), same[0] if same else None)
-        out.append(
-            Point(
-                when,
-                f"#{entry.n}" if entry else key,
-                float(run.get("mean_stream_decode_tps", 0.0)),
-                float(run.get("ttft_mean_s", 0.0)) * 1000,
-            )
-        )
+        pt = point(row, f"#{entry.n}" if entry else key)
+        if pt is not None:
+            out.append(pt)
     return sorted(out, key=lambda p: p.time)
+
+
+def point(row: dict[str, Any], lock: str) -> Point | None:
+    """The 1-stream run of one bench row (None: the row has none)."""
+    runs = row.get("runs")
+    run = next(
+        (r for r in runs if isinstance(r, dict) and int(r.get("streams", 0)) == 1), None
+    ) if isinstance(runs, list) else None  # fmt: skip
+    if run is None:
+        return None
+    return Point(
+        str(row.get("time", "?")),
+        lock,
+        float(run.get("mean_stream_decode_tps", 0.0)),
+        float(run.get("ttft_mean_s", 0.0)) * 1000,
+    )
 
 
 def marks(lock_path: Path) -> list[Mark]:

@@ -8,13 +8,16 @@ import io
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from rigsmith.errors import RigsmithError
 from rigsmith.importing.importer import merge_user_change
+from rigsmith.operating.fithistory import Measured, calibrate, faster, measured
 from rigsmith.operating.fitreport import host_cards
+from rigsmith.operating.observed import Observed
 from rigsmith.operating.probes import P2P_LINKS, HostFacts
 from rigsmith.resolving.applylayout import with_layout
 from rigsmith.resolving.fit import GiB, MiB, ModelShape, engine_inputs
@@ -73,6 +76,8 @@ class Proposed:
     ranked: tuple[Proposal, ...]
     candidates: int
     fix: list[str]
+    calibration: str | None = None  # fithistory.calibrate's line, where a boot here calibrated the allowances
+    measured: tuple[Measured, ...] = ()  # bench runs here, one per layout, fastest first
 
     def top(self, n: int = 3) -> list[Proposal]:
         return [p for p in self.ranked if p.fits][:n]
@@ -86,17 +91,23 @@ def propose(
     *,
     headroom: int | None,
     cap: int | None,
+    seen: Observed | None = None,
+    bench_rows: Iterable[dict[str, Any]] = (),
 ) -> Proposed:
     """Read the headers once into a summary and rank every layout on ``rig`` (``headroom`` None: the
-    default, ``propose.default_headroom``)."""
+    default, ``propose.default_headroom``). ``seen``: the engine's KV size at the last boot of these exact
+    inputs, which calibrates every layout's allowances; ``bench_rows``: this deployment's bench results."""
     base = engine_inputs(spec)
     summary = Summary(shape, base, summary_keys(shape, len(rig.cards), base), headers)
+    line = calibrate(summary, base, rig, seen)
     if headroom is None:
         headroom = default_headroom(summary, base, rig)
-    ranked, seen = search(summary, base, rig, headroom=headroom, user_cap=cap)
+    ranked, seen_n = search(summary, base, rig, headroom=headroom, user_cap=cap)
     own = recipe_row(summary, base, rig, headroom) if base.world <= len(rig.cards) else None
     fix = prescribe(summary, base, rig, ranked)
-    return Proposed(summary, base, rig, headroom, own, tuple(ranked), seen, fix)
+    return Proposed(
+        summary, base, rig, headroom, own, tuple(ranked), seen_n, fix, line, tuple(measured(bench_rows))
+    )
 
 
 def _gib(n: int) -> str:
@@ -161,6 +172,9 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
         f"after all of it; asked headroom {prop.headroom // MiB} MiB"
     )
     lines.append(f"searched {prop.candidates} layouts on {len(rig.cards)} GPU(s)")
+    if prop.calibration:
+        lines.append(prop.calibration)
+    lines += faster(prop.measured, recipe_lay, top)
     if prop.fix:
         lines.append(
             "the recipe's layout does not run as it stands; cheapest fix: " + "; then ".join(prop.fix)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rigsmith.resolving.lock import Lock
@@ -27,6 +28,7 @@ class Observed:
     commit: str | None
     inputs_sha256: str  # argv + active env: a change to either makes an older number incomparable
     kv_cache_tokens: int
+    time: str | None = None  # UTC, when ``wait`` saw it (older records have none)
 
 
 def inputs_key(spec: Deployment, lock: Lock) -> tuple[str | None, str]:
@@ -43,7 +45,8 @@ def record(root: Path, spec: Deployment, lock: Lock, kv_cache_tokens: int) -> Pa
     commit, key = inputs_key(spec, lock)
     path = root / RECORD
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(asdict(Observed(spec.name, spec.model.repo, commit, key, kv_cache_tokens)))
+    when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    line = json.dumps(asdict(Observed(spec.name, spec.model.repo, commit, key, kv_cache_tokens, when)))
     with path.open("a", encoding="utf-8") as f:
         f.write(line + "\n")
     return path

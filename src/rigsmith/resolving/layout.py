@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
+from rigsmith.resolving.calibrate import calibrated
 from rigsmith.resolving.fit import (
     CATEGORIES,
     SKIP_MTP,
@@ -130,6 +131,8 @@ class Summary:
         self.tensors, self.skipped = off.tensors, dict(off.skipped)
         self.unknown, self.lm_head_seen = tuple(off.unknown), off.lm_head_seen
         self._slots = {k: self._slots_of(p) for k, p in places.items()}
+        #: bytes per GPU added to every rank's allowances (``calibrate``: what a boot here measured)
+        self.allowance = 0
 
     def _slots_of(self, place: Placement) -> _Slots:
         n, tp = self.shape.num_layers, place.params.tp
@@ -175,9 +178,10 @@ class Summary:
             for why, n in self.skipped.items()
             if (why == SKIP_MTP and not params.mtp) or (why == SKIP_VISION and params.language_model_only)
         }
-        return from_placed(
+        est = from_placed(
             self.shape, params, Placed(out, self.tensors, skipped, self.unknown, self.lm_head_seen)
         )
+        return calibrated(est, self.allowance)
 
 
 def tp_sizes(shape: ModelShape, gpus: int) -> list[int]:
