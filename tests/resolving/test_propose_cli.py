@@ -125,3 +125,45 @@ def test_apply_merges_into_the_file_as_it_is_now_and_refuses_a_clash(tmp_path: P
     path.write_text(specmod.dump(spec.model_copy(update={"engine": other})), encoding="utf-8")
     with pytest.raises(ConsentError, match="changed while rigsmith was working on it"):
         merge_user_change(path, read, changed)
+
+
+def test_propose_reads_the_last_boots_kv_size_and_the_bench_history_of_this_checkout(tmp_path: Path) -> None:
+    """`invoke fit --propose` finds `wait`'s record and `bench`'s rows under the checkout's .rigsmith/."""
+    import dataclasses
+    import json
+
+    from rigsmith.operating import bench, observed
+    from rigsmith.project import Project
+    from rigsmith.resolving import lock
+    from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
+    from rigsmith.resolving.layout import of_params
+
+    ckpt = ck.seed000_like().headers(tmp_path / "models" / "Seed0-Like")
+    recipe = tmp_path / "serve.sh"
+    recipe.write_text(
+        f"vllm serve {ckpt} --pipeline-parallel-size 3 --max-model-len 16384 --gpu-memory-utilization 0.95\n",
+        encoding="utf-8",
+    )
+    root = tmp_path / "proj"
+    (root / "deployments").mkdir(parents=True)
+    r = import_cli(root, str(recipe), "--name", "seed0", "--image", "localhost/vllm:1")
+    assert r.returncode == 0, r.stderr
+    project = Project(root)
+    spec = project.load("seed0")
+    base = fit.engine_inputs(spec)
+    est = fit.estimate(
+        fit.ModelShape.from_config(LocalCheckpoint(ckpt).config()), base, rows(LocalCheckpoint(ckpt))
+    )
+    estimated = est.kv_tokens([24 * fit.GiB] * 3)
+    assert estimated is not None and estimated > 64 * base.block_size
+    observed.record(root, spec, lock.read(project.lock_path), estimated - 64 * base.block_size)
+    when = json.loads((root / observed.RECORD).read_text().splitlines()[-1])["time"]
+    for lay, tps in ((of_params(base), 30.0), (dataclasses.replace(of_params(base), kv_dtype="fp8"), 33.0)):
+        run = {"streams": 1, "mean_stream_decode_tps": tps, "ttft_mean_s": 0.2}
+        row = {"time": when, "deployment": "seed0", "runs": [run], "layout": dataclasses.asdict(lay)}
+        bench.append(bench.results_path(root), row)
+
+    r = fit_cli(root, "--propose", "--vram-gib", "24")
+    assert r.returncode == 0, r.stderr
+    assert f"calibrated from the boot of {when}: allowances +0." in r.stdout
+    assert "TP1×PP3 KV fp8" in r.stdout and "was measured faster: decode 33.0 vs 30.0 tok/s" in r.stdout
