@@ -155,7 +155,8 @@ class Summary:
         return tuple(self._slots)
 
     def estimate(self, params: EngineParams) -> Estimate:
-        """What ``fit.estimate(shape, params, headers)`` says, from the slots (no header read again)."""
+        """What ``fit.estimate(shape, params, headers)`` says, from the slots (no header read again), with
+        ``allowance`` (0 unless a boot here calibrated it) on every rank."""
         s = self._slots.get((params.tp, params.expert_parallel))
         if s is None:
             raise FitError(f"no placement for TP={params.tp} EP={params.expert_parallel} in this summary")
