@@ -113,6 +113,5 @@ def test_propose_sizes_every_layout_with_the_calibrated_allowances_and_says_so(t
     shared = [p for p in prop.top() if p.layout in same]
     assert shared
     for p in shared:
-        want = same[p.layout].params.kv_cache_memory
-        assert p.params.kv_cache_memory is not None and want is not None
-        assert p.params.kv_cache_memory < want
+        pool, before = p.params.kv_cache_memory, same[p.layout].params.kv_cache_memory
+        assert pool is not None and before is not None and pool < before
