@@ -170,8 +170,9 @@ def _plan(
     """The plan and the target's files: quadlet units for the podman of this host, where they run."""
     name = ops.project.resolve_name(deployment)
     kw: deploymod.RenderOptions = {"deployment": name, "image": image, "out": ops.out, "memlock": memlock}
-    if ops.target == "quadlet":
-        kw["podman_version"] = quadlet_podman(ops.host, ops.project.load(name).podman_version)[0]
+    spec = ops.project.load(name)
+    if ops.target == "quadlet" and spec.cluster is None:  # a cluster's units run on its nodes' podman
+        kw["podman_version"] = quadlet_podman(ops.host, spec.podman_version)[0]
     return deploymod.artifacts(ops.project, ops.target, **kw)
 
 
@@ -206,10 +207,10 @@ def up(
     ``ignore_drift``: then it names the differences and starts anyway.
     """
     plan, files = _plan(ops, deployment, image, memlock)
-    if ops.target == "quadlet":
-        ops.echo(quadlet_podman(ops.host, ops.project.load(plan.name).podman_version)[1])
     if ops.project.load(plan.name).cluster is not None:
         return ops_up(ops, plan, files, yes=yes, confirm=confirm, dry_run=dry_run, ignore_drift=ignore_drift)
+    if ops.target == "quadlet":
+        ops.echo(quadlet_podman(ops.host, ops.project.load(plan.name).podman_version)[1])
     _drift_gate(ops, plan, ignore_drift)
     installs: list[writer.Artifact] = []
     if ops.target == "quadlet":
