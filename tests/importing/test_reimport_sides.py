@@ -157,3 +157,21 @@ def test_an_argv_conflict_is_one_flag_and_flags_one_side_moved_merge(
     assert _flag(empty_project, "s3", "--max-num-batched-tokens") == "2048"  # upstream's change taken
     model = _spec(empty_project, "s3")["engine"]
     assert model["args"][model["model_arg"]] == "~/models/Flash-Next-Merlin"  # type: ignore[index]
+
+
+def test_a_flag_merged_in_before_the_model_word_moves_model_arg_with_it() -> None:
+    from rigsmith.importing import reimport
+    from rigsmith.merge import merge3
+
+    base = {"engine": {"args": ["--port", "1", "--model", "Q/M"], "model_arg": 3}}
+    ours = {"engine": {"args": ["--port", "2", "--model", "Q/M"], "model_arg": 3}}  # the user's port
+    # upstream adds --dtype before --port: its model_arg becomes 5, the merged argv puts --dtype last
+    theirs = {"engine": {"args": ["--dtype", "half", "--port", "1", "--model", "Q/M"], "model_arg": 5}}
+    merged = merge3(base, ours, theirs, argv=("engine.args",))
+    assert merged.conflicts == ()
+    assert merged.value["engine"] == {
+        "args": ["--port", "2", "--model", "Q/M", "--dtype", "half"],
+        "model_arg": 5,
+    }
+    fixed = reimport.args_indexes_kept(merged.value, ours, theirs)["engine"]
+    assert fixed["model_arg"] == 3 and fixed["args"][3] == "Q/M"
