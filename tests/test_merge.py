@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rigsmith.merge import MISSING, merge3
+from rigsmith.merge import MISSING, argv_items, merge3
 
 scalars = st.one_of(
     st.integers(-3, 3), st.text("ab", max_size=2), st.none(), st.lists(st.integers(0, 2), max_size=2)
@@ -162,3 +162,36 @@ def test_a_conflict_settled_by_a_function_is_asked_once_per_field() -> None:
     ]
     gone = merge3({"a": 0}, {}, {"a": 2})
     assert gone.conflicts[0].describe() == "a: yours <not set>, upstream 2 (was 0)"
+
+
+def test_an_argv_merges_flag_by_flag_and_a_conflict_is_one_flag() -> None:
+    base = {"args": ["M", "--a", "1", "--max-num-seqs", "8", "--bare", "--names", "x", "y"]}
+    ours = {"args": ["M", "--a", "2", "--max-num-seqs", "6", "--bare", "--names", "x", "y"]}
+    theirs = {"args": ["M", "--a", "1", "--max-num-seqs", "16", "--names", "x", "z", "--c=3"]}
+    m = merge3(base, ours, theirs, argv=("args",))
+    assert [c.describe() for c in m.conflicts] == ["args --max-num-seqs: yours 6 · upstream 16 · was 8"]
+    # the user's --a kept, upstream's dropped --bare, changed --names and added --c=3 taken; the words
+    # before the first flag stay first
+    assert m.value == {"args": ["M", "--a", "2", "--max-num-seqs", "6", "--names", "x", "z", "--c=3"]}
+    assert m.kept == ("args --a",)
+    assert set(m.taken) == {"args --bare", "args --names", "args --c"}
+    up = merge3(base, ours, theirs, argv=("args",), resolve="theirs")
+    assert up.value["args"][3:5] == ["--max-num-seqs", "16"] and up.value["args"][1:3] == ["--a", "2"]
+    # without argv the list is one value: one conflict carrying the three whole lists
+    assert [c.path for c in merge3(base, ours, theirs).conflicts] == ["args"]
+
+
+def test_argv_items_name_bare_equals_repeated_and_absent_flags() -> None:
+    assert argv_items(["M", "--x=1", "--x", "2", "-v", "--n", "-1"]) == {
+        "#0": ["M"],
+        "--x": ["--x=1"],
+        "--x (2)": ["--x", "2"],
+        "-v": ["-v"],
+        "--n": ["--n", "-1"],
+    }
+    assert argv_items(["a", 3]) is None
+    m = merge3({"a": ["--on"]}, {"a": []}, {"a": ["--on=1"]}, argv=("a",))
+    assert [c.describe() for c in m.conflicts] == ["a --on: yours not set · upstream 1 · was set"]
+    long = merge3({"a": "x" * 200}, {"a": "y" * 200}, {"a": "z" * 200})
+    line = long.conflicts[0].describe(limit=20)
+    assert len(line) < 100 and "…" in line

@@ -158,7 +158,10 @@ def test_reimport_conflict_is_named_and_nothing_written_until_a_side_is_chosen(
     importer.import_recipe(
         empty_project, str(_upstream(tmp_path, shm="20g")), name=NAME, echo=Echo(), confirm=take
     )
-    assert "take upstream's value for resources.shm_size?" in asked
+    # one line per conflict: the field, yours, upstream's, what it was, the question
+    assert asked[0] == (
+        "conflict resources.shm_size: yours '12g', upstream '20g' (was '16g') — take upstream's value?"
+    )
     assert specmod.load(path).resources.shm_size == "20g"
 
 

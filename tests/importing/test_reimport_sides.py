@@ -107,3 +107,71 @@ def test_an_explicit_enabled_true_survives_a_merge(empty_project: Project, tmp_p
     after = yaml.safe_load(path.read_text())
     entry = next(e for e in after["env"] if e["name"] == opt["name"])
     assert entry["enabled"] is True and after["description"].endswith("(revised)")
+
+
+def _seed003_with(tmp_path: Path, **moves: str) -> Path:
+    """Seed 003 with ``--flag old`` replaced by ``--flag new`` for each move (flag → "old new")."""
+    data = json.loads(SEED003.read_text())
+    for flag, change in moves.items():
+        old, new = change.split()
+        assert f"{flag} {old} " in data["command"]
+        data["command"] = data["command"].replace(f"{flag} {old} ", f"{flag} {new} ")
+    path = tmp_path / "seed003.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _set_flag(project: Project, name: str, flag: str, value: str) -> None:
+    path = project.root / "deployments" / f"{name}.yaml"
+    data = yaml.safe_load(path.read_text())
+    args = data["engine"]["args"]
+    args[args.index(flag) + 1] = value
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _flag(project: Project, name: str, flag: str) -> str:
+    args = _spec(project, name)["engine"]["args"]  # type: ignore[index]
+    return str(args[args.index(flag) + 1])
+
+
+def test_an_argv_conflict_is_one_flag_and_flags_one_side_moved_merge(
+    empty_project: Project, tmp_path: Path
+) -> None:
+    recipe = _seed003_with(tmp_path)
+    assert import_cli(empty_project.root, str(recipe), "--name", "s3", "--yes").returncode == 0
+    _set_flag(empty_project, "s3", "--max-num-seqs", "6")
+    _set_flag(empty_project, "s3", "--gpu-memory-utilization", "0.9")
+    # upstream moves --max-num-seqs too (a conflict) and --max-num-batched-tokens (only upstream: merged)
+    _seed003_with(tmp_path, **{"--max-num-seqs": "8 16", "--max-num-batched-tokens": "1024 2048"})
+    proc = import_cli(empty_project.root, str(recipe), "--name", "s3", "--yes")
+    assert proc.returncode == 1
+    err = " ".join(proc.stderr.split())
+    assert "engine.args --max-num-seqs: yours 6 · upstream 16 · was 8" in err, proc.stderr
+    assert "engine.args:" not in err and "['" not in err  # no whole argv printed
+    assert "--gpu-memory-utilization" not in err and "--max-num-batched-tokens" not in err
+    assert _flag(empty_project, "s3", "--max-num-seqs") == "6"  # nothing written
+    proc = import_cli(empty_project.root, str(recipe), "--name", "s3", "--yes", "--ours")
+    assert proc.returncode == 0, proc.stderr
+    assert _flag(empty_project, "s3", "--max-num-seqs") == "6"
+    assert _flag(empty_project, "s3", "--gpu-memory-utilization") == "0.9"  # the user's edit kept
+    assert _flag(empty_project, "s3", "--max-num-batched-tokens") == "2048"  # upstream's change taken
+    model = _spec(empty_project, "s3")["engine"]
+    assert model["args"][model["model_arg"]] == "~/models/Flash-Next-Merlin"  # type: ignore[index]
+
+
+def test_a_flag_merged_in_before_the_model_word_moves_model_arg_with_it() -> None:
+    from rigsmith.importing import reimport
+    from rigsmith.merge import merge3
+
+    base = {"engine": {"args": ["--port", "1", "--model", "Q/M"], "model_arg": 3}}
+    ours = {"engine": {"args": ["--port", "2", "--model", "Q/M"], "model_arg": 3}}  # the user's port
+    # upstream adds --dtype before --port: its model_arg becomes 5, the merged argv puts --dtype last
+    theirs = {"engine": {"args": ["--dtype", "half", "--port", "1", "--model", "Q/M"], "model_arg": 5}}
+    merged = merge3(base, ours, theirs, argv=("engine.args",))
+    assert merged.conflicts == ()
+    assert merged.value["engine"] == {
+        "args": ["--port", "2", "--model", "Q/M", "--dtype", "half"],
+        "model_arg": 5,
+    }
+    fixed = reimport.args_indexes_kept(merged.value, ours, theirs)["engine"]
+    assert fixed["model_arg"] == 3 and fixed["args"][3] == "Q/M"

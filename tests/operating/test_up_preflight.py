@@ -72,3 +72,47 @@ def test_a_failed_start_takes_the_installed_unit_back_out(tmp_path: Path) -> Non
     assert sorted(p.name for p in units.iterdir()) == ["other.container"]
     assert kept.read_text() == "[Container]\n"
     assert any(f"undone: removed {units / (name + '.container')}" in s for s in said)
+
+
+def _fake_podman(tmp_path: Path, version_line: str) -> dict[str, str]:
+    """A PATH where podman answers ``--version`` with ``version_line`` and fails everything else, and
+    systemctl fails (the start fails after the units were rendered)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "systemctl").write_text("#!/bin/sh\necho 'Failed to connect to bus' >&2\nexit 1\n")
+    (bin_ / "podman").write_text(
+        f'#!/bin/sh\nif [ "$1" = --version ]; then echo "{version_line}"; exit 0; fi\necho "[]"\nexit 125\n'
+    )
+    for tool in bin_.iterdir():
+        tool.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize(
+    ("version_line", "rendered", "said"),
+    [
+        ("podman version 5.4.2", "5.4.2", "quadlet units for this host's podman 5.4.2 (`podman --version`; "),
+        ("podman version 4.3.1", "4.9.3", "this host's podman 4.3.1 has no quadlet"),
+    ],
+)
+def test_up_renders_quadlet_units_for_this_hosts_podman_and_says_which(
+    tmp_path: Path, version_line: str, rendered: str, said: str
+) -> None:
+    name = "rs-hostpodman"
+    root = write_project(tmp_path, standin_deployment(tmp_path, name=name))
+    spec = root.spec_path(name)
+    spec.write_text(spec.read_text() + "podman_version: 4.9.3\n")
+    env = _fake_podman(tmp_path, version_line)
+    units = tmp_path / "etc-containers-systemd"
+    units.mkdir()
+    lines: list[str] = []
+    ops = lifecycle.Ops(
+        root, target="quadlet", env=env, echo=lines.append, host=_SystemdHost(env), quadlet_dir=units
+    )
+    with pytest.raises(RigsmithError):  # systemctl fails: the units were rendered, the start was not
+        lifecycle.up(ops, deployment=name, yes=True, ignore_drift=True)
+    assert any(said in line for line in lines), lines
+    unit = (root.root / "quadlet" / f"{name}.container").read_text()
+    assert f"podman {rendered}" in unit
+    # podman 5 reports health to systemd (Notify=healthy); 4.9.3 has no such value
+    assert ("Notify=healthy" in unit) == (rendered == "5.4.2")

@@ -532,6 +532,7 @@ SPEC_LIST_KEYS = {
     "model.config_patches": "key",
     "benchmarks": "name",
 }
+SPEC_ARGV = ("engine.args",)  # merged flag by flag (merge.argv_items)
 
 
 def base_path_of(spec_path: Path) -> Path:
@@ -578,7 +579,7 @@ def merge_spec(
     ours = reimport.overlay(file_data, mine or {})
     base = _full(_read_data(base_path, "the recorded base")) if base_path.exists() else None
     theirs = _full(specmod.to_data(upstream))
-    merged = merge3(base, ours, theirs, keyed=SPEC_LIST_KEYS.get, resolve=resolve)
+    merged = merge3(base, ours, theirs, keyed=SPEC_LIST_KEYS.get, resolve=resolve, argv=SPEC_ARGV)
     if merged.conflicts and resolve is None:
         if confirm is None:
             why = (
@@ -591,8 +592,8 @@ def merge_spec(
                 f"{'; '.join(c.describe() for c in merged.conflicts)}. Nothing was written; re-run with "
                 "--ours to keep your values or --theirs to take the recipe's (other changes merge either way)"
             )
-        merged = merge3(base, ours, theirs, keyed=SPEC_LIST_KEYS.get, resolve=_asker(confirm, echo))
-    value = merged.value
+        merged = merge3(base, ours, theirs, keyed=SPEC_LIST_KEYS.get, resolve=_asker(confirm), argv=SPEC_ARGV)
+    value = reimport.args_indexes_kept(merged.value, ours, theirs)
     if merged.taken:
         echo(f"upstream changes merged into {path.name}: {', '.join(merged.taken)}")
     if merged.kept == ("",):
@@ -630,22 +631,22 @@ def merge_user_change(path: Path, read: str, changed: specmod.Deployment) -> spe
         base = _full(yaml.safe_load(read))
     except yaml.YAMLError as err:
         raise SpecError(str(path), [("(file)", f"cannot read your spec: {err}")]) from None
-    merged = merge3(
-        base, _full(_read_data(path, "your spec")), _full(specmod.to_data(changed)), keyed=SPEC_LIST_KEYS.get
-    )
+    ours, theirs = _full(_read_data(path, "your spec")), _full(specmod.to_data(changed))
+    merged = merge3(base, ours, theirs, keyed=SPEC_LIST_KEYS.get, argv=SPEC_ARGV)
     if merged.conflicts:
         raise ConsentError(
             f"{path} changed while rigsmith was working on it, in the fields it changes: "
             f"{'; '.join(c.describe() for c in merged.conflicts)}. Nothing was written",
             hint="run the command again",
         )
-    return specmod.from_data(merged.value, str(path))
+    return specmod.from_data(reimport.args_indexes_kept(merged.value, ours, theirs), str(path))
 
 
-def _asker(confirm: Callable[[str], bool], echo: Callable[[str], None]) -> Callable[[Conflict], Resolve]:
+def _asker(confirm: Callable[[str], bool]) -> Callable[[Conflict], Resolve]:
+    """One line per conflict: the field, the three values (each cut to a readable length), the question."""
+
     def ask(c: Conflict) -> Resolve:
-        echo(f"conflict {c.describe()}")
-        return "theirs" if confirm(f"take upstream's value for {c.path}?") else "ours"
+        return "theirs" if confirm(f"conflict {c.describe(limit=60)} — take upstream's value?") else "ours"
 
     return ask
 

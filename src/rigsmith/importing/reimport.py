@@ -79,3 +79,61 @@ def same_recipe(
         return False
     provenance = data.get("provenance") if isinstance(data, dict) else None
     return isinstance(provenance, dict) and provenance.get("sha256") == sha256
+
+
+def args_indexes_kept(merged: Any, *sides: Any) -> Any:
+    """``merged`` spec data with ``engine.model_arg`` and ``secondary_models[].arg`` pointing at the same
+    words as on the side they came from, after ``engine.args`` was merged flag by flag (a flag added or
+    dropped before ``--model X`` moves X). An index whose word is found once in the merged args is moved
+    there; otherwise it is left for the spec's own checks."""
+    if not isinstance(merged, dict) or not isinstance(merged.get("engine"), dict):
+        return merged
+    args = merged["engine"].get("args")
+    if not isinstance(args, list):
+        return merged
+    out = dict(merged)
+    out["engine"] = dict(
+        merged["engine"],
+        model_arg=_word_index(
+            merged["engine"].get("model_arg"), args, [_word(side, "engine", "model_arg") for side in sides]
+        ),
+    )
+    models = merged.get("secondary_models")
+    if isinstance(models, list):
+        out["secondary_models"] = [
+            dict(m, arg=_word_index(m.get("arg"), args, [_secondary_word(side, m) for side in sides]))
+            if isinstance(m, dict)
+            else m
+            for m in models
+        ]
+    return out
+
+
+def _word(side: Any, section: str, field: str) -> str | None:
+    block = side.get(section) if isinstance(side, dict) else None
+    return _at(side, block.get(field)) if isinstance(block, dict) else None
+
+
+def _secondary_word(side: Any, model: dict[str, Any]) -> str | None:
+    models = side.get("secondary_models") if isinstance(side, dict) else None
+    for m in models if isinstance(models, list) else ():
+        if isinstance(m, dict) and m.get("repo") == model.get("repo") and m.get("role") == model.get("role"):
+            return _at(side, m.get("arg"))
+    return None
+
+
+def _at(side: Any, index: Any) -> str | None:
+    engine = side.get("engine") if isinstance(side, dict) else None
+    args = engine.get("args") if isinstance(engine, dict) else None
+    if isinstance(index, int) and isinstance(args, list) and 0 <= index < len(args):
+        word = args[index]
+        return word if isinstance(word, str) else None
+    return None
+
+
+def _word_index(index: Any, args: list[Any], words: list[str | None]) -> Any:
+    wanted = {w for w in words if w is not None}
+    if not isinstance(index, int) or not wanted or (0 <= index < len(args) and args[index] in wanted):
+        return index
+    hits = [i for i, w in enumerate(args) if w in wanted]
+    return hits[0] if len(hits) == 1 else index

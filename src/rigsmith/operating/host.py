@@ -15,6 +15,7 @@ from typing import Protocol
 
 from rigsmith.operating import probes
 from rigsmith.operating.probes import CmdResult, DiskFacts, HostFacts, ImageFacts, ModelFacts
+from rigsmith.rendering.targets import quadlet
 
 
 class Host(Protocol):
@@ -204,8 +205,7 @@ def gather(
         st = host.statvfs(model_dir)
         if st:
             facts.disk = DiskFacts(model_dir, st[1], host.tree_bytes(model_dir))
-    pv = probe(host, cmd["podman_version"])
-    facts.podman_version = probes.parse_podman_version(pv.stdout) if pv.code == 0 else None
+    facts.podman_version = podman_version(host)
     if facts.podman_version and target != "lxc":
         _gather_podman(host, facts, image)
     facts.cdi.extend(cdi_specs(host))
@@ -244,3 +244,28 @@ def image_facts(host: Host, ref: str, pinned: bool) -> ImageFacts:
     image_id = probes.parse_image_inspect(res.code, res.stdout)
     err = None if image_id else next((ln.strip() for ln in res.stderr.splitlines() if ln.strip()), None)
     return ImageFacts(ref, pinned, image_id is not None, image_id, err)
+
+
+def podman_version(host: Host) -> str | None:
+    """This host's podman version (``podman --version``); None where podman does not answer."""
+    pv = probe(host, probes.COMMANDS["podman_version"])
+    return probes.parse_podman_version(pv.stdout) if pv.code == 0 else None
+
+
+def quadlet_podman(host: Host, spec_version: str | None) -> tuple[str, str]:
+    """The podman version to render quadlet units for when they run on ``host`` (``up``, not ``deploy``
+    for another host): the host's own where it has quadlet, else the spec's (or the default), and the
+    sentence that says which and why."""
+    spec_says = spec_version or quadlet.DEFAULT_PODMAN_VERSION
+    own = "the spec's podman_version" if spec_version else "the default; the spec sets no podman_version"
+    here = podman_version(host)
+    if here is None:
+        return spec_says, f"quadlet units for podman {spec_says} ({own}): `podman --version` did not answer"
+    parsed = quadlet.parse_version(here)
+    if parsed is None or parsed < quadlet.QUADLET_SINCE:
+        return (
+            spec_says,
+            f"quadlet units for podman {spec_says} ({own}): this host's podman {here} has no quadlet",
+        )
+    said = f"; the spec says {spec_version}" if spec_version and spec_version != here else ""
+    return here, f"quadlet units for this host's podman {here} (`podman --version`{said})"

@@ -34,7 +34,7 @@ from rigsmith.operating.gpuholders import (
     survivors,
     top_argv,
 )
-from rigsmith.operating.host import Host, LocalHost, image_facts, probe
+from rigsmith.operating.host import Host, LocalHost, image_facts, probe, quadlet_podman
 from rigsmith.operating.host import read as probe_read
 from rigsmith.operating.probes import CmdResult
 from rigsmith.operating.verify import SPEC_LABEL, cdi_edits, container_problems, inspect_argv, parse_inspect
@@ -167,10 +167,13 @@ class Ops:
 def _plan(
     ops: Ops, deployment: str | None, image: str | None, memlock: Literal["unlimited", "host"] | int | None
 ) -> tuple[planmod.RunPlan, list[writer.Artifact]]:
+    """The plan and the target's files: quadlet units for the podman of this host, where they run."""
     name = ops.project.resolve_name(deployment)
-    return deploymod.artifacts(
-        ops.project, ops.target, deployment=name, image=image, out=ops.out, memlock=memlock
-    )
+    kw: deploymod.RenderOptions = {"deployment": name, "image": image, "out": ops.out, "memlock": memlock}
+    spec = ops.project.load(name)
+    if ops.target == "quadlet" and spec.cluster is None:  # a cluster's units run on its nodes' podman
+        kw["podman_version"] = quadlet_podman(ops.host, spec.podman_version)[0]
+    return deploymod.artifacts(ops.project, ops.target, **kw)
 
 
 def quadlet_installs(files: Sequence[writer.Artifact], name: str, unit_dir: Path) -> list[writer.Artifact]:
@@ -206,6 +209,8 @@ def up(
     plan, files = _plan(ops, deployment, image, memlock)
     if ops.project.load(plan.name).cluster is not None:
         return ops_up(ops, plan, files, yes=yes, confirm=confirm, dry_run=dry_run, ignore_drift=ignore_drift)
+    if ops.target == "quadlet":
+        ops.echo(quadlet_podman(ops.host, ops.project.load(plan.name).podman_version)[1])
     _drift_gate(ops, plan, ignore_drift)
     installs: list[writer.Artifact] = []
     if ops.target == "quadlet":
