@@ -279,8 +279,8 @@ def bundle(
     report.total_bytes = sum(m.size for m in members.values())
     report.lock_sha256 = manifest.lock_sha256
     if tar is not None:
-        write_tar(out, manifest, tar, progress=progress)
-        report.tar = str(tar)
+        written = write_tar(out, manifest, tar, progress=progress)
+        report.tar = str(tar) + ("" if written else " (up to date, not rewritten)")
     return report
 
 
@@ -322,19 +322,44 @@ def _bundle_image(
     return entry, exported
 
 
-def write_tar(out: Path, manifest: Manifest, dest: Path, *, progress: bool | None = None) -> None:
+def write_tar(out: Path, manifest: Manifest, dest: Path, *, progress: bool | None = None) -> bool:
     """The bundle as one tar: manifest first (an unpacker can refuse early), then the members in order.
 
-    ``dest`` of ``-`` streams to stdout; a file is written beside its final name and renamed at the end.
+    ``dest`` of ``-`` streams to stdout; a file is written beside its final name and renamed at the end,
+    unless it already holds this manifest and every member at its size (then it is left alone: a re-run on an
+    unchanged deployment touches nothing; unbundle hashes every member against the manifest anyway).
+    Returns whether the tar was written.
     """
     names = [MANIFEST, *manifest.members]
-    total = sum((out / n).stat().st_size for n in names)
+    sizes = [(n, (out / n).stat().st_size) for n in names]
+    total = sum(size for _n, size in sizes)
     if str(dest) == "-":
         _tar_to(sys.stdout.buffer, out, names, total, progress)
-        return
+        return True
     dest = dest.absolute()
+    if _tar_holds(dest, (out / MANIFEST).read_bytes(), sizes):
+        return False
     with atomic(dest) as fh:
         _tar_to(fh, out, names, total, progress)
+    return True
+
+
+def _tar_holds(tar: Path, manifest: bytes, sizes: Sequence[tuple[str, int]]) -> bool:
+    """True when ``tar`` is this bundle's tar: the same manifest bytes first, then the same members at the
+    same sizes in the same order, and the file long enough to hold the last one (headers only are read)."""
+    try:
+        with tarfile.open(tar, "r:") as tf:
+            first = tf.next()
+            if first is None or first.name != MANIFEST:
+                return False
+            fh = tf.extractfile(first)
+            if fh is None or fh.read() != manifest:
+                return False
+            members = list(tf)  # from the first member again (TarFile keeps what it has read)
+            whole = tar.stat().st_size >= members[-1].offset_data + members[-1].size  # not cut short
+            return whole and [(m.name, m.size) for m in members] == list(sizes)
+    except (OSError, tarfile.TarError):
+        return False
 
 
 def _tar_to(fh: IO[bytes], out: Path, names: Sequence[str], total: int, progress: bool | None) -> None:

@@ -389,3 +389,22 @@ def test_bundle_onto_another_filesystem_says_it_copies_and_resumes_a_partial_cop
     )
     # ... and back across filesystems on the offline side: every model file copied (hashed), none linked.
     assert f"0 hard-linked, {len(source.files)} copied" in unbundled, unbundled
+
+
+def test_rerunning_bundle_tar_on_an_unchanged_deployment_leaves_the_tar_alone(
+    source: Source, podman: Podman, tmp_path: Path
+) -> None:
+    """Issue 26: a re-run on an unchanged deployment touches nothing, tar included; a tar cut short is
+    written again."""
+    tar = tmp_path / "again.tar"
+    args = ("bundle", "--out", str(source.bundle), "--targets", "podman,quadlet", "--tar", str(tar))
+    must(invoke(source.project, podman, *args))
+    first = tar.stat()
+    out = must(invoke(source.project, podman, *args))
+    assert "up to date, not rewritten" in out, out
+    assert (tar.stat().st_ino, tar.stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+    with tar.open("r+b") as fh:  # the last member loses its tail, every header still there
+        fh.truncate(first.st_size - 10240 - 4096)
+    out = must(invoke(source.project, podman, *args))
+    assert "not rewritten" not in out, out
+    assert tar.stat().st_size == first.st_size
