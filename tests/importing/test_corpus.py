@@ -18,7 +18,7 @@ from rigsmith.errors import RecipeError
 from rigsmith.importing import recipe, shelleval
 from rigsmith.spec import Deployment
 from tests.support.bashoracle import bash_argv
-from tests.support.recipes import corpus, expected
+from tests.support.recipes import corpus, expected, filled_as_user
 
 CASES = corpus()
 EXPECTED = expected()
@@ -113,27 +113,7 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
     from rigsmith.rendering import decisions, deploy, optins
 
     dep = _import(case)
-    local_dir = dep.model.local_dir
-    # A relative host path (compose's ./x) is refused by deploy until the user writes the real one.
-    mounts = tuple(
-        m if m.host.startswith(("/", "~")) else m.model_copy(update={"host": f"/filled{m.container}"})
-        for m in dep.mounts
-    )
-    filled = dep.model_copy(
-        update={
-            # A node address gets a host name (it is checked as one once filled); the rest a path.
-            "placeholders": {
-                t: f"node{i}.lan" if "address" in t else f"/filled/{i}"
-                for i, t in enumerate(dep.placeholders)
-            },
-            "engine": dep.engine.model_copy(update={"image": dep.engine.image or "localhost/vllm:1"}),
-            "mounts": mounts,
-            # A relative checkpoint dir (a local model) is the other value the user must fill.
-            "model": dep.model.model_copy(
-                update={"local_dir": local_dir if local_dir.startswith(("/", "~")) else "/filled/model"}
-            ),
-        }
-    )
+    filled = filled_as_user(dep)
     project = Project(tmp_path)
     project.spec_path(dep.name).parent.mkdir()
     project.spec_path(dep.name).write_text(specmod.dump(filled), encoding="utf-8")

@@ -29,7 +29,7 @@ from rigsmith.rendering import deploy, optins
 from rigsmith.rendering.targets import LxcOptions
 from tests.importing.test_corpus import _import
 from tests.support.facts import exec_start, podman_facts, split_systemd
-from tests.support.recipes import corpus, expected
+from tests.support.recipes import corpus, expected, filled_as_user
 from tests.support.targets import conf_pairs, run_quadlet
 
 HOME = "/home/rig"
@@ -70,29 +70,6 @@ EXTRA = [
 RECORD = """#!/bin/sh
 for a in "$@"; do printf '%s\\0' "$a"; done > "$RIGSMITH_OUT"
 """
-
-
-def _filled(dep: specmod.Deployment) -> specmod.Deployment:
-    """The imported spec as a user completes it: placeholders, relative host paths and an image filled."""
-    mounts = tuple(
-        m if m.host.startswith(("/", "~")) else m.model_copy(update={"host": f"/filled{m.container}"})
-        for m in dep.mounts
-    )
-    local = dep.model.local_dir
-    return dep.model_copy(
-        update={
-            # A node address gets a host name (it is checked as one once filled); the rest a path.
-            "placeholders": {
-                t: f"node{i}.lan" if "address" in t else f"/filled/{i}"
-                for i, t in enumerate(dep.placeholders)
-            },
-            "engine": dep.engine.model_copy(update={"image": dep.engine.image or "localhost/vllm:1"}),
-            "mounts": mounts,
-            "model": dep.model.model_copy(
-                update={"local_dir": local if local.startswith(("/", "~")) else "/filled/model"}
-            ),
-        }
-    )
 
 
 def _declared_argv(dep: specmod.Deployment) -> list[str]:
@@ -193,7 +170,7 @@ def _runtime(target: str, files: dict[str, str], tmp_path: Path, quadlet_bin: Pa
 def test_every_target_runs_what_the_recipe_meant_or_a_declared_decision(
     case: dict[str, Any], tmp_path: Path, quadlet_bin: Path
 ) -> None:
-    dep = _filled(_import(case))
+    dep = filled_as_user(_import(case))
     if secondary.gguf_quant(dep):
         pytest.skip("a GGUF reference renders once pinned (test_corpus checks the refusal)")
     project = Project(tmp_path / "p")

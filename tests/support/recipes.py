@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from rigsmith import spec as specmod
 from tests.support.common import REPO
 
 HERE = REPO / "tests" / "importing"
@@ -90,4 +91,27 @@ def task_cli(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[
         text=True,
         timeout=300,
         check=False,
+    )
+
+
+def filled_as_user(dep: specmod.Deployment) -> specmod.Deployment:
+    """The imported spec as a user completes it: placeholders, relative host paths and an image filled."""
+    mounts = tuple(
+        m if m.host.startswith(("/", "~")) else m.model_copy(update={"host": f"/filled{m.container}"})
+        for m in dep.mounts
+    )
+    local = dep.model.local_dir
+    return dep.model_copy(
+        update={
+            # A node address gets a host name (it is checked as one once filled); the rest a path.
+            "placeholders": {
+                t: f"node{i}.lan" if "address" in t else f"/filled/{i}"
+                for i, t in enumerate(dep.placeholders)
+            },
+            "engine": dep.engine.model_copy(update={"image": dep.engine.image or "localhost/vllm:1"}),
+            "mounts": mounts,
+            "model": dep.model.model_copy(
+                update={"local_dir": local if local.startswith(("/", "~")) else "/filled/model"}
+            ),
+        }
     )
