@@ -58,12 +58,12 @@ def why_unsafe(name: object) -> str | None:
     if posixpath.normpath(name) != name:
         return "it changes under path normalisation"
     folded = unicodedata.normalize("NFKC", name)
-    if folded != name and (folded.count("/") != name.count("/") or why_unsafe_ascii(folded)):
+    if folded != name and (folded.count("/") != name.count("/") or _folds_unsafe(folded)):
         return "it holds characters that fold into '/', '\\' or '.' (Unicode look-alikes)"
     return None
 
 
-def why_unsafe_ascii(name: str) -> str | None:
+def _folds_unsafe(name: str) -> str | None:
     """The separators and dot parts of an NFKC-folded name (what a look-alike would turn into)."""
     if "\\" in name or name.startswith("/"):
         return "separator"

@@ -196,13 +196,13 @@ class LocalCheckpoint:
         self.where = str(root)
 
     def _read(self, name: str) -> bytes | None:
-        try:
-            with confine.open_regular(self.root, name, f"checkpoint {self.root}", FitError) as fh:
-                return fh.read(MAX_JSON + 1)
-        except FitError:
-            if not (self.root / name).exists() and not (self.root / name).is_symlink():
-                return None
-            raise
+        """The file's bytes (at most one past the JSON limit), None when there is no such file; a link or
+        special file is refused by the confinement rule."""
+        path = self.root / name
+        if not path.exists() and not path.is_symlink():
+            return None
+        with confine.open_regular(self.root, name, f"checkpoint {self.root}", FitError) as fh:
+            return fh.read(MAX_JSON + 1)
 
     def config(self) -> dict[str, Any]:
         text = self._read(CONFIG)
