@@ -2,33 +2,38 @@
 
 A bundle is a directory (optionally streamed as one tar)::
 
-    manifest.json                each member's size and sha256, the lock's sha256, the model and image pins
+    manifest.json                each member's size and sha256, the lock's sha256, the image pin
     rigsmith.lock                the lock as it stands
     deployments/NAME.yaml        the spec
     images/BUILD/…               the image definition and its patches (engine.build)
     artifacts/TARGET/…           the rendered run artifacts (``--targets``)
     model/PATH                   the model files as the Hub serves them at the locked commit
+    secondary/OWNER/NAME/PATH    the secondary models (draft, tokenizer, LoRA), likewise
     image/engine.oci.tar         the engine image, an OCI archive whose manifest digest is the lock's
+    sources/BUILD/COMMIT.bundle  the source tree of a source-built image: a git bundle of the locked commit
+    sources/BUILD/assets/SHA256  its release assets
 
 Design:
 
 - **No silent copies.** A model file enters the bundle (and leaves it) as a hard link when both sides are
-  on one filesystem; otherwise it is copied with a progress bar, and the disk-space check counts it first.
-- **Nothing is hashed twice.** The bundle side trusts fetch-model's verified-state cache
-  (``LOCAL_DIR/.rigsmith/state.json``: size + mtime → the lock's hash); files it does not vouch for are
-  hashed against the lock before they are bundled. The bundle keeps its own cache
-  (``.rigsmith-bundle/state.json``), so a second run on an unchanged deployment does nothing.
+  on one filesystem; otherwise it is copied, hashed on the way, and the disk-space check counts it first.
+- **One verified-file record.** A model file is trusted unhashed only while its model dir's record
+  (:mod:`rigsmith.resolving.verified`: size, mtime, ctime, inode, device → the lock's hash) vouches for it;
+  else it is hashed against the lock first. Members that are not hard links to such files (copies, the
+  image archive, the source tree, assets) are kept in the same record in the bundle dir
+  (``.rigsmith/state.json``, never a member): a re-run on an unchanged deployment hashes and writes
+  nothing. Re-hashing the image archive instead would cost ~15 s per 10 GiB here (sha256 at ~650 MiB/s on
+  this 2-core machine, measured), so the record stays.
 - **Digest preserved.** See :mod:`.ociarchive`: ``podman save --format oci-archive`` where that
   reproduces the lock's manifest digest, else ``skopeo copy --preserve-digests`` from the registry; the
   archive's manifest digest is checked against the lock either way, and again after ``podman load``.
-- **Verify before placing.** ``unbundle`` checks the disk space, then hashes every member against the
-  manifest and the manifest against the lock, and only then writes: the spec and lock into the project,
-  the image into local storage, the model into its directory through fetch-model's verified-state cache
-  (so ``fetch-model`` afterwards makes no request and hashes nothing).
-- **Resumable.** Copies stream into ``partial/<hash>.incomplete`` and resume from there; members verified
-  by an interrupted unbundle are not hashed again (``.rigsmith/unbundle/verified-*.json`` in the checkout,
-  never in the bundle: size, mtime and inode → sha256); placed model files are recorded in fetch-model's
-  cache as they land.
+- **Verify before placing.** ``unbundle`` checks the disk space, then hashes every member it will place
+  (model files against the lock, the rest against the manifest, the manifest against the lock) and only
+  then writes: the spec and lock into the project, the image into local storage, the source tree and
+  assets into the source cache, the models into their directories, each recorded in that directory's
+  verified-file record as it lands (so ``fetch-model`` afterwards makes no request and hashes nothing).
+- **Resumable at file level.** A file reaches its final name only whole and verified; a model file already
+  in place and vouched for by its record is neither hashed nor placed again.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import hashlib
 import sys
 import tarfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -45,54 +51,36 @@ from rigsmith.operating.bundlefiles import (
     DEFAULT_IO,
     BundleReport,
     Contents,
-    Echo,
-    Io,
+    Record,
     atomic,
+    beside,
     check_space,
     contents,
-    drop_stale,
     gib,
-    image_size,
-    pin_key,
+    hash_path,
     place_all,
     progress_bars,
     same_bytes,
     same_filesystem,
-    sha256_file,
-    verify_source,
     write_bytes,
 )
+from rigsmith.operating.bundlefiles import Io as Io
 from rigsmith.operating.bundlemanifest import (
     ARTIFACT_PREFIX,
-    BUNDLE_STATE,
     DEFAULT_TARGETS,
     IMAGE_MEMBER,
     LOCK_MEMBER,
     MANIFEST,
-    MODEL_PREFIX,
     BundleError,
     ImageEntry,
     Manifest,
     Member,
-    ModelFile,
     dump_manifest,
 )
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import (
-    STATE_DIR,
-    STATE_FILE,
-    DirState,
-    HashKind,
-    Want,
-    dump_state,
-    expand_dir,
-    read_state,
-)
-from rigsmith.resolving.verified import seen, verified, vouches
+from rigsmith.resolving.modelfiles import Want, expand_dir
 from rigsmith.writer import write_one
-
-# -- bundle -----------------------------------------------------------------------------------------------
 
 
 def _small_members(project: Project, c: Contents, targets: Sequence[str]) -> dict[str, bytes]:
@@ -117,9 +105,58 @@ def _small_members(project: Project, c: Contents, targets: Sequence[str]) -> dic
     return out
 
 
-# Over 80 lines on purpose: one ordered pass over shared state (the bundle's state cache through vouched/
-# remember, the report): space is checked before any write, the manifest is removed before a member
-# changes and written last. Split into phases, each helper would take the same eight values.
+@dataclass(frozen=True)
+class _Model:
+    """A model file's way into the bundle: its member, source, destination, and its model dir's record."""
+
+    member: str
+    src: Path
+    dst: Path
+    w: Want
+    source: Record
+
+
+def _plan_models(c: Contents, out: Path, rec: Record, report: BundleReport) -> list[_Model]:
+    """Every model file (main and secondary), its source checked against the lock; those still to place."""
+    todo = []
+    for s in c.models:
+        root = expand_dir(s.spec.model.local_dir)
+        source = Record(root)
+        for w in s.wanted:
+            src, dst = root / w.disk_path, out / s.member(w)
+            if not src.is_file():
+                raise BundleError(
+                    f"{src}: missing — {s.field} ({s.entry.repo}) is not fetched (or was moved)",
+                    hint=f"run `invoke fetch-model --deployment {c.spec.name}` first",
+                )
+            if not source.vouches(w.disk_path, src, w.kind, w.digest):
+                got = hash_path(src, w.kind, w.size)
+                report.hashed_bytes += w.size
+                if got != w.digest or src.stat().st_size != w.size:
+                    raise BundleError(
+                        f"{src}: {w.kind} {got} on disk, the lock says {w.digest}; it is not bundled",
+                        hint="run `invoke fetch-model --verify` to restore the locked file, then `invoke "
+                        "bundle OUT` again",
+                    )
+                source.put(w.disk_path, src, w.kind, w.digest)
+            linked = dst.exists() and dst.samefile(src)
+            if not (linked or rec.vouches(s.member(w), dst, w.kind, w.digest)):
+                todo.append(_Model(s.member(w), src, dst, w, source))
+    return todo
+
+
+def _image_fresh(pin: ociarchive.ImagePin, dst: Path, rec: Record) -> bool:
+    """True when the bundle's archive is as recorded (bytes unchanged) and holds the pinned image."""
+    if rec.digest(IMAGE_MEMBER, dst) is None:
+        return False
+    try:
+        return ociarchive.matches(pin, ociarchive.archive_facts(dst, IMAGE_MEMBER))
+    except ociarchive.ImageMismatch:
+        return False
+
+
+# Over 80 lines on purpose: one ordered pass: plan (what is stale), space, the manifest removed before any
+# member changes, the members, the manifest written last. Split, each phase would take the same values.
 def bundle(
     project: Project,
     deployment: str | None,
@@ -132,140 +169,89 @@ def bundle(
     """Write (or bring up to date) the bundle of one deployment in ``out``; optionally tar it.
 
     Raises:
-        LockError: the model or image is not locked.
-        HashMismatch / BundleError: a model file on disk is not what the lock says.
+        LockError: the model, a secondary model or the image is not locked.
+        BundleError: a model file on disk is not what the lock says.
         ImageMismatch: the image cannot be exported with the lock's digest.
         PreflightError: too little disk space (checked before anything is copied).
     """
-    echo, progress, run, disk_free = io.echo, io.progress, io.run, io.disk_free
     spec = project.load(deployment)
-    lock = lockmod.read(project.lock_path)
-    c = contents(spec, lock)
-    root = expand_dir(spec.model.local_dir)
+    c = contents(spec, lockmod.read(project.lock_path))
     out = out.absolute()
     report = BundleReport(out=str(out))
     small = _small_members(project, c, targets)
-    state_path = out / BUNDLE_STATE / STATE_FILE
-    bstate = read_state(state_path)
-    fetched = read_state(root / STATE_DIR / STATE_FILE)
-
-    def vouched(member: str, path: Path, kind: HashKind, digest: str | None = None) -> str | None:
-        """The digest the bundle's cache holds for a member still as it was recorded (and as wanted)."""
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            return None
-        fs = bstate.files.get(member)
-        if fs is None or not vouches(fs, seen(st), kind, digest or fs.digest):
-            return None
-        return fs.digest
-
-    def remember(member: str, path: Path, kind: HashKind, digest: str) -> None:
-        new = verified(seen(path.stat()), kind, digest)
-        if bstate.files.get(member) != new:
-            bstate.files[member] = new
-            write_one(state_path, dump_state(bstate))
-
-    # Plan the model: which sources are verified, which members must be placed, what must be copied.
-    todo: list[Want] = []
-    for w in c.wanted:
-        src = root / w.disk_path
-        try:
-            st = src.stat()
-        except FileNotFoundError:
-            raise BundleError(
-                f"{src}: missing — the model is not fetched (or was moved)",
-                hint=f"run `invoke fetch-model --deployment {spec.name}` first",
-            ) from None
-        if not vouches(fetched.files.get(w.disk_path), seen(st), w.kind, w.digest):
-            verify_source(src, w, report)
-        dst = out / (MODEL_PREFIX + w.repo_path)
-        member = MODEL_PREFIX + w.repo_path
-        if not (dst.exists() and (src.samefile(dst) or vouched(member, dst, w.kind, w.digest))):
-            todo.append(w)
-    copy_bytes = sum(w.size for w in todo if not same_filesystem(root / w.disk_path, out))
+    rec = Record(out)
+    todo = _plan_models(c, out, rec, report)
     image_dst = out / IMAGE_MEMBER
-    image_fresh = c.pin is None or (
-        vouched(IMAGE_MEMBER, image_dst, "sha256") is not None and bstate.commit == pin_key(c.pin)
-    )
-    image_need = 0 if image_fresh or c.pin is None else image_size(c.pin, run)
+    image_fresh = c.pin is None or _image_fresh(c.pin, image_dst, rec)
+    src_todo = _sources_todo(c, out, rec)
+    keep = set(small) | set(c.locked()) | {IMAGE_MEMBER} | _source_members(c)
+    stale = sorted(set(rec.state.files) - keep)
+    stale_small = [m for m, data in small.items() if not same_bytes(out / m, data)]
+
+    copy_bytes = sum(m.w.size for m in todo if not same_filesystem(m.src, out))
+    image_need = 0 if image_fresh or c.pin is None else ociarchive.image_size(c.pin, io.run)
     check_space(
         {out: copy_bytes + image_need},
-        disk_free,
+        io.disk_free,
         "the bundle (model files that cannot be hard-linked across filesystems, and the image archive)",
         "free space there, or bundle into a directory on the model's filesystem (hard links, no copy)",
     )
-    (out / BUNDLE_STATE).mkdir(parents=True, exist_ok=True)
-    stale_small = [m for m, data in small.items() if not same_bytes(out / m, data)]
-    if todo or not image_fresh or stale_small:
+    if todo or not image_fresh or src_todo or stale or stale_small:
         # The manifest is written last: while members change, no manifest vouches for a half-made bundle.
         (out / MANIFEST).unlink(missing_ok=True)
     if copy_bytes:
-        echo(
-            f"bundle: {out} is on another filesystem than {root}: copying {gib(copy_bytes)} of model files "
-            "(a directory on the model's filesystem would take hard links instead)"
+        io.echo(
+            f"bundle: {out} is on another filesystem than the model: copying {gib(copy_bytes)} of model "
+            "files (a directory on the model's filesystem would take hard links instead)"
         )
-
+    for member in stale:
+        (out / member).unlink(missing_ok=True)
+        del rec.state.files[member]
+        rec.save()
     for member, data in small.items():
-        path = out / member
         if member in stale_small:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_bytes(path, data)
+            write_bytes(out / member, data)
             report.written.append(member)
-        else:
-            report.unchanged += 1
-        remember(member, path, "sha256", hashlib.sha256(data).hexdigest())
-    if drop_stale(out, set(small) | {MODEL_PREFIX + w.repo_path for w in c.wanted} | {IMAGE_MEMBER}, bstate):
-        write_one(state_path, dump_state(bstate))
+        rec.put(member, out / member, "sha256", hashlib.sha256(data).hexdigest())
 
-    place_all(
-        todo,
-        lambda w: (
-            root / w.disk_path,
-            out / (MODEL_PREFIX + w.repo_path),
-            out / BUNDLE_STATE / "partial" / w.partial_name,
-        ),
-        report.moved,
-        title=f"bundle {spec.name}",
-        progress=progress,
-    )
-    report.unchanged += len(c.wanted) - len(todo)
+    jobs = {m.dst: m for m in todo}
 
-    model: dict[str, ModelFile] = {}
-    members: dict[str, Member] = {}
-    for w in c.wanted:
-        member = MODEL_PREFIX + w.repo_path
-        path = out / member
-        if w.kind == "sha256":
-            sha = w.digest
-        else:  # a small (non-LFS) file: the lock has its git blob sha1, the manifest wants sha256
-            sha = sha256_file(path)
-            report.hashed_bytes += w.size
-        remember(member, path, w.kind, w.digest)
-        model[w.repo_path] = ModelFile(member=member, size=w.size, kind=w.kind, digest=w.digest)
-        members[member] = Member(size=w.size, sha256=sha)
-    for member, data in small.items():
-        members[member] = Member(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    def placed(dst: Path, w: Want, linked: bool) -> None:
+        m = jobs[dst]
+        if linked:  # a new link changes the source's ctime: it is still the file just vouched for
+            m.source.put(w.disk_path, m.src, w.kind, w.digest)
+        rec.put(m.member, dst, w.kind, w.digest)
 
+    place_all([(m.src, m.dst, m.w) for m in todo], report.moved, title=f"bundle {spec.name}",
+              progress=io.progress, placed=placed)  # fmt: skip
+    for member in src_todo:
+        src_todo[member](out / member)
+        report.written.append(member)
+
+    members = {
+        m: Member(size=len(data), sha256=hashlib.sha256(data).hexdigest()) for m, data in small.items()
+    }
+    for member, (kind, digest, size) in c.locked().items():
+        sha = digest if kind == "sha256" else hash_path(out / member, "sha256", size)
+        members[member] = Member(size=size, sha256=sha)
+    for member in _source_members(c) - set(members):
+        members[member] = Member(size=(out / member).stat().st_size, sha256=rec.state.files[member].digest)
     image = None
     if c.pin is not None:
-        image, exported = _bundle_image(c.pin, out, bstate, vouched, remember, run, echo, progress)
-        if exported:
-            report.image = c.pin.pinned_ref
-            report.hashed_bytes += image_dst.stat().st_size
+        if not image_fresh:
+            _export(c.pin, image_dst, rec, io)
+            report.written.append(IMAGE_MEMBER)
         members[IMAGE_MEMBER] = Member(
-            size=image_dst.stat().st_size, sha256=bstate.files[IMAGE_MEMBER].digest
+            size=image_dst.stat().st_size, sha256=rec.state.files[IMAGE_MEMBER].digest
         )
-        if bstate.commit != pin_key(c.pin):
-            bstate.commit = pin_key(c.pin)
-            write_one(state_path, dump_state(bstate))
+        facts = ociarchive.archive_facts(image_dst, IMAGE_MEMBER)
+        p = c.pin
+        image = ImageEntry(member=IMAGE_MEMBER, name=p.name, tag=p.tag, digest=p.digest, image_id=p.image_id,
+                           pinned_ref=p.pinned_ref, config_digest=facts.config_digest)  # fmt: skip
 
     manifest = Manifest(
         deployment=spec.name,
         lock_sha256=members[LOCK_MEMBER].sha256,
-        model_repo=c.entry.repo,
-        model_commit=c.entry.commit,
-        model=model,
         image=image,
         targets=list(targets),
         members=dict(sorted(members.items())),
@@ -279,47 +265,70 @@ def bundle(
     report.total_bytes = sum(m.size for m in members.values())
     report.lock_sha256 = manifest.lock_sha256
     if tar is not None:
-        written = write_tar(out, manifest, tar, progress=progress)
+        written = write_tar(out, manifest, tar, progress=io.progress)
         report.tar = str(tar) + ("" if written else " (up to date, not rewritten)")
     return report
 
 
-def _bundle_image(
-    pin: ociarchive.ImagePin,
-    out: Path,
-    bstate: DirState,
-    vouched: Callable[[str, Path, HashKind], str | None],
-    remember: Callable[[str, Path, HashKind, str], None],
-    run: ociarchive.Run,
-    echo: Echo,
-    progress: bool | None,
-) -> tuple[ImageEntry, bool]:
-    dst = out / IMAGE_MEMBER
-    sha = vouched(IMAGE_MEMBER, dst, "sha256") if bstate.commit == pin_key(pin) else None
-    exported = sha is None
-    if sha is None:
-        stage = out / BUNDLE_STATE / "partial" / "engine.oci.tar"
-        stage.parent.mkdir(parents=True, exist_ok=True)
-        echo(f"bundle: exporting {pin.pinned_ref} as an OCI archive")
-        ociarchive.export(pin, stage, run=run, echo=echo)
-        size = stage.stat().st_size
-        with progress_bars(progress) as prog:
-            task = prog.add_task("hash image archive", total=size)
-            sha = sha256_file(stage, lambda n: prog.advance(task, n))
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        stage.replace(dst)
-        remember(IMAGE_MEMBER, dst, "sha256", sha)
-    facts = ociarchive.archive_facts(dst, IMAGE_MEMBER)
-    entry = ImageEntry(
-        member=IMAGE_MEMBER,
-        name=pin.name,
-        tag=pin.tag,
-        digest=pin.digest,
-        image_id=pin.image_id,
-        pinned_ref=pin.pinned_ref,
-        config_digest=facts.config_digest,
-    )
-    return entry, exported
+def _source_members(c: Contents) -> set[str]:
+    if c.sources is None:
+        return set()
+    s = c.sources
+    return {s.tree_member, *(s.asset_member(a) for a in s.entry.assets.values())}
+
+
+def _sources_todo(c: Contents, out: Path, rec: Record) -> dict[str, Callable[[Path], None]]:
+    """The source tree and asset members that are missing or not as recorded: member → its writer."""
+    from rigsmith.resolving.sources import Sources, cache_root  # the git cache: only for a source build
+
+    if c.sources is None:
+        return {}
+    s, cache = c.sources, Sources(cache_root())
+    where = f"images/{s.image}/image.yaml tree"
+
+    def tree(dst: Path) -> None:
+        tmp = beside(dst, "rigsmith-tmp")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)
+        cache.bundle_tree(s.entry.repo, s.entry.commit, tmp, where)
+        sha = hash_path(tmp, "sha256", tmp.stat().st_size)
+        tmp.replace(dst)
+        rec.put(s.tree_member, dst, "sha256", sha)
+
+    def asset(a: lockmod.LockedAsset, member: str) -> Callable[[Path], None]:
+        def write(dst: Path) -> None:
+            data = cache.cached(a.sha256)
+            if data is None:
+                raise BundleError(
+                    f"{where}: the asset {a.url} ({a.sha256}) is not in the source cache {cache.cache}",
+                    hint="run `invoke build` on this machine first (it fills the cache), then bundle again",
+                )
+            write_bytes(dst, data)
+            rec.put(member, dst, "sha256", a.sha256.removeprefix("sha256:"))
+
+        return write
+
+    todo: dict[str, Callable[[Path], None]] = {}
+    if rec.digest(s.tree_member, out / s.tree_member) is None:
+        todo[s.tree_member] = tree
+    for a in s.entry.assets.values():
+        member = s.asset_member(a)
+        if not rec.vouches(member, out / member, "sha256", a.sha256.removeprefix("sha256:")):
+            todo[member] = asset(a, member)
+    return todo
+
+
+def _export(pin: ociarchive.ImagePin, dst: Path, rec: Record, io: Io) -> None:
+    stage = beside(dst, "rigsmith-tmp")
+    stage.parent.mkdir(parents=True, exist_ok=True)
+    io.echo(f"bundle: exporting {pin.pinned_ref} as an OCI archive")
+    ociarchive.export(pin, stage, run=io.run, echo=io.echo)
+    size = stage.stat().st_size
+    with progress_bars(io.progress) as prog:
+        task = prog.add_task("hash image archive", total=size)
+        sha = hash_path(stage, "sha256", size, lambda n: prog.advance(task, n))
+    stage.replace(dst)
+    rec.put(IMAGE_MEMBER, dst, "sha256", sha)
 
 
 def write_tar(out: Path, manifest: Manifest, dest: Path, *, progress: bool | None = None) -> bool:

@@ -1,5 +1,6 @@
-"""What ``invoke bundle`` and ``invoke unbundle`` share: the manifest, hashing and placing files (hard link or
-copy with progress), the disk-space check, and what a deployment's bundle holds. See :mod:`.bundle`.
+"""What ``invoke bundle`` and ``invoke unbundle`` share: what a deployment's bundle holds (worked out from
+spec + lock), placing a file (hard link, or a copy hashed on the way), the verified-file record of a
+directory, the disk-space check and the progress bars. See :mod:`.bundle`.
 """
 
 from __future__ import annotations
@@ -12,80 +13,170 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskProgressColumn, TextColumn
 
 from rigsmith.errors import LockError, PreflightError
 from rigsmith.operating import ociarchive
-from rigsmith.operating.bundlemanifest import IMAGE_MEMBER, MODEL_PREFIX, BundleError, Manifest
+from rigsmith.operating.bundlemanifest import MODEL_PREFIX, SECONDARY_PREFIX, SOURCES_PREFIX, BundleError
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import (
-    HASH_CHUNK,
+from rigsmith.resolving.modelfiles import HASH_CHUNK, Hasher, HashKind, Want, patches_by_file, select, wants
+from rigsmith.resolving.verified import (
+    STATE_DIR,
+    STATE_FILE,
     DirState,
-    Hasher,
-    HashKind,
-    Want,
-    hash_stream,
-    patches_by_file,
-    select,
-    wants,
+    dump_state,
+    read_state,
+    seen,
+    seen_at,
+    verified,
+    vouches,
 )
+from rigsmith.secondary import placements, view
 from rigsmith.spec import Deployment
+from rigsmith.writer import write_one
 
 Echo = Callable[[str], None]
 DiskFree = Callable[[Path], int]
 
+# -- what a deployment's bundle holds ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSet:
+    """One Hub model a bundle carries (the main one, or a secondary one: draft, tokenizer, LoRA)."""
+
+    spec: Deployment  # the deployment with this model as ``model`` (what fetch-model reads for it)
+    entry: lockmod.LockedModel
+    prefix: str  # its members' names start with this
+    field: str  # the spec field, for messages
+    wanted: list[Want]
+
+    def member(self, w: Want) -> str:
+        return self.prefix + w.repo_path
+
+
+@dataclass(frozen=True)
+class SourceSet:
+    """The source tree (a git bundle of the locked commit) and release assets of ``images/<image>``."""
+
+    image: str
+    entry: lockmod.LockedSource
+
+    @property
+    def tree_member(self) -> str:
+        return f"{SOURCES_PREFIX}{self.image}/{self.entry.commit}.bundle"
+
+    def asset_member(self, a: lockmod.LockedAsset) -> str:
+        return f"{SOURCES_PREFIX}{self.image}/assets/{a.sha256.removeprefix('sha256:')}"
+
+
+@dataclass(frozen=True)
+class Contents:
+    """Everything a bundle of one deployment must hold, worked out from spec + lock (no disk reads)."""
+
+    spec: Deployment
+    lock: lockmod.Lock
+    models: list[ModelSet]  # the main model first
+    pin: ociarchive.ImagePin | None
+    sources: SourceSet | None
+
+    def locked(self) -> dict[str, tuple[HashKind, str, int]]:
+        """Every member whose hash the lock holds: model files (their Hub hash), source tree (none: git
+        checks it against the locked commit) and assets (sha256)."""
+        out: dict[str, tuple[HashKind, str, int]] = {
+            s.member(w): (w.kind, w.digest, w.size) for s in self.models for w in s.wanted
+        }
+        if self.sources is not None:
+            for a in self.sources.entry.assets.values():
+                out[self.sources.asset_member(a)] = ("sha256", a.sha256.removeprefix("sha256:"), a.size)
+        return out
+
+
+def contents(spec: Deployment, lock: lockmod.Lock) -> Contents:
+    """The model files (Hub bytes, by repo path), secondary models, image pin and source tree of ``spec``."""
+    m = spec.model
+    if m.repo is None:
+        raise LockError(
+            f"deployment {spec.name!r} runs a local checkpoint (model.repo is null): rigsmith has no "
+            "per-file hashes to carry it verified",
+            hint="set model.repo, run `invoke pin` and `invoke fetch-model`; or copy the checkpoint yourself",
+        )
+    fetch = f"run `invoke fetch-model --deployment {spec.name}` first"
+    entry = lock.models.get(spec.name)
+    if entry is None or entry.repo != m.repo or not entry.files:
+        raise LockError(f"rigsmith.lock holds no files for deployment {spec.name!r} ({m.repo})", hint=fetch)
+    files = select(entry.files, m.allow_patterns, m.ignore_patterns)
+    models = [ModelSet(spec, entry, MODEL_PREFIX, "model", wants(files, patches_by_file(m.config_patches)))]
+    for p in placements(spec):
+        sub = lock.secondary.get(spec.name, {}).get(p.repo)
+        if sub is None or not sub.files:
+            raise LockError(f"rigsmith.lock holds no files for {p.field} ({p.repo})", hint=fetch)
+        v = view(spec, p)
+        chosen = wants(select(sub.files, v.model.allow_patterns, ()), ())
+        models.append(ModelSet(v, sub, f"{SECONDARY_PREFIX}{p.repo}/", p.field, chosen))
+    build = spec.engine.build
+    tree = lock.sources.get(build) if build else None
+    srcs = SourceSet(build, tree) if build and tree else None
+    return Contents(spec, lock, models, ociarchive.image_pin(spec, lock), srcs)
+
+
+# -- the verified-file record of a directory --------------------------------------------------------------
+
+
+class Record:
+    """The verified-file record (:mod:`rigsmith.resolving.verified`) of a model dir or a bundle dir: the
+    same file, the same rule; written after every change, so a killed run keeps what it verified."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / STATE_DIR / STATE_FILE
+        self.state: DirState = read_state(self.path)
+
+    def vouches(self, rel: str, path: Path, kind: HashKind, digest: str) -> bool:
+        return vouches(self.state.files.get(rel), seen_at(path), kind, digest)
+
+    def digest(self, rel: str, path: Path) -> str | None:
+        """The sha256 the record holds for ``rel`` while it still vouches for ``path``."""
+        rec = self.state.files.get(rel)
+        return rec.digest if rec is not None and self.vouches(rel, path, "sha256", rec.digest) else None
+
+    def put(self, rel: str, path: Path, kind: HashKind, digest: str) -> None:
+        new = verified(seen(path.stat()), kind, digest)
+        if self.state.files.get(rel) != new:
+            self.state.files[rel] = new
+            self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_one(self.path, dump_state(self.state))
+
+
 # -- hashing and placing files ----------------------------------------------------------------------------
 
 
-def sha256_file(path: Path, on_bytes: Callable[[int], None] = lambda n: None) -> str:
-    """sha256 of a file, reporting progress per chunk."""
-    h = hashlib.sha256()
-    buf = bytearray(HASH_CHUNK)
-    view = memoryview(buf)
+def hash_path(path: Path, kind: HashKind, size: int, on_bytes: Callable[[int], None] = lambda n: None) -> str:
+    """The ``kind`` hash of a file, reporting progress per chunk."""
+    h = Hasher(kind, size)
+    view_ = memoryview(bytearray(HASH_CHUNK))
     with path.open("rb") as fh:
-        while n := fh.readinto(view):
-            h.update(view[:n])
+        while n := fh.readinto(view_):
+            h.update(view_[:n])
             on_bytes(n)
     return h.hexdigest()
 
 
 def same_filesystem(a: Path, b: Path) -> bool:
     """True when a hard link from ``a`` can land in ``b`` (a directory, or the nearest existing parent)."""
-    for p in (b, *b.parents):
-        if p.exists():
-            return a.stat().st_dev == p.stat().st_dev
-    return False
-
-
-Placed = Literal["linked", "copied"]
+    return a.stat().st_dev == _existing(b).stat().st_dev
 
 
 def place(
-    src: Path,
-    dst: Path,
-    *,
-    partial: Path,
-    kind: HashKind,
-    digest: str,
-    size: int,
-    on_bytes: Callable[[int], None],
-) -> tuple[Placed, int]:
-    """Put ``src`` at ``dst``: a hard link where possible, else a hashed copy that resumes from ``partial``.
-
-    The copy reaches ``dst`` only once it hashes to ``digest``. Returns how it was placed and the bytes a
-    resumed copy did not have to copy again.
-    """
+    src: Path, dst: Path, kind: HashKind, digest: str, size: int, on_bytes: Callable[[int], None]
+) -> bool:
+    """Put ``src`` at ``dst``: a hard link where possible (True), else a copy that reaches ``dst`` only once
+    it hashes to ``digest`` (False). A killed copy leaves no file at ``dst``."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = beside(dst, "rigsmith-link")
     tmp.unlink(missing_ok=True)
@@ -97,91 +188,61 @@ def place(
     else:
         tmp.replace(dst)
         on_bytes(size)
-        return "linked", 0
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    have = partial.stat().st_size if partial.exists() else 0
-    if have > size:
-        partial.unlink()
-        have = 0
-    with src.open("rb") as fin, partial.open("r+b" if have else "wb") as fout:
-        hasher = hash_stream(kind, size, fout, limit=have) if have else Hasher(kind, size)
-        on_bytes(have)
-        fin.seek(have)
-        fout.seek(have)
-        buf = bytearray(HASH_CHUNK)
-        view = memoryview(buf)
-        while n := fin.readinto(view):
-            fout.write(view[:n])
-            hasher.update(view[:n])
+        return True
+    h = Hasher(kind, size)
+    with src.open("rb") as fin, atomic(dst) as fout:
+        view_ = memoryview(bytearray(HASH_CHUNK))
+        while n := fin.readinto(view_):
+            fout.write(view_[:n])
+            h.update(view_[:n])
             on_bytes(n)
-        fout.flush()
-        os.fsync(fout.fileno())
-    got = hasher.hexdigest()
-    if got != digest:
-        partial.unlink(missing_ok=True)
-        raise BundleError(
-            f"{src}: copied bytes hash to {got}, expected {digest}",
-            hint="the source changed while it was copied; run the command again",
-        )
-    partial.replace(dst)
-    return "copied", have
-
-
-def progress_bars(show: bool | None) -> Progress:
-    """One bar per phase; with a percentage, since a 100 GiB phase moves the bar slowly."""
-    console = Console(stderr=True)
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TaskProgressColumn(),
-        DownloadColumn(binary_units=True),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=not (console.is_terminal if show is None else show),
-        transient=True,
-    )
+        if h.hexdigest() != digest:
+            raise BundleError(
+                f"{src}: copied bytes hash to {h.hexdigest()}, expected {digest}",
+                hint="the source changed while it was copied; run the command again",
+            )
+    return False
 
 
 @dataclass
 class Moved:
-    """How model files got where they go: hard links, copies (and what a resumed copy did not redo)."""
+    """How files got where they go: hard links or copies."""
 
     linked: int = 0
     copied: int = 0
     copied_bytes: int = 0
-    resumed_bytes: int = 0
 
     def describe(self) -> str:
-        resumed = f", {gib(self.resumed_bytes)} resumed" if self.resumed_bytes else ""
-        return f"{self.linked} hard-linked, {self.copied} copied ({gib(self.copied_bytes)}{resumed})"
+        return f"{self.linked} hard-linked, {self.copied} copied ({gib(self.copied_bytes)})"
 
 
 def place_all(
-    todo: Sequence[Want],
-    where: Callable[[Want], tuple[Path, Path, Path]],
+    todo: Sequence[tuple[Path, Path, Want]],
     moved: Moved,
     *,
     title: str,
     progress: bool | None,
-    placed: Callable[[Want], None] = lambda w: None,
+    placed: Callable[[Path, Want, bool], None],
 ) -> None:
-    """:func:`place` each file (``where(w)`` = source, destination, partial) under one progress bar."""
+    """:func:`place` each (source, destination, file) under one progress bar; ``placed`` after each."""
     with progress_bars(progress) as prog:
-        task = prog.add_task(title, total=sum(w.size for w in todo))
-        for w in todo:
-            src, dst, partial = where(w)
-            how, resumed = place(
-                src, dst, partial=partial, kind=w.kind, digest=w.digest, size=w.size,
-                on_bytes=lambda n: prog.advance(task, n),
-            )  # fmt: skip
-            if how == "linked":
+        task = prog.add_task(title, total=sum(w.size for _s, _d, w in todo))
+        for src, dst, w in todo:
+            linked = place(src, dst, w.kind, w.digest, w.size, lambda n: prog.advance(task, n))
+            if linked:
                 moved.linked += 1
             else:
                 moved.copied += 1
-                moved.copied_bytes += w.size - resumed
-                moved.resumed_bytes += resumed
-            placed(w)
+                moved.copied_bytes += w.size
+            placed(dst, w, linked)
+
+
+def progress_bars(show: bool | None) -> Progress:
+    """One bar per phase, on stderr when it is a terminal (or when asked)."""
+    console = Console(stderr=True)
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), DownloadColumn(True))
+    show = console.is_terminal if show is None else show
+    return Progress(*columns, console=console, disable=not show, transient=True)
 
 
 def gib(n: int) -> str:
@@ -192,11 +253,10 @@ def check_space(needs: Mapping[Path, int], disk_free: DiskFree, what: str, hint:
     """Refuse before the first byte when any filesystem lacks room (paths on one device are summed)."""
     per_dev: dict[int, tuple[Path, int]] = {}
     for path, n in needs.items():
-        if n <= 0:
-            continue
-        dev = _existing(path).stat().st_dev
-        where, total = per_dev.get(dev, (path, 0))
-        per_dev[dev] = (where, total + n)
+        if n > 0:
+            dev = _existing(path).stat().st_dev
+            where, total = per_dev.get(dev, (path, 0))
+            per_dev[dev] = (where, total + n)
     for where, total in per_dev.values():
         free = disk_free(where)
         if total > free:
@@ -208,10 +268,7 @@ def check_space(needs: Mapping[Path, int], disk_free: DiskFree, what: str, hint:
 
 
 def _existing(p: Path) -> Path:
-    for q in (p, *p.parents):
-        if q.exists():
-            return q
-    return Path("/")
+    return next((q for q in (p, *p.parents) if q.exists()), Path("/"))
 
 
 def free_bytes(path: Path) -> int:
@@ -233,82 +290,6 @@ class Io:
 DEFAULT_IO = Io()
 
 
-# -- what a deployment's bundle holds ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Contents:
-    """Everything a bundle of one deployment must hold, worked out from spec + lock (no disk reads)."""
-
-    spec: Deployment
-    lock: lockmod.Lock
-    entry: lockmod.LockedModel
-    wanted: list[Want]
-    pin: ociarchive.ImagePin | None
-
-
-def contents(spec: Deployment, lock: lockmod.Lock) -> Contents:
-    """The model files (Hub bytes, by repo path) and the image pin a bundle of ``spec`` carries."""
-    m = spec.model
-    if m.repo is None:
-        raise LockError(
-            f"deployment {spec.name!r} runs a local checkpoint (model.repo is null): rigsmith has no "
-            "per-file hashes to carry it verified",
-            hint="set model.repo, run `invoke pin` and `invoke fetch-model`; or copy the checkpoint yourself",
-        )
-    entry = lock.models.get(spec.name)
-    if entry is None or entry.repo != m.repo or not entry.files:
-        raise LockError(
-            f"rigsmith.lock holds no files for deployment {spec.name!r} ({m.repo})",
-            hint=f"run `invoke fetch-model --deployment {spec.name}` first",
-        )
-    files = select(entry.files, m.allow_patterns, m.ignore_patterns)
-    wanted = wants(files, patches_by_file(m.config_patches))
-    return Contents(spec, lock, entry, wanted, ociarchive.image_pin(spec, lock))
-
-
-def check_against_lock(manifest: Manifest, c: Contents) -> list[str]:
-    """Where the manifest disagrees with the lock it carries (model files, commit, image pin)."""
-    problems = []
-    if manifest.model_commit != c.entry.commit or manifest.model_repo != c.entry.repo:
-        problems.append(
-            f"model: the manifest has {manifest.model_repo}@{manifest.model_commit}, the lock "
-            f"{c.entry.repo}@{c.entry.commit}"
-        )
-    want = {w.repo_path: w for w in c.wanted}
-    for path in sorted(set(want) | set(manifest.model)):
-        w, f = want.get(path), manifest.model.get(path)
-        if w is None:
-            problems.append(f"{MODEL_PREFIX}{path}: in the manifest, not among the lock's files")
-        elif f is None:
-            problems.append(f"{MODEL_PREFIX}{path}: locked ({w.kind} {w.digest}) but not in the manifest")
-        elif (f.size, f.kind, f.digest) != (w.size, w.kind, w.digest):
-            problems.append(
-                f"{f.member}: the manifest says {f.kind} {f.digest} ({f.size} bytes), the lock "
-                f"{w.kind} {w.digest} ({w.size} bytes)"
-            )
-        elif f.member != MODEL_PREFIX + path or f.member not in manifest.members:
-            problems.append(f"{MODEL_PREFIX}{path}: no such member in the manifest")
-        elif f.kind == "sha256" and manifest.members[f.member].sha256 != f.digest:
-            problems.append(
-                f"{f.member}: the manifest lists sha256 {manifest.members[f.member].sha256}, the lock "
-                f"{f.digest}"
-            )
-    pin, img = c.pin, manifest.image
-    if (pin is None) != (img is None):
-        problems.append(f"{IMAGE_MEMBER}: the lock pins {pin.pinned_ref if pin else 'no image'}, the "
-                        f"manifest {img.pinned_ref if img else 'no image'}")  # fmt: skip
-    elif pin is not None and img is not None:
-        if (img.digest, img.image_id, img.pinned_ref) != (pin.digest, pin.image_id, pin.pinned_ref):
-            problems.append(
-                f"{img.member}: the manifest pins {img.pinned_ref} ({img.digest or img.image_id}), the "
-                f"lock {pin.pinned_ref} ({pin.digest or pin.image_id})"
-            )
-        if img.member not in manifest.members:
-            problems.append(f"{img.member}: not listed among the manifest's members")
-    return problems
-
-
 @dataclass
 class BundleReport:
     """What one ``bundle`` run did."""
@@ -318,28 +299,16 @@ class BundleReport:
     total_bytes: int = 0
     moved: Moved = field(default_factory=Moved)
     hashed_bytes: int = 0
-    unchanged: int = 0
     written: list[str] = field(default_factory=list)
-    image: str = ""
     tar: str | None = None
     lock_sha256: str = ""
 
-    @property
-    def nothing_done(self) -> bool:
-        return not (self.moved.linked or self.moved.copied or self.written or self.image)
-
     def summary(self) -> str:
-        if self.nothing_done:
-            head = f"bundle {self.out}: up to date, nothing to do ({self.members} members, "
-            head += f"{gib(self.total_bytes)})"
+        head = f"bundle {self.out}: {self.members} members, {gib(self.total_bytes)}; "
+        if not (self.moved.linked or self.moved.copied or self.written):
+            head += "up to date, nothing to do"
         else:
-            parts = [
-                self.moved.describe(),
-                f"{len(self.written)} written, {self.unchanged} unchanged, {gib(self.hashed_bytes)} hashed",
-            ]
-            if self.image:
-                parts.append(f"image exported: {self.image}")
-            head = f"bundle {self.out}: {self.members} members, {gib(self.total_bytes)}; " + "; ".join(parts)
+            head += f"{self.moved.describe()}, {len(self.written)} written, {gib(self.hashed_bytes)} hashed"
         head += f"\nlock sha256 {self.lock_sha256} (compare it on the offline machine)"
         return head + (f"\ntar: {self.tar}" if self.tar else "")
 
@@ -378,37 +347,3 @@ def same_bytes(path: Path, data: bytes) -> bool:
         return path.stat().st_size == len(data) and path.read_bytes() == data
     except FileNotFoundError:
         return False
-
-
-def pin_key(pin: ociarchive.ImagePin) -> str:
-    return f"{pin.pinned_ref} {pin.digest} {pin.image_id}"
-
-
-def image_size(pin: ociarchive.ImagePin, run: ociarchive.Run) -> int:
-    for src in pin.sources:
-        info = ociarchive.inspect(src, run)
-        if info is not None:
-            return int(info.get("Size") or 0)
-    return 0
-
-
-def verify_source(src: Path, w: Want, report: BundleReport) -> None:
-    """Hash a model file fetch-model's cache does not vouch for; refuse one that is not the lock's."""
-    with src.open("rb") as fh:
-        got = hash_stream(w.kind, w.size, fh).hexdigest()
-    report.hashed_bytes += w.size
-    if got != w.digest or src.stat().st_size != w.size:
-        raise BundleError(
-            f"{src}: {w.kind} {got} on disk, the lock says {w.digest}; it is not bundled",
-            hint="run `invoke fetch-model --verify` to restore the locked file, then `invoke bundle OUT` "
-            "again",
-        )
-
-
-def drop_stale(out: Path, keep: set[str], bstate: DirState) -> list[str]:
-    """Remove members an earlier bundle of another lock state left (files the lock no longer names)."""
-    stale = [m for m in bstate.files if m not in keep]
-    for member in stale:
-        (out / member).unlink(missing_ok=True)
-        del bstate.files[member]
-    return stale

@@ -1,6 +1,7 @@
-"""A bundle's manifest (``manifest.json``: every member's size and sha256, the lock's sha256, the model and
-image pins) and the rule for a member's name. The manifest is untrusted on the offline side: it is read
-into frozen models, and a member is only ever a safe name of a regular file inside the bundle. See
+"""A bundle's manifest (``manifest.json``: every member's size and sha256, the lock's sha256, the image pin)
+and the rule for a member's name. The manifest is untrusted on the offline side: it is read into frozen
+models, and a member is only ever a safe name of a regular file inside the bundle. What each model,
+source-tree and asset member must hash to comes from the bundle's lock, not from the manifest. See
 :mod:`.bundle`.
 """
 
@@ -14,24 +15,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rigsmith import confine
 from rigsmith.errors import RigsmithError
-from rigsmith.resolving.modelfiles import HashKind
+from rigsmith.resolving.verified import STATE_DIR
 
-FORMAT = "rigsmith-bundle/1"
+FORMAT = "rigsmith-bundle/2"
 MANIFEST = "manifest.json"
 LOCK_MEMBER = "rigsmith.lock"
 IMAGE_MEMBER = "image/engine.oci.tar"
 MODEL_PREFIX = "model/"
+SECONDARY_PREFIX = "secondary/"
+SOURCES_PREFIX = "sources/"
 ARTIFACT_PREFIX = "artifacts/"
-#: The bundle's own book-keeping (never a member, never in the tar).
-BUNDLE_STATE = ".rigsmith-bundle"
 DEFAULT_TARGETS = ("podman",)
 
 
 class BundleError(RigsmithError):
     """A bundle is incomplete, tampered with, or does not match its lock."""
-
-
-# -- the manifest ---------------------------------------------------------------------------------------
 
 
 class _M(BaseModel):
@@ -43,15 +41,6 @@ class Member(_M):
 
     size: int
     sha256: str
-
-
-class ModelFile(_M):
-    """A model file: its member, and the hash the lock holds for it."""
-
-    member: str
-    size: int
-    kind: HashKind
-    digest: str
 
 
 class ImageEntry(_M):
@@ -72,9 +61,6 @@ class Manifest(_M):
     format: str = FORMAT
     deployment: str
     lock_sha256: str
-    model_repo: str
-    model_commit: str
-    model: dict[str, ModelFile] = Field(default_factory=dict)  # key: path in the repo
     image: ImageEntry | None = None
     targets: list[str] = Field(default_factory=list)
     members: dict[str, Member] = Field(default_factory=dict)
@@ -87,13 +73,14 @@ def dump_manifest(m: Manifest) -> str:
 def read_manifest(bundle: Path) -> Manifest:
     """The bundle's manifest, or a BundleError saying the bundle is incomplete or not one."""
     path = bundle / MANIFEST
+    again = "run `invoke bundle OUT` again on the connected machine"
     try:
         m = Manifest.model_validate_json(path.read_bytes())
     except FileNotFoundError:
         raise BundleError(
             f"{bundle} is not a complete bundle: {MANIFEST} is missing",
-            hint="an interrupted bundle has no manifest (it is written last): run `invoke bundle OUT` "
-            "again on the connected machine and copy the whole directory",
+            hint=f"an interrupted bundle has no manifest (it is written last): {again} and copy the whole "
+            "directory",
         ) from None
     except ValidationError as err:
         first = err.errors()[0]
@@ -101,22 +88,21 @@ def read_manifest(bundle: Path) -> Manifest:
         raise BundleError(
             f"{path}: not a rigsmith bundle manifest ({err.error_count()} problem(s); first: "
             f"{where + ': ' if where else ''}{first['msg']})",
-            hint="unbundle reads the manifest.json that bundle writes; run `invoke bundle OUT` again on the "
-            "connected machine",
+            hint=f"unbundle reads the manifest.json that bundle writes; {again}",
         ) from None
     except (OSError, ValueError) as err:
         raise BundleError(f"{path}: not a rigsmith bundle manifest ({err})") from None
     if m.format != FORMAT:
-        raise BundleError(f"{path}: format {m.format!r}, this rigsmith reads {FORMAT!r}")
+        raise BundleError(f"{path}: format {m.format!r}, this rigsmith reads {FORMAT!r}", hint=again)
     return m
 
 
 def member_path(bundle: Path, member: str) -> Path:
-    """The file of a member: a safe name (:mod:`rigsmith.confine`), not the bundle's book-keeping, and on disk
-    a regular file reached through no symlink (the manifest and the directory are untrusted)."""
+    """The file of a member: a safe name (:mod:`rigsmith.confine`), not the bundle's verified-file record,
+    and on disk a regular file reached through no symlink (the manifest and the directory are untrusted)."""
     where = f"{bundle / MANIFEST}: member"
     confine.check(member, where, BundleError)
-    if member.split("/")[0] == BUNDLE_STATE:
+    if member.split("/")[0] == STATE_DIR:
         raise BundleError(f"{where} {member!r} is not a path inside the bundle's members (book-keeping)")
     path = confine.under(bundle, member, where, BundleError)
     try:

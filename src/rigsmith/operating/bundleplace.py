@@ -21,7 +21,6 @@ from rigsmith.operating.bundlemanifest import (
     IMAGE_MEMBER,
     LOCK_MEMBER,
     MANIFEST,
-    MODEL_PREFIX,
     BundleError,
     Manifest,
 )
@@ -90,8 +89,7 @@ def tar_files(path: Path, infos: Sequence[tarfile.TarInfo]) -> dict[str, tarfile
 
 
 def work_dir(project: Project) -> Path:
-    """Unbundle's own book-keeping in the checkout (``.rigsmith/`` is git-ignored): unpacked tars and the
-    cache of members verified so far."""
+    """Where unbundle unpacks a bundle tar in the checkout (``.rigsmith/`` is git-ignored)."""
     return project.root / STATE_DIR / "unbundle"
 
 
@@ -120,9 +118,10 @@ def placements(
 ) -> Placing:
     """Sort every member into a kind unbundle may place, or refuse the bundle before anything is written.
 
-    The kinds: the spec and lock at their fixed names, the image archive, the lock's model files, the image
-    definition of the spec's ``engine.build`` (under images/BUILD/), and the artifacts that rendering the
-    manifest's targets from the bundle's own spec and lock produces (path and mode from that render).
+    The kinds: the spec and lock at their fixed names, the image archive, the lock's model and secondary
+    model files, the source tree and assets the lock holds for ``engine.build``, the image definition of
+    ``engine.build`` (under images/BUILD/), and the artifacts that rendering the manifest's targets from the
+    bundle's own spec and lock produces (path and mode from that render).
     """
     where = str(bundle_dir / MANIFEST)
     name = spec.name
@@ -130,7 +129,7 @@ def placements(
     if odd:
         raise BundleError(f"{where}: targets {odd} are not rigsmith targets ({', '.join(TARGETS)})")
     fixed = {f"deployments/{name}.yaml", LOCK_MEMBER, *((IMAGE_MEMBER,) if c.pin is not None else ())}
-    fixed |= {MODEL_PREFIX + w.repo_path for w in c.wanted}
+    fixed |= set(c.locked()) | ({c.sources.tree_member} if c.sources is not None else set())
     build = f"images/{spec.engine.build}/" if spec.engine.build else None
     images: dict[str, bytes] = {}
     arts: dict[str, str] = {}
@@ -151,7 +150,8 @@ def placements(
             f"{where}: {len(stray)} member(s) are none of what a bundle of {name!r} holds: "
             + ", ".join(repr(m) for m in stray[:5])
             + "; nothing was placed",
-            hint="a bundle holds the spec, the lock, the image archive, the lock's model files, "
+            hint="a bundle holds the spec, the lock, the image archive, the lock's model files and source "
+            "tree, "
             f"images/{spec.engine.build or 'BUILD'}/ and the artifacts of its targets; bundle again on the "
             "connected machine",
         )

@@ -239,6 +239,12 @@ def present(pin: ImagePin, run: Run = run_command) -> bool:
     return info is not None and _loaded_ok(pin, info)
 
 
+def image_size(pin: ImagePin, run: Run = run_command) -> int:
+    """The size local storage reports for the pinned image (for the disk-space check), 0 when unknown."""
+    info = next((i for i in (inspect(src, run) for src in pin.sources) if i is not None), None)
+    return int(info.get("Size") or 0) if info else 0
+
+
 def inspect(ref: str, run: Run = run_command) -> dict[str, Any] | None:
     """``podman image inspect REF`` as a dict, or None when there is no such image."""
     proc = run(["podman", "image", "inspect", ref])

@@ -1,5 +1,5 @@
-"""``invoke unbundle``: verify a bundle against its manifest and lock, then place spec, lock, image and model.
-See :mod:`.bundle` for the format and the design.
+"""``invoke unbundle``: verify a bundle against its manifest and lock, then place spec, lock, image, source
+tree and models. See :mod:`.bundle` for the format and the design.
 """
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,14 +21,15 @@ from rigsmith.operating import bundleplace, ociarchive
 from rigsmith.operating.bundlefiles import (
     DEFAULT_IO,
     Contents,
-    DiskFree,
-    Echo,
     Io,
+    ModelSet,
     Moved,
-    check_against_lock,
+    Record,
     check_space,
     contents,
     gib,
+    hash_path,
+    place,
     place_all,
     progress_bars,
     same_bytes,
@@ -48,22 +48,8 @@ from rigsmith.operating.bundlemanifest import (
 )
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import (
-    HASH_CHUNK,
-    STATE_DIR,
-    STATE_FILE,
-    DirState,
-    Hasher,
-    Want,
-    dump_state,
-    expand_dir,
-    read_state,
-)
-from rigsmith.resolving.verified import seen, verified, vouches
+from rigsmith.resolving.modelfiles import Want, expand_dir
 from rigsmith.spec import Deployment
-from rigsmith.writer import write_one
-
-# -- unbundle ---------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -73,7 +59,6 @@ class UnbundleReport:
     deployment: str = ""
     local_dir: str = ""
     verified: int = 0
-    verified_earlier: int = 0
     hashed_bytes: int = 0
     moved: Moved = field(default_factory=Moved)
     already_placed: int = 0
@@ -84,8 +69,8 @@ class UnbundleReport:
 
     def summary(self) -> str:
         parts = [
-            f"unbundled {self.deployment}: {self.verified + self.verified_earlier} members verified "
-            f"({self.verified_earlier} earlier, {gib(self.hashed_bytes)} hashed)",
+            f"unbundled {self.deployment}: {self.verified} members verified "
+            f"({gib(self.hashed_bytes)} hashed)",
             f"model in {self.local_dir}: {self.moved.describe()}, {self.already_placed} already in place",
         ]
         if self.image:
@@ -115,20 +100,6 @@ class OfflineHub:
         raise self._refuse()
 
 
-@contextmanager
-def _offline() -> Iterator[None]:
-    """HF_HUB_OFFLINE=1 for the duration (anything that would still reach for the Hub fails fast)."""
-    old = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = old
-
-
 def unbundle(
     project: Project,
     path: Path,
@@ -138,38 +109,37 @@ def unbundle(
     confirm: Callable[[str], bool] | None = None,
     io: Io = DEFAULT_IO,
 ) -> UnbundleReport:
-    """Verify a bundle completely, then place spec, lock, image and model; never touches the network.
+    """Verify a bundle completely, then place spec, lock, image, source tree and models; never touches the
+    network.
 
     Raises:
-        BundleError: a member is missing or does not hash to the manifest, or the manifest is not the lock's.
-        PreflightError: too little space for the model or the image (checked before the first byte).
+        BundleError: a member is missing or does not hash to the lock or manifest, or the manifest is not
+            the lock's.
+        PreflightError: too little space for the models or the image (checked before the first byte).
         ImageMismatch: the engine holds another image than the lock pins after the load.
         ConsentError: the project holds a different spec or artifact and ``yes`` was not given.
     """
-    echo, progress, run, disk_free = io.echo, io.progress, io.run, io.disk_free
-    with _offline():
-        bundle_dir = bundleplace.unpacked(project, path.absolute(), echo, progress, disk_free)
-        report = _unbundle_dir(project, bundle_dir, into, yes, confirm, echo, progress, run, disk_free)
-        if bundle_dir != path.absolute():
-            # The model holds hard links to what was unpacked (or copies): the unpacked tree can go.
-            shutil.rmtree(bundle_dir)
-        return report
+    bundle_dir = bundleplace.unpacked(project, path.absolute(), io.echo, io.progress, io.disk_free)
+    report = _unbundle_dir(project, bundle_dir, into, yes, confirm, io)
+    if bundle_dir != path.absolute():
+        shutil.rmtree(bundle_dir)  # the models hold hard links to what was unpacked (or copies)
+    return report
 
 
-# Over 80 lines on purpose: verify-then-place in one ordered pass (disk space, every member against the
-# manifest and the manifest against the lock, and only then the writes); _verify_members, _place_project
-# and _place_model hold the steps, this function the order and the consent prompts.
-def _unbundle_dir(
-    project: Project,
-    bundle_dir: Path,
-    into: Path | None,
-    yes: bool,
-    confirm: Callable[[str], bool] | None,
-    echo: Echo,
-    progress: bool | None,
-    run: ociarchive.Run,
-    disk_free: DiskFree,
-) -> UnbundleReport:
+@dataclass(frozen=True)
+class _Opened:
+    """A bundle whose manifest agrees with the lock it carries (nothing hashed yet but the lock)."""
+
+    manifest: Manifest
+    spec: Deployment
+    lock_bytes: bytes
+    lock: lockmod.Lock
+    c: Contents
+
+
+def _open(bundle_dir: Path) -> _Opened:
+    """Read the manifest, spec and lock; refuse a bundle that is incomplete or whose manifest is not its
+    lock's (cheap: sizes and names, before hashing anything)."""
     manifest = read_manifest(bundle_dir)
     name = manifest.deployment
     if not specmod.NAME_RE.match(name):
@@ -184,16 +154,11 @@ def _unbundle_dir(
             f"{bundle_dir} is incomplete: {len(missing)} member(s) missing: " + ", ".join(missing[:10]),
             hint="copy the whole bundle directory again (or re-run `invoke bundle OUT`; it resumes)",
         )
-    short = [
-        f"{m}: {(bundle_dir / m).stat().st_size} bytes, the manifest says {e.size}"
-        for m, e in manifest.members.items()
-        if (bundle_dir / m).stat().st_size != e.size
-    ]
+    short = [f"{m}: {files[m].stat().st_size} bytes, the manifest says {e.size}"
+             for m, e in manifest.members.items() if files[m].stat().st_size != e.size]  # fmt: skip
     if short:
         raise BundleError(f"{bundle_dir}: member(s) of the wrong size: " + "; ".join(short),
                           hint="the copy is damaged or incomplete; copy the bundle again")  # fmt: skip
-
-    # The manifest against the lock it carries (cheap: before hashing anything).
     spec_member = f"deployments/{name}.yaml"
     if spec_member not in manifest.members or LOCK_MEMBER not in manifest.members:
         raise BundleError(f"{bundle_dir / MANIFEST}: lists no {spec_member} or {LOCK_MEMBER}")
@@ -205,166 +170,206 @@ def _unbundle_dir(
             hint="the lock in the bundle was changed after bundling; bundle again on the connected machine",
         )
     try:
-        bundle_lock = lockmod.Lock.model_validate_json(lock_bytes)
+        lock = lockmod.Lock.model_validate_json(lock_bytes)
     except ValidationError as err:
         raise BundleError(
             f"{LOCK_MEMBER} in {bundle_dir}: not a rigsmith lock ({err.errors()[0]['msg']})"
         ) from None
-    spec_bytes = (bundle_dir / spec_member).read_bytes()
     try:
-        spec = specmod.loads(spec_bytes.decode("utf-8"), source=spec_member)
+        spec = specmod.loads((bundle_dir / spec_member).read_bytes().decode("utf-8"), source=spec_member)
     except UnicodeDecodeError:
         raise BundleError(f"{spec_member} in {bundle_dir}: not UTF-8 text; bundle refused") from None
     if spec.name != name:
         raise BundleError(
             f"{spec_member} in {bundle_dir}: names deployment {spec.name!r}, the manifest {name!r}"
         )
-    c = contents(spec, bundle_lock)
+    c = contents(spec, lock)
     problems = check_against_lock(manifest, c)
     if problems:
         raise BundleError(f"{bundle_dir / MANIFEST} does not match its lock: " + "; ".join(problems),
                           hint="bundle again on the connected machine")  # fmt: skip
-    placing = bundleplace.placements(project, bundle_dir, manifest, spec, lock_bytes, c)
+    return _Opened(manifest, spec, lock_bytes, lock, c)
 
-    root = into.absolute() if into is not None else expand_dir(spec.model.local_dir)
-    report = UnbundleReport(deployment=name, local_dir=str(root), lock_sha256=lock_sha)
-    fetched = read_state(root / STATE_DIR / STATE_FILE)
 
-    for w in c.wanted:  # a link planted in the model dir must not carry a placed file elsewhere
-        confine.under(root, w.disk_path, f"model dir {root}", BundleError)
+def check_against_lock(manifest: Manifest, c: Contents) -> list[str]:
+    """Where the manifest disagrees with the lock it carries (model files, assets, source tree, image)."""
+    problems = []
+    for member, (kind, digest, size) in c.locked().items():
+        e = manifest.members.get(member)
+        if e is None:
+            problems.append(f"{member}: locked ({kind} {digest}) but not in the manifest")
+        elif e.size != size or (kind == "sha256" and e.sha256 != digest):
+            problems.append(f"{member}: the manifest says sha256 {e.sha256} ({e.size} bytes), the lock "
+                            f"{kind} {digest} ({size} bytes)")  # fmt: skip
+    if c.sources is not None and c.sources.tree_member not in manifest.members:
+        problems.append(f"{c.sources.tree_member}: the lock pins the source tree, the manifest lacks it")
+    pin, img = c.pin, manifest.image
+    if (pin is None) != (img is None) or (pin is not None and IMAGE_MEMBER not in manifest.members):
+        problems.append(f"{IMAGE_MEMBER}: the lock pins {pin.pinned_ref if pin else 'no image'}, the "
+                        f"manifest {img.pinned_ref if img else 'no image'}")  # fmt: skip
+    elif pin is not None and img is not None and (img.digest, img.image_id, img.pinned_ref) != (
+        pin.digest, pin.image_id, pin.pinned_ref
+    ):  # fmt: skip
+        problems.append(
+            f"{img.member}: the manifest pins {img.pinned_ref} ({img.digest or img.image_id}), the "
+            f"lock {pin.pinned_ref} ({pin.digest or pin.image_id})"
+        )
+    return problems
 
-    def in_place(w: Want) -> bool:
-        try:
-            st = (root / w.disk_path).stat()
-        except FileNotFoundError:
-            return False
-        return vouches(fetched.files.get(w.disk_path), seen(st), w.kind, w.digest)
 
-    todo = [w for w in c.wanted if not in_place(w)]
-    copy_bytes = sum(
-        w.size for w in todo if not same_filesystem(bundle_dir / (MODEL_PREFIX + w.repo_path), root)
-    )
-    image_present = c.pin is None or ociarchive.present(c.pin, run)
-    needs = {root: copy_bytes}
+@dataclass(frozen=True)
+class _Dest:
+    """One model's directory on this machine, its verified-file record, and what it still lacks."""
+
+    s: ModelSet
+    root: Path
+    record: Record
+    todo: list[Want]
+
+
+# Over 80 lines on purpose: verify-then-place in one ordered pass (disk space, every member to place hashed,
+# and only then the writes); _open, _verify, _place_project and _place_sources hold the steps, this function
+# the order and the consent prompts.
+def _unbundle_dir(
+    project: Project,
+    bundle_dir: Path,
+    into: Path | None,
+    yes: bool,
+    confirm: Callable[[str], bool] | None,
+    io: Io,
+) -> UnbundleReport:
+    from rigsmith.resolving import modelfetch
+    from rigsmith.resolving.sources import Sources, cache_root
+
+    o = _open(bundle_dir)
+    c, name = o.c, o.spec.name
+    placing = bundleplace.placements(project, bundle_dir, o.manifest, o.spec, o.lock_bytes, c)
+    dests = []
+    for s in c.models:
+        main = s.prefix == MODEL_PREFIX
+        root = into.absolute() if into is not None and main else expand_dir(s.spec.model.local_dir)
+        for w in s.wanted:  # a link planted in the model dir must not carry a placed file elsewhere
+            confine.under(root, w.disk_path, f"model dir {root}", BundleError)
+        record = Record(root)
+        todo = [w for w in s.wanted if not record.vouches(w.disk_path, root / w.disk_path, w.kind, w.digest)]
+        dests.append(_Dest(s, root, record, todo))
+    report = UnbundleReport(deployment=name, local_dir=str(dests[0].root), lock_sha256=o.manifest.lock_sha256)
+    cache = Sources(cache_root())
+    src = c.sources
+    need_tree = src is not None and not cache.has_commit(src.entry.repo, src.entry.commit)
+    assets = [a for a in src.entry.assets.values() if cache.cached(a.sha256) is None] if src else []
+
+    image_present = c.pin is None or ociarchive.present(c.pin, io.run)
+    needs: dict[Path, int] = {}
+    for d in dests:
+        for w in d.todo:
+            if not same_filesystem(bundle_dir / d.s.member(w), d.root):
+                needs[d.root] = needs.get(d.root, 0) + w.size
     if not image_present:
-        store = ociarchive.storage_root(run)
+        store = ociarchive.storage_root(io.run)
         if store is not None:
-            needs[store] = needs.get(store, 0) + manifest.members[IMAGE_MEMBER].size
+            needs[store] = needs.get(store, 0) + o.manifest.members[IMAGE_MEMBER].size
     check_space(
         needs,
-        disk_free,
+        io.disk_free,
         "unbundling (model files copied across filesystems, and the image in podman's storage)",
         "free space there, or pass --into DIR on a bigger disk (on the bundle's filesystem the model is "
         "hard-linked, not copied)",
     )
 
-    key = hashlib.sha256(str(bundle_dir).encode()).hexdigest()[:16]
-    cache = bundleplace.work_dir(project) / f"verified-{key}.json"
-    _verify_members(bundle_dir, manifest, c, report, progress, cache)
+    skip = {d.s.member(w) for d in dests for w in d.s.wanted if w not in d.todo}
+    skip |= {src.asset_member(a) for a in src.entry.assets.values() if a not in assets} if src else set()
+    skip |= {src.tree_member} if src and not need_tree else set()
+    _verify(
+        bundle_dir, o.manifest, c, report, io.progress, skip | ({IMAGE_MEMBER} if image_present else set())
+    )
 
-    # The model dir is the bundle's spec's (or --into): like fetch-model, never fill someone else's directory.
-    from rigsmith.resolving import modelfetch
-
-    field = "--into" if into is not None else f"deployments/{name}.yaml model.local_dir"
+    # The model dirs are the bundle's spec's (or --into): like fetch-model, never fill someone else's.
     home = os.environ.get("HOME") or str(Path.home())
-    try:
-        modelfetch.guard_dir(root, field, home, c.entry, c.wanted, confirm, yes)
-    except ConsentError as err:
-        raise ConsentError(
-            err.message + "; nothing was placed",
-            hint="pass --into DIR (an empty directory of its own), or --yes to place the model there anyway "
-            "(files not in the snapshot are never touched)",
-        ) from None
+    for d in dests:
+        where = (
+            "--into"
+            if into is not None and d.s.prefix == MODEL_PREFIX
+            else f"deployments/{name}.yaml {d.s.field}.local_dir"
+        )
+        try:
+            modelfetch.guard_dir(d.root, where, home, d.s.entry, d.s.wanted, confirm, yes)
+        except ConsentError as err:
+            raise ConsentError(
+                err.message + "; nothing was placed",
+                hint="pass --into DIR (an empty directory of its own), or --yes to place the model there "
+                "anyway (files not in the snapshot are never touched)",
+            ) from None
 
-    # Everything checks out: place the project files, the image, the model.
-    _place_project(project, bundle_dir, placing, spec, bundle_lock, c, into, root, yes, confirm, echo)
+    # Everything checks out: place the project files, the image, the source tree and assets, the models.
+    _place_project(project, placing, o, into, dests[0].root, yes, confirm, io)
     if c.pin is not None:
         report.image = c.pin.pinned_ref
         if not image_present:
-            echo(f"unbundle: loading {c.pin.pinned_ref} into local storage")
-            ociarchive.load(c.pin, bundle_dir / IMAGE_MEMBER, run=run)
+            io.echo(f"unbundle: loading {c.pin.pinned_ref} into local storage")
+            ociarchive.load(c.pin, bundle_dir / IMAGE_MEMBER, run=io.run)
             report.image_loaded = True
-    _place_model(bundle_dir, c, root, todo, fetched, report, progress)
-    report.already_placed = len(c.wanted) - len(todo)
+    if src is not None:
+        if need_tree and not cache.add_tree(src.entry.repo, src.entry.commit, bundle_dir / src.tree_member):
+            raise BundleError(f"{src.tree_member}: holds no commit {src.entry.commit} of {src.entry.repo}")
+        for a in assets:
+            hexd = a.sha256.removeprefix("sha256:")
+            place(
+                bundle_dir / src.asset_member(a),
+                cache.asset_path(a.sha256),
+                "sha256",
+                hexd,
+                a.size,
+                lambda n: None,
+            )
+    for d in dests:
+        _place_model(bundle_dir, d, report, io)
 
-    # Re-check through fetch-model itself: offline, from the cache.
+    # Re-check through fetch-model itself: offline, every file vouched for by its record.
+    from rigsmith.resolving.secondaryfetch import fetch_models
+
     placed = project.load(name)
-    fetch = modelfetch.fetch_model(
-        project, placed, dest=None if into is None else root, hub=OfflineHub(), echo=echo, progress=False
-    )
-    if fetch.downloaded or fetch.cached != len(c.wanted):
-        raise BundleError(
-            f"{root}: after unbundling, fetch-model verified {fetch.cached} of {len(c.wanted)} files from "
-            "its cache",
-            hint="run `invoke unbundle PATH` again",
-        )
+    fetch = fetch_models(project, placed, dest=dests[0].root if into is not None else None, hub=OfflineHub(),
+                         echo=io.echo, progress=False)  # fmt: skip
+    for r in (fetch, *(sub for _repo, sub in fetch.secondary)):
+        if r.downloaded or r.cached != r.files:
+            raise BundleError(
+                f"{r.local_dir}: after unbundling, fetch-model verified {r.cached} of {r.files} files from "
+                "its record",
+                hint="run `invoke unbundle PATH` again",
+            )
     report.fetch_summary = fetch.summary()
     return report
 
 
-def _verify_members(
-    bundle_dir: Path,
-    manifest: Manifest,
-    c: Contents,
-    report: UnbundleReport,
-    progress: bool | None,
-    cache_path: Path,
-) -> None:
-    """Hash every member (sha256, plus the git blob sha1 of small model files); refuse any mismatch.
-
-    Members an earlier (interrupted) run hashed, still at the same size, mtime and inode, are taken from
-    ``cache_path``. It lives on this machine, never in the bundle: a cache that travelled with the bundle
-    could vouch for tampered bytes.
-    """
-    cache = read_state(cache_path)
-    if cache.commit != manifest.lock_sha256 or cache.repo != str(bundle_dir):
-        cache = DirState(repo=str(bundle_dir), commit=manifest.lock_sha256)
-    git = {f.member: f for f in manifest.model.values() if f.kind == "git_sha1"}
+def _verify(
+    bundle_dir: Path, manifest: Manifest, c: Contents, report: UnbundleReport, progress: bool | None,
+    skip: set[str],
+) -> None:  # fmt: skip
+    """Hash every member that will be placed (a locked one against the lock, the rest against the
+    manifest); refuse any mismatch, naming every one, before anything is written."""
+    locked = c.locked()
+    todo = [m for m in manifest.members if m not in skip]
     bad: list[str] = []
-    todo = []
-    for member, e in manifest.members.items():
-        st = (bundle_dir / member).stat()
-        fs = cache.files.get(member)
-        if vouches(fs, seen(st), "sha256", e.sha256):
-            report.verified_earlier += 1
-        else:
-            todo.append(member)
     with progress_bars(progress) as prog:
         task = prog.add_task("verify bundle", total=sum(manifest.members[m].size for m in todo))
         for member in todo:
             e = manifest.members[member]
-            path = bundle_dir / member
-            st = path.stat()
-            h = hashlib.sha256()
-            g = Hasher("git_sha1", e.size) if member in git else None
-            buf = bytearray(HASH_CHUNK)
-            view = memoryview(buf)
-            with path.open("rb") as fh:
-                while n := fh.readinto(view):
-                    h.update(view[:n])
-                    if g is not None:
-                        g.update(view[:n])
-                    prog.advance(task, n)
+            kind, want, _size = locked.get(member, ("sha256", e.sha256, e.size))
+            got = hash_path(bundle_dir / member, kind, e.size, lambda n: prog.advance(task, n))
             report.hashed_bytes += e.size
-            got = h.hexdigest()
-            if got != e.sha256:
-                bad.append(f"{member}: sha256 {got}, the manifest says {e.sha256}")
-                continue
-            if g is not None and g.hexdigest() != git[member].digest:
-                bad.append(f"{member}: git blob sha1 {g.hexdigest()}, the lock says {git[member].digest}")
-                continue
-            report.verified += 1
-            cache.files[member] = verified(seen(st), "sha256", got)
-            cache_path.parent.mkdir(parents=True, exist_ok=True)
-            write_one(cache_path, dump_state(cache))
+            if got != want:
+                whose = "the lock" if member in locked else "the manifest"
+                bad.append(f"{member}: {kind} {got}, {whose} says {want}")
+            else:
+                report.verified += 1
     if bad:
         raise BundleError(
-            f"refusing the bundle {bundle_dir}: {len(bad)} member(s) do not match: "
-            + "; ".join(bad)
+            f"refusing the bundle {bundle_dir}: {len(bad)} member(s) do not match: " + "; ".join(bad)
             + "; nothing was placed",
             hint="the bundle was changed or damaged in transit; copy it again from the connected machine",
-        )
-    if c.pin is not None:
+        )  # fmt: skip
+    if c.pin is not None and IMAGE_MEMBER not in skip:
         facts = ociarchive.archive_facts(bundle_dir / IMAGE_MEMBER, IMAGE_MEMBER)
         if not ociarchive.matches(c.pin, facts):
             raise BundleError(
@@ -376,21 +381,18 @@ def _verify_members(
 
 def _place_project(
     project: Project,
-    bundle_dir: Path,
     placing: bundleplace.Placing,
-    spec: Deployment,
-    bundle_lock: lockmod.Lock,
-    c: Contents,
+    o: _Opened,
     into: Path | None,
     root: Path,
     yes: bool,
     confirm: Callable[[str], bool] | None,
-    echo: Echo,
+    io: Io,
 ) -> None:
     """Spec, image definition and artifacts through the writer (consent rules); the lock entries merged."""
     from rigsmith.rendering import deploy as deploymod
 
-    name = spec.name
+    spec, name = o.spec, o.spec.name
     relocated = into is not None and root != expand_dir(spec.model.local_dir)
     files: list[writer.Artifact] = []
     spec_text = placing.spec_text
@@ -398,7 +400,7 @@ def _place_project(
         data = specmod.to_data(spec)
         data["model"]["local_dir"] = str(root)
         spec_text = specmod.dump(specmod.from_data(data))
-        echo(f"unbundle: model.local_dir of deployments/{name}.yaml set to {root} (--into)")
+        io.echo(f"unbundle: model.local_dir of deployments/{name}.yaml set to {root} (--into)")
     files.append(
         writer.Artifact(confine.under(project.root, f"deployments/{name}.yaml", "the spec"), spec_text)
     )
@@ -417,49 +419,38 @@ def _place_project(
             f"would replace existing file(s) with the bundle's: {', '.join(differs)}; nothing was written",
             hint="re-run with --yes to accept them",
         )
-    writer.write(files, yes=yes, confirm=confirm, echo=echo, root=project.root)
+    writer.write(files, yes=yes, confirm=confirm, echo=io.echo, root=project.root)
     for path, b in binary:
         if not same_bytes(path, b):
             write_bytes(path, b)
+    bl, c = o.lock, o.c
     with lockmod.locked(project.lock_path) as lk:
-        lk.models[name] = c.entry
-        if spec.engine.image and spec.engine.image in bundle_lock.images:
-            lk.images[spec.engine.image] = bundle_lock.images[spec.engine.image]
-        if spec.engine.build and spec.engine.build in bundle_lock.builds:
-            lk.builds[spec.engine.build] = bundle_lock.builds[spec.engine.build]
+        lk.models[name] = c.models[0].entry
+        if name in bl.secondary:
+            lk.secondary[name] = bl.secondary[name]
+        if spec.engine.image and spec.engine.image in bl.images:
+            lk.images[spec.engine.image] = bl.images[spec.engine.image]
+        if spec.engine.build and spec.engine.build in bl.builds:
+            lk.builds[spec.engine.build] = bl.builds[spec.engine.build]
+        if c.sources is not None:
+            lk.sources[c.sources.image] = c.sources.entry
     if relocated:
         for target in placing.targets:
             _plan, arts = deploymod.artifacts(project, target, deployment=name)
-            writer.write(arts, yes=yes, confirm=confirm, echo=echo, root=project.root)
+            writer.write(arts, yes=yes, confirm=confirm, echo=io.echo, root=project.root)
 
 
-def _place_model(
-    bundle_dir: Path,
-    c: Contents,
-    root: Path,
-    todo: Sequence[Want],
-    fetched: DirState,
-    report: UnbundleReport,
-    progress: bool | None,
-) -> None:
-    """Link or copy each verified member to where fetch-model keeps it; record it in fetch-model's cache."""
-    state_path = root / STATE_DIR / STATE_FILE
-    (root / STATE_DIR).mkdir(parents=True, exist_ok=True)
-    fetched.repo, fetched.commit = c.entry.repo, c.entry.commit
+def _place_model(bundle_dir: Path, d: _Dest, report: UnbundleReport, io: Io) -> None:
+    """Link or copy each verified member to where fetch-model keeps it; record it as it lands."""
+    report.already_placed += len(d.s.wanted) - len(d.todo)
+    d.root.mkdir(parents=True, exist_ok=True)
 
-    def record(w: Want) -> None:
-        fetched.files[w.disk_path] = verified(seen((root / w.disk_path).stat()), w.kind, w.digest)
-        write_one(state_path, dump_state(fetched))
+    def placed(dst: Path, w: Want, linked: bool) -> None:
+        d.record.put(w.disk_path, dst, w.kind, w.digest)
+        if not linked:
+            io.echo(f"unbundle: copied {d.s.member(w)} ({gib(w.size)})")
 
-    place_all(
-        todo,
-        lambda w: (
-            bundle_dir / (MODEL_PREFIX + w.repo_path),
-            confine.make_dirs(root, w.disk_path, f"model dir {root}", BundleError),
-            root / STATE_DIR / "partial" / w.partial_name,
-        ),
-        report.moved,
-        title=f"place {c.spec.name}",
-        progress=progress,
-        placed=record,
-    )
+    where = f"model dir {d.root}"
+    jobs = [(bundle_dir / d.s.member(w), confine.make_dirs(d.root, w.disk_path, where, BundleError), w)
+            for w in d.todo]  # fmt: skip
+    place_all(jobs, report.moved, title=f"place {d.s.entry.repo}", progress=io.progress, placed=placed)

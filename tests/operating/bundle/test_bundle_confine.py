@@ -32,7 +32,7 @@ from tests.support.podman import Podman
 
 
 def carried(source: Source, dest: Path) -> Path:
-    shutil.copytree(source.bundle, dest, ignore=shutil.ignore_patterns(".rigsmith-bundle"))
+    shutil.copytree(source.bundle, dest, ignore=shutil.ignore_patterns(".rigsmith"))
     return dest
 
 

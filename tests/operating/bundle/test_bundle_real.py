@@ -11,7 +11,6 @@ import json
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -38,7 +37,7 @@ def manifest(bundle: Path) -> Manifest:
 
 def copy_bundle(src: Path, dest: Path) -> Path:
     """A real copy (no hard links shared with the source), as a USB disk would carry it."""
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".rigsmith-bundle"))
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".rigsmith"))
     return dest
 
 
@@ -202,31 +201,35 @@ def test_an_incomplete_bundle_is_refused_naming_the_missing_member(
 
 
 def test_kill_9_during_unbundle_then_the_next_run_resumes_and_ends_verified(
-    source: Source, offline_podman: Podman, tmp_path: Path
+    source: Source, offline_podman: Podman, tmp_path: Path, other_disk: Path
 ) -> None:
+    """Killed once it says it placed (copied) a model file; the next run places only what is left."""
     bundle = copy_bundle(source.bundle, tmp_path / "carried")
     project = offline_project(tmp_path)
-    into = tmp_path / "model-here"
-    work = project.root / ".rigsmith" / "unbundle"  # the verified-members cache (never in the bundle)
+    into = other_disk / "model-here"  # another filesystem: every model file is copied, one line each
     proc = subprocess.Popen(
         [shutil.which("invoke") or "invoke", "-r", str(REPO), "unbundle",
          str(bundle), "--into", str(into)],
-        env=cli_env(project, offline_podman), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=cli_env(project, offline_podman), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(work.glob("verified-*.json")) and proc.poll() is None:
-        time.sleep(0.001)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    assert not (bundle / ".rigsmith-bundle").exists(), "unbundle writes nothing into the bundle"
+    assert proc.stdout is not None
+    said = []
+    for line in proc.stdout:  # the event: unbundle reports a model file placed and recorded
+        said.append(line)
+        if line.startswith("unbundle: copied model/"):
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, f"the run ended before it could be killed: {said}"
+    assert not (bundle / ".rigsmith").exists(), "unbundle writes nothing into the bundle"
 
     out = must(invoke(project, offline_podman, "unbundle", str(bundle), "--into", str(into)))
-    earlier = int(out.split(" earlier")[0].rsplit("(", 1)[1])
-    assert earlier >= 1, out  # members the killed run verified are not hashed again
+    already = int(out.split(" already in place")[0].rsplit(", ", 1)[1])
+    assert already >= 1, out  # files the killed run placed are neither hashed nor placed again
     for path, data in source.files.items():
         if path != "config.json":
             assert (into / path).read_bytes() == data
+    assert not [p for p in into.rglob("*") if p.name.endswith((".rigsmith-tmp", ".rigsmith-link"))]
     assert offline_podman.inspect(source.pinned)["Digest"] == source.digest
     fetch = must(invoke(project, offline_podman, "fetch-model"))
     assert "0 downloaded" in fetch and f"{len(source.files)} verified earlier" in fetch
@@ -266,7 +269,7 @@ def test_tar_bundle_streams_and_unbundles_from_the_tar_file(
     names = subprocess.run(
         ["tar", "-tf", str(tar)], capture_output=True, text=True, check=True
     ).stdout.split()
-    assert names[0] == MANIFEST and f"model/{BIG}" in names and ".rigsmith-bundle/state.json" not in names
+    assert names[0] == MANIFEST and f"model/{BIG}" in names and ".rigsmith/state.json" not in names
     # --tar - streams the same tar to stdout (status lines go to stderr).
     streamed = subprocess.run(
         [shutil.which("invoke") or "invoke", "-r", str(REPO), "bundle",
@@ -364,26 +367,23 @@ def test_unbundle_asks_before_replacing_a_different_spec_and_places_nothing_with
     assert (into / BIG).read_bytes() == source.files[BIG]
 
 
-def test_bundle_onto_another_filesystem_says_it_copies_and_resumes_a_partial_copy(
+def test_bundle_onto_another_filesystem_says_it_copies_and_a_rerun_hashes_nothing(
     source: Source, podman: Podman, offline_podman: Podman, other_disk: Path, tmp_path: Path
 ) -> None:
     out = other_disk / "b"
-    # What a killed run leaves: the first 5 MiB of the big shard in its partial file.
-    partial = (
-        out / ".rigsmith-bundle" / "partial" / f"{hashlib.sha256(source.files[BIG]).hexdigest()}.incomplete"
-    )
-    partial.parent.mkdir(parents=True)
-    partial.write_bytes(source.files[BIG][: 5 << 20])
-
     said = must(invoke(source.project, podman, "bundle", "--out", str(out)))
 
     assert "on another filesystem" in said and "copying" in said, said
-    assert "5.0 MiB resumed" in said, said
-    assert not partial.exists()
     assert (out / "model" / BIG).read_bytes() == source.files[BIG]
     assert not (out / "model" / BIG).samefile(source.model_dir / BIG)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     again = must(invoke(source.project, podman, "bundle", "--out", str(out)))
     assert "nothing to do" in again, again
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+    # A copy changed on disk is no longer vouched for by the record: it is copied again.
+    flip_byte(out / "model" / BIG, 7)
+    fixed = must(invoke(source.project, podman, "bundle", "--out", str(out)))
+    assert "1 copied" in fixed and (out / "model" / BIG).read_bytes() == source.files[BIG], fixed
     unbundled = must(
         invoke(offline_project(tmp_path), offline_podman, "unbundle", str(out), "--into", str(tmp_path / "m"))
     )

@@ -12,15 +12,9 @@ import pytest
 
 from rigsmith.errors import LockError, PreflightError
 from rigsmith.operating import ociarchive
-from rigsmith.operating.bundlefiles import check_against_lock, check_space, contents, place
-from rigsmith.operating.bundlemanifest import (
-    BundleError,
-    Manifest,
-    Member,
-    ModelFile,
-    member_path,
-    read_manifest,
-)
+from rigsmith.operating.bundlefiles import check_space, contents, place
+from rigsmith.operating.bundlemanifest import BundleError, Manifest, Member, member_path, read_manifest
+from rigsmith.operating.unbundle import check_against_lock
 from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import Deployment, from_data, load, to_data
 
@@ -59,12 +53,6 @@ def good_manifest() -> Manifest:
     return Manifest(
         deployment="u",
         lock_sha256="0" * 64,
-        model_repo="acme/u",
-        model_commit=COMMIT,
-        model={
-            "config.json": ModelFile(member="model/config.json", size=3, kind="git_sha1", digest="1" * 40),
-            "w.safetensors": ModelFile(member="model/w.safetensors", size=5, kind="sha256", digest="5" * 64),
-        },
         image=None,
         members={
             "model/config.json": Member(size=3, sha256="c" * 64),
@@ -107,27 +95,19 @@ def test_manifest_agrees_with_its_lock() -> None:
     ]
 
 
-def test_a_manifest_that_swapped_a_model_hash_is_named_with_both_hashes() -> None:
+def test_a_manifest_that_swapped_a_model_hash_or_dropped_a_file_is_named_with_both_hashes() -> None:
     m = good_manifest()
     swapped = m.model_copy(
-        update={
-            "image": None,
-            "model": {
-                **m.model,
-                "w.safetensors": ModelFile(
-                    member="model/w.safetensors", size=5, kind="sha256", digest="6" * 64
-                ),
-            },
-        }
+        update={"members": {**m.members, "model/w.safetensors": Member(size=5, sha256="6" * 64)}}
     )
     problems = check_against_lock(swapped, contents(spec(), lock()))
     assert any("model/w.safetensors" in p and "6" * 64 in p and "5" * 64 in p for p in problems), problems
-    dropped = m.model_copy(update={"model": {"w.safetensors": m.model["w.safetensors"]}})
+    dropped = m.model_copy(update={"members": {"model/w.safetensors": m.members["model/w.safetensors"]}})
     problems = check_against_lock(dropped, contents(spec(), lock()))
     assert any("model/config.json: locked" in p for p in problems), problems
 
 
-@pytest.mark.parametrize("name", ["../etc/passwd", "/abs", ".rigsmith-bundle/state.json"])
+@pytest.mark.parametrize("name", ["../etc/passwd", "/abs", ".rigsmith/state.json"])
 def test_member_names_outside_the_bundle_are_refused(tmp_path: Path, name: str) -> None:
     with pytest.raises(BundleError, match="not a path inside"):
         member_path(tmp_path, name)
@@ -163,41 +143,32 @@ def test_place_hard_links_on_one_filesystem(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.write_bytes(b"hello")
     seen: list[int] = []
-    how, resumed = place(
-        src, tmp_path / "d" / "dst", partial=tmp_path / "p", kind="sha256",
-        digest=hashlib.sha256(b"hello").hexdigest(), size=5, on_bytes=seen.append,
-    )  # fmt: skip
-    assert (how, resumed) == ("linked", 0)
-    assert (tmp_path / "d" / "dst").samefile(src) and sum(seen) == 5
+    linked = place(
+        src, tmp_path / "d" / "dst", "sha256", hashlib.sha256(b"hello").hexdigest(), 5, seen.append
+    )
+    assert linked and (tmp_path / "d" / "dst").samefile(src) and sum(seen) == 5
 
 
-def test_place_copies_across_filesystems_resuming_a_partial_copy(tmp_path: Path, small_disk: Path) -> None:
+def test_place_copies_across_filesystems_hashing_on_the_way(tmp_path: Path, small_disk: Path) -> None:
     data = bytes(range(256)) * 4096  # 1 MiB
     src = tmp_path / "src"
     src.write_bytes(data)
-    partial = small_disk / "partial" / "x.incomplete"
-    partial.parent.mkdir()
-    partial.write_bytes(data[:300_000])
-    how, resumed = place(
-        src, small_disk / "dst", partial=partial, kind="sha256",
-        digest=hashlib.sha256(data).hexdigest(), size=len(data), on_bytes=lambda n: None,
-    )  # fmt: skip
-    assert (how, resumed) == ("copied", 300_000)
-    assert (small_disk / "dst").read_bytes() == data and not partial.exists()
+    linked = place(
+        src, small_disk / "dst", "sha256", hashlib.sha256(data).hexdigest(), len(data), lambda n: None
+    )
+    assert not linked and (small_disk / "dst").read_bytes() == data
+    assert sorted(p.name for p in small_disk.iterdir()) == ["dst"]
 
 
 def test_place_discards_a_copy_that_does_not_hash_right(tmp_path: Path, small_disk: Path) -> None:
     data = b"x" * 100_000
     src = tmp_path / "src"
     src.write_bytes(data)
-    partial = small_disk / "x.incomplete"
-    partial.write_bytes(b"y" * 1000)  # a partial of other bytes
     with pytest.raises(BundleError, match="copied bytes hash to"):
         place(
-            src, small_disk / "dst", partial=partial, kind="sha256",
-            digest=hashlib.sha256(data).hexdigest(), size=len(data), on_bytes=lambda n: None,
-        )  # fmt: skip
-    assert not partial.exists() and not (small_disk / "dst").exists()
+            src, small_disk / "dst", "sha256", hashlib.sha256(b"other").hexdigest(), len(data), lambda n: None
+        )
+    assert list(small_disk.iterdir()) == []
 
 
 def test_check_space_sums_what_lands_on_one_filesystem(tmp_path: Path) -> None:
