@@ -89,7 +89,8 @@ def test_an_absolute_artifact_member_writes_nothing_outside(
 @pytest.mark.parametrize(
     "member",
     ["artifacts/tasks/evil.py", "artifacts/conftest.py", "images/other/image.yaml", "deployments/other.yaml",
-     "artifacts/podman/airgap/../../tasks/x.py", "model/../tasks/x.py"],
+     "artifacts/podman/airgap/../../tasks/x.py", "model/../tasks/x.py", "secondary/acme/evil/x.json",
+     "sources/airgap/0123.bundle", ".rigsmith/state.json"],
 )  # fmt: skip
 def test_a_member_of_no_known_kind_is_refused_before_anything_is_placed(
     source: Source, offline_podman: Podman, tmp_path: Path, member: str
