@@ -156,7 +156,11 @@ class Record:
 # -- hashing and placing files ----------------------------------------------------------------------------
 
 
-def hash_path(path: Path, kind: HashKind, size: int, on_bytes: Callable[[int], None] = lambda n: None) -> str:
+def _none(n: int) -> None:
+    """No progress to report."""
+
+
+def hash_path(path: Path, kind: HashKind, size: int, on_bytes: Callable[[int], None] = _none) -> str:
     """The ``kind`` hash of a file, reporting progress per chunk."""
     h = Hasher(kind, size)
     view_ = memoryview(bytearray(HASH_CHUNK))
@@ -173,7 +177,7 @@ def same_filesystem(a: Path, b: Path) -> bool:
 
 
 def place(
-    src: Path, dst: Path, kind: HashKind, digest: str, size: int, on_bytes: Callable[[int], None]
+    src: Path, dst: Path, kind: HashKind, digest: str, size: int, on_bytes: Callable[[int], None] = _none
 ) -> bool:
     """Put ``src`` at ``dst``: a hard link where possible (True), else a copy that reaches ``dst`` only once
     it hashes to ``digest`` (False). A killed copy leaves no file at ``dst``."""

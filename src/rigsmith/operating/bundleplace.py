@@ -102,15 +102,11 @@ def have(p: Path, size: int) -> bool:
 
 @dataclass(frozen=True)
 class Placing:
-    """Where a bundle's project members go: each by its kind, at a path rigsmith chose (a member's name is
-    never joined to the checkout)."""
+    """Where a bundle's project files go, each at a path rigsmith chose (a member's name is never joined to
+    the checkout): the image definition of ``engine.build`` (path → bytes) and the rendered artifacts."""
 
-    spec_text: str
-    #: The image definition of ``engine.build``: path under images/BUILD/ → bytes.
     images: list[tuple[Path, bytes]]
-    #: The rendered artifacts, at the path and mode ``deploy`` gives them here, with the bundle's text.
     artifacts: list[writer.Artifact]
-    targets: list[str]
 
 
 def placements(
@@ -118,91 +114,57 @@ def placements(
 ) -> Placing:
     """Sort every member into a kind unbundle may place, or refuse the bundle before anything is written.
 
-    The kinds: the spec and lock at their fixed names, the image archive, the lock's model and secondary
-    model files, the source tree and assets the lock holds for ``engine.build``, the image definition of
-    ``engine.build`` (under images/BUILD/), and the artifacts that rendering the manifest's targets from the
-    bundle's own spec and lock produces (path and mode from that render).
+    The kinds: the spec and lock at their fixed names, the image archive, the lock's model, secondary model
+    and asset files and source tree, the image definition of ``engine.build`` (under images/BUILD/), and
+    the artifacts of the manifest's targets: only the paths that rendering those targets here from the
+    bundle's spec (``spec``: with this machine's model dir) and lock produces. What is placed is that
+    render, for this checkout's paths, never an artifact member's bytes.
     """
-    where = str(bundle_dir / MANIFEST)
-    name = spec.name
+    from rigsmith.rendering import deploy as deploymod
+
+    where = f"{bundle_dir / MANIFEST}"
     odd = [t for t in manifest.targets if t not in TARGETS]
     if odd:
         raise BundleError(f"{where}: targets {odd} are not rigsmith targets ({', '.join(TARGETS)})")
-    fixed = {f"deployments/{name}.yaml", LOCK_MEMBER, *((IMAGE_MEMBER,) if c.pin is not None else ())}
+    fixed = {f"deployments/{spec.name}.yaml", LOCK_MEMBER, *((IMAGE_MEMBER,) if c.pin is not None else ())}
     fixed |= set(c.locked()) | ({c.sources.tree_member} if c.sources is not None else set())
     build = f"images/{spec.engine.build}/" if spec.engine.build else None
-    images: dict[str, bytes] = {}
-    arts: dict[str, str] = {}
-    stray = []
-    for member in manifest.members:
-        if member in fixed:
-            continue
-        if build is not None and member.startswith(build):
-            images[member.removeprefix(build)] = (bundle_dir / member).read_bytes()
-        elif member.startswith(ARTIFACT_PREFIX) and manifest.targets:
-            arts[member.removeprefix(ARTIFACT_PREFIX)] = member
-        else:
-            stray.append(member)
-    rendered = render_targets(project, spec, lock_bytes, images, manifest.targets, bundle_dir)
-    stray += [arts[rel] for rel in sorted(set(arts) - set(rendered))]
-    if stray:
-        raise BundleError(
-            f"{where}: {len(stray)} member(s) are none of what a bundle of {name!r} holds: "
-            + ", ".join(repr(m) for m in stray[:5])
-            + "; nothing was placed",
-            hint="a bundle holds the spec, the lock, the image archive, the lock's model files and source "
-            "tree, "
-            f"images/{spec.engine.build or 'BUILD'}/ and the artifacts of its targets; bundle again on the "
-            "connected machine",
-        )
+    images = {m.removeprefix(build): m for m in manifest.members if build and m.startswith(build)}
+    arts = {m.removeprefix(ARTIFACT_PREFIX) for m in manifest.members if m.startswith(ARTIFACT_PREFIX)}
+    stray = [m for m in manifest.members if m not in fixed and not (build and m.startswith(build))
+             and not (m.startswith(ARTIFACT_PREFIX) and manifest.targets)]  # fmt: skip
     root = project.root.resolve()
-    out = []
-    for rel, member in sorted(arts.items()):
-        confine.under(root, rel, f"{where}: artifact", BundleError)
-        text = (bundle_dir / member).read_bytes().decode("utf-8", errors="strict")
-        out.append(writer.Artifact(rendered[rel].path, text, rendered[rel].mode))
-    placed = [
-        (confine.under(root, f"{build}{rel}", f"{where}: image definition", BundleError), blob)
-        for rel, blob in sorted(images.items())
-    ]
-    spec_text = (bundle_dir / f"deployments/{name}.yaml").read_text(encoding="utf-8")
-    return Placing(spec_text, placed, out, list(manifest.targets))
-
-
-def render_targets(
-    project: Project,
-    spec: Deployment,
-    lock_bytes: bytes,
-    images: dict[str, bytes],
-    targets: Sequence[str],
-    bundle_dir: Path,
-) -> dict[str, writer.Artifact]:
-    """The bundle's targets rendered from its own spec and lock in a scratch checkout, for this checkout's
-    paths: relative path → artifact (what may be placed, and with which mode)."""
-    from rigsmith.rendering import deploy as deploymod
-
-    if not targets:
-        return {}
-    root = project.root.resolve()
-    out: dict[str, writer.Artifact] = {}
+    rendered: dict[str, writer.Artifact] = {}
     with tempfile.TemporaryDirectory(prefix="rigsmith-unbundle-") as tmp:
         scratch = Project(Path(tmp))
         scratch.deployments.mkdir()
         scratch.spec_path(spec.name).write_text(specmod.dump(spec), encoding="utf-8")
         scratch.lock_path.write_bytes(lock_bytes)
-        for rel, blob in images.items():
-            what = f"{bundle_dir / MANIFEST}: image definition"
-            confine.make_dirs(
-                scratch.root, f"images/{spec.engine.build}/{rel}", what, BundleError
-            ).write_bytes(blob)
-        for target in targets:
+        for rel, member in images.items():
+            dest = confine.make_dirs(scratch.root, f"{build}{rel}", f"{where}: image definition", BundleError)
+            dest.write_bytes((bundle_dir / member).read_bytes())
+        for target in manifest.targets:
             try:
-                _plan, arts = deploymod.artifacts(scratch, target, deployment=spec.name, out=root)
+                _plan, files = deploymod.artifacts(scratch, target, deployment=spec.name, out=root)
             except RigsmithError as err:
                 raise BundleError(
                     f"{bundle_dir}: its {target} artifacts cannot be rendered here from its spec and lock "
                     f"({err.message})",
                     hint="bundle again on the connected machine with this rigsmith version",
                 ) from None
-            out.update({a.path.relative_to(root).as_posix(): a for a in arts})
-    return out
+            rendered.update({a.path.relative_to(root).as_posix(): a for a in files})
+    stray += [ARTIFACT_PREFIX + rel for rel in sorted(arts - set(rendered))]
+    if stray:
+        raise BundleError(
+            f"{where}: {len(stray)} member(s) are none of what a bundle of {spec.name!r} holds: "
+            + ", ".join(repr(m) for m in stray[:5]) + "; nothing was placed",
+            hint="a bundle holds the spec, the lock, the image archive, the lock's model files and source "
+            f"tree, images/{spec.engine.build or 'BUILD'}/ and the artifacts of its targets; bundle again on "
+            "the connected machine",
+        )  # fmt: skip
+    placed = [
+        (confine.under(root, f"{build}{rel}", f"{where}: image definition", BundleError),
+         (bundle_dir / member).read_bytes())
+        for rel, member in sorted(images.items())
+    ]  # fmt: skip
+    return Placing(placed, [rendered[rel] for rel in sorted(rendered)])

@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -51,6 +51,9 @@ from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import Want, expand_dir
 from rigsmith.spec import Deployment
 
+if TYPE_CHECKING:
+    from rigsmith.resolving.hub import Hub
+
 
 @dataclass
 class UnbundleReport:
@@ -79,25 +82,12 @@ class UnbundleReport:
         return text + (f"\nfetch-model: {self.fetch_summary}" if self.fetch_summary else "")
 
 
-class OfflineHub:
-    """The Hub as unbundle sees it: there is none. fetch-model must find everything verified on disk."""
-
-    endpoint = "offline:"
-
-    def _refuse(self) -> AdapterError:
-        return AdapterError(
-            "unbundle is offline: a model file was not placed verified, so fetch-model would need the Hub",
-            hint="run `invoke unbundle PATH` again (it resumes); if it persists the bundle lacks a file",
-        )
-
-    def resolve(self, repo: str, revision: str) -> str:
-        raise self._refuse()
-
-    def tree(self, repo: str, commit: str) -> list[Any]:
-        raise self._refuse()
-
-    def download(self, repo: str, commit: str, path: str, out: Any, *, offset: int, size: int) -> None:
-        raise self._refuse()
+def no_hub() -> Hub:
+    """The Hub as unbundle sees it: there is none (fetch-model must find every file verified on disk)."""
+    raise AdapterError(
+        "unbundle is offline: a model file was not placed verified, so fetch-model would need the Hub",
+        hint="run `invoke unbundle PATH` again (it resumes); if it persists the bundle lacks a file",
+    )
 
 
 def unbundle(
@@ -130,6 +120,7 @@ def unbundle(
 class _Opened:
     """A bundle whose manifest agrees with the lock it carries (nothing hashed yet but the lock)."""
 
+    bundle_dir: Path
     manifest: Manifest
     spec: Deployment
     lock_bytes: bytes
@@ -188,7 +179,7 @@ def _open(bundle_dir: Path) -> _Opened:
     if problems:
         raise BundleError(f"{bundle_dir / MANIFEST} does not match its lock: " + "; ".join(problems),
                           hint="bundle again on the connected machine")  # fmt: skip
-    return _Opened(manifest, spec, lock_bytes, lock, c)
+    return _Opened(bundle_dir, manifest, spec, lock_bytes, lock, c)
 
 
 def check_against_lock(manifest: Manifest, c: Contents) -> list[str]:
@@ -242,12 +233,17 @@ def _unbundle_dir(
     from rigsmith.resolving.sources import Sources, cache_root
 
     o = _open(bundle_dir)
-    c, name = o.c, o.spec.name
-    placing = bundleplace.placements(project, bundle_dir, o.manifest, o.spec, o.lock_bytes, c)
+    here, name = o.spec, o.spec.name
+    if into is not None and into.absolute() != expand_dir(here.model.local_dir):
+        data = specmod.to_data(here)
+        data["model"]["local_dir"] = str(into.absolute())
+        here = specmod.from_data(data)
+        io.echo(f"unbundle: model.local_dir of deployments/{name}.yaml set to {into.absolute()} (--into)")
+    c = contents(here, o.lock)  # the same members; the model dirs of this machine
+    placing = bundleplace.placements(project, bundle_dir, o.manifest, here, o.lock_bytes, c)
     dests = []
     for s in c.models:
-        main = s.prefix == MODEL_PREFIX
-        root = into.absolute() if into is not None and main else expand_dir(s.spec.model.local_dir)
+        root = expand_dir(s.spec.model.local_dir)
         for w in s.wanted:  # a link planted in the model dir must not carry a placed file elsewhere
             confine.under(root, w.disk_path, f"model dir {root}", BundleError)
         record = Record(root)
@@ -287,11 +283,7 @@ def _unbundle_dir(
     # The model dirs are the bundle's spec's (or --into): like fetch-model, never fill someone else's.
     home = os.environ.get("HOME") or str(Path.home())
     for d in dests:
-        where = (
-            "--into"
-            if into is not None and d.s.prefix == MODEL_PREFIX
-            else f"deployments/{name}.yaml {d.s.field}.local_dir"
-        )
+        where = "--into" if into and d.s.prefix == MODEL_PREFIX else f"deployments/{name}.yaml {d.s.field}"
         try:
             modelfetch.guard_dir(d.root, where, home, d.s.entry, d.s.wanted, confirm, yes)
         except ConsentError as err:
@@ -302,7 +294,7 @@ def _unbundle_dir(
             ) from None
 
     # Everything checks out: place the project files, the image, the source tree and assets, the models.
-    _place_project(project, placing, o, into, dests[0].root, yes, confirm, io)
+    _place_project(project, placing, o, here, yes, confirm, io)
     if c.pin is not None:
         report.image = c.pin.pinned_ref
         if not image_present:
@@ -314,23 +306,14 @@ def _unbundle_dir(
             raise BundleError(f"{src.tree_member}: holds no commit {src.entry.commit} of {src.entry.repo}")
         for a in assets:
             hexd = a.sha256.removeprefix("sha256:")
-            place(
-                bundle_dir / src.asset_member(a),
-                cache.asset_path(a.sha256),
-                "sha256",
-                hexd,
-                a.size,
-                lambda n: None,
-            )
+            place(bundle_dir / src.asset_member(a), cache.asset_path(a.sha256), "sha256", hexd, a.size)
     for d in dests:
         _place_model(bundle_dir, d, report, io)
 
     # Re-check through fetch-model itself: offline, every file vouched for by its record.
     from rigsmith.resolving.secondaryfetch import fetch_models
 
-    placed = project.load(name)
-    fetch = fetch_models(project, placed, dest=dests[0].root if into is not None else None, hub=OfflineHub(),
-                         echo=io.echo, progress=False)  # fmt: skip
+    fetch = fetch_models(project, project.load(name), hub=no_hub, echo=io.echo, progress=False)
     for r in (fetch, *(sub for _repo, sub in fetch.secondary)):
         if r.downloaded or r.cached != r.files:
             raise BundleError(
@@ -383,27 +366,16 @@ def _place_project(
     project: Project,
     placing: bundleplace.Placing,
     o: _Opened,
-    into: Path | None,
-    root: Path,
+    here: Deployment,
     yes: bool,
     confirm: Callable[[str], bool] | None,
     io: Io,
 ) -> None:
     """Spec, image definition and artifacts through the writer (consent rules); the lock entries merged."""
-    from rigsmith.rendering import deploy as deploymod
-
-    spec, name = o.spec, o.spec.name
-    relocated = into is not None and root != expand_dir(spec.model.local_dir)
-    files: list[writer.Artifact] = []
-    spec_text = placing.spec_text
-    if relocated:
-        data = specmod.to_data(spec)
-        data["model"]["local_dir"] = str(root)
-        spec_text = specmod.dump(specmod.from_data(data))
-        io.echo(f"unbundle: model.local_dir of deployments/{name}.yaml set to {root} (--into)")
-    files.append(
-        writer.Artifact(confine.under(project.root, f"deployments/{name}.yaml", "the spec"), spec_text)
-    )
+    name = here.name
+    text = (o.bundle_dir / f"deployments/{name}.yaml").read_text(encoding="utf-8")
+    spec_text = text if here is o.spec else specmod.dump(here)
+    files = [writer.Artifact(confine.under(project.root, f"deployments/{name}.yaml", "the spec"), spec_text)]
     # Image-definition files that are not text go around the (text-only) writer, under the same consent.
     binary: list[tuple[Path, bytes]] = []
     for path, blob in placing.images:
@@ -411,15 +383,13 @@ def _place_project(
             files.append(writer.Artifact(path, blob.decode("utf-8")))
         except UnicodeDecodeError:
             binary.append((path, blob))
-    if not relocated:
-        files += placing.artifacts
     differs = [str(p) for p, b in binary if p.exists() and not same_bytes(p, b)]
     if differs and not yes:
         raise ConsentError(
             f"would replace existing file(s) with the bundle's: {', '.join(differs)}; nothing was written",
             hint="re-run with --yes to accept them",
         )
-    writer.write(files, yes=yes, confirm=confirm, echo=io.echo, root=project.root)
+    writer.write([*files, *placing.artifacts], yes=yes, confirm=confirm, echo=io.echo, root=project.root)
     for path, b in binary:
         if not same_bytes(path, b):
             write_bytes(path, b)
@@ -428,16 +398,12 @@ def _place_project(
         lk.models[name] = c.models[0].entry
         if name in bl.secondary:
             lk.secondary[name] = bl.secondary[name]
-        if spec.engine.image and spec.engine.image in bl.images:
-            lk.images[spec.engine.image] = bl.images[spec.engine.image]
-        if spec.engine.build and spec.engine.build in bl.builds:
-            lk.builds[spec.engine.build] = bl.builds[spec.engine.build]
+        if here.engine.image and here.engine.image in bl.images:
+            lk.images[here.engine.image] = bl.images[here.engine.image]
+        if here.engine.build and here.engine.build in bl.builds:
+            lk.builds[here.engine.build] = bl.builds[here.engine.build]
         if c.sources is not None:
             lk.sources[c.sources.image] = c.sources.entry
-    if relocated:
-        for target in placing.targets:
-            _plan, arts = deploymod.artifacts(project, target, deployment=name)
-            writer.write(arts, yes=yes, confirm=confirm, echo=io.echo, root=project.root)
 
 
 def _place_model(bundle_dir: Path, d: _Dest, report: UnbundleReport, io: Io) -> None:

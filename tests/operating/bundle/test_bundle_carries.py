@@ -98,7 +98,7 @@ def test_secondary_models_travel_and_up_s_drift_check_finds_them_verified(
         assert facts.problems == () and facts.unpinned == () and facts.note is None, facts
         drift.gate(dep.name, facts, None)
     # fetch-model afterwards makes no request: every file of every model is vouched for by its record.
-    again = fetch_models(offline, placed, hub=unbundlemod.OfflineHub(), echo=lambda _m: None)
+    again = fetch_models(offline, placed, hub=unbundlemod.no_hub, echo=lambda _m: None)
     for r in (again, *(sub for _repo, sub in again.secondary)):
         assert (r.downloaded, r.hashed_files, r.cached) == ([], 0, r.files)
 
