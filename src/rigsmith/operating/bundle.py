@@ -43,8 +43,9 @@ import sys
 import tarfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rigsmith.operating import ociarchive
 from rigsmith.operating.bundlefiles import (
@@ -81,6 +82,9 @@ from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import Want, expand_dir
 from rigsmith.writer import write_one
+
+if TYPE_CHECKING:
+    from rigsmith.resolving.sources import Sources
 
 
 def _small_members(project: Project, c: Contents, targets: Sequence[str]) -> dict[str, bytes]:
@@ -145,14 +149,65 @@ def _plan_models(c: Contents, out: Path, rec: Record, report: BundleReport) -> l
     return todo
 
 
+def _made(c: Contents, out: Path, rec: Record, io: Io) -> dict[str, Callable[[Path], None]]:
+    """The members made by a command or taken from a cache (image archive, source tree, assets) that are
+    missing or no longer as the record has them: member → what writes it (to a temporary file)."""
+    todo: dict[str, Callable[[Path], None]] = {}
+    pin = c.pin
+    if pin is not None and not _image_fresh(pin, out / IMAGE_MEMBER, rec):
+
+        def image(tmp: Path) -> None:
+            io.echo(f"bundle: exporting {pin.pinned_ref} as an OCI archive")
+            ociarchive.export(pin, tmp, run=io.run, echo=io.echo)
+
+        todo[IMAGE_MEMBER] = image
+    s = c.sources
+    if s is None:
+        return todo
+    from rigsmith.resolving.sources import Sources, cache_root  # the git cache: only for a source build
+
+    cache, where = Sources(cache_root()), f"images/{s.image}/image.yaml tree"
+    if rec.digest(s.tree_member, out / s.tree_member) is None:
+        todo[s.tree_member] = lambda tmp: cache.bundle_tree(s.entry.repo, s.entry.commit, tmp, where)
+    for a in s.entry.assets.values():
+        if rec.digest(s.asset_member(a), out / s.asset_member(a)) != a.sha256.removeprefix("sha256:"):
+            todo[s.asset_member(a)] = partial(_asset, cache, a, where)
+    return todo
+
+
 def _image_fresh(pin: ociarchive.ImagePin, dst: Path, rec: Record) -> bool:
     """True when the bundle's archive is as recorded (bytes unchanged) and holds the pinned image."""
-    if rec.digest(IMAGE_MEMBER, dst) is None:
-        return False
     try:
-        return ociarchive.matches(pin, ociarchive.archive_facts(dst, IMAGE_MEMBER))
+        return rec.digest(IMAGE_MEMBER, dst) is not None and ociarchive.matches(
+            pin, ociarchive.archive_facts(dst, IMAGE_MEMBER)
+        )
     except ociarchive.ImageMismatch:
         return False
+
+
+def _asset(cache: Sources, a: lockmod.LockedAsset, where: str, tmp: Path) -> None:
+    data = cache.cached(a.sha256)  # verified against its hash as it is read
+    if data is None:
+        raise BundleError(
+            f"{where}: the asset {a.url} ({a.sha256}) is not in the source cache {cache.cache}",
+            hint="run `invoke build` on this machine first (it fills the cache), then bundle again",
+        )
+    tmp.write_bytes(data)
+
+
+def _make(out: Path, member: str, make: Callable[[Path], None], rec: Record, progress: bool | None) -> None:
+    """Write a member beside its name, hash it, move it in, record it."""
+    dst = out / member
+    tmp = beside(dst, "rigsmith-tmp")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    tmp.unlink(missing_ok=True)
+    make(tmp)
+    size = tmp.stat().st_size
+    with progress_bars(progress) as prog:
+        task = prog.add_task(f"hash {member}", total=size)
+        sha = hash_path(tmp, "sha256", size, lambda n: prog.advance(task, n))
+    tmp.replace(dst)
+    rec.put(member, dst, "sha256", sha)
 
 
 # Over 80 lines on purpose: one ordered pass: plan (what is stale), space, the manifest removed before any
@@ -181,22 +236,19 @@ def bundle(
     small = _small_members(project, c, targets)
     rec = Record(out)
     todo = _plan_models(c, out, rec, report)
-    image_dst = out / IMAGE_MEMBER
-    image_fresh = c.pin is None or _image_fresh(c.pin, image_dst, rec)
-    src_todo = _sources_todo(c, out, rec)
-    keep = set(small) | set(c.locked()) | {IMAGE_MEMBER} | _source_members(c)
-    stale = sorted(set(rec.state.files) - keep)
+    made = _made(c, out, rec, io)
+    stale = sorted(set(rec.state.files) - set(small) - c.carried())
     stale_small = [m for m, data in small.items() if not same_bytes(out / m, data)]
 
     copy_bytes = sum(m.w.size for m in todo if not same_filesystem(m.src, out))
-    image_need = 0 if image_fresh or c.pin is None else ociarchive.image_size(c.pin, io.run)
+    image_need = ociarchive.image_size(c.pin, io.run) if c.pin is not None and IMAGE_MEMBER in made else 0
     check_space(
         {out: copy_bytes + image_need},
         io.disk_free,
         "the bundle (model files that cannot be hard-linked across filesystems, and the image archive)",
         "free space there, or bundle into a directory on the model's filesystem (hard links, no copy)",
     )
-    if todo or not image_fresh or src_todo or stale or stale_small:
+    if todo or made or stale or stale_small:
         # The manifest is written last: while members change, no manifest vouches for a half-made bundle.
         (out / MANIFEST).unlink(missing_ok=True)
     if copy_bytes:
@@ -208,11 +260,13 @@ def bundle(
         (out / member).unlink(missing_ok=True)
         del rec.state.files[member]
         rec.save()
+    members = {}
     for member, data in small.items():
         if member in stale_small:
             write_bytes(out / member, data)
             report.written.append(member)
         rec.put(member, out / member, "sha256", hashlib.sha256(data).hexdigest())
+        members[member] = Member(size=len(data), sha256=hashlib.sha256(data).hexdigest())
 
     jobs = {m.dst: m for m in todo}
 
@@ -224,111 +278,31 @@ def bundle(
 
     place_all([(m.src, m.dst, m.w) for m in todo], report.moved, title=f"bundle {spec.name}",
               progress=io.progress, placed=placed)  # fmt: skip
-    for member in src_todo:
-        src_todo[member](out / member)
+    for member, make in made.items():
+        _make(out, member, make, rec, io.progress)
         report.written.append(member)
-
-    members = {
-        m: Member(size=len(data), sha256=hashlib.sha256(data).hexdigest()) for m, data in small.items()
-    }
-    for member, (kind, digest, size) in c.locked().items():
+    locked = c.locked()
+    for member in c.carried():
+        kind, digest, size = locked.get(member, ("sha256", rec.state.files[member].digest, -1))
         sha = digest if kind == "sha256" else hash_path(out / member, "sha256", size)
-        members[member] = Member(size=size, sha256=sha)
-    for member in _source_members(c) - set(members):
-        members[member] = Member(size=(out / member).stat().st_size, sha256=rec.state.files[member].digest)
+        members[member] = Member(size=(out / member).stat().st_size, sha256=sha)
     image = None
     if c.pin is not None:
-        if not image_fresh:
-            _export(c.pin, image_dst, rec, io)
-            report.written.append(IMAGE_MEMBER)
-        members[IMAGE_MEMBER] = Member(
-            size=image_dst.stat().st_size, sha256=rec.state.files[IMAGE_MEMBER].digest
-        )
-        facts = ociarchive.archive_facts(image_dst, IMAGE_MEMBER)
-        p = c.pin
+        facts, p = ociarchive.archive_facts(out / IMAGE_MEMBER, IMAGE_MEMBER), c.pin
         image = ImageEntry(member=IMAGE_MEMBER, name=p.name, tag=p.tag, digest=p.digest, image_id=p.image_id,
                            pinned_ref=p.pinned_ref, config_digest=facts.config_digest)  # fmt: skip
-
-    manifest = Manifest(
-        deployment=spec.name,
-        lock_sha256=members[LOCK_MEMBER].sha256,
-        image=image,
-        targets=list(targets),
-        members=dict(sorted(members.items())),
-    )
+    manifest = Manifest(deployment=spec.name, lock_sha256=members[LOCK_MEMBER].sha256, image=image,
+                        targets=list(targets), members=dict(sorted(members.items())))  # fmt: skip
     text = dump_manifest(manifest)
-    mpath = out / MANIFEST
-    if not (mpath.is_file() and mpath.read_text(encoding="utf-8") == text):
-        write_one(mpath, text)
+    if not same_bytes(out / MANIFEST, text.encode()):
+        write_one(out / MANIFEST, text)
         report.written.append(MANIFEST)
-    report.members = len(members)
+    report.members, report.lock_sha256 = len(members), manifest.lock_sha256
     report.total_bytes = sum(m.size for m in members.values())
-    report.lock_sha256 = manifest.lock_sha256
     if tar is not None:
         written = write_tar(out, manifest, tar, progress=io.progress)
         report.tar = str(tar) + ("" if written else " (up to date, not rewritten)")
     return report
-
-
-def _source_members(c: Contents) -> set[str]:
-    if c.sources is None:
-        return set()
-    s = c.sources
-    return {s.tree_member, *(s.asset_member(a) for a in s.entry.assets.values())}
-
-
-def _sources_todo(c: Contents, out: Path, rec: Record) -> dict[str, Callable[[Path], None]]:
-    """The source tree and asset members that are missing or not as recorded: member → its writer."""
-    from rigsmith.resolving.sources import Sources, cache_root  # the git cache: only for a source build
-
-    if c.sources is None:
-        return {}
-    s, cache = c.sources, Sources(cache_root())
-    where = f"images/{s.image}/image.yaml tree"
-
-    def tree(dst: Path) -> None:
-        tmp = beside(dst, "rigsmith-tmp")
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        tmp.unlink(missing_ok=True)
-        cache.bundle_tree(s.entry.repo, s.entry.commit, tmp, where)
-        sha = hash_path(tmp, "sha256", tmp.stat().st_size)
-        tmp.replace(dst)
-        rec.put(s.tree_member, dst, "sha256", sha)
-
-    def asset(a: lockmod.LockedAsset, member: str) -> Callable[[Path], None]:
-        def write(dst: Path) -> None:
-            data = cache.cached(a.sha256)
-            if data is None:
-                raise BundleError(
-                    f"{where}: the asset {a.url} ({a.sha256}) is not in the source cache {cache.cache}",
-                    hint="run `invoke build` on this machine first (it fills the cache), then bundle again",
-                )
-            write_bytes(dst, data)
-            rec.put(member, dst, "sha256", a.sha256.removeprefix("sha256:"))
-
-        return write
-
-    todo: dict[str, Callable[[Path], None]] = {}
-    if rec.digest(s.tree_member, out / s.tree_member) is None:
-        todo[s.tree_member] = tree
-    for a in s.entry.assets.values():
-        member = s.asset_member(a)
-        if not rec.vouches(member, out / member, "sha256", a.sha256.removeprefix("sha256:")):
-            todo[member] = asset(a, member)
-    return todo
-
-
-def _export(pin: ociarchive.ImagePin, dst: Path, rec: Record, io: Io) -> None:
-    stage = beside(dst, "rigsmith-tmp")
-    stage.parent.mkdir(parents=True, exist_ok=True)
-    io.echo(f"bundle: exporting {pin.pinned_ref} as an OCI archive")
-    ociarchive.export(pin, stage, run=io.run, echo=io.echo)
-    size = stage.stat().st_size
-    with progress_bars(io.progress) as prog:
-        task = prog.add_task("hash image archive", total=size)
-        sha = hash_path(stage, "sha256", size, lambda n: prog.advance(task, n))
-    stage.replace(dst)
-    rec.put(IMAGE_MEMBER, dst, "sha256", sha)
 
 
 def write_tar(out: Path, manifest: Manifest, dest: Path, *, progress: bool | None = None) -> bool:

@@ -20,7 +20,13 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TaskProgressColum
 
 from rigsmith.errors import LockError, PreflightError
 from rigsmith.operating import ociarchive
-from rigsmith.operating.bundlemanifest import MODEL_PREFIX, SECONDARY_PREFIX, SOURCES_PREFIX, BundleError
+from rigsmith.operating.bundlemanifest import (
+    IMAGE_MEMBER,
+    MODEL_PREFIX,
+    SECONDARY_PREFIX,
+    SOURCES_PREFIX,
+    BundleError,
+)
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import HASH_CHUNK, Hasher, HashKind, Want, patches_by_file, select, wants
 from rigsmith.resolving.verified import (
@@ -93,6 +99,11 @@ class Contents:
             for a in self.sources.entry.assets.values():
                 out[self.sources.asset_member(a)] = ("sha256", a.sha256.removeprefix("sha256:"), a.size)
         return out
+
+    def carried(self) -> set[str]:
+        """Every member but the spec, the lock, the image definition and the artifacts."""
+        tree = {self.sources.tree_member} if self.sources is not None else set()
+        return set(self.locked()) | tree | ({IMAGE_MEMBER} if self.pin is not None else set())
 
 
 def contents(spec: Deployment, lock: lockmod.Lock) -> Contents:

@@ -18,7 +18,6 @@ from rigsmith.errors import RigsmithError
 from rigsmith.operating.bundlefiles import Contents, DiskFree, Echo, atomic, check_space, progress_bars
 from rigsmith.operating.bundlemanifest import (
     ARTIFACT_PREFIX,
-    IMAGE_MEMBER,
     LOCK_MEMBER,
     MANIFEST,
     BundleError,
@@ -126,8 +125,7 @@ def placements(
     odd = [t for t in manifest.targets if t not in TARGETS]
     if odd:
         raise BundleError(f"{where}: targets {odd} are not rigsmith targets ({', '.join(TARGETS)})")
-    fixed = {f"deployments/{spec.name}.yaml", LOCK_MEMBER, *((IMAGE_MEMBER,) if c.pin is not None else ())}
-    fixed |= set(c.locked()) | ({c.sources.tree_member} if c.sources is not None else set())
+    fixed = {f"deployments/{spec.name}.yaml", LOCK_MEMBER} | c.carried()
     build = f"images/{spec.engine.build}/" if spec.engine.build else None
     images = {m.removeprefix(build): m for m in manifest.members if build and m.startswith(build)}
     arts = {m.removeprefix(ARTIFACT_PREFIX) for m in manifest.members if m.startswith(ARTIFACT_PREFIX)}
