@@ -90,3 +90,16 @@ def offline_project(base: Path) -> Project:
     root = base / "offline-project"
     (root / "deployments").mkdir(parents=True)
     return Project(root)
+
+
+def built_project(source: Source, root: Path, build: str) -> Project:
+    """A copy of the connected checkout whose deployment builds ``images/<build>`` instead of pulling."""
+    import yaml
+
+    project = Project(root)
+    shutil.copytree(source.project.root / "deployments", project.deployments)
+    data = yaml.safe_load(project.spec_path(NAME).read_text())
+    data["engine"].pop("image")
+    data["engine"]["build"] = build
+    project.spec_path(NAME).write_text(yaml.safe_dump(data, sort_keys=False))
+    return project

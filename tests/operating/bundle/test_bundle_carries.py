@@ -5,11 +5,9 @@ before it is placed, each placed where rigsmith decides (never a member's name j
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
@@ -24,7 +22,7 @@ from rigsmith.resolving import build as buildmod
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving import sources as sourcesmod
 from rigsmith.resolving.secondaryfetch import fetch_models, pin_models
-from tests.support.bundle import NAME, Source, invoke, must, offline_project
+from tests.support.bundle import Source, built_project, invoke, must, offline_project
 from tests.support.models import tiny_files
 from tests.support.ops import OPS_IMAGE
 from tests.support.podman import Podman
@@ -130,12 +128,7 @@ def test_a_source_built_image_travels_with_its_tree_and_assets_and_renders_offli
 ) -> None:
     """`invoke build` reads the locked commit from the source cache and the assets from the asset cache: on
     the offline machine both come from the bundle, verified, with the git and asset servers gone."""
-    project = Project(tmp_path / "built-project")
-    shutil.copytree(source.project.root / "deployments", project.deployments)
-    data = yaml.safe_load(project.spec_path(NAME).read_text())
-    data["engine"].pop("image")
-    data["engine"]["build"] = "merlin"
-    project.spec_path(NAME).write_text(yaml.safe_dump(data, sort_keys=False))
+    project = built_project(source, tmp_path / "built-project", "merlin")
     cache = tmp_path / "connected-cache"
     with git_daemon(tmp_path / "git") as upstream, asset_server() as assets:
         source_image(project.root, "127.0.0.1:5000/tinybase:1", upstream.url, "v2.5.1", serve_release(assets),

@@ -23,7 +23,17 @@ from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import STATE_DIR
 from rigsmith.spec import load
-from tests.support.bundle import BIG, NAME, REPO, Source, cli_env, invoke, must, offline_project
+from tests.support.bundle import (
+    BIG,
+    NAME,
+    REPO,
+    Source,
+    built_project,
+    cli_env,
+    invoke,
+    must,
+    offline_project,
+)
 from tests.support.common import HOST_MEMLOCK
 from tests.support.ops import OPS_IMAGE
 from tests.support.podman import Podman
@@ -288,14 +298,7 @@ def test_a_local_build_travels_by_image_id_with_its_definition(
     source: Source, podman: Podman, offline_podman: Podman, tmp_path: Path
 ) -> None:
     """A build that was never pushed is pinned by its image ID alone (what `invoke build` locks)."""
-    import yaml
-
-    project = Project(tmp_path / "built-project")
-    shutil.copytree(source.project.root / "deployments", project.deployments)
-    data = yaml.safe_load(project.spec_path(NAME).read_text())
-    data["engine"].pop("image")
-    data["engine"]["build"] = "tiny"
-    project.spec_path(NAME).write_text(yaml.safe_dump(data, sort_keys=False))
+    project = built_project(source, tmp_path / "built-project", "tiny")
     (project.images / "tiny" / "patches").mkdir(parents=True)
     (project.images / "tiny" / "image.yaml").write_text("version: 1\n")
     (project.images / "tiny" / "patches" / "x.patch").write_text("--- a\n+++ b\n")
