@@ -280,6 +280,18 @@ def _unbundle_dir(
         bundle_dir, o.manifest, c, report, io.progress, skip | ({IMAGE_MEMBER} if image_present else set())
     )
 
+    if (
+        src is not None
+        and need_tree
+        and not cache.add_tree(src.entry.repo, src.entry.commit, bundle_dir / src.tree_member)
+    ):
+        # git checked every object's hash; the locked commit must be among them (objects alone: inert)
+        raise BundleError(
+            f"{src.tree_member}: does not hold the locked commit {src.entry.commit} of {src.entry.repo}; "
+            "nothing was placed",
+            hint="the bundle was changed or damaged in transit; copy it again from the connected machine",
+        )
+
     # The model dirs are the bundle's spec's (or --into): like fetch-model, never fill someone else's.
     home = os.environ.get("HOME") or str(Path.home())
     for d in dests:
@@ -302,8 +314,6 @@ def _unbundle_dir(
             ociarchive.load(c.pin, bundle_dir / IMAGE_MEMBER, run=io.run)
             report.image_loaded = True
     if src is not None:
-        if need_tree and not cache.add_tree(src.entry.repo, src.entry.commit, bundle_dir / src.tree_member):
-            raise BundleError(f"{src.tree_member}: holds no commit {src.entry.commit} of {src.entry.repo}")
         for a in assets:
             hexd = a.sha256.removeprefix("sha256:")
             place(bundle_dir / src.asset_member(a), cache.asset_path(a.sha256), "sha256", hexd, a.size)

@@ -166,8 +166,14 @@ class Sources:
         if not (path / "HEAD").is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
             self._git("init", "--quiet", "--bare", str(path))
-        self._git("fetch", "--quiet", "--", str(bundle), f"+{ref}:{ref}", repo=path)
-        return self.has_commit(url, commit)
+        try:
+            self._git("fetch", "--quiet", "--", str(bundle), ref, repo=path)  # objects only, no ref yet
+        except CommandError:
+            return False
+        if not self.has_commit(url, commit):
+            return False
+        self._git("update-ref", ref, commit, repo=path)  # keeps the commit reachable in the cache
+        return True
 
     def archive(self, url: str, commit: str, where: str) -> bytes:
         """The commit's files as a tar (``git archive``: no .git), fetching only when the cache lacks it."""

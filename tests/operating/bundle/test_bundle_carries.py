@@ -5,6 +5,8 @@ before it is placed, each placed where rigsmith decides (never a member's name j
 from __future__ import annotations
 
 import hashlib
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -166,3 +168,30 @@ def test_a_source_built_image_travels_with_its_tree_and_assets_and_renders_offli
     assert offline_ctx.inputs_sha256 == connected.inputs_sha256
     assert {f"tree/{SCALES}", f"tree/{OPS}"} <= set(offline_ctx.files)
     assert lockmod.read(offline.lock_path).sources["merlin"].commit == commit
+
+    # A tree member swapped for another commit's git bundle (manifest re-hashed to match) is refused before
+    # anything is placed: git checks the objects, rigsmith checks the locked commit is among them.
+    elsewhere, other = tmp_path / "elsewhere", tmp_path / "other.bundle"
+    elsewhere.mkdir()
+    git("init", "-q", cwd=elsewhere)
+    (elsewhere / "README.md").write_text("not the locked tree\n")
+    git("add", "-A", cwd=elsewhere)
+    git("commit", "-q", "-m", "unrelated", cwd=elsewhere)
+    git("update-ref", f"refs/rigsmith/{commit}", "HEAD", cwd=elsewhere)  # the locked name, another commit
+    git("bundle", "create", "-q", str(other), f"refs/rigsmith/{commit}", cwd=elsewhere)
+    swapped = tmp_path / "swapped"
+    shutil.copytree(tmp_path / "b", swapped, ignore=shutil.ignore_patterns(".rigsmith"))
+    member = f"sources/merlin/{commit}.bundle"
+    shutil.copyfile(other, swapped / member)
+    manifest = json.loads((swapped / MANIFEST).read_text())
+    manifest["members"][member] = {
+        "size": other.stat().st_size,
+        "sha256": hashlib.sha256(other.read_bytes()).hexdigest(),
+    }
+    (swapped / MANIFEST).write_text(json.dumps(manifest))
+    third = Project(tmp_path / "third")
+    third.deployments.mkdir(parents=True)
+    proc = invoke(third, offline_podman, "unbundle", str(swapped), "--into", str(tmp_path / "m3"),
+                  RIGSMITH_CACHE=str(tmp_path / "third-cache"))  # fmt: skip
+    assert proc.returncode == 1 and member in proc.stderr and "locked commit" in proc.stderr, proc.stderr
+    assert list(third.deployments.iterdir()) == [] and not (tmp_path / "m3").exists()
