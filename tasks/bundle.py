@@ -51,7 +51,7 @@ def bundle(
     tar: str | bool | None = None,
     targets: str = "podman",
 ) -> None:
-    """Bundle model files, engine image (OCI archive, digest kept), spec, lock and artifacts, for offline."""
+    """Bundle spec, lock, models (secondary too), image (digest kept), source tree and artifacts, offline."""
     from rigsmith.operating import bundle as bundlemod
     from rigsmith.operating.bundlefiles import Io
 
@@ -77,7 +77,7 @@ def bundle(
 )
 @user_errors
 def unbundle(c: Context, path: str, into: str | None = None, yes: bool = False) -> None:
-    """Verify a bundle completely, then place spec, lock, image and model; offline (no Hub, no registry)."""
+    """Verify a bundle, then place spec, lock, image, source tree and models (no Hub, no registry)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     from rigsmith.operating import unbundle as unbundlemod
     from rigsmith.operating.bundlefiles import Io
