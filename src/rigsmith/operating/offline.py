@@ -1,0 +1,231 @@
+"""``invoke up --offline`` and ``invoke unbundle --prove-offline``: start with no route out, and name the
+step that needed the network.
+
+Why a network namespace, not ``--network none``: the podman target's run.sh starts the container with
+``--network host``, and podman (runc) creates a host-network container in the namespace of its caller. So
+run.sh run under ``nsenter --net=NS`` puts the engine in a namespace that holds only ``lo``: the very script
+the user runs is what is proven, unchanged, and this process probes ``/health`` and watches for attempts out
+from inside the same namespace (:mod:`.netwatch`). ``--network none`` would prove another argv than the one
+deployed, and its health probe would need curl or Python inside every engine image (``podman exec``).
+
+The steps, each named when it fails:
+
+1. **local pieces**: everything ``up`` would fetch must be here already, verified against rigsmith.lock:
+   the model files, the secondary models, the engine image (``podman run`` pulls a missing one). Each
+   missing piece is named with the command that brings it online, and the bundle that carries it. Nothing
+   is started.
+2. **start**: run.sh inside the namespace.
+3. **engine startup**: the recipe's gates (``wait``), ``/health`` probed from inside the namespace. Any
+   connection attempt out (host:port) fails the proof, even when the engine got ready: an air-gapped rig
+   would wait on, or fail at, that fetch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from rigsmith.errors import PreflightError, RigsmithError
+from rigsmith.operating import drift, lifecycle, netwatch
+from rigsmith.operating import wait as waitmod
+from rigsmith.operating.host import Host, LocalHost, image_facts
+from rigsmith.project import Project
+from rigsmith.rendering import plan as planmod
+from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.modelfiles import expand_dir
+from rigsmith.spec import Deployment
+
+RESOLV_CONF = Path("/etc/resolv.conf")
+Memlock = Literal["unlimited", "host"] | int | None
+
+
+class OfflineError(PreflightError):
+    """The deployment could not start, or be shown to start, with no route out."""
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A piece ``up`` would fetch that is not here, and the command that brings it (online)."""
+
+    what: str
+    fix: str
+
+
+def missing(project: Project, spec: Deployment, plan: planmod.RunPlan, host: Host) -> list[Missing]:
+    """Step 1: every model file, secondary model and the image, as rigsmith.lock pins them, must be here."""
+    name = spec.name
+    fetch = f"`invoke fetch-model --deployment {name}`"
+    out: list[Missing] = []
+    if spec.model.repo is None:
+        if not expand_dir(spec.model.local_dir).is_dir():
+            out.append(Missing(f"model dir {spec.model.local_dir}: missing (a local checkpoint)", "copy it"))
+    else:
+        facts = drift.model_facts(spec, lockmod.read(project.lock_path))
+        pin = f"`invoke pin --deployment {name}`, then {fetch}"
+        out += [Missing(f"model {repo}: rigsmith.lock pins no commit", pin) for repo in facts.unpinned]
+        out += [Missing(f"model {facts.local_dir}: {p}", fetch) for p in facts.problems]
+    if plan.runtime == "container":
+        img = image_facts(host, plan.image, plan.image_pinned)
+        if not img.present:
+            out.append(
+                Missing(
+                    f"image {plan.image}: not in local storage (podman run would pull it)",
+                    drift.image_fix(plan.image),
+                )
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class OfflineReport:
+    """A passed proof."""
+
+    name: str
+    namespace: netwatch.Netns
+    health_url: str
+    seconds: float
+    kept_running: bool
+
+    def summary(self) -> str:
+        text = (
+            f"offline proof: {self.name} answered {self.health_url} from inside network namespace "
+            f"{self.namespace.name} (only lo, no route out) after {self.seconds:.0f}s; no connection "
+            "attempt out was seen"
+        )
+        if self.kept_running:
+            return (
+                text + f"\n{self.name} keeps running there: reach it with "
+                f"`{' '.join(self.namespace.enter_argv())} curl {self.health_url}`; "
+                f"`invoke down --deployment {self.name}` stops it"
+            )
+        return text + f"\nstopped again; `invoke up --deployment {self.name}` starts it for use"
+
+
+def up_offline(
+    ops: lifecycle.Ops,
+    *,
+    deployment: str | None = None,
+    memlock: Memlock = None,
+    yes: bool = False,
+    confirm: Callable[[str], bool] | None = None,
+    keep_running: bool = True,
+    timeout: float | None = None,
+) -> OfflineReport:
+    """Start the deployment in a namespace with no route out and wait for its gates from inside it.
+
+    Raises:
+        OfflineError: a piece is missing (nothing started), or a step failed or reached out; the message
+            names the step and every attempt out (host:port). A started container is stopped again.
+    """
+    spec = ops.project.load(deployment)
+    name = spec.name
+    plan = lifecycle.plan_for(ops.project, name)
+    _refusals(ops, spec, plan)
+    gone = missing(ops.project, spec, plan, ops.host)
+    if gone:
+        raise OfflineError(
+            f"up --offline {name}: step 'local pieces': {len(gone)} piece(s) `up` would fetch are not here; "
+            "nothing was started:\n" + "\n".join(f"  - {m.what} (online: {m.fix})" for m in gone),
+            hint=f"run those on a connected machine; or there `invoke bundle --deployment {name} --out DIR` "
+            "(it carries the model, the secondary models and the image), then here `invoke unbundle DIR`",
+        )
+    ns = netwatch.Netns(f"rigsmith-{name}")
+    local = LocalHost(ops.env)
+    ns.create(local)
+    inner = dataclasses.replace(ops, start_prefix=tuple(ns.enter_argv()))
+    step, err, seconds = "start", None, 0.0
+    with netwatch.Watch(ns, RESOLV_CONF.read_text() if RESOLV_CONF.is_file() else "") as watch:
+        try:
+            lifecycle.up(inner, deployment=name, memlock=memlock, yes=yes, confirm=confirm)
+            step, t0 = "engine startup", time.monotonic()
+            _wait(inner, spec, plan, ns, timeout)
+            seconds = time.monotonic() - t0
+        except RigsmithError as e:
+            err = e
+    attempts = watch.named()
+    if err is not None or attempts:
+        _stop(ops, name, ns, local)
+        raise _failure(name, ns, step, err, attempts)
+    if not keep_running:
+        _stop(ops, name, ns, local)
+    return OfflineReport(name, ns, plan.health_url, seconds, keep_running)
+
+
+def _refusals(ops: lifecycle.Ops, spec: Deployment, plan: planmod.RunPlan) -> None:
+    why = None
+    if ops.target != "podman":
+        why = (
+            f"--target {ops.target}: the service manager starts the unit outside any namespace rigsmith "
+            "makes; the offline proof runs the podman target's run.sh"
+        )
+    elif spec.cluster is not None:
+        why = "a multi-node deployment: its nodes talk to each other, a namespace with no route out cannot"
+    elif plan.network_mode != "host":
+        why = "network.mode none: the API answers nowhere outside the container, so nothing can probe it"
+    if why:
+        raise OfflineError(
+            f"up --offline {spec.name}: {why}",
+            hint=f"`invoke up --deployment {spec.name} --offline --target podman` on a one-host deployment "
+            "with network.mode host",
+        )
+    info = lifecycle.inspect(ops.run, spec.name)
+    if info and (info.get("State") or {}).get("Running"):
+        raise OfflineError(
+            f"up --offline {spec.name}: it is already running (with this host's network); the proof starts "
+            "it itself, inside a namespace with no route out",
+            hint=f"`invoke down --deployment {spec.name}` first",
+        )
+
+
+def _wait(
+    ops: lifecycle.Ops, spec: Deployment, plan: planmod.RunPlan, ns: netwatch.Netns, timeout: float | None
+) -> None:
+    logs = waitmod.LogFollower(argv=lifecycle.logs_argv(ops, deployment=spec.name, follow=True), env=ops.env)
+    probe = waitmod.http_health(plan.health_url)
+    with netwatch.inside(ns) as call:
+        waitmod.wait(
+            waitmod.Gates.from_spec(spec),
+            logs,
+            lambda: call(probe),
+            timeout=waitmod.timeout_for(spec) if timeout is None else timeout,
+            echo=ops.echo,
+        )
+
+
+def _stop(ops: lifecycle.Ops, name: str, ns: netwatch.Netns, local: LocalHost) -> None:
+    """Stop what the proof started, and drop the namespace (a failed stop is said, not raised: the proof's
+    own verdict is the error that matters)."""
+    try:
+        if lifecycle.inspect(ops.run, name) is not None:
+            lifecycle.down(ops, deployment=name)
+    except RigsmithError as err:
+        ops.echo(f"warning: stopping {name} after the offline proof: {err.message}")
+    ns.delete(local)
+
+
+def _failure(
+    name: str, ns: netwatch.Netns, step: str, err: RigsmithError | None, attempts: Sequence[str]
+) -> OfflineError:
+    where = f"offline proof of {name}: step '{step}'"
+    tried = (
+        f"tried to reach {', '.join(attempts)} (refused: namespace {ns.name} has no route out)"
+        if attempts
+        else "no connection attempt out was seen"
+    )
+    hint = (
+        "the engine fetches at startup what an offline rig lacks: set HF_HUB_OFFLINE=1 in the spec's env and "
+        f"point it at local files; `invoke bundle --deployment {name} --out DIR` carries the model, the "
+        "secondary models and the image"
+    )
+    if err is None:
+        return OfflineError(
+            f"{where} reached out: the engine answered /health, but during startup it {tried}; an air-gapped "
+            "rig would wait on or fail at that fetch; stopped again",
+            hint=hint,
+        )
+    head = f"{where} needed the network: it {tried}" if attempts else f"{where} failed; {tried}"
+    return OfflineError(f"{head}; stopped again\n{err.message}", hint=hint if attempts else err.hint)

@@ -1,0 +1,111 @@
+"""up --offline / unbundle --prove-offline on real podman: the generated run.sh started inside a network
+namespace with only loopback, /health answered from inside it, an engine that reaches for the Hub named with
+host:port, a missing local piece named before anything starts."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.bundle import must
+from tests.support.common import write_project
+from tests.support.hubserver import HubServer
+from tests.support.podman import Podman
+from tests.support.upgrade import Rig, fetched_rig, snapshot
+
+pytestmark = pytest.mark.engine
+UP = ("up", "--offline", "--memlock", "host")
+
+
+@pytest.fixture
+def make(
+    tmp_path: Path, podman: Podman, hub_server: HubServer, serving_image: str, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Rig]]:
+    made: list[Rig] = []
+
+    def make(**files: bool) -> Rig:
+        name = "off-" + request.node.name.removeprefix("test_")[:16].replace("_", "-").strip("-")
+        hub_server.reset()
+        rig = fetched_rig(
+            tmp_path, podman, hub_server, name, snapshot(f"acme/{name}", "model-v1", 200.0, **files)
+        )
+        made.append(rig)
+        return rig
+
+    yield make
+    for r in made:
+        podman.run("rm", "--force", "--time", "0", r.name, check=False)
+        if Path(f"/run/netns/rigsmith-{r.name}").exists():
+            subprocess.run(["ip", "netns", "delete", f"rigsmith-{r.name}"], check=False)
+
+
+def _netns_of(podman: Podman, name: str) -> int:
+    pid = podman.run("inspect", "--format", "{{.State.Pid}}", name).stdout.strip()
+    return Path(f"/proc/{pid}/ns/net").stat().st_ino
+
+
+def test_up_offline_answers_health_from_inside_a_namespace_with_no_route_out(
+    make: Callable[..., Rig], podman: Podman
+) -> None:
+    rig = make()
+    out = rig.cli(*UP)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (
+        f"{rig.name} answered http://127.0.0.1:{rig.port}/health from inside network namespace" in out.stdout
+    )
+    assert "no connection attempt out was seen" in out.stdout
+    ns = Path(f"/run/netns/rigsmith-{rig.name}")
+    assert _netns_of(podman, rig.name) == ns.stat().st_ino  # the engine runs in that namespace …
+    with pytest.raises(httpx.ConnectError):  # … so this host's network does not reach it
+        httpx.get(f"http://127.0.0.1:{rig.port}/health", timeout=5)
+    must(rig.cli("down"))
+    assert podman.run("container", "exists", rig.name, check=False).returncode == 1
+
+
+def test_prove_offline_names_the_hub_the_engine_tried_to_reach(
+    make: Callable[..., Rig], podman: Podman
+) -> None:
+    rig = make(hub=True)
+    out = rig.cli(*UP)
+    assert out.returncode != 0
+    err = out.stderr + out.stdout
+    assert f"offline proof of {rig.name}: step 'engine startup' needed the network" in err
+    assert "tried to reach huggingface.co:443" in err
+    assert "Traceback" not in err
+    assert podman.run("container", "exists", rig.name, check=False).returncode == 1  # stopped again
+    assert not Path(f"/run/netns/rigsmith-{rig.name}").exists()
+
+
+def test_a_missing_local_piece_is_named_before_anything_starts(
+    make: Callable[..., Rig], podman: Podman
+) -> None:
+    rig = make()
+    model_dir = Path(rig.project.load(rig.name).model.local_dir)
+    (model_dir / "standin-rate").unlink()
+    out = rig.cli(*UP)
+    assert out.returncode != 0
+    err = out.stderr + out.stdout
+    assert f"up --offline {rig.name}: step 'local pieces': 1 piece(s)" in err
+    assert "standin-rate: missing" in err and f"invoke fetch-model --deployment {rig.name}" in err
+    assert "invoke unbundle DIR" in err
+    assert podman.run("container", "exists", rig.name, check=False).returncode == 1
+    assert not Path(f"/run/netns/rigsmith-{rig.name}").exists()
+
+
+def test_unbundle_prove_offline_starts_the_bundle_with_no_route_out_and_stops_it(
+    make: Callable[..., Rig], podman: Podman, tmp_path: Path
+) -> None:
+    rig = make()
+    must(rig.cli("bundle", "--out", str(tmp_path / "bundle")))
+    there = write_project(tmp_path / "offline-rig")
+    other = Rig(there, podman, rig.hub, rig.repo, rig.port, rig.name)
+    out = other.cli("unbundle", str(tmp_path / "bundle"), "--prove-offline", "--memlock", "host", "--yes")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"unbundled {rig.name}" in out.stdout
+    assert f"offline proof: {rig.name} answered" in out.stdout
+    assert f"stopped again; `invoke up --deployment {rig.name}` starts it for use" in out.stdout
+    assert podman.run("container", "exists", rig.name, check=False).returncode == 1
