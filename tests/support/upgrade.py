@@ -109,13 +109,14 @@ def fetched_rig(
     hub: HubServer,
     name: str,
     files: dict[str, bytes] | None = None,
+    image: str = UPGRADE_IMAGE,
     **model: object,
 ) -> Rig:
-    """pin → fetch-model of ``files`` (default: snapshot v1, 200 tok/s); nothing started yet."""
+    """pin → fetch-model of ``files`` (default: snapshot v1, 200 tok/s) run by ``image``; nothing started."""
     repo = f"acme/{name}"
     hub.repo(repo).add_commit(files or snapshot(repo, "model-v1", 200.0))
     data = ops_data(base, name)
-    data["engine"]["image"] = UPGRADE_IMAGE
+    data["engine"]["image"] = image
     args = data["engine"]["args"]  # type: ignore[index]
     args[args.index("--port") + 1] = str(data["network"]["port"])  # type: ignore[index]  # the engine's own
     data["model"] = {**data["model"], "repo": repo, **model}  # type: ignore[dict-item]

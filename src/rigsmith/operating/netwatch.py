@@ -43,6 +43,8 @@ CLONE_NEWNET = 0x40000000
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
 SINKHOLE = ipaddress.IPv4Address("198.18.0.0")
+#: podman copies it into a ``--network host`` container: its nameservers are where the engine asks.
+RESOLV_CONF = Path("/etc/resolv.conf")
 _NAMESERVER = re.compile(r"^\s*nameserver\s+(\d+\.\d+\.\d+\.\d+)\s*$", re.M)
 
 
@@ -117,6 +119,11 @@ def parse_frame(frame: bytes) -> Packet | None:
         sport, dport = struct.unpack("!HH", l4[:4])
         return Packet("tcp" if proto == 6 else "udp", dst, dport, (src, sport))
     return None
+
+
+def resolv_conf() -> str:
+    """This host's resolv.conf text ("" where there is none: glibc then asks 127.0.0.1)."""
+    return RESOLV_CONF.read_text() if RESOLV_CONF.is_file() else ""
 
 
 def nameservers(resolv_conf: str) -> list[str]:

@@ -26,7 +26,6 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from rigsmith.errors import PreflightError, RigsmithError
@@ -39,7 +38,6 @@ from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import expand_dir
 from rigsmith.spec import Deployment
 
-RESOLV_CONF = Path("/etc/resolv.conf")
 Memlock = Literal["unlimited", "host"] | int | None
 
 
@@ -138,7 +136,7 @@ def up_offline(
     ns.create(local)
     inner = dataclasses.replace(ops, start_prefix=tuple(ns.enter_argv()))
     step, err, seconds = "start", None, 0.0
-    with netwatch.Watch(ns, RESOLV_CONF.read_text() if RESOLV_CONF.is_file() else "") as watch:
+    with netwatch.Watch(ns, netwatch.resolv_conf()) as watch:
         try:
             lifecycle.up(inner, deployment=name, memlock=memlock, yes=yes, confirm=confirm)
             step, t0 = "engine startup", time.monotonic()

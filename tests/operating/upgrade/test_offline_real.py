@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import services
 from tests.support.bundle import must
-from tests.support.common import write_project
+from tests.support.common import require, write_project
 from tests.support.hubserver import HubServer
 from tests.support.podman import Podman
 from tests.support.upgrade import Rig, fetched_rig, snapshot
@@ -27,12 +28,11 @@ def make(
 ) -> Iterator[Callable[..., Rig]]:
     made: list[Rig] = []
 
-    def make(**files: bool) -> Rig:
+    def make(image: str = serving_image, **files: bool) -> Rig:
         name = "off-" + request.node.name.removeprefix("test_")[:16].replace("_", "-").strip("-")
         hub_server.reset()
-        rig = fetched_rig(
-            tmp_path, podman, hub_server, name, snapshot(f"acme/{name}", "model-v1", 200.0, **files)
-        )
+        files_ = snapshot(f"acme/{name}", "model-v1", 200.0, **files)
+        rig = fetched_rig(tmp_path, podman, hub_server, name, files_, image=image)
         made.append(rig)
         return rig
 
@@ -97,10 +97,16 @@ def test_a_missing_local_piece_is_named_before_anything_starts(
 
 
 def test_unbundle_prove_offline_starts_the_bundle_with_no_route_out_and_stops_it(
-    make: Callable[..., Rig], podman: Podman, tmp_path: Path
+    make: Callable[..., Rig], podman: Podman, serving_image: str, tmp_path: Path
 ) -> None:
-    rig = make()
-    must(rig.cli("bundle", "--out", str(tmp_path / "bundle")))
+    require("docker-registry")
+    require("skopeo")
+    with services.registry(tmp_path / "registry") as reg:  # a bundle carries an image pinned by digest
+        ref = f"{reg.host}/serving-standin:1"
+        podman.run("tag", serving_image, ref)
+        podman.run("push", "--tls-verify=false", ref)
+        rig = make(image=ref)
+        must(rig.cli("bundle", "--out", str(tmp_path / "bundle")))
     there = write_project(tmp_path / "offline-rig")
     other = Rig(there, podman, rig.hub, rig.repo, rig.port, rig.name)
     out = other.cli("unbundle", str(tmp_path / "bundle"), "--prove-offline", "--memlock", "host", "--yes")
