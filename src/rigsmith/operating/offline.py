@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,6 +35,7 @@ from rigsmith.operating.host import Host, LocalHost, image_facts
 from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving import sources
 from rigsmith.resolving.modelfiles import expand_dir
 from rigsmith.spec import Deployment
 
@@ -53,8 +54,15 @@ class Missing:
     fix: str
 
 
-def missing(project: Project, spec: Deployment, plan: planmod.RunPlan, host: Host) -> list[Missing]:
-    """Step 1: every model file, secondary model and the image, as rigsmith.lock pins them, must be here."""
+def missing(
+    project: Project,
+    spec: Deployment,
+    plan: planmod.RunPlan,
+    host: Host,
+    env: Mapping[str, str] | None = None,
+) -> list[Missing]:
+    """Step 1: every model file, secondary model and the image, as rigsmith.lock pins them, must be here;
+    for a missing image built from a source tree, the tree and its assets in the build cache."""
     name = spec.name
     fetch = f"`invoke fetch-model --deployment {name}`"
     out: list[Missing] = []
@@ -75,6 +83,31 @@ def missing(project: Project, spec: Deployment, plan: planmod.RunPlan, host: Hos
                     drift.image_fix(plan.image),
                 )
             )
+            out += _tree_missing(project, spec, env)
+    return out
+
+
+def _tree_missing(project: Project, spec: Deployment, env: Mapping[str, str] | None) -> list[Missing]:
+    """A missing image built from a source tree: is the tree's locked commit, and each asset, in the cache
+    ``invoke build`` reads (it fetches only what the cache lacks)?"""
+    build = spec.engine.build
+    locked = lockmod.read(project.lock_path).sources.get(f"images/{build}") if build else None
+    if locked is None:
+        return []
+    cache = sources.Sources(sources.cache_root(env))
+    fix = f"`invoke pin --deployment {spec.name}` (it caches the tree and assets), then `invoke build`"
+    out = []
+    if not cache.has_commit(locked.repo, locked.commit):
+        out.append(
+            Missing(
+                f"source tree {locked.repo} @ {locked.commit[:12]} (images/{build}): not in the cache "
+                f"{cache.mirror_path(locked.repo)}, and `invoke build` needs it",
+                fix,
+            )
+        )
+    for asset, a in locked.assets.items():
+        if not cache.asset_path(a.sha256).is_file():
+            out.append(Missing(f"source asset {asset} of images/{build} ({a.url}): not in the cache", fix))
     return out
 
 
@@ -123,7 +156,7 @@ def up_offline(
     name = spec.name
     plan = lifecycle.plan_for(ops.project, name)
     _refusals(ops, spec, plan)
-    gone = missing(ops.project, spec, plan, ops.host)
+    gone = missing(ops.project, spec, plan, ops.host, ops.env)
     if gone:
         raise OfflineError(
             f"up --offline {name}: step 'local pieces': {len(gone)} piece(s) `up` would fetch are not here; "
@@ -136,14 +169,18 @@ def up_offline(
     ns.create(local)
     inner = dataclasses.replace(ops, start_prefix=tuple(ns.enter_argv()))
     step, err, seconds = "start", None, 0.0
-    with netwatch.Watch(ns, netwatch.resolv_conf()) as watch:
-        try:
-            lifecycle.up(inner, deployment=name, memlock=memlock, yes=yes, confirm=confirm)
-            step, t0 = "engine startup", time.monotonic()
-            _wait(inner, spec, plan, ns, timeout)
-            seconds = time.monotonic() - t0
-        except RigsmithError as e:
-            err = e
+    try:
+        with netwatch.Watch(ns, netwatch.resolv_conf()) as watch:
+            try:
+                lifecycle.up(inner, deployment=name, memlock=memlock, yes=yes, confirm=confirm)
+                step, t0 = "engine startup", time.monotonic()
+                _wait(inner, spec, plan, ns, timeout)
+                seconds = time.monotonic() - t0
+            except RigsmithError as e:
+                err = e
+    except BaseException:  # the watch could not start, or Ctrl-C: nothing half-started stays behind
+        _stop(ops, name, ns, local)
+        raise
     attempts = watch.named()
     if err is not None or attempts:
         _stop(ops, name, ns, local)

@@ -15,7 +15,7 @@ from tests.support import services
 from tests.support.bundle import must
 from tests.support.common import require, write_project
 from tests.support.hubserver import HubServer
-from tests.support.podman import Podman
+from tests.support.podman import Podman, import_tar
 from tests.support.upgrade import Rig, fetched_rig, snapshot
 
 pytestmark = pytest.mark.engine
@@ -115,3 +115,42 @@ def test_unbundle_prove_offline_starts_the_bundle_with_no_route_out_and_stops_it
     assert f"offline proof: {rig.name} answered" in out.stdout
     assert f"stopped again; `invoke up --deployment {rig.name}` starts it for use" in out.stdout
     assert podman.run("container", "exists", rig.name, check=False).returncode == 1
+
+
+def test_a_missing_image_is_named_with_the_command_that_brings_it(
+    make: Callable[..., Rig], podman: Podman, tmp_path: Path
+) -> None:
+    root = tmp_path / "one-file"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/offline-test").write_text(tmp_path.name)  # an image of its own, removed below
+    tar = subprocess.run(["tar", "-C", str(root), "-c", "."], capture_output=True, check=True).stdout
+    ref = import_tar(podman, tar, "localhost/rigsmith-offline-gone:1")
+    rig = make(image=ref)
+    podman.run("rmi", "--force", ref)
+    out = rig.cli(*UP)
+    assert out.returncode != 0
+    err = out.stderr + out.stdout
+    assert "step 'local pieces': 1 piece(s)" in err
+    assert (
+        "localhost/rigsmith-offline-gone" in err and "not in local storage (podman run would pull it)" in err
+    )
+    assert "invoke build" in err
+    assert not Path(f"/run/netns/rigsmith-{rig.name}").exists()
+
+
+def test_offline_refuses_what_it_cannot_prove_and_a_deployment_already_running(
+    make: Callable[..., Rig], podman: Podman
+) -> None:
+    rig = make()
+    quadlet = rig.cli("up", "--offline", "--target", "quadlet")
+    assert (
+        quadlet.returncode != 0 and "--target quadlet: the service manager starts the unit" in quadlet.stderr
+    )
+    image = rig.cli("up", "--offline", "--image", "localhost/other:1")
+    assert image.returncode != 0 and "it does not take --image" in image.stderr
+    must(rig.cli("up", "--memlock", "host"))
+    running = rig.cli(*UP)
+    assert running.returncode != 0
+    assert "it is already running (with this host's network)" in running.stderr
+    assert f"invoke down --deployment {rig.name}" in running.stderr
+    assert rig.serving() == "model-v1"  # left as it was
