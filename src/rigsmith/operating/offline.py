@@ -177,7 +177,8 @@ def up_offline(
                 _wait(inner, spec, plan, ns, timeout)
                 seconds = time.monotonic() - t0
             except RigsmithError as e:
-                err = e
+                err = _exited(inner, name, e) if step == "start" else e
+                step = "engine startup" if err is not e else step
     except BaseException:  # the watch could not start, or Ctrl-C: nothing half-started stays behind
         _stop(ops, name, ns, local)
         raise
@@ -229,6 +230,21 @@ def _wait(
             timeout=waitmod.timeout_for(spec) if timeout is None else timeout,
             echo=ops.echo,
         )
+
+
+def _exited(ops: lifecycle.Ops, name: str, err: RigsmithError) -> RigsmithError:
+    """``up`` failed after run.sh made the container, because the engine already exited (up's re-check
+    found it stopped): that is the engine's startup failing, told with its last log lines; else ``err``."""
+    info = lifecycle.inspect(ops.run, name)
+    if info is None or (info.get("State") or {}).get("Running"):
+        return err
+    tail = ops.run(lifecycle.logs_argv(ops, deployment=name, tail=10))
+    lines = (tail.stdout + tail.stderr).splitlines()
+    return RigsmithError(
+        "the engine exited right after the start\n  last log lines:\n"
+        + "\n".join(f"  | {ln}" for ln in lines),
+        hint=err.hint,
+    )
 
 
 def _stop(ops: lifecycle.Ops, name: str, ns: netwatch.Netns, local: LocalHost) -> None:
