@@ -61,3 +61,16 @@ def test_an_image_from_the_registry_has_no_tree_to_check(tmp_path: Path) -> None
     project = Project(tmp_path)
     spec = specmod.from_data(ops_data(tmp_path, "pulled"))
     assert offline._tree_missing(project, spec, {"RIGSMITH_CACHE": str(tmp_path / "c")}) == []
+
+
+def test_the_hint_says_what_each_known_host_is_and_what_carries_the_rest() -> None:
+    hint = offline.why_reached(
+        ["cdn-lfs.hf.co:443", "stats.vllm.ai:443/udp", "evil-huggingface.co.example:443", "x.y (DNS lookup)"],
+        "d",
+    )
+    assert hint.count("it reached ") == 2
+    assert "the Hugging Face Hub: set HF_HUB_OFFLINE=1" in hint and "VLLM_NO_USAGE_STATS=1" in hint
+    assert hint.endswith(
+        "`invoke bundle --deployment d --out DIR` carries the model, the secondary models and the image"
+    )
+    assert offline.why_reached(["203.0.113.9:8080"], "d").startswith("`invoke bundle")

@@ -42,6 +42,42 @@ from rigsmith.spec import Deployment
 Memlock = Literal["unlimited", "host"] | int | None
 
 
+#: Who a startup reaches out to, by host name (the name or any parent domain), and how to stop it.
+REACHED: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("huggingface.co", "hf.co"),
+        "the Hugging Face Hub: set HF_HUB_OFFLINE=1 in the spec's env and give every model, tokenizer and "
+        "adapter as a local path",
+    ),
+    (
+        ("stats.vllm.ai",),
+        "vLLM's usage statistics: set VLLM_NO_USAGE_STATS=1 (or DO_NOT_TRACK=1) in the spec's env",
+    ),
+    (
+        ("pypi.org", "pythonhosted.org"),
+        "a pip install at startup: pin the package in the image instead (images/NAME/image.yaml pip)",
+    ),
+    (
+        ("github.com", "githubusercontent.com"),
+        "a download at startup: put it in the image (the source tree or an asset in images/NAME/image.yaml)",
+    ),
+)
+
+
+def why_reached(attempts: Sequence[str], name: str) -> str:
+    """The hint for a startup that reached out: what each known host is, and what carries the rest."""
+    hosts = {a.split(" ")[0].rsplit(":", 1)[0] for a in attempts}
+    known = [
+        what
+        for domains, what in REACHED
+        if any(h == d or h.endswith("." + d) for h in hosts for d in domains)
+    ]
+    carry = (
+        f"`invoke bundle --deployment {name} --out DIR` carries the model, the secondary models and the image"
+    )
+    return "; ".join([*(f"it reached {w}" for w in known), carry])
+
+
 class OfflineError(PreflightError):
     """The deployment could not start, or be shown to start, with no route out."""
 
@@ -167,6 +203,10 @@ def up_offline(
     ns = netwatch.Netns(f"rigsmith-{name}")
     local = LocalHost(ops.env)
     ns.create(local)
+    ops.echo(
+        f"up --offline {name}: network namespace {ns.name} made (only lo: a connection out is refused, and "
+        "named); run.sh runs inside it"
+    )
     inner = dataclasses.replace(ops, start_prefix=tuple(ns.enter_argv()))
     step, err, seconds = "start", None, 0.0
     try:
@@ -267,11 +307,7 @@ def _failure(
         if attempts
         else "no connection attempt out was seen"
     )
-    hint = (
-        "the engine fetches at startup what an offline rig lacks: set HF_HUB_OFFLINE=1 in the spec's env and "
-        f"point it at local files; `invoke bundle --deployment {name} --out DIR` carries the model, the "
-        "secondary models and the image"
-    )
+    hint = why_reached(attempts, name)
     if err is None:
         return OfflineError(
             f"{where} reached out: the engine answered /health, but during startup it {tried}; an air-gapped "

@@ -75,6 +75,7 @@ def test_prove_offline_names_the_hub_the_engine_tried_to_reach(
     err = out.stderr + out.stdout
     assert f"offline proof of {rig.name}: step 'engine startup' needed the network" in err
     assert "tried to reach huggingface.co:443" in err
+    assert "it reached the Hugging Face Hub: set HF_HUB_OFFLINE=1 in the spec's env" in err
     assert "| OSError: We couldn't connect to 'https://huggingface.co'" in err  # the engine's own last words
     assert "Traceback" not in err
     assert podman.run("container", "exists", rig.name, check=False).returncode == 1  # stopped again
