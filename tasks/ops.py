@@ -155,9 +155,11 @@ def up(
 @user_errors
 def down(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Stop the deployment with its grace, then confirm no process of it holds a GPU."""
-    from rigsmith.operating import lifecycle
+    from rigsmith.operating import lifecycle, offline
 
-    lifecycle.down(_ops(c, target, out), deployment=deployment)
+    ops = _ops(c, target, out)
+    lifecycle.down(ops, deployment=deployment)
+    offline.release(ops, deployment)
 
 
 @task(help={"deployment": _DEP, "target": _TARGET, "out": _OUT})

@@ -167,7 +167,7 @@ class OfflineReport:
             return (
                 text + f"\n{self.name} keeps running there: reach it with "
                 f"`{' '.join(self.namespace.enter_argv())} curl {self.health_url}`; "
-                f"`invoke down --deployment {self.name}` stops it"
+                f"`invoke down --deployment {self.name}` stops it and removes the namespace"
             )
         return text + f"\nstopped again; `invoke up --deployment {self.name}` starts it for use"
 
@@ -229,6 +229,15 @@ def up_offline(
     if not keep_running:
         _stop(ops, name, ns, local)
     return OfflineReport(name, ns, plan.health_url, seconds, keep_running)
+
+
+def release(ops: lifecycle.Ops, deployment: str | None) -> None:
+    """After ``down``: drop the namespace an ``up --offline`` left the deployment running in, if any."""
+    name = ops.project.resolve_name(deployment)
+    ns = netwatch.Netns(f"rigsmith-{name}")
+    if ns.path.exists():
+        ns.delete(LocalHost(ops.env))
+        ops.echo(f"down {name}: network namespace {ns.name} (from up --offline) removed")
 
 
 def _refusals(ops: lifecycle.Ops, spec: Deployment, plan: planmod.RunPlan) -> None:

@@ -62,8 +62,10 @@ def test_up_offline_answers_health_from_inside_a_namespace_with_no_route_out(
     assert _netns_of(podman, rig.name) == ns.stat().st_ino  # the engine runs in that namespace …
     with pytest.raises(httpx.ConnectError):  # … so this host's network does not reach it
         httpx.get(f"http://127.0.0.1:{rig.port}/health", timeout=5)
-    must(rig.cli("down"))
+    down = must(rig.cli("down"))
+    assert f"network namespace rigsmith-{rig.name} (from up --offline) removed" in down
     assert podman.run("container", "exists", rig.name, check=False).returncode == 1
+    assert not ns.exists()
 
 
 def test_prove_offline_names_the_hub_the_engine_tried_to_reach(
