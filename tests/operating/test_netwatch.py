@@ -84,6 +84,8 @@ def test_a_lookup_and_connections_out_of_the_namespace_are_refused_and_named(ns:
         refused = call(reach_out)
     assert refused == ["ConnectionRefusedError"] * 3  # at once: no route out, nothing hangs
     assert watch.named() == ["huggingface.co:443", "203.0.113.9:8080", "cdn-lfs.hf.co (DNS lookup)"]
+    assert watch.attempts == ["huggingface.co:443", "203.0.113.9:8080"]  # what fails a proof
+    assert watch.lookups_only() == ["cdn-lfs.hf.co"]
 
 
 def test_the_namespace_holds_only_loopback(ns: netwatch.Netns) -> None:

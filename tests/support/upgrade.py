@@ -5,7 +5,8 @@ Its ``vllm`` reads how to behave from the model snapshot it is given (``vllm ser
 new Hub commit is all an upgrade test changes: ``standin-rate`` (tokens/s per stream), ``standin-name``
 (the model id /v1/models answers: which snapshot is serving), ``standin-broken`` (the engine dies while
 loading, as vLLM does: "Engine core initialization failed"), ``standin-hub`` (the engine first connects to
-the Hub, huggingface.co:443, and dies when it cannot, as vLLM does without HF_HUB_OFFLINE).
+the Hub, huggingface.co:443, and dies when it cannot, as vLLM does without HF_HUB_OFFLINE),
+``standin-lookup`` (the engine only looks the Hub's name up, then serves).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ ENGINE = textwrap.dedent(
       python3 -c 'import socket; socket.create_connection(("huggingface.co", 443), 10)' 2>/dev/null \
         || { echo "OSError: We couldn't connect to 'https://huggingface.co' to load the files"; exit 1; }
     fi
+    [ -e "$model/standin-lookup" ] && python3 -c 'import socket; socket.getaddrinfo("huggingface.co", 443)'
     exec python3 /opt/standin.py --port "$port" --rate "$(cat "$model/standin-rate")" --ttft 0.05 \\
       --model "$(cat "$model/standin-name")" --log /dev/stdout
     """
@@ -64,7 +66,7 @@ def build_image(podman: Podman, work: Path) -> str:
 
 
 def snapshot(
-    repo: str, name: str, rate: float, *, broken: bool = False, hub: bool = False
+    repo: str, name: str, rate: float, *, broken: bool = False, hub: bool = False, lookup: bool = False
 ) -> dict[str, bytes]:
     """A small checkpoint whose stand-in serves as ``name`` at ``rate`` tokens/s (or dies loading, or
     reaches for the Hub first)."""
@@ -75,6 +77,8 @@ def snapshot(
         files["standin-broken"] = b"1\n"
     if hub:
         files["standin-hub"] = b"1\n"
+    if lookup:
+        files["standin-lookup"] = b"1\n"
     return files
 
 

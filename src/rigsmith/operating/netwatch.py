@@ -276,11 +276,17 @@ class Watch:
                 if what not in self.attempts:
                     self.attempts.append(what)
 
+    def lookups_only(self) -> list[str]:
+        """Names looked up but never connected to (a lookup alone sends nothing past the namespace)."""
+        with self._lock:
+            reached = {a.rsplit(":", 1)[0] for a in self.attempts}
+            return [n for n in self.looked_up if n not in reached]
+
     def named(self) -> list[str]:
         """Every attempt out, host:port; a name looked up but never connected to, as 'NAME (DNS lookup)'."""
         with self._lock:
-            reached = {a.rsplit(":", 1)[0] for a in self.attempts}
-            return [*self.attempts, *(f"{n} (DNS lookup)" for n in self.looked_up if n not in reached)]
+            attempts = list(self.attempts)
+        return [*attempts, *(f"{n} (DNS lookup)" for n in self.lookups_only())]
 
 
 def _udp(addr: str) -> socket.socket:

@@ -156,6 +156,7 @@ class OfflineReport:
     health_url: str
     seconds: float
     kept_running: bool
+    lookups: tuple[str, ...] = ()  # names looked up but never connected to
 
     def summary(self) -> str:
         text = (
@@ -163,6 +164,8 @@ class OfflineReport:
             f"{self.namespace.name} (only lo, no route out) after {self.seconds:.0f}s; no connection "
             "attempt out was seen"
         )
+        if self.lookups:
+            text += f" (looked up, never connected to: {', '.join(self.lookups)})"
         if self.kept_running:
             return (
                 text + f"\n{self.name} keeps running there: reach it with "
@@ -217,18 +220,17 @@ def up_offline(
                 _wait(inner, spec, plan, ns, timeout)
                 seconds = time.monotonic() - t0
             except RigsmithError as e:
-                err = _exited(inner, name, e) if step == "start" else e
-                step = "engine startup" if err is not e else step
+                died = _engine_exited(inner, name, e.hint) if step == "start" else None
+                step, err = ("engine startup", died) if died else (step, e)
     except BaseException:  # the watch could not start, or Ctrl-C: nothing half-started stays behind
         _stop(ops, name, ns, local)
         raise
-    attempts = watch.named()
-    if err is not None or attempts:
+    if err is not None or watch.attempts:  # a lookup alone is no attempt: it sends nothing out
         _stop(ops, name, ns, local)
-        raise _failure(name, ns, step, err, attempts)
+        raise _failure(name, ns, step, err, watch.named())
     if not keep_running:
         _stop(ops, name, ns, local)
-    return OfflineReport(name, ns, plan.health_url, seconds, keep_running)
+    return OfflineReport(name, ns, plan.health_url, seconds, keep_running, tuple(watch.lookups_only()))
 
 
 def release(ops: lifecycle.Ops, deployment: str | None) -> None:
@@ -281,18 +283,18 @@ def _wait(
         )
 
 
-def _exited(ops: lifecycle.Ops, name: str, err: RigsmithError) -> RigsmithError:
-    """``up`` failed after run.sh made the container, because the engine already exited (up's re-check
-    found it stopped): that is the engine's startup failing, told with its last log lines; else ``err``."""
+def _engine_exited(ops: lifecycle.Ops, name: str, hint: str | None) -> RigsmithError | None:
+    """When ``up`` failed after run.sh made the container because the engine had already exited (up's
+    re-check found it stopped): the engine's startup failing, told with its last log lines; else None."""
     info = lifecycle.inspect(ops.run, name)
     if info is None or (info.get("State") or {}).get("Running"):
-        return err
+        return None
     tail = ops.run(lifecycle.logs_argv(ops, deployment=name, tail=10))
     lines = (tail.stdout + tail.stderr).splitlines()
     return RigsmithError(
         "the engine exited right after the start\n  last log lines:\n"
         + "\n".join(f"  | {ln}" for ln in lines),
-        hint=err.hint,
+        hint=hint,
     )
 
 

@@ -84,6 +84,16 @@ def test_prove_offline_names_the_hub_the_engine_tried_to_reach(
     assert not Path(f"/run/netns/rigsmith-{rig.name}").exists()
 
 
+def test_a_lookup_that_never_connects_is_said_but_does_not_fail_the_proof(
+    make: Callable[..., Rig], podman: Podman
+) -> None:
+    rig = make(lookup=True)
+    out = rig.cli(*UP)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "no connection attempt out was seen (looked up, never connected to: huggingface.co)" in out.stdout
+    must(rig.cli("down"))
+
+
 def test_a_missing_local_piece_is_named_before_anything_starts(
     make: Callable[..., Rig], podman: Podman
 ) -> None:
