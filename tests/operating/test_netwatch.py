@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from rigsmith.errors import PreflightError
 from rigsmith.operating import netwatch
 from rigsmith.operating.host import LocalHost
 from tests.support.common import require
@@ -91,3 +92,10 @@ def test_a_lookup_and_connections_out_of_the_namespace_are_refused_and_named(ns:
 def test_the_namespace_holds_only_loopback(ns: netwatch.Netns) -> None:
     out = LocalHost().run(["ip", "-n", ns.name, "-o", "link", "show"])
     assert [ln.split(":")[1].strip() for ln in out.stdout.splitlines()] == ["lo"]
+
+
+def test_a_namespace_that_cannot_be_entered_is_one_clear_error() -> None:
+    with pytest.raises(PreflightError) as caught, netwatch.Watch(netwatch.Netns("rs-test-none-such"), ""):
+        pass
+    assert "cannot watch namespace rs-test-none-such for attempts out" in caught.value.message
+    assert caught.value.hint and "root" in caught.value.hint

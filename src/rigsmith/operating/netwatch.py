@@ -28,7 +28,7 @@ import socket
 import struct
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,11 +218,20 @@ class Watch:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __enter__(self) -> Watch:
-        with inside(self.ns) as call:
-            servers = nameservers(self.resolv_conf)
-            dns = [call(lambda a=a: _udp(a)) for a in servers]  # type: ignore[misc]
-            raw = call(_packet_socket)
-        self._socks = [*dns, raw]
+        servers = nameservers(self.resolv_conf)
+        try:
+            with inside(self.ns) as call:
+                self._socks = [call(lambda a=a: _udp(a)) for a in servers]  # type: ignore[misc]
+                raw = call(_packet_socket)
+        except (OSError, BrokenExecutor) as err:
+            for s in self._socks:
+                s.close()
+            raise PreflightError(
+                f"up --offline: cannot watch namespace {self.ns.name} for attempts out ({err})",
+                hint="it needs root: CAP_SYS_ADMIN to enter the namespace, CAP_NET_RAW for the packet socket",
+            ) from None
+        dns = list(self._socks)
+        self._socks.append(raw)
         for s in dns:
             self._spawn(lambda s=s: self._serve_dns(s))  # type: ignore[misc]
         self._spawn(lambda: self._sniff(raw, {(a, 53) for a in servers}))
