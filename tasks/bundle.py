@@ -73,10 +73,20 @@ def bundle(
         "path": "the bundle directory (or its tar file)",
         "into": "put the model in DIR instead of the spec's model.local_dir (the spec is updated to match)",
         "yes": "replace a different spec or artifact already in this checkout without asking",
+        "prove_offline": "then start the deployment in a network namespace with no route out (as `up "
+        "--offline`), wait for its gates from inside, name any host:port it tried to reach, and stop it",
+        "memlock": "with --prove-offline: override memlock (unlimited, bytes, or host)",
     }
 )
 @user_errors
-def unbundle(c: Context, path: str, into: str | None = None, yes: bool = False) -> None:
+def unbundle(
+    c: Context,
+    path: str,
+    into: str | None = None,
+    yes: bool = False,
+    prove_offline: bool = False,
+    memlock: str | None = None,
+) -> None:
     """Verify a bundle, then place spec, lock, image, source tree and models (no Hub, no registry)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     from rigsmith.operating import unbundle as unbundlemod
@@ -91,3 +101,13 @@ def unbundle(c: Context, path: str, into: str | None = None, yes: bool = False) 
         io=Io(echo=echo),
     )
     echo(report.summary())
+    if prove_offline:
+        from rigsmith.operating import lifecycle, offline
+        from tasks.deploy import _memlock
+
+        ops = lifecycle.Ops(project(c), env=dict(os.environ), echo=echo)
+        proof = offline.up_offline(
+            ops, deployment=report.deployment, memlock=_memlock(memlock), yes=yes, confirm=confirm(),
+            keep_running=False,
+        )  # fmt: skip
+        echo(proof.summary())

@@ -102,6 +102,9 @@ def doctor(
         "yes": "change existing generated files without asking",
         "dry_run": "print what would change and be started; do nothing",
         "ignore_drift": "start even when the model dir or the image differ from rigsmith.lock",
+        "offline": "start inside a network namespace with only loopback (no route out), after checking that "
+        "everything up would fetch is here; wait for the gates from inside it; fail naming the step and "
+        "every host:port it tried to reach (podman target, root)",
     }
 )
 @user_errors
@@ -115,10 +118,27 @@ def up(
     yes: bool = False,
     dry_run: bool = False,
     ignore_drift: bool = False,
+    offline: bool = False,
 ) -> None:
     """Start the deployment (render-check, start if needed, verify devices and env arrived)."""
     from rigsmith.operating import lifecycle
 
+    if offline:
+        from rigsmith.operating import offline as offlinemod
+
+        given = [
+            f for f, v in (("--image", image), ("--dry-run", dry_run), ("--ignore-drift", ignore_drift)) if v
+        ]
+        if given:
+            raise RigsmithError(
+                f"--offline starts exactly what rigsmith.lock pins; it does not take {', '.join(given)}",
+                hint="leave those out, or run `invoke up` without --offline",
+            )
+        report = offlinemod.up_offline(
+            _ops(c, target, out), deployment=deployment, memlock=_memlock(memlock), yes=yes, confirm=confirm()
+        )
+        echo(report.summary())
+        return
     lifecycle.up(
         _ops(c, target, out),
         deployment=deployment,
@@ -135,9 +155,11 @@ def up(
 @user_errors
 def down(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Stop the deployment with its grace, then confirm no process of it holds a GPU."""
-    from rigsmith.operating import lifecycle
+    from rigsmith.operating import lifecycle, offline
 
-    lifecycle.down(_ops(c, target, out), deployment=deployment)
+    ops = _ops(c, target, out)
+    lifecycle.down(ops, deployment=deployment)
+    offline.release(ops, deployment)
 
 
 @task(help={"deployment": _DEP, "target": _TARGET, "out": _OUT})

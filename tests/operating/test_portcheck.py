@@ -60,7 +60,6 @@ def test_head_port_problems_name_the_spec_field_of_each_busy_port() -> None:
     assert portcheck.head_port_problems(specmod.from_data(one), "127.0.0.1") == []
 
 
-
 class _Recorded:
     """A NodeControl that starts nothing and records what it was asked to start."""
 

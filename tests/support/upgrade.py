@@ -4,7 +4,9 @@ The image is busybox + the host's Python + rigsmith's OpenAI stand-in (src/rigsm
 Its ``vllm`` reads how to behave from the model snapshot it is given (``vllm serve MODEL_DIR …``), so a
 new Hub commit is all an upgrade test changes: ``standin-rate`` (tokens/s per stream), ``standin-name``
 (the model id /v1/models answers: which snapshot is serving), ``standin-broken`` (the engine dies while
-loading, as vLLM does: "Engine core initialization failed").
+loading, as vLLM does: "Engine core initialization failed"), ``standin-hub`` (the engine first connects to
+the Hub, huggingface.co:443, and dies when it cannot, as vLLM does without HF_HUB_OFFLINE),
+``standin-lookup`` (the engine only looks the Hub's name up, then serves).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ ENGINE = textwrap.dedent(
       echo "ERROR 09-20 10:00:05 [core.py:700] Engine core initialization failed. See root cause above."
       exit 1
     fi
+    if [ -e "$model/standin-hub" ]; then
+      python3 -c 'import socket; socket.create_connection(("huggingface.co", 443), 10)' 2>/dev/null \
+        || { echo "OSError: We couldn't connect to 'https://huggingface.co' to load the files"; exit 1; }
+    fi
+    [ -e "$model/standin-lookup" ] && python3 -c 'import socket; socket.getaddrinfo("huggingface.co", 443)'
     exec python3 /opt/standin.py --port "$port" --rate "$(cat "$model/standin-rate")" --ttft 0.05 \\
       --model "$(cat "$model/standin-name")" --log /dev/stdout
     """
@@ -58,13 +65,20 @@ def build_image(podman: Podman, work: Path) -> str:
     return import_tar(podman, tar, UPGRADE_IMAGE, "ENV=PATH=/usr/local/bin:/usr/bin:/bin")
 
 
-def snapshot(repo: str, name: str, rate: float, *, broken: bool = False) -> dict[str, bytes]:
-    """A small checkpoint whose stand-in serves as ``name`` at ``rate`` tokens/s (or dies loading)."""
+def snapshot(
+    repo: str, name: str, rate: float, *, broken: bool = False, hub: bool = False, lookup: bool = False
+) -> dict[str, bytes]:
+    """A small checkpoint whose stand-in serves as ``name`` at ``rate`` tokens/s (or dies loading, or
+    reaches for the Hub first)."""
     files = tiny_files(repo, shards=1, shard_size=256 * 1024)
     files["standin-rate"] = f"{rate}\n".encode()
     files["standin-name"] = f"{name}\n".encode()
     if broken:
         files["standin-broken"] = b"1\n"
+    if hub:
+        files["standin-hub"] = b"1\n"
+    if lookup:
+        files["standin-lookup"] = b"1\n"
     return files
 
 
@@ -93,18 +107,34 @@ class Rig:
         return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
 
 
-def make_rig(base: Path, podman: Podman, hub: HubServer, name: str, **model: object) -> Rig:
-    """pin → fetch-model → up → wait → bench of snapshot v1 (200 tok/s), as a user brings a rig up."""
+def fetched_rig(
+    base: Path,
+    podman: Podman,
+    hub: HubServer,
+    name: str,
+    files: dict[str, bytes] | None = None,
+    image: str = UPGRADE_IMAGE,
+    **model: object,
+) -> Rig:
+    """pin → fetch-model of ``files`` (default: snapshot v1, 200 tok/s) run by ``image``; nothing started."""
     repo = f"acme/{name}"
-    hub.repo(repo).add_commit(snapshot(repo, "model-v1", 200.0))
+    hub.repo(repo).add_commit(files or snapshot(repo, "model-v1", 200.0))
     data = ops_data(base, name)
-    data["engine"]["image"] = UPGRADE_IMAGE
+    data["engine"]["image"] = image
     args = data["engine"]["args"]  # type: ignore[index]
     args[args.index("--port") + 1] = str(data["network"]["port"])  # type: ignore[index]  # the engine's own
     data["model"] = {**data["model"], "repo": repo, **model}  # type: ignore[dict-item]
     prepare_host_dirs(data)
     rig = Rig(write_project(base, data), podman, hub, repo, int(data["network"]["port"]), name)  # type: ignore[index]
-    for step in (("pin",), ("fetch-model",), ("up", "--memlock", "host"), ("wait",), ("bench", *BENCH)):
+    for step in (("pin",), ("fetch-model",)):
+        must(rig.cli(*step))
+    return rig
+
+
+def make_rig(base: Path, podman: Podman, hub: HubServer, name: str, **model: object) -> Rig:
+    """pin → fetch-model → up → wait → bench of snapshot v1 (200 tok/s), as a user brings a rig up."""
+    rig = fetched_rig(base, podman, hub, name, **model)
+    for step in (("up", "--memlock", "host"), ("wait",), ("bench", *BENCH)):
         must(rig.cli(*step))
     assert rig.serving() == "model-v1"
     return rig

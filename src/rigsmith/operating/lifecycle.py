@@ -149,6 +149,7 @@ class Ops:
     #: drive them instead of the target's artifacts (tests run nodes in network namespaces)
     nodes: Mapping[str, Host] | None = None
     node_control: NodeControl | None = None
+    start_prefix: tuple[str, ...] = ()  # runs the start command inside another namespace (offline.py)
 
     def __post_init__(self) -> None:
         if self.target not in OPS_TARGETS:
@@ -250,7 +251,7 @@ def up(
             _must(ops.run, ["podman", "rm", "--force", plan.name])
         if not running:
             try:
-                for argv in ctl.start():
+                for argv in [[*ops.start_prefix, *a] for a in ctl.start()]:
                     _must(ops.run, argv, hint="fix what the script names, then `invoke up` again")
             except CommandError as err:  # root cause first: doctor's failing row, then the script's words
                 skip = ("memlock",) if memlock is not None else ()
