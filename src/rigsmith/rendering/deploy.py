@@ -14,7 +14,9 @@ from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
 from rigsmith.rendering.nextsteps import next_steps
 from rigsmith.rendering.targets import LxcOptions, RenderContext, find
+from rigsmith.resolving import engineroute
 from rigsmith.resolving import lock as lockmod
+from rigsmith.spec import Deployment
 
 
 def _read(path: Path) -> str | None:
@@ -60,6 +62,7 @@ def artifacts(
     argv = ["invoke", "deploy", "--target", target, "--deployment", name]
     if image:
         argv += ["--image", image]
+    image_hint, dir_hints = _route_hints(spec, None if image else engineroute.proposed(project, spec))
     ctx = RenderContext(
         spec=spec,
         out=(out or project.root).resolve(),
@@ -68,6 +71,8 @@ def artifacts(
         lxc=lxc or LxcOptions(),
         read=read,
         warn=warn,
+        image_hint=image_hint,
+        dir_hints=dir_hints,
     )
     lock = lockmod.read(project.lock_path)
     validate.refuse(
@@ -84,6 +89,18 @@ def artifacts(
         rendered = found[0](plan, ctx)
     plan.check_env_paths()
     return plan, rendered
+
+
+def _route_hints(spec: Deployment, found: engineroute.Proposed | None) -> tuple[str | None, dict[str, str]]:
+    """run.sh's hints for a deployment with a proposed build: the routes to its image, and a clone (not a
+    mkdir) for the checkout the image would replace (by container path). None and {}: the generic ones."""
+    if found is None:
+        return None, {}
+    hints = {
+        m.container: engineroute.missing_checkout(spec, m, found)
+        for m in engineroute.checkout_mounts(spec, found)
+    }
+    return engineroute.missing_image(spec, spec.engine.image or "", found), hints
 
 
 def _show_merge(source: Path, merged: writer.Artifact, echo: Callable[[str], None]) -> None:
