@@ -55,7 +55,6 @@ from rigsmith.operating.bundlefiles import (
     image_size,
     pin_key,
     place_all,
-    progress_bars,
     same_bytes,
     same_filesystem,
     sha256_file,
@@ -77,6 +76,7 @@ from rigsmith.operating.bundlemanifest import (
     ModelFile,
     dump_manifest,
 )
+from rigsmith.progress import bars
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import (
@@ -303,7 +303,7 @@ def _bundle_image(
         echo(f"bundle: exporting {pin.pinned_ref} as an OCI archive")
         ociarchive.export(pin, stage, run=run, echo=echo)
         size = stage.stat().st_size
-        with progress_bars(progress) as prog:
+        with bars(progress) as prog:
             task = prog.add_task("hash image archive", total=size)
             sha = sha256_file(stage, lambda n: prog.advance(task, n))
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -364,7 +364,7 @@ def _tar_holds(tar: Path, manifest: bytes, sizes: Sequence[tuple[str, int]]) -> 
 
 def _tar_to(fh: IO[bytes], out: Path, names: Sequence[str], total: int, progress: bool | None) -> None:
     with (
-        progress_bars(progress) as prog,
+        bars(progress) as prog,
         tarfile.open(fileobj=fh, mode="w|", format=tarfile.PAX_FORMAT) as tf,
     ):
         task = prog.add_task("tar", total=total)

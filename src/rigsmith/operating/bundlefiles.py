@@ -14,20 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-
 from rigsmith.errors import LockError, PreflightError
 from rigsmith.operating import ociarchive
 from rigsmith.operating.bundlemanifest import IMAGE_MEMBER, MODEL_PREFIX, BundleError, Manifest
+from rigsmith.progress import bars
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import (
     HASH_CHUNK,
@@ -127,22 +117,6 @@ def place(
     return "copied", have
 
 
-def progress_bars(show: bool | None) -> Progress:
-    """One bar per phase; with a percentage, since a 100 GiB phase moves the bar slowly."""
-    console = Console(stderr=True)
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TaskProgressColumn(),
-        DownloadColumn(binary_units=True),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=not (console.is_terminal if show is None else show),
-        transient=True,
-    )
-
-
 @dataclass
 class Moved:
     """How model files got where they go: hard links, copies (and what a resumed copy did not redo)."""
@@ -167,7 +141,7 @@ def place_all(
     placed: Callable[[Want], None] = lambda w: None,
 ) -> None:
     """:func:`place` each file (``where(w)`` = source, destination, partial) under one progress bar."""
-    with progress_bars(progress) as prog:
+    with bars(progress) as prog:
         task = prog.add_task(title, total=sum(w.size for w in todo))
         for w in todo:
             src, dst, partial = where(w)

@@ -31,7 +31,6 @@ from rigsmith.operating.bundlefiles import (
     contents,
     gib,
     place_all,
-    progress_bars,
     same_bytes,
     same_filesystem,
     write_bytes,
@@ -46,6 +45,7 @@ from rigsmith.operating.bundlemanifest import (
     member_path,
     read_manifest,
 )
+from rigsmith.progress import bars
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import (
@@ -329,7 +329,7 @@ def _verify_members(
             report.verified_earlier += 1
         else:
             todo.append(member)
-    with progress_bars(progress) as prog:
+    with bars(progress) as prog:
         task = prog.add_task("verify bundle", total=sum(manifest.members[m].size for m in todo))
         for member in todo:
             e = manifest.members[member]
