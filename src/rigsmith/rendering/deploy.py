@@ -16,6 +16,7 @@ from rigsmith.rendering.nextsteps import next_steps
 from rigsmith.rendering.targets import LxcOptions, RenderContext, find
 from rigsmith.resolving import engineroute
 from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.imageref import parse_ref
 from rigsmith.spec import Deployment
 
 
@@ -122,6 +123,12 @@ def image_line(image: str, pinned: bool) -> str:
         return (
             f"warning: image {image} is the local build's image ID, no registry digest; "
             "`invoke build --push REGISTRY` pins one"
+        )
+    if parse_ref(image).registry == "localhost":
+        # `invoke pin` skips a name no registry serves, and `invoke build` builds only engine.build.
+        return (
+            f"warning: image {image} is a local name no registry serves: nothing pins it by digest (run.sh "
+            "checks only that it is in local storage); an engine.build image is pinned by its build"
         )
     return f"warning: image {image} is not pinned by digest; `invoke pin` or `invoke build` locks it"
 
