@@ -83,6 +83,7 @@ def test_the_main_job_leads_from_a_missing_image_to_a_running_build(
             root, "deploy", "--target", "podman", "--out", str(out), "--memlock", "host", env=env
         )
         assert dep.returncode == 0, dep.stderr
+        assert "localhost/vllm-merlin:v2.5.1 is a local name no registry serves" in dep.stdout
         run = out / "podman" / NAME / "run.sh"
         (tmp_path / "models" / "Flash-Next-Merlin").mkdir(parents=True)
 
@@ -133,6 +134,10 @@ def test_the_main_job_leads_from_a_missing_image_to_a_running_build(
         pin = invoke_cli(root, "pin", "--deployment", NAME, env=env, timeout=600)
         assert pin.returncode == 0, pin.stderr
         assert NAME in lockmod.read(root / "rigsmith.lock").sources
+        fetch = invoke_cli(root, "fetch-model", env=env, timeout=600)
+        assert fetch.returncode == 0, fetch.stderr
+        nxt = invoke_cli(root, "next", env=env)  # pinned and fetched: the image is the next step
+        assert nxt.returncode == 0 and "NEXT  built" in nxt.stdout and BUILD in nxt.stdout, nxt.stdout
 
         # 5. build it for the deployment: the spec now runs the build, the checkout mount it replaces gone
         built = invoke_cli(
@@ -145,9 +150,7 @@ def test_the_main_job_leads_from_a_missing_image_to_a_running_build(
         assert [m.container for m in spec.mounts] == []
         assert lockmod.read(root / "rigsmith.lock").builds[NAME].provides == ["/opt/merlin"]
 
-        # 6. from here the usual path: fetch, `invoke next` sees the build, render, start, stop
-        fetch = invoke_cli(root, "fetch-model", env=env, timeout=600)
-        assert fetch.returncode == 0, fetch.stderr
+        # 6. from here the usual path: `invoke next` sees the build, render, start, stop
         nxt = invoke_cli(root, "next", env=env)
         assert nxt.returncode == 0 and "done  built" in nxt.stdout, nxt.stdout
         dep = invoke_cli(root, "deploy", "--target", "podman", "--memlock", "host", env=env)
