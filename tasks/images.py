@@ -51,7 +51,8 @@ def pin(c: Context, deployment: str | None = None, repin: bool = False, yes: boo
 
 @task(
     help={
-        "deployment": "build the image this deployment's engine.build names (default: every image a "
+        "deployment": "build the image this deployment's engine.build names (default: the default "
+        "deployment's — RIGSMITH_DEPLOYMENT, invoke.yaml's rigsmith.deployment — else every image a "
         "deployment builds)",
         "image": "images/NAME to build; with --deployment D, D then runs it (engine.build: NAME, the "
         "mounts the image replaces dropped)",
@@ -75,7 +76,7 @@ def build(
         raise RigsmithError(f"--engine {engine!r} is not supported", hint="use --engine podman or docker")
     proj = project(c)
     names = buildmod.images_to_build(proj, image=image, deployment=deployment)
-    switch = buildmod.switch(proj, image=image, deployment=deployment)  # the spec as read before the build
+    switching = buildmod.switch(proj, image=image, deployment=deployment)  # the spec as read before the build
     # Every definition renders (files, base pin) before any engine is touched, once.
     prepared = {name: buildmod.prepare(proj, name) for name in names}
     eng = enginemod.connect(engine, os.environ)
@@ -85,8 +86,8 @@ def build(
             entry = buildmod.build_image(
                 proj, eng, image=name, push=push, resolver=reg, echo=echo, prepared=prepared[name]
             )
-        if switch is not None:
-            switch.finish(entry, proj.root, echo)
+        if switching is not None:
+            switching.finish(entry, proj.root, echo)
     finally:
         if reg is not None:
             reg.close()

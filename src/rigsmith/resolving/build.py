@@ -179,8 +179,8 @@ class Switch:
                 echo(outcome.diff(root).rstrip())
         # --image NAME --deployment D is the user's explicit choice of this change: it is the consent.
         writer.write(artifacts, yes=True, echo=echo, root=root)
-        echo(f"{self.spec.name} now runs the build {self.name} (engine.build); `invoke next "
-             f"--deployment {self.spec.name}` says what comes next")  # fmt: skip
+        d = f"--deployment {self.spec.name}"
+        echo(f"{self.spec.name} now runs the build {self.name} (engine.build); next: `invoke next {d}`")
 
 
 def switch(project: Project, *, image: str | None, deployment: str | None) -> Switch | None:
