@@ -46,6 +46,9 @@ if _warning:
     sys.stderr.write(_warning + "\n")
 
 from tasks import bundle, deploy, fit, guide, history, images, models, ops, recipes  # noqa: E402 (after the flag)
+from tasks._program import adopt  # noqa: E402
+
+adopt()  # "did you mean" for a mistyped flag or task (tasks/_program.py)
 
 ns = Collection()
 for _module in (recipes, deploy, models, fit, images, ops, bundle, history, guide):

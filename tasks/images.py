@@ -51,9 +51,11 @@ def pin(c: Context, deployment: str | None = None, repin: bool = False, yes: boo
 
 @task(
     help={
-        "deployment": "build the image this deployment's engine.build names (default: every image a "
+        "deployment": "build the image this deployment's engine.build names (default: the default "
+        "deployment's — RIGSMITH_DEPLOYMENT, invoke.yaml's rigsmith.deployment — else every image a "
         "deployment builds)",
-        "image": "images/NAME to build (instead of --deployment)",
+        "image": "images/NAME to build; with --deployment D, D then runs it (engine.build: NAME, the "
+        "mounts the image replaces dropped)",
         "engine": "podman | docker (default: DOCKER_HOST, CONTAINER_HOST, then the podman/docker sockets)",
         "push": "registry to push to, e.g. 127.0.0.1:5000; the lock then holds REGISTRY/NAME@sha256:…",
     }
@@ -74,15 +76,18 @@ def build(
         raise RigsmithError(f"--engine {engine!r} is not supported", hint="use --engine podman or docker")
     proj = project(c)
     names = buildmod.images_to_build(proj, image=image, deployment=deployment)
+    switching = buildmod.switch(proj, image=image, deployment=deployment)  # the spec as read before the build
     # Every definition renders (files, base pin) before any engine is touched, once.
     prepared = {name: buildmod.prepare(proj, name) for name in names}
     eng = enginemod.connect(engine, os.environ)
     reg = _registry() if push else None  # only a push asks a registry (and a client costs a TLS setup)
     try:
         for name in names:
-            buildmod.build_image(
+            entry = buildmod.build_image(
                 proj, eng, image=name, push=push, resolver=reg, echo=echo, prepared=prepared[name]
             )
+        if switching is not None:
+            switching.finish(entry, proj.root, echo)
     finally:
         if reg is not None:
             reg.close()

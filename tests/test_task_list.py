@@ -1,5 +1,6 @@
-"""What every command shows before it does anything: `invoke --list` lines that end at a full stop, and a
-word when the tasks would run another checkout's (or an installed) rigsmith (issue 27)."""
+"""What every command shows before it does anything: `invoke --list` lines that end at a full stop, a
+word when the tasks would run another checkout's (or an installed) rigsmith, and "did you mean" for a
+mistyped flag or task (issue 27)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from invoke.util import helpline
 from tasks import ns
+from tasks._program import SuggestingProgram
 
 from tests.support.common import REPO, invoke_cli
 
@@ -58,3 +61,42 @@ def test_tasks_say_when_they_would_run_another_rigsmith(tmp_path: Path) -> None:
     assert chosen.returncode == 0 and chosen.stderr == ""
     own = _list_with(f"{REPO / 'src'}{os.pathsep}{REPO}")
     assert own.returncode == 0 and own.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "meant"),
+    [
+        (["deploy", "--target", "podman", "--chek"], "Did you mean --check?"),
+        (["up", "--memlok", "host"], "Did you mean --memlock?"),
+        (["up", "--dep", "x"], "Did you mean --deployment?"),  # the start of a flag
+        (["fetch-model", "--dest=/tmp/m", "--dry_run"], "`invoke --help fetch-model` lists its flags."),
+        (
+            ["deploy", "--tagret", "podman"],
+            "'--tagret' was taken as the target (not a flag): did you mean --target?",
+        ),
+        (["fetch_model"], "Did you mean fetch-model?"),
+        (["deplyo"], "Did you mean deploy?"),
+        (["--lsit"], "Did you mean --list?"),
+    ],
+)
+def test_a_mistyped_flag_or_task_gets_the_one_meant(argv: list[str], meant: str) -> None:
+    out = invoke_cli(None, *argv)
+    assert out.returncode == 1 and out.stdout == ""
+    assert meant in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr  # one line: invoke's own words, then ours
+
+
+def test_no_suggestion_that_is_not_near() -> None:
+    # build has no --target, and none of its flags is near it: no guess, only where the flags are listed
+    out = invoke_cli(None, "build", "--target", "podman")
+    assert out.returncode == 1 and "Did you mean" not in out.stderr
+    assert "`invoke --help build` lists its flags." in out.stderr
+
+
+def test_the_suggested_flag_is_one_the_task_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    prog = SuggestingProgram(namespace=ns, binary="invoke")
+    with pytest.raises(SystemExit) as ended:
+        prog.run(["invoke", "bench", "--prompt-word", "20"])
+    assert ended.value.code == 1
+    assert "Did you mean --prompt-words?" in capsys.readouterr().err
+    assert "--prompt-words" in prog.parser.contexts["bench"].flags

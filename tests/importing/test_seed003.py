@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, RecipeError, SpecError
@@ -266,3 +267,21 @@ def test_non_utf8_recipe_is_refused(empty_project: Project, tmp_path: Path) -> N
     src.write_bytes("vllm serve org/m --served-model-name caf\xe9".encode("latin-1"))
     with pytest.raises(RecipeError, match="not UTF-8 text"):
         importer.import_recipe(empty_project, str(src), echo=_quiet)
+
+
+def test_the_shipped_engine_image_is_what_import_proposes_for_the_shipped_placeholders(
+    empty_project: Project,
+) -> None:
+    # The main job ships images/NAME/image.yaml beside its spec (the built route; issue 27): the image an
+    # import proposes once <repo> points where the shipped spec puts the tree (a re-import with --yes
+    # re-derives it from the filled placeholders), the repository and asset URLs left to fill.
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=_quiet)
+    path = empty_project.spec_path(NAME)
+    data = specmod.to_data(specmod.load(path))
+    data["placeholders"] = dict(specmod.load(SHIPPED).placeholders)
+    path.write_text(specmod.dump(specmod.from_data(data)))
+    importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, yes=True, echo=_quiet)
+    proposed = yaml.safe_load((empty_project.images / NAME / "image.yaml").read_text())
+    shipped = yaml.safe_load((REPO / "images" / NAME / "image.yaml").read_text())
+    assert proposed == shipped
+    assert shipped["tree"]["repo"] is None and shipped["tree"]["dest"] == "/opt/merlin"

@@ -10,15 +10,9 @@ registry, the Hub stand-in: all on 127.0.0.1.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
@@ -27,7 +21,7 @@ from rigsmith.resolving import lock as lockmod
 from tests.support import services
 from tests.support.common import FAKE_VENDOR, invoke_cli
 from tests.support.hubserver import HubServer
-from tests.support.journey import recipe_site
+from tests.support.journey import build_env, recipe_site, standin_base
 from tests.support.models import tiny_files
 from tests.support.ops import free_port
 from tests.support.podman import Podman
@@ -38,60 +32,22 @@ HUB_REPO = "halt95/Qwen3.8-Flash-Next-W4A16-Merlin"
 pytestmark = pytest.mark.engine
 
 
-@contextlib.contextmanager
-def _api_on(podman: Podman, registry: str, base: Path) -> Iterator[str]:
-    """Podman's API service over the journey's own storage (so run.sh sees what `invoke build` made)."""
-    regs = base / "registries.conf"
-    regs.write_text(f'[[registry]]\nlocation = "{registry}"\ninsecure = true\n')
-    sock = Path(tempfile.mkdtemp(prefix="rs-api-", dir="/tmp")) / "podman.sock"
-    env = {**podman.env, "CONTAINERS_REGISTRIES_CONF": str(regs)}
-    log = base / "api.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            podman.argv("system", "service", "--time=0", f"unix://{sock}"), stdout=out, stderr=out, env=env
-        )
-    try:
-        transport = httpx.HTTPTransport(uds=str(sock))
-        services._wait(
-            "podman system service",
-            lambda: httpx.Client(transport=transport).get("http://d/_ping").status_code == 200,
-            proc,
-            log,
-        )
-        yield f"unix://{sock}"
-    finally:
-        services._stop(proc)
-        shutil.rmtree(sock.parent, ignore_errors=True)
-
-
 def test_seed_003_built_from_its_source_tree_boots_in_a_container(
     tmp_path: Path, hub_server: HubServer, podman: Podman, fake_cdi: Path, ops_image: str
 ) -> None:
     root = tmp_path / "rig"
     (root / "deployments").mkdir(parents=True)
-    (tmp_path / "docker-config").mkdir()
-    (tmp_path / "docker-config" / "config.json").write_text("{}")  # no user registry credentials
     hub_server.reset()
     with (
         recipe_site() as recipe_url,
         git_daemon(tmp_path / "git") as upstream,
         asset_server() as assets,
         services.registry(tmp_path / "registry") as reg,
-        _api_on(podman, reg.host, tmp_path) as api,
+        services.podman_api_on(podman, reg.host, tmp_path) as api,
     ):
         # The base the tree runs on: the stand-in engine image, served by the local registry.
-        base_ref = f"{reg.host}/vllm-standin:1"
-        podman.run("tag", ops_image, base_ref)
-        podman.run("push", "--tls-verify=false", base_ref)
-        env = {k: v for k, v in podman.env.items() if not k.startswith(("HF_", "HUGGING", "DOCKER_HOST"))}
-        env.update(
-            HF_ENDPOINT=hub_server.url,
-            HF_HOME=str(tmp_path / "hf"),
-            HF_HUB_DISABLE_TELEMETRY="1",
-            HF_HUB_DISABLE_XET="1",
-            RIGSMITH_CACHE=str(tmp_path / "cache"),
-            DOCKER_CONFIG=str(tmp_path / "docker-config"),
-        )
+        base_ref = standin_base(podman, reg.host, ops_image)
+        env = build_env(podman.env, tmp_path, hub_server.url)
 
         # 1. import: no image given; the notes' git clone + release assets become images/merlin
         imp = invoke_cli(root, "import-recipe", recipe_url, "--name", "merlin", env=env, timeout=600)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.podman import CONTAINERS_CONF
+from tests.support.podman import CONTAINERS_CONF, Podman
 
 BASE_TAG = "tinybase:1"
 
@@ -200,6 +200,25 @@ def podman_service(base: Path, insecure: Sequence[str] = ()) -> Iterator[PodmanS
     finally:
         svc.cli("system", "reset", "--force", check=False)
         shutil.rmtree(runroot, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def podman_api_on(podman: Podman, registry: str, base: Path) -> Iterator[str]:
+    """Podman's API service over ``podman``'s own storage (so a run.sh with that podman sees what an
+    ``invoke build`` through the API made), ``registry`` marked insecure; yields its unix:// URL."""
+    regs = base / "registries.conf"
+    regs.write_text(f'[[registry]]\nlocation = "{registry}"\ninsecure = true\n')
+    sock = Path(tempfile.mkdtemp(prefix="rs-api-", dir="/tmp")) / "podman.sock"
+    env = {**podman.env, "CONTAINERS_REGISTRIES_CONF": str(regs)}
+    argv = podman.argv("system", "service", "--time=0", f"unix://{sock}")
+    try:
+        proc = _engine_api("podman system service", argv, sock, base / "api.log", env=env)
+        try:
+            yield f"unix://{sock}"
+        finally:
+            _stop(proc)
+    finally:
+        shutil.rmtree(sock.parent, ignore_errors=True)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,6 @@ from rigsmith.operating.bundlefiles import (
     gib,
     hash_path,
     place_all,
-    progress_bars,
     same_bytes,
     same_filesystem,
     write_bytes,
@@ -78,6 +77,7 @@ from rigsmith.operating.bundlemanifest import (
     Member,
     dump_manifest,
 )
+from rigsmith.progress import bars
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import Want, expand_dir
@@ -203,7 +203,7 @@ def _make(out: Path, member: str, make: Callable[[Path], None], rec: Record, pro
     tmp.unlink(missing_ok=True)
     make(tmp)
     size = tmp.stat().st_size
-    with progress_bars(progress) as prog:
+    with bars(progress) as prog:
         task = prog.add_task(f"hash {member}", total=size)
         sha = hash_path(tmp, "sha256", size, lambda n: prog.advance(task, n))
     tmp.replace(dst)
@@ -347,7 +347,7 @@ def _tar_holds(tar: Path, manifest: bytes, sizes: Sequence[tuple[str, int]]) -> 
 
 def _tar_to(fh: IO[bytes], out: Path, names: Sequence[str], total: int, progress: bool | None) -> None:
     with (
-        progress_bars(progress) as prog,
+        bars(progress) as prog,
         tarfile.open(fileobj=fh, mode="w|", format=tarfile.PAX_FORMAT) as tf,
     ):
         task = prog.add_task("tar", total=total)

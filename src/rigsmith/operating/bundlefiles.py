@@ -15,9 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TaskProgressColumn, TextColumn
-
 from rigsmith.errors import LockError, PreflightError
 from rigsmith.operating import ociarchive
 from rigsmith.operating.bundlemanifest import (
@@ -27,6 +24,7 @@ from rigsmith.operating.bundlemanifest import (
     SOURCES_PREFIX,
     BundleError,
 )
+from rigsmith.progress import bars
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import HASH_CHUNK, Hasher, HashKind, Want, patches_by_file, select, wants
 from rigsmith.resolving.verified import (
@@ -240,7 +238,7 @@ def place_all(
     placed: Callable[[Path, Want, bool], None],
 ) -> None:
     """:func:`place` each (source, destination, file) under one progress bar; ``placed`` after each."""
-    with progress_bars(progress) as prog:
+    with bars(progress) as prog:
         task = prog.add_task(title, total=sum(w.size for _s, _d, w in todo))
         for src, dst, w in todo:
             linked = place(src, dst, w.kind, w.digest, w.size, lambda n: prog.advance(task, n))
@@ -250,14 +248,6 @@ def place_all(
                 moved.copied += 1
                 moved.copied_bytes += w.size
             placed(dst, w, linked)
-
-
-def progress_bars(show: bool | None) -> Progress:
-    """One bar per phase, on stderr when it is a terminal (or when asked)."""
-    console = Console(stderr=True)
-    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), DownloadColumn(True))
-    show = console.is_terminal if show is None else show
-    return Progress(*columns, console=console, disable=not show, transient=True)
 
 
 def gib(n: int) -> str:

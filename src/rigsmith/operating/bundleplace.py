@@ -15,7 +15,7 @@ from pathlib import Path
 from rigsmith import confine, writer
 from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
-from rigsmith.operating.bundlefiles import Contents, DiskFree, Echo, atomic, check_space, progress_bars
+from rigsmith.operating.bundlefiles import Contents, DiskFree, Echo, atomic, check_space
 from rigsmith.operating.bundlemanifest import (
     ARTIFACT_PREFIX,
     LOCK_MEMBER,
@@ -23,6 +23,7 @@ from rigsmith.operating.bundlemanifest import (
     BundleError,
     Manifest,
 )
+from rigsmith.progress import bars
 from rigsmith.project import TARGETS, Project
 from rigsmith.resolving.modelfiles import HASH_CHUNK, STATE_DIR
 from rigsmith.spec import Deployment
@@ -47,7 +48,7 @@ def unpacked(project: Project, path: Path, echo: Echo, progress: bool | None, di
     )
     echo(f"unbundle: unpacking {path} into {dest}")
     dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "r:") as tf, progress_bars(progress) as prog:
+    with tarfile.open(path, "r:") as tf, bars(progress) as prog:
         task = prog.add_task(f"unpack {path.name}", total=sum(i.size for i in files.values()))
         for name, info in files.items():
             target = confine.make_dirs(dest, name, f"{path}: tar member", BundleError)

@@ -38,6 +38,7 @@ from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
 from rigsmith.rendering.targets import RenderContext
+from rigsmith.resolving import engineroute
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import expand_dir
 from rigsmith.spec import Deployment
@@ -387,14 +388,19 @@ def _check_sparse(facts: HostFacts, target: str) -> Check | None:
 
 
 def evaluate(
-    spec: Deployment, facts: HostFacts, target: str = "podman", fit: Check | None = None
+    spec: Deployment,
+    facts: HostFacts,
+    target: str = "podman",
+    fit: Check | None = None,
+    image_fix: str | None = None,
 ) -> list[Check]:
-    """Every check, in table order. Pure. ``fit``: the memory-fit row (operating.fitreport), when given."""
+    """Every check, in table order. Pure. ``fit``: the memory-fit row (operating.fitreport), when given;
+    ``image_fix``: what to do about a missing image (resolving.engineroute), when not the generic hint."""
     want = requested_gpus(spec, facts)
     optional = [
         check_init(facts, target),
         *check_helpers(facts, target),
-        check_image(facts),
+        check_image(facts, image_fix),
         _check_model(spec, facts),
         _check_sparse(facts, target),
     ]
@@ -445,7 +451,9 @@ def diagnose(
         sparse=[(str(expand_dir(h)), s) for h, s in sparse],
         model=drift.model_facts(spec, lock, verify=verify),
     )
-    checks = evaluate(spec, facts, target, fit_check(spec, lock, facts, os.environ))
+    found = engineroute.proposed(project, spec)
+    fix = engineroute.missing_image(spec, image[0], found) if image and found else None
+    checks = evaluate(spec, facts, target, fit_check(spec, lock, facts, os.environ), fix)
     compose_file = str(project.root / "compose" / name / "compose.yaml")
     checks += targetrows.rows(spec, targetrows.gather(host, target, compose_file), target)
     return name, checks + ([planned] if planned else [])

@@ -19,6 +19,7 @@ from rigsmith.operating.verify import SPEC_LABEL, inspect_argv, parse_inspect
 from rigsmith.project import Project
 from rigsmith.rendering import deploy as deploymod
 from rigsmith.rendering import plan as planmod
+from rigsmith.resolving import engineroute
 from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import Deployment
 
@@ -133,7 +134,11 @@ def _built(c: _Ctx) -> Stage:
         return Stage("built", False, err.message, how)
     img = image_facts(c.host, ref, pinned)
     if not img.present:
-        how = f"invoke build {c.d}" if spec.engine.build else f"podman pull {ref}"
+        how = (
+            f"invoke build {c.d}"
+            if spec.engine.build
+            else engineroute.missing_image(spec, ref, engineroute.proposed(c.project, spec))
+        )
         return Stage("built", False, f"{ref} is not in local storage", how)
     return Stage("built", True, f"{ref} in local storage")
 

@@ -165,7 +165,8 @@ def check_helpers(facts: HostFacts, target: str) -> list[Check]:
     return out
 
 
-def check_image(facts: HostFacts) -> Check | None:
+def check_image(facts: HostFacts, fix: str | None = None) -> Check | None:
+    """The image row; ``fix``: what to do when it is missing (default: pull it, or build it)."""
     img = facts.image
     if img is None:
         return None
@@ -185,5 +186,5 @@ def check_image(facts: HostFacts) -> Check | None:
         "image",
         "no-go",
         f"{img.ref} is not in local storage" + (f" ({img.error})" if img.error else ""),
-        image_fix(img.ref),
+        fix or image_fix(img.ref),
     )

@@ -31,7 +31,6 @@ from rigsmith.operating.bundlefiles import (
     hash_path,
     place,
     place_all,
-    progress_bars,
     same_bytes,
     same_filesystem,
     write_bytes,
@@ -46,6 +45,7 @@ from rigsmith.operating.bundlemanifest import (
     member_path,
     read_manifest,
 )
+from rigsmith.progress import bars
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import Want, expand_dir
@@ -344,7 +344,7 @@ def _verify(
     locked = c.locked()
     todo = [m for m in manifest.members if m not in skip]
     bad: list[str] = []
-    with progress_bars(progress) as prog:
+    with bars(progress) as prog:
         task = prog.add_task("verify bundle", total=sum(manifest.members[m].size for m in todo))
         for member in todo:
             e = manifest.members[member]

@@ -14,7 +14,10 @@ from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
 from rigsmith.rendering.nextsteps import next_steps
 from rigsmith.rendering.targets import LxcOptions, RenderContext, find
+from rigsmith.resolving import engineroute
 from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.imageref import parse_ref
+from rigsmith.spec import Deployment
 
 
 def _read(path: Path) -> str | None:
@@ -60,6 +63,7 @@ def artifacts(
     argv = ["invoke", "deploy", "--target", target, "--deployment", name]
     if image:
         argv += ["--image", image]
+    image_hint, dir_hints = _route_hints(spec, None if image else engineroute.proposed(project, spec))
     ctx = RenderContext(
         spec=spec,
         out=(out or project.root).resolve(),
@@ -68,6 +72,8 @@ def artifacts(
         lxc=lxc or LxcOptions(),
         read=read,
         warn=warn,
+        image_hint=image_hint,
+        dir_hints=dir_hints,
     )
     lock = lockmod.read(project.lock_path)
     validate.refuse(
@@ -84,6 +90,18 @@ def artifacts(
         rendered = found[0](plan, ctx)
     plan.check_env_paths()
     return plan, rendered
+
+
+def _route_hints(spec: Deployment, found: engineroute.Proposed | None) -> tuple[str | None, dict[str, str]]:
+    """run.sh's hints for a deployment with a proposed build: the routes to its image, and a clone (not a
+    mkdir) for the checkout the image would replace (by container path). None and {}: the generic ones."""
+    if found is None:
+        return None, {}
+    hints = {
+        m.container: engineroute.missing_checkout(spec, m, found)
+        for m in engineroute.checkout_mounts(spec, found)
+    }
+    return engineroute.missing_image(spec, spec.engine.image or "", found), hints
 
 
 def _show_merge(source: Path, merged: writer.Artifact, echo: Callable[[str], None]) -> None:
@@ -105,6 +123,12 @@ def image_line(image: str, pinned: bool) -> str:
         return (
             f"warning: image {image} is the local build's image ID, no registry digest; "
             "`invoke build --push REGISTRY` pins one"
+        )
+    if parse_ref(image).registry == "localhost":
+        # `invoke pin` skips a name no registry serves, and `invoke build` builds only engine.build.
+        return (
+            f"warning: image {image} is a local name no registry serves: nothing pins it by digest (run.sh "
+            "checks only that it is in local storage); an engine.build image is pinned by its build"
         )
     return f"warning: image {image} is not pinned by digest; `invoke pin` or `invoke build` locks it"
 

@@ -15,10 +15,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, LockError, RigsmithError, SpecError
 from rigsmith.project import Project
+from rigsmith.resolving import engineroute, imagedef
 from rigsmith.resolving import image as imagemod
-from rigsmith.resolving import imagedef
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.engine import Engine
 from rigsmith.resolving.imageref import parse_ref
@@ -60,19 +61,19 @@ def is_local_only(ref: str) -> bool:
 def floating_image_refs(project: Project, deployment: str | None = None) -> list[tuple[str, str]]:
     """(tag reference, where it was found) for every image tag ``pin`` must resolve. Reads specs only.
 
-    With a deployment: its ``engine.image`` and the base of its ``engine.build``. Without: every
-    deployment's ``engine.image`` and every ``images/*/image.yaml`` base. References already pinned by
+    With a deployment: its ``engine.image`` and the base of its ``engine.build`` (or of its filled proposed
+    build). Without: every deployment's ``engine.image`` and every ``images/*/image.yaml`` base but those
+    of proposed builds still to fill. References already pinned by
     digest (in the spec or in image.yaml) are left out; local-only names are included (see pin_images).
     """
     names = [project.resolve_name(deployment)] if deployment else project.deployment_names()
-    builds: list[str] = [] if deployment else imagedef.names(project.images)
+    builds = [] if deployment else engineroute.pinnable(project)
     out: dict[str, str] = {}
     for name in names:
         spec = project.load(name)
         if spec.engine.image and "@" not in spec.engine.image:
             out.setdefault(spec.engine.image, f"deployments/{name}.yaml engine.image")
-        if spec.engine.build and spec.engine.build not in builds:
-            builds.append(spec.engine.build)
+        builds += [b for b in engineroute.images_of(project, spec) if b not in builds]
     for b in builds:
         base = imagedef.load(project.images, b).base
         if base.digest is None and base.tag_ref:
@@ -122,6 +123,13 @@ def image_name(project: Project, *, image: str | None, deployment: str | None) -
         return image
     spec = project.load(deployment)
     if not spec.engine.build:
+        found = engineroute.proposed(project, spec)
+        if found is not None:
+            raise RigsmithError(
+                f"deployment {spec.name!r} runs the image {spec.engine.image} and builds none (engine.build "
+                f"is empty); {found.path} is the engine its recipe describes",
+                hint=engineroute.missing_image(spec, spec.engine.image or "", found),
+            )
         raise RigsmithError(
             f"deployment {spec.name!r} does not build an image (engine.build is empty)",
             hint=f"pass --image NAME (one of: {', '.join(imagedef.names(project.images)) or 'none'}), or set "
@@ -131,9 +139,10 @@ def image_name(project: Project, *, image: str | None, deployment: str | None) -
 
 
 def images_to_build(project: Project, *, image: str | None, deployment: str | None) -> list[str]:
-    """``--image``, else ``--deployment``'s engine.build, else every images/<name> some deployment builds
-    (a bare ``invoke build`` after a fresh checkout builds what the deployments need)."""
-    if image or deployment:
+    """``--image``, else ``--deployment``'s (or the default deployment's) engine.build, else every
+    images/<name> some deployment builds (a bare ``invoke build`` after a fresh checkout builds what the
+    deployments need)."""
+    if image or deployment or project.default:
         return [image_name(project, image=image, deployment=deployment)]
     names = sorted(
         {b for b in (project.load(n).engine.build for n in project.deployment_names()) if b is not None}
@@ -144,6 +153,45 @@ def images_to_build(project: Project, *, image: str | None, deployment: str | No
             hint=f"pass --image NAME (one of: {', '.join(imagedef.names(project.images)) or 'none'})",
         )
     return names
+
+
+@dataclass(frozen=True)
+class Switch:
+    """``invoke build --image NAME --deployment D`` where D does not build NAME yet: once NAME is built,
+    D's spec runs it (:func:`engineroute.link`), merged three-way into the file as it was read before the
+    build (an edit made meanwhile is kept)."""
+
+    path: Path
+    read: str
+    spec: specmod.Deployment
+    name: str
+
+    def finish(self, entry: lockmod.LockedBuild, root: Path, echo: Echo) -> None:
+        from rigsmith import writer
+        from rigsmith.importing.importer import merge_user_change
+
+        changed = engineroute.link(self.spec, self.name, tuple(entry.provides or ()))
+        new = merge_user_change(self.path, self.read, changed)
+        modeline = specmod.MODELINE if self.read.startswith(specmod.MODELINE) else ""
+        artifacts = [writer.Artifact(self.path, modeline + specmod.dump(new))]
+        for outcome in writer.plan(artifacts):
+            if outcome.status == "update":
+                echo(outcome.diff(root).rstrip())
+        # --image NAME --deployment D is the user's explicit choice of this change: it is the consent.
+        writer.write(artifacts, yes=True, echo=echo, root=root)
+        d = f"--deployment {self.spec.name}"
+        echo(f"{self.spec.name} now runs the build {self.name} (engine.build); next: `invoke next {d}`")
+
+
+def switch(project: Project, *, image: str | None, deployment: str | None) -> Switch | None:
+    """The spec change ``--image NAME --deployment D`` asks for, when D does not build NAME yet."""
+    if not (image and deployment):
+        return None
+    spec = project.load(deployment)
+    if spec.engine.build == image:
+        return None
+    path = project.spec_path(spec.name)
+    return Switch(path, path.read_text(encoding="utf-8"), spec, image)
 
 
 def build_command(name: str) -> str:

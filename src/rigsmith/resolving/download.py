@@ -212,29 +212,10 @@ def _fsync(path: Path) -> None:
 
 def download_all(ctx: FetchContext, todo: Sequence[Want], workers: int, progress: bool | None) -> None:
     # rich loads here: a warm run (nothing to download) never needs it.
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
+    from rigsmith.progress import bars
 
-    console = Console(stderr=True)
-    show = console.is_terminal if progress is None else progress
     errors: list[BaseException] = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(binary_units=True),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=not show,
-        transient=True,
-    ) as prog:
+    with bars(progress) as prog:
         ctx.progress = prog
         ctx.overall = prog.add_task(f"{ctx.entry.repo}", total=sum(w.size for w in todo))
         # Ranges of large files share `workers` connections, in file order (the first file completes first).

@@ -91,12 +91,18 @@ def pin_all(project: Project, deployment: str | None, *, repin: bool, echo: Call
     """Every pin step, in order, on ``project``'s lock (a staged copy for --repin): image tags, source
     trees, then each deployment's model and secondary models."""
     from rigsmith.resolving import build as buildmod
+    from rigsmith.resolving import engineroute
     from rigsmith.resolving import registry as registrymod
     from rigsmith.resolving import sources as sourcesmod
     from rigsmith.resolving.secondaryfetch import pin_models
 
-    # An image.yaml still to fill stops pin before any network.
+    # An image.yaml still to fill stops pin before any network; a proposed build no spec runs yet waits.
     trees = sourcesmod.check_filled(project, deployment)
+    for p in engineroute.unfilled(project, deployment):
+        echo(
+            f"     skip  {p.path}: fill {', '.join(p.to_fill)} first (the engine built from deployment "
+            f"{p.name}'s recipe; `invoke pin --deployment {p.name}` then locks it)"
+        )
     reg = registrymod.Registry(registrymod.load_docker_config())
     try:
         buildmod.pin_images(project, reg, deployment=deployment, echo=echo)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from rigsmith.errors import AdapterError, CommandError, RigsmithError, SpecError
 from rigsmith.importing.proposal import check_asset_url, check_git_url
 from rigsmith.project import Project
-from rigsmith.resolving import archive, imagedef
+from rigsmith.resolving import archive, engineroute, imagedef
 from rigsmith.resolving import image as imagemod
 from rigsmith.resolving import lock as lockmod
 
@@ -318,10 +318,11 @@ class PinnedTree:
 
 
 def _images_for(project: Project, deployment: str | None) -> list[str]:
-    if deployment is None:
-        return imagedef.names(project.images)
-    build = project.load(deployment).engine.build
-    return [build] if build else []
+    """What pin locks trees of: a deployment's images (engine.build, else its filled proposed build), or
+    every definition but the proposed builds still to fill (``pin_all`` names those)."""
+    if deployment is not None:
+        return engineroute.images_of(project, project.load(deployment))
+    return engineroute.pinnable(project)
 
 
 def check_filled(project: Project, deployment: str | None = None) -> dict[str, imagedef.ImageDef]:

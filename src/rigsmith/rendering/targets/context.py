@@ -6,7 +6,7 @@ that imports it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -51,6 +51,12 @@ class RenderContext:
     read: Callable[[Path], str | None] = _no_file
     #: Tells the user something a render found and did not change (a CT's memory below the need).
     warn: Callable[[str], None] = lambda _msg: None
+    #: run.sh's hint when the image is not in local storage (resolving.engineroute's routes to it, for a
+    #: deployment with a proposed build); None: the generic hint.
+    image_hint: str | None = None
+    #: run.sh's hint for a missing mounted directory (by its container path) that a mkdir would
+    #: not fix: the recipe's checkout needs a clone.
+    dir_hints: Mapping[str, str] = field(default_factory=dict)
 
 
 Renderer = Callable[[RunPlan, RenderContext], list[Artifact]]

@@ -88,7 +88,10 @@ def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
         gpu_ids=shquote(",".join(plan.gpu_indices)) if "all" not in plan.gpu_indices else "",
         sparse=[(shpath(m.host), m.sparse_size) for m in plan.mounts if m.sparse_size],
         files=[shpath(m.host) for m in plan.mounts if m.kind == "file" and not m.sparse_size],
-        dirs=[(shpath(m.host), m.role) for m in plan.mounts if m.kind == "dir"],
+        dirs=[
+            (shpath(m.host), m.role, ctx.dir_hints.get(m.container)) for m in plan.mounts if m.kind == "dir"
+        ],
+        image_hint=ctx.image_hint,
         secrets=plan.secret_env,
         secret_from=dict(plan.secret_from),
         deployment=ctx.spec.name,  # a node's plan.name is its container, not a deployment
