@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from rigsmith import yamldoc
 from rigsmith.errors import RecipeError
-from rigsmith.importing.recipe.launch import Launch, Meta, _refuse
+from rigsmith.importing.recipe.launch import Launch, Meta, _refuse, read_tree
 from rigsmith.importing.recipe.scriptform import from_script
 
 # -- format (a): recipe JSON -------------------------------------------------------------------------
@@ -15,21 +14,9 @@ _JSON_FIELDS = ("id", "title", "command", "env", "notes")
 
 
 def _from_json(text: str, source: str, accept: bool = False) -> tuple[Launch, Meta]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise RecipeError(
-            f"{source}: not valid JSON: {err.msg} at line {err.lineno} column {err.colno}",
-            hint='a recipe JSON needs at least a "command" string',
-        ) from None
-    except RecursionError:
-        raise RecipeError(
-            f"{source}: the recipe JSON is nested more than {yamldoc.MAX_DEPTH} levels deep",
-            hint="a recipe JSON is a flat object",
-        ) from None
-    problem = yamldoc.tree_problem(data)
-    if problem:
-        raise RecipeError(f"{source}: the recipe JSON {problem}", hint="a recipe JSON is a flat object")
+    data = read_tree(
+        json.loads, text, source, "the recipe JSON", 'a recipe JSON is a flat object with a "command" string'
+    )
     if not isinstance(data, dict):
         raise RecipeError(f'{source}: the recipe JSON must be an object with a "command" string')
     problems = []
