@@ -52,6 +52,9 @@ class Launch:
     writable: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: Placeholder tokens the import wrote for variables the text uses with no value (``$MODEL`` unset →
+    #: ``<MODEL>``): the user fills each; the model may be one (the spec's model.repo is then the token).
+    made_placeholders: list[str] = field(default_factory=list)
     #: One argv per node (after ``vllm serve``, head first) when the block is a multi-node group.
     node_args: list[list[str]] = field(default_factory=list)
     #: One entry per node of a Ray cluster recipe (importing/recipe/raycluster.py), head first.
