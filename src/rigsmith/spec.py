@@ -580,8 +580,9 @@ class Deployment(Frozen):
     @model_validator(mode="before")
     @classmethod
     def _filled_model(cls, data: Any) -> Any:
-        """A model that is a placeholder (``model.repo: <MODEL>``) is the repo ``placeholders`` gives it, once
-        given; the token in local_dir and container_path becomes the repo's name."""
+        """A model that is a placeholder (``model.repo: <MODEL>``) is what ``placeholders`` gives it, once
+        given: a Hub repo, or a checkpoint's directory on disk (then model.repo is null and local_dir that
+        directory); the token in local_dir and container_path becomes its name."""
         if not isinstance(data, dict) or not isinstance(model := data.get("model"), dict):
             return data
         token, filled = model.get("repo"), data.get("placeholders")
@@ -590,18 +591,20 @@ class Deployment(Frozen):
         value = filled.get(token)
         if not isinstance(value, str) or not value.strip():
             return data
-        if not re.fullmatch(HUB_REPO_RE, value):
+        local = value.startswith(("/", "~/"))
+        if not local and not re.fullmatch(HUB_REPO_RE, value):
             raise ValueError(
                 f"placeholders[{token!r}]: {value!r} is the model (model.repo is {token}) and must be its "
-                "Hub repo id, owner/name; for a checkpoint already on disk set model.repo: null and "
-                "model.local_dir"
+                "Hub repo id (owner/name) or the absolute (or ~/) directory of a checkpoint already on disk"
             )
-        name = value.rsplit("/", 1)[-1]
+        name = value.rstrip("/").rsplit("/", 1)[-1]
         paths = {
             k: v.replace(token, name)
             for k in ("local_dir", "container_path")
             if isinstance(v := model.get(k), str)
         }
+        if local:
+            return {**data, "model": {**model, **paths, "repo": None, "local_dir": value}}
         return {**data, "model": {**model, "repo": value, **paths}}
 
     @model_validator(mode="after")
@@ -644,7 +647,8 @@ class Deployment(Frozen):
                     (
                         "model.repo",
                         f"is the placeholder {tok} (the recipe runs a model from a variable it never sets); "
-                        f"set `placeholders: {{{tok!r}: OWNER/NAME}}` (the model's Hub repo id) in the spec",
+                        f"set `placeholders: {{{tok!r}: OWNER/NAME}}` in the spec (the model's Hub repo id, "
+                        "or the absolute directory of a checkpoint on disk)",
                     )
                 )
             else:

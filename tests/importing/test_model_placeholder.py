@@ -75,12 +75,25 @@ def test_next_pin_and_deploy_name_the_model_until_it_is_filled(tmp_path: Path) -
     assert "rigsmith.lock has no pin for model Qwen/Qwen3-8B" in nxt.stdout
 
 
-def test_a_filled_model_that_is_not_a_hub_repo_is_refused_naming_the_placeholder(tmp_path: Path) -> None:
+def test_a_model_filled_with_a_directory_is_a_checkpoint_on_disk(tmp_path: Path) -> None:
     _, path, _ = _import(tmp_path, TEXTS["unset"])
     path.write_text(path.read_text().replace("<MODEL>: null", "<MODEL>: /srv/models/qwen"))
+    spec = specmod.load(path)
+    assert (spec.model.repo, spec.model.local_dir, spec.model.container_path) == (
+        None,
+        "/srv/models/qwen",
+        "/models/qwen",
+    )
+    nxt = invoke_cli(tmp_path, "next", "--deployment", "fromvar")
+    assert "done  imported" in nxt.stdout and "local checkpoint (nothing to pin)" in nxt.stdout
+
+
+def test_a_filled_model_that_is_neither_a_repo_nor_a_directory_is_refused_naming_it(tmp_path: Path) -> None:
+    _, path, _ = _import(tmp_path, TEXTS["unset"])
+    path.write_text(path.read_text().replace("<MODEL>: null", "<MODEL>: qwen3"))
     nxt = invoke_cli(tmp_path, "next", "--deployment", "fromvar")
     assert nxt.returncode != 0 and "Traceback" not in nxt.stderr
-    assert "placeholders['<MODEL>']: '/srv/models/qwen' is the model" in nxt.stderr
+    assert "placeholders['<MODEL>']: 'qwen3' is the model" in nxt.stderr
 
 
 def test_doctor_names_the_model_placeholder_as_the_one_no_go(tmp_path: Path) -> None:

@@ -209,7 +209,9 @@ def after_import(spec: Deployment) -> list[str]:
     steps += [f"invoke build {d}" if spec.engine.build else None, f"invoke doctor {d}"]
     steps += [f"invoke deploy --target podman {d}", f"invoke up {d}", f"invoke wait {d}"]
     steps += [f"invoke bench --compare {d}"]
-    fill = [f"fill {field} in deployments/{spec.name}.yaml: {what}" for field, what in spec.fill_problems()]
+    # The model first: nothing can be pinned without it (other placeholders are named in the notes above).
+    path = f"deployments/{spec.name}.yaml"
+    fill = [f"fill {f} in {path}: {w}" for f, w in spec.fill_problems() if f == "model.repo"]
     steps = [*fill, *steps]
     lines = ["next, in order (after filling in what is named above, if anything):"]
     lines += [f"  {i}. {s}" for i, s in enumerate((s for s in steps if s), 1)]
