@@ -10,8 +10,8 @@ from tasks._common import confirm, echo, project, side, user_errors
 
 @task(
     help={
-        "source": "recipe to import: an http(s) URL or a file (recipe JSON, command text, compose file or a vLLM "
-        "recipes YAML)",
+        "source": "recipe to import: an http(s) URL or a file (recipe JSON, command text, compose file or "
+        "a vLLM recipes YAML)",
         "name": "deployment name, i.e. deployments/NAME.yaml (default: from the recipe id, title or model)",
         "image": "container image to run when the recipe names none (seed 003 runs vLLM from a venv)",
         "yes": "change an existing deployments/NAME.yaml without asking; import a text bash would break on "
