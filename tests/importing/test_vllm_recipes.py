@@ -10,6 +10,7 @@ API file (``public/<hf_id>/hw/<hardware>.json``) its argv, env, image and strate
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
@@ -122,7 +125,7 @@ def test_unknown_fields_are_refused_by_their_path() -> None:
     message = _refusal("edited.yaml", None, yaml.safe_dump(data))
     assert "variants.default.extra_arg: not a field of a vLLM recipe's variant" in message
     assert "servers: not a field of a vLLM recipe's top level" in message
-    assert "hardware_overrides.cpu.extra_envs: not a field of a hardware override" in message
+    assert "hardware_overrides.cpu.extra_envs: not a field of a vLLM recipe's hardware override" in message
 
 
 def test_a_recipe_the_site_serves_on_several_nodes_there_is_refused() -> None:
@@ -170,3 +173,51 @@ def test_import_recipe_cli_writes_the_variant_and_refuses_without_one(tmp_path: 
     assert dep.resources.gpus.cdi_devices[0].startswith("amd.com/gpu=")
     assert dep.provenance is not None
     assert dep.provenance.sha256 == hashlib.sha256(src.read_bytes()).hexdigest()
+
+
+def _paths(data: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(data, dict):
+        return [at, *(p for k, v in data.items() if k != "guide" for p in _paths(v, (*at, k)))]
+    if isinstance(data, list):
+        return [at, *(p for i, v in enumerate(data) for p in _paths(v, (*at, i)))]
+    return [at]
+
+
+_RECIPES = {f.name: yaml.safe_load(f.read_text()) for f in sorted(DATA.glob("*.yaml"))}
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 10_000),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),
+    st.lists(
+        st.one_of(st.text(max_size=6), st.integers(), st.dictionaries(st.text(max_size=3), st.integers())),
+        max_size=3,
+    ),
+    st.dictionaries(
+        st.text(max_size=6), st.one_of(st.text(max_size=6), st.integers(), st.none()), max_size=3
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_value_anywhere_in_a_recipe_is_imported_or_refused_never_a_traceback(data: st.DataObject) -> None:
+    """One field of a real recipe replaced by a value of any JSON type: a Deployment or one RecipeError."""
+    name = data.draw(st.sampled_from(sorted(_RECIPES)))
+    recipe_data = copy.deepcopy(_RECIPES[name])
+    path = data.draw(st.sampled_from([p for p in _paths(recipe_data) if p]))
+    at = recipe_data
+    for key in path[:-1]:
+        at = at[key]
+    at[path[-1]] = data.draw(_VALUES)
+    variant = data.draw(
+        st.sampled_from([None, "default", "default@h200", "fp8@b200", "nvfp4", "default@mi300x"])
+    )
+    text = yaml.safe_dump(recipe_data)
+    try:
+        dep = recipe.parse(text, source=name, sha256="0" * 64, variant=variant)
+    except RecipeError as err:
+        assert "Traceback" not in str(err)
+    else:
+        assert dep.engine.executable == "vllm"

@@ -18,47 +18,10 @@ from typing import Any
 
 from rigsmith import yamldoc
 from rigsmith.errors import RecipeError
-from rigsmith.importing.recipe import vllmsynth
+from rigsmith.importing.recipe import vllmschema, vllmsynth
 from rigsmith.importing.recipe.launch import Launch, Meta, _refuse, read_tree
 from rigsmith.importing.recipe.shellform import _from_shell
-from rigsmith.importing.recipe.tables import _words
 from rigsmith.importing.recipe.vllmtaxonomy import GPU_BRANDS, HARDWARE
-
-_OVERRIDE = _words("extra_args extra_env install_note docker_image")
-
-#: The fields each level may hold: CONTRIBUTING.md's "YAML schema (authoritative)", CLAUDE.md's schema
-#: notes, and the keys the recipes at the pinned commit use (``kv_offload_support``, ``hardware_notes``…).
-_FIELDS: dict[str, frozenset[str]] = {
-    "": _words(
-        """
-        meta model dependencies features opt_in_features variants compatible_strategies hardware_overrides
-        strategy_overrides guide kv_offload_support omni default_strategy strategy_hardware strategy_min_gpus
-        hardware_opt_in_features hardware_notes kv_cache_strategy_hardware
-        """
-    ),
-    "meta": _words(
-        """
-        title slug provider description date_added date_updated difficulty tasks performance_headline
-        related_recipes default_hardware hardware platforms
-        """
-    ),
-    "model": _words(
-        """
-        model_id min_vllm_version architecture parameter_count active_parameters context_length base_args
-        base_env nightly_required docker_image install docker_source supports_dcp flashinfer_autotune
-        """
-    ),
-    "variant": _words(
-        """
-        precision vram_minimum_gb description model_id min_vllm_version nightly_required tp extra_args label
-        extra_env supported_hardware default_modes precision_hardware docker_image hardware_overrides
-        """
-    ),
-    "feature": _words(
-        "description args label hardware default_mode modes hardware_overrides strategies companion"
-    ),
-    "mode": _words("label description args variants hardware_overrides hardware"),
-}
 
 _RECIPE_RE = re.compile(r"^model:\s*$.*^variants:\s*$", re.M | re.S)
 
@@ -91,81 +54,8 @@ def is_recipe(data: Any) -> bool:
     )
 
 
-def _unknown(block: Any, level: str, path: str) -> list[str]:
-    if not isinstance(block, dict):
-        return [] if block is None else [f"{path}: must be a mapping, got {type(block).__name__}"]
-    return [
-        f"{path}.{k}: not a field of a vLLM recipe's {level or 'top level'} (the recipes schema has "
-        f"{', '.join(sorted(_FIELDS[level]))}); remove it or check its spelling"
-        for k in block
-        if str(k) not in _FIELDS[level]
-    ]
-
-
-def _shape(data: dict[str, Any]) -> list[str]:
-    """Every unknown field and every value of the wrong type, by path."""
-    out = [p.replace("..", ".", 1).lstrip(".") for p in _unknown(data, "", "")]
-    out += _unknown(data.get("meta"), "meta", "meta") + _unknown(data.get("model"), "model", "model")
-    model = data["model"]
-    if not isinstance(model.get("model_id"), str) or "/" not in model["model_id"]:
-        out.append("model.model_id: must be the Hub id owner/name of the model")
-    variants = data.get("variants")
-    if not isinstance(variants, dict) or not variants:
-        return [
-            *out,
-            "variants: must map each variant name to its settings (the recipes schema needs default)",
-        ]
-    for key, v in variants.items():
-        out += _unknown(v, "variant", f"variants.{key}")
-        out += _override_blocks(_as_dict(v).get("hardware_overrides"), f"variants.{key}.hardware_overrides")
-    out += _override_blocks(data.get("hardware_overrides"), "hardware_overrides")
-    for key, f in _as_dict(data.get("features")).items():
-        out += _unknown(f, "feature", f"features.{key}")
-        for mk, m in _as_dict(_as_dict(f).get("modes")).items():
-            out += _unknown(m, "mode", f"features.{key}.modes.{mk}")
-    for path, value in _arg_lists(data):
-        if not isinstance(value, list) or any(isinstance(a, dict | list) for a in value):
-            out.append(f"{path}: must be a list of flags and values")
-    for path, value in _env_maps(data):
-        if not isinstance(value, dict) or any(
-            isinstance(v, dict | list) or v is None for v in value.values()
-        ):
-            out.append(f"{path}: must map variable names to values")
-    return out
-
-
 def _as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _override_blocks(table: Any, path: str) -> list[str]:
-    out = []
-    for key, block in _as_dict(table).items():
-        out += [
-            f"{path}.{key}.{k}: not a field of a hardware override (extra_args, extra_env, docker_image); "
-            "remove it or check its spelling"
-            for k in _as_dict(block)
-            if k not in _OVERRIDE
-        ]
-    return out
-
-
-def _arg_lists(data: dict[str, Any]) -> list[tuple[str, Any]]:
-    out = [("model.base_args", data["model"].get("base_args", []))]
-    for key, v in _as_dict(data.get("variants")).items():
-        out.append((f"variants.{key}.extra_args", _as_dict(v).get("extra_args", [])))
-    for key, f in _as_dict(data.get("features")).items():
-        out.append((f"features.{key}.args", _as_dict(f).get("args", [])))
-    return out
-
-
-def _env_maps(data: dict[str, Any]) -> list[tuple[str, Any]]:
-    out = [("model.base_env", data["model"].get("base_env") or {})]
-    for key, v in _as_dict(data.get("variants")).items():
-        out.append((f"variants.{key}.extra_env", _as_dict(v).get("extra_env") or {}))
-    for key, block in _as_dict(data.get("hardware_overrides")).items():
-        out.append((f"hardware_overrides.{key}.extra_env", _as_dict(block).get("extra_env") or {}))
-    return out
 
 
 def _pick(data: dict[str, Any], asked: str | None, source: str) -> tuple[str, str | None]:
@@ -206,9 +96,9 @@ def _refuse_variant(source: str, problems: list[str]) -> RecipeError:
 
 def from_recipe(data: dict[str, Any], source: str, variant: str | None) -> tuple[Launch, Meta]:
     """The recipe YAML → the launch the site shows for the asked variant, and its meta."""
-    problems = _shape(data)
-    tasks = _as_dict(data.get("meta")).get("tasks") or []
-    if "omni" in tasks:
+    problems = vllmschema.problems(data)
+    tasks = _as_dict(data.get("meta")).get("tasks")
+    if isinstance(tasks, list) and "omni" in tasks:
         problems.append(
             "meta.tasks: an omni recipe runs vllm-omni (vllm serve --omni), which rigsmith does not deploy"
         )
