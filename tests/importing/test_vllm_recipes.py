@@ -23,8 +23,10 @@ from hypothesis import strategies as st
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
-from rigsmith.importing import recipe
+from rigsmith.importing import importer, recipe
+from rigsmith.project import Project
 from tests.support.common import invoke_cli
+from tests.support.recipes import RecipeServer
 
 DATA = Path(__file__).parent / "data" / "vllm-recipes"
 EXPECTED: list[dict[str, Any]] = json.loads((DATA / "expected.json").read_text())["renderings"]
@@ -221,3 +223,18 @@ def test_any_value_anywhere_in_a_recipe_is_imported_or_refused_never_a_traceback
         assert "Traceback" not in str(err)
     else:
         assert dep.engine.executable == "vllm"
+
+
+def test_a_recipe_url_imports_with_the_url_and_the_bytes_hash_as_provenance(
+    empty_project: Project, recipe_server: RecipeServer
+) -> None:
+    """The raw URL of a recipe at a commit (as raw.githubusercontent.com serves it) names file and commit."""
+    body = (DATA / "openai_gpt-oss-20b.yaml").read_bytes()
+    path = "/vllm-project/recipes/8959cf64189c71d36e11c6a30335f923f261b1f7/models/openai/gpt-oss-20b.yaml"
+    url = recipe_server.route(path, (200, body))
+    dep = importer.import_recipe(empty_project, url, variant="default@b200", echo=lambda _line: None)
+    [case] = [c for c in EXPECTED if c["file"] == "openai_gpt-oss-20b.yaml" and c["hardware"] == "b200"]
+    assert _argv(dep) == case["argv"] and _env(dep) == case["env"]
+    assert dep.provenance is not None
+    assert (dep.provenance.source, dep.provenance.sha256) == (url, hashlib.sha256(body).hexdigest())
+    assert specmod.load(empty_project.spec_path(dep.name)) == dep

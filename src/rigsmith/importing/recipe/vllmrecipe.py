@@ -136,17 +136,19 @@ def _notes(data: dict[str, Any], synth: vllmsynth.Synth) -> list[str]:
     hw = HARDWARE[synth.hardware]
     features = _as_dict(data.get("features"))
     off = [k for k in features if k not in synth.features]
+    variant = _as_dict(_as_dict(data["variants"]).get(synth.variant))
     out = [
         f"vLLM recipe: variant {synth.variant} on the recipes-site hardware profile {synth.hardware} "
         f"({hw.gpu_count} x {hw.brand} {hw.generation}, {hw.vram_gb} GB) as {synth.strategy}; argv, env "
         "and image are what the site's command builder and JSON API give for that choice (another: "
         f"--variant {synth.variant}@PROFILE)",
         *[f"recipe {k}: {meta[k]}" for k in ("description", "performance_headline") if meta.get(k)],
+        *([f"variant {synth.variant}: {variant['description']}"] if variant.get("description") else []),
         f"features on (the site's defaults): {', '.join(synth.features) or 'none'}",
     ]
     for k in off:
         out.append(f"opt-in feature {k} not enabled: {_feature_text(features[k])}")
-    need = _as_dict(_as_dict(data["variants"]).get(synth.variant)).get("vram_minimum_gb")
+    need = variant.get("vram_minimum_gb")
     if isinstance(need, int | float) and need > hw.vram_gb:
         out.append(
             f"the recipe says variant {synth.variant} needs {need} GB; {synth.hardware} has {hw.vram_gb} GB"
