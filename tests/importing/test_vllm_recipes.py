@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigsmith import spec as specmod
-from rigsmith.errors import RecipeError
+from rigsmith.errors import ConsentError, RecipeError
 from rigsmith.importing import importer, recipe
 from rigsmith.project import Project
 from tests.support.common import invoke_cli
@@ -238,3 +238,24 @@ def test_a_recipe_url_imports_with_the_url_and_the_bytes_hash_as_provenance(
     assert dep.provenance is not None
     assert (dep.provenance.source, dep.provenance.sha256) == (url, hashlib.sha256(body).hexdigest())
     assert specmod.load(empty_project.spec_path(dep.name)) == dep
+
+
+def test_reimporting_the_same_file_for_other_hardware_updates_the_spec(empty_project: Project) -> None:
+    """The same bytes with another --variant are another recipe: never 'unchanged'."""
+    src = empty_project.root / "Qwen3.6-27B.yaml"
+    src.write_bytes((DATA / "Qwen_Qwen3.6-27B.yaml").read_bytes())
+    said: list[str] = []
+    first = importer.import_recipe(empty_project, str(src), variant="default@h200", echo=said.append)
+    again = importer.import_recipe(empty_project, str(src), variant="default@h200", echo=said.append)
+    assert again == first and any("has not changed" in line for line in said)
+    said.clear()
+    with pytest.raises(ConsentError):  # a change to the spec, asked for (no terminal here): not "unchanged"
+        importer.import_recipe(empty_project, str(src), variant="default@mi300x", echo=said.append)
+    assert not any("has not changed" in line for line in said)
+    other = importer.import_recipe(
+        empty_project, str(src), variant="default@mi300x", echo=said.append, yes=True
+    )
+    [case] = [c for c in EXPECTED if c["file"] == "Qwen_Qwen3.6-27B.yaml" and c["variant"] == "default"
+              and c["hardware"] == "mi300x"]  # fmt: skip
+    assert other.name == first.name
+    assert _argv(specmod.load(empty_project.spec_path(other.name))) == case["argv"]

@@ -377,7 +377,7 @@ def import_recipe(
     path = project.spec_path(upstream.name)
     base_path = base_path_of(path)
     mine = _valid_spec(path)  # a broken file goes through the merge, which says how to start afresh
-    if mine and not yes and reimport.same_recipe(base_path, fetched.sha256, image, allow_mount, source_repo):
+    if mine and not yes and reimport.same_recipe(base_path, upstream, image, allow_mount, source_repo):
         echo(_UNCHANGED.format(rel=_rel_to(path, project.root)))
         return mine
     # The recipe's side of the merge (and the recorded base) is what the recipe alone says; --image and
