@@ -259,3 +259,39 @@ def test_reimporting_the_same_file_for_other_hardware_updates_the_spec(empty_pro
               and c["hardware"] == "mi300x"]  # fmt: skip
     assert other.name == first.name
     assert _argv(specmod.load(empty_project.spec_path(other.name))) == case["argv"]
+
+
+API = DATA / "api"
+
+
+@pytest.mark.parametrize(
+    ("api", "yaml_file", "variant"),
+    [
+        ("Qwen_Qwen3-8B.json", "Qwen_Qwen3-8B.yaml", None),
+        (
+            "meta-llama_Llama-3.1-8B-Instruct_hw_mi300x.json",
+            "meta-llama_Llama-3.1-8B-Instruct.yaml",
+            "default@mi300x",
+        ),
+    ],
+)
+def test_a_json_api_file_imports_as_the_same_command_as_its_yaml(
+    api: str, yaml_file: str, variant: str
+) -> None:
+    """The JSON API's own rendering (argv, env, image as the file gives them) and rigsmith's synthesis from
+    the YAML for the same variant and hardware give one spec command."""
+    from_api = _parse(f"api/{api}", None)
+    from_yaml = _parse(yaml_file, variant)
+    assert _argv(from_api) == _argv(from_yaml)
+    assert _env(from_api) == _env(from_yaml)
+    assert from_api.engine.image == from_yaml.engine.image
+    assert from_api.model == from_yaml.model
+    assert from_api.resources.gpus == from_yaml.resources.gpus
+
+
+def test_a_json_api_rendering_for_several_nodes_or_with_variant_is_refused() -> None:
+    message = _refusal("api/Qwen_Qwen3-Coder-480B-A35B-Instruct_hw_h200.json", None)
+    assert "deploy_type: 'multi_node'; rigsmith imports one node's rendering" in message
+    assert "a JSON API file holds the rendering the site chose" in _refusal(
+        "api/Qwen_Qwen3-8B.json", "default"
+    )

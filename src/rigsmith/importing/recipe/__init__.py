@@ -59,13 +59,13 @@ from typing import Any
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
-from rigsmith.importing.recipe import cardform, vllmrecipe
+from rigsmith.importing.recipe import cardform, vllmapi, vllmrecipe
 from rigsmith.importing.recipe.assemble import build, slug
 from rigsmith.importing.recipe.composeenv import ComposeEnv
 from rigsmith.importing.recipe.composeform import _compose_data, _from_compose
 from rigsmith.importing.recipe.envtext import parse_env_text
 from rigsmith.importing.recipe.flags import canonical_flag, flag_values
-from rigsmith.importing.recipe.jsonform import _from_json
+from rigsmith.importing.recipe.jsonform import _from_json, load_json
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _provenance, _refuse
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
 from rigsmith.importing.recipe.scriptform import from_script
@@ -113,7 +113,10 @@ def parse(
         )
     stripped = text.lstrip("\ufeff \t\r\n")
     recipe: dict[str, Any] | None = None
-    if stripped.startswith("{"):
+    if stripped.startswith("{") and vllmapi.is_api(api := load_json(text, source)):
+        recipe = api
+        launch, meta = vllmapi.from_api(api, source, variant)
+    elif stripped.startswith("{"):
         launch, meta = _from_json(text, source, accept)
     elif cardform.is_card(text):
         fields, card_notes, card_problems = cardform.card_fields(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from rigsmith.errors import RecipeError
 from rigsmith.importing.recipe.launch import Launch, Meta, _refuse, read_tree
@@ -13,10 +14,15 @@ from rigsmith.importing.recipe.scriptform import from_script
 _JSON_FIELDS = ("id", "title", "command", "env", "notes")
 
 
-def _from_json(text: str, source: str, accept: bool = False) -> tuple[Launch, Meta]:
-    data = read_tree(
+def load_json(text: str, source: str) -> Any:
+    """The JSON text as plain data, or one RecipeError saying where it breaks."""
+    return read_tree(
         json.loads, text, source, "the recipe JSON", 'a recipe JSON is a flat object with a "command" string'
     )
+
+
+def _from_json(text: str, source: str, accept: bool = False) -> tuple[Launch, Meta]:
+    data = load_json(text, source)
     if not isinstance(data, dict):
         raise RecipeError(f'{source}: the recipe JSON must be an object with a "command" string')
     problems = []
