@@ -295,3 +295,33 @@ def test_a_json_api_rendering_for_several_nodes_or_with_variant_is_refused() -> 
     assert "a JSON API file holds the rendering the site chose" in _refusal(
         "api/Qwen_Qwen3-8B.json", "default"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "variant"),
+    [("Qwen_Qwen3-8B.yaml", None), ("meta-llama_Llama-3.1-8B-Instruct.yaml", "nvidia_fp8@mi300x")],
+)
+def test_an_imported_recipe_renders_the_podman_target_with_the_sites_argv(
+    tmp_path: Path, name: str, variant: str | None
+) -> None:
+    """deploy (no pin needed to render): the container runs the site's argv, the model word mapped to the
+    mounted copy and the recipe's name kept as --served-model-name, on the recipe's GPUs."""
+    from rigsmith.rendering import deploy
+
+    dep = _parse(name, variant)
+    project = Project(tmp_path)
+    project.spec_path(dep.name).parent.mkdir()
+    project.spec_path(dep.name).write_text(specmod.dump(dep), encoding="utf-8")
+    plan, files = deploy.artifacts(project, "podman", deployment=dep.name)
+    site = _argv(dep)[2:]
+    want = (*dep.engine.subcommand, dep.model.container_path, *site[1:], "--served-model-name", site[0])
+    assert plan.command == want
+    assert plan.devices == dep.resources.gpus.cdi_devices
+    assert files
+
+
+def test_an_omni_recipe_is_refused_as_what_it_is() -> None:
+    data = yaml.safe_load((DATA / "Qwen_Qwen3-8B.yaml").read_text())
+    data["meta"]["tasks"] = ["omni"]
+    message = _refusal("edited.yaml", None, yaml.safe_dump(data))
+    assert "meta.tasks holds omni: this recipe is served by vllm-omni" in message

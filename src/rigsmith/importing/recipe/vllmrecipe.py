@@ -98,9 +98,12 @@ def from_recipe(data: dict[str, Any], source: str, variant: str | None) -> tuple
     """The recipe YAML → the launch the site shows for the asked variant, and its meta."""
     problems = vllmschema.problems(data)
     tasks = _as_dict(data.get("meta")).get("tasks")
-    if isinstance(tasks, list) and "omni" in tasks:
-        problems.append(
-            "meta.tasks: an omni recipe runs vllm-omni (vllm serve --omni), which rigsmith does not deploy"
+    if not problems and isinstance(tasks, list) and "omni" in tasks:
+        raise RecipeError(
+            f"{source}: meta.tasks holds omni: this recipe is served by vllm-omni (vllm serve --omni, its "
+            "image and its own server), which rigsmith does not deploy",
+            hint="import a recipe the site serves with plain vllm serve (meta.tasks text, multimodal or "
+            "embedding)",
         )
     if problems:
         raise _refuse(source, problems)
