@@ -10,7 +10,8 @@ from tasks._common import confirm, echo, project, side, user_errors
 
 @task(
     help={
-        "source": "recipe to import: an http(s) URL or a file (recipe JSON, command text or compose file)",
+        "source": "recipe to import: an http(s) URL or a file (recipe JSON, command text, compose file or "
+        "a vLLM recipes YAML)",
         "name": "deployment name, i.e. deployments/NAME.yaml (default: from the recipe id, title or model)",
         "image": "container image to run when the recipe names none (seed 003 runs vLLM from a venv)",
         "yes": "change an existing deployments/NAME.yaml without asking; import a text bash would break on "
@@ -24,6 +25,8 @@ from tasks._common import confirm, echo, project, side, user_errors
         "service": "compose file with several vLLM services: the service to import",
         "env_file": "compose file: interpolate ${VAR} from this KEY=value file instead of the .env beside it "
         "(the process environment still wins, as in compose)",
+        "variant": "vLLM recipes YAML: the variant to import, NAME or NAME@HARDWARE (a recipes-site hardware "
+        "profile such as rtx_4090_2x; default: the profile the site opens on)",
     },
     iterable=["allow_mount"],
 )
@@ -41,6 +44,7 @@ def import_recipe(
     source_repo: str | None = None,
     service: str | None = None,
     env_file: str | None = None,
+    variant: str | None = None,
 ) -> None:
     """Import a published vLLM recipe into deployments/NAME.yaml (a re-import merges into your edits)."""
     resolve = side(ours, theirs)
@@ -60,6 +64,7 @@ def import_recipe(
         source_repo=source_repo,
         service=service,
         env_file=env_file,
+        variant=variant,
     )
     if not dry_run:
         from rigsmith.operating.nextstep import after_import

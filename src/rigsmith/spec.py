@@ -39,6 +39,8 @@ SPEC_VERSION: Literal[1] = 1
 #: complete it against the schema (``invoke schema``). A comment, so the model never sees it.
 MODELINE = "# yaml-language-server: $schema=../schema/deployment.schema.json\n"
 
+#: A Hugging Face Hub repo id, owner/name.
+HUB_REPO_RE = r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"
 #: A placeholder token in a recipe value: ``<repo>``, ``<vllm tree>``, ``<n_of_tokens>``.
 PLACEHOLDER_RE = re.compile(r"<[A-Za-z_][A-Za-z0-9_ .-]*>")
 # Anchored with \Z, not $: `$` also matches before a trailing newline, and targets write these bare.
@@ -118,7 +120,8 @@ class ModelSpec(Frozen):
     repo: str | None = Field(
         None,
         description="Hugging Face repo id, owner/name; null for a checkpoint already on disk at local_dir "
-        "(rigsmith then downloads and pins nothing).",
+        "(rigsmith then downloads and pins nothing); a placeholder token such as '<MODEL>' (a variable the "
+        "recipe never set) until placeholders gives its value.",
     )
     revision: str | None = Field(
         None, description="40-hex commit (pinned) or a branch/tag that `invoke pin` resolves into the lock."
@@ -133,7 +136,7 @@ class ModelSpec(Frozen):
     @field_validator("repo")
     @classmethod
     def _repo(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*", v):
+        if v is not None and not re.fullmatch(HUB_REPO_RE, v) and not PLACEHOLDER_RE.fullmatch(v):
             raise ValueError(
                 f"{v!r} is not a Hub repo id; write it as owner/name (or null for a checkpoint already in "
                 "local_dir)"
@@ -574,6 +577,36 @@ class Deployment(Frozen):
     provenance: Provenance | None = None
     cluster: Cluster | None = Field(None, description="Several nodes serving this model (null: one host).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _filled_model(cls, data: Any) -> Any:
+        """A model that is a placeholder (``model.repo: <MODEL>``) is what ``placeholders`` gives it, once
+        given: a Hub repo, or a checkpoint's directory on disk (then model.repo is null and local_dir that
+        directory); the token in local_dir and container_path becomes its name."""
+        if not isinstance(data, dict) or not isinstance(model := data.get("model"), dict):
+            return data
+        token, filled = model.get("repo"), data.get("placeholders")
+        if not (isinstance(token, str) and PLACEHOLDER_RE.fullmatch(token) and isinstance(filled, dict)):
+            return data
+        value = filled.get(token)
+        if not isinstance(value, str) or not value.strip():
+            return data
+        local = value.startswith(("/", "~/"))
+        if not local and not re.fullmatch(HUB_REPO_RE, value):
+            raise ValueError(
+                f"placeholders[{token!r}]: {value!r} is the model (model.repo is {token}) and must be its "
+                "Hub repo id (owner/name) or the absolute (or ~/) directory of a checkpoint already on disk"
+            )
+        name = value.rstrip("/").rsplit("/", 1)[-1]
+        paths = {
+            k: v.replace(token, name)
+            for k in ("local_dir", "container_path")
+            if isinstance(v := model.get(k), str)
+        }
+        if local:
+            return {**data, "model": {**model, **paths, "repo": None, "local_dir": value}}
+        return {**data, "model": {**model, "repo": value, **paths}}
+
     @model_validator(mode="after")
     def _cross(self) -> Deployment:
         dup = repeated(e.name for e in self.env if e.active)
@@ -599,9 +632,38 @@ class Deployment(Frozen):
         """Variables passed to the engine, in recipe order."""
         return [e for e in self.env if e.active]
 
+    @property
+    def model_placeholder(self) -> str | None:
+        """The placeholder token the model still is (``<MODEL>``: fill ``placeholders``), or None."""
+        repo = self.model.repo
+        return repo if repo is not None and PLACEHOLDER_RE.fullmatch(repo) else None
+
+    def fill_problems(self) -> list[tuple[str, str]]:
+        """Each placeholder still to fill, by the field that holds it, with what to write there."""
+        out = []
+        for tok in self.unfilled_placeholders():
+            if tok == self.model_placeholder:
+                out.append(
+                    (
+                        "model.repo",
+                        f"is the placeholder {tok} (the recipe runs a model from a variable it never sets); "
+                        f"set `placeholders: {{{tok!r}: OWNER/NAME}}` in the spec (the model's Hub repo id, "
+                        "or the absolute directory of a checkpoint on disk)",
+                    )
+                )
+            else:
+                out.append(
+                    (
+                        "placeholders",
+                        f"{tok!r} has no value; set `placeholders: {{{tok!r}: VALUE}}` in the spec "
+                        "(it is used by the recipe's args or env)",
+                    )
+                )
+        return out
+
     def unfilled_placeholders(self) -> list[str]:
         """Placeholder tokens still used by an active value and without a user value."""
-        used: set[str] = set()
+        used: set[str] = {self.model_placeholder} if self.model_placeholder else set()
         cluster = self.cluster.nodes if self.cluster else ()
         for text in [
             *self.engine.args,

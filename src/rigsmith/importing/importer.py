@@ -341,6 +341,7 @@ def import_recipe(
     service: str | None = None,
     env_file: str | None = None,
     environ: Mapping[str, str] | None = None,
+    variant: str | None = None,
 ) -> specmod.Deployment:
     """Import SOURCE into ``deployments/NAME.yaml`` (asking before changing an existing file).
 
@@ -363,20 +364,20 @@ def import_recipe(
         resolve: settle every conflict with the user's value ("ours") or upstream's ("theirs").
         source_repo: git URL of the source tree the notes clone (the proposed image's tree.repo).
         service: the compose service to import when the file has several vLLM services.
+        variant: a vLLM recipes YAML's variant and hardware profile to import, ``NAME[@HARDWARE]``.
         env_file: the env file a compose file is interpolated with (instead of the .env beside it).
         environ: the process environment compose interpolation reads (default: this process's).
     """
-    fetched = load_source(source, http=http)
-    text = decode(fetched)
+    text = decode(fetched := load_source(source, http=http))
     env = compose_env(source, env_file, os.environ if environ is None else environ)
-    how: dict[str, Any] = {"accept": yes, "compose_env": env, "service": service}
+    how: dict[str, Any] = {"accept": yes, "compose_env": env, "service": service, "variant": variant}
     upstream = recipemod.parse(
         text, source=fetched.source, sha256=fetched.sha256, name=name, image=image, **how
     )
     path = project.spec_path(upstream.name)
     base_path = base_path_of(path)
     mine = _valid_spec(path)  # a broken file goes through the merge, which says how to start afresh
-    if mine and not yes and reimport.same_recipe(base_path, fetched.sha256, image, allow_mount, source_repo):
+    if mine and not yes and reimport.same_recipe(base_path, upstream, image, allow_mount, source_repo):
         echo(_UNCHANGED.format(rel=_rel_to(path, project.root)))
         return mine
     # The recipe's side of the merge (and the recorded base) is what the recipe alone says; --image and

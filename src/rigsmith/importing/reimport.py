@@ -67,10 +67,15 @@ def overlay(data: Any, mine: Mapping[str, Any]) -> Any:
 
 
 def same_recipe(
-    base_path: Path, sha256: str, image: str | None, allow_mount: Sequence[str], source_repo: str | None
+    base_path: Path,
+    upstream: specmod.Deployment,
+    image: str | None,
+    allow_mount: Sequence[str],
+    source_repo: str | None,
 ) -> bool:
-    """Whether the last import (the recorded base) was of exactly these recipe bytes and this import gives
-    no flag of the user's side (``--image``, ``--allow-mount``, ``--source-repo``): then nothing changes."""
+    """Whether the last import (the recorded base) was of exactly these recipe bytes, read the same way (the
+    same title and recipe id: a vLLM recipe's variant and hardware are in both), and this import gives no
+    flag of the user's side (``--image``, ``--allow-mount``, ``--source-repo``): then nothing changes."""
     if image is not None or allow_mount or source_repo is not None:
         return False
     try:
@@ -78,7 +83,13 @@ def same_recipe(
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
     provenance = data.get("provenance") if isinstance(data, dict) else None
-    return isinstance(provenance, dict) and provenance.get("sha256") == sha256
+    now = upstream.provenance
+    return (
+        isinstance(provenance, dict)
+        and now is not None
+        and (provenance.get("sha256"), provenance.get("title"), provenance.get("recipe_id"))
+        == (now.sha256, now.title, now.recipe_id)
+    )
 
 
 def args_indexes_kept(merged: Any, *sides: Any) -> Any:

@@ -84,6 +84,8 @@ class Evaluated:
     problems: list[str] = field(default_factory=list)
     #: Steps beyond bash that need consent; when accepted they are also in ``notes``.
     asks: list[str] = field(default_factory=list)
+    #: The placeholder tokens written for variables with no value (``<MODEL>``), which the user fills.
+    placeholders: list[str] = field(default_factory=list)
 
 
 # -- expansion -----------------------------------------------------------------------------------------
@@ -107,6 +109,7 @@ class _Evaluator:
         self.exported: list[str] = []
         self.notes: list[str] = []
         self.problems: list[str] = []
+        self.made: list[str] = []
         self.changed = False
         #: (line, text) of each command kept for the interpreted text.
         self.kept: list[tuple[int, str]] = []
@@ -193,6 +196,7 @@ class _Evaluator:
     def _placeholder(self, p: Param, line: int, out: list[tuple[str, bool]], ph: list[str], why: str) -> bool:
         token = f"<{p.name}>"
         ph.append(token)
+        self.made.append(token)
         self.notes.append(
             f"line {line}: {p.src}: {p.name} has no value ({why}); it is the placeholder {token}, which you "
             "fill in before deploy"
@@ -641,6 +645,7 @@ class _Evaluator:
         self.notes += [f"in the -c script: {n}" for n in sub.notes]
         self.problems += [f"in the -c script of line {s.line}: {p}" for p in sub.problems]
         self.kept += [(ln + offset, t) for ln, t in inner.kept]
+        self.made += inner.made
         exported_inner = [n for n in inner.exported if n not in self.exported]
         self.exported += exported_inner
 
@@ -682,6 +687,7 @@ def evaluate(text: str, *, accept: bool = False, _inner: _Evaluator | None = Non
         return result
     result.changed = True
     result.notes = [*prompt_notes, *lexed.notes, *ev.notes]
+    result.placeholders = list(dict.fromkeys(ev.made))
     if accept:
         result.notes += [f"accepted with --yes: {a}" for a in lexed.asks]
     result.notes += [f"comment (line {ln}): {c}" for ln, c in lexed.comments if c]

@@ -359,6 +359,19 @@ def _check_model(spec: Deployment, facts: HostFacts) -> Check | None:
     )
 
 
+def _check_filled(spec: Deployment) -> Check | None:
+    """A placeholder the import left (the model first): nothing renders or pins until it is filled."""
+    unfilled = spec.fill_problems()
+    if not unfilled:
+        return None
+    return Check(
+        "placeholders",
+        "no-go",
+        "; ".join(f"{field} {what}" for field, what in unfilled),
+        f"fill them in deployments/{spec.name}.yaml (`invoke next` then says the step after)",
+    )
+
+
 def _check_sparse(facts: HostFacts, target: str) -> Check | None:
     if not facts.sparse:
         return None
@@ -398,6 +411,7 @@ def evaluate(
     ``image_fix``: what to do about a missing image (resolving.engineroute), when not the generic hint."""
     want = requested_gpus(spec, facts)
     optional = [
+        _check_filled(spec),
         check_init(facts, target),
         *check_helpers(facts, target),
         check_image(facts, image_fix),

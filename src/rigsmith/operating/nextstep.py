@@ -56,7 +56,9 @@ def stages(project: Project, deployment: str | None, target: str, host: Host) ->
     name = project.resolve_name(deployment)
     spec = project.load(name)
     ctx = _Ctx(project, spec, lockmod.read(project.lock_path), target, host)
-    out = [Stage("imported", True, f"deployments/{name}.yaml")]
+    out = [_imported(ctx, f"deployments/{name}.yaml")]
+    if not out[0].done:
+        return out
     checks: tuple[Callable[[_Ctx], Stage], ...] = (_pinned, _fetched, _built, _deployed, _up, _qualified)
     for check in checks:
         stage = check(ctx)
@@ -80,6 +82,16 @@ def report(found: list[Stage]) -> list[str]:
     else:
         lines.append(f"where: {found[done - 1].name if done else 'nothing yet'}; next: {last.command}")
     return lines
+
+
+def _imported(c: _Ctx, path: str) -> Stage:
+    """Imported, and every placeholder the import left (the model first) filled."""
+    unfilled = c.spec.fill_problems()
+    if not unfilled:
+        return Stage("imported", True, path)
+    field, what = unfilled[0]
+    more = f" (and {len(unfilled) - 1} more placeholder(s))" if len(unfilled) > 1 else ""
+    return Stage("imported", False, f"{path}: {field} {what}{more}", f"fill {field} in {path}")
 
 
 def _pinned(c: _Ctx) -> Stage:
@@ -202,6 +214,10 @@ def after_import(spec: Deployment) -> list[str]:
     steps += [f"invoke build {d}" if spec.engine.build else None, f"invoke doctor {d}"]
     steps += [f"invoke deploy --target podman {d}", f"invoke up {d}", f"invoke wait {d}"]
     steps += [f"invoke bench --compare {d}"]
+    # The model first: nothing can be pinned without it (other placeholders are named in the notes above).
+    path = f"deployments/{spec.name}.yaml"
+    fill = [f"fill {f} in {path}: {w}" for f, w in spec.fill_problems() if f == "model.repo"]
+    steps = [*fill, *steps]
     lines = ["next, in order (after filling in what is named above, if anything):"]
     lines += [f"  {i}. {s}" for i, s in enumerate((s for s in steps if s), 1)]
     lines.append(f"`invoke next {d}` says where it stands at any time")

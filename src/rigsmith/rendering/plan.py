@@ -308,17 +308,6 @@ def _has_tag(ref: str) -> bool:
     return ":" in last
 
 
-def _placeholder_problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
-    return [
-        (
-            "placeholders",
-            f"{tok!r} has no value; set `placeholders: {{{tok!r}: VALUE}}` in the spec "
-            "(it is used by the recipe's args or env)",
-        )
-        for tok in spec.unfilled_placeholders()
-    ]
-
-
 def _shutdown_problems(spec: specmod.Deployment) -> list[tuple[str, str]]:
     grace, shutdown = spec.resources.stop_grace_seconds, spec.shutdown_timeout
     if shutdown is None or shutdown < grace:
@@ -338,7 +327,7 @@ def problems(spec: specmod.Deployment, image: str | None = None) -> list[tuple[s
     Unfilled placeholders, NUL characters, secret flag values, relative or dangerous host paths, an empty
     executable, the venv or image settings of the runtime, and stop timeouts that do not nest.
     """
-    out = _placeholder_problems(spec)
+    out = spec.fill_problems()
     out += _nul_problems(spec.model_dump(mode="python")) + _nul_problems(image, "--image")
     out += _secret_args(spec.engine.subcommand, "engine.subcommand") + _secret_args(spec.engine.args)
     out += (

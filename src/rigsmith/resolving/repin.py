@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rigsmith.errors import ConsentError
+from rigsmith.errors import ConsentError, RigsmithError
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving import lockdiff, lockhistory
+from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
 STAGED = lockhistory.HISTORY_DIR / "staged.lock"
@@ -87,6 +88,17 @@ def adopt(
         Path(f"{staged.lock_path}.flock").unlink(missing_ok=True)
 
 
+def _unfilled(name: str, spec: Deployment) -> RigsmithError:
+    tok = spec.model_placeholder
+    return RigsmithError(
+        f"deployments/{name}.yaml: model.repo is the placeholder {tok} (the recipe runs a model from a "
+        "variable it never sets); there is nothing to pin until you fill it",
+        hint=f"set `placeholders: {{'{tok}': OWNER/NAME}}` (the model's Hub repo id, or a checkpoint's "
+        f"absolute directory) in "
+        f"deployments/{name}.yaml, then run invoke pin --deployment {name}",
+    )
+
+
 def pin_all(project: Project, deployment: str | None, *, repin: bool, echo: Callable[[str], None]) -> None:
     """Every pin step, in order, on ``project``'s lock (a staged copy for --repin): image tags, source
     trees, then each deployment's model and secondary models."""
@@ -96,7 +108,12 @@ def pin_all(project: Project, deployment: str | None, *, repin: bool, echo: Call
     from rigsmith.resolving import sources as sourcesmod
     from rigsmith.resolving.secondaryfetch import pin_models
 
-    # An image.yaml still to fill stops pin before any network; a proposed build no spec runs yet waits.
+    # An image.yaml or a named deployment's model still to fill stops pin before any network; a proposed
+    # build no spec runs yet waits.
+    names = [project.resolve_name(deployment)] if deployment else project.deployment_names()
+    unfilled = {n: s for n in names if (s := project.load(n)).model_placeholder}
+    if deployment and unfilled:
+        raise _unfilled(names[0], unfilled[names[0]])
     trees = sourcesmod.check_filled(project, deployment)
     for p in engineroute.unfilled(project, deployment):
         echo(
@@ -113,6 +130,11 @@ def pin_all(project: Project, deployment: str | None, *, repin: bool, echo: Call
         sourcesmod.pin_sources(project, src, trees, repin=repin, echo=echo)
     finally:
         src.close()
-    names = [project.resolve_name(deployment)] if deployment else project.deployment_names()
     for name in names:
+        if name in unfilled:
+            echo(
+                f"deployments/{name}.yaml: model not pinned: model.repo is the placeholder "
+                f"{unfilled[name].model_placeholder}; fill it (placeholders) and pin again"
+            )
+            continue
         pin_models(project, project.load(name), repin=repin, echo=echo)

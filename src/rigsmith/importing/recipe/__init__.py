@@ -55,15 +55,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from typing import Any
 
 from rigsmith import spec as specmod
-from rigsmith.importing.recipe import cardform
+from rigsmith.errors import RecipeError
+from rigsmith.importing.recipe import cardform, vllmapi, vllmrecipe
 from rigsmith.importing.recipe.assemble import build, slug
 from rigsmith.importing.recipe.composeenv import ComposeEnv
 from rigsmith.importing.recipe.composeform import _compose_data, _from_compose
 from rigsmith.importing.recipe.envtext import parse_env_text
 from rigsmith.importing.recipe.flags import canonical_flag, flag_values
-from rigsmith.importing.recipe.jsonform import _from_json
+from rigsmith.importing.recipe.jsonform import _from_json, load_json
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _provenance, _refuse
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
 from rigsmith.importing.recipe.scriptform import from_script
@@ -82,6 +84,7 @@ def parse(
     accept: bool = False,
     compose_env: ComposeEnv | None = None,
     service: str | None = None,
+    variant: str | None = None,
 ) -> specmod.Deployment:
     """Recipe text (any of the three formats) → a validated Deployment, or RecipeError with every reason.
 
@@ -96,6 +99,7 @@ def parse(
         compose_env: the variables a compose file is interpolated with (process environment, env file);
             None interpolates with nothing set (every ``${VAR}`` without a default is a placeholder).
         service: the compose service to import (``--service``), when the file has several.
+        variant: a vLLM recipes YAML's variant, ``NAME[@HARDWARE]`` (``--variant``).
     """
     if "\x00" in text:
         at = text.index("\x00")
@@ -108,7 +112,11 @@ def parse(
             ],
         )
     stripped = text.lstrip("\ufeff \t\r\n")
-    if stripped.startswith("{"):
+    recipe: dict[str, Any] | None = None
+    if stripped.startswith("{") and vllmapi.is_api(api := load_json(text, source)):
+        recipe = api
+        launch, meta = vllmapi.from_api(api, source, variant)
+    elif stripped.startswith("{"):
         launch, meta = _from_json(text, source, accept)
     elif cardform.is_card(text):
         fields, card_notes, card_problems = cardform.card_fields(text)
@@ -129,12 +137,21 @@ def parse(
                 ],
             )
         data = _compose_data(text, source)
-        if data is not None:
+        recipe = vllmrecipe.load(text, source) if data is None and vllmrecipe.looks_like(text) else None
+        if recipe is not None:
+            launch, meta = vllmrecipe.from_recipe(recipe, source, variant)
+        elif data is not None:
             launch = _from_compose(data, compose_env or ComposeEnv(), service)
             meta = Meta()
         else:
             launch = from_script(text, source, accept)
             meta = Meta()
+    if variant is not None and recipe is None:
+        raise RecipeError(
+            f"{source}: --variant {variant} picks a variant of a vLLM recipes YAML (models/ORG/REPO.yaml of "
+            "vllm-project/recipes), and this is not one",
+            hint="leave out --variant, or import the recipe's YAML",
+        )
     launch.problems += _modelscope(launch, meta)
     meta = dataclasses.replace(meta, provenance=_provenance(source, sha256, meta))
     return build(launch, meta, source=source, asked=Asked(name, image))

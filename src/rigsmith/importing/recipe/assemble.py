@@ -252,7 +252,7 @@ def _argv_notes(launch: Launch, model: _Model) -> list[str]:
         if _expands(launch, i):
             notes.append(f"args[{i}] {a!r} holds shell syntax that a shell would expand; kept literally")
     model_value = flag_values([launch.args[model_idx]], "--model") or [(model_idx, launch.args[model_idx])]
-    if repo is not None and model_value[0][1] == repo:
+    if repo is not None and model_value[0][1] == repo and not specmod.PLACEHOLDER_RE.fullmatch(repo):
         notes.append(f"the model argument {repo} is replaced by the downloaded copy at model.container_path")
     if repo is None:
         notes.append(

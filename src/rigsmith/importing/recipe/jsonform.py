@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from rigsmith import yamldoc
 from rigsmith.errors import RecipeError
-from rigsmith.importing.recipe.launch import Launch, Meta, _refuse
+from rigsmith.importing.recipe.launch import Launch, Meta, _refuse, read_tree
 from rigsmith.importing.recipe.scriptform import from_script
 
 # -- format (a): recipe JSON -------------------------------------------------------------------------
@@ -14,22 +14,15 @@ from rigsmith.importing.recipe.scriptform import from_script
 _JSON_FIELDS = ("id", "title", "command", "env", "notes")
 
 
+def load_json(text: str, source: str) -> Any:
+    """The JSON text as plain data, or one RecipeError saying where it breaks."""
+    return read_tree(
+        json.loads, text, source, "the recipe JSON", 'a recipe JSON is a flat object with a "command" string'
+    )
+
+
 def _from_json(text: str, source: str, accept: bool = False) -> tuple[Launch, Meta]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise RecipeError(
-            f"{source}: not valid JSON: {err.msg} at line {err.lineno} column {err.colno}",
-            hint='a recipe JSON needs at least a "command" string',
-        ) from None
-    except RecursionError:
-        raise RecipeError(
-            f"{source}: the recipe JSON is nested more than {yamldoc.MAX_DEPTH} levels deep",
-            hint="a recipe JSON is a flat object",
-        ) from None
-    problem = yamldoc.tree_problem(data)
-    if problem:
-        raise RecipeError(f"{source}: the recipe JSON {problem}", hint="a recipe JSON is a flat object")
+    data = load_json(text, source)
     if not isinstance(data, dict):
         raise RecipeError(f'{source}: the recipe JSON must be an object with a "command" string')
     problems = []

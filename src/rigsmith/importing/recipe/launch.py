@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from rigsmith import spec as specmod
+from rigsmith import yamldoc
 from rigsmith.errors import RecipeError
 
 # -- intermediate ------------------------------------------------------------------------------------
@@ -48,6 +52,9 @@ class Launch:
     writable: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: Placeholder tokens the import wrote for variables the text uses with no value (``$MODEL`` unset →
+    #: ``<MODEL>``): the user fills each; the model may be one (the spec's model.repo is then the token).
+    made_placeholders: list[str] = field(default_factory=list)
     #: One argv per node (after ``vllm serve``, head first) when the block is a multi-node group.
     node_args: list[list[str]] = field(default_factory=list)
     #: One entry per node of a Ray cluster recipe (importing/recipe/raycluster.py), head first.
@@ -87,3 +94,22 @@ def _refuse(source: str, problems: Sequence[str]) -> RecipeError:
         "\n".join(lines),
         hint="fix the recipe text (a local copy is fine: `invoke import-recipe PATH`) and import again",
     )
+
+
+def read_tree(read: Callable[[str], Any], text: str, source: str, what: str, hint: str) -> Any:
+    """``read(text)`` (``json.loads``, ``yamldoc.load_yaml``) as plain data, or one RecipeError saying
+    where ``what`` (``the recipe JSON``) breaks: its syntax, its depth, or a value no target carries."""
+    problem: str | None
+    try:
+        data = read(text)
+    except json.JSONDecodeError as err:
+        problem = f"is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+    except yaml.YAMLError as err:
+        problem = "is " + yamldoc.yaml_problem(err)
+    except RecursionError:
+        problem = f"is nested more than {yamldoc.MAX_DEPTH} levels deep"
+    else:
+        problem = yamldoc.tree_problem(data)
+        if problem is None:
+            return data
+    raise RecipeError(f"{source}: {what} {problem}", hint=hint)

@@ -82,7 +82,7 @@ def _unusable(launch: Launch, idx: int, value: str) -> str | None:
             f"the model is {value!r}, a placeholder in the published text; replace it with the Hub repo id "
             "(owner/name) or the checkpoint's directory and import again"
         )
-    if specmod.PLACEHOLDER_RE.fullmatch(value):
+    if specmod.PLACEHOLDER_RE.fullmatch(value) and value not in launch.made_placeholders:
         return (
             f"the model is the placeholder {value!r}; replace it with a Hub repo id (owner/name) or the "
             "checkpoint's directory"
@@ -110,6 +110,18 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
     if unusable:
         problems.append(unusable)
         return None
+    if value in launch.made_placeholders:
+        # A variable the text never sets ($MODEL, ${MODEL:?set MODEL}): the spec's model is the token until
+        # the user fills it (spec.Deployment: placeholders gives the repo; pin and deploy refuse until then).
+        return _Model(
+            value,
+            f"~/models/{value}",
+            idx,
+            f"the model is the placeholder {value} (the text runs the model from a variable it never sets); "
+            f"fill it before pin: placeholders: {{'{value}': OWNER/NAME}} in the spec (the Hub repo id, or "
+            "the absolute directory of a checkpoint on disk; model.local_dir and model.container_path then "
+            "use its name)",
+        )
     gguf = _GGUF_REF_RE.match(value)
     if gguf and not value.startswith(("/", "~", ".")):
         # vLLM reads `owner/repo:QUANT` as the Hub repo and the GGUF file of that quantization.

@@ -64,4 +64,5 @@ def from_script(text: str, source: str, accept: bool) -> Launch:
     launch = _from_shell(ev.text)
     launch.problems = [*ev.problems, *launch.problems]
     launch.notes = [*ev.notes, *launch.notes]
+    launch.made_placeholders = ev.placeholders
     return launch
