@@ -32,11 +32,12 @@ from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.download import FetchContext, check_file, download_all, run_all
+from rigsmith.resolving.download import FetchInterrupted as FetchInterrupted
 from rigsmith.resolving.localmodel import dir_lock, fetch_local, patched, real_home
 from rigsmith.resolving.lock import LockedModel
 from rigsmith.resolving.modelfiles import (
     HF_DOWNLOAD_DIR,
-    MAX_WORKERS,
     ORIGINAL_DIR,
     PARTIAL_DIR,
     STATE_DIR,
@@ -51,6 +52,7 @@ from rigsmith.resolving.modelfiles import (
     expand_dir,
     locked_model,
     locked_patches,
+    parse_workers,
     patches_by_file,
     read_state,
     seen_at,
@@ -61,8 +63,6 @@ from rigsmith.resolving.modelfiles import (
     vouches,
     wants,
 )
-from rigsmith.resolving.transfer import FetchContext, check_file, run_all
-from rigsmith.resolving.transfer import FetchInterrupted as FetchInterrupted
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
@@ -306,11 +306,7 @@ def fetch_model(
     Raises:
         RigsmithError: a bad spec field, the Hub refusing, a hash mismatch, too little disk space.
     """
-    if not 1 <= workers <= MAX_WORKERS:
-        raise RigsmithError(
-            f"--workers {workers}: must be between 1 and {MAX_WORKERS}",
-            hint=f"the default, {WORKERS}, matches `hf download`",
-        )
+    parse_workers(workers)
     home = home if home is not None else user_home()
     if spec.model.repo is None:
         return fetch_local(spec, dest, echo, home)
@@ -325,15 +321,8 @@ def fetch_model(
     root = dest.absolute() if dest is not None else expand_dir(m.local_dir, {"HOME": home})
     files = select(entry.files, m.allow_patterns, m.ignore_patterns)
     if not files:
-        raise SpecError(
-            where,
-            [
-                (
-                    f"{where}.allow_patterns",
-                    f"no file of {entry.repo}@{entry.commit[:12]} matches the allow/ignore patterns",
-                )
-            ],
-        )
+        why = f"no file of {entry.repo}@{entry.commit[:12]} matches the allow/ignore patterns"
+        raise SpecError(where, [(f"{where}.allow_patterns", why)])
     check_patch_files(m.config_patches, files)
     by_file = patches_by_file(m.config_patches)
     wanted = wants(files, by_file)
@@ -352,13 +341,13 @@ def fetch_model(
         ctx = FetchContext(spec, entry, root, state, report, threading.Lock(), get_hub, threading.Event())
         report.cleaned = _clean(root, wanted)
 
-        to_check: list[Want] = []
-        for w in wanted:
-            fresh = vouches(state.files.get(w.disk_path), seen_at(root / w.disk_path), w.kind, w.digest)
-            if fresh and not verify:
-                report.cached += 1
-            else:
-                to_check.append(w)
+        to_check = [
+            w
+            for w in wanted
+            if verify
+            or not vouches(state.files.get(w.disk_path), seen_at(root / w.disk_path), w.kind, w.digest)
+        ]
+        report.cached = len(wanted) - len(to_check)
         try:
             checked = run_all(lambda w: check_file(ctx, w), to_check, workers, ctx.stop)
         except KeyboardInterrupt:
@@ -378,8 +367,6 @@ def fetch_model(
             for w in todo:
                 if verify and (root / w.disk_path).exists():
                     echo(f"{w.repo_path}: does not match the lock; downloading it again")
-            from rigsmith.resolving.download import download_all  # byte moving: only when there is some
-
             try:
                 download_all(ctx, todo, workers, progress)
             except KeyboardInterrupt:
