@@ -238,12 +238,6 @@ class PartialFile:
     def truncate(self, size: int | None = None) -> int:
         return self._fh.truncate(size)
 
-    def flush(self) -> None:
-        self._fh.flush()
-
-    def fileno(self) -> int:
-        return self._fh.fileno()
-
 
 def _download(ctx: FetchContext, w: Want) -> None:
     """Download one file into its partial (resuming one left earlier), check its hash, move it into place.
@@ -336,26 +330,17 @@ def _fetch(ctx: FetchContext, w: Want, part: Path, on_bytes: Callable[[int], Non
 def download_all(ctx: FetchContext, todo: Sequence[Want], workers: int, progress: bool | None) -> None:
     """Download ``todo`` with ``workers`` files at once (a rich progress bar on a terminal); one error is
     raised as it is, several are listed in one message."""
-    # rich loads here: a warm run (nothing to download) never needs it.
+    from rich import progress as rp  # loads here: a warm run (nothing to download) never needs it
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
 
     console = Console(stderr=True)
     show = console.is_terminal if progress is None else progress
     errors: list[BaseException] = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(binary_units=True),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
+    columns = (rp.TextColumn("{task.description}"), rp.BarColumn(), rp.DownloadColumn(binary_units=True))
+    with rp.Progress(
+        *columns,
+        rp.TransferSpeedColumn(),
+        rp.TimeRemainingColumn(),
         console=console,
         disable=not show,
         transient=True,

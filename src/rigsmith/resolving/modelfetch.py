@@ -88,9 +88,7 @@ def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
     def get() -> Hub:
         if not cache:
             if hub is None:
-                from rigsmith.resolving.hub import (
-                    HfHub,  # huggingface_hub's HTTP stack: import only when needed
-                )
+                from rigsmith.resolving.hub import HfHub  # huggingface_hub: imported only when needed
 
                 cache.append(HfHub.from_env())
             elif callable(hub) and not hasattr(hub, "download"):
@@ -125,17 +123,15 @@ def pin_model(
     """Resolve the spec's model revision into ``rigsmith.lock`` once; re-resolve only when asked.
 
     Args:
-        project: the checkout (its ``rigsmith.lock`` is read and written).
-        spec: the deployment; ``spec.model.repo`` and ``revision`` (None means ``main``) are resolved.
+        spec: ``spec.model.repo`` and ``revision`` (None means ``main``) are resolved.
         repin: resolve the branch/tag again even when the lock already has a commit; prints what changed.
-        echo: where status lines go.
         hub: a Hub (or a factory for one); default: huggingface_hub with HF_ENDPOINT / HF_TOKEN.
         slot: where the entry lives in the lock (default: ``models[spec.name]``; a secondary model's is
             ``secondary[NAME][REPO]``, its ``spec`` a copy whose ``model`` is the secondary one).
 
     Returns:
-        The lock entry (``models[spec.name]``): repo, requested revision, commit, every file's hashes;
-        None for a local checkpoint (``model.repo: null``), which has nothing to pin.
+        The lock entry: repo, requested revision, commit, every file's hashes; None for a local checkpoint
+        (``model.repo: null``), which has nothing to pin.
 
     Raises:
         AdapterError: the Hub said no (not found, gated, bad revision) or stayed unreachable.
@@ -283,25 +279,17 @@ def fetch_model(
     """Download the locked model revision into its local dir, verify every file, apply config patches.
 
     Args:
-        project: the checkout (lock read/written).
-        spec: the deployment whose ``model`` section is fetched.
         dest: directory to fetch into instead of ``spec.model.local_dir``.
         verify: hash every file again even where the verified-file record vouches for it.
-        repin: re-resolve a branch/tag before fetching (shows what changed).
-        echo: where status lines go.
         hub: Hub adapter (or factory); built only when a request is needed.
         disk_free: bytes free at a path (host fact).
-        workers: files downloaded (or hashed) at once, 1 to :data:`MAX_WORKERS`.
+        workers: files downloaded (or hashed) at once, 1 to ``MAX_WORKERS`` (64).
         progress: show a rich progress bar (default: when stderr is a terminal).
         confirm: asks the user yes/no; None when there is no terminal (then every question is a no).
         adopt_dir: fetch into a non-empty directory that does not hold this model yet, without asking.
         overwrite_edited: replace a hand-edited patched file (config.json) without asking.
         home: the user's home directory (default: ``$HOME``), for the model-dir check.
-        slot: where the model's lock entry lives (see :func:`pin_model`).
-        where: the spec field of the model, for messages (``model``, ``secondary_models[0]``).
-
-    Returns:
-        What was done (downloaded, hashed, cached, cleaned, patched).
+        slot, where: the model's lock entry (see :func:`pin_model`) and spec field (``secondary_models[0]``).
 
     Raises:
         RigsmithError: a bad spec field, the Hub refusing, a hash mismatch, too little disk space.
