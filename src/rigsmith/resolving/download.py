@@ -312,7 +312,10 @@ def _fetch(ctx: FetchContext, w: Want, part: Path, on_bytes: Callable[[int], Non
         with ctx.mu:
             ctx.report.resumed_bytes += have
     with part.open("r+b" if have else "wb") as fh:
-        hasher = hash_stream(w.kind, w.size, fh, limit=have, stop=ctx.stop)  # the resumed prefix, once
+        # The resumed prefix is read once; the rest is hashed as it arrives.
+        hasher = (
+            hash_stream(w.kind, w.size, fh, limit=have, stop=ctx.stop) if have else Hasher(w.kind, w.size)
+        )
         out = PartialFile(fh, on_bytes, ctx.stop, hasher)
         try:
             if have < w.size:
