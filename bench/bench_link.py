@@ -2,7 +2,7 @@
 """Cold ``fetch-model`` over a shaped link, against huggingface_hub's own download and ``curl --parallel``.
 
     sudo python bench/bench_link.py [--shards 8] [--shard-mib 128] [--rates 1gbit,10gbit] [--repeat 2]
-                                    [--against DIR]
+                                    [--against DIR] [--skip hf+sha]
 
 Needs root (it makes two network namespaces). The Hub stand-in (tests/support/hubserver.py) runs in one
 namespace, every client in the other; a veth pair joins them, its server end shaped with ``tc tbf`` to each
@@ -141,6 +141,7 @@ def main() -> None:
     ap.add_argument("--rates", default="1gbit,10gbit", help="tc rates, comma-separated")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--against", type=Path, help="another checkout whose fetch-model is timed too")
+    ap.add_argument("--skip", default="", help="cases left out, comma-separated (curl and hf always run)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench_link.py makes network namespaces: run it as root")
@@ -214,6 +215,8 @@ def _bench(
     }
     if args.against is not None:
         cases["against"] = invoke(args.against.resolve())
+    for name in set(args.skip.split(",")) - {"", "curl", "hf"}:
+        cases.pop(name, None)
 
     def wipe() -> None:
         shutil.rmtree(out, ignore_errors=True)
