@@ -2,7 +2,7 @@
 """Cold ``fetch-model`` over a shaped link, against huggingface_hub's own download and ``curl --parallel``.
 
     sudo python bench/bench_link.py [--shards 8] [--shard-mib 128] [--rates 1gbit,10gbit] [--repeat 2]
-                                    [--against DIR]
+                                    [--against DIR] [--skip hf+sha]
 
 Needs root (it makes two network namespaces). The Hub stand-in (tests/support/hubserver.py) runs in one
 namespace, every client in the other; a veth pair joins them, its server end shaped with ``tc tbf`` to each
@@ -141,6 +141,7 @@ def main() -> None:
     ap.add_argument("--rates", default="1gbit,10gbit", help="tc rates, comma-separated")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--against", type=Path, help="another checkout whose fetch-model is timed too")
+    ap.add_argument("--skip", default="", help="cases left out, comma-separated (curl and hf always run)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench_link.py makes network namespaces: run it as root")
@@ -214,6 +215,8 @@ def _bench(
     }
     if args.against is not None:
         cases["against"] = invoke(args.against.resolve())
+    for name in set(args.skip.split(",")) - {"", "curl", "hf"}:
+        cases.pop(name, None)
 
     def wipe() -> None:
         shutil.rmtree(out, ignore_errors=True)
@@ -221,34 +224,37 @@ def _bench(
         (proj / "rigsmith.lock").unlink(missing_ok=True)
 
     rates = args.rates.split(",")
-    med: dict[str, dict[str, float]] = {}
+    runs: dict[str, dict[str, list[float]]] = {}
     for rate in rates:
         link.shape(rate)
-        med[rate] = _rounds(cases, args.repeat, wipe)
-    _report(args, rates, med, mib)
+        runs[rate] = _rounds(cases, args.repeat, wipe)
+    _report(args, rates, runs, mib)
 
 
 def _rounds(
     cases: dict[str, tuple[list[str], dict[str, str]]], repeat: int, before: Callable[[], None]
-) -> dict[str, float]:
-    """Median seconds of each case, interleaved round by round (``before`` runs untimed before each)."""
+) -> dict[str, list[float]]:
+    """Seconds of each case's runs, interleaved round by round (``before`` runs untimed before each)."""
     times: dict[str, list[float]] = {k: [] for k in cases}
     for _ in range(repeat):
         for name, (argv, env) in cases.items():
             before()
             times[name].append(_run(argv, env))
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
 
 
-def _report(args: argparse.Namespace, rates: list[str], med: dict[str, dict[str, float]], mib: int) -> None:
+def _report(
+    args: argparse.Namespace, rates: list[str], runs: dict[str, dict[str, list[float]]], mib: int
+) -> None:
     print(f"{args.shards}x{args.shard_mib} MiB over a veth pair shaped with tc tbf; {os.cpu_count()} cores; "
           f"medians of {args.repeat}, interleaved; ratio = time / baseline (below 1: faster)")  # fmt: skip
-    print(f"{'rate':<8} {'case':<10} {'s':>8} {'MiB/s':>7} {'vs curl':>8} {'vs hf':>7}")
+    print(f"{'rate':<8} {'case':<10} {'s':>8} {'MiB/s':>7} {'vs curl':>8} {'vs hf':>7}  runs (s)")
     for rate in rates:
-        m = med[rate]
+        m = {case: statistics.median(t) for case, t in runs[rate].items()}
         for case, took in m.items():
+            each = " ".join(f"{t:.2f}" for t in runs[rate][case])
             print(f"{rate:<8} {case:<10} {took:8.2f} {mib / took:7.0f} {took / m['curl']:7.2f}x "
-                  f"{took / m['hf']:6.2f}x")  # fmt: skip
+                  f"{took / m['hf']:6.2f}x  {each}")  # fmt: skip
 
 
 if __name__ == "__main__":

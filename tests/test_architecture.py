@@ -33,13 +33,10 @@ CORE = (
 ADAPTERS = (
     "rigsmith.importing.importer",  # the http(s) recipe fetch
     "rigsmith.resolving.hub",
-    "rigsmith.resolving.rangeget",  # byte ranges of large files (http.client)
-    "rigsmith.resolving.parts",  # a large file as ranges in flight together
     "rigsmith.resolving.registry",
     "rigsmith.resolving.engine",
     "rigsmith.resolving.modelfetch",
-    "rigsmith.resolving.transfer",  # a fetch's context, checks of files on disk, the worker pool
-    "rigsmith.resolving.download",  # the bytes of a model's files: huggingface_hub, byte ranges, hf_xet
+    "rigsmith.resolving.download",  # a model's files checked on disk or moved by huggingface_hub, hf_xet
     "rigsmith.resolving.localmodel",  # a checkpoint already on disk (file lock, config patches)
     "rigsmith.resolving.build",
     "rigsmith.resolving.checkpoint",  # safetensors headers by range requests

@@ -216,7 +216,7 @@ def test_files_download_concurrently_up_to_the_worker_count(hub, client, make_pr
     _assert_tree(tmp_path / "one", files)
     assert hub.peak_in_flight() == 1 and hub.count("/resolve/") == len(files)
 
-    with pytest.raises(RigsmithError, match=r"--workers 0: must be between 1 and 64"):
+    with pytest.raises(RigsmithError, match=r"--workers '0': must be a whole number from 1 to 64"):
         fetch_model(project, spec, hub=client, workers=0, echo=lambda _m: None)
 
 
@@ -562,3 +562,31 @@ def test_golden_file_set_is_exact() -> None:
         "patched-config.json.golden",
         "seed-deployments.rigsmith.lock.golden",
     ]
+
+
+def test_a_repo_on_xet_goes_through_hf_xet_and_nothing_unverified_lands(
+    hub, client, make_project, monkeypatch
+):
+    """As far as a stand-in allows: it says the file is on Xet (HEAD headers) but has no Xet token route or
+    CAS, so hf_xet's route is taken and fails cleanly. With hf_xet turned off the same repo downloads by
+    huggingface_hub's HTTP path."""
+    import huggingface_hub.constants
+
+    files = tiny_files("onxet", shards=1, shard_size=5 * MiB)
+    sha = hub.repo("acme/onxet", xet=True).add_commit(files, refs=())
+    project, spec = make_project(repo="acme/onxet", revision=sha)
+    root, shard = Path(spec.model.local_dir), "model-00001-of-00001.safetensors"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", False)
+
+    with pytest.raises(AdapterError, match="HTTP 404"):
+        fetch_model(project, spec, hub=client, workers=4, echo=lambda _m: None)
+
+    assert [r.method for r in hub.hub_requests(f"/resolve/{sha}/{shard}")] == ["HEAD"]
+    assert hub.count("/xet-read-token/") >= 1  # hf_xet's route asked for its token
+    assert not (root / shard).exists()
+
+    hub.reset()
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True)
+    fetch_model(project, spec, hub=client, workers=4, echo=lambda _m: None)
+    _assert_tree(root, files)
+    assert all(r.method == "GET" for r in hub.hub_requests(shard))

@@ -21,7 +21,7 @@ from tests.support.models import REPO, cli_env, overwrite_in_place, tiny_files
 #: progress display.
 HEAVY = (
     *("huggingface_hub", "httpx", "httpx2", "hf_xet", "rich", "tenacity", "http.client"),
-    *("rigsmith.resolving.hub", "rigsmith.resolving.download", "rigsmith.resolving.rangeget"),
+    *("rigsmith.resolving.hub", "ctypes"),
 )
 PATCH = [{"key": "text_config.ple_embedding_dtype", "value": "float8_e4m3fn"}]
 

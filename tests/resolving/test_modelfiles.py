@@ -24,7 +24,6 @@ from rigsmith.errors import PreflightError, RigsmithError, SpecError
 from rigsmith.resolving.hub import ShortBody, is_retryable
 from rigsmith.resolving.lock import LockedFile
 from rigsmith.resolving.modelfiles import (
-    FileState,
     Hasher,
     Want,
     check_disk,
@@ -32,6 +31,7 @@ from rigsmith.resolving.modelfiles import (
     hash_file,
     hash_stream,
     patch_json,
+    read_state,
     safe_relpath,
     seen,
     seen_at,
@@ -207,5 +207,6 @@ def test_the_record_vouches_only_for_the_file_as_it_was_hashed(tmp_path):
     assert not vouches(rec, seen_at(f), "sha256", "e" * 64) and not vouches(rec, None, "sha256", "d" * 64)
     overwrite_in_place(f, 0, b"x")
     assert not vouches(rec, seen_at(f), "sha256", "d" * 64)
-    old = FileState(size=4, mtime_ns=f.stat().st_mtime_ns, kind="sha256", digest="d" * 64)
-    assert not vouches(old, seen_at(f), "sha256", "d" * 64)
+    old = {"size": 4, "mtime_ns": f.stat().st_mtime_ns, "kind": "sha256", "digest": "d" * 64}
+    (tmp_path / "state.json").write_text(json.dumps({"files": {"w.bin": old}}))
+    assert read_state(tmp_path / "state.json").files == {}  # an old record (size + mtime only) is dropped

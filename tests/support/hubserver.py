@@ -156,7 +156,6 @@ class Fault:
     delay: float = 0.0  # "slow": seconds per 256 KiB after ``after`` bytes
     after: int = 0
     body: bytes = b""  # "body": answer 200 with these bytes (a hostile or broken Hub)
-    start: int | None = None  # only requests whose Range starts at this byte (one range of a file)
     headers: dict[str, str] = field(default_factory=dict)  # "body": extra response headers (Link: …)
 
 
@@ -252,10 +251,10 @@ class HubServer:
         self.stop()
 
     # -- internals ----------------------------------------------------------------------------
-    def _take_fault(self, method: str, path: str, start: int | None) -> Fault | None:
+    def _take_fault(self, method: str, path: str) -> Fault | None:
         with self._mu:
             for f in self.faults:
-                if f.times > 0 and f.method == method and f.match in path and f.start in (None, start):
+                if f.times > 0 and f.method == method and f.match in path:
                     f.times -= 1
                     return f
         return None
@@ -319,8 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, req: Request) -> None:
         hub = self.hub
         path = urlsplit(self.path).path
-        mm = re.fullmatch(r"bytes=(\d+)-\d*", (req.range or "").strip())
-        fault = hub._take_fault(self.command, path, int(mm.group(1)) if mm else None)
+        fault = hub._take_fault(self.command, path)
         if fault is not None and fault.kind in ("500", "502", "503"):
             self._error(int(fault.kind), "", "injected server error")
             return

@@ -1,8 +1,8 @@
 """The Hub adapter: huggingface_hub behind a small interface, with retries and clear errors.
 
 It translates, nothing more: resolve a revision, list a commit's files with their hashes, move a file's
-bytes from an offset (huggingface_hub's ``http_get``), a byte range of a large one (``rangeget``), or the
-whole file (``xet_get``, where the Hub says Xet). Retries (tenacity) cover transient failures only;
+bytes from an offset (huggingface_hub's ``http_get``) or the whole file (``xet_get``, where the Hub says
+Xet). Retries (tenacity) cover transient failures only;
 huggingface_hub's own exception tree decides what is transient (see research/library-facts.md §1.9:
 ``GatedRepoError`` is a
 ``RepositoryNotFoundError``, ``LocalEntryNotFoundError`` wraps the real cause, transport errors are
@@ -11,7 +11,6 @@ huggingface_hub's own exception tree decides what is transient (see research/lib
 
 from __future__ import annotations
 
-import http.client
 import logging
 import os
 import threading
@@ -20,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpcore2
 import httpx2
@@ -51,7 +50,6 @@ from tenacity import (
 from rigsmith.errors import AdapterError
 from rigsmith.resolving.modelfiles import RemoteFile, Stopped, read_text_or_none, remote_files, token_from
 from rigsmith.resolving.netfail import unreachable
-from rigsmith.resolving.rangeget import NotRanged, RangeGetter, ShortRange, Write, origin
 from rigsmith.spec import SHA1_RE
 
 log = logging.getLogger("rigsmith.hub")
@@ -60,12 +58,11 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 #: A tree listing longer than this many pages is refused (1000 entries a page: far beyond any model).
 MAX_TREE_PAGES = 1000
-#: Bytes ``http_get`` hands to the partial file at a time (huggingface_hub's default: 10 MiB). Ctrl-C is
-#: seen, and a later run resumes, at this step: 1 MiB keeps both prompt on a slow link.
-CHUNK_BYTES = 1 << 20
 #: Bytes asked of the socket per read on huggingface_hub's HTTP/1.1 connections (httpcore's default: 64 KiB).
 #: Each read is one pass through h11 and httpx in Python: at LAN rates 1 MiB reads cut the client's CPU per
-#: downloaded GiB by about a fifth (bench/bench_link.py).
+#: downloaded GiB by about a fifth (bench/bench_link.py). ``http_get`` hands the partial file each read as
+#: it comes (no re-chunking: ``DOWNLOAD_CHUNK_SIZE`` None saves httpx two copies of every byte), so Ctrl-C is
+#: seen, and a later run resumes, within a read of at most this many bytes.
 READ_BYTES = 1 << 20
 #: huggingface_hub logs every one of its own retries (two lines each); rigsmith reports its own, once.
 _HF_HTTP_LOGGER = "huggingface_hub.utils._http"
@@ -123,9 +120,7 @@ def is_retryable(exc: BaseException) -> bool:
         return True
     if isinstance(exc, LocalEntryNotFoundError):
         return exc.__cause__ is not None and is_retryable(exc.__cause__)
-    # ShortRange and the standard library's errors: the ranged route's (rangeget).
-    transient = (ShortBody, ShortRange, ConnectionError, TimeoutError, http.client.HTTPException)
-    return isinstance(exc, transient)
+    return isinstance(exc, ShortBody)
 
 
 class ShortBody(OSError):
@@ -173,9 +168,8 @@ class HfHub:
         self._token = token
         self._retry = retry or RetryPolicy()
         self._api = HfApi(endpoint=self.endpoint, token=token if token else False, library_name="rigsmith")
-        self._ranges: RangeGetter | None = None
         logging.getLogger(_HF_HTTP_LOGGER).setLevel(logging.ERROR)
-        constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, CHUNK_BYTES)
+        setattr(constants, "DOWNLOAD_CHUNK_SIZE", None)  # noqa: B010 (typed int; None means as read)
         if getattr(httpcore2.HTTP11Connection, "READ_NUM_BYTES", 0) < READ_BYTES:
             httpcore2.HTTP11Connection.READ_NUM_BYTES = READ_BYTES  # a class setting: no per-client knob
 
@@ -297,54 +291,6 @@ class HfHub:
 
         self._call("download", repo, once, revision=f"{commit}/{path}", sleep=sleep)
 
-    def download_range(
-        self,
-        repo: str,
-        commit: str,
-        path: str,
-        start: int,
-        end: int,
-        size: int,
-        write: Write,
-        stop: threading.Event,
-    ) -> None:
-        """Write bytes ``start``..``end`` of the ``size``-byte file by one range request (rangeget), retried
-        like :meth:`download` and resumed from the last byte written after a transport error.
-
-        Raises:
-            NotRanged: the server (or a proxy in the way) does not serve this range as asked: download the
-                file with :meth:`download` instead, which reports HTTP errors properly.
-        """
-        if self._ranges is None:
-            headers = build_hf_headers(token=self._token if self._token else False, library_name="rigsmith")
-            self._ranges = RangeGetter(headers, constants.HF_HUB_DOWNLOAD_TIMEOUT)
-        getter, url = self._ranges, hf_hub_url(repo, path, revision=commit, endpoint=self.endpoint)
-        pos = [start]
-
-        def at(off: int, block: memoryview) -> None:
-            write(off, block)
-            pos[0] = off + len(block)
-
-        def sleep(seconds: float) -> None:
-            if stop.wait(seconds):
-                raise Stopped("stopped while waiting to retry")
-
-        try:
-            for attempt in self._retry.retrying(f"download {repo}@{commit}/{path}", sleep):
-                with attempt:
-                    while True:  # progress resumes at once; a failure without progress waits its turn
-                        before = pos[0]
-                        try:
-                            getter.get(url, pos[0], end, size, at, stop)
-                            return
-                        except (OSError, http.client.HTTPException) as err:
-                            if pos[0] <= before or not is_retryable(err):
-                                raise
-        except (AdapterError, Stopped, NotRanged):
-            raise
-        except Exception as err:
-            raise self._translate(err, "download", repo, f"{commit}/{path}") from None
-
     def xet_file(self, repo: str, commit: str, path: str) -> XetFileData | None:
         """Where the Hub keeps the file on Xet (its ``HEAD`` answer), or None: not on Xet, or hf_xet is
         not installed or turned off (``HF_HUB_DISABLE_XET``); then no request is made."""
@@ -418,6 +364,13 @@ class HfHub:
                 "HF_HUB_OFFLINE=1 works once the lock pins the model and its local dir is complete",
             )
         return AdapterError(f"{what}: {where}: {type(err).__name__}: {err}")
+
+
+def origin(url: str) -> str:
+    """scheme://host:port of a URL, the port made explicit."""
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
 class _NoBar:

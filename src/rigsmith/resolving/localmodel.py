@@ -50,16 +50,8 @@ def fetch_local(spec: Deployment, dest: Path | None, echo: Echo, home: str) -> F
     """A checkpoint already on disk: report what is there and apply the config patches; download nothing."""
     m = spec.model
     if dest is None and not m.local_dir.startswith(("/", "~")):
-        raise SpecError(
-            "model.local_dir",
-            [
-                (
-                    "model.local_dir",
-                    f"{m.local_dir!r} is relative (to where the recipe ran); set the checkpoint's absolute "
-                    "path",
-                )
-            ],
-        )
+        why = f"{m.local_dir!r} is relative (to where the recipe ran); set the checkpoint's absolute path"
+        raise SpecError("model.local_dir", [("model.local_dir", why)])
     root = dest.absolute() if dest is not None else expand_dir(m.local_dir, {"HOME": home})
     if not root.is_dir():
         raise RigsmithError(

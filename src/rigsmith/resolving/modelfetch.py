@@ -32,11 +32,12 @@ from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.download import FetchContext, check_file, download_all, run_all
+from rigsmith.resolving.download import FetchInterrupted as FetchInterrupted
 from rigsmith.resolving.localmodel import dir_lock, fetch_local, patched, real_home
 from rigsmith.resolving.lock import LockedModel
 from rigsmith.resolving.modelfiles import (
     HF_DOWNLOAD_DIR,
-    MAX_WORKERS,
     ORIGINAL_DIR,
     PARTIAL_DIR,
     STATE_DIR,
@@ -51,6 +52,7 @@ from rigsmith.resolving.modelfiles import (
     expand_dir,
     locked_model,
     locked_patches,
+    parse_workers,
     patches_by_file,
     read_state,
     seen_at,
@@ -61,8 +63,6 @@ from rigsmith.resolving.modelfiles import (
     vouches,
     wants,
 )
-from rigsmith.resolving.transfer import FetchContext, check_file, run_all
-from rigsmith.resolving.transfer import FetchInterrupted as FetchInterrupted
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
@@ -88,9 +88,7 @@ def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
     def get() -> Hub:
         if not cache:
             if hub is None:
-                from rigsmith.resolving.hub import (
-                    HfHub,  # huggingface_hub's HTTP stack: import only when needed
-                )
+                from rigsmith.resolving.hub import HfHub  # huggingface_hub: imported only when needed
 
                 cache.append(HfHub.from_env())
             elif callable(hub) and not hasattr(hub, "download"):
@@ -125,17 +123,15 @@ def pin_model(
     """Resolve the spec's model revision into ``rigsmith.lock`` once; re-resolve only when asked.
 
     Args:
-        project: the checkout (its ``rigsmith.lock`` is read and written).
-        spec: the deployment; ``spec.model.repo`` and ``revision`` (None means ``main``) are resolved.
+        spec: ``spec.model.repo`` and ``revision`` (None means ``main``) are resolved.
         repin: resolve the branch/tag again even when the lock already has a commit; prints what changed.
-        echo: where status lines go.
         hub: a Hub (or a factory for one); default: huggingface_hub with HF_ENDPOINT / HF_TOKEN.
         slot: where the entry lives in the lock (default: ``models[spec.name]``; a secondary model's is
             ``secondary[NAME][REPO]``, its ``spec`` a copy whose ``model`` is the secondary one).
 
     Returns:
-        The lock entry (``models[spec.name]``): repo, requested revision, commit, every file's hashes;
-        None for a local checkpoint (``model.repo: null``), which has nothing to pin.
+        The lock entry: repo, requested revision, commit, every file's hashes; None for a local checkpoint
+        (``model.repo: null``), which has nothing to pin.
 
     Raises:
         AdapterError: the Hub said no (not found, gated, bad revision) or stayed unreachable.
@@ -283,34 +279,22 @@ def fetch_model(
     """Download the locked model revision into its local dir, verify every file, apply config patches.
 
     Args:
-        project: the checkout (lock read/written).
-        spec: the deployment whose ``model`` section is fetched.
         dest: directory to fetch into instead of ``spec.model.local_dir``.
         verify: hash every file again even where the verified-file record vouches for it.
-        repin: re-resolve a branch/tag before fetching (shows what changed).
-        echo: where status lines go.
         hub: Hub adapter (or factory); built only when a request is needed.
         disk_free: bytes free at a path (host fact).
-        workers: files downloaded (or hashed) at once, 1 to :data:`MAX_WORKERS`.
+        workers: files downloaded (or hashed) at once, 1 to ``MAX_WORKERS`` (64).
         progress: show a rich progress bar (default: when stderr is a terminal).
         confirm: asks the user yes/no; None when there is no terminal (then every question is a no).
         adopt_dir: fetch into a non-empty directory that does not hold this model yet, without asking.
         overwrite_edited: replace a hand-edited patched file (config.json) without asking.
         home: the user's home directory (default: ``$HOME``), for the model-dir check.
-        slot: where the model's lock entry lives (see :func:`pin_model`).
-        where: the spec field of the model, for messages (``model``, ``secondary_models[0]``).
-
-    Returns:
-        What was done (downloaded, hashed, cached, cleaned, patched).
+        slot, where: the model's lock entry (see :func:`pin_model`) and spec field (``secondary_models[0]``).
 
     Raises:
         RigsmithError: a bad spec field, the Hub refusing, a hash mismatch, too little disk space.
     """
-    if not 1 <= workers <= MAX_WORKERS:
-        raise RigsmithError(
-            f"--workers {workers}: must be between 1 and {MAX_WORKERS}",
-            hint=f"the default, {WORKERS}, matches `hf download`",
-        )
+    parse_workers(workers)
     home = home if home is not None else user_home()
     if spec.model.repo is None:
         return fetch_local(spec, dest, echo, home)
@@ -325,15 +309,8 @@ def fetch_model(
     root = dest.absolute() if dest is not None else expand_dir(m.local_dir, {"HOME": home})
     files = select(entry.files, m.allow_patterns, m.ignore_patterns)
     if not files:
-        raise SpecError(
-            where,
-            [
-                (
-                    f"{where}.allow_patterns",
-                    f"no file of {entry.repo}@{entry.commit[:12]} matches the allow/ignore patterns",
-                )
-            ],
-        )
+        why = f"no file of {entry.repo}@{entry.commit[:12]} matches the allow/ignore patterns"
+        raise SpecError(where, [(f"{where}.allow_patterns", why)])
     check_patch_files(m.config_patches, files)
     by_file = patches_by_file(m.config_patches)
     wanted = wants(files, by_file)
@@ -352,13 +329,13 @@ def fetch_model(
         ctx = FetchContext(spec, entry, root, state, report, threading.Lock(), get_hub, threading.Event())
         report.cleaned = _clean(root, wanted)
 
-        to_check: list[Want] = []
-        for w in wanted:
-            fresh = vouches(state.files.get(w.disk_path), seen_at(root / w.disk_path), w.kind, w.digest)
-            if fresh and not verify:
-                report.cached += 1
-            else:
-                to_check.append(w)
+        to_check = [
+            w
+            for w in wanted
+            if verify
+            or not vouches(state.files.get(w.disk_path), seen_at(root / w.disk_path), w.kind, w.digest)
+        ]
+        report.cached = len(wanted) - len(to_check)
         try:
             checked = run_all(lambda w: check_file(ctx, w), to_check, workers, ctx.stop)
         except KeyboardInterrupt:
@@ -378,8 +355,6 @@ def fetch_model(
             for w in todo:
                 if verify and (root / w.disk_path).exists():
                     echo(f"{w.repo_path}: does not match the lock; downloading it again")
-            from rigsmith.resolving.download import download_all  # byte moving: only when there is some
-
             try:
                 download_all(ctx, todo, workers, progress)
             except KeyboardInterrupt:

@@ -70,7 +70,7 @@ class Hasher:
     """Incremental sha256 or git-blob-sha1 (``sha1("blob <size>\\0" + bytes)``) of a file of known size."""
 
     def __init__(self, kind: HashKind, size: int) -> None:
-        self.kind = kind
+        self.kind, self.size = kind, size
         self._h = hashlib.sha256() if kind == "sha256" else hashlib.sha1()
         if kind == "git_sha1":
             self._h.update(b"blob %d\0" % size)
@@ -186,30 +186,22 @@ _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 
-def unsafe_relpath(path: object) -> str | None:
-    """Why ``path`` (a repo file path from the Hub or the lock) cannot be written under a model dir, or
-    None when it can: the one confinement rule (:func:`rigsmith.confine.why_unsafe`), and not inside
-    rigsmith's or huggingface_hub's book-keeping."""
+def safe_relpath(
+    path: object, where: str = "the Hub or the lock", error: type[RigsmithError] = RigsmithError
+) -> str:
+    """``path`` (a repo file path from the Hub or the lock: untrusted) when it may be written under a model
+    dir: the one confinement rule (:func:`rigsmith.confine.why_unsafe`), and not inside rigsmith's or
+    huggingface_hub's book-keeping. Otherwise ``error``, naming ``where`` it came from."""
     why = confine.why_unsafe(path)
+    top = str(path).split("/")[0]
+    if why is None and top in (STATE_DIR, ".cache"):
+        why = f"it is inside {top}/, the download book-keeping"
     if why is not None:
-        return why
-    assert isinstance(path, str)
-    parts = path.split("/")
-    if parts[0] in (STATE_DIR, ".cache"):
-        return f"it is inside {parts[0]}/, the download book-keeping"
-    return None
-
-
-def safe_relpath(path: str) -> str:
-    """Refuse repo paths that would escape the model dir (the tree listing and the lock are untrusted)."""
-    why = unsafe_relpath(path)
-    if why is not None:
-        raise RigsmithError(
-            f"the Hub listed a file with an unsafe path: {path!r} ({why})",
-            hint="check the repo and HF_ENDPOINT; rigsmith writes only plain relative paths under the "
-            "model dir",
+        raise error(
+            f"{where}: refusing the file {path!r}: {why}",
+            hint="rigsmith writes only plain relative paths under the model dir; check repo and HF_ENDPOINT",
         )
-    return path
+    return str(path)
 
 
 def remote_files(entries: Sequence[object], source: str) -> list[RemoteFile]:
@@ -230,15 +222,7 @@ def remote_files(entries: Sequence[object], source: str) -> list[RemoteFile]:
                 f"{source}: entry {i} is not a tree entry (an object with type file or directory)",
                 hint="check HF_ENDPOINT: it must be a Hugging Face Hub (or a mirror of its API)",
             )
-        path = e.get("path")
-        why = unsafe_relpath(path)
-        if why is not None:
-            raise AdapterError(
-                f"{source}: refusing the file {path!r}: {why}",
-                hint="rigsmith writes only plain relative paths under the model dir; check the repo and "
-                "HF_ENDPOINT",
-            )
-        assert isinstance(path, str)
+        path = safe_relpath(e.get("path"), source, AdapterError)
         if e["type"] == "directory":
             continue
         size, oid, lfs = e.get("size"), e.get("oid"), e.get("lfs")
@@ -296,7 +280,7 @@ def wants(files: Mapping[str, LockedFile], patched: Iterable[str]) -> list[Want]
 
 def stale_partials(partial_names: Iterable[str], wanted: Iterable[Want]) -> list[str]:
     """Partial downloads no current file can resume from (other commit, killed run of another spec)."""
-    keep = {n for w in wanted for n in (w.partial_name, f"{w.digest}.ranges")}  # a ranged partial's record
+    keep = {w.partial_name for w in wanted}
     return sorted(n for n in partial_names if n not in keep)
 
 

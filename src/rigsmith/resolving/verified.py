@@ -26,8 +26,7 @@ class _S(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-#: What identifies a file's bytes without reading them: size, mtime, ctime, inode and device (ns times). Any
-#: write changes ctime (even one that puts size and mtime back), a replacing rename changes the inode.
+#: What identifies a file's bytes without reading them: size, mtime_ns, ctime_ns, inode, device.
 Seen = tuple[int, int, int, int, int]
 
 
@@ -44,17 +43,14 @@ def seen_at(path: Path) -> Seen | None:
 
 
 class FileState(_S):
-    """One file rigsmith hashed and found to be the locked bytes, and how it looked on disk then.
-
-    ``ctime_ns``, ``ino`` and ``dev`` are None in a record written without them (before this rule, or by a
-    caller that passes only size and mtime): such a record never vouches (:func:`vouches`).
-    """
+    """One file rigsmith hashed and found to be the locked bytes, and how it looked on disk then (a record
+    without all five, from before this rule, does not validate: :func:`read_state` then starts empty)."""
 
     size: int
     mtime_ns: int
-    ctime_ns: int | None = None
-    ino: int | None = None
-    dev: int | None = None
+    ctime_ns: int
+    ino: int
+    dev: int
     kind: HashKind
     digest: str
 
