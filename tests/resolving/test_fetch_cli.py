@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 import signal
 import subprocess
@@ -11,7 +10,7 @@ from pathlib import Path
 
 from rigsmith.resolving import lock as lockmod
 from tests.support.hubserver import Fault, random_bytes
-from tests.support.models import MiB, cli_env, invoke_argv, run_cli, tiny_files
+from tests.support.models import MiB, cli_env, invoke_argv, partial_name, run_cli, tiny_files
 
 BIG = "model-00001-of-00001.safetensors"
 
@@ -27,7 +26,7 @@ def test_resume_after_kill_9_mid_file(hub, make_project):
     sha, files = _big_repo(hub, "acme/killed")
     project, spec = make_project(repo="acme/killed", revision=sha)
     root = Path(spec.model.local_dir)
-    part = root / ".rigsmith/partial" / f"{hashlib.sha256(files[BIG]).hexdigest()}.incomplete"
+    part = root / ".rigsmith/partial" / partial_name(BIG, files[BIG])
     # Slow the body down after the first 10 MiB so the kill lands mid-file.
     hub.fault(Fault("slow", BIG, delay=0.5, after=10 * MiB + 1))
 

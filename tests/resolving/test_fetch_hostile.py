@@ -5,7 +5,6 @@ medium 8)."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import signal
 import socket
@@ -25,7 +24,7 @@ from rigsmith.resolving.modelfetch import fetch_model
 from rigsmith.resolving.modelfiles import HASH_CHUNK, Stopped, hash_file
 from rigsmith.resolving.netfail import unreachable
 from tests.support.hubserver import Fault, random_bytes
-from tests.support.models import MiB, cli_env, invoke_argv, run_cli, tiny_files
+from tests.support.models import MiB, cli_env, invoke_argv, partial_name, run_cli, tiny_files
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
@@ -225,7 +224,7 @@ def test_ctrl_c_cancels_queued_files_stops_transfers_and_keeps_partials(hub, mak
     resumed = [r for r in hub.hub_requests("/resolve/") if r.range]
     assert [r.range for r in resumed] == [f"bytes={have}-"]
     name = resumed[0].path.rsplit("/", 1)[-1]
-    assert partials[0].name == f"{hashlib.sha256(files[name]).hexdigest()}.incomplete"
+    assert partials[0].name == partial_name(name, files[name])
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from rigsmith.resolving.hub import HfHub
 from rigsmith.resolving.modelfetch import fetch_model, pin_model
 from rigsmith.resolving.modelfiles import HashMismatch, read_state
 from tests.support.hubserver import Fault, HubServer, random_bytes
-from tests.support.models import FAST, MiB, digest, overwrite_in_place, tiny_files
+from tests.support.models import FAST, MiB, digest, overwrite_in_place, partial_name, tiny_files
 
 
 def _assert_tree(root: Path, files: dict[str, bytes], *, patched: tuple[str, ...] = ()) -> None:
@@ -55,6 +55,18 @@ def test_pinned_download_verifies_every_file_and_locks_hashes(hub, client, make_
     )
     assert all(r.method == "GET" for r in reqs)
     assert not list((root / ".rigsmith/partial").iterdir())
+
+
+def test_two_files_with_the_same_bytes_both_land_verified(hub, client, make_project):
+    # Same bytes, same hash: each still downloads into a partial file of its own.
+    files = {**tiny_files("twins"), "tokenizer.json": b"{}\n", "generation_config.json": b"{}\n"}
+    sha = hub.repo("acme/twins").add_commit(files, refs=())
+    project, spec = make_project(repo="acme/twins", revision=sha)
+
+    report = fetch_model(project, spec, hub=client, workers=8, echo=lambda _m: None)
+
+    _assert_tree(Path(spec.model.local_dir), files)
+    assert sorted(report.downloaded) == sorted(files)
 
 
 def test_warm_rerun_makes_zero_requests_and_hashes_nothing(hub, client, make_project):
@@ -287,9 +299,7 @@ def test_stale_partials_are_cleaned_and_a_matching_partial_resumes(hub, client, 
     data = files[shard]
     (root / ".rigsmith/partial").mkdir(parents=True)
     (root / ".rigsmith/partial" / f"{'0' * 64}.incomplete").write_bytes(b"old commit")
-    (root / ".rigsmith/partial" / f"{hashlib.sha256(data).hexdigest()}.incomplete").write_bytes(
-        data[: 1 * MiB]
-    )
+    (root / ".rigsmith/partial" / partial_name(shard, data)).write_bytes(data[: 1 * MiB])
     hfdir = root / ".cache/huggingface/download"
     hfdir.mkdir(parents=True)
     (hfdir / "Y29uZmln.abcd.1234abcd.incomplete").write_bytes(b"x" * 10)
@@ -313,7 +323,7 @@ def test_a_server_ignoring_range_restarts_the_file_cleanly(hub, client, make_pro
     root = Path(spec.model.local_dir)
     shard = "model-00002-of-00002.safetensors"
     (root / ".rigsmith/partial").mkdir(parents=True)
-    part = root / ".rigsmith/partial" / f"{hashlib.sha256(files[shard]).hexdigest()}.incomplete"
+    part = root / ".rigsmith/partial" / partial_name(shard, files[shard])
     part.write_bytes(files[shard][:MiB])
     hub.fault(Fault("norange", shard))
 

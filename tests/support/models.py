@@ -88,3 +88,10 @@ def overwrite_in_place(path: Path, offset: int, data: bytes) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     now = path.stat()
     assert (now.st_size, now.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+def partial_name(path: str, data: bytes) -> str:
+    """Where fetch-model keeps the partial download of an LFS file ``path`` holding ``data``."""
+    from rigsmith.resolving.modelfiles import Want
+
+    return Want(path, path, len(data), "sha256", hashlib.sha256(data).hexdigest()).partial_name

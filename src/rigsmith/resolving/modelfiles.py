@@ -264,7 +264,10 @@ class Want:
 
     @property
     def partial_name(self) -> str:
-        return f"{self.digest}.incomplete"
+        """The file's digest and its path: two files with the same bytes (two ``{}`` configs) must not
+        share one partial file while both download."""
+        where = hashlib.sha256(self.repo_path.encode()).hexdigest()[:16]
+        return f"{self.digest}-{where}.incomplete"
 
 
 def wants(files: Mapping[str, LockedFile], patched: Iterable[str]) -> list[Want]:
