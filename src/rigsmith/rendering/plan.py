@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -78,6 +79,9 @@ class RunPlan:
     secondary_words: tuple[int, ...] = ()
     #: Secrets read from a host variable of another name (``NAME=$OTHER``): (NAME, OTHER).
     secret_from: tuple[tuple[str, str], ...] = ()
+    #: sha256 of what rigsmith.lock pins for this deployment (the image reference, the model and secondary
+    #: snapshots); a multi-node deployment labels every node's container with it (``lock_digest``).
+    lock_sha256: str = ""
 
     def secret_source(self, name: str) -> str:
         """The host variable (or podman/kube secret key) the secret ``name`` is read from."""
@@ -409,6 +413,22 @@ def spec_digest(spec: specmod.Deployment) -> str:
     return digest
 
 
+def lock_digest(spec: specmod.Deployment, lock: lockmod.Lock | None, image: str) -> str:
+    """sha256 of the lock's facts this deployment runs from: the image it starts, its model's and secondary
+    models' locked snapshots (another deployment's entries do not change it)."""
+    pinned = {
+        "image": image,
+        "model": lock.models[spec.name].model_dump(mode="json")
+        if lock and spec.name in lock.models
+        else None,
+        "secondary": {
+            repo: m.model_dump(mode="json")
+            for repo, m in sorted((lock.secondary if lock else {}).get(spec.name, {}).items())
+        },
+    }
+    return hashlib.sha256(json.dumps(pinned, sort_keys=True).encode()).hexdigest()
+
+
 def build(
     spec: specmod.Deployment,
     image: tuple[str, bool],
@@ -493,4 +513,5 @@ def build(
         model_word=model_word,
         secondary_words=tuple(len(spec.engine.subcommand) + sm.arg for sm in spec.secondary_models),
         env_paths=paths,
+        lock_sha256=lock_digest(written, lock, ref),
     )
