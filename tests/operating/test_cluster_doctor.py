@@ -287,10 +287,14 @@ def test_podman_nodes_run_each_node_s_own_scripts_and_reach_into_its_container(t
 
     spec = specmod.from_data(fixtures.ray_data())
     nodes = cluster.node_plans(spec, planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml"))
-    ctl = PodmanNodes(tmp_path)
+    ctl = PodmanNodes(tmp_path, "/srv/rs")
     worker = f"{fixtures.RAY_NAME}-box-b"
-    assert ctl.start(nodes[1]) == [["bash", str(tmp_path / "podman" / worker / "run.sh")]]
-    assert ctl.stop(nodes[1], 30) == [["bash", str(tmp_path / "podman" / worker / "stop.sh")]]
+    here, there = LocalHost(), ssh_host("root@box-b", LocalHost())
+    assert ctl.start(here, nodes[1]) == [["bash", str(tmp_path / "podman" / worker / "run.sh")]]
+    assert ctl.stop(here, nodes[1], 30) == [["bash", str(tmp_path / "podman" / worker / "stop.sh")]]
+    # A node reached over ssh runs the copies `stage` put under cluster.node_dir there.
+    assert ctl.start(there, nodes[1]) == [["bash", f"/srv/rs/{worker}/run.sh"]]
+    assert ctl.stop(there, nodes[1], 30) == [["bash", f"/srv/rs/{worker}/stop.sh"]]
     assert ctl.exec(nodes[0], ["python3", "-c", "x"]) == [
         "podman",
         "exec",

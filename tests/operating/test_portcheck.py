@@ -60,14 +60,16 @@ def test_head_port_problems_name_the_spec_field_of_each_busy_port() -> None:
     assert portcheck.head_port_problems(specmod.from_data(one), "127.0.0.1") == []
 
 
-
 class _Recorded:
     """A NodeControl that starts nothing and records what it was asked to start."""
 
     def __init__(self) -> None:
         self.started: list[str] = []
 
-    def start(self, node: NodePlan) -> list[list[str]]:
+    def stage(self, host: object, node: NodePlan) -> None:
+        return None
+
+    def start(self, host: object, node: NodePlan) -> list[list[str]]:
         self.started.append(node.node.name)
         return []
 

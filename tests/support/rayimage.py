@@ -183,3 +183,27 @@ def rootfs_tar() -> Path:
 
 #: ``podman import --change`` for the image: its PATH.
 IMAGE_CHANGES = (f"ENV=PATH=/usr/local/bin:{PREFIX}/bin:/usr/bin:/bin",)
+
+
+def image_store(conf: Path) -> Path:
+    """A podman image store holding only the image, cached next to the tar: every node lists it as a
+    read-only ``additionalimagestores`` entry, so no node imports 400 MB and no teardown deletes it.
+    ``conf``: a containers.conf this machine's podman runs with."""
+    tar = rootfs_tar()
+    store = tar.with_suffix(".store")
+    with FileLock(str(store) + ".lock"):
+        if (store / "done").is_file():
+            return store
+        shutil.rmtree(store, ignore_errors=True)
+        runroot = Path(tempfile.mkdtemp(prefix="rsrr-", dir="/tmp"))
+        try:
+            argv = ["podman", "--root", str(store), "--runroot", str(runroot), "import"]
+            argv += [w for ch in IMAGE_CHANGES for w in ("--change", ch)]
+            env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+            subprocess.run(
+                [*argv, str(tar), RAY_IMAGE], env=env, capture_output=True, check=True, timeout=600
+            )
+        finally:
+            shutil.rmtree(runroot, ignore_errors=True)
+        (store / "done").write_text(RAY_IMAGE + "\n")
+    return store

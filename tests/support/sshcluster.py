@@ -5,11 +5,11 @@ Topology, all in network namespaces the test creates: a control namespace ``TAG-
 veth pair's end, the other end enslaved to the bridge. Cutting a node's link (``cut``) is setting that end
 down. Each node runs its own Debian sshd (``-D -e -f`` a config of its own: a throwaway host key, the test's
 authorized key, listening on the node's address only) and has its own podman storage (containers.conf and
-storage.conf selected by env that sshd sets for every session), and its own fake CDI vendor spec (``ip netns
-exec`` binds ``/etc/netns/NS/cdi`` over ``/etc/cdi``). rigsmith reaches a node only through
-``cluster.nodes[].ssh`` and ``ssh_options``; the ``ssh`` it runs is a wrapper (first on the PATH given to it)
-that runs the real ssh inside the control namespace. The user's ~/.ssh is never read for keys or written:
-the key, the known-hosts file and IdentitiesOnly come from the spec's options.
+storage.conf selected by env that sshd sets for every session) and its own fake CDI vendor spec (sshd runs
+in a mount namespace of its own where the node's CDI dir is bound over /etc/cdi). rigsmith reaches a node
+only through ``cluster.nodes[].ssh`` and ``ssh_options``; the ``ssh`` it runs is a wrapper (first on the
+PATH given to it) that runs the real ssh inside the control namespace. The user's ~/.ssh is never read for
+keys or written: the key, the known-hosts file and IdentitiesOnly come from the spec's options.
 """
 
 from __future__ import annotations
@@ -66,10 +66,11 @@ class SshNode:
     def podman(
         self, *args: str, check: bool = True, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
-        """podman on this node's storage (run from here: storage is not network)."""
-        env = self.podman_env
+        """podman on this node's storage, in its namespaces (where its sessions' podman mounts live)."""
+        assert self.sshd is not None
+        argv = ["nsenter", "-t", str(self.sshd.pid), "-m", "-n", "--", "podman", *args]
         proc = subprocess.run(
-            ["podman", *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+            argv, capture_output=True, text=True, env=self.podman_env, timeout=timeout, check=False
         )
         if check and proc.returncode != 0:
             raise AssertionError(f"podman {' '.join(args)} on {self.name}: {proc.stderr.strip()}")
@@ -98,7 +99,6 @@ class SshCluster:
             "IdentitiesOnly": "yes",
             "UserKnownHostsFile": str(self.known_hosts),
             "StrictHostKeyChecking": "yes",
-            "ConnectTimeout": "3",
             **more,
         }
 
@@ -161,8 +161,29 @@ def _sshd_config(node: SshNode) -> str:
 
 def _start_sshd(node: SshNode) -> None:
     """Start the node's sshd and return once it says it listens (its own log line, not a poll)."""
+    # Its network namespace, and a mount namespace of its own where the node's CDI dir is /etc/cdi (not
+    # `ip netns exec`, which also mounts a fresh /sys without the cgroup mounts podman needs).
+    bind = 'mount --bind "$0" /etc/cdi && exec "$@"'
     proc = subprocess.Popen(
-        ["ip", "netns", "exec", node.ns, SSHD, "-D", "-e", "-f", str(node.dir / "sshd_config")],
+        [
+            "nsenter",
+            f"--net=/run/netns/{node.ns}",
+            "--",
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            bind,
+            str(node.dir / "cdi"),
+            SSHD,
+            "-D",
+            "-e",
+            "-f",
+            str(node.dir / "sshd_config"),
+        ],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -188,19 +209,26 @@ def _start_sshd(node: SshNode) -> None:
         raise AssertionError(f"sshd on {node.name} did not start: {''.join(seen)}")
 
 
-def _storage(node: SshNode) -> None:
+def _storage(node: SshNode, stores: tuple[Path, ...]) -> None:
     d = node.dir
     (d / "containers.conf").write_text(CONTAINERS_CONF + f'tmp_dir = "{node.runroot}/libpod"\n')
+    extra = ", ".join(f'"{s}"' for s in stores)
     (d / "storage.conf").write_text(
         f'[storage]\ndriver = "overlay"\ngraphroot = "{d / "storage"}"\nrunroot = "{node.runroot}"\n'
+        f"[storage.options]\nadditionalimagestores = [{extra}]\n"
     )
 
 
 @contextlib.contextmanager
 def ssh_cluster(
-    base: Path, tag: str, subnet: str, gpus: tuple[tuple[str, ...], ...] = (("0", "1"), ("0", "1"))
+    base: Path,
+    tag: str,
+    subnet: str,
+    gpus: tuple[tuple[str, ...], ...] = (("0", "1"), ("0", "1")),
+    image_stores: tuple[Path, ...] = (),
 ) -> Iterator[SshCluster]:
-    """``len(gpus)`` nodes named box-a, box-b… at SUBNET.1, .2…, each with sshd and podman storage."""
+    """``len(gpus)`` nodes named box-a, box-b… at SUBNET.1, .2…, each with sshd and podman storage (plus the
+    read-only ``image_stores``)."""
     for tool in ("ip", "ssh", "ssh-keygen", SSHD, "podman"):
         require(tool)
     ctl = f"{tag}-c"
@@ -236,9 +264,8 @@ def ssh_cluster(
             _run("ip", "netns", "add", n.ns)
             made.append(n.ns)
             n.dir.mkdir()
-            cdi = Path("/etc/netns") / n.ns / "cdi"
-            cdi.mkdir(parents=True)
-            (cdi / "rigsmith-test-node.json").write_text(_cdi_spec(n))
+            (n.dir / "cdi").mkdir()
+            (n.dir / "cdi" / "rigsmith-test-node.json").write_text(_cdi_spec(n))
             inner, n.port = f"{tag}v{i}", f"{tag}p{i}"
             _run("ip", "link", "add", inner, "type", "veth", "peer", "name", n.port)
             _run("ip", "link", "set", n.port, "netns", ctl)
@@ -251,7 +278,7 @@ def ssh_cluster(
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(n.dir / "host_key"))
             shutil.copy(f"{key}.pub", n.dir / "authorized_keys")
             (n.dir / "sshd_config").write_text(_sshd_config(n))
-            _storage(n)
+            _storage(n, image_stores)
             _start_sshd(n)
             known.append(f"{n.address} {n.host_key_pub}\n")
         c.known_hosts.write_text("".join(known))
@@ -263,16 +290,15 @@ def ssh_cluster(
 def _teardown(c: SshCluster, made: list[str]) -> None:
     problems = []
     for n in c.nodes:
-        if (n.dir / "storage.conf").exists():
+        if n.sshd is not None and n.sshd.poll() is None:
             n.podman("rm", "--all", "--force", "--time", "0", check=False)
-            n.podman("system", "reset", "--force", check=False)
-            unmount_under(n.dir)
-            unmount_under(n.runroot)
         if n.sshd is not None:
             n.sshd.terminate()
             n.sshd.wait(timeout=30)
+        unmount_under(n.dir)  # its mounts lived in its own mount namespace, gone with sshd; belt and braces
+        unmount_under(n.runroot)
         shutil.rmtree(n.runroot, ignore_errors=True)
-        shutil.rmtree(Path("/etc/netns") / n.ns, ignore_errors=True)
+        shutil.rmtree(n.dir / "storage", ignore_errors=True)  # the image's layers: no mount holds them now
     for ns in made:
         left = c.ns_pids(ns)
         if left:
@@ -281,7 +307,5 @@ def _teardown(c: SshCluster, made: list[str]) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False, timeout=30)
-    with contextlib.suppress(OSError):
-        Path("/etc/netns").rmdir()  # only when no other namespace has files there
     if problems:
         raise AssertionError("teardown: " + "; ".join(problems))

@@ -503,6 +503,7 @@ def ops_up(
     ops.echo(f"up {plan.name} ({ops.target}, {len(c.nodes)} nodes): " + "; ".join(steps))
     if dry_run:
         return plan
+    clusterlife.preflight(c)  # before any write: a node unreachable or running another spec or lock
     if changed:
         writer.write(files, yes=yes, confirm=confirm, echo=ops.echo, root=root)
     clusterlife.drift_gate(c, lockmod.read(ops.project.lock_path), ignore_drift)
@@ -510,9 +511,8 @@ def ops_up(
     return plan
 
 
-def cluster_status(ops: Ops, *, deployment: str | None = None) -> list[clusterlife.NodeStatus] | None:
-    """Every node's state for a multi-node deployment; None for a one-host one."""
+def cluster_of(ops: Ops, deployment: str | None = None) -> clusterlife.Cluster | None:
+    """A multi-node deployment's nodes and the means to act on them (status, logs, wait); None: one host."""
     if ops.project.load(deployment).cluster is None:
         return None
-    plan, _files = _plan(ops, deployment, None, None)
-    return clusterlife.status(from_ops(ops, plan))
+    return from_ops(ops, _plan(ops, deployment, None, None)[0])
