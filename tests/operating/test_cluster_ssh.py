@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from rigsmith.errors import RigsmithError
+from rigsmith.errors import PreflightError, RigsmithError
 from rigsmith.operating import clusterdoctor, clusterlife, lifecycle
 from rigsmith.operating.lifecycle import Ops
 from tests.support import cluster as fixtures
@@ -137,6 +137,7 @@ def test_up_runs_each_node_s_generated_script_over_ssh_and_the_artifacts_form_th
         (ops.project.root / "rigsmith.lock").unlink()
 
         # A node lost mid-run: status and doctor name it and the fix.
+        print(f"T checks done {time.monotonic() - t0:.1f}s")
         c.cut("box-b")
         lost = {s.name: s for s in clusterlife.status(cl)}
         assert lost["box-a"].state == "running"
@@ -150,11 +151,13 @@ def test_up_runs_each_node_s_generated_script_over_ssh_and_the_artifacts_form_th
         assert [(r.name, r.verdict) for r in rows] == [("reach", "no-go")]
         assert "cannot be reached" in rows[0].detail and rows[0].hint == hint
         c.mend("box-b")
+        print(f"T lost node named {time.monotonic() - t0:.1f}s")
     finally:
         if "box-b" in c.cut_links:
             c.mend("box-b")
         lines.clear()
         lifecycle.down(ops, deployment=NAME)
+    print(f"T down {time.monotonic() - t0:.1f}s")
     stops = [ln.split()[1] for ln in lines if ln.startswith("down ") and "stopping" in ln]
     assert stops[0] == f"{NAME}-box-a", lines  # the head's engine first
     assert lines[-1].endswith("no Ray process left"), lines
@@ -192,3 +195,20 @@ def test_up_names_the_node_ssh_will_not_reach_and_starts_nothing(
         assert "refused this machine's key" in msg and "cluster.nodes[1].ssh_options.IdentityFile" in hint
     assert _containers(c) == {"box-a": [], "box-b": []}
     assert not (ops.out / "podman").exists()  # refused before anything was written
+
+
+def test_quadlet_across_nodes_is_refused_naming_what_each_node_lacks(
+    nodes: SshCluster, tmp_path: Path
+) -> None:
+    c = nodes
+    lines: list[str] = []
+    project = write_project(tmp_path, _data(c, tmp_path))
+    ops = Ops(project, target="quadlet", out=tmp_path / "out", env=c.env, echo=lines.append)
+    with pytest.raises(PreflightError) as err:
+        lifecycle.up(ops, deployment=NAME, memlock=HOST_MEMLOCK, yes=True)
+    msg = err.value.message
+    for node in ("box-a", "box-b"):  # each node over its own ssh: PID 1 there is not systemd, podman 4.3
+        assert f"{node}: PID 1 is " in msg and f"{NAME}-{node}.container into a service" in msg, msg
+    assert msg.count("quadlet generator is not installed") == 2, msg
+    assert "--target podman" in (err.value.hint or "")
+    assert _containers(c) == {"box-a": [], "box-b": []} and not (tmp_path / "out").exists()

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from rigsmith.errors import CommandError, RigsmithError
+from rigsmith.errors import CommandError, PreflightError, RigsmithError
 from rigsmith.operating import drift
 from rigsmith.operating import wait as waitmod
 from rigsmith.operating.clusterdoctor import node_model_facts
-from rigsmith.operating.host import Host, LocalHost, image_facts
+from rigsmith.operating.host import Host, LocalHost, image_facts, quadlet_lacks
 from rigsmith.operating.noderun import RemoteHost, describe, node_hosts, require_reachable, unreachable
 from rigsmith.operating.probes import CmdResult
 from rigsmith.operating.verify import SPEC_LABEL, inspect_argv, parse_inspect
@@ -451,13 +451,24 @@ def build(
     echo: Callable[[str], None] = print,
 ) -> Cluster:
     """The cluster for ``spec``: each node's Host (``noderun.node_hosts``) and the target's node control."""
+    reached = node_hosts(spec, local, hosts)
     if control is None:
-        if target != "podman":
-            raise RigsmithError(
-                f"up/down/status of a multi-node deployment drive the podman target, not {target!r}",
-                hint=f"`invoke deploy --target {target}` writes each node's units; start them on each node "
-                "(the head first, and stop it first)",
-            )
+        if target == "quadlet":
+            _refuse_quadlet(spec, nodes, reached)
         assert spec.cluster is not None
         control = PodmanNodes(root, spec.cluster.node_dir)
-    return Cluster(spec, nodes, node_hosts(spec, local, hosts), control, echo)
+    return Cluster(spec, nodes, reached, control, echo)
+
+
+def _refuse_quadlet(spec: Deployment, nodes: list[NodePlan], hosts: Mapping[str, Host]) -> None:
+    """Quadlet units are not installed on nodes over ssh (yet): say what each node lacks for them anyway,
+    so the user knows whether `deploy --target quadlet` and a hand install can work there."""
+    require_reachable(spec, hosts)
+    lacks = {n.node.name: quadlet_lacks(hosts[n.node.name], f"{n.plan.name}.container") for n in nodes}
+    named = [f"{name}: {'; '.join(why)}" for name, why in lacks.items() if why]
+    raise PreflightError(
+        f"{spec.name}: up/down/status --target quadlet do not drive a multi-node deployment; "
+        + ("; ".join(named) if named else "every node has systemd and podman's quadlet generator"),
+        hint="use --target podman (each node's run.sh over ssh), or `invoke deploy --target quadlet` and "
+        "install quadlet/NAME-NODE.container in /etc/containers/systemd on each node (start the head first)",
+    )

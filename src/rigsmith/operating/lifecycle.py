@@ -34,8 +34,7 @@ from rigsmith.operating.gpuholders import (
     survivors,
     top_argv,
 )
-from rigsmith.operating.host import Host, LocalHost, image_facts, probe, quadlet_podman
-from rigsmith.operating.host import read as probe_read
+from rigsmith.operating.host import Host, LocalHost, image_facts, probe, quadlet_lacks, quadlet_podman
 from rigsmith.operating.probes import CmdResult
 from rigsmith.operating.verify import SPEC_LABEL, cdi_edits, container_problems, inspect_argv, parse_inspect
 from rigsmith.project import Project
@@ -267,19 +266,7 @@ def preflight(ops: Ops, plan: planmod.RunPlan) -> None:
     """What ``up`` checks before it writes anything on the host (PreflightError naming every reason). quadlet:
     systemd as PID 1 (daemon-reload makes the unit a service) and podman's quadlet generator, else the unit
     installed in /etc/containers/systemd is read by nothing (issue 24; doctor's podman check agrees)."""
-    problems = []
-    if ops.target == "quadlet":
-        init = (probe_read(ops.host, "/proc/1/comm") or "").strip()
-        if init != "systemd":
-            problems.append(
-                f"PID 1 is {init or 'unknown'}, not systemd: nothing would turn {plan.name}.container into a "
-                "service"
-            )
-        if not any(ops.host.size(g) is not None for g in probes.QUADLET_GENERATORS):
-            problems.append(
-                f"podman's quadlet generator is not installed ({' or '.join(probes.QUADLET_GENERATORS)}), so "
-                "systemd would find no unit (podman < 4.4, or a package without it)"
-            )
+    problems = quadlet_lacks(ops.host, f"{plan.name}.container") if ops.target == "quadlet" else []
     if problems:
         raise PreflightError(
             f"up --target {ops.target}: refused before writing anything: " + "; ".join(problems),
