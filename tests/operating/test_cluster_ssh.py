@@ -137,7 +137,6 @@ def test_up_runs_each_node_s_generated_script_over_ssh_and_the_artifacts_form_th
         (ops.project.root / "rigsmith.lock").unlink()
 
         # A node lost mid-run: status and doctor name it and the fix.
-        print(f"T checks done {time.monotonic() - t0:.1f}s")
         c.cut("box-b")
         lost = {s.name: s for s in clusterlife.status(cl)}
         assert lost["box-a"].state == "running"
@@ -151,13 +150,12 @@ def test_up_runs_each_node_s_generated_script_over_ssh_and_the_artifacts_form_th
         assert [(r.name, r.verdict) for r in rows] == [("reach", "no-go")]
         assert "cannot be reached" in rows[0].detail and rows[0].hint == hint
         c.mend("box-b")
-        print(f"T lost node named {time.monotonic() - t0:.1f}s")
     finally:
         if "box-b" in c.cut_links:
             c.mend("box-b")
         lines.clear()
         lifecycle.down(ops, deployment=NAME)
-    print(f"T down {time.monotonic() - t0:.1f}s")
+    print(f"up → wait → checks → lost node → down over ssh: {time.monotonic() - t0:.1f}s")
     stops = [ln.split()[1] for ln in lines if ln.startswith("down ") and "stopping" in ln]
     assert stops[0] == f"{NAME}-box-a", lines  # the head's engine first
     assert lines[-1].endswith("no Ray process left"), lines

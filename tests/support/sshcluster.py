@@ -99,6 +99,7 @@ class SshCluster:
             "IdentitiesOnly": "yes",
             "UserKnownHostsFile": str(self.known_hosts),
             "StrictHostKeyChecking": "yes",
+            "ConnectTimeout": "5",  # a cut link is named after this long (twice: status, then doctor)
             **more,
         }
 
@@ -307,5 +308,7 @@ def _teardown(c: SshCluster, made: list[str]) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False, timeout=30)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    problems += [f"namespace {ns} still exists" for ns in made if ns in listed.split()]
     if problems:
         raise AssertionError("teardown: " + "; ".join(problems))

@@ -6,6 +6,7 @@ readiness are decided once, here. Pure: no filesystem, no engine, no network.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -372,15 +373,9 @@ def make(
     bad = problems(spec, image)
     if bad:
         raise SpecError(spec_path, bad)
-    return build(
-        spec,
-        resolve_image(spec, lock, image),
-        spec_path=spec_path,
-        memlock=memlock,
-        lock=lock,
-        override=image,
-        home=home,
-    )
+    resolved = resolve_image(spec, lock, image)
+    plan = build(spec, resolved, spec_path=spec_path, memlock=memlock, lock=lock, override=image, home=home)
+    return dataclasses.replace(plan, lock_sha256=lock_digest(spec, lock, resolved[0]))
 
 
 def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement], home: str) -> list[PlanMount]:
@@ -513,5 +508,4 @@ def build(
         model_word=model_word,
         secondary_words=tuple(len(spec.engine.subcommand) + sm.arg for sm in spec.secondary_models),
         env_paths=paths,
-        lock_sha256=lock_digest(written, lock, ref),
     )
