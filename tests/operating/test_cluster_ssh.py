@@ -149,6 +149,13 @@ def test_up_runs_each_node_s_generated_script_over_ssh_and_the_artifacts_form_th
         rows = tables[f"doctor: {NAME} on box-b (ssh root@{SUBNET}.2, podman)"]
         assert [(r.name, r.verdict) for r in rows] == [("reach", "no-go")]
         assert "cannot be reached" in rows[0].detail and rows[0].hint == hint
+        # down stops what it reaches (the head) and names the node it cannot; once back, down finishes.
+        with pytest.raises(RigsmithError) as err:
+            lifecycle.down(ops, deployment=NAME)
+        assert "node box-b (cluster.nodes[1].ssh" in err.value.message and "invoke down" in (
+            err.value.hint or ""
+        )
+        assert _containers(c)["box-a"] == []
         c.mend("box-b")
     finally:
         if "box-b" in c.cut_links:
@@ -157,7 +164,7 @@ def test_up_runs_each_node_s_generated_script_over_ssh_and_the_artifacts_form_th
         lifecycle.down(ops, deployment=NAME)
     print(f"up → wait → checks → lost node → down over ssh: {time.monotonic() - t0:.1f}s")
     stops = [ln.split()[1] for ln in lines if ln.startswith("down ") and "stopping" in ln]
-    assert stops[0] == f"{NAME}-box-a", lines  # the head's engine first
+    assert stops == [f"{NAME}-box-b"], lines  # the head was stopped first, by the down that named box-b
     assert lines[-1].endswith("no Ray process left"), lines
     assert _containers(c) == {"box-a": [], "box-b": []}
     assert fixtures.node_pids(f"{SUBNET}.") == [], "a Ray process outlived down"

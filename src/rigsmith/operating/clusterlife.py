@@ -393,9 +393,19 @@ def wait(c: Cluster, timeout: float, echo: Callable[[str], None]) -> waitmod.Wai
     )
 
 
+#: ``ps -eo pid=,args=`` limited to the processes in the caller's network namespace: a node's Ray runs with
+#: host networking, so its processes are there, and another node's sharing the PID table (a test's
+#: namespaces on one kernel) are not counted as this node's.
+_PS_HERE = (
+    "me=$(readlink /proc/self/ns/net); ps -eo pid=,args= | while read -r pid args; do "
+    '[ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" = "$me" ] && printf "%s %s\\n" "$pid" "$args"; '
+    "done; true"
+)
+
+
 def ray_leftovers(host: Host, address: str) -> list[str]:
-    """Ray processes on ``host`` whose command line names ``address`` (``ps`` there)."""
-    res = host.run(["ps", "-eo", "pid=,args="])
+    """Ray processes on ``host`` (in its network namespace) whose command line names ``address``."""
+    res = host.run(["sh", "-c", _PS_HERE])
     pat = re.compile(rf"(?<![\d.]){re.escape(address)}(?![\d.])")
     return [
         ln.strip()
@@ -409,9 +419,13 @@ LEFTOVER_LOOKS, LEFTOVER_PAUSE = 10, 0.5
 
 
 def down(c: Cluster, grace: int) -> None:
-    """Stop the head (its engine) first, then the workers; fail naming any Ray process left."""
-    require_reachable(c.spec, c.hosts)
+    """Stop the head (its engine) first, then the workers; fail naming any Ray process left, and any node
+    ssh cannot reach (the others are stopped all the same)."""
+    lost = unreachable(c.spec, c.hosts)
     for n in c.nodes:  # head first
+        if n.node.name in lost:
+            c.echo(f"down {n.plan.name}: cannot reach {n.node.name}; stopping the other nodes")
+            continue
         if c.state(n) == "absent":
             c.echo(f"down {n.plan.name}: not running")
             continue
@@ -426,7 +440,9 @@ def down(c: Cluster, grace: int) -> None:
     # A killed node's processes end a moment after its stop returns (the kernel tears a PID namespace
     # down asynchronously): look again for a few seconds before naming any as left behind.
     for _ in range(LEFTOVER_LOOKS):
-        left = {n.node.name: ray_leftovers(c.host(n), n.node.address) for n in c.nodes}
+        left = {
+            n.node.name: ray_leftovers(c.host(n), n.node.address) for n in c.nodes if n.node.name not in lost
+        }
         left = {k: v for k, v in left.items() if v}
         if not left:
             break
@@ -435,6 +451,11 @@ def down(c: Cluster, grace: int) -> None:
         raise RigsmithError(
             "Ray processes outlived the stop: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in left.items()),
             hint="on each node named: `ray stop --force`, or kill the PIDs listed",
+        )
+    if lost:
+        raise RigsmithError(
+            "down stopped every node it reached; " + "; ".join(what for what, _ in lost.values()),
+            hint="; ".join(dict.fromkeys(h for _, h in lost.values())) + "; then `invoke down` again",
         )
     c.echo(f"down {c.spec.name}: all {len(c.nodes)} nodes stopped; no Ray process left")
 
