@@ -11,6 +11,7 @@ Needs root, iproute2, openssh-server/client, podman and the ``ray`` package (dev
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -26,7 +27,13 @@ from rigsmith.operating import clusterdoctor, clusterlife, lifecycle
 from rigsmith.operating.lifecycle import Ops
 from tests.support import cluster as fixtures
 from tests.support import rayimage
-from tests.support.common import HOST_MEMLOCK, prepare_host_dirs, standin_deployment, write_project
+from tests.support.common import (
+    HOST_MEMLOCK,
+    invoke_cli,
+    prepare_host_dirs,
+    standin_deployment,
+    write_project,
+)
 from tests.support.podman import CONTAINERS_CONF
 from tests.support.sshcluster import IFACE, SshCluster, ssh_cluster
 
@@ -93,9 +100,22 @@ def test_up_runs_each_node_s_generated_script_over_ssh_and_the_artifacts_form_th
         formed = time.monotonic() - t0
         assert any("Ray holds all 2 nodes and 4 GPUs" in ln for ln in lines), lines
         cl = _cluster(ops)
-        res = clusterlife.wait(cl, WAIT_TIMEOUT, lines.append)
+        # The CLI as a user runs it: wait (every node's join, then the head's gates), status, logs --node.
+        cli = functools.partial(invoke_cli, ops.project.root, env=c.env, timeout=WAIT_TIMEOUT + 60)
+        out = ["--deployment", NAME, "--out", str(ops.out)]
+        waited = cli("wait", *out, "--timeout", str(WAIT_TIMEOUT))
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        assert "Ray holds all 2 nodes" in waited.stdout and "ready after" in waited.stdout, waited.stdout
         print(f"up over ssh: cluster formed {formed:.1f}s, head serving {time.monotonic() - t0:.1f}s")
-        assert res.kv_seen is not None
+        shown = cli("status", *out)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.splitlines() == [
+            f"box-a (head, {SUBNET}.1, ssh root@{SUBNET}.1): running; in the Ray cluster",
+            f"box-b (worker, {SUBNET}.2, ssh root@{SUBNET}.2): running; in the Ray cluster",
+        ]
+        worker_cli_log = cli("logs", *out, "--node", "box-b")
+        assert worker_cli_log.returncode == 0, worker_cli_log.stderr
+        assert f"Local node IP: {SUBNET}.2" in worker_cli_log.stdout, worker_cli_log.stdout  # box-b's own Ray
         # Each node ran its own generated run.sh, copied under cluster.node_dir, in its own podman.
         for plan_node, n in zip(cl.nodes, c.nodes, strict=True):
             copied = Path(data["cluster"]["node_dir"]) / plan_node.plan.name / "run.sh"
@@ -114,8 +134,6 @@ def test_up_runs_each_node_s_generated_script_over_ssh_and_the_artifacts_form_th
         assert json.loads(ray_line.split(" ", 1)[1]) == {"nodes": [f"{SUBNET}.1", f"{SUBNET}.2"], "gpus": 4.0}
         argv_line = next(ln for ln in head_log.splitlines() if ln.startswith("STANDIN-ARGV "))
         assert json.loads(argv_line.split(" ", 1)[1]) == list(lifecycle.plan_for(ops.project, NAME).command)
-        worker_log = _run_here(clusterlife.logs_argv(cl, "box-b"), c.env)
-        assert "Ray runtime started" in worker_log or "--block" in worker_log, worker_log
         assert [(s.name, s.state, s.in_ray, s.problem) for s in clusterlife.status(cl)] == [
             ("box-a", "running", True, None),
             ("box-b", "running", True, None),
@@ -138,6 +156,8 @@ def test_up_runs_each_node_s_generated_script_over_ssh_and_the_artifacts_form_th
 
         # A node lost mid-run: status and doctor name it and the fix.
         c.cut("box-b")
+        lost_cli = cli("status", *out)
+        assert lost_cli.returncode == 1 and "node box-b (cluster.nodes[1].ssh" in lost_cli.stdout, lost_cli
         lost = {s.name: s for s in clusterlife.status(cl)}
         assert lost["box-a"].state == "running"
         assert lost["box-b"].state == "unreachable" and lost["box-b"].problem is not None
