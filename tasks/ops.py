@@ -170,11 +170,19 @@ def status(c: Context, deployment: str | None = None, target: str = "podman", ou
     from rigsmith.operating import wait as waitmod
 
     ops = _ops(c, target, out)
-    nodes = lifecycle.cluster_status(ops, deployment=deployment)
-    if nodes is not None:
+    cluster = lifecycle.cluster_of(ops, deployment)
+    if cluster is not None:
+        from rigsmith.operating import clusterlife
+
         ray = {True: "in the Ray cluster", False: "NOT in the Ray cluster", None: "-"}
+        nodes = clusterlife.status(cluster)
         for n in nodes:
             echo(f"{n.name} ({n.role}, {n.address}, {n.how}): {n.state}; {ray[n.in_ray]}")
+            if n.problem:
+                echo(f"  {n.problem[0]}\n  hint: {n.problem[1]}")
+        lost = [n.name for n in nodes if n.problem]
+        if lost:
+            raise Exit(f"status: node(s) {', '.join(lost)} cannot be reached (fix above)", code=1)
         return
     st = lifecycle.status(ops, deployment=deployment, health=waitmod.http_health_url)
     spec = {
@@ -199,6 +207,7 @@ def status(c: Context, deployment: str | None = None, target: str = "podman", ou
         "out": _OUT,
         "follow": "keep following new lines",
         "tail": "show only the last N lines",
+        "node": "multi-node: the node whose engine log to show (default: the head), reached as `up` does",
     }
 )
 @user_errors
@@ -209,16 +218,21 @@ def logs(
     out: str | None = None,
     follow: bool = False,
     tail: str | None = None,
+    node: str | None = None,
 ) -> None:
     """Show the deployment's engine log (podman logs / journalctl)."""
-    from rigsmith.operating import lifecycle, rootcause
+    from rigsmith.operating import clusterlife, lifecycle, rootcause
     from rigsmith.operating.host import LocalHost
 
     lines = _int("--tail", tail) if tail is not None else None
     ops = _ops(c, target, out)
     name = ops.project.resolve_name(deployment)
-    rootcause.require_running(ops.project, name, target, ops.host, "show logs of")
-    argv = lifecycle.logs_argv(ops, deployment=name, follow=follow, tail=lines)
+    cluster = lifecycle.cluster_of(ops, name)
+    if cluster is not None:
+        argv = clusterlife.logs_argv(cluster, node, follow=follow, tail=lines)
+    else:
+        rootcause.require_running(ops.project, name, target, ops.host, "show logs of")
+        argv = lifecycle.logs_argv(ops, deployment=name, follow=follow, tail=lines)
     try:
         code = LocalHost().call(argv)
     except FileNotFoundError:
@@ -257,6 +271,13 @@ def wait(
     ops = _ops(c, target, out)
     spec = ops.project.load(deployment)
     secs = _seconds("--timeout", timeout) if timeout is not None else waitmod.timeout_for(spec)
+    cluster = lifecycle.cluster_of(ops, spec.name) if not (log_file or url) else None
+    if cluster is not None:  # every node's join, then the head's gates, each reached as `up` does
+        from rigsmith.operating import clusterlife
+
+        res = clusterlife.wait(cluster, secs, echo)
+        echo(f"wait: {spec.name} ready after {res.seconds:.0f}s (all {len(cluster.nodes)} nodes joined)")
+        return
     if log_file:
         follower = waitmod.LogFollower(path=Path(log_file))
     else:

@@ -479,6 +479,15 @@ _NODE_WORDS = {
 }
 
 
+#: ssh_config keywords a node's ``ssh_options`` may set (ssh ``-o KEY=VALUE``): how to authenticate and whom
+#: to trust, never what runs locally (no ProxyCommand, LocalCommand, PermitLocalCommand, Match exec…).
+SSH_OPTION_KEYS = (
+    "ConnectTimeout", "HostKeyAlias", "IdentitiesOnly", "IdentityFile", "Port", "ServerAliveCountMax",
+    "ServerAliveInterval", "StrictHostKeyChecking", "User", "UserKnownHostsFile",
+)  # fmt: skip
+_SSH_VALUE_RE = re.compile(r"^[^\x00-\x1f\x7f\s]{1,4096}\Z")
+
+
 class ClusterNode(Frozen):
     """One machine of a multi-node deployment: where it is, which GPUs it gives, which link it talks on."""
 
@@ -497,6 +506,11 @@ class ClusterNode(Frozen):
         None,
         description="How ops reach this node: an ssh destination (user@host) run with `ssh -o BatchMode=yes` "
         "(null: the node is this machine, or run `invoke doctor --node NAME` on it).",
+    )
+    ssh_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="ssh_config settings for reaching this node (ssh -o KEY=VALUE), e.g. IdentityFile, "
+        "UserKnownHostsFile, Port; only " + ", ".join(SSH_OPTION_KEYS) + ".",
     )
     args: tuple[str, ...] | None = Field(
         None,
@@ -517,6 +531,18 @@ class ClusterNode(Frozen):
     def _node_cdi(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return cdi_names(v)
 
+    @field_validator("ssh_options")
+    @classmethod
+    def _ssh_options(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if key not in SSH_OPTION_KEYS:
+                raise ValueError(
+                    f"{key!r} is not one of the ssh options rigsmith passes: {', '.join(SSH_OPTION_KEYS)}"
+                )
+            if not _SSH_VALUE_RE.match(value):
+                raise ValueError(f"{key}: {value!r} is empty or holds a space or control character")
+        return v
+
 
 class Cluster(Frozen):
     """Several nodes serving one model: a Ray cluster (head + workers) or vLLM data-parallel ranks.
@@ -535,6 +561,12 @@ class Cluster(Frozen):
     dp_rpc_port: int = Field(13345, ge=1, le=65535, description="--data-parallel-rpc-port on the first node.")
     join_timeout_seconds: int = Field(
         600, gt=0, description="How long the head waits for every node and GPU (workers for the head)."
+    )
+    node_dir: str = Field(
+        "/var/lib/rigsmith",
+        pattern=r"^/[^\x00-\x1f\x7f]*$",
+        description="Absolute directory on each node reached over ssh where `invoke up` copies that node's "
+        "generated artifacts (run.sh, stop.sh) before running them.",
     )
 
     @field_validator("nodes", mode="before")

@@ -16,11 +16,11 @@ import pytest
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError, SpecError
-from rigsmith.operating import clusterdoctor
+from rigsmith.operating import clusterdoctor, noderun
 from rigsmith.operating.clusterdoctor import Link, NodeReport
 from rigsmith.operating.host import LocalHost, gather
 from rigsmith.operating.noderun import RemoteHost, node_hosts, ssh_host
-from rigsmith.operating.probes import HostFacts, ImageFacts
+from rigsmith.operating.probes import CmdResult, HostFacts, ImageFacts
 from rigsmith.project import Project
 from rigsmith.rendering import cluster
 from rigsmith.rendering import plan as planmod
@@ -287,10 +287,14 @@ def test_podman_nodes_run_each_node_s_own_scripts_and_reach_into_its_container(t
 
     spec = specmod.from_data(fixtures.ray_data())
     nodes = cluster.node_plans(spec, planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml"))
-    ctl = PodmanNodes(tmp_path)
+    ctl = PodmanNodes(tmp_path, "/srv/rs")
     worker = f"{fixtures.RAY_NAME}-box-b"
-    assert ctl.start(nodes[1]) == [["bash", str(tmp_path / "podman" / worker / "run.sh")]]
-    assert ctl.stop(nodes[1], 30) == [["bash", str(tmp_path / "podman" / worker / "stop.sh")]]
+    here, there = LocalHost(), ssh_host("root@box-b", LocalHost())
+    assert ctl.start(here, nodes[1]) == [["bash", str(tmp_path / "podman" / worker / "run.sh")]]
+    assert ctl.stop(here, nodes[1], 30) == [["bash", str(tmp_path / "podman" / worker / "stop.sh")]]
+    # A node reached over ssh runs the copies `stage` put under cluster.node_dir there.
+    assert ctl.start(there, nodes[1]) == [["bash", f"/srv/rs/{worker}/run.sh"]]
+    assert ctl.stop(there, nodes[1], 30) == [["bash", f"/srv/rs/{worker}/stop.sh"]]
     assert ctl.exec(nodes[0], ["python3", "-c", "x"]) == [
         "podman",
         "exec",
@@ -301,3 +305,55 @@ def test_podman_nodes_run_each_node_s_own_scripts_and_reach_into_its_container(t
     ]
     # No such container on this machine's podman: the node reads as absent.
     assert ctl.state(LocalHost({"PATH": os.environ["PATH"]}), nodes[1]) == "absent"
+
+
+def test_ssh_options_become_o_words_before_the_defaults_so_batch_mode_stays_on() -> None:
+    host = ssh_host("root@box-b", LocalHost(), {"IdentityFile": "/k/id", "ConnectTimeout": "4"})
+    assert host.argv(["true"]) == [
+        "ssh", "-o", "BatchMode=yes", "-o", "IdentityFile=/k/id", "-o", "ConnectTimeout=4",
+        "-o", "ConnectTimeout=10", "--", "root@box-b", "true",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"ProxyCommand": "touch /tmp/p"}, "'ProxyCommand' is not one of the ssh options"),
+        ({"LocalCommand": "x"}, "'LocalCommand' is not one of the ssh options"),
+        ({"IdentityFile": "/k/id\n-oProxyCommand=x"}, "IdentityFile: "),
+        ({"Port": ""}, "Port: '' is empty"),
+    ],
+)
+def test_an_ssh_option_that_could_run_a_command_or_inject_one_is_refused(
+    options: dict[str, str], says: str
+) -> None:
+    data = fixtures.ray_data()
+    data["cluster"]["nodes"][1]["ssh_options"] = options
+    with pytest.raises(SpecError) as err:
+        specmod.from_data(data)
+    assert "cluster.nodes[1].ssh_options" in str(err.value) and says in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("stderr", "says", "fix"),
+    [
+        ("@@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@\nHost key verification failed.\n",
+         "its host key is not the one", "cluster.nodes[1].ssh_options.UserKnownHostsFile"),
+        ("root@10.0.0.2: Permission denied (publickey).\n", "refused this machine's key",
+         "cluster.nodes[1].ssh_options.IdentityFile"),
+        ("ssh: connect to host 10.0.0.2 port 22: No route to host\n", "cannot be reached over ssh",
+         "its link"),
+    ],
+)  # fmt: skip
+def test_ssh_s_own_failures_become_one_paragraph_naming_the_node_and_the_fix(
+    stderr: str, says: str, fix: str
+) -> None:
+    data = fixtures.ray_data()
+    data["cluster"]["nodes"][1]["ssh"] = "root@10.0.0.2"
+    spec = specmod.from_data(data)
+    found = noderun.ssh_problem(spec, "box-b", CmdResult(255, "", stderr))
+    assert found is not None
+    what, hint = found
+    assert what.startswith("node box-b (cluster.nodes[1].ssh root@10.0.0.2)") and says in what
+    assert fix in hint
+    assert noderun.ssh_problem(spec, "box-b", CmdResult(1, "", "cat: x: No such file")) is None  # not ssh's

@@ -77,6 +77,12 @@ def _ops(tmp_path: Path, data: dict[str, Any], pair: tuple[str, str]) -> Ops:
     return ops
 
 
+def _status(ops: Ops) -> list[clusterlife.NodeStatus]:
+    c = lifecycle.cluster_of(ops, fixtures.RAY_NAME)
+    assert c is not None
+    return clusterlife.status(c)
+
+
 def _log(ops: Ops, node: str) -> str:
     assert isinstance(ops.node_control, fixtures.NsNodes)
     f = ops.node_control.run_dir / f"{node}.log"
@@ -115,7 +121,7 @@ def test_up_joins_a_waiting_worker_status_lists_every_node_down_leaves_no_ray(
         assert done.exists(), _log(ops, "box-a")  # the head's script went on to the engine
         seen = (ops.node_control.run_dir / "box-a" / "cluster.json").read_text()  # type: ignore[union-attr]
         assert f'"nodes": ["{HEAD}", "{WORKER}"]' in seen and '"gpus": 4.0' in seen
-        listed = lifecycle.cluster_status(ops, deployment=fixtures.RAY_NAME)
+        listed = _status(ops)
         assert listed is not None
         assert [(s.name, s.role, s.state, s.in_ray) for s in listed] == [
             ("box-a", "head", "running", True),
@@ -131,7 +137,7 @@ def test_up_joins_a_waiting_worker_status_lists_every_node_down_leaves_no_ray(
     assert [s.split()[1] for s in stops] == [f"{fixtures.RAY_NAME}-box-a", f"{fixtures.RAY_NAME}-box-b"]
     assert ops.lines[-1].endswith("no Ray process left")  # type: ignore[attr-defined]
     assert fixtures.node_pids("10.232.0.") == [], "a Ray process outlived down"
-    after = lifecycle.cluster_status(ops, deployment=fixtures.RAY_NAME)
+    after = _status(ops)
     assert after is not None and {s.state for s in after} == {"absent"}
 
 

@@ -66,7 +66,10 @@ class _Recorded:
     def __init__(self) -> None:
         self.started: list[str] = []
 
-    def start(self, node: NodePlan) -> list[list[str]]:
+    def stage(self, host: object, node: NodePlan) -> None:
+        return None
+
+    def start(self, host: object, node: NodePlan) -> list[list[str]]:
         self.started.append(node.node.name)
         return []
 

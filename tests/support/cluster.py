@@ -9,7 +9,7 @@ import hashlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,7 +169,16 @@ class NsNodes:
     def pidfile(self, node: NodePlan) -> str:
         return str(self.run_dir / f"{node.node.name}.pid")
 
-    def start(self, node: NodePlan) -> list[list[str]]:
+    def stage(self, host: Host, node: NodePlan) -> None:
+        """The node runs its plan from here: nothing to copy."""
+
+    def labels(self, host: Host, node: NodePlan) -> Mapping[str, str] | None:
+        return None
+
+    def logs(self, node: NodePlan, follow: bool = False, tail: int | None = None) -> list[str]:
+        return ["cat", str(self.run_dir / f"{node.node.name}.log")]
+
+    def start(self, host: Host, node: NodePlan) -> list[list[str]]:
         out = self.run_dir / node.node.name
         out.mkdir(exist_ok=True)
         script = 'echo $$ > "$0"; log=$1; shift; exec "$@" > "$log" 2>&1'
@@ -178,7 +187,7 @@ class NsNodes:
             ["setsid", "-f", "sh", "-c", script, self.pidfile(node), log, *node_argv(node, self.bins, out)]
         ]
 
-    def stop(self, node: NodePlan, grace: int) -> list[list[str]]:
+    def stop(self, host: Host, node: NodePlan, grace: int) -> list[list[str]]:
         """As a container stop with an init: TERM to every process of the node, up to ``grace`` seconds for
         them to end (the PID-namespace init ignores TERM, as PID 1 does), then KILL the node."""
         script = _ALIVE + (

@@ -17,7 +17,7 @@ from typing import Literal
 from rigsmith.operating import doctor, drift
 from rigsmith.operating.checkrow import Check
 from rigsmith.operating.host import Host, LocalHost, gather, probe
-from rigsmith.operating.noderun import RemoteHost, describe, node_hosts
+from rigsmith.operating.noderun import RemoteHost, describe, node_hosts, unreachable
 from rigsmith.operating.probes import HostFacts, ModelFacts
 from rigsmith.project import Project
 from rigsmith.rendering import cluster as clustermod
@@ -277,6 +277,14 @@ def diagnose_project(
     validate.refuse(spec_path, validate.problems(spec, lock, target, ctx, spec_path=spec_path))
     plan = planmod.make(spec, lock, spec_path=spec_path)
     hosts = node_hosts(spec, LocalHost(), only=only)
-    reports, view = diagnose(spec, lock, plan, hosts, target=target, verify=verify)
+    # A node ssh cannot reach (a cut link, a refused key) gets one row saying so: probing it would only
+    # repeat the failure once per probe.
+    lost = unreachable(spec, hosts)
+    reachable = {k: h for k, h in hosts.items() if k not in lost}
+    reports, view = diagnose(spec, lock, plan, reachable, target=target, verify=verify)
     tables = [(f"doctor: {name} on {r.node.name} ({r.how}, {target})", r.checks) for r in reports]
+    tables += [
+        (f"doctor: {name} on {k} ({describe(hosts[k])}, {target})", [Check("reach", "no-go", what, hint)])
+        for k, (what, hint) in lost.items()
+    ]
     return tables + ([(f"doctor: {name} cluster view ({len(reports)} nodes)", view)] if view else [])

@@ -24,16 +24,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from rigsmith.errors import CommandError, RigsmithError
+from rigsmith.errors import CommandError, PreflightError, RigsmithError
 from rigsmith.operating import drift
+from rigsmith.operating import wait as waitmod
 from rigsmith.operating.clusterdoctor import node_model_facts
-from rigsmith.operating.host import Host, LocalHost, image_facts
-from rigsmith.operating.noderun import describe, node_hosts
+from rigsmith.operating.host import Host, LocalHost, image_facts, quadlet_lacks
+from rigsmith.operating.noderun import RemoteHost, describe, node_hosts, require_reachable, unreachable
 from rigsmith.operating.probes import CmdResult
-from rigsmith.operating.verify import inspect_argv, parse_inspect
-from rigsmith.rendering.cluster import POLL_SECONDS, NodePlan
+from rigsmith.operating.verify import SPEC_LABEL, inspect_argv, parse_inspect
+from rigsmith.rendering.cluster import LOCK_LABEL, POLL_SECONDS, NodePlan
+from rigsmith.rendering.targets.common import health_argv
 from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import Deployment
 
@@ -51,12 +53,21 @@ RAY_PROCESS = re.compile(r"raylet|gcs_server|\bray\b.*\bstart\b|ray/_private|ray
 class NodeControl(Protocol):
     """The argv that start, stop, inspect and reach into one node's engine (run on that node)."""
 
-    def start(self, node: NodePlan) -> list[list[str]]: ...
+    def stage(self, host: Host, node: NodePlan) -> None:
+        """Put the node's artifacts where ``start``/``stop`` run them on the node (nothing when they are
+        there already)."""
+        ...
 
-    def stop(self, node: NodePlan, grace: int) -> list[list[str]]: ...
+    def start(self, host: Host, node: NodePlan) -> list[list[str]]: ...
+
+    def stop(self, host: Host, node: NodePlan, grace: int) -> list[list[str]]: ...
 
     def state(self, host: Host, node: NodePlan) -> str:
         """running | exited | created | absent | …"""
+        ...
+
+    def labels(self, host: Host, node: NodePlan) -> Mapping[str, str] | None:
+        """The labels of the node's container (None: it has none, or the control cannot tell)."""
         ...
 
     def clear(self, node: NodePlan) -> list[list[str]]:
@@ -67,33 +78,66 @@ class NodeControl(Protocol):
         """``argv`` run inside the node's running engine environment (where Ray's session is)."""
         ...
 
+    def logs(self, node: NodePlan, follow: bool = False, tail: int | None = None) -> list[str]:
+        """The argv that shows the node's engine log."""
+        ...
+
 
 @dataclass(frozen=True)
 class PodmanNodes:
-    """The podman target: each node's ``run.sh``/``stop.sh`` under ``root/podman/NAME-NODE`` on that node
-    (the same path on every node: a shared checkout, or the directory copied there)."""
+    """The podman target: each node's ``run.sh``/``stop.sh`` (``root/podman/NAME-NODE`` here). On this
+    machine they run where they are; on a node reached through a Host (ssh), ``stage`` copies them to
+    ``node_dir/NAME-NODE`` there first (``cluster.node_dir``)."""
 
     root: Path
+    node_dir: str = "/var/lib/rigsmith"
 
-    def _dir(self, node: NodePlan) -> Path:
+    def _here(self, node: NodePlan) -> Path:
         return self.root / "podman" / node.plan.name
 
-    def start(self, node: NodePlan) -> list[list[str]]:
-        return [["bash", str(self._dir(node) / "run.sh")]]
+    def _dir(self, host: Host, node: NodePlan) -> str:
+        return f"{self.node_dir}/{node.plan.name}" if isinstance(host, RemoteHost) else str(self._here(node))
 
-    def stop(self, node: NodePlan, grace: int) -> list[list[str]]:
-        return [["bash", str(self._dir(node) / "stop.sh")]]
+    def stage(self, host: Host, node: NodePlan) -> None:
+        if not isinstance(host, RemoteHost):
+            return
+        for name in ("run.sh", "stop.sh"):
+            path = f"{self._dir(host, node)}/{name}"
+            res = host.write(path, (self._here(node) / name).read_text(encoding="utf-8"), 0o755)
+            if res.code:
+                raise CommandError(
+                    ["write", path], res.code, f"on {node.node.name}: {res.stderr or res.stdout}",
+                    hint=f"cluster.node_dir ({self.node_dir}) must be a directory rigsmith may create and "
+                    f"write on {node.node.name}",
+                )  # fmt: skip
+
+    def start(self, host: Host, node: NodePlan) -> list[list[str]]:
+        return [["bash", f"{self._dir(host, node)}/run.sh"]]
+
+    def stop(self, host: Host, node: NodePlan, grace: int) -> list[list[str]]:
+        return [["bash", f"{self._dir(host, node)}/stop.sh"]]
 
     def state(self, host: Host, node: NodePlan) -> str:
+        info = self._inspect(host, node)
+        return str((info.get("State") or {}).get("Status", "unknown")) if info else "absent"
+
+    def labels(self, host: Host, node: NodePlan) -> Mapping[str, str] | None:
+        info = self._inspect(host, node)
+        return ((info or {}).get("Config") or {}).get("Labels") or None
+
+    def _inspect(self, host: Host, node: NodePlan) -> dict[str, Any] | None:
         res = host.run(inspect_argv(node.plan.name))
-        info = parse_inspect(res.stdout) if res.code == 0 else None
-        return str(((info or {}).get("State") or {}).get("Status", "unknown")) if info else "absent"
+        return parse_inspect(res.stdout) if res.code == 0 else None
 
     def clear(self, node: NodePlan) -> list[list[str]]:
         return [["podman", "rm", "--force", node.plan.name]]
 
     def exec(self, node: NodePlan, argv: Sequence[str]) -> list[str]:
         return ["podman", "exec", node.plan.name, *argv]
+
+    def logs(self, node: NodePlan, follow: bool = False, tail: int | None = None) -> list[str]:
+        argv = ["podman", "logs", *(["--tail", str(tail)] if tail is not None else [])]
+        return [*argv, *(["--follow"] if follow else []), node.plan.name]
 
 
 @dataclass
@@ -152,10 +196,12 @@ def drift_gate(c: Cluster, lock: lockmod.Lock, ignore: bool) -> None:
 
 
 def start(c: Cluster) -> list[str]:
-    """Start every node not already running, head first; the names started."""
+    """Start every node not already running, head first; the names started. Refuses first, starting nothing,
+    when a node cannot be reached or runs a container of another spec or lock."""
+    states = preflight(c)
     started = []
     for n in c.nodes:
-        st = c.state(n)
+        st = states[n.node.name]
         if st == "running":
             c.echo(f"  {n.node.name} ({n.role}, {describe(c.host(n))}): already running")
             continue
@@ -165,10 +211,46 @@ def start(c: Cluster) -> list[str]:
         if n is c.nodes[0] and type(c.host(n)) is LocalHost:
             _head_ports_free(c)
         c.echo(f"  {n.node.name} ({n.role}, {describe(c.host(n))}): starting {n.plan.name}")
-        for argv in c.control.start(n):
+        c.control.stage(c.host(n), n)
+        for argv in c.control.start(c.host(n), n):
             c.must(n, argv, hint=f"fix what it names on {n.node.name}, then `invoke up` again")
         started.append(n.node.name)
     return started
+
+
+def preflight(c: Cluster) -> dict[str, str]:
+    """Every node reachable, and none running a container of another spec or lock; each node's state."""
+    require_reachable(c.spec, c.hosts)
+    states = {n.node.name: c.state(n) for n in c.nodes}
+    _refuse_foreign(c, [n for n in c.nodes if states[n.node.name] == "running"])
+    return states
+
+
+#: The labels ``up`` compares on a running node: what they identify and where the current value comes from.
+_IDENTITY = ((SPEC_LABEL, "spec", "deployments/{name}.yaml"), (LOCK_LABEL, "lock", "rigsmith.lock"))
+
+
+def _refuse_foreign(c: Cluster, running: list[NodePlan]) -> None:
+    """Raise naming each running node whose container's labels say another spec or lock started it."""
+    bad = []
+    for n in running:
+        got = c.control.labels(c.host(n), n)
+        if got is None:
+            continue
+        want = dict(n.plan.labels)
+        for label, what, where in _IDENTITY:
+            if got.get(label) != want.get(label):
+                bad.append(
+                    f"node {n.node.name} runs {n.plan.name} from another {what} (label {label} is "
+                    f"{got.get(label) or 'missing'}; {where.format(name=c.spec.name)} gives "
+                    f"{want.get(label)})"
+                )
+    if bad:
+        raise RigsmithError(
+            f"up {c.spec.name}: refused, nothing started: " + "; ".join(bad),
+            hint=f"`invoke down --deployment {c.spec.name}` stops every node, then `invoke up` starts them "
+            "from the current spec and lock",
+        )
 
 
 def _head_ports_free(c: Cluster) -> None:
@@ -248,14 +330,16 @@ class NodeStatus:
     role: str
     address: str
     how: str
-    state: str
+    state: str  # running | exited | absent | … | unreachable
     in_ray: bool | None  # None: not a Ray layout, or the head's Ray does not answer
+    problem: tuple[str, str] | None = None  # (what, hint) when the node cannot be reached
 
 
 def status(c: Cluster) -> list[NodeStatus]:
-    """Every node's state, head first."""
+    """Every node's state, head first; a node ssh cannot reach is ``unreachable``, with why and the fix."""
     assert c.spec.cluster is not None
-    states = {n.node.name: c.state(n) for n in c.nodes}
+    lost = unreachable(c.spec, c.hosts)
+    states = {n.node.name: "unreachable" if n.node.name in lost else c.state(n) for n in c.nodes}
     view = (
         c.ray_view() if c.spec.cluster.layout == "ray" and states[c.nodes[0].node.name] == "running" else None
     )
@@ -267,14 +351,61 @@ def status(c: Cluster) -> list[NodeStatus]:
             describe(c.host(n)),
             states[n.node.name],
             None if view is None else n.node.address in view[0],
+            lost.get(n.node.name),
         )
         for n in c.nodes
     ]
 
 
+def logs_argv(c: Cluster, node: str | None, follow: bool = False, tail: int | None = None) -> list[str]:
+    """The command, run here, that shows one node's engine log (``node`` None: the head's)."""
+    n = c.nodes[0] if node is None else next((x for x in c.nodes if x.node.name == node), None)
+    if n is None:
+        raise RigsmithError(
+            f"--node {node!r} is not a node of {c.spec.name}",
+            hint="use one of: " + ", ".join(x.node.name for x in c.nodes),
+        )
+    require_reachable(c.spec, {n.node.name: c.host(n)})
+    argv = c.control.logs(n, follow, tail)
+    host = c.host(n)
+    return host.argv(argv) if isinstance(host, RemoteHost) else argv
+
+
+def wait(c: Cluster, timeout: float, echo: Callable[[str], None]) -> waitmod.WaitResult:
+    """Every node's join (Ray counts it and its GPUs), then the head's readiness gates: its log lines,
+    followed over its Host, and its health answered inside its container."""
+    require_reachable(c.spec, c.hosts)
+    t0 = c.clock()
+    assert c.spec.cluster is not None
+    if c.spec.cluster.layout == "ray":
+        took = wait_ray(c, timeout)
+        echo(f"wait: Ray holds all {len(c.nodes)} nodes after {took:.0f}s")
+    head, host = c.nodes[0], c.host(c.nodes[0])
+    # ssh (or the node's prefix) runs from here, with the environment this machine's commands get.
+    here = host.local if isinstance(host, RemoteHost) else host
+    follower = waitmod.LogFollower(
+        argv=logs_argv(c, head.node.name, follow=True), env=getattr(here, "env", None)
+    )
+    probe = c.control.exec(head, health_argv(head.plan))
+    left = max(timeout - (c.clock() - t0), 1.0)
+    return waitmod.wait(
+        waitmod.Gates.from_spec(c.spec), follower, lambda: host.run(probe).code == 0, timeout=left, echo=echo
+    )
+
+
+#: ``ps -eo pid=,args=`` limited to the processes in the caller's network namespace: a node's Ray runs with
+#: host networking, so its processes are there, and another node's sharing the PID table (a test's
+#: namespaces on one kernel) are not counted as this node's.
+_PS_HERE = (
+    "me=$(readlink /proc/self/ns/net); ps -eo pid=,args= | while read -r pid args; do "
+    '[ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" = "$me" ] && printf "%s %s\\n" "$pid" "$args"; '
+    "done; true"
+)
+
+
 def ray_leftovers(host: Host, address: str) -> list[str]:
-    """Ray processes on ``host`` whose command line names ``address`` (``ps`` there)."""
-    res = host.run(["ps", "-eo", "pid=,args="])
+    """Ray processes on ``host`` (in its network namespace) whose command line names ``address``."""
+    res = host.run(["sh", "-c", _PS_HERE])
     pat = re.compile(rf"(?<![\d.]){re.escape(address)}(?![\d.])")
     return [
         ln.strip()
@@ -288,13 +419,19 @@ LEFTOVER_LOOKS, LEFTOVER_PAUSE = 10, 0.5
 
 
 def down(c: Cluster, grace: int) -> None:
-    """Stop the head (its engine) first, then the workers; fail naming any Ray process left."""
+    """Stop the head (its engine) first, then the workers; fail naming any Ray process left, and any node
+    ssh cannot reach (the others are stopped all the same)."""
+    lost = unreachable(c.spec, c.hosts)
     for n in c.nodes:  # head first
+        if n.node.name in lost:
+            c.echo(f"down {n.plan.name}: cannot reach {n.node.name}; stopping the other nodes")
+            continue
         if c.state(n) == "absent":
             c.echo(f"down {n.plan.name}: not running")
             continue
         c.echo(f"down {n.plan.name} ({n.role} on {n.node.name}): stopping (up to {grace}s grace)")
-        for argv in c.control.stop(n, grace):
+        c.control.stage(c.host(n), n)
+        for argv in c.control.stop(c.host(n), n, grace):
             c.must(n, argv)
         if c.state(n) not in ("absent", "exited"):
             raise RigsmithError(
@@ -303,7 +440,9 @@ def down(c: Cluster, grace: int) -> None:
     # A killed node's processes end a moment after its stop returns (the kernel tears a PID namespace
     # down asynchronously): look again for a few seconds before naming any as left behind.
     for _ in range(LEFTOVER_LOOKS):
-        left = {n.node.name: ray_leftovers(c.host(n), n.node.address) for n in c.nodes}
+        left = {
+            n.node.name: ray_leftovers(c.host(n), n.node.address) for n in c.nodes if n.node.name not in lost
+        }
         left = {k: v for k, v in left.items() if v}
         if not left:
             break
@@ -312,6 +451,11 @@ def down(c: Cluster, grace: int) -> None:
         raise RigsmithError(
             "Ray processes outlived the stop: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in left.items()),
             hint="on each node named: `ray stop --force`, or kill the PIDs listed",
+        )
+    if lost:
+        raise RigsmithError(
+            "down stopped every node it reached; " + "; ".join(what for what, _ in lost.values()),
+            hint="; ".join(dict.fromkeys(h for _, h in lost.values())) + "; then `invoke down` again",
         )
     c.echo(f"down {c.spec.name}: all {len(c.nodes)} nodes stopped; no Ray process left")
 
@@ -328,12 +472,24 @@ def build(
     echo: Callable[[str], None] = print,
 ) -> Cluster:
     """The cluster for ``spec``: each node's Host (``noderun.node_hosts``) and the target's node control."""
+    reached = node_hosts(spec, local, hosts)
     if control is None:
-        if target != "podman":
-            raise RigsmithError(
-                f"up/down/status of a multi-node deployment drive the podman target, not {target!r}",
-                hint=f"`invoke deploy --target {target}` writes each node's units; start them on each node "
-                "(the head first, and stop it first)",
-            )
-        control = PodmanNodes(root)
-    return Cluster(spec, nodes, node_hosts(spec, local, hosts), control, echo)
+        if target == "quadlet":
+            _refuse_quadlet(spec, nodes, reached)
+        assert spec.cluster is not None
+        control = PodmanNodes(root, spec.cluster.node_dir)
+    return Cluster(spec, nodes, reached, control, echo)
+
+
+def _refuse_quadlet(spec: Deployment, nodes: list[NodePlan], hosts: Mapping[str, Host]) -> None:
+    """Quadlet units are not installed on nodes over ssh (yet): say what each node lacks for them anyway,
+    so the user knows whether `deploy --target quadlet` and a hand install can work there."""
+    require_reachable(spec, hosts)
+    lacks = {n.node.name: quadlet_lacks(hosts[n.node.name], f"{n.plan.name}.container") for n in nodes}
+    named = [f"{name}: {'; '.join(why)}" for name, why in lacks.items() if why]
+    raise PreflightError(
+        f"{spec.name}: up/down/status --target quadlet do not drive a multi-node deployment; "
+        + ("; ".join(named) if named else "every node has systemd and podman's quadlet generator"),
+        hint="use --target podman (each node's run.sh over ssh), or `invoke deploy --target quadlet` and "
+        "install quadlet/NAME-NODE.container in /etc/containers/systemd on each node (start the head first)",
+    )

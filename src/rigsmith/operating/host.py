@@ -269,3 +269,18 @@ def quadlet_podman(host: Host, spec_version: str | None) -> tuple[str, str]:
         )
     said = f"; the spec says {spec_version}" if spec_version and spec_version != here else ""
     return here, f"quadlet units for this host's podman {here} (`podman --version`{said})"
+
+
+def quadlet_lacks(host: Host, unit: str) -> list[str]:
+    """What keeps the quadlet unit ``unit`` from running on ``host`` (empty: nothing): systemd as PID 1
+    (daemon-reload makes the unit a service) and podman's quadlet generator (podman >= 4.4)."""
+    out = []
+    init = (read(host, "/proc/1/comm") or "").strip()
+    if init != "systemd":
+        out.append(f"PID 1 is {init or 'unknown'}, not systemd: nothing would turn {unit} into a service")
+    if not any(host.size(g) is not None for g in probes.QUADLET_GENERATORS):
+        out.append(
+            f"podman's quadlet generator is not installed ({' or '.join(probes.QUADLET_GENERATORS)}), so "
+            "systemd would find no unit (podman < 4.4, or a package without it)"
+        )
+    return out

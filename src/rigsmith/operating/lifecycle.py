@@ -34,8 +34,7 @@ from rigsmith.operating.gpuholders import (
     survivors,
     top_argv,
 )
-from rigsmith.operating.host import Host, LocalHost, image_facts, probe, quadlet_podman
-from rigsmith.operating.host import read as probe_read
+from rigsmith.operating.host import Host, LocalHost, image_facts, probe, quadlet_lacks, quadlet_podman
 from rigsmith.operating.probes import CmdResult
 from rigsmith.operating.verify import SPEC_LABEL, cdi_edits, container_problems, inspect_argv, parse_inspect
 from rigsmith.project import Project
@@ -268,19 +267,7 @@ def preflight(ops: Ops, plan: planmod.RunPlan) -> None:
     """What ``up`` checks before it writes anything on the host (PreflightError naming every reason). quadlet:
     systemd as PID 1 (daemon-reload makes the unit a service) and podman's quadlet generator, else the unit
     installed in /etc/containers/systemd is read by nothing (issue 24; doctor's podman check agrees)."""
-    problems = []
-    if ops.target == "quadlet":
-        init = (probe_read(ops.host, "/proc/1/comm") or "").strip()
-        if init != "systemd":
-            problems.append(
-                f"PID 1 is {init or 'unknown'}, not systemd: nothing would turn {plan.name}.container into a "
-                "service"
-            )
-        if not any(ops.host.size(g) is not None for g in probes.QUADLET_GENERATORS):
-            problems.append(
-                f"podman's quadlet generator is not installed ({' or '.join(probes.QUADLET_GENERATORS)}), so "
-                "systemd would find no unit (podman < 4.4, or a package without it)"
-            )
+    problems = quadlet_lacks(ops.host, f"{plan.name}.container") if ops.target == "quadlet" else []
     if problems:
         raise PreflightError(
             f"up --target {ops.target}: refused before writing anything: " + "; ".join(problems),
@@ -504,6 +491,7 @@ def ops_up(
     ops.echo(f"up {plan.name} ({ops.target}, {len(c.nodes)} nodes): " + "; ".join(steps))
     if dry_run:
         return plan
+    clusterlife.preflight(c)  # before any write: a node unreachable or running another spec or lock
     if changed:
         writer.write(files, yes=yes, confirm=confirm, echo=ops.echo, root=root)
     clusterlife.drift_gate(c, lockmod.read(ops.project.lock_path), ignore_drift)
@@ -511,9 +499,8 @@ def ops_up(
     return plan
 
 
-def cluster_status(ops: Ops, *, deployment: str | None = None) -> list[clusterlife.NodeStatus] | None:
-    """Every node's state for a multi-node deployment; None for a one-host one."""
+def cluster_of(ops: Ops, deployment: str | None = None) -> clusterlife.Cluster | None:
+    """A multi-node deployment's nodes and the means to act on them (status, logs, wait); None: one host."""
     if ops.project.load(deployment).cluster is None:
         return None
-    plan, _files = _plan(ops, deployment, None, None)
-    return clusterlife.status(from_ops(ops, plan))
+    return from_ops(ops, _plan(ops, deployment, None, None)[0])

@@ -32,6 +32,29 @@ _STATVFS = (
 )
 
 
+#: Write $2 to $1 through a temp file in the same directory (mode $3).
+_WRITE = (
+    'mkdir -p -- "$(dirname -- "$1")" && printf %s "$2" > "$1.rs-tmp" && chmod "$3" "$1.rs-tmp" '
+    '&& mv -f -- "$1.rs-tmp" "$1"'
+)
+#: ssh's own failures (exit 255), by what its message says, each with what the user should do.
+_SSH_FAILURES = (
+    (
+        ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED"),
+        "its host key is not the one this machine knows for it, so ssh refused to talk to it",
+        "if the node was reinstalled, compare its key's fingerprint (`ssh-keygen -lf` on the node) and "
+        "replace its line in the known-hosts file (cluster.nodes[{i}].ssh_options.UserKnownHostsFile, else "
+        "~/.ssh/known_hosts); if it was not, something else answers at that address",
+    ),
+    (
+        ("Permission denied",),
+        "it refused this machine's key",
+        "add the public key to the node's authorized_keys (`ssh-copy-id`), or point "
+        "cluster.nodes[{i}].ssh_options.IdentityFile at the key it accepts",
+    ),
+)
+
+
 @dataclass
 class RemoteHost:
     """A node reached through a command prefix; ``label`` says how, for messages."""
@@ -48,6 +71,10 @@ class RemoteHost:
 
     def run(self, argv: Sequence[str]) -> CmdResult:
         return self.local.run(self.argv(argv))
+
+    def write(self, path: str, text: str, mode: int = 0o644) -> CmdResult:
+        """Write ``text`` to ``path`` on the node, atomically (a temp file renamed), its directory made."""
+        return self.run(["sh", "-c", _WRITE, "sh", path, text, f"{mode:o}"])
 
     def read(self, path: str) -> str | None:
         res = self.run(["cat", "--", path])
@@ -95,9 +122,12 @@ def _ns(text: str) -> int | None:
     return int(secs) * 10**9 + int((frac + "0" * 9)[:9])
 
 
-def ssh_host(dest: str, local: LocalHost) -> RemoteHost:
-    """The node at ssh destination ``dest`` (validated by the spec: no option, no control character)."""
-    return RemoteHost((*SSH, "--", dest), f"ssh {dest}", local)
+def ssh_host(dest: str, local: LocalHost, options: Mapping[str, str] | None = None) -> RemoteHost:
+    """The node at ssh destination ``dest`` (validated by the spec: no option, no control character), with
+    the node's ``ssh_options`` (allow-listed ssh_config keys) as ``-o KEY=VALUE``; ssh takes the first value
+    of a key, so BatchMode stays on."""
+    words = [w for key, value in (options or {}).items() for w in ("-o", f"{key}={value}")]
+    return RemoteHost((SSH[0], *SSH[1:3], *words, *SSH[3:], "--", dest), f"ssh {dest}", local)
 
 
 def local_addresses(host: Host) -> set[str]:
@@ -140,7 +170,7 @@ def node_hosts(
         if override and n.name in override:
             out[n.name] = override[n.name]
         elif n.ssh:
-            out[n.name] = ssh_host(n.ssh, local)
+            out[n.name] = ssh_host(n.ssh, local, n.ssh_options)
         else:
             here = local_addresses(local) if here is None else here
             if spec.fill(n.address) in here:
@@ -163,3 +193,42 @@ def node_hosts(
 def describe(host: Host) -> str:
     """How a node is reached, for tables and messages."""
     return host.label if isinstance(host, RemoteHost) else "this machine"
+
+
+def ssh_problem(spec: Deployment, name: str, res: CmdResult) -> tuple[str, str] | None:
+    """(what, hint) when ``res`` is ssh failing to reach node ``name`` (exit 255), else None."""
+    assert spec.cluster is not None
+    i, node = next((k, n) for k, n in enumerate(spec.cluster.nodes) if n.name == name)
+    if res.code != 255:
+        return None
+    said = " ".join(res.stderr.split())[-300:]
+    where = f"node {name} (cluster.nodes[{i}].ssh {node.ssh})"
+    for needles, what, hint in _SSH_FAILURES:
+        if any(x in res.stderr for x in needles):
+            return f"{where}: {what} ({said})", hint.format(i=i)
+    return (
+        f"{where} cannot be reached over ssh ({said or 'ssh exited 255'})",
+        f"check that {name} is up and its link to this machine works (`invoke doctor` shows the link of "
+        f"every node it reaches); fix cluster.nodes[{i}].ssh if the address changed",
+    )
+
+
+def unreachable(spec: Deployment, hosts: Mapping[str, Host]) -> dict[str, tuple[str, str]]:
+    """node → (what, hint) for every ssh node that does not answer ``true`` (the others are left out)."""
+    out = {}
+    for name, host in hosts.items():
+        if isinstance(host, RemoteHost) and host.via[:1] == ("ssh",):
+            problem = ssh_problem(spec, name, host.run(["true"]))
+            if problem:
+                out[name] = problem
+    return out
+
+
+def require_reachable(spec: Deployment, hosts: Mapping[str, Host]) -> None:
+    """Raise one paragraph naming every ssh node that cannot be reached, and why."""
+    bad = unreachable(spec, hosts)
+    if bad:
+        raise RigsmithError(
+            "; ".join(what for what, _ in bad.values()),
+            hint="; ".join(dict.fromkeys(h for _, h in bad.values())),
+        )

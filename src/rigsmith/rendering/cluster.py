@@ -38,6 +38,9 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "--data-parallel-start-rank": ("-dpr",),
     "--distributed-executor-backend": (),
 }
+#: The label that carries what rigsmith.lock pins for the deployment (``RunPlan.lock_sha256``) on every node:
+#: ``up`` refuses a node running from another lock.
+LOCK_LABEL = "io.rigsmith.lock-sha256"
 #: Variables rigsmith sets per node; the spec's env may not set them too.
 NODE_ENV = ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 #: Variables that select GPUs on one host; in a cluster each node's cdi_devices do that.
@@ -449,7 +452,12 @@ def node_plans(spec: specmod.Deployment, plan: RunPlan) -> list[NodePlan]:
                     devices=node.cdi_devices,
                     gpu_indices=tuple(d.split("=", 1)[1] for d in node.cdi_devices),
                     env=(*plan.env, *_node_env(node)),
-                    labels=(*plan.labels, ("io.rigsmith.node", node.name), ("io.rigsmith.role", role)),
+                    labels=(
+                        *plan.labels,
+                        (LOCK_LABEL, plan.lock_sha256[:16]),
+                        ("io.rigsmith.node", node.name),
+                        ("io.rigsmith.role", role),
+                    ),
                     **health,
                 ),
             )

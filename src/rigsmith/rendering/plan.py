@@ -6,8 +6,10 @@ readiness are decided once, here. Pure: no filesystem, no engine, no network.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -78,6 +80,9 @@ class RunPlan:
     secondary_words: tuple[int, ...] = ()
     #: Secrets read from a host variable of another name (``NAME=$OTHER``): (NAME, OTHER).
     secret_from: tuple[tuple[str, str], ...] = ()
+    #: sha256 of what rigsmith.lock pins for this deployment (the image reference, the model and secondary
+    #: snapshots); a multi-node deployment labels every node's container with it (``lock_digest``).
+    lock_sha256: str = ""
 
     def secret_source(self, name: str) -> str:
         """The host variable (or podman/kube secret key) the secret ``name`` is read from."""
@@ -357,15 +362,9 @@ def make(
     bad = problems(spec, image)
     if bad:
         raise SpecError(spec_path, bad)
-    return build(
-        spec,
-        resolve_image(spec, lock, image),
-        spec_path=spec_path,
-        memlock=memlock,
-        lock=lock,
-        override=image,
-        home=home,
-    )
+    resolved = resolve_image(spec, lock, image)
+    plan = build(spec, resolved, spec_path=spec_path, memlock=memlock, lock=lock, override=image, home=home)
+    return dataclasses.replace(plan, lock_sha256=lock_digest(spec, lock, resolved[0]))
 
 
 def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement], home: str) -> list[PlanMount]:
@@ -396,6 +395,22 @@ def spec_digest(spec: specmod.Deployment) -> str:
         _DIGESTS.pop(next(iter(_DIGESTS)))
     _DIGESTS[id(spec)] = (spec, digest)
     return digest
+
+
+def lock_digest(spec: specmod.Deployment, lock: lockmod.Lock | None, image: str) -> str:
+    """sha256 of the lock's facts this deployment runs from: the image it starts, its model's and secondary
+    models' locked snapshots (another deployment's entries do not change it)."""
+    pinned = {
+        "image": image,
+        "model": lock.models[spec.name].model_dump(mode="json")
+        if lock and spec.name in lock.models
+        else None,
+        "secondary": {
+            repo: m.model_dump(mode="json")
+            for repo, m in sorted((lock.secondary if lock else {}).get(spec.name, {}).items())
+        },
+    }
+    return hashlib.sha256(json.dumps(pinned, sort_keys=True).encode()).hexdigest()
 
 
 def build(
