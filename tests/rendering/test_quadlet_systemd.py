@@ -79,7 +79,7 @@ class HealthKick:
     itself is unchanged: systemctl start still returns only once podman reports the container healthy.
     """
 
-    def __init__(self, guest: Guest, name: str, timeout: float = 60) -> None:
+    def __init__(self, guest: Guest, name: str, timeout: float = 240) -> None:
         self.runs: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._t0 = time.monotonic()
@@ -230,14 +230,14 @@ def test_notify_healthy_holds_systemctl_start_until_the_health_check_passes(
     guest.run("systemctl", "start", "--no-block", f"{name}.service")
     # The container runs while the unit is still activating: systemd waits for podman's READY.
     running_while_activating = False
-    while time.monotonic() - t0 < 20 and not running_while_activating:
+    while time.monotonic() - t0 < 180 and not running_while_activating:  # bounds for a loaded machine
         svc = guest.show(f"{name}.service", "ActiveState")["ActiveState"]
         ctr = guest.run("podman", "inspect", name, "--format", "{{.State.Running}}", check=False).stdout
         running_while_activating = svc == "activating" and ctr.strip() == "true"
     assert running_while_activating
     state = {}
     with HealthKick(guest, name) as kick:
-        while time.monotonic() - t0 < 30:
+        while time.monotonic() - t0 < 240:
             state = guest.show(f"{name}.service", "ActiveState")
             if state["ActiveState"] != "activating":
                 break
@@ -270,7 +270,7 @@ def test_an_engine_crashing_at_startup_is_restarted_after_restartsec_not_in_a_ti
     props = ("ActiveState", "SubState", "Result", "NRestarts", "RestartUSec", "ExecMainStatus")
     t0 = time.monotonic()
     svc = guest.show(f"{name}.service", *props)
-    while svc["SubState"] != "auto-restart" and time.monotonic() - t0 < 15:
+    while svc["SubState"] != "auto-restart" and time.monotonic() - t0 < 180:
         time.sleep(0.1)
         svc = guest.show(f"{name}.service", *props)
     assert svc["SubState"] == "auto-restart" and svc["Result"] == "exit-code", svc
