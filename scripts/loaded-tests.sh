@@ -21,6 +21,14 @@ TESTS=(
   "tests/operating/bundle/test_bundle_real.py::test_kill_9_during_unbundle_then_the_next_run_resumes_and_ends_verified"
   # systemd's restart delay, read from systemd's own clock (a crash loop is not restarted in 100 ms).
   "tests/rendering/test_quadlet_systemd.py::test_an_engine_crashing_at_startup_is_restarted_after_restartsec_not_in_a_tight_loop"
+  "tests/rendering/test_quadlet_systemd.py::test_notify_healthy_holds_systemctl_start_until_the_health_check_passes"
+  # Progress bars on a real pty: they end clean (no partial line, no bar left) however slow the machine.
+  "tests/operating/bundle/test_progress_pty.py::test_fetch_build_and_bundle_show_progress_and_end_clean_in_a_terminal"
+  # The engine started with no route out; the health probe from inside; a Hub attempt named.
+  "tests/operating/upgrade/test_offline_real.py::test_up_offline_answers_health_from_inside_a_namespace_with_no_route_out"
+  "tests/operating/upgrade/test_offline_real.py::test_prove_offline_names_the_hub_the_engine_tried_to_reach"
+  # Two nodes over real sshd, each node's run.sh in its own podman, Ray formed by the artifacts.
+  "tests/operating/test_cluster_ssh.py::test_up_runs_each_node_s_generated_script_over_ssh_and_the_artifacts_form_the_cluster"
   # Probes of this machine, read twice (doctor against what the commands print here).
   "tests/operating/test_doctor.py::test_doctor_on_this_machine_tells_the_truth"
   # A hostile deployment file through the CLI (deep YAML; one paragraph, no traceback).
