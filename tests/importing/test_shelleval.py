@@ -348,3 +348,12 @@ def test_the_recipe_json_command_is_read_with_the_same_rules() -> None:
     dep = _parse(text)
     assert list(dep.engine.args) == ["Qwen/Qwen3-0.6B", "-tp", "2"]
     assert any("'nohup' dropped" in n for n in dep.notes)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["$((1+2", "$(echo hi", "`echo hi", "${MODEL", "$'abc", "'abc", '"abc', '"$((1"'],
+)
+def test_a_construct_never_closed_is_refused_not_lexed_forever(text: str) -> None:
+    # Found by the mangled-corpus fuzz test: an unclosed $(( sent the lexer back to the start of the text.
+    assert "never closed" in refusal(f"vllm serve Qwen/Qwen3-0.6B --port {text}\n")

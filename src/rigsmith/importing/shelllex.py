@@ -335,8 +335,9 @@ class _Lexer:
             while k < self.n and text[k] != "'":
                 k += 2 if text[k] == "\\" else 1
             return self._sub("ANSI-C quoted string", quoted, k + 1 if k < self.n else -1)
-        if text.startswith("$((", i):
-            return self._sub("arithmetic", quoted, self._matching(i + 3, "(", ")") + 1)
+        if text.startswith("$((", i):  # past the second ')'; never closed stays -1 (0 would lex again)
+            end = self._matching(i + 3, "(", ")")
+            return self._sub("arithmetic", quoted, end + 1 if end >= 0 else -1)
         if nxt == "(":
             return self._sub("command substitution", quoted, self._matching(i + 2, "(", ")"))
         if nxt == "{":
@@ -358,9 +359,10 @@ class _Lexer:
 
     def _sub(self, kind: str, quoted: bool, end: int) -> Part:
         start = self.i
-        if end < 0:
+        if end <= start:  # never closed (an end at or before the start would lex the same text again)
+            article = "an" if kind[0] in "aeiouAEIOU" else "a"
             self.out.problems.append(
-                f"line {self.line}: a {kind} ({self.text[start : start + 12]}…) is never closed"
+                f"line {self.line}: {article} {kind} ({self.text[start : start + 12]}…) is never closed"
             )
             end = self.n
         self.line += self.text.count("\n", start, end)
