@@ -156,7 +156,7 @@ class _Lexer:
     def run(self) -> Lexed:
         text = self.text
         while self.i < self.n:
-            c = text[self.i]
+            c, before = text[self.i], self.i
             if c == "\r" and text.startswith("\n", self.i + 1):
                 self.i += 1
             elif c in _BLANKS:
@@ -187,6 +187,9 @@ class _Lexer:
             else:
                 self.start().append(Lit(c, False))
                 self.i += 1
+            if self.i <= before:  # every step consumes text: one that did not would read it again forever
+                self.out.problems.append(f"line {self.line}: cannot read {text[before : before + 12]!r}")
+                break
         self.end_word()
         return self.out
 
@@ -360,9 +363,8 @@ class _Lexer:
     def _sub(self, kind: str, quoted: bool, end: int) -> Part:
         start = self.i
         if end <= start:  # never closed (an end at or before the start would lex the same text again)
-            article = "an" if kind[0] in "aeiouAEIOU" else "a"
             self.out.problems.append(
-                f"line {self.line}: {article} {kind} ({self.text[start : start + 12]}…) is never closed"
+                f"line {self.line}: the {kind} {self.text[start : start + 12]}… is never closed"
             )
             end = self.n
         self.line += self.text.count("\n", start, end)
