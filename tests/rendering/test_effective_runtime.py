@@ -176,6 +176,7 @@ def test_every_target_runs_what_the_recipe_meant_or_a_declared_decision(
     project = Project(tmp_path / "p")
     project.spec_path(dep.name).parent.mkdir(parents=True)
     project.spec_path(dep.name).write_text(specmod.dump(dep), encoding="utf-8")
+    dep = project.load(dep.name)  # as the targets read it: a filled model placeholder is the model there
     want_argv = _declared_argv(dep)
     want_mounts = {m.container: (userhome.expand(m.host, HOME), m.readonly, m.kind) for m in dep.mounts}
     for target in TARGETS:

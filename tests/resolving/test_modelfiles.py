@@ -144,7 +144,10 @@ def test_wants_put_patched_originals_aside_and_refuse_unsafe_paths():
 
 def test_stale_partials_keep_only_resumable_ones():
     w = Want("m", "m", 9, "sha256", "b" * 64)
-    assert stale_partials([f"{'b' * 64}.incomplete", "old.incomplete", "x"], [w]) == ["old.incomplete", "x"]
+    assert stale_partials([w.partial_name, f"{'b' * 64}.incomplete", "x"], [w]) == [
+        f"{'b' * 64}.incomplete",
+        "x",
+    ]
 
 
 def test_disk_check_names_sizes_and_the_fix():
