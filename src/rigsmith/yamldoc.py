@@ -57,7 +57,25 @@ def tree_problem(data: Any) -> str | None:
 
 class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """A safe loader (libyaml's when present) that yields only JSON-like values: a timestamp stays the
-    text it was (compose and YAML 1.2 readers see a string), ``!!binary`` and ``!!set`` are refused."""
+    text it was (compose and YAML 1.2 readers see a string), ``!!binary`` and ``!!set`` are refused, and
+    a key written twice in one mapping is refused (PyYAML keeps the last silently while a reader sees the
+    first; YAML says keys are unique, and compose refuses them)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # a merge key (<<) may override what it merges; a non-scalar key fails below
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    f"the first {key!r} is",
+                    seen[key].start_mark,
+                    f"found duplicate key {key!r}; write each key once",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node
+        return dict(super().construct_mapping(node, deep=deep))
 
 
 def _as_text(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:

@@ -1,0 +1,223 @@
+"""Red team of the vLLM recipes importer and the model placeholder fill (issue 25): hostile values in a
+recipe from the internet, each refused as one paragraph naming its field (never a traceback, never a
+spec that deploy then refuses), and what imports keeps the site's argv.
+
+Every case here failed before its fix: a traceback, a silently chosen value, or a spec deploy refuses.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rigsmith import spec as specmod
+from rigsmith.errors import RecipeError
+from rigsmith.importing import recipe
+from rigsmith.importing.recipe.vllmsynth import js_str
+from rigsmith.project import Project
+from rigsmith.rendering import plan
+
+DATA = Path(__file__).parent / "data" / "vllm-recipes"
+BASE: dict[str, Any] = yaml.safe_load((DATA / "Qwen_Qwen3-8B.yaml").read_text())
+
+
+def _parse(text: str, variant: str | None = "default@h200") -> specmod.Deployment:
+    return recipe.parse(text, source="hostile.yaml", sha256="0" * 64, variant=variant)
+
+
+def _refusal(text: str, variant: str | None = "default@h200") -> str:
+    with pytest.raises(RecipeError) as err:
+        _parse(text, variant)
+    return f"{err.value}\n{err.value.hint or ''}"
+
+
+def _edited(path: tuple[str, ...], value: Any) -> str:
+    data = copy.deepcopy(BASE)
+    at = data
+    for key in path[:-1]:
+        at = at[key]
+    at[path[-1]] = value
+    return yaml.safe_dump(data)
+
+
+# -- JSON: a number Python will not turn into text ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"hf_id": "a/b", "recommended_command": {"deploy_type": "single_node", "hardware": "h200", '
+        '"docker_image": "vllm/vllm-openai:v0.11.0", "argv": ["vllm", "serve", "a/b", "--x", '
+        + "9" * 5000
+        + "]}}",
+        '{"command": "vllm serve a/b", "size": ' + "9" * 5000 + "}",
+    ],
+    ids=["api", "recipe-json"],
+)
+def test_a_json_integer_too_long_for_python_is_one_paragraph(text: str) -> None:
+    message = _refusal(text, None)
+    assert "is not valid JSON" in message and "4300 digits" in message
+
+
+# -- YAML: duplicate and non-text keys ----------------------------------------------------------------
+
+
+def test_a_duplicate_key_is_refused_naming_its_line_not_last_one_wins() -> None:
+    """PyYAML keeps the last of two equal keys; a reviewer reads the first. The compose spec and YAML say
+    a key is unique."""
+    text = (DATA / "Qwen_Qwen3-8B.yaml").read_text()
+    hidden = text.replace(
+        "variants:\n  default:\n", "variants:\n  default:\n    extra_args: ['--enforce-eager']\n  default:\n"
+    )
+    assert hidden != text
+    message = _refusal(hidden)
+    assert "line 46, column 3: found duplicate key 'default'" in message
+    assert "the first 'default' is at line 44, column 3" in message
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "said"),
+    [
+        (("model", "base_env"), {None: "x"}, "model.base_env: the key None is not text"),
+        (("variants",), {1: {"precision": "bf16"}}, "variants: the key 1 is not text"),
+        (("model", "base_env"), {True: "x"}, "model.base_env: the key True is not text"),
+    ],
+)
+def test_a_key_that_is_not_text_is_refused_by_its_path(path: tuple[str, ...], value: Any, said: str) -> None:
+    assert said in _refusal(_edited(path, value), None)
+
+
+# -- numbers ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("field", ["vram_minimum_gb", "tp"])
+def test_nan_and_infinity_are_not_numbers_of_a_recipe(field: str, value: float) -> None:
+    message = _refusal(_edited(("variants", "default", field), value))
+    assert f"variants.default.{field}: must be a finite number" in message
+
+
+@pytest.mark.parametrize(
+    ("value", "js"),
+    [
+        (1e-7, "1e-7"),
+        (0.00001, "0.00001"),
+        (0.000001, "0.000001"),
+        (1.5e16, "15000000000000000"),
+        (1e21, "1e+21"),
+        (1.5e21, "1.5e+21"),
+        (123.456, "123.456"),
+        (-0.5, "-0.5"),
+        (1.7976931348623157e308, "1.7976931348623157e+308"),
+        (5e-324, "5e-324"),
+        (-1e-7, "-1e-7"),
+        (float("nan"), "NaN"),
+        (float("inf"), "Infinity"),
+        (float("-inf"), "-Infinity"),
+        (True, "true"),
+        (10**30, "1000000000000000000000000000000"),
+    ],
+)
+def test_numbers_become_the_words_javascript_writes(value: Any, js: str) -> None:
+    """The site builds argv and env with JavaScript's String(value) (node printed each of these)."""
+    assert js_str(value) == js
+
+
+def test_a_small_float_argument_is_the_sites_word() -> None:
+    dep = _parse(_edited(("variants", "default", "extra_args"), ["--x", 1.0e-07]))
+    assert dep.engine.args[1:3] == ("--x", "1e-7")
+
+
+# -- the model id and the image -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model_id", ["-oFoo/x", "--help/x", "a b/c", "../../etc", "a/..", "a/b\n", "org/<x>"]
+)
+@pytest.mark.parametrize("where", [("model", "model_id"), ("variants", "default", "model_id")])
+def test_a_model_id_that_is_not_a_hub_repo_id_is_refused_naming_the_field(
+    where: tuple[str, ...], model_id: str
+) -> None:
+    message = _refusal(_edited(where, model_id))
+    assert f"{'.'.join(where)}: {model_id!r} is not a Hugging Face repo id" in message
+
+
+@pytest.mark.parametrize(
+    "image", ["--privileged", "-v /:/host", "not a ref", "x;id", "a\nb", "UPPER/Case:1", "x@sha256:zz"]
+)
+def test_an_image_that_is_not_a_reference_is_refused_at_import(image: str) -> None:
+    """deploy refuses it (plan), so import must not write a spec with it: the same check, at import."""
+    message = _refusal(_edited(("model", "docker_image"), image))
+    assert f"engine.image: image reference {image!r}" in message
+
+
+def test_an_image_given_by_the_docker_run_form_is_checked_the_same_way() -> None:
+    message = _refusal("docker run --gpus all --privileged=false 'Vllm/X' --model org/m\n", None)
+    assert "engine.image: image reference 'Vllm/X'" in message
+
+
+def test_a_hostile_recipe_that_imports_renders() -> None:
+    """Shell metacharacters, newlines, '--' and quotes in argv and env import as words every target can
+    render (deploy's checks find nothing to refuse)."""
+    words = ["--x", "a;rm -rf /", "--y", "$(id)`id`", "--z", "'\"", "--", "-"]
+    data = copy.deepcopy(BASE)
+    data["variants"]["default"]["extra_args"] = words
+    data["model"]["base_env"] = {"OK": "a b;c", "N": 7}
+    dep = _parse(yaml.safe_dump(data))
+    assert list(dep.engine.args[1 : 1 + len(words)]) == words
+    assert plan.problems(dep) == []
+
+
+# -- the model placeholder filled with a directory ----------------------------------------------------
+
+
+def _placeholder_spec(value: str) -> dict[str, Any]:
+    seed = Project(Path(__file__).parents[2]).load("flash-next-merlin-4x3090")
+    data = seed.model_dump(mode="json")
+    data["model"] = {**data["model"], "repo": "<MODEL>", "revision": None, "allow_patterns": []}
+    data["model"]["ignore_patterns"] = []
+    data["placeholders"] = {**data["placeholders"], "<MODEL>": value}
+    return data
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("/", "the root directory"),
+        ("//", "the root directory"),
+        ("/etc", "inside /etc, a system directory"),
+        ("/srv/../etc", "inside /etc, a system directory"),
+        ("~/", "is your home directory"),
+        ("~/../alice/m", "climbs out of your home directory"),
+        ("~/.ssh", "hidden directory .ssh"),
+        ("/srv", "the shared directory /srv"),
+        ("/home/alice", "home directory of a user"),
+        ("/srv/m\n", "control character"),
+        ("/srv/m\r", "control character"),
+    ],
+)
+def test_a_model_placeholder_filled_with_a_dangerous_directory_is_refused_naming_the_placeholder(
+    value: str, said: str
+) -> None:
+    with pytest.raises(specmod.SpecError) as err:
+        specmod.from_data(_placeholder_spec(value))
+    text = str(err.value)
+    assert "placeholders['<MODEL>']" in text and said in text
+
+
+@pytest.mark.parametrize("value", ["a../b..", "a--b/c", "a/b--c", "a/b.git", "a/b.", "-a/b", "a/" + "b" * 97])
+def test_a_model_placeholder_filled_with_what_the_hub_refuses_as_a_repo_id_is_refused(value: str) -> None:
+    with pytest.raises(specmod.SpecError) as err:
+        specmod.from_data(_placeholder_spec(value))
+    assert "placeholders['<MODEL>']" in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["Qwen/Qwen3-8B", "/srv/models/qwen", "~/models/qwen", "/data/m/"])
+def test_a_model_placeholder_filled_well_still_imports(value: str) -> None:
+    spec = specmod.from_data(_placeholder_spec(value))
+    assert spec.unfilled_placeholders() == []
+    assert [f for f, _ in plan.problems(spec)] == []
