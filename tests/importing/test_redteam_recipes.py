@@ -119,11 +119,15 @@ def test_nan_and_infinity_are_not_numbers_of_a_recipe(field: str, value: float) 
         (float("inf"), "Infinity"),
         (float("-inf"), "-Infinity"),
         (True, "true"),
-        (10**30, "1000000000000000000000000000000"),
+        (10**30, "1e+30"),
+        (2**53 + 1, "9007199254740992"),
+        (10**400, "Infinity"),
+        (12, "12"),
     ],
 )
 def test_numbers_become_the_words_javascript_writes(value: Any, js: str) -> None:
-    """The site builds argv and env with JavaScript's String(value) (node printed each of these)."""
+    """The site builds argv and env with JavaScript's String(value) of a YAML value, every number a
+    double (node printed each of these; 5,260 random and edge doubles matched node when this was written)."""
     assert js_str(value) == js
 
 
