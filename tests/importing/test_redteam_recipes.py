@@ -13,13 +13,16 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rigsmith import spec as specmod
-from rigsmith.errors import RecipeError
+from rigsmith.errors import RecipeError, SpecError
 from rigsmith.importing import recipe
 from rigsmith.importing.recipe.vllmsynth import js_str
 from rigsmith.project import Project
-from rigsmith.rendering import plan
+from rigsmith.rendering import deploy, plan
+from tests.rendering.test_hostile_matrix import _fake_run
 
 DATA = Path(__file__).parent / "data" / "vllm-recipes"
 BASE: dict[str, Any] = yaml.safe_load((DATA / "Qwen_Qwen3-8B.yaml").read_text())
@@ -207,7 +210,7 @@ def _placeholder_spec(value: str) -> dict[str, Any]:
 def test_a_model_placeholder_filled_with_a_dangerous_directory_is_refused_naming_the_placeholder(
     value: str, said: str
 ) -> None:
-    with pytest.raises(specmod.SpecError) as err:
+    with pytest.raises(SpecError) as err:
         specmod.from_data(_placeholder_spec(value))
     text = str(err.value)
     assert "placeholders['<MODEL>']" in text and said in text
@@ -215,7 +218,7 @@ def test_a_model_placeholder_filled_with_a_dangerous_directory_is_refused_naming
 
 @pytest.mark.parametrize("value", ["a../b..", "a--b/c", "a/b--c", "a/b.git", "a/b.", "-a/b", "a/" + "b" * 97])
 def test_a_model_placeholder_filled_with_what_the_hub_refuses_as_a_repo_id_is_refused(value: str) -> None:
-    with pytest.raises(specmod.SpecError) as err:
+    with pytest.raises(SpecError) as err:
         specmod.from_data(_placeholder_spec(value))
     assert "placeholders['<MODEL>']" in str(err.value)
 
@@ -225,3 +228,58 @@ def test_a_model_placeholder_filled_well_still_imports(value: str) -> None:
     spec = specmod.from_data(_placeholder_spec(value))
     assert spec.unfilled_placeholders() == []
     assert [f for f, _ in plan.problems(spec)] == []
+
+
+# -- property: what imports renders, and bash reads back the site's argv -------------------------------
+
+#: Shell metacharacters, quotes, line breaks of every kind, '--' tricks, YAML look-alikes, unicode.
+_HOSTILE = (
+    st.lists(
+        st.sampled_from(
+            [
+                *"aZ09 -_=/.:,;|&$`'\"\\(){}[]*?!#~%^@+\t\n\r\x0b\x0c\x85\u2028\u2029\u202e模",
+                *("yes", "on", "~", "null", "1e5", "0o17", "$(touch PWNED)", "--", "-x"),
+            ]
+        ),
+        min_size=1,
+        max_size=8,
+    )
+    .map(lambda w: "".join(w))
+    .map(lambda s: s if not s.startswith("-") else "v" + s)
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(_HOSTILE, min_size=1, max_size=4), env=_HOSTILE)
+def test_a_recipe_with_hostile_words_imports_to_a_run_sh_bash_reads_back_as_the_sites_argv(
+    tmp_path_factory: pytest.TempPathFactory, values: list[str], env: str
+) -> None:
+    """The site's argv for the variant is base args, the variant's extra_args, the strategy's parallel
+    size, then the features; whatever words the recipe holds, run.sh hands podman exactly that argv (the
+    model word mapped to the mount, the recipe's id kept as the served name) and the env value unchanged,
+    and nothing runs on the host."""
+    data = copy.deepcopy(BASE)
+    extra = [w for i, v in enumerate(values) for w in (f"--rt-flag-{i}", v)]
+    data["variants"]["default"]["extra_args"] = extra
+    data["model"]["base_env"] = {"RT_VAR": env}
+    # Escaped, not raw: PyYAML's dumper writes a raw U+0085 that its own reader folds into a space.
+    dep = _parse(yaml.safe_dump(data))
+    site = [*extra, "--tensor-parallel-size", "1", "--reasoning-parser", "qwen3"]
+    site += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    assert list(dep.engine.args) == ["Qwen/Qwen3-8B", *site]
+    assert {e.name: e.value for e in dep.env} == {"RT_VAR": env}
+    base = tmp_path_factory.mktemp("run")
+    project = Project(base)
+    project.spec_path(dep.name).parent.mkdir()
+    project.spec_path(dep.name).write_text(specmod.dump(dep), encoding="utf-8")
+    _plan, files = deploy.artifacts(project, "podman", deployment=dep.name)
+    [run] = [a for a in files if a.path.name == "run.sh"]
+    (base / "sh/cdi").mkdir(parents=True)
+    (base / "sh/cdi/nvidia.yaml").write_text(
+        'kind: "nvidia.com/gpu"\n' + "".join(f'name: "{n}"\n' for n in range(8))
+    )
+    argv = _fake_run(run.content, base / "sh")
+    assert dep.engine.image is not None
+    tail = argv[argv.index(dep.engine.image) + 1 :]
+    assert tail == ["serve", dep.model.container_path, *site, "--served-model-name", "Qwen/Qwen3-8B"]
+    assert f"RT_VAR={env}" in argv
