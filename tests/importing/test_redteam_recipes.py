@@ -249,6 +249,14 @@ _HOSTILE = (
 )
 
 
+class _QuotedDumper(yaml.SafeDumper):
+    """Every string double-quoted, with escapes: a recipe as a YAML 1.2 writer means it (PyYAML's own
+    dumper leaves ``1e5`` plain, a number to YAML 1.2, and writes a raw U+0085 its reader folds)."""
+
+
+_QuotedDumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style='"'))
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(values=st.lists(_HOSTILE, min_size=1, max_size=4), env=_HOSTILE)
 def test_a_recipe_with_hostile_words_imports_to_a_run_sh_bash_reads_back_as_the_sites_argv(
@@ -262,8 +270,7 @@ def test_a_recipe_with_hostile_words_imports_to_a_run_sh_bash_reads_back_as_the_
     extra = [w for i, v in enumerate(values) for w in (f"--rt-flag-{i}", v)]
     data["variants"]["default"]["extra_args"] = extra
     data["model"]["base_env"] = {"RT_VAR": env}
-    # Escaped, not raw: PyYAML's dumper writes a raw U+0085 that its own reader folds into a space.
-    dep = _parse(yaml.safe_dump(data))
+    dep = _parse(yaml.dump(data, Dumper=_QuotedDumper))
     site = [*extra, "--tensor-parallel-size", "1", "--reasoning-parser", "qwen3"]
     site += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     assert list(dep.engine.args) == ["Qwen/Qwen3-8B", *site]
@@ -283,3 +290,17 @@ def test_a_recipe_with_hostile_words_imports_to_a_run_sh_bash_reads_back_as_the_
     tail = argv[argv.index(dep.engine.image) + 1 :]
     assert tail == ["serve", dep.model.container_path, *site, "--served-model-name", "Qwen/Qwen3-8B"]
     assert f"RT_VAR={env}" in argv
+
+
+def test_plain_scalars_are_read_as_the_sites_yaml_reader_reads_them() -> None:
+    """js-yaml (the recipes site's reader, YAML 1.2 core schema: lib/type/{bool,int,float}.js) keeps
+    ``yes``/``on``/``12:30`` as text and reads ``1e5``, ``0o17``, ``017``, ``0b11`` as numbers; PyYAML's
+    YAML 1.1 reads each of them another way (True, '1e5', 15, 750…), which changed the argv."""
+    text = (DATA / "Qwen_Qwen3-8B.yaml").read_text()
+    values = ["yes", "on", "1e5", "0o17", "017", "12:30", "0b11", "1.0e+3", "True"]
+    extra = ", ".join(f"--rt-{i}, {v}" for i, v in enumerate(values))
+    text = text.replace("    precision: bf16\n", f"    precision: bf16\n    extra_args: [{extra}]\n", 1)
+    dep = _parse(text)
+    words = ["yes", "on", "100000", "15", "17", "12:30", "3", "1000", "true"]
+    want = [w for i, v in enumerate(words) for w in (f"--rt-{i}", v)]
+    assert list(dep.engine.args[1 : 1 + len(want)]) == want
