@@ -304,3 +304,9 @@ def test_plain_scalars_are_read_as_the_sites_yaml_reader_reads_them() -> None:
     words = ["yes", "on", "100000", "15", "17", "12:30", "3", "1000", "true"]
     want = [w for i, v in enumerate(words) for w in (f"--rt-{i}", v)]
     assert list(dep.engine.args[1 : 1 + len(want)]) == want
+
+
+@pytest.mark.parametrize("asked", ["default@", "@h200", "default\n@h200", "\x00", "default@h200@x"])
+def test_a_variant_flag_that_names_nothing_offered_is_refused_naming_the_flag(asked: str) -> None:
+    """``default@`` named no hardware and imported the site's default profile as if nothing were asked."""
+    assert f"--variant {asked}:" in _refusal((DATA / "Qwen_Qwen3-8B.yaml").read_text(), asked)

@@ -72,8 +72,10 @@ def _pick(data: dict[str, Any], asked: str | None, source: str) -> tuple[str, st
             hint=f"import again with --variant NAME (one of {listing}), optionally NAME@HARDWARE for a "
             "recipes-site hardware profile (e.g. default@rtx_4090_2x)",
         )
-    name, _, hw = asked.partition("@")
+    name, at, hw = asked.partition("@")
     problems = []
+    if at and not hw:
+        problems.append(f"--variant {asked}: nothing after '@'; write NAME@HARDWARE, or NAME alone")
     if name not in variants:
         problems.append(f"--variant {asked}: the recipe has no variant {name!r} (variants: {listing})")
     if hw and hw not in HARDWARE:
