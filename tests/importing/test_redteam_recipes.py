@@ -8,6 +8,7 @@ Every case here failed before its fix: a traceback, a silently chosen value, or 
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -310,3 +311,30 @@ def test_plain_scalars_are_read_as_the_sites_yaml_reader_reads_them() -> None:
 def test_a_variant_flag_that_names_nothing_offered_is_refused_naming_the_flag(asked: str) -> None:
     """``default@`` named no hardware and imported the site's default profile as if nothing were asked."""
     assert f"--variant {asked}:" in _refusal((DATA / "Qwen_Qwen3-8B.yaml").read_text(), asked)
+
+
+_API_RENDERING = {
+    "deploy_type": "single_node",
+    "hardware": "h200",
+    "docker_image": "vllm/vllm-openai:v0.11.0",
+    "argv": ["vllm", "serve", "a/b", "--tensor-parallel-size", "1"],
+}
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize("form", ["api", "recipe-json"])
+def test_nan_and_infinity_literals_are_not_json(form: str, literal: str) -> None:
+    """Python's json reads them; JSON (and the site's JSON.parse) does not: the argv held 'NaN'."""
+    if form == "api":
+        text = json.dumps({"hf_id": "a/b", "recommended_command": _API_RENDERING}).replace(
+            '"1"]', literal + "]"
+        )
+    else:
+        text = '{"command": "vllm serve a/b", "gpus": ' + literal + "}"
+    assert f"is not valid JSON: {literal} is not a JSON value" in _refusal(text, None)
+
+
+@pytest.mark.parametrize("hf_id", ["../../x", ["x"], "a/b c", 5])
+def test_a_json_api_hf_id_that_is_not_a_repo_id_is_refused_naming_it(hf_id: Any) -> None:
+    text = json.dumps({"hf_id": hf_id, "recommended_command": _API_RENDERING})
+    assert f"hf_id: {hf_id!r} is not a Hugging Face repo id" in _refusal(text, None)
