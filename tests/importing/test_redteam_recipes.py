@@ -24,6 +24,7 @@ from rigsmith.importing.recipe.vllmsynth import js_str
 from rigsmith.project import Project
 from rigsmith.rendering import deploy, plan
 from tests.rendering.test_hostile_matrix import _fake_run
+from tests.support.common import invoke_cli
 
 DATA = Path(__file__).parent / "data" / "vllm-recipes"
 BASE: dict[str, Any] = yaml.safe_load((DATA / "Qwen_Qwen3-8B.yaml").read_text())
@@ -338,3 +339,45 @@ def test_nan_and_infinity_literals_are_not_json(form: str, literal: str) -> None
 def test_a_json_api_hf_id_that_is_not_a_repo_id_is_refused_naming_it(hf_id: Any) -> None:
     text = json.dumps({"hf_id": hf_id, "recommended_command": _API_RENDERING})
     assert f"hf_id: {hf_id!r} is not a Hugging Face repo id" in _refusal(text, None)
+
+
+_HOSTILE_FILES = {
+    "dup-key.yaml": (DATA / "Qwen_Qwen3-8B.yaml")
+    .read_text()
+    .replace("variants:\n  default:\n", "variants:\n  default:\n    tp: 1\n  default:\n"),
+    "privileged.yaml": _edited(("model", "docker_image"), "--privileged"),
+    "nan.json": json.dumps({"hf_id": "a/b", "recommended_command": _API_RENDERING}).replace('"1"]', "NaN]"),
+    "none-key.yaml": _edited(("model", "base_env"), {None: "x"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_HOSTILE_FILES))
+def test_import_recipe_cli_refuses_a_hostile_recipe_in_one_paragraph_and_writes_nothing(
+    tmp_path: Path, name: str
+) -> None:
+    src = tmp_path / name
+    src.write_text(_HOSTILE_FILES[name])
+    (tmp_path / "deployments").mkdir()
+    variant = [] if name.endswith(".json") else ["--variant", "default@h200"]
+    proc = invoke_cli(tmp_path, "import-recipe", str(src), *variant, "--yes")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: ") and "hint: " in proc.stderr, proc.stderr
+    assert list((tmp_path / "deployments").iterdir()) == []
+
+
+def test_next_names_the_placeholder_filled_with_a_system_directory(tmp_path: Path) -> None:
+    """The model placeholder filled with /etc: every command that loads the spec says where it was
+    written (placeholders), with the model-dir rule's reason, never a traceback."""
+    src = tmp_path / "serve.sh"
+    src.write_text("vllm serve $MODEL --tensor-parallel-size 2\n")
+    (tmp_path / "deployments").mkdir()
+    done = invoke_cli(tmp_path, "import-recipe", str(src), "--name", "v", "--image", "localhost/vllm:1")
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "deployments" / "v.yaml"
+    path.write_text(path.read_text().replace("<MODEL>: null", "<MODEL>: /etc"))
+    for argv in (["next", "--deployment", "v"], ["deploy", "--target", "podman", "--deployment", "v"]):
+        proc = invoke_cli(tmp_path, *argv)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert "placeholders['<MODEL>']: '/etc' is the model's directory" in proc.stderr
+        assert "inside /etc, a system directory" in proc.stderr
+    assert not (tmp_path / "podman").exists()
