@@ -381,3 +381,24 @@ def test_next_names_the_placeholder_filled_with_a_system_directory(tmp_path: Pat
         assert "placeholders['<MODEL>']: '/etc' is the model's directory" in proc.stderr
         assert "inside /etc, a system directory" in proc.stderr
     assert not (tmp_path / "podman").exists()
+
+
+_HEAD = "meta: {}\nmodel:\n  model_id: a/b\n"
+_BOMB = "".join(
+    f"{k}: &{k} [{', '.join([f'*{p}'] * 9) if p else ', '.join('x' * 9)}]\n"
+    for p, k in zip(["", "a", "b", "c", "d", "e"], "abcdef", strict=True)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (_HEAD + _BOMB + "variants:\n  default: {extra_args: *f}\n", "an alias bomb?"),
+        (_HEAD + "variants:\n  default: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 64 levels"),
+        (_HEAD + "variants:\n  default: &x {extra_args: [*x]}\n", "contains itself"),
+    ],
+    ids=["alias-bomb", "deep", "self-reference"],
+)
+def test_a_recipe_yaml_that_is_no_plain_tree_is_refused_at_once(text: str, said: str) -> None:
+    """The YAML 1.2 reader keeps the limits every YAML document has (yamldoc.tree_problem)."""
+    assert said in _refusal(text)
