@@ -27,6 +27,7 @@ CORE = (
     "rigsmith.merge",
     "rigsmith.yamldoc",  # a document from the internet as a plain tree
     "rigsmith.placement",  # where secondary models live (the spec validates with it)
+    "rigsmith.imageref",  # image references: import refuses what deploy would (issue 25)
 )
 
 #: Modules that talk to the network, an engine or the host, and the libraries that do.
@@ -54,7 +55,7 @@ ADAPTERS = (
 PURE = (
     *CORE,
     "rigsmith.importing",
-    "rigsmith.resolving.imageref",
+    "rigsmith.resolving.imageref",  # the names moved to rigsmith.imageref, re-exported
     "rigsmith.resolving.lock",
     "rigsmith.resolving.imagedef",  # the image.yaml schema
     "rigsmith.resolving.image",  # the build context rendered from it

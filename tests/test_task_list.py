@@ -100,3 +100,30 @@ def test_the_suggested_flag_is_one_the_task_takes(capsys: pytest.CaptureFixture[
     assert ended.value.code == 1
     assert "Did you mean --prompt-words?" in capsys.readouterr().err
     assert "--prompt-words" in prog.parser.contexts["bench"].flags
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["deploy", "--tagret\nx", "podman"],
+        ["deploy", "--target", "podman", "--dep\x85loyment", "x"],
+        ["deploy", "--t\u00e9rget=\n", "podman"],
+        ["deplo\ny"],
+        ["deploy", "--tar\udcffget", "podman"],
+        ["deploy", "--target", "podman", "--deployment=\udcff\n'\"", "--yess"],
+        ["deploy", "-\x1b[31m"],
+        ["deploy", "--target", "podman", "--" + "t" * 20_000],
+        ["deploy", "--x' is!", "y"],
+    ],
+)
+def test_odd_characters_in_a_mistyped_word_or_value_are_one_message(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Line breaks, lone surrogates, escapes, quotes and huge words (issue 25 red team): the parse error
+    and its suggestion, never a traceback."""
+    prog = SuggestingProgram(namespace=ns, binary="invoke")
+    with pytest.raises(SystemExit) as ended:
+        prog.run(["invoke", *argv])
+    assert ended.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip()

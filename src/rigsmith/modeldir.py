@@ -48,8 +48,16 @@ def model_dir_problem(path: str, home: str) -> str | None:
         return "it is empty"
     if "\0" in path:
         return "it contains a NUL byte"
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        return f"{path!r} holds a control character (a line break, tab or escape), which no target writes"
     text = path
     if text == "~" or text.startswith("~/"):
+        if not home:
+            # Unknown home (a pure check of a spec): the ``~/`` part cannot be normalised against it.
+            if posixpath.normpath(text[2:] or ".") == ".":
+                return f"{path} is your home directory"
+            if ".." in text.split("/"):
+                return f"{path} climbs out of your home directory (..)"
         text = home.rstrip("/") + text[1:] if home else text
     elif text.startswith("~"):
         return f"{path} is another user's home directory (write the absolute path of a directory of its own)"

@@ -31,6 +31,8 @@ from pydantic import (
 )
 
 from rigsmith.errors import SpecError
+from rigsmith.modeldir import HINT as MODEL_DIR_HINT
+from rigsmith.modeldir import model_dir_problem
 from rigsmith.placement import placement_problem
 from rigsmith.yamldoc import MAX_DEPTH, load_yaml, nul_paths, tree_problem, yaml_problem
 
@@ -55,6 +57,20 @@ _ASCII_INT_RE = re.compile(r"[0-9]+\Z")
 #: Most GPUs one node gives a container. The largest nodes sold carry 8-16; 64 leaves room for any real
 #: machine while a recipe's ``--gpus 3000000`` cannot make every target write three million CDI names.
 MAX_GPUS = 64
+
+
+def hub_repo_id(v: str) -> bool:
+    """``v`` is a repo id the Hub accepts, ``owner/name``: ``HUB_REPO_RE`` plus the rules of
+    huggingface_hub's ``validate_repo_id`` (no ``--`` or ``..``, no ``.git`` or ``.``/``-`` at the end of
+    a part, at most 96 characters a part), so what passes here is never refused later by the Hub client."""
+    parts = v.split("/")
+    return (
+        re.fullmatch(HUB_REPO_RE, v) is not None
+        and "--" not in v
+        and ".." not in v
+        and not v.endswith(".git")
+        and all(len(p) <= 96 and not p.endswith((".", "-")) for p in parts)
+    )
 
 
 def repeated(values: Iterable[str]) -> list[str]:
@@ -136,7 +152,7 @@ class ModelSpec(Frozen):
     @field_validator("repo")
     @classmethod
     def _repo(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(HUB_REPO_RE, v) and not PLACEHOLDER_RE.fullmatch(v):
+        if v is not None and not hub_repo_id(v) and not PLACEHOLDER_RE.fullmatch(v):
             raise ValueError(
                 f"{v!r} is not a Hub repo id; write it as owner/name (or null for a checkpoint already in "
                 "local_dir)"
@@ -203,7 +219,7 @@ class SecondaryModel(Frozen):
     @field_validator("repo")
     @classmethod
     def _repo(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*", v):
+        if not hub_repo_id(v):
             raise ValueError(f"{v!r} is not a Hub repo id; write it as owner/name")
         return v
 
@@ -624,10 +640,17 @@ class Deployment(Frozen):
         if not isinstance(value, str) or not value.strip():
             return data
         local = value.startswith(("/", "~/"))
-        if not local and not re.fullmatch(HUB_REPO_RE, value):
+        if not local and not hub_repo_id(value):
             raise ValueError(
                 f"placeholders[{token!r}]: {value!r} is the model (model.repo is {token}) and must be its "
                 "Hub repo id (owner/name) or the absolute (or ~/) directory of a checkpoint already on disk"
+            )
+        # The directory becomes model.local_dir: the model-dir rule of every other model dir, said here
+        # where the user wrote it.
+        why = model_dir_problem(value, "") if local else None
+        if why:
+            raise ValueError(
+                f"placeholders[{token!r}]: {value!r} is the model's directory, but {why}; {MODEL_DIR_HINT}"
             )
         name = value.rstrip("/").rsplit("/", 1)[-1]
         paths = {

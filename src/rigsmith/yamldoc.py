@@ -7,7 +7,8 @@ characters. Used by the spec (``spec.loads``) and by the recipe forms (compose, 
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, ClassVar
 
 import yaml
 
@@ -57,7 +58,25 @@ def tree_problem(data: Any) -> str | None:
 
 class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """A safe loader (libyaml's when present) that yields only JSON-like values: a timestamp stays the
-    text it was (compose and YAML 1.2 readers see a string), ``!!binary`` and ``!!set`` are refused."""
+    text it was (compose and YAML 1.2 readers see a string), ``!!binary`` and ``!!set`` are refused, and
+    a key written twice in one mapping is refused (PyYAML keeps the last silently while a reader sees the
+    first; YAML says keys are unique, and compose refuses them)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # a merge key (<<) may override what it merges; a non-scalar key fails below
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    f"the first {key!r} is",
+                    seen[key].start_mark,
+                    f"found duplicate key {key!r}; write each key once",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node
+        return dict(super().construct_mapping(node, deep=deep))
 
 
 def _as_text(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
@@ -75,6 +94,51 @@ _YamlLoader.add_constructor("tag:yaml.org,2002:binary", _refuse_tag)
 _YamlLoader.add_constructor("tag:yaml.org,2002:set", _refuse_tag)
 
 
+class _Yaml12Loader(_YamlLoader):
+    """The YAML 1.2 core schema, as js-yaml (the vLLM recipes site's reader) and compose's yaml.v3 resolve
+    plain scalars: ``yes``/``on``/``off`` and ``12:30`` stay text, ``1e5``, ``0o17`` and ``0b11`` are
+    numbers, ``017`` is seventeen. PyYAML's YAML 1.1 reads each of these another way, so a recipe's argv
+    would differ from the one the site shows."""
+
+    yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = {}  # none of YAML 1.1's: only the core's below
+
+
+_CORE_RESOLVERS = (
+    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    (
+        "tag:yaml.org,2002:int",
+        r"^(?:[-+]?[0-9]+|[-+]?0x[0-9a-fA-F]+|[-+]?0o[0-7]+|[-+]?0b[01]+)$",
+        "-+0123456789",
+    ),
+    (
+        "tag:yaml.org,2002:float",
+        r"^(?:[-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+        "-+0123456789.",
+    ),
+    ("tag:yaml.org,2002:merge", r"^<<$", "<"),
+)
+for _tag, _pattern, _first in _CORE_RESOLVERS:
+    _Yaml12Loader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
+
+
+def _core_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    sign, digits = (-1 if text[0] == "-" else 1), text.lstrip("+-")
+    base = {"0x": 16, "0o": 8, "0b": 2}.get(digits[:2], 10)
+    return sign * int(digits[2:] if base != 10 else digits, base)
+
+
+def _core_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    text = str(loader.construct_scalar(node)).lower()
+    return float(text.replace(".inf", "inf").replace(".nan", "nan"))
+
+
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:int", _core_int)
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:float", _core_float)
+
+
 def yaml_problem(err: yaml.YAMLError) -> str:
     """A YAML error in the user's words: where (line, column) and what, without PyYAML's
     ``in "<unicode string>"`` (the caller names the file)."""
@@ -89,14 +153,20 @@ def yaml_problem(err: yaml.YAMLError) -> str:
     return "not valid YAML: " + " ".join(str(err).split())
 
 
-def load_yaml(text: str) -> Any:
+def load_yaml_12(text: str) -> Any:
+    """:func:`load_yaml` with the YAML 1.2 core schema (:class:`_Yaml12Loader`): a document written for a
+    YAML 1.2 reader (a vLLM recipe, read by js-yaml on the recipes site)."""
+    return load_yaml(text, _Yaml12Loader)
+
+
+def load_yaml(text: str, loader: type[yaml.SafeLoader] = _YamlLoader) -> Any:
     """YAML text as plain data. Every way it can fail is a ``yaml.YAMLError`` (the constructors raise
     ValueError/OverflowError for scalars such as ``2001-13-14`` or ``.nanx``), except RecursionError for a
     document nested deeper than ``MAX_DEPTH``, which callers report as such: whether the parser recursed
     too deep, refused the depth itself (its words differ between PyYAML versions) or returned the tree
     (``tree_problem`` then says it)."""
     try:
-        return yaml.load(text, Loader=_YamlLoader)
+        return yaml.load(text, Loader=loader)
     except (ValueError, TypeError, OverflowError) as err:
         raise yaml.YAMLError(f"{type(err).__name__}: {err}") from None
     except yaml.YAMLError:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rigsmith.errors import AdapterError, CommandError, LockError, RigsmithError
-from rigsmith.resolving.imageref import parse_ref
+from rigsmith.imageref import parse_ref
 from rigsmith.resolving.lock import Lock
 from rigsmith.resolving.registry import DOCKER_LIST, OCI_INDEX
 from rigsmith.spec import Deployment

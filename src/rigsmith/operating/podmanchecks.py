@@ -4,6 +4,7 @@ versions it reads, its init binary, OCI runtime and conmon, and the plan's image
 
 from __future__ import annotations
 
+from rigsmith.imageref import parse_ref
 from rigsmith.operating.checkrow import Check
 from rigsmith.operating.drift import image_fix
 from rigsmith.operating.probes import (
@@ -14,7 +15,6 @@ from rigsmith.operating.probes import (
     QUADLET_GENERATORS,
     HostFacts,
 )
-from rigsmith.resolving.imageref import parse_ref
 from rigsmith.spec import Deployment
 
 #: podman release → newest CDI spec version its vendored CDI library accepts (runtime-facts §2.3, from

@@ -9,6 +9,7 @@ from typing import Literal, TypedDict, Unpack
 
 from rigsmith import writer
 from rigsmith.errors import RigsmithError
+from rigsmith.imageref import parse_ref
 from rigsmith.project import TARGETS, Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
@@ -16,7 +17,6 @@ from rigsmith.rendering.nextsteps import next_steps
 from rigsmith.rendering.targets import LxcOptions, RenderContext, find
 from rigsmith.resolving import engineroute
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.imageref import parse_ref
 from rigsmith.spec import Deployment
 
 

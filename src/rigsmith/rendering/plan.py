@@ -17,13 +17,13 @@ from typing import Literal
 from rigsmith import secondary, userhome
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError, RigsmithError, SpecError
+from rigsmith.imageref import image_problem
 from rigsmith.policy import SECRET_FLAGS as SECRET_FLAGS  # re-exported for the targets
 from rigsmith.policy import dangerous_mounts, secret_flag, secret_flag_span
 from rigsmith.render import breaks_line
 from rigsmith.rendering import decisions, optins
 from rigsmith.rendering.envpaths import EnvPath, env_paths, unprovided
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.imageref import parse_ref
 
 
 @dataclass(frozen=True)
@@ -147,31 +147,11 @@ def reach_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
-#: A registry host as Docker's reference grammar has it (domain or IPv6 literal, optional port).
-_REGISTRY_HOST = re.compile(
-    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?"
-)
-
-
 def _image_problems(spec: specmod.Deployment, override: str | None) -> list[tuple[str, str]]:
-    """The image reference a container plan runs must be one: every target writes it into a file (unit
-    keys take it raw)."""
+    """The image reference a container plan runs must be one (:func:`image_problem`)."""
     ref = override or spec.engine.image
-    if not ref:
-        return []
-    try:
-        registry = parse_ref(ref).registry
-        if not _REGISTRY_HOST.fullmatch(registry):
-            # parse_ref takes any first component holding a '.' or ':' as the registry.
-            raise RigsmithError(
-                f"image reference {ref!r}: {registry!r} is not a registry host[:port]",
-                hint="write e.g. registry.example.com:5000/name:tag",
-            )
-    except RigsmithError as err:
-        return [
-            ("--image" if override else "engine.image", err.message + (f"; {err.hint}" if err.hint else ""))
-        ]
-    return []
+    why = image_problem(ref) if ref else None
+    return [("--image" if override else "engine.image", why)] if why else []
 
 
 def resolve_image(spec: specmod.Deployment, lock: lockmod.Lock, override: str | None) -> tuple[str, bool]:

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, LockError, RigsmithError, SpecError
+from rigsmith.imageref import parse_ref
 from rigsmith.project import Project
 from rigsmith.resolving import engineroute, imagedef
 from rigsmith.resolving import image as imagemod
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.engine import Engine
-from rigsmith.resolving.imageref import parse_ref
 from rigsmith.resolving.sources import Sources, cache_root, tree_files
 
 if TYPE_CHECKING:

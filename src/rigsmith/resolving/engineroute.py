@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from rigsmith.errors import SpecError
+from rigsmith.imageref import parse_ref
 from rigsmith.project import Project
 from rigsmith.resolving import imagedef
-from rigsmith.resolving.imageref import parse_ref
 from rigsmith.spec import Deployment, Mount, from_data, to_data
 
 

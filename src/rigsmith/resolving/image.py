@@ -20,9 +20,9 @@ from typing import Any
 
 from rigsmith import render
 from rigsmith.errors import LockError, SpecError
+from rigsmith.imageref import parse_ref
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.imagedef import TREE_CONTEXT_DIR, ImageDef, Patch
-from rigsmith.resolving.imageref import parse_ref
 
 #: Where rigsmith's helper and the patches live inside the image (also the build-context directory name).
 IMAGE_DIR = "/opt/rigsmith"

@@ -24,8 +24,8 @@ from pydantic import (
 
 from rigsmith import confine, render
 from rigsmith.errors import SpecError
+from rigsmith.imageref import DIGEST_RE, parse_ref
 from rigsmith.importing.proposal import check_asset_url, check_git_url
-from rigsmith.resolving.imageref import DIGEST_RE, parse_ref
 from rigsmith.spec import NAME_RE, problems_from, repeated
 from rigsmith.yamldoc import yaml_problem
 

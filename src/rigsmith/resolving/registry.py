@@ -1,7 +1,7 @@
 """Registry adapter: an image tag → its manifest digest, over the registry HTTP API (OCI distribution).
 
 Pure parts (auth challenge parsing, docker-config lookup) are functions; reference parsing lives in
-:mod:`rigsmith.resolving.imageref` (pure, re-used here). The network part is :class:`Registry`, a thin
+:mod:`rigsmith.imageref` (pure, re-used here). The network part is :class:`Registry`, a thin
 httpx client. Facts it relies on (shared/research/library-facts.md §3.5): without an ``Accept`` listing
 all four manifest types, registry 2.8 answers with a converted schema-1 manifest and a *different*
 digest, and an OCI index is a 404 unless its type is accepted.
@@ -24,8 +24,8 @@ import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from rigsmith.errors import AdapterError, RigsmithError
-from rigsmith.resolving.imageref import DIGEST_RE as DIGEST_RE  # re-exported: the reference names moved
-from rigsmith.resolving.imageref import DOCKER_HUB, DOCKER_HUB_API, ImageRef, parse_ref
+from rigsmith.imageref import DIGEST_RE as DIGEST_RE  # re-exported: the reference names moved
+from rigsmith.imageref import DOCKER_HUB, DOCKER_HUB_API, ImageRef, parse_ref
 from rigsmith.resolving.netfail import unreachable
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

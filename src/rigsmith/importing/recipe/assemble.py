@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from rigsmith import policy, yamldoc
 from rigsmith import spec as specmod
+from rigsmith.imageref import image_problem
 from rigsmith.importing import multinode
 from rigsmith.importing.recipe import raycluster
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
@@ -293,6 +294,15 @@ def _cluster(launch: Launch, vendor: str) -> tuple[dict[str, Any] | None, list[s
     return None, [], []
 
 
+def _runs_image(launch: Launch, asked: Asked, problems: list[str]) -> str | None:
+    """The image the container runs (``--image`` first), checked as deploy checks it: import never writes
+    a spec whose image deploy refuses (``docker_image: --privileged`` would be a podman flag)."""
+    runs = asked.image or (None if launch.image_expands else launch.image)
+    if runs and (why := image_problem(runs)):
+        problems.append(f"{'--image' if asked.image else 'engine.image'}: {why}")
+    return runs
+
+
 def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.Deployment:
     """Assemble and validate the Deployment; every problem found so far (and here) in one RecipeError."""
     name, image = asked.name, asked.image
@@ -309,7 +319,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     problems += _asked_problems(asked, launch)
     listen = listen_address(launch, notes, problems)
     env = _visible_devices(env, launch, problems)
-    runs = asked.image or (None if launch.image_expands else launch.image)
+    runs = _runs_image(launch, asked, problems)
     device_problems(launch, runs, problems)
     vendor = launch.gpu_vendor or _vendor(env, runs)
     gpus = _gpus(launch, facts, vendor, problems)

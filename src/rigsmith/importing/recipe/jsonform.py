@@ -14,10 +14,24 @@ from rigsmith.importing.recipe.scriptform import from_script
 _JSON_FIELDS = ("id", "title", "command", "env", "notes")
 
 
+def _not_json(word: str) -> Any:
+    raise ValueError(f"{word} is not a JSON value (JSON has no NaN or infinity: write the number or text)")
+
+
+def _strict_json(text: str) -> Any:
+    """``json.loads`` without Python's extensions: ``NaN``/``Infinity`` literals are refused, as every
+    other JSON reader (the recipes site's ``JSON.parse``) refuses them."""
+    return json.loads(text, parse_constant=_not_json)
+
+
 def load_json(text: str, source: str) -> Any:
     """The JSON text as plain data, or one RecipeError saying where it breaks."""
     return read_tree(
-        json.loads, text, source, "the recipe JSON", 'a recipe JSON is a flat object with a "command" string'
+        _strict_json,
+        text,
+        source,
+        "the recipe JSON",
+        'a recipe JSON is a flat object with a "command" string',
     )
 
 

@@ -104,6 +104,10 @@ def read_tree(read: Callable[[str], Any], text: str, source: str, what: str, hin
         data = read(text)
     except json.JSONDecodeError as err:
         problem = f"is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+    except ValueError as err:
+        # json.loads turns a number into int(text), which refuses more than sys.get_int_max_str_digits()
+        # digits (CVE-2020-10735) with a bare ValueError.
+        problem = f"is not valid JSON: {' '.join(str(err).split(';')[0].split())}"
     except yaml.YAMLError as err:
         problem = "is " + yamldoc.yaml_problem(err)
     except RecursionError:

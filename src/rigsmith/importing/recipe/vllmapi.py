@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from rigsmith import spec as specmod
 from rigsmith.importing.recipe.launch import Launch, Meta, _refuse
 from rigsmith.importing.recipe.shellform import _from_shell
 from rigsmith.importing.recipe.vllmsynth import js_str
@@ -56,6 +57,9 @@ def from_api(data: dict[str, Any], source: str, variant: str | None) -> tuple[La
         problems.append("env: must map variable names to values")
     if not isinstance(image, str) or not image:
         problems.append("docker_image: must be the image reference the rendering runs")
+    hf_id = data.get("hf_id")
+    if hf_id is not None and not (isinstance(hf_id, str) and specmod.hub_repo_id(hf_id)):
+        problems.append(f"hf_id: {hf_id!r} is not a Hugging Face repo id (owner/name)")
     if problems:
         raise _refuse(source, problems)
     launch = _from_shell(shlex.join(map(js_str, argv)))
@@ -63,7 +67,7 @@ def from_api(data: dict[str, Any], source: str, variant: str | None) -> tuple[La
     where = ", ".join(f"{k} {rendering[k]}" for k in ("variant", "hardware", "strategy") if rendering.get(k))
     launch.notes = [f"vLLM recipes JSON API rendering ({where}): argv, env and image as the file gives them"]
     launch.notes += [f"recipe {k}: {meta[k]}" for k in ("description", "performance_headline") if meta.get(k)]
-    hf_id = data.get("hf_id") or (argv[2] if isinstance(argv[2], str) else None)
+    hf_id = hf_id or (argv[2] if isinstance(argv[2], str) else None)
     title = meta.get("title") or hf_id
     return launch, Meta(
         title=f"{title} ({where})" if title else None,

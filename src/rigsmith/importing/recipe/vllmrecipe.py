@@ -23,7 +23,8 @@ from rigsmith.importing.recipe.launch import Launch, Meta, _refuse, read_tree
 from rigsmith.importing.recipe.shellform import _from_shell
 from rigsmith.importing.recipe.vllmtaxonomy import GPU_BRANDS, HARDWARE
 
-_RECIPE_RE = re.compile(r"^model:\s*$.*^variants:\s*$", re.M | re.S)
+#: The keys as YAML may write them: plain, or quoted ('model', "model") by a writer that quotes every string.
+_RECIPE_RE = re.compile(r"""^(["']?)model\1:\s*$.*^(["']?)variants\2:\s*$""", re.M | re.S)
 
 
 def looks_like(text: str) -> bool:
@@ -34,7 +35,7 @@ def looks_like(text: str) -> bool:
 def load(text: str, source: str) -> dict[str, Any] | None:
     """The recipe mapping, or None when the YAML is not a vLLM recipe (then it is read as another form)."""
     data = read_tree(
-        yamldoc.load_yaml,
+        yamldoc.load_yaml_12,
         text,
         source,
         "has top-level model: and variants: blocks, so it is read as a vLLM recipes YAML, but it",
@@ -71,8 +72,10 @@ def _pick(data: dict[str, Any], asked: str | None, source: str) -> tuple[str, st
             hint=f"import again with --variant NAME (one of {listing}), optionally NAME@HARDWARE for a "
             "recipes-site hardware profile (e.g. default@rtx_4090_2x)",
         )
-    name, _, hw = asked.partition("@")
+    name, at, hw = asked.partition("@")
     problems = []
+    if at and not hw:
+        problems.append(f"--variant {asked}: nothing after '@'; write NAME@HARDWARE, or NAME alone")
     if name not in variants:
         problems.append(f"--variant {asked}: the recipe has no variant {name!r} (variants: {listing})")
     if hw and hw not in HARDWARE:

@@ -9,9 +9,11 @@ the recipes there use (``kv_offload_support``, ``hardware_notes``, ``meta.platfo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from rigsmith import spec as specmod
 from rigsmith.importing.recipe.tables import _words
 
 #: The fields each level may hold: CONTRIBUTING.md's "YAML schema (authoritative)", CLAUDE.md's schema
@@ -55,7 +57,8 @@ def _scalar(v: Any) -> bool:
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
+    # NaN compares false with everything: a NaN vram_minimum_gb would pick a strategy by accident.
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _mapping(v: Any) -> bool:
@@ -107,10 +110,10 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "args": (_args, "a list of flags and values"),
     "env": (_env, "a mapping of variable names to values"),
     "text": (_text, "text"),
-    "number": (_number, "a number"),
+    "number": (_number, "a finite number"),
     "words": (_words_map, "a mapping of names to words (e.g. verified, unsupported, a mode)"),
-    "tp": (_tp, "a number, or a mapping of hardware keys to numbers"),
-    "floors": (_floors, "a number, or a mapping of strategies or GPU ids to numbers"),
+    "tp": (_tp, "a finite number, or a mapping of hardware keys to finite numbers"),
+    "floors": (_floors, "a finite number, or a mapping of strategies or GPU ids to finite numbers"),
     "image": (_image, "an image reference or a mapping of them"),
     "steps": (_steps, "a list of install steps (command, note)"),
 }
@@ -235,6 +238,28 @@ def problems(data: dict[str, Any]) -> list[str]:
             if value is not None and not check(value):
                 out.append(f"{path}: must be {what}, got {type(value).__name__}")
     model_id = data["model"].get("model_id") if isinstance(data.get("model"), dict) else None
-    if not (isinstance(model_id, str) and "/" in model_id):
+    if not isinstance(model_id, str):
         out.append("model.model_id: must be the Hub id owner/name of the model")
-    return list(dict.fromkeys(out))
+    ids = [*_values(data, ["model", "model_id"]), *_values(data, ["variants", "*", "model_id"])]
+    out += [
+        f"{path}: {v!r} is not a Hugging Face repo id (owner/name: letters, digits, '.', '_', '-'); the "
+        "site serves it as the Hub model of that id"
+        for path, v in ids
+        if isinstance(v, str) and not specmod.hub_repo_id(v)
+    ]
+    return list(dict.fromkeys(_key_problems(data) + out))
+
+
+def _key_problems(data: Any, path: str = "") -> list[str]:
+    """Every mapping key that is not text, by path: YAML reads ``1:``, ``~:`` and ``true:`` as a number,
+    null and a boolean, which the site's JavaScript would turn into other words than Python does."""
+    if isinstance(data, list):
+        return [p for i, v in enumerate(data) for p in _key_problems(v, f"{path}[{i}]")]
+    if not isinstance(data, dict):
+        return []
+    out = [
+        f'{path or "the top level"}: the key {k!r} is not text; quote it ("{k}") or remove it'
+        for k in data
+        if not isinstance(k, str)
+    ]
+    return out + [p for k, v in data.items() for p in _key_problems(v, f"{path}.{k}" if path else str(k))]

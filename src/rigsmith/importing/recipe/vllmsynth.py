@@ -11,6 +11,7 @@ The input is already shape-checked (:mod:`rigsmith.importing.recipe.vllmrecipe`)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,11 +47,48 @@ def js_str(value: Any) -> str:
     """JavaScript's ``String(value)`` for the scalars a YAML value can be (the site's argv and env)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
-        return str(int(value))
     if value is None:
         return "null"
+    if isinstance(value, int) and abs(value) > 2**53:
+        # The site's YAML reader makes every number a JavaScript double.
+        try:
+            value = float(value)
+        except OverflowError:
+            value = math.inf if value > 0 else -math.inf
+    if isinstance(value, float):
+        return _js_number(value)
     return str(value)
+
+
+def _js_number(x: float) -> str:
+    """ECMAScript's Number::toString(x): the same shortest round-trip digits as Python's ``repr``, laid
+    out by its own rule (plain notation from 1e-6 up to 1e21, ``1e-7`` / ``1e+21`` beyond)."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "0"
+    sign, (digits, exp) = "-" if x < 0 else "", _digits(abs(x))
+    k, n = len(digits), len(digits) + exp  # n: where the decimal point goes
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * -n + digits
+    e = n - 1
+    mantissa = digits if k == 1 else digits[0] + "." + digits[1:]
+    return f"{sign}{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
+
+
+def _digits(x: float) -> tuple[str, int]:
+    """The shortest digits that round-trip ``x`` (> 0) and their exponent: ``x == int(digits) * 10**exp``."""
+    mantissa, _, exp = repr(x).partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits = (whole + frac).lstrip("0")
+    stripped = digits.rstrip("0")
+    return stripped, int(exp or 0) - len(frac) + len(digits) - len(stripped)
 
 
 def _d(value: Any) -> dict[str, Any]:
