@@ -226,6 +226,17 @@ class EngineSpec(Frozen):
         description="Index in args of the model path, replaced by model.container_path in the container.",
     )
 
+    @field_validator("build")
+    @classmethod
+    def _build(cls, v: str | None) -> str | None:
+        # A directory under images/, a bundle member's folder and an image name: an image definition's name.
+        if v is not None and not NAME_RE.match(v):
+            raise ValueError(
+                f"{v[:100]!r} is not the name of an image definition under images/ (lowercase letters, "
+                "digits, '.', '_' or '-', max 63, start alnum)"
+            )
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
         if self.model_arg is not None and not 0 <= self.model_arg < len(self.args):
