@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from rigsmith import spec as specmod
 from rigsmith.errors import SpecError
 from rigsmith.operating.host import LocalHost
-from rigsmith.operating.noderun import ssh_host
+from rigsmith.operating.noderun import RemoteHost, ssh_host
 from tests.support import cluster as fixtures
 from tests.support.common import invoke_cli, write_project
 
@@ -162,3 +162,14 @@ def test_up_with_a_hostile_node_refuses_at_spec_load_and_never_runs_ssh(tmp_path
         assert res.returncode != 0 and "Traceback" not in out, out
         assert "cluster.nodes[1].ssh_options" in out and "User: " in out, out
     assert not calls.exists()
+
+
+def test_a_node_path_that_looks_like_a_find_action_is_a_path_there(tmp_path: Path) -> None:
+    """``find`` takes no ``--``: a relative path such as ``-delete`` is made ``./-delete``, so a node's file
+    listing (run through the node's prefix, here ``env -C DIR``) lists it and deletes nothing."""
+    (tmp_path / "-delete").mkdir()
+    (tmp_path / "-delete" / "w.bin").write_bytes(b"xyz")
+    (tmp_path / "keep").write_text("keep\n")
+    node = RemoteHost(("env", "-C", str(tmp_path)), "test node", LocalHost())
+    assert set(node.files("-delete")) == {"w.bin"}
+    assert (tmp_path / "keep").exists() and (tmp_path / "-delete" / "w.bin").exists()
