@@ -242,6 +242,17 @@ class EngineSpec(Frozen):
         description="Index in args of the model path, replaced by model.container_path in the container.",
     )
 
+    @field_validator("build")
+    @classmethod
+    def _build(cls, v: str | None) -> str | None:
+        # A directory under images/, a bundle member's folder and an image name: an image definition's name.
+        if v is not None and not NAME_RE.match(v):
+            raise ValueError(
+                f"{v[:100]!r} is not the name of an image definition under images/ (lowercase letters, "
+                "digits, '.', '_' or '-', max 63, start alnum)"
+            )
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
         if self.model_arg is not None and not 0 <= self.model_arg < len(self.args):
@@ -476,6 +487,9 @@ ADDRESS_RE = re.compile(
 )
 
 
+DEFAULT_NODE_DIR = "/var/lib/rigsmith"
+#: cluster.node_dir: the characters a remote shell word may hold unquoted (it is quoted anyway).
+NODE_DIR_RE = re.compile(r"^(?:/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]{0,254}){1,32}\Z")
 #: Node fields written into commands and env on every node: (pattern, what a valid value is).
 _NODE_WORDS = {
     "name": (
@@ -495,13 +509,37 @@ _NODE_WORDS = {
 }
 
 
-#: ssh_config keywords a node's ``ssh_options`` may set (ssh ``-o KEY=VALUE``): how to authenticate and whom
-#: to trust, never what runs locally (no ProxyCommand, LocalCommand, PermitLocalCommand, Match exec…).
-SSH_OPTION_KEYS = (
-    "ConnectTimeout", "HostKeyAlias", "IdentitiesOnly", "IdentityFile", "Port", "ServerAliveCountMax",
-    "ServerAliveInterval", "StrictHostKeyChecking", "User", "UserKnownHostsFile",
-)  # fmt: skip
-_SSH_VALUE_RE = re.compile(r"^[^\x00-\x1f\x7f\s]{1,4096}\Z")
+#: A file ssh reads (a key, a known-hosts file): absolute or ~/, no '%' or '$' (ssh expands %-tokens and
+#: ${VAR} in these), no quote, '#', space or control character (ssh splits and quotes -o values itself).
+_SSH_FILE = (
+    re.compile(r"^(?:/|~/)[A-Za-z0-9._/+@,-]{0,4094}\Z"),
+    "an absolute or ~/ path of letters, digits and . _ / + @ , - (no %-tokens, $VAR, quotes or spaces)",
+)
+_SSH_COUNT = (re.compile(r"^[0-9]{1,5}\Z"), "a whole number")
+_PORT_RE = r"^(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])\Z"
+#: ssh_config keywords a node's ``ssh_options`` may set (ssh ``-o KEY=VALUE``), each with the exact shape of
+#: its value: how to authenticate and whom to trust, never what runs locally (no ProxyCommand, LocalCommand,
+#: KnownHostsCommand, Match exec, Include…). A user or alias name is held to a host-name shape because the
+#: user's own ~/.ssh/config may expand it (%r, %k) into a shell command (CVE-2023-51385).
+SSH_OPTIONS: dict[str, tuple[re.Pattern[str], str]] = {
+    "ConnectTimeout": _SSH_COUNT,
+    "HostKeyAlias": (
+        re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z"),
+        "a host name (letters, digits, . _ -)",
+    ),
+    "IdentitiesOnly": (re.compile(r"^(?:yes|no)\Z"), "yes or no"),
+    "IdentityFile": _SSH_FILE,
+    "Port": (re.compile(_PORT_RE), "a port number, 1 to 65535"),
+    "ServerAliveCountMax": _SSH_COUNT,
+    "ServerAliveInterval": _SSH_COUNT,
+    "StrictHostKeyChecking": (
+        re.compile(r"^(?:yes|no|accept-new|ask|off)\Z"),
+        "yes, no, accept-new, ask or off",
+    ),
+    "User": (re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\Z"), "a login name (letters, digits, _ . -)"),
+    "UserKnownHostsFile": _SSH_FILE,
+}
+SSH_OPTION_KEYS = tuple(SSH_OPTIONS)
 
 
 class ClusterNode(Frozen):
@@ -555,8 +593,9 @@ class ClusterNode(Frozen):
                 raise ValueError(
                     f"{key!r} is not one of the ssh options rigsmith passes: {', '.join(SSH_OPTION_KEYS)}"
                 )
-            if not _SSH_VALUE_RE.match(value):
-                raise ValueError(f"{key}: {value!r} is empty or holds a space or control character")
+            pattern, what = SSH_OPTIONS[key]
+            if not pattern.match(value):
+                raise ValueError(f"{key}: {value[:100]!r} is not {what}")
         return v
 
 
@@ -579,11 +618,31 @@ class Cluster(Frozen):
         600, gt=0, description="How long the head waits for every node and GPU (workers for the head)."
     )
     node_dir: str = Field(
-        "/var/lib/rigsmith",
-        pattern=r"^/[^\x00-\x1f\x7f]*$",
+        DEFAULT_NODE_DIR,
         description="Absolute directory on each node reached over ssh where `invoke up` copies that node's "
         "generated artifacts (run.sh, stop.sh) before running them.",
     )
+
+    @field_validator("node_dir")
+    @classmethod
+    def _node_dir(cls, v: str) -> str:
+        # Written to and run from over ssh on every node: a plain, normalised path of its own, not the
+        # root, not a dot-directory, nothing a remote shell could read as more than one word.
+        parts = v.split("/")[1:]
+        why = (
+            "is not absolute" if not v.startswith("/")
+            else "is the root directory" if v.strip("/") == ""
+            else "has an empty ('//' or a trailing '/'), '.' or '..' part"
+            if any(p in ("", ".", "..") for p in parts)
+            else "has a dot-directory part" if any(p.startswith(".") for p in parts)
+            else "holds a character other than letters, digits and . _ + @ - /" if not NODE_DIR_RE.match(v)
+            else None
+        )  # fmt: skip
+        if why:
+            raise ValueError(
+                f"{v[:200]!r} {why}; use a dedicated absolute directory such as {DEFAULT_NODE_DIR}"
+            )
+        return v
 
     @field_validator("nodes", mode="before")
     @classmethod

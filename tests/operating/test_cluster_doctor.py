@@ -321,7 +321,7 @@ def test_ssh_options_become_o_words_before_the_defaults_so_batch_mode_stays_on()
         ({"ProxyCommand": "touch /tmp/p"}, "'ProxyCommand' is not one of the ssh options"),
         ({"LocalCommand": "x"}, "'LocalCommand' is not one of the ssh options"),
         ({"IdentityFile": "/k/id\n-oProxyCommand=x"}, "IdentityFile: "),
-        ({"Port": ""}, "Port: '' is empty"),
+        ({"Port": ""}, "Port: '' is not a port number"),
     ],
 )
 def test_an_ssh_option_that_could_run_a_command_or_inject_one_is_refused(

@@ -18,7 +18,9 @@ TREE = lockmod.LockedSource(
     ref="v2.5.1",
     commit="28cbb72" + "0" * 33,
     assets={
-        "ops.tar.gz": lockmod.LockedAsset(url="https://example.invalid/ops.tar.gz", sha256="ab" * 32, size=3)
+        "ops.tar.gz": lockmod.LockedAsset(
+            url="https://example.invalid/ops.tar.gz", sha256="sha256:" + "ab" * 32, size=3
+        )
     },
 )
 

@@ -37,7 +37,7 @@ from rigsmith.operating.verify import SPEC_LABEL, inspect_argv, parse_inspect
 from rigsmith.rendering.cluster import LOCK_LABEL, POLL_SECONDS, NodePlan
 from rigsmith.rendering.targets.common import health_argv
 from rigsmith.resolving import lock as lockmod
-from rigsmith.spec import Deployment
+from rigsmith.spec import DEFAULT_NODE_DIR, Deployment
 
 #: Asked inside the head: the live Ray nodes' addresses and their GPUs, as JSON (vLLM's images carry Ray).
 RAY_NODES_PY = (
@@ -90,7 +90,7 @@ class PodmanNodes:
     ``node_dir/NAME-NODE`` there first (``cluster.node_dir``)."""
 
     root: Path
-    node_dir: str = "/var/lib/rigsmith"
+    node_dir: str = DEFAULT_NODE_DIR
 
     def _here(self, node: NodePlan) -> Path:
         return self.root / "podman" / node.plan.name

@@ -43,6 +43,7 @@ CLONE_NEWNET = 0x40000000
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
 SINKHOLE = ipaddress.IPv4Address("198.18.0.0")
+SINKHOLE_SIZE = 1 << 17  # 198.18.0.0/15: past it, an address would be a real one
 #: podman copies it into a ``--network host`` container: its nameservers are where the engine asks.
 RESOLV_CONF = Path("/etc/resolv.conf")
 _NAMESERVER = re.compile(r"^\s*nameserver\s+(\d+\.\d+\.\d+\.\d+)\s*$", re.M)
@@ -73,12 +74,21 @@ def parse_query(data: bytes) -> Query | None:
         n = data[i]
         if n & 0xC0 or i + 1 + n > len(data):
             return None
-        labels.append(data[i + 1 : i + 1 + n].decode("ascii", errors="replace"))
+        labels.append(_label(data[i + 1 : i + 1 + n]))
         i += 1 + n
     if i + 5 > len(data):
         return None
     qtype = struct.unpack("!H", data[i + 1 : i + 3])[0]
     return Query(ident, ".".join(labels).lower(), qtype, data[12 : i + 5])
+
+
+#: Label bytes kept as they are; any other byte is written ``\\DDD`` (RFC 1035 presentation format), so a
+#: name a hostile engine asks for reaches rigsmith's messages as plain text (no escape sequence, no ':').
+_LABEL_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+
+
+def _label(raw: bytes) -> str:
+    return "".join(chr(b) if b in _LABEL_SAFE else f"\\{b:03d}" for b in raw)
 
 
 def reply(q: Query, addr: ipaddress.IPv4Address | None) -> bytes:
@@ -128,8 +138,17 @@ def resolv_conf() -> str:
 
 def nameservers(resolv_conf: str) -> list[str]:
     """The IPv4 nameservers of a resolv.conf, and 127.0.0.1 (glibc's default when it names none)."""
-    found = _NAMESERVER.findall(resolv_conf)
+    found = [a for a in _NAMESERVER.findall(resolv_conf) if _ipv4(a)]
     return list(dict.fromkeys([*found, "127.0.0.1"]))
+
+
+def _ipv4(text: str) -> bool:
+    """A dotted quad that is an address (``999.1.1.1`` or ``010.0.0.1`` is not one to bind)."""
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 # -- the namespace ---------------------------------------------------------------------------------------
@@ -210,6 +229,8 @@ class Watch:
     ns: Netns
     resolv_conf: str
     names: dict[str, str] = field(default_factory=dict)  # sinkhole address → name asked for
+    _given: dict[str, str] = field(default_factory=dict)  # name → its sinkhole address
+    _asked: set[str] = field(default_factory=set)  # the names of looked_up
     looked_up: list[str] = field(default_factory=list)
     attempts: list[str] = field(default_factory=list)  # host:port, in order, once each
     _socks: list[socket.socket] = field(default_factory=list)
@@ -260,22 +281,32 @@ class Watch:
 
     def _serve_dns(self, s: socket.socket) -> None:
         while self._ready(s):
-            data, peer = s.recvfrom(4096)
-            q = parse_query(data)
-            if q is None:
-                continue
-            with self._lock:
-                addr = next((a for a, n in self.names.items() if n == q.name), None)
-                if addr is None:
-                    addr = str(SINKHOLE + len(self.names) + 1)
-                    self.names[addr] = q.name
-                if q.name not in self.looked_up:
-                    self.looked_up.append(q.name)
-            s.sendto(reply(q, ipaddress.IPv4Address(addr)), peer)
+            # A datagram that cannot be read or answered is dropped, never the end of the responder.
+            with contextlib.suppress(OSError):
+                data, peer = s.recvfrom(4096)
+                q = parse_query(data)
+                if q is not None:
+                    s.sendto(reply(q, self._sinkhole(q.name)), peer)
+
+    def _sinkhole(self, name: str) -> ipaddress.IPv4Address | None:
+        """The sinkhole address handed to ``name`` (the same one each time); None once the /15 is used up
+        (then the name is still recorded as looked up, and answered with no address)."""
+        with self._lock:
+            if name not in self._asked:  # a set: an engine asking endless names costs no quadratic scan
+                self._asked.add(name)
+                self.looked_up.append(name)
+            addr = self._given.get(name)
+            if addr is None and len(self.names) < SINKHOLE_SIZE - 2:
+                addr = str(SINKHOLE + len(self.names) + 1)
+                self.names[addr], self._given[name] = name, addr
+        return None if addr is None else ipaddress.IPv4Address(addr)
 
     def _sniff(self, s: socket.socket, dns: set[tuple[str, int]]) -> None:
         while self._ready(s):
-            frame, meta = s.recvfrom(65535)
+            try:
+                frame, meta = s.recvfrom(65535)
+            except OSError:
+                continue
             p = parse_frame(frame) if meta[2] == PACKET_OUTGOING else None
             if p is None or ipaddress.ip_address(p.dst).is_loopback or {(p.dst, p.port), p.src} & dns:
                 continue

@@ -103,7 +103,8 @@ class RemoteHost:
     def files(self, path: str) -> dict[str, Seen]:
         """Every file under ``path``: relative path → (size, mtime ns, ctime ns, inode, device), as
         :func:`~rigsmith.resolving.modelfiles.seen` has it here; empty when there is none."""
-        res = self.run(["find", path, "-type", "f", "-printf", r"%P\t%s\t%T@\t%C@\t%i\t%D\n"])
+        start = path if path.startswith("/") else f"./{path}"  # find has no '--': '-delete' is an action
+        res = self.run(["find", start, "-type", "f", "-printf", r"%P\t%s\t%T@\t%C@\t%i\t%D\n"])
         out: dict[str, Seen] = {}
         for line in res.stdout.splitlines():
             rel, *rest = line.split("\t")

@@ -203,16 +203,16 @@ def up_offline(
             hint=f"run those on a connected machine; or there `invoke bundle --deployment {name} --out DIR` "
             "(it carries the model, the secondary models and the image), then here `invoke unbundle DIR`",
         )
-    ns = netwatch.Netns(f"rigsmith-{name}")
+    ns = namespace(name)
     local = LocalHost(ops.env)
     ns.create(local)
-    ops.echo(
-        f"up --offline {name}: network namespace {ns.name} made (only lo: a connection out is refused, and "
-        "named); run.sh runs inside it"
-    )
     inner = dataclasses.replace(ops, start_prefix=tuple(ns.enter_argv()))
     step, err, seconds = "start", None, 0.0
     try:
+        ops.echo(
+            f"up --offline {name}: network namespace {ns.name} made (only lo: a connection out is refused, "
+            "and named); run.sh runs inside it"
+        )
         with netwatch.Watch(ns, netwatch.resolv_conf()) as watch:
             try:
                 lifecycle.up(inner, deployment=name, memlock=memlock, yes=yes, confirm=confirm)
@@ -233,10 +233,16 @@ def up_offline(
     return OfflineReport(name, ns, plan.health_url, seconds, keep_running, tuple(watch.lookups_only()))
 
 
+def namespace(name: str) -> netwatch.Netns:
+    """The namespace ``up --offline`` runs deployment ``name`` in: ``rigsmith-NAME``, a file name under
+    /run/netns that ``ip netns`` takes as is (the spec holds NAME to 63 of [a-z0-9._-], alnum first)."""
+    return netwatch.Netns(f"rigsmith-{name}")
+
+
 def release(ops: lifecycle.Ops, deployment: str | None) -> None:
     """After ``down``: drop the namespace an ``up --offline`` left the deployment running in, if any."""
     name = ops.project.resolve_name(deployment)
-    ns = netwatch.Netns(f"rigsmith-{name}")
+    ns = namespace(name)
     if ns.path.exists():
         ns.delete(LocalHost(ops.env))
         ops.echo(f"down {name}: network namespace {ns.name} (from up --offline) removed")
@@ -306,7 +312,8 @@ def _stop(ops: lifecycle.Ops, name: str, ns: netwatch.Netns, local: LocalHost) -
             lifecycle.down(ops, deployment=name)
     except RigsmithError as err:
         ops.echo(f"warning: stopping {name} after the offline proof: {err.message}")
-    ns.delete(local)
+    finally:  # whatever the stop raised (Ctrl-C, an OSError), the namespace does not outlive the proof
+        ns.delete(local)
 
 
 def _failure(

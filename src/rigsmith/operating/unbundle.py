@@ -163,8 +163,12 @@ def _open(bundle_dir: Path) -> _Opened:
     try:
         lock = lockmod.Lock.model_validate_json(lock_bytes)
     except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])[:200]
         raise BundleError(
-            f"{LOCK_MEMBER} in {bundle_dir}: not a rigsmith lock ({err.errors()[0]['msg']})"
+            f"{LOCK_MEMBER} in {bundle_dir}: not a rigsmith lock ({where + ': ' if where else ''}"
+            f"{first['msg']}); nothing was placed",
+            hint="bundle again on the connected machine, from a lock `invoke pin` wrote",
         ) from None
     try:
         spec = specmod.loads((bundle_dir / spec_member).read_bytes().decode("utf-8"), source=spec_member)

@@ -31,6 +31,9 @@ LOCK_VERSIONS = (1, 2)
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Sha1 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
 Digest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
+#: A git commit of a source tree (SHA-1, or SHA-256 in a sha256 repository): it becomes a bundle member's
+#: name and a git refspec, so nothing else (``x:refs/heads/y``, ``--opt``, ``../``) may pass.
+GitCommit = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")]
 
 
 def _repo_path(v: str) -> str:
@@ -114,8 +117,8 @@ class LockedAsset(_M):
     """A release asset of a source tree: its URL and the sha256 verified before every use."""
 
     url: str
-    sha256: str
-    size: int
+    sha256: Digest  # becomes a file name in the asset cache and a bundle member's name
+    size: int = Field(ge=0)
 
 
 class LockedSource(_M):
@@ -123,7 +126,7 @@ class LockedSource(_M):
 
     repo: str
     ref: str  # what image.yaml asked for (branch, tag or short sha)
-    commit: str
+    commit: GitCommit
     assets: dict[str, LockedAsset] = Field(default_factory=dict)
 
 

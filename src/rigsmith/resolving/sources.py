@@ -189,8 +189,16 @@ class Sources:
     # -- assets ---------------------------------------------------------------------------------------------
 
     def asset_path(self, sha256: str) -> Path:
-        """Where verified bytes with this hash are cached."""
-        return self.cache / "assets" / "sha256" / sha256.removeprefix("sha256:")
+        """Where verified bytes with this hash are cached; a "hash" that is not one is refused (it would be
+        a path: ``cached`` removes a file whose bytes do not match)."""
+        hexd = sha256.removeprefix("sha256:")
+        if not re.fullmatch(r"[0-9a-f]{64}", hexd):
+            raise AdapterError(
+                f"asset hash {sha256[:80]!r} is not sha256:<64 hex digits>",
+                hint="the lock's sources.*.assets.*.sha256 was edited or mangled; restore rigsmith.lock "
+                "from git or run `invoke pin --repin`",
+            )
+        return self.cache / "assets" / "sha256" / hexd
 
     def cached(self, sha256: str) -> bytes | None:
         """The cached bytes of ``sha256``, re-verified; None when absent (a corrupt entry is dropped)."""

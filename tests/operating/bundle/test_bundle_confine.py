@@ -226,3 +226,145 @@ def test_a_model_dir_holding_someone_elses_files_is_not_filled_without_consent(
     assert (into / "config.json").read_text() == "my own config"
     assert sorted(p.name for p in into.iterdir()) == ["config.json", "index.html"]
     assert list((project.root / "deployments").iterdir()) == []
+
+
+# -- the kinds issue 29 added: secondary models, source trees, assets (red team, rt2) ---------------------
+
+#: Lock values a crafted bundle could carry for a source-built image: each would be a file name in the
+#: asset cache, a bundle member's name or a git refspec if it were read as given.
+HOSTILE_SOURCES = {
+    "asset-path": {"commit": "c" * 40, "sha256": "sha256:../../../../victim"},
+    "asset-bare-path": {"commit": "c" * 40, "sha256": "../../../../victim"},
+    "commit-refspec": {"commit": "x:refs/heads/evil", "sha256": "sha256:" + "b" * 64},
+    "commit-option": {"commit": "--upload-pack=touch /tmp/x", "sha256": "sha256:" + "b" * 64},
+    "commit-short": {"commit": "c" * 7, "sha256": "sha256:" + "b" * 64},
+}
+
+
+def _with_sources(bundle: Path, commit: str, sha256: str) -> None:
+    """The bundle's lock with a source tree entry for image ``x`` (manifest re-hashed to match)."""
+    lock = json.loads((bundle / "rigsmith.lock").read_text())
+    lock["sources"] = {
+        "x": {"repo": "https://git.example/x", "ref": "v1", "commit": commit,
+              "assets": {"ops": {"url": "https://example.com/ops", "sha256": sha256, "size": 3}}},
+    }  # fmt: skip
+    data = json.dumps(lock).encode()
+    (bundle / "rigsmith.lock").write_bytes(data)
+    manifest = json.loads((bundle / MANIFEST).read_text())
+    digest = hashlib.sha256(data).hexdigest()
+    manifest["members"]["rigsmith.lock"] = {"size": len(data), "sha256": digest}
+    manifest["lock_sha256"] = digest
+    (bundle / MANIFEST).write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_SOURCES))
+def test_a_lock_source_entry_that_is_a_path_or_refspec_is_refused_before_anything(
+    source: Source, tmp_path: Path, case: str
+) -> None:
+    """An asset "hash" ``sha256:../../victim`` once reached ``Sources.cached``, which reads that path and
+    removes it when its bytes do not hash to the "hash"; a commit ``x:refs/heads/evil`` became a refspec."""
+    bundle = carried(source, tmp_path / "carried")
+    _with_sources(bundle, **HOSTILE_SOURCES[case])
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    project = offline_project(tmp_path)
+    io_ = Io(echo=lambda _m: None, progress=False, run=_never, disk_free=lambda _p: 1 << 50)  # type: ignore[arg-type]
+    with audit.recording() as rec, pytest.raises(RigsmithError) as err:
+        unbundlemod.unbundle(project, bundle, into=tmp_path / "model", io=io_)
+    field = "sources.x.assets.ops.sha256" if case.startswith("asset") else "sources.x.commit"
+    assert field in err.value.message and "nothing was placed" in err.value.message, err.value.message
+    assert victim.read_text() == "keep me\n"
+    assert [w for w in rec.writes_outside(project.root) if not _scratch(w[1])] == []
+    assert list(project.deployments.iterdir()) == []
+
+
+@pytest.mark.parametrize("bad", ["sha256:../../victim", "../victim", "sha256:" + "B" * 64, ""])
+def test_the_asset_cache_refuses_a_hash_that_is_a_path_and_removes_nothing(tmp_path: Path, bad: str) -> None:
+    from rigsmith.resolving.sources import Sources
+
+    (tmp_path / "cache").mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    with audit.recording() as rec, pytest.raises(RigsmithError) as err:
+        Sources(tmp_path / "cache").cached(bad)
+    assert "sha256:<64 hex digits>" in err.value.message and err.value.hint
+    assert victim.exists() and rec.writes == []
+
+
+@pytest.mark.parametrize("build", ["../../../outside", "x/../../y", "/abs", "Merlin:1", "a b", ".hidden"])
+def test_a_bundled_spec_whose_engine_build_is_a_path_is_refused_before_anything(
+    source: Source, tmp_path: Path, build: str
+) -> None:
+    """engine.build names images/BUILD/ and the sources/BUILD/ members: only an image definition's name."""
+    import yaml
+
+    bundle = carried(source, tmp_path / "carried")
+    member = f"deployments/{NAME}.yaml"
+    data = yaml.safe_load((bundle / member).read_text())
+    data["engine"].pop("image", None)
+    data["engine"]["build"] = build
+    add_member(bundle, member, yaml.safe_dump(data, sort_keys=False).encode())
+    project = offline_project(tmp_path)
+    io_ = Io(echo=lambda _m: None, progress=False, run=_never, disk_free=lambda _p: 1 << 50)  # type: ignore[arg-type]
+    with audit.recording() as rec, pytest.raises(RigsmithError) as err:
+        unbundlemod.unbundle(project, bundle, into=tmp_path / "model", io=io_)
+    assert "engine.build" in err.value.message and "image definition" in err.value.message, err.value.message
+    assert [w for w in rec.writes_outside(project.root) if not _scratch(w[1])] == []
+    assert list(project.deployments.iterdir()) == []
+
+
+def test_a_tree_bundle_with_extra_refs_adds_only_the_locked_commit_s_ref_to_the_cache(tmp_path: Path) -> None:
+    """A crafted ``sources/BUILD/COMMIT.bundle`` carrying branches, tags and a HEAD of its own: the cache
+    gains the locked commit under rigsmith's one ref and nothing else (no branch, tag, hook or config)."""
+    from rigsmith.resolving.sources import Sources
+    from tests.support.sources import git
+
+    work = tmp_path / "work"
+    work.mkdir()
+    git("init", "-q", "-b", "main", cwd=work)
+    (work / "a").write_text("locked\n")
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", "locked", cwd=work)
+    locked = git("rev-parse", "HEAD", cwd=work)
+    (work / "a").write_text("evil\n")
+    git("commit", "-q", "-am", "evil", cwd=work)
+    git("update-ref", f"refs/rigsmith/{locked}", locked, cwd=work)
+    git("tag", "v9", cwd=work)
+    git("update-ref", "refs/remotes/origin/evil", "HEAD", cwd=work)
+    bundle = tmp_path / "tree.bundle"
+    git("bundle", "create", "-q", str(bundle), "--all", cwd=work)
+    cache = Sources(tmp_path / "cache")
+    url = "https://git.example/x"
+
+    with audit.recording() as rec:
+        assert cache.add_tree(url, locked, bundle)
+    assert cache.has_commit(url, locked)
+    mirror = cache.mirror_path(url)
+    refs = git("--git-dir", str(mirror), "for-each-ref", "--format=%(refname)", cwd=tmp_path).split()
+    assert refs == [f"refs/rigsmith/{locked}"]
+    assert [h.name for h in (mirror / "hooks").iterdir() if not h.name.endswith(".sample")] == []
+    assert rec.writes_outside(tmp_path / "cache") == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "secondary/acme/draft/config.json",
+        f"sources/merlin/{'c' * 40}.bundle",
+        f"sources/merlin/assets/{'b' * 64}",
+    ],
+)
+@pytest.mark.parametrize("kind", [tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.FIFOTYPE, tarfile.CHRTYPE])
+def test_a_tar_member_of_the_new_kinds_that_is_not_a_regular_file_unpacks_nothing(
+    tmp_path: Path, name: str, kind: bytes
+) -> None:
+    tar = tmp_path / "b.tar"
+    with tarfile.open(tar, "w") as tf:
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname = kind, "/etc/passwd"
+        tf.addfile(info)
+    project = offline_project(tmp_path)
+    with audit.recording() as rec, pytest.raises(RigsmithError) as err:
+        bundleplace.unpacked(project, tar, lambda _m: None, False, lambda _p: 1 << 50)
+    assert name in err.value.message and "not a regular file" in err.value.message
+    assert rec.writes == []
