@@ -55,7 +55,6 @@ ADAPTERS = (
 PURE = (
     *CORE,
     "rigsmith.importing",
-    "rigsmith.resolving.imageref",  # the names moved to rigsmith.imageref, re-exported
     "rigsmith.resolving.lock",
     "rigsmith.resolving.imagedef",  # the image.yaml schema
     "rigsmith.resolving.image",  # the build context rendered from it
@@ -173,7 +172,7 @@ def _synthetic(**sources: str) -> dict[str, tuple[ast.Module, bool]]:
         ("rigsmith__rendering__extra", "from rigsmith.operating.host import LocalHost", "an adapter"),
         ("rigsmith__rendering__targets__extra", "from ...operating import verify", "an adapter"),
         ("rigsmith__importing__extra", "from rigsmith.rendering import plan", "the later stage rendering"),
-        ("rigsmith__resolving__imageref", "def f():\n    import httpx\n", "a pure module imports an adapter"),
+        ("rigsmith__resolving__lock", "def f():\n    import httpx\n", "a pure module imports an adapter"),
         ("rigsmith__spec", "from rigsmith.resolving.lock import Lock", "the core imports a stage"),
         ("rigsmith__resolving__extra", "from rigsmith.operating import probes", "the later stage operating"),
     ],
