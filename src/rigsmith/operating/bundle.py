@@ -52,6 +52,7 @@ from rigsmith.operating.bundlefiles import (
     DEFAULT_IO,
     BundleReport,
     Contents,
+    Io,
     Record,
     atomic,
     beside,
@@ -64,7 +65,6 @@ from rigsmith.operating.bundlefiles import (
     same_filesystem,
     write_bytes,
 )
-from rigsmith.operating.bundlefiles import Io as Io
 from rigsmith.operating.bundlemanifest import (
     ARTIFACT_PREFIX,
     DEFAULT_TARGETS,
