@@ -139,7 +139,7 @@ def _field(v: str) -> dict[str, tuple[Callable[[dict[str, Any], Path], None], tu
                 "mounts",
                 lambda b: [{"host": f"{b}/f/{v}", "container": "/f", "kind": "file", "sparse_size": 4096}],
             ),
-            ("mounts[0].host", "mounts[0]: host"),
+            ("mounts[0].host", "mounts[0]: host", "mounts[0].consent"),
         ),
         "health path": (_set("readiness.health_path", f"/{v}"), ("readiness.health_path",)),
         "network host": (_set("network.host", v), ("network.host",)),
