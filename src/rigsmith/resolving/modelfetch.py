@@ -1,69 +1,59 @@
 """``pin`` (model part) and ``fetch-model``: a locked commit, downloaded, verified, patched.
 
-The flow (converge, act, re-check):
+The flow (converge, act, re-check): :func:`pin_model` resolves the spec's branch/tag once into
+``rigsmith.lock`` (commit + every file's size and Hub hash), used until the spec changes or ``--repin``.
+:func:`fetch_model` takes a per-directory file lock, removes stale partial downloads and sorts the wanted
+files into *verified earlier* (the verified-file record vouches for the file as it is on disk: no hashing,
+no network), *to check* (hash the file on disk) and *to download* (after a disk-space check, in parallel:
+:mod:`~rigsmith.resolving.download`). Config patches are applied to a copy: the Hub's bytes stay in
+``.rigsmith/original/<file>``, the patched file takes the real path, and the lock records both sha256s.
 
-1. :func:`pin_model` resolves the spec's branch/tag once into ``rigsmith.lock`` (commit + every file's
-   size and Hub hash). Afterwards the locked commit is used until the spec changes or ``--repin``.
-2. :func:`fetch_model` takes a per-directory file lock, removes stale partial downloads, and sorts the
-   wanted files into *verified earlier* (the verified-file record vouches for the file as it is on disk:
-   same size, mtime, ctime, inode and device as when it was hashed; no hashing, no network), *to check*
-   (hash the file on disk) and *to download*. It checks disk space for what is left, then downloads in
-   parallel: huggingface_hub moves the bytes into ``.rigsmith/partial/<hash>.incomplete`` (a killed run
-   resumes from there with a range request), one hash pass checks them, and a file reaches its real path
-   only once its hash matches the lock (:mod:`~rigsmith.resolving.download`).
-3. Config patches are applied to a copy: the Hub's bytes stay in ``.rigsmith/original/<file>``, the
-   patched file takes the real path, and the lock records both sha256s.
-
-A local checkpoint (``model.repo: null``) skips 1 and 2: nothing is pinned or downloaded, the task reports
-what the directory holds, and config patches are applied the same way (original kept) but not locked — the
-lock records Hub facts only.
+A local checkpoint (``model.repo: null``) is neither pinned nor downloaded: the task reports what the
+directory holds and applies the config patches the same way (original kept), but not locked — the lock
+records Hub facts only.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import threading
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
+from filelock import FileLock, Timeout
+
+from rigsmith import userhome
 from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.download import FetchContext, check_file, download_all, run_all
 from rigsmith.resolving.download import FetchInterrupted as FetchInterrupted
-from rigsmith.resolving.localmodel import dir_lock, fetch_local, patched, real_home
-from rigsmith.resolving.lock import LockedModel
+from rigsmith.resolving.lock import LockedModel, LockedPatch
 from rigsmith.resolving.modelfiles import (
     HF_DOWNLOAD_DIR,
     ORIGINAL_DIR,
     PARTIAL_DIR,
-    STATE_DIR,
-    STATE_FILE,
     WORKERS,
     FetchReport,
     Want,
     check_disk,
     check_patch_files,
     describe_repin,
-    dump_state,
     expand_dir,
     locked_model,
-    locked_patches,
     parse_workers,
+    patch_json,
     patches_by_file,
-    read_state,
-    seen_at,
     select,
     sha256_bytes,
     stale_partials,
-    user_home,
-    vouches,
     wants,
 )
-from rigsmith.spec import Deployment
+from rigsmith.resolving.verified import STATE_DIR, STATE_FILE, read_state, seen_at, vouches
+from rigsmith.spec import ConfigPatch, Deployment
 from rigsmith.writer import write_one
 
 if TYPE_CHECKING:
@@ -79,28 +69,25 @@ SCAN_LIMIT = 10_000
 #: The flags that give consent (named in the refusals).
 ADOPT_FLAG = "--adopt-dir"
 OVERWRITE_FLAG = "--overwrite-edited"
+#: File suffixes that hold weights, for a local checkpoint's report.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
     """Build the Hub client only when the network is really needed (a warm run makes no requests)."""
-    cache: list[Hub] = []
 
+    @cache
     def get() -> Hub:
-        if not cache:
-            if hub is None:
-                from rigsmith.resolving.hub import HfHub  # huggingface_hub: imported only when needed
+        if hub is None:
+            from rigsmith.resolving.hub import HfHub  # huggingface_hub: imported only when needed
 
-                cache.append(HfHub.from_env())
-            elif callable(hub) and not hasattr(hub, "download"):
-                cache.append(hub())
-            else:
-                cache.append(hub)  # type: ignore[arg-type]
-        return cache[0]
+            return HfHub.from_env()
+        return hub() if callable(hub) and not hasattr(hub, "download") else hub  # type: ignore[return-value]
 
     return get
 
 
-def _up_to_date(entry: LockedModel | None, spec: Deployment) -> bool:
+def _up_to_date(entry: LockedModel | None, spec: Deployment) -> TypeGuard[LockedModel]:
     m = spec.model
     return (
         entry is not None
@@ -120,53 +107,36 @@ def pin_model(
     hub: Hub | HubFactory | None = None,
     slot: lockmod.Slot | None = None,
 ) -> LockedModel | None:
-    """Resolve the spec's model revision into ``rigsmith.lock`` once; re-resolve only when asked.
-
-    Args:
-        spec: ``spec.model.repo`` and ``revision`` (None means ``main``) are resolved.
-        repin: resolve the branch/tag again even when the lock already has a commit; prints what changed.
-        hub: a Hub (or a factory for one); default: huggingface_hub with HF_ENDPOINT / HF_TOKEN.
-        slot: where the entry lives in the lock (default: ``models[spec.name]``; a secondary model's is
-            ``secondary[NAME][REPO]``, its ``spec`` a copy whose ``model`` is the secondary one).
-
-    Returns:
-        The lock entry: repo, requested revision, commit, every file's hashes; None for a local checkpoint
-        (``model.repo: null``), which has nothing to pin.
-
-    Raises:
-        AdapterError: the Hub said no (not found, gated, bad revision) or stayed unreachable.
+    """Resolve the spec's model revision (None means ``main``) into ``rigsmith.lock`` once; re-resolve only
+    with ``repin`` (printing what changed). ``hub``: a Hub or a factory for one (default: huggingface_hub
+    with HF_ENDPOINT / HF_TOKEN). ``slot``: where the entry lives in the lock (default:
+    ``models[spec.name]``; a secondary model's is ``secondary[NAME][REPO]``, its ``spec`` a copy whose
+    ``model`` is the secondary one). Returns the entry; None for a local checkpoint (``model.repo: null``).
     """
     get_hub = _lazy(hub)
     slot = slot or lockmod.Slot(spec.name)
     old = slot.get(lockmod.read(project.lock_path))
     m = spec.model
     if m.repo is None:
-        echo(
-            f"{spec.name}: model skipped — model.repo is null (a local checkpoint in {m.local_dir}); "
-            "nothing to pin"
-        )
+        here = f"(a local checkpoint in {m.local_dir})"
+        echo(f"{spec.name}: model skipped — model.repo is null {here}; nothing to pin")
         if old is not None:
             # The lock must not claim a Hub commit for a checkpoint rigsmith no longer fetches.
             with lockmod.locked(project.lock_path) as lock:
                 slot.put(lock, None)
-            echo(
-                f"{spec.name}: dropped the lock's {old.repo}@{old.commit[:12]} (the spec no longer names "
-                "a repo)"
-            )
+            gone = f"{old.repo}@{old.commit[:12]}"
+            echo(f"{spec.name}: dropped the lock's {gone} (the spec no longer names a repo)")
         return None
-    if _up_to_date(old, spec) and not repin:
-        assert old is not None
+    if not repin and _up_to_date(old, spec):
         return old
-    repo = m.repo
-    commit = get_hub().resolve(repo, m.revision or "main")
-    if old is not None and _up_to_date(old, spec) and old.commit == commit:
+    commit = get_hub().resolve(m.repo, m.revision or "main")
+    if _up_to_date(old, spec) and old.commit == commit:
         echo(describe_repin(old, old)[0])
         return old
-    new = locked_model(repo, m.revision, commit, get_hub().tree(repo, commit))
+    new = locked_model(m.repo, m.revision, commit, get_hub().tree(m.repo, commit))
     with lockmod.locked(project.lock_path) as lock:
         current = slot.get(lock)
         if not repin and _up_to_date(current, spec):
-            assert current is not None
             return current  # a concurrent pin got there first; keep its commit
         if current is not None and current.commit == new.commit:
             new = new.model_copy(update={"patches": current.patches})
@@ -178,31 +148,22 @@ def pin_model(
 
 def _clean(root: Path, wanted: Sequence[Want]) -> list[str]:
     """Remove partial downloads nothing can resume from, and huggingface_hub's own orphaned temp files."""
-    removed = []
     pdir = root / STATE_DIR / PARTIAL_DIR
-    if pdir.is_dir():
-        names = [p.name for p in pdir.iterdir() if p.is_file()]
-        for name in stale_partials(names, wanted):
-            (pdir / name).unlink(missing_ok=True)
-            removed.append(f"{STATE_DIR}/{PARTIAL_DIR}/{name}")
-    hf = root / HF_DOWNLOAD_DIR
-    if hf.is_dir():
-        for p in sorted(hf.rglob("*.incomplete")):
-            p.unlink(missing_ok=True)
-            removed.append(str(p.relative_to(root)))
-    return removed
+    names = [p.name for p in pdir.iterdir() if p.is_file()] if pdir.is_dir() else []
+    stale = [pdir / name for name in stale_partials(names, wanted)]
+    stale += sorted((root / HF_DOWNLOAD_DIR).rglob("*.incomplete"))
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return [str(p.relative_to(root)) for p in stale]
 
 
 def free_bytes(path: Path) -> int:
     """Free space on the filesystem that holds ``path`` (host fact; tests pass their own)."""
-    for p in (path, *path.parents):
-        if p.exists():
-            return shutil.disk_usage(p).free
-    return shutil.disk_usage("/").free
+    return shutil.disk_usage(next((p for p in (path, *path.parents) if p.exists()), Path("/"))).free
 
 
 def _patch(
-    ctx: FetchContext, verify: bool, confirm: Confirm | None, overwrite_edited: bool
+    ctx: FetchContext, patches: Sequence[ConfigPatch], verify: bool, confirm: Confirm | None, overwrite: bool
 ) -> dict[str, tuple[str, str]]:
     """Apply the spec's config patches from the kept originals; idempotent.
 
@@ -210,12 +171,11 @@ def _patch(
     nor the one it would write now was edited by hand: it is replaced only with consent (asked, or
     :data:`OVERWRITE_FLAG`); without a terminal the fetch stops, naming the file.
     """
-    spec_patches = [p.model_dump(mode="json", exclude={"note"}) for p in ctx.spec.model.config_patches]
+    spec_patches = [p.model_dump(mode="json", exclude={"note"}) for p in patches]
     recorded = {p.file: p for p in ctx.entry.patches}
     applied: dict[str, tuple[str, str]] = {}
-    for file, plist in patches_by_file(ctx.spec.model.config_patches).items():
-        target = ctx.root / file
-        rec = recorded.get(file)
+    for file, plist in patches_by_file(patches).items():
+        target, rec = ctx.root / file, recorded.get(file)
         if (
             not verify
             and rec is not None
@@ -225,17 +185,12 @@ def _patch(
             applied[file] = (rec.original_sha256, rec.patched_sha256)
             continue
         original = (ctx.root / STATE_DIR / ORIGINAL_DIR / file).read_bytes()
-        new = patched(original, plist, file)
+        new = patch_json(original, plist, file)
         a, b = sha256_bytes(original), sha256_bytes(new)
-        ctx.hashed(len(original))
-        current = target.read_bytes() if target.is_file() else None
-        have = sha256_bytes(current) if current is not None else None
-        if (
-            rec is not None
-            and have is not None
-            and have not in (rec.patched_sha256, b, a)
-            and not overwrite_edited
-        ):
+        ctx.count(hashed_files=1, hashed_bytes=len(original))
+        have = sha256_bytes(target.read_bytes()) if target.is_file() else None
+        if rec is not None and have not in (None, rec.patched_sha256, b, a) and not overwrite:
+            assert have is not None
             question = (
                 f"{target} was edited since fetch-model patched it (sha256 {have[:12]}, rigsmith wrote "
                 f"{rec.patched_sha256[:12]}); replace your edit with the patched file?"
@@ -246,9 +201,8 @@ def _patch(
                     hint=f"to keep the change, put it in model.config_patches of the spec; to discard it, "
                     f"re-run with {OVERWRITE_FLAG}",
                 )
-        if current is None or have != b:
-            target = ctx.inside(file)
-            write_one(target, new.decode("utf-8"))
+        if have != b:
+            write_one(ctx.inside(file), new.decode("utf-8"))
             ctx.report.patched.append(file)
         ctx.record(file, "sha256", b)
         applied[file] = (a, b)
@@ -276,31 +230,22 @@ def fetch_model(
     slot: lockmod.Slot | None = None,
     where: str = "model",
 ) -> FetchReport:
-    """Download the locked model revision into its local dir, verify every file, apply config patches.
+    """Download the locked model revision into its local dir (or ``dest``), verify every file, apply config
+    patches.
 
-    Args:
-        dest: directory to fetch into instead of ``spec.model.local_dir``.
-        verify: hash every file again even where the verified-file record vouches for it.
-        hub: Hub adapter (or factory); built only when a request is needed.
-        disk_free: bytes free at a path (host fact).
-        workers: files downloaded (or hashed) at once, 1 to ``MAX_WORKERS`` (64).
-        progress: show a rich progress bar (default: when stderr is a terminal).
-        confirm: asks the user yes/no; None when there is no terminal (then every question is a no).
-        adopt_dir: fetch into a non-empty directory that does not hold this model yet, without asking.
-        overwrite_edited: replace a hand-edited patched file (config.json) without asking.
-        home: the user's home directory (default: ``$HOME``), for the model-dir check.
-        slot, where: the model's lock entry (see :func:`pin_model`) and spec field (``secondary_models[0]``).
-
-    Raises:
-        RigsmithError: a bad spec field, the Hub refusing, a hash mismatch, too little disk space.
+    ``verify`` hashes every file again even where the verified-file record vouches for it; ``workers``
+    files (1 to 64) download or hash at once; ``progress`` shows rich bars (default: when stderr is a
+    terminal); ``confirm`` asks yes/no (None: no terminal, every answer is no); ``adopt_dir`` fetches into a
+    non-empty directory that does not hold this model yet and ``overwrite_edited`` replaces a hand-edited
+    patched file, without asking; ``home`` (default: the invoking user's) is for the model-dir check;
+    ``slot`` and ``where`` are the model's lock entry (see :func:`pin_model`) and spec field.
     """
     parse_workers(workers)
-    home = home if home is not None else user_home()
+    home = home if home is not None else userhome.invoking_home()
     if spec.model.repo is None:
         return fetch_local(spec, dest, echo, home)
     field = "--dest" if dest is not None else f"{where}.local_dir"
-    written = str(dest) if dest is not None else spec.model.local_dir
-    check_model_dir(written, home, field)
+    check_model_dir(str(dest) if dest is not None else spec.model.local_dir, home, field)
     get_hub = _lazy(hub)
     slot = slot or lockmod.Slot(spec.name)
     entry = pin_model(project, spec, repin=repin, echo=echo, hub=get_hub, slot=slot)
@@ -312,10 +257,8 @@ def fetch_model(
         why = f"no file of {entry.repo}@{entry.commit[:12]} matches the allow/ignore patterns"
         raise SpecError(where, [(f"{where}.allow_patterns", why)])
     check_patch_files(m.config_patches, files)
-    by_file = patches_by_file(m.config_patches)
-    wanted = wants(files, by_file)
+    wanted = wants(files, patches_by_file(m.config_patches))
     guard_dir(root, field, home, entry, wanted, confirm, adopt_dir)
-
     try:
         (root / STATE_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -326,9 +269,8 @@ def fetch_model(
     with dir_lock(root / STATE_DIR / "fetch.lock", echo):
         state = read_state(root / STATE_DIR / STATE_FILE)
         state.repo, state.commit = entry.repo, entry.commit
-        ctx = FetchContext(spec, entry, root, state, report, threading.Lock(), get_hub, threading.Event())
+        ctx = FetchContext(entry, root, state, report, get_hub)
         report.cleaned = _clean(root, wanted)
-
         to_check = [
             w
             for w in wanted
@@ -336,44 +278,44 @@ def fetch_model(
             or not vouches(state.files.get(w.disk_path), seen_at(root / w.disk_path), w.kind, w.digest)
         ]
         report.cached = len(wanted) - len(to_check)
-        try:
-            checked = run_all(lambda w: check_file(ctx, w), to_check, workers, ctx.stop)
-        except KeyboardInterrupt:
-            raise FetchInterrupted(
-                "stopped while verifying the files on disk (those verified so far are remembered); run "
-                "`invoke fetch-model` again to continue"
-            ) from None
-        for _w, res in checked:
-            if isinstance(res, BaseException):
-                raise res
-        todo = [w for w, ok in checked if ok is not True]
-
-        if todo:
+        stopped = (
+            "stopped while verifying the files on disk (those verified so far are remembered); run "
+            "`invoke fetch-model` again to continue"
+        )
+        checked = run_all(lambda w: check_file(ctx, w), to_check, workers, ctx.stop, stopped)
+        if errors := [r for r in checked if isinstance(r, BaseException)]:
+            raise errors[0]
+        if todo := [w for w, ok in zip(to_check, checked, strict=True) if ok is not True]:
             pdir = root / STATE_DIR / PARTIAL_DIR
-            have = {w.repo_path: _size(pdir / w.partial_name) for w in todo}
-            check_disk(sum(max(w.size - have[w.repo_path], 0) for w in todo), disk_free(root), root)
+            have = [
+                (pdir / w.partial_name).stat().st_size if (pdir / w.partial_name).exists() else 0
+                for w in todo
+            ]
+            check_disk(
+                sum(max(w.size - h, 0) for w, h in zip(todo, have, strict=True)), disk_free(root), root
+            )
             for w in todo:
                 if verify and (root / w.disk_path).exists():
                     echo(f"{w.repo_path}: does not match the lock; downloading it again")
-            try:
-                download_all(ctx, todo, workers, progress)
-            except KeyboardInterrupt:
-                raise FetchInterrupted(
-                    f"queued files cancelled; partial downloads kept in {root / STATE_DIR / PARTIAL_DIR}; "
-                    "run `invoke fetch-model` again to resume"
-                ) from None
-
-        applied = _patch(ctx, verify, confirm, overwrite_edited)
-        with ctx.mu:
-            write_one(ctx.state_path, dump_state(state))
-
-    new_patches = locked_patches(applied)
-    if new_patches != entry.patches:
+            download_all(ctx, todo, workers, progress)
+        applied = _patch(ctx, m.config_patches, verify, confirm, overwrite_edited)
+        ctx.save()
+    patches = [
+        LockedPatch(file=f, original_sha256=a, patched_sha256=b) for f, (a, b) in sorted(applied.items())
+    ]
+    if patches != entry.patches:
         with lockmod.locked(project.lock_path) as lock:
             cur = slot.get(lock)
             if cur is not None and cur.commit == entry.commit:
-                slot.put(lock, cur.model_copy(update={"patches": new_patches}))
+                slot.put(lock, cur.model_copy(update={"patches": patches}))
     return report
+
+
+def _check_real(root: Path, field: str, home: str) -> None:
+    """The model-dir check on ``root`` through its symlinks, against the home directory through its own
+    (``/home`` is ``/var/home`` on Fedora Atomic: a model dir under it is not something in ``/var``)."""
+    real_home = str(Path(home).resolve()) if home else home
+    check_model_dir(str(root.resolve()), real_home, f"{field} (resolved through symlinks)")
 
 
 def guard_dir(
@@ -393,9 +335,8 @@ def guard_dir(
     directory and :data:`ADOPT_FLAG`. Files that are not part of the snapshot are never touched either
     way: rigsmith writes only the snapshot's paths and its own ``.rigsmith/``.
     """
-    real = root.resolve()
-    if real != root:
-        check_model_dir(str(real), real_home(home), f"{field} (resolved through symlinks)")
+    if root.resolve() != root:
+        _check_real(root, field, home)
     if not root.exists():
         return
     if not root.is_dir():
@@ -415,12 +356,10 @@ def guard_dir(
     if not foreign or adopt:
         return
     present = sorted(w.repo_path for w in wanted if (root / w.repo_path).exists())
-    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-    replaced = ", ".join(present[:10]) + (f" and {len(present) - 10} more" if len(present) > 10 else "")
     what = (
-        f"{root} is not empty and does not hold {entry.repo} (not in the snapshot: {shown}); "
+        f"{root} is not empty and does not hold {entry.repo} (not in the snapshot: {_some(foreign, 5)}); "
         f"fetch-model writes {len(wanted)} file(s) there"
-        + (f", replacing any that differ from the snapshot: {replaced}" if present else "")
+        + (f", replacing any that differ from the snapshot: {_some(present, 10)}" if present else "")
     )
     if confirm is not None and confirm(f"{what}. Files not in the snapshot are left alone. Fetch into it?"):
         return
@@ -431,8 +370,13 @@ def guard_dir(
     )
 
 
+def _some(names: Sequence[str], n: int) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
 def _foreign_files(root: Path, entry: LockedModel) -> list[str]:
-    """Paths under ``root`` that are not files of the locked snapshot (book-keeping dirs aside)."""
+    """Paths under ``root`` that are not files of the locked snapshot (book-keeping dirs aside), up to 100
+    of the first :data:`SCAN_LIMIT` entries."""
     foreign: list[str] = []
     seen = 0
     for dirpath, dirnames, filenames in os.walk(root):
@@ -441,16 +385,81 @@ def _foreign_files(root: Path, entry: LockedModel) -> list[str]:
             dirnames[:] = [d for d in dirnames if d not in (STATE_DIR, ".cache")]
         for name in (*filenames, *(d for d in dirnames if Path(dirpath, d).is_symlink())):
             seen += 1
-            rel = (rel_dir / name).as_posix()
-            if rel not in entry.files:
+            if (rel := (rel_dir / name).as_posix()) not in entry.files:
                 foreign.append(rel)
             if seen >= SCAN_LIMIT or len(foreign) >= 100:
                 return sorted(foreign)
     return sorted(foreign)
 
 
-def _size(p: Path) -> int:
+def dir_lock(path: Path, echo: Echo) -> FileLock:
+    lock = FileLock(str(path), timeout=-1)
     try:
-        return p.stat().st_size
-    except FileNotFoundError:
-        return 0
+        lock.acquire(timeout=0)
+    except Timeout:
+        echo(f"waiting for another fetch into {path.parent.parent} to finish …")
+        lock.acquire()
+    return lock
+
+
+def fetch_local(spec: Deployment, dest: Path | None, echo: Echo, home: str) -> FetchReport:
+    """A checkpoint already on disk: report what is there and apply the config patches; download nothing."""
+    m = spec.model
+    if dest is None and not m.local_dir.startswith(("/", "~")):
+        why = f"{m.local_dir!r} is relative (to where the recipe ran); set the checkpoint's absolute path"
+        raise SpecError("model.local_dir", [("model.local_dir", why)])
+    root = dest.absolute() if dest is not None else expand_dir(m.local_dir, {"HOME": home})
+    if not root.is_dir():
+        raise RigsmithError(
+            f"{spec.name}: model.repo is null, so the checkpoint is local and there is nothing to download "
+            f"— but {root} is not a directory",
+            hint="copy the checkpoint there, point model.local_dir at it, or set model.repo to owner/name to "
+            "download it",
+        )
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != STATE_DIR)
+    report = FetchReport(
+        local_dir=str(root),
+        files=len(files),
+        local=True,
+        local_bytes=sum(p.stat().st_size for p in files),
+        weight_files=sum(p.name.endswith(_WEIGHT_SUFFIXES) for p in files),
+        has_config=(root / "config.json").is_file(),
+    )
+    if m.config_patches:
+        # Patching writes into the checkpoint dir: the same refusals as a download.
+        check_model_dir(
+            str(dest) if dest is not None else m.local_dir, home, "--dest" if dest else "model.local_dir"
+        )
+        _check_real(root, "model.local_dir", home)
+        with dir_lock(root / STATE_DIR / "fetch.lock", echo):
+            _patch_local(m.config_patches, root, report, echo)
+    return report
+
+
+def _patch_local(patches: Sequence[ConfigPatch], root: Path, report: FetchReport, echo: Echo) -> None:
+    """Config patches on a local checkpoint: the first-seen bytes are kept as the original, as for the Hub.
+
+    A file that matches neither the kept original nor its patched form was replaced outside rigsmith (a new
+    checkpoint copied in); it becomes the new original, and rigsmith says so.
+    """
+    missing = [
+        (f"model.config_patches[{i}].file", f"{p.file} is not in the local checkpoint {root}")
+        for i, p in enumerate(patches)
+        if not (root / p.file).is_file() and not (root / STATE_DIR / ORIGINAL_DIR / p.file).is_file()
+    ]
+    if missing:
+        raise SpecError("model.config_patches", missing)
+    for file, plist in patches_by_file(patches).items():
+        target, kept = root / file, root / STATE_DIR / ORIGINAL_DIR / file
+        current = target.read_bytes() if target.is_file() else None
+        original = kept.read_bytes() if kept.is_file() else current
+        assert original is not None
+        new = patch_json(original, plist, file)
+        if current is not None and current not in (original, new):
+            echo(f"{file}: changed outside rigsmith since it was patched; keeping it as the new original")
+            original, new = current, patch_json(current, plist, file)
+        if not kept.is_file() or kept.read_bytes() != original:
+            write_one(kept, original.decode("utf-8"))
+        if current != new:
+            write_one(target, new.decode("utf-8"))
+            report.patched.append(file)
