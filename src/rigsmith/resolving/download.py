@@ -1,15 +1,10 @@
-"""How a model's files reach the disk and are checked there, for fetch-model
-(:mod:`rigsmith.resolving.modelfetch` decides what to fetch).
-
-A file already on disk is hashed against the lock (:func:`check_file`). A missing one is moved by
-huggingface_hub into a partial file (hf_xet where the Hub keeps it on Xet, its ``http_get`` otherwise,
-resuming where the partial ends), hashed as the bytes arrive (in one pass after hf_xet), and takes its real
-path only once that hash matches the lock. Files go ``workers`` at a time; Ctrl-C cancels the queued ones,
-stops the running ones at their next block and keeps their partials (:func:`run_all`).
-
-No hand-written ranged downloader (removed in issue 26): bench/bench_link.py at a tc-shaped 1 and
-10 Gbit/s link found byte ranges over ``http.client`` no faster than this path, once it hashes as bytes
-arrive, skips httpx's re-chunking and starts writeback early.
+"""How fetch-model's files reach the disk and are checked there (:mod:`~rigsmith.resolving.modelfetch`
+decides what to fetch). A file on disk is hashed against the lock (:func:`check_file`); a missing one is
+moved by huggingface_hub (hf_xet where the Hub says Xet, ``http_get`` from where the partial ends otherwise)
+into a partial file, hashed as the bytes arrive, and takes its real path only once that hash matches the
+lock. Files go ``workers`` at a time; Ctrl-C cancels the queued ones, stops the running ones at their next
+block and keeps their partials (:func:`run_all`). No hand-written ranged downloader (removed in issue 26):
+``bench/bench_link.py`` at a tc-shaped 1 and 10 Gbit/s link found it no faster than this path.
 """
 
 from __future__ import annotations
@@ -47,7 +42,7 @@ if TYPE_CHECKING:
 
 #: A file that hashes wrong after download is fetched once more before it is refused.
 MISMATCH_ATTEMPTS = 2
-#: Ask the kernel to start writing a partial out every this many new bytes (:func:`_start_writeback`).
+#: Ask the kernel to start writing a partial out every this many new bytes (:func:`_sync_file_range`).
 WRITEBACK_STEP = 16 << 20
 
 
@@ -125,11 +120,8 @@ def run_all(
     fn: Callable[[Want], Any], items: Sequence[Want], workers: int, stop: threading.Event, interrupted: str
 ) -> list[Any]:
     """``fn`` over ``items`` in a thread pool: each one's result, or the exception it raised, in order.
-
-    Ctrl-C (KeyboardInterrupt in this, the main thread) cancels every queued item, sets ``stop`` so the
-    running ones end at their next block (keeping their partial files), waits for them, and raises
-    :class:`FetchInterrupted` saying ``interrupted``.
-    """
+    Ctrl-C (KeyboardInterrupt in this, the main thread) cancels the queued items, sets ``stop`` so the
+    running ones end at their next block, waits for them and raises :class:`FetchInterrupted`."""
 
     def one(w: Want) -> Any:
         try:
@@ -149,33 +141,23 @@ def run_all(
 
 
 @cache
-def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+def _sync_file_range() -> Callable[[int, int, int, int], int]:
+    """glibc's, to start (not wait for) writing a partial's dirty pages out: else a fresh download stays
+    dirty in the page cache until the fsync before the rename, which then writes the whole file while
+    nothing else happens (PostgreSQL's ``pg_flush_data`` does the same). Elsewhere a no-op."""
     import ctypes  # only when bytes are written: a warm run does without
 
     fn = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
-    if fn is not None:
-        fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    return cast(Callable[[int, int, int, int], int] | None, fn)
-
-
-def _start_writeback(fh: IO[bytes]) -> None:
-    """Start (not wait for) writing the file's dirty pages out (``SYNC_FILE_RANGE_WRITE``), a hint.
-
-    Without it a fresh download stays dirty in the page cache until the fsync before the rename, which then
-    writes the whole file while nothing else happens. PostgreSQL does the same (``pg_flush_data``). Without
-    glibc the fsync does all the work.
-    """
-    fh.flush()
-    if (fn := _sync_file_range()) is not None:
-        fn(fh.fileno(), 0, 0, 2)
+    if fn is None:
+        return lambda *_: 0
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return cast(Callable[[int, int, int, int], int], fn)
 
 
 class PartialFile:
-    """The partial file as huggingface_hub writes into it: each block counted and hashed, refused once
-    ``stop`` is set (Ctrl-C; the bytes so far stay for the next run to resume from).
-
-    ``hasher`` holds the hash of every byte from the start of the file to its position, or is None once a
-    seek broke that (the caller then hashes the file in one pass)."""
+    """The partial file as huggingface_hub writes into it: each block counted and hashed (``hasher``: every
+    byte from the start to its position, None once a seek broke that), refused once ``stop`` is set
+    (Ctrl-C; the bytes so far stay for the next run to resume from)."""
 
     def __init__(
         self,
@@ -194,7 +176,8 @@ class PartialFile:
         if self.hasher is not None:
             self.hasher.update(data)  # hashlib releases the GIL: other files' threads keep going
         if (self.written + n) // WRITEBACK_STEP != self.written // WRITEBACK_STEP:
-            _start_writeback(self._fh)
+            self._fh.flush()
+            _sync_file_range()(self._fh.fileno(), 0, 0, 2)  # SYNC_FILE_RANGE_WRITE
         self.written += n
         self.on_bytes(n)
         return n
@@ -214,9 +197,8 @@ class PartialFile:
 
 
 def _download(ctx: FetchContext, w: Want, bars: Progress, overall: TaskID) -> None:
-    """Download one file into its partial (resuming one left earlier), check its hash, move it into place.
-
-    A file that hashes wrong is fetched once more before it is refused."""
+    """Download one file into its partial (resuming one left earlier), check its hash (a wrong one is
+    fetched once more before it is refused), move it into place."""
     part = ctx.inside(f"{STATE_DIR}/{PARTIAL_DIR}/{w.partial_name}")
     task = bars.add_task(w.repo_path, total=w.size)
 

@@ -1,16 +1,11 @@
 """``pin`` (model part) and ``fetch-model``: a locked commit, downloaded, verified, patched.
 
-The flow (converge, act, re-check): :func:`pin_model` resolves the spec's branch/tag once into
-``rigsmith.lock`` (commit + every file's size and Hub hash), used until the spec changes or ``--repin``.
-:func:`fetch_model` takes a per-directory file lock, removes stale partial downloads and sorts the wanted
-files into *verified earlier* (the verified-file record vouches for the file as it is on disk: no hashing,
-no network), *to check* (hash the file on disk) and *to download* (after a disk-space check, in parallel:
-:mod:`~rigsmith.resolving.download`). Config patches are applied to a copy: the Hub's bytes stay in
-``.rigsmith/original/<file>``, the patched file takes the real path, and the lock records both sha256s.
-
-A local checkpoint (``model.repo: null``) is neither pinned nor downloaded: the task reports what the
-directory holds and applies the config patches the same way (original kept), but not locked — the lock
-records Hub facts only.
+:func:`pin_model` resolves the spec's branch/tag once into ``rigsmith.lock``. :func:`fetch_model` sorts the
+wanted files into *verified earlier* (the verified-file record vouches for them: no hashing, no network),
+*to check* (hashed on disk) and *to download* (:mod:`~rigsmith.resolving.download`), then applies config
+patches to a copy: the Hub's bytes stay in ``.rigsmith/original/<file>`` and the lock records both sha256s.
+A local checkpoint (``model.repo: null``) is neither pinned nor downloaded; its patches are applied the
+same way but not locked (the lock records Hub facts only).
 """
 
 from __future__ import annotations
@@ -43,7 +38,6 @@ from rigsmith.resolving.modelfiles import (
     check_patch_files,
     describe_repin,
     expand_dir,
-    locked_model,
     parse_workers,
     patch_json,
     patches_by_file,
@@ -107,12 +101,9 @@ def pin_model(
     hub: Hub | HubFactory | None = None,
     slot: lockmod.Slot | None = None,
 ) -> LockedModel | None:
-    """Resolve the spec's model revision (None means ``main``) into ``rigsmith.lock`` once; re-resolve only
-    with ``repin`` (printing what changed). ``hub``: a Hub or a factory for one (default: huggingface_hub
-    with HF_ENDPOINT / HF_TOKEN). ``slot``: where the entry lives in the lock (default:
-    ``models[spec.name]``; a secondary model's is ``secondary[NAME][REPO]``, its ``spec`` a copy whose
-    ``model`` is the secondary one). Returns the entry; None for a local checkpoint (``model.repo: null``).
-    """
+    """Resolve the spec's model revision into ``rigsmith.lock`` once (again with ``repin``, saying what
+    changed); None for a local checkpoint. ``hub``: a Hub or a factory (default: huggingface_hub from the
+    environment); ``slot``: the entry's place in the lock (default ``models[spec.name]``)."""
     get_hub = _lazy(hub)
     slot = slot or lockmod.Slot(spec.name)
     old = slot.get(lockmod.read(project.lock_path))
@@ -133,7 +124,8 @@ def pin_model(
     if _up_to_date(old, spec) and old.commit == commit:
         echo(describe_repin(old, old)[0])
         return old
-    new = locked_model(m.repo, m.revision, commit, get_hub().tree(m.repo, commit))
+    files = dict(sorted(get_hub().tree(m.repo, commit).items()))
+    new = LockedModel(repo=m.repo, requested=m.revision, commit=commit, files=files)
     with lockmod.locked(project.lock_path) as lock:
         current = slot.get(lock)
         if not repin and _up_to_date(current, spec):
@@ -165,12 +157,9 @@ def free_bytes(path: Path) -> int:
 def _patch(
     ctx: FetchContext, patches: Sequence[ConfigPatch], verify: bool, confirm: Confirm | None, overwrite: bool
 ) -> dict[str, tuple[str, str]]:
-    """Apply the spec's config patches from the kept originals; idempotent.
-
-    A patched file whose bytes are neither the patch rigsmith wrote last (the lock's ``patched_sha256``)
-    nor the one it would write now was edited by hand: it is replaced only with consent (asked, or
-    :data:`OVERWRITE_FLAG`); without a terminal the fetch stops, naming the file.
-    """
+    """Apply the spec's config patches from the kept originals; idempotent. A patched file that is neither
+    the patch rigsmith wrote last (the lock's ``patched_sha256``) nor the one it would write now was edited
+    by hand: it is replaced only with consent (asked, or :data:`OVERWRITE_FLAG`)."""
     spec_patches = [p.model_dump(mode="json", exclude={"note"}) for p in patches]
     recorded = {p.file: p for p in ctx.entry.patches}
     applied: dict[str, tuple[str, str]] = {}
@@ -230,16 +219,9 @@ def fetch_model(
     slot: lockmod.Slot | None = None,
     where: str = "model",
 ) -> FetchReport:
-    """Download the locked model revision into its local dir (or ``dest``), verify every file, apply config
-    patches.
-
-    ``verify`` hashes every file again even where the verified-file record vouches for it; ``workers``
-    files (1 to 64) download or hash at once; ``progress`` shows rich bars (default: when stderr is a
-    terminal); ``confirm`` asks yes/no (None: no terminal, every answer is no); ``adopt_dir`` fetches into a
-    non-empty directory that does not hold this model yet and ``overwrite_edited`` replaces a hand-edited
-    patched file, without asking; ``home`` (default: the invoking user's) is for the model-dir check;
-    ``slot`` and ``where`` are the model's lock entry (see :func:`pin_model`) and spec field.
-    """
+    """Download the locked revision into the model dir (or ``dest``), verify every file (all of them again
+    with ``verify``), apply config patches. ``confirm`` asks yes/no (None: no terminal, the answer is no);
+    ``adopt_dir`` / ``overwrite_edited`` consent in advance; ``home`` is for the model-dir check."""
     parse_workers(workers)
     home = home if home is not None else userhome.invoking_home()
     if spec.model.repo is None:
@@ -328,13 +310,9 @@ def guard_dir(
     adopt: bool,
 ) -> None:
     """Refuse a model dir that is not dedicated to this model, on the disk (the text was checked before).
-
-    The directory may be missing or empty, hold rigsmith's verified-file record (a model dir rigsmith
-    made), or hold only files of the locked snapshot (an earlier ``hf download``). Anything else is
-    someone's directory: ask, showing what would be written over, or (no terminal) refuse naming the
-    directory and :data:`ADOPT_FLAG`. Files that are not part of the snapshot are never touched either
-    way: rigsmith writes only the snapshot's paths and its own ``.rigsmith/``.
-    """
+    It may be missing or empty, hold rigsmith's verified-file record, or hold only files of the locked
+    snapshot (an earlier ``hf download``); anything else is someone's directory: ask, or (no terminal)
+    refuse naming :data:`ADOPT_FLAG`. Files not in the snapshot are never touched either way."""
     if root.resolve() != root:
         _check_real(root, field, home)
     if not root.exists():
@@ -437,11 +415,8 @@ def fetch_local(spec: Deployment, dest: Path | None, echo: Echo, home: str) -> F
 
 
 def _patch_local(patches: Sequence[ConfigPatch], root: Path, report: FetchReport, echo: Echo) -> None:
-    """Config patches on a local checkpoint: the first-seen bytes are kept as the original, as for the Hub.
-
-    A file that matches neither the kept original nor its patched form was replaced outside rigsmith (a new
-    checkpoint copied in); it becomes the new original, and rigsmith says so.
-    """
+    """Config patches on a local checkpoint, the first-seen bytes kept as the original; a file that is
+    neither the original nor its patched form was replaced outside rigsmith and becomes the new original."""
     missing = [
         (f"model.config_patches[{i}].file", f"{p.file} is not in the local checkpoint {root}")
         for i, p in enumerate(patches)

@@ -77,27 +77,6 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-@dataclass(frozen=True)
-class RemoteFile:
-    """One file of a repo at a commit, as the Hub's tree metadata describes it."""
-
-    path: str
-    size: int
-    git_sha1: str  # blob id; for LFS files this is the sha1 of the *pointer*
-    sha256: str | None  # LFS content hash
-
-    def locked(self) -> LockedFile:
-        if self.sha256:
-            return LockedFile(size=self.size, sha256=self.sha256)
-        return LockedFile(size=self.size, git_sha1=self.git_sha1)
-
-
-def locked_model(repo: str, requested: str | None, commit: str, files: Iterable[RemoteFile]) -> LockedModel:
-    """The lock entry for a resolved snapshot (all files of the commit; patterns apply at fetch)."""
-    locked = {f.path: f.locked() for f in sorted(files, key=lambda f: f.path)}
-    return LockedModel(repo=repo, requested=requested, commit=commit, files=locked)
-
-
 def describe_repin(old: LockedModel | None, new: LockedModel) -> list[str]:
     """Human lines saying what a (re-)pin changed, for the user to read before fetching."""
     ref = new.requested or "main"
@@ -145,11 +124,12 @@ def safe_relpath(
     return str(path)
 
 
-def remote_files(entries: Sequence[object], source: str) -> list[RemoteFile]:
+def remote_files(entries: Sequence[object], source: str) -> dict[str, LockedFile]:
     """The files of a Hub tree listing (``/api/models/REPO/tree/COMMIT?recursive=true``, untrusted JSON
-    items from ``source``), each checked: an entry that is not a tree entry, lacks a size or hash, names a
+    items from ``source``) by path, with the hash the lock keeps (sha256 for LFS files, else the git blob
+    sha1), each checked: an entry that is not a tree entry, lacks a size or hash, names a
     path that cannot be written safely (:func:`safe_relpath`) or comes twice raises :class:`AdapterError`."""
-    out: dict[str, RemoteFile] = {}
+    out: dict[str, LockedFile] = {}
     for i, e in enumerate(entries):
         if not isinstance(e, dict) or e.get("type") not in ("file", "directory"):
             why = f"entry {i} is not a tree entry (an object with type file or directory)"
@@ -169,8 +149,8 @@ def remote_files(entries: Sequence[object], source: str) -> list[RemoteFile]:
             raise AdapterError(f"{source}: the entry for {path!r} {why}", hint=_HUB_HINT)
         if path in out:
             raise AdapterError(f"{source}: the file {path!r} is listed twice", hint="check HF_ENDPOINT")
-        out[path] = RemoteFile(path, size, str(oid), sha256)
-    return list(out.values())
+        out[path] = LockedFile(size=size, sha256=sha256) if sha256 else LockedFile(size=size, git_sha1=oid)
+    return out
 
 
 def _hex(value: object, digits: int) -> bool:
