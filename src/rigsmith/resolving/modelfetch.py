@@ -10,6 +10,7 @@ same way but not locked (the lock records Hub facts only).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -25,7 +26,6 @@ from rigsmith.modeldir import check_model_dir
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.download import FetchContext, check_file, download_all, run_all
-from rigsmith.resolving.download import FetchInterrupted as FetchInterrupted
 from rigsmith.resolving.lock import LockedModel, LockedPatch
 from rigsmith.resolving.modelfiles import (
     HF_DOWNLOAD_DIR,
@@ -42,7 +42,6 @@ from rigsmith.resolving.modelfiles import (
     patch_json,
     patches_by_file,
     select,
-    sha256_bytes,
     stale_partials,
     wants,
 )
@@ -83,13 +82,9 @@ def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
 
 def _up_to_date(entry: LockedModel | None, spec: Deployment) -> TypeGuard[LockedModel]:
     m = spec.model
-    return (
-        entry is not None
-        and entry.repo == m.repo
-        and entry.requested == m.revision
-        and bool(entry.files)
-        and (not m.pinned or entry.commit == m.revision)
-    )
+    if entry is None or not entry.files or (entry.repo, entry.requested) != (m.repo, m.revision):
+        return False
+    return not m.pinned or entry.commit == m.revision
 
 
 def pin_model(
@@ -156,13 +151,13 @@ def free_bytes(path: Path) -> int:
 
 def _patch(
     ctx: FetchContext, patches: Sequence[ConfigPatch], verify: bool, confirm: Confirm | None, overwrite: bool
-) -> dict[str, tuple[str, str]]:
+) -> list[LockedPatch]:
     """Apply the spec's config patches from the kept originals; idempotent. A patched file that is neither
     the patch rigsmith wrote last (the lock's ``patched_sha256``) nor the one it would write now was edited
     by hand: it is replaced only with consent (asked, or :data:`OVERWRITE_FLAG`)."""
     spec_patches = [p.model_dump(mode="json", exclude={"note"}) for p in patches]
     recorded = {p.file: p for p in ctx.entry.patches}
-    applied: dict[str, tuple[str, str]] = {}
+    applied: list[LockedPatch] = []
     for file, plist in patches_by_file(patches).items():
         target, rec = ctx.root / file, recorded.get(file)
         if (
@@ -171,15 +166,14 @@ def _patch(
             and ctx.state.patches == spec_patches
             and vouches(ctx.state.files.get(file), seen_at(target), "sha256", rec.patched_sha256)
         ):
-            applied[file] = (rec.original_sha256, rec.patched_sha256)
+            applied.append(rec)
             continue
         original = (ctx.root / STATE_DIR / ORIGINAL_DIR / file).read_bytes()
         new = patch_json(original, plist, file)
-        a, b = sha256_bytes(original), sha256_bytes(new)
+        a, b = hashlib.sha256(original).hexdigest(), hashlib.sha256(new).hexdigest()
         ctx.count(hashed_files=1, hashed_bytes=len(original))
-        have = sha256_bytes(target.read_bytes()) if target.is_file() else None
-        if rec is not None and have not in (None, rec.patched_sha256, b, a) and not overwrite:
-            assert have is not None
+        have = hashlib.sha256(target.read_bytes()).hexdigest() if target.is_file() else ""
+        if rec is not None and have not in ("", rec.patched_sha256, b, a) and not overwrite:
             question = (
                 f"{target} was edited since fetch-model patched it (sha256 {have[:12]}, rigsmith wrote "
                 f"{rec.patched_sha256[:12]}); replace your edit with the patched file?"
@@ -194,9 +188,9 @@ def _patch(
             write_one(ctx.inside(file), new.decode("utf-8"))
             ctx.report.patched.append(file)
         ctx.record(file, "sha256", b)
-        applied[file] = (a, b)
+        applied.append(LockedPatch(file=file, original_sha256=a, patched_sha256=b))
     ctx.state.patches = spec_patches
-    return applied
+    return sorted(applied, key=lambda p: p.file)
 
 
 # Over 80 lines: fetch-model's order (resolve, plan, disk space, download, verify, lock) is the function.
@@ -238,7 +232,7 @@ def fetch_model(
     if not files:
         why = f"no file of {entry.repo}@{entry.commit[:12]} matches the allow/ignore patterns"
         raise SpecError(where, [(f"{where}.allow_patterns", why)])
-    check_patch_files(m.config_patches, files)
+    check_patch_files(m.config_patches, files.__contains__, "among the files fetched from the repo")
     wanted = wants(files, patches_by_file(m.config_patches))
     guard_dir(root, field, home, entry, wanted, confirm, adopt_dir)
     try:
@@ -269,22 +263,14 @@ def fetch_model(
             raise errors[0]
         if todo := [w for w, ok in zip(to_check, checked, strict=True) if ok is not True]:
             pdir = root / STATE_DIR / PARTIAL_DIR
-            have = [
-                (pdir / w.partial_name).stat().st_size if (pdir / w.partial_name).exists() else 0
-                for w in todo
-            ]
-            check_disk(
-                sum(max(w.size - h, 0) for w, h in zip(todo, have, strict=True)), disk_free(root), root
-            )
+            have = {p.name: p.stat().st_size for p in pdir.iterdir()} if pdir.is_dir() else {}
+            check_disk(sum(max(w.size - have.get(w.partial_name, 0), 0) for w in todo), disk_free(root), root)
             for w in todo:
                 if verify and (root / w.disk_path).exists():
                     echo(f"{w.repo_path}: does not match the lock; downloading it again")
             download_all(ctx, todo, workers, progress)
-        applied = _patch(ctx, m.config_patches, verify, confirm, overwrite_edited)
+        patches = _patch(ctx, m.config_patches, verify, confirm, overwrite_edited)
         ctx.save()
-    patches = [
-        LockedPatch(file=f, original_sha256=a, patched_sha256=b) for f, (a, b) in sorted(applied.items())
-    ]
     if patches != entry.patches:
         with lockmod.locked(project.lock_path) as lock:
             cur = slot.get(lock)
@@ -417,15 +403,11 @@ def fetch_local(spec: Deployment, dest: Path | None, echo: Echo, home: str) -> F
 def _patch_local(patches: Sequence[ConfigPatch], root: Path, report: FetchReport, echo: Echo) -> None:
     """Config patches on a local checkpoint, the first-seen bytes kept as the original; a file that is
     neither the original nor its patched form was replaced outside rigsmith and becomes the new original."""
-    missing = [
-        (f"model.config_patches[{i}].file", f"{p.file} is not in the local checkpoint {root}")
-        for i, p in enumerate(patches)
-        if not (root / p.file).is_file() and not (root / STATE_DIR / ORIGINAL_DIR / p.file).is_file()
-    ]
-    if missing:
-        raise SpecError("model.config_patches", missing)
+    originals = root / STATE_DIR / ORIGINAL_DIR
+    where = f"in the local checkpoint {root}"
+    check_patch_files(patches, lambda f: (root / f).is_file() or (originals / f).is_file(), where)
     for file, plist in patches_by_file(patches).items():
-        target, kept = root / file, root / STATE_DIR / ORIGINAL_DIR / file
+        target, kept = root / file, originals / file
         current = target.read_bytes() if target.is_file() else None
         original = kept.read_bytes() if kept.is_file() else current
         assert original is not None

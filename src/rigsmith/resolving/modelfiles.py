@@ -73,10 +73,6 @@ def hash_file(path: Path, kind: HashKind, size: int, stop: Event | None = None) 
         return hash_stream(kind, size, fh, stop=stop).hexdigest()
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def describe_repin(old: LockedModel | None, new: LockedModel) -> list[str]:
     """Human lines saying what a (re-)pin changed, for the user to read before fetching."""
     ref = new.requested or "main"
@@ -247,12 +243,12 @@ def patches_by_file(patches: Sequence[ConfigPatch]) -> dict[str, list[tuple[int,
     return out
 
 
-def check_patch_files(patches: Sequence[ConfigPatch], files: Mapping[str, LockedFile]) -> None:
-    """Every patched file must be one the fetch downloads."""
+def check_patch_files(patches: Sequence[ConfigPatch], has: Callable[[str], bool], where: str) -> None:
+    """Every patched file must be one that ``has`` (the fetch downloads it, or the checkpoint holds it)."""
     problems = [
-        (f"model.config_patches[{i}].file", f"{p.file} is not among the files fetched from the repo")
+        (f"model.config_patches[{i}].file", f"{p.file} is not {where}")
         for i, p in enumerate(patches)
-        if p.file not in files
+        if not has(p.file)
     ]
     if problems:
         raise SpecError("model.config_patches", problems)
