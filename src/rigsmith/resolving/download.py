@@ -223,17 +223,15 @@ def _download(ctx: FetchContext, w: Want, bars: Progress, overall: TaskID) -> No
                 )
         part.replace(ctx.inside(w.disk_path))
         ctx.record(w.disk_path, w.kind, w.digest)
-        with ctx.mu:
-            ctx.report.downloaded.append(w.repo_path)
+        ctx.report.downloaded.append(w.repo_path)  # list.append is atomic
     finally:
         bars.remove_task(task)
 
 
 def _fetch_xet(ctx: FetchContext, w: Want, part: Path, on_bytes: Callable[[int], None]) -> str | None:
-    """The digest of an LFS file the Hub keeps on Xet, fetched whole by hf_xet (its chunk cache, not the
-    partial, is what a second try reuses) and hashed in one pass; None when the file is not on Xet (or
-    hf_xet is off, or the adapter has no Xet route). Only the first LFS file is asked about when the answer
-    is no: a Hub keeps a snapshot's LFS files on Xet or not."""
+    """The digest of an LFS file the Hub keeps on Xet, fetched whole by hf_xet (its chunk cache is what a
+    second try reuses) and hashed in one pass; None when it is not on Xet (or hf_xet is off), and then for
+    every later file too: a Hub keeps a snapshot's LFS files on Xet or not."""
     hub: Any = ctx.get_hub()
     if ctx.no_xet or w.kind != "sha256" or not hasattr(hub, "xet_file"):
         return None

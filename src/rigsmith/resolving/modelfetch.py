@@ -263,7 +263,7 @@ def fetch_model(
             raise errors[0]
         if todo := [w for w, ok in zip(to_check, checked, strict=True) if ok is not True]:
             pdir = root / STATE_DIR / PARTIAL_DIR
-            have = {p.name: p.stat().st_size for p in pdir.iterdir()} if pdir.is_dir() else {}
+            have = {p.name: p.stat().st_size for p in pdir.iterdir() if p.is_file()} if pdir.is_dir() else {}
             check_disk(sum(max(w.size - have.get(w.partial_name, 0), 0) for w in todo), disk_free(root), root)
             for w in todo:
                 if verify and (root / w.disk_path).exists():
