@@ -46,7 +46,7 @@ def fetch_model(
     A local checkpoint (``model.repo: null``) is not downloaded or verified: the task reports what
     model.local_dir holds (or fails when it is missing) and applies the config patches, keeping the original.
     """
-    from rigsmith.resolving import modelfetch, secondaryfetch
+    from rigsmith.resolving import download, secondaryfetch
     from rigsmith.resolving.modelfiles import parse_workers
 
     n = parse_workers(workers)
@@ -66,6 +66,6 @@ def fetch_model(
             adopt_dir=adopt_dir,
             overwrite_edited=overwrite_edited,
         )
-    except modelfetch.FetchInterrupted as err:
+    except download.FetchInterrupted as err:
         raise Exit(f"interrupted: {err}", code=130) from None
     echo(report.summary())

@@ -38,7 +38,6 @@ ADAPTERS = (
     "rigsmith.resolving.engine",
     "rigsmith.resolving.modelfetch",
     "rigsmith.resolving.download",  # a model's files checked on disk or moved by huggingface_hub, hf_xet
-    "rigsmith.resolving.localmodel",  # a checkpoint already on disk (file lock, config patches)
     "rigsmith.resolving.build",
     "rigsmith.resolving.checkpoint",  # safetensors headers by range requests
     "rigsmith.resolving.sources",  # git and release assets of source trees

@@ -109,8 +109,8 @@ def test_the_hub_listing_refuses_or_stays_inside(name: str) -> None:
     except RigsmithError as err:
         assert "Traceback" not in str(err)
         return
-    for f in files:
-        _stays_inside(f.path)
+    for path in files:
+        _stays_inside(path)
 
 
 @SETTINGS

@@ -13,7 +13,8 @@ from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecErr
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.hub import HfHub
 from rigsmith.resolving.modelfetch import fetch_model, pin_model
-from rigsmith.resolving.modelfiles import HashMismatch, read_state
+from rigsmith.resolving.modelfiles import HashMismatch
+from rigsmith.resolving.verified import read_state
 from tests.support.hubserver import Fault, HubServer, random_bytes
 from tests.support.models import FAST, MiB, digest, overwrite_in_place, partial_name, tiny_files
 

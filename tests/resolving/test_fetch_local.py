@@ -13,8 +13,8 @@ import pytest
 
 from rigsmith.errors import RigsmithError, SpecError
 from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import LockedModel
 from rigsmith.resolving.modelfetch import fetch_model, pin_model
-from rigsmith.resolving.modelfiles import locked_model
 from tests.support.models import run_cli, tiny_files
 
 PATCH = {"file": "config.json", "key": "text_config.ple_embedding_dtype", "value": "float8_e4m3fn"}
@@ -109,7 +109,7 @@ def test_a_patch_of_a_file_the_local_checkpoint_lacks_is_named(make_project):
 def test_pin_skips_a_local_model_and_drops_a_stale_lock_entry(hub, make_project):
     project, spec = make_project(repo=None)
     with lockmod.locked(project.lock_path) as lock:
-        lock.models[spec.name] = locked_model("acme/was-a-repo", None, "a" * 40, [])
+        lock.models[spec.name] = LockedModel(repo="acme/was-a-repo", commit="a" * 40, files={})
     lines: list[str] = []
     assert pin_model(project, spec, echo=lines.append) is None
     assert lines == [

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith import spec as specmod
-from rigsmith.resolving.modelfiles import read_state
+from rigsmith.resolving.verified import read_state
 from tests.support.models import REPO, cli_env, overwrite_in_place, tiny_files
 
 #: What a warm run must not load: the Hub client and everything under it, the byte-moving code, the

@@ -31,17 +31,13 @@ from rigsmith.resolving.modelfiles import (
     hash_file,
     hash_stream,
     patch_json,
-    read_state,
     safe_relpath,
-    seen,
-    seen_at,
     select,
     stale_partials,
     token_from,
-    verified,
-    vouches,
     wants,
 )
+from rigsmith.resolving.verified import read_state, seen, seen_at, verified, vouches
 from rigsmith.spec import ConfigPatch
 from tests.support.models import overwrite_in_place
 
@@ -86,7 +82,7 @@ def _patch(*patches: tuple[str, object]) -> list[tuple[int, ConfigPatch]]:
 def test_patch_is_idempotent_and_sets_the_value(base, keys, value):
     # Keys that nest inside one another (a.b then a) overwrite each other by design; leave them out.
     assume(not any(a != b and (b + ".").startswith(a + ".") for a in keys for b in keys))
-    text = json.dumps(base)
+    text = json.dumps(base).encode()
     patches = _patch(*[(k, value) for k in keys])
     try:
         once = patch_json(text, patches, "config.json")
@@ -101,7 +97,7 @@ def test_patch_is_idempotent_and_sets_the_value(base, keys, value):
 
 
 def test_patch_seed_003_key_and_report_bad_paths():
-    cfg = json.dumps({"text_config": {"ple_embedding_dtype": "bfloat16"}, "arch": ["x"]})
+    cfg = json.dumps({"text_config": {"ple_embedding_dtype": "bfloat16"}, "arch": ["x"]}).encode()
     out = json.loads(
         patch_json(cfg, _patch(("text_config.ple_embedding_dtype", "float8_e4m3fn")), "config.json")
     )
@@ -115,7 +111,7 @@ def test_patch_seed_003_key_and_report_bad_paths():
         ("model.config_patches[2].key", "text_config.ple_embedding_dtype in c.json is not an object"),
     ]
     with pytest.raises(SpecError) as err:
-        patch_json("not json", _patch(("a", 1)), "c.json")
+        patch_json(b"not json", _patch(("a", 1)), "c.json")
     assert err.value.problems[0][0] == "model.config_patches[0].file"
 
 

@@ -3,7 +3,7 @@
 ``doctor`` shows the answers as rows; ``up`` refuses to start on any difference (``--ignore-drift``
 starts anyway). The fast model check trusts the verified-file record ``fetch-model`` keeps in
 ``<local_dir>/.rigsmith/state.json`` only where it vouches for the file as it is now (same size, mtime,
-ctime, inode and device as when it was hashed: :func:`~rigsmith.resolving.modelfiles.vouches`); ``verify``
+ctime, inode and device as when it was hashed: :func:`~rigsmith.resolving.verified.vouches`); ``verify``
 hashes every file, as ``fetch-model --verify`` does, without downloading anything.
 """
 
@@ -14,20 +14,16 @@ from collections.abc import Callable, Mapping
 from rigsmith.errors import LockDriftError
 from rigsmith.operating.probes import ImageFacts, ModelFacts
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import (
+from rigsmith.resolving.modelfiles import expand_dir, hash_file, patches_by_file, select, wants
+from rigsmith.resolving.verified import (
     STATE_DIR,
     STATE_FILE,
     DirState,
     HashKind,
     Seen,
-    expand_dir,
-    hash_file,
-    patches_by_file,
     read_state,
     seen_at,
-    select,
     vouches,
-    wants,
 )
 from rigsmith.secondary import placements, view
 from rigsmith.spec import Deployment, ModelSpec
@@ -36,7 +32,7 @@ from rigsmith.spec import Deployment, ModelSpec
 SHOWN = 8
 
 
-#: How a file of the model dir looks (:data:`~rigsmith.resolving.modelfiles.Seen`) by its path relative to
+#: How a file of the model dir looks (:data:`~rigsmith.resolving.verified.Seen`) by its path relative to
 #: the dir; None when missing.
 Stat = Callable[[str], "Seen | None"]
 

@@ -342,7 +342,7 @@ def open_checkpoint(
         )
     hub = hub or HfHub.from_env(env)
     if files is None:
-        files = {f.path: f.size for f in hub.tree(spec.model.repo, commit)}
+        files = {p: f.size for p, f in hub.tree(spec.model.repo, commit).items()}
     token = token_from(env, read_text_or_none)
     api = HfApi(
         endpoint=env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT, token=token or False, library_name="rigsmith"

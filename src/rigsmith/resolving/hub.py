@@ -48,7 +48,8 @@ from tenacity import (
 )
 
 from rigsmith.errors import AdapterError
-from rigsmith.resolving.modelfiles import RemoteFile, Stopped, read_text_or_none, remote_files, token_from
+from rigsmith.resolving.lock import LockedFile
+from rigsmith.resolving.modelfiles import Stopped, read_text_or_none, remote_files, token_from
 from rigsmith.resolving.netfail import unreachable
 from rigsmith.spec import SHA1_RE
 
@@ -87,8 +88,8 @@ class Hub(Protocol):
         """The commit a branch, tag or sha names."""
         ...
 
-    def tree(self, repo: str, commit: str) -> list[RemoteFile]:
-        """Every file of the repo at ``commit`` with size and hashes."""
+    def tree(self, repo: str, commit: str) -> dict[str, LockedFile]:
+        """Every file of the repo at ``commit`` by path, with size and hash."""
         ...
 
     def download(self, repo: str, commit: str, path: str, out: Sink, *, offset: int, size: int) -> None:
@@ -210,7 +211,7 @@ class HfHub:
             raise AdapterError(f"{self.endpoint} answered {repo}@{revision} without a commit sha")
         return info.sha
 
-    def tree(self, repo: str, commit: str) -> list[RemoteFile]:
+    def tree(self, repo: str, commit: str) -> dict[str, LockedFile]:
         entries = self._call("list files", repo, lambda: self._tree_entries(repo, commit), revision=commit)
         return remote_files(entries, f"{self.endpoint} (tree of {repo}@{commit})")
 

@@ -1,69 +1,52 @@
 """``pin`` (model part) and ``fetch-model``: a locked commit, downloaded, verified, patched.
 
-The flow (converge, act, re-check):
-
-1. :func:`pin_model` resolves the spec's branch/tag once into ``rigsmith.lock`` (commit + every file's
-   size and Hub hash). Afterwards the locked commit is used until the spec changes or ``--repin``.
-2. :func:`fetch_model` takes a per-directory file lock, removes stale partial downloads, and sorts the
-   wanted files into *verified earlier* (the verified-file record vouches for the file as it is on disk:
-   same size, mtime, ctime, inode and device as when it was hashed; no hashing, no network), *to check*
-   (hash the file on disk) and *to download*. It checks disk space for what is left, then downloads in
-   parallel: huggingface_hub moves the bytes into ``.rigsmith/partial/<hash>.incomplete`` (a killed run
-   resumes from there with a range request), one hash pass checks them, and a file reaches its real path
-   only once its hash matches the lock (:mod:`~rigsmith.resolving.download`).
-3. Config patches are applied to a copy: the Hub's bytes stay in ``.rigsmith/original/<file>``, the
-   patched file takes the real path, and the lock records both sha256s.
-
-A local checkpoint (``model.repo: null``) skips 1 and 2: nothing is pinned or downloaded, the task reports
-what the directory holds, and config patches are applied the same way (original kept) but not locked — the
-lock records Hub facts only.
+:func:`pin_model` resolves the spec's branch/tag once into ``rigsmith.lock``. :func:`fetch_model` sorts the
+wanted files into *verified earlier* (the verified-file record vouches for them: no hashing, no network),
+*to check* (hashed on disk) and *to download* (:mod:`~rigsmith.resolving.download`), then applies config
+patches to a copy: the Hub's bytes stay in ``.rigsmith/original/<file>`` and the lock records both sha256s.
+A local checkpoint (``model.repo: null``) is neither pinned nor downloaded; its patches are applied the
+same way but not locked (the lock records Hub facts only).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
-import threading
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
+from filelock import FileLock, Timeout
+
+from rigsmith import userhome
 from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.download import FetchContext, check_file, download_all, run_all
-from rigsmith.resolving.download import FetchInterrupted as FetchInterrupted
-from rigsmith.resolving.localmodel import dir_lock, fetch_local, patched, real_home
-from rigsmith.resolving.lock import LockedModel
+from rigsmith.resolving.lock import LockedModel, LockedPatch
 from rigsmith.resolving.modelfiles import (
     HF_DOWNLOAD_DIR,
     ORIGINAL_DIR,
     PARTIAL_DIR,
-    STATE_DIR,
-    STATE_FILE,
     WORKERS,
     FetchReport,
     Want,
     check_disk,
     check_patch_files,
     describe_repin,
-    dump_state,
     expand_dir,
-    locked_model,
-    locked_patches,
     parse_workers,
+    patch_json,
     patches_by_file,
-    read_state,
-    seen_at,
     select,
-    sha256_bytes,
     stale_partials,
-    user_home,
-    vouches,
     wants,
 )
-from rigsmith.spec import Deployment
+from rigsmith.resolving.verified import STATE_DIR, STATE_FILE, read_state, seen_at, vouches
+from rigsmith.spec import ConfigPatch, Deployment
 from rigsmith.writer import write_one
 
 if TYPE_CHECKING:
@@ -79,36 +62,29 @@ SCAN_LIMIT = 10_000
 #: The flags that give consent (named in the refusals).
 ADOPT_FLAG = "--adopt-dir"
 OVERWRITE_FLAG = "--overwrite-edited"
+#: File suffixes that hold weights, for a local checkpoint's report.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
     """Build the Hub client only when the network is really needed (a warm run makes no requests)."""
-    cache: list[Hub] = []
 
+    @cache
     def get() -> Hub:
-        if not cache:
-            if hub is None:
-                from rigsmith.resolving.hub import HfHub  # huggingface_hub: imported only when needed
+        if hub is None:
+            from rigsmith.resolving.hub import HfHub  # huggingface_hub: imported only when needed
 
-                cache.append(HfHub.from_env())
-            elif callable(hub) and not hasattr(hub, "download"):
-                cache.append(hub())
-            else:
-                cache.append(hub)  # type: ignore[arg-type]
-        return cache[0]
+            return HfHub.from_env()
+        return hub() if callable(hub) and not hasattr(hub, "download") else hub  # type: ignore[return-value]
 
     return get
 
 
-def _up_to_date(entry: LockedModel | None, spec: Deployment) -> bool:
+def _up_to_date(entry: LockedModel | None, spec: Deployment) -> TypeGuard[LockedModel]:
     m = spec.model
-    return (
-        entry is not None
-        and entry.repo == m.repo
-        and entry.requested == m.revision
-        and bool(entry.files)
-        and (not m.pinned or entry.commit == m.revision)
-    )
+    if entry is None or not entry.files or (entry.repo, entry.requested) != (m.repo, m.revision):
+        return False
+    return not m.pinned or entry.commit == m.revision
 
 
 def pin_model(
@@ -120,53 +96,34 @@ def pin_model(
     hub: Hub | HubFactory | None = None,
     slot: lockmod.Slot | None = None,
 ) -> LockedModel | None:
-    """Resolve the spec's model revision into ``rigsmith.lock`` once; re-resolve only when asked.
-
-    Args:
-        spec: ``spec.model.repo`` and ``revision`` (None means ``main``) are resolved.
-        repin: resolve the branch/tag again even when the lock already has a commit; prints what changed.
-        hub: a Hub (or a factory for one); default: huggingface_hub with HF_ENDPOINT / HF_TOKEN.
-        slot: where the entry lives in the lock (default: ``models[spec.name]``; a secondary model's is
-            ``secondary[NAME][REPO]``, its ``spec`` a copy whose ``model`` is the secondary one).
-
-    Returns:
-        The lock entry: repo, requested revision, commit, every file's hashes; None for a local checkpoint
-        (``model.repo: null``), which has nothing to pin.
-
-    Raises:
-        AdapterError: the Hub said no (not found, gated, bad revision) or stayed unreachable.
-    """
+    """Resolve the spec's model revision into ``rigsmith.lock`` once (again with ``repin``, saying what
+    changed); None for a local checkpoint. ``hub``: a Hub or a factory (default: huggingface_hub from the
+    environment); ``slot``: the entry's place in the lock (default ``models[spec.name]``)."""
     get_hub = _lazy(hub)
     slot = slot or lockmod.Slot(spec.name)
     old = slot.get(lockmod.read(project.lock_path))
     m = spec.model
     if m.repo is None:
-        echo(
-            f"{spec.name}: model skipped — model.repo is null (a local checkpoint in {m.local_dir}); "
-            "nothing to pin"
-        )
+        here = f"(a local checkpoint in {m.local_dir})"
+        echo(f"{spec.name}: model skipped — model.repo is null {here}; nothing to pin")
         if old is not None:
             # The lock must not claim a Hub commit for a checkpoint rigsmith no longer fetches.
             with lockmod.locked(project.lock_path) as lock:
                 slot.put(lock, None)
-            echo(
-                f"{spec.name}: dropped the lock's {old.repo}@{old.commit[:12]} (the spec no longer names "
-                "a repo)"
-            )
+            gone = f"{old.repo}@{old.commit[:12]}"
+            echo(f"{spec.name}: dropped the lock's {gone} (the spec no longer names a repo)")
         return None
-    if _up_to_date(old, spec) and not repin:
-        assert old is not None
+    if not repin and _up_to_date(old, spec):
         return old
-    repo = m.repo
-    commit = get_hub().resolve(repo, m.revision or "main")
-    if old is not None and _up_to_date(old, spec) and old.commit == commit:
+    commit = get_hub().resolve(m.repo, m.revision or "main")
+    if _up_to_date(old, spec) and old.commit == commit:
         echo(describe_repin(old, old)[0])
         return old
-    new = locked_model(repo, m.revision, commit, get_hub().tree(repo, commit))
+    files = dict(sorted(get_hub().tree(m.repo, commit).items()))
+    new = LockedModel(repo=m.repo, requested=m.revision, commit=commit, files=files)
     with lockmod.locked(project.lock_path) as lock:
         current = slot.get(lock)
         if not repin and _up_to_date(current, spec):
-            assert current is not None
             return current  # a concurrent pin got there first; keep its commit
         if current is not None and current.commit == new.commit:
             new = new.model_copy(update={"patches": current.patches})
@@ -178,64 +135,45 @@ def pin_model(
 
 def _clean(root: Path, wanted: Sequence[Want]) -> list[str]:
     """Remove partial downloads nothing can resume from, and huggingface_hub's own orphaned temp files."""
-    removed = []
     pdir = root / STATE_DIR / PARTIAL_DIR
-    if pdir.is_dir():
-        names = [p.name for p in pdir.iterdir() if p.is_file()]
-        for name in stale_partials(names, wanted):
-            (pdir / name).unlink(missing_ok=True)
-            removed.append(f"{STATE_DIR}/{PARTIAL_DIR}/{name}")
-    hf = root / HF_DOWNLOAD_DIR
-    if hf.is_dir():
-        for p in sorted(hf.rglob("*.incomplete")):
-            p.unlink(missing_ok=True)
-            removed.append(str(p.relative_to(root)))
-    return removed
+    names = [p.name for p in pdir.iterdir() if p.is_file()] if pdir.is_dir() else []
+    stale = [pdir / name for name in stale_partials(names, wanted)]
+    stale += sorted((root / HF_DOWNLOAD_DIR).rglob("*.incomplete"))
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return [str(p.relative_to(root)) for p in stale]
 
 
 def free_bytes(path: Path) -> int:
     """Free space on the filesystem that holds ``path`` (host fact; tests pass their own)."""
-    for p in (path, *path.parents):
-        if p.exists():
-            return shutil.disk_usage(p).free
-    return shutil.disk_usage("/").free
+    return shutil.disk_usage(next((p for p in (path, *path.parents) if p.exists()), Path("/"))).free
 
 
 def _patch(
-    ctx: FetchContext, verify: bool, confirm: Confirm | None, overwrite_edited: bool
-) -> dict[str, tuple[str, str]]:
-    """Apply the spec's config patches from the kept originals; idempotent.
-
-    A patched file whose bytes are neither the patch rigsmith wrote last (the lock's ``patched_sha256``)
-    nor the one it would write now was edited by hand: it is replaced only with consent (asked, or
-    :data:`OVERWRITE_FLAG`); without a terminal the fetch stops, naming the file.
-    """
-    spec_patches = [p.model_dump(mode="json", exclude={"note"}) for p in ctx.spec.model.config_patches]
+    ctx: FetchContext, patches: Sequence[ConfigPatch], verify: bool, confirm: Confirm | None, overwrite: bool
+) -> list[LockedPatch]:
+    """Apply the spec's config patches from the kept originals; idempotent. A patched file that is neither
+    the patch rigsmith wrote last (the lock's ``patched_sha256``) nor the one it would write now was edited
+    by hand: it is replaced only with consent (asked, or :data:`OVERWRITE_FLAG`)."""
+    spec_patches = [p.model_dump(mode="json", exclude={"note"}) for p in patches]
     recorded = {p.file: p for p in ctx.entry.patches}
-    applied: dict[str, tuple[str, str]] = {}
-    for file, plist in patches_by_file(ctx.spec.model.config_patches).items():
-        target = ctx.root / file
-        rec = recorded.get(file)
+    applied: list[LockedPatch] = []
+    for file, plist in patches_by_file(patches).items():
+        target, rec = ctx.root / file, recorded.get(file)
         if (
             not verify
             and rec is not None
             and ctx.state.patches == spec_patches
             and vouches(ctx.state.files.get(file), seen_at(target), "sha256", rec.patched_sha256)
         ):
-            applied[file] = (rec.original_sha256, rec.patched_sha256)
+            applied.append(rec)
             continue
         original = (ctx.root / STATE_DIR / ORIGINAL_DIR / file).read_bytes()
-        new = patched(original, plist, file)
-        a, b = sha256_bytes(original), sha256_bytes(new)
-        ctx.hashed(len(original))
-        current = target.read_bytes() if target.is_file() else None
-        have = sha256_bytes(current) if current is not None else None
-        if (
-            rec is not None
-            and have is not None
-            and have not in (rec.patched_sha256, b, a)
-            and not overwrite_edited
-        ):
+        new = patch_json(original, plist, file)
+        a, b = hashlib.sha256(original).hexdigest(), hashlib.sha256(new).hexdigest()
+        ctx.count(hashed_files=1, hashed_bytes=len(original))
+        have = hashlib.sha256(target.read_bytes()).hexdigest() if target.is_file() else ""
+        if rec is not None and have not in ("", rec.patched_sha256, b, a) and not overwrite:
             question = (
                 f"{target} was edited since fetch-model patched it (sha256 {have[:12]}, rigsmith wrote "
                 f"{rec.patched_sha256[:12]}); replace your edit with the patched file?"
@@ -246,14 +184,13 @@ def _patch(
                     hint=f"to keep the change, put it in model.config_patches of the spec; to discard it, "
                     f"re-run with {OVERWRITE_FLAG}",
                 )
-        if current is None or have != b:
-            target = ctx.inside(file)
-            write_one(target, new.decode("utf-8"))
+        if have != b:
+            write_one(ctx.inside(file), new.decode("utf-8"))
             ctx.report.patched.append(file)
         ctx.record(file, "sha256", b)
-        applied[file] = (a, b)
+        applied.append(LockedPatch(file=file, original_sha256=a, patched_sha256=b))
     ctx.state.patches = spec_patches
-    return applied
+    return sorted(applied, key=lambda p: p.file)
 
 
 # Over 80 lines: fetch-model's order (resolve, plan, disk space, download, verify, lock) is the function.
@@ -276,31 +213,15 @@ def fetch_model(
     slot: lockmod.Slot | None = None,
     where: str = "model",
 ) -> FetchReport:
-    """Download the locked model revision into its local dir, verify every file, apply config patches.
-
-    Args:
-        dest: directory to fetch into instead of ``spec.model.local_dir``.
-        verify: hash every file again even where the verified-file record vouches for it.
-        hub: Hub adapter (or factory); built only when a request is needed.
-        disk_free: bytes free at a path (host fact).
-        workers: files downloaded (or hashed) at once, 1 to ``MAX_WORKERS`` (64).
-        progress: show a rich progress bar (default: when stderr is a terminal).
-        confirm: asks the user yes/no; None when there is no terminal (then every question is a no).
-        adopt_dir: fetch into a non-empty directory that does not hold this model yet, without asking.
-        overwrite_edited: replace a hand-edited patched file (config.json) without asking.
-        home: the user's home directory (default: ``$HOME``), for the model-dir check.
-        slot, where: the model's lock entry (see :func:`pin_model`) and spec field (``secondary_models[0]``).
-
-    Raises:
-        RigsmithError: a bad spec field, the Hub refusing, a hash mismatch, too little disk space.
-    """
+    """Download the locked revision into the model dir (or ``dest``), verify every file (all of them again
+    with ``verify``), apply config patches. ``confirm`` asks yes/no (None: no terminal, the answer is no);
+    ``adopt_dir`` / ``overwrite_edited`` consent in advance; ``home`` is for the model-dir check."""
     parse_workers(workers)
-    home = home if home is not None else user_home()
+    home = home if home is not None else userhome.invoking_home()
     if spec.model.repo is None:
         return fetch_local(spec, dest, echo, home)
     field = "--dest" if dest is not None else f"{where}.local_dir"
-    written = str(dest) if dest is not None else spec.model.local_dir
-    check_model_dir(written, home, field)
+    check_model_dir(str(dest) if dest is not None else spec.model.local_dir, home, field)
     get_hub = _lazy(hub)
     slot = slot or lockmod.Slot(spec.name)
     entry = pin_model(project, spec, repin=repin, echo=echo, hub=get_hub, slot=slot)
@@ -311,11 +232,9 @@ def fetch_model(
     if not files:
         why = f"no file of {entry.repo}@{entry.commit[:12]} matches the allow/ignore patterns"
         raise SpecError(where, [(f"{where}.allow_patterns", why)])
-    check_patch_files(m.config_patches, files)
-    by_file = patches_by_file(m.config_patches)
-    wanted = wants(files, by_file)
+    check_patch_files(m.config_patches, files.__contains__, "among the files fetched from the repo")
+    wanted = wants(files, patches_by_file(m.config_patches))
     guard_dir(root, field, home, entry, wanted, confirm, adopt_dir)
-
     try:
         (root / STATE_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -326,9 +245,8 @@ def fetch_model(
     with dir_lock(root / STATE_DIR / "fetch.lock", echo):
         state = read_state(root / STATE_DIR / STATE_FILE)
         state.repo, state.commit = entry.repo, entry.commit
-        ctx = FetchContext(spec, entry, root, state, report, threading.Lock(), get_hub, threading.Event())
+        ctx = FetchContext(entry, root, state, report, get_hub)
         report.cleaned = _clean(root, wanted)
-
         to_check = [
             w
             for w in wanted
@@ -336,44 +254,36 @@ def fetch_model(
             or not vouches(state.files.get(w.disk_path), seen_at(root / w.disk_path), w.kind, w.digest)
         ]
         report.cached = len(wanted) - len(to_check)
-        try:
-            checked = run_all(lambda w: check_file(ctx, w), to_check, workers, ctx.stop)
-        except KeyboardInterrupt:
-            raise FetchInterrupted(
-                "stopped while verifying the files on disk (those verified so far are remembered); run "
-                "`invoke fetch-model` again to continue"
-            ) from None
-        for _w, res in checked:
-            if isinstance(res, BaseException):
-                raise res
-        todo = [w for w, ok in checked if ok is not True]
-
-        if todo:
+        stopped = (
+            "stopped while verifying the files on disk (those verified so far are remembered); run "
+            "`invoke fetch-model` again to continue"
+        )
+        checked = run_all(lambda w: check_file(ctx, w), to_check, workers, ctx.stop, stopped)
+        if errors := [r for r in checked if isinstance(r, BaseException)]:
+            raise errors[0]
+        if todo := [w for w, ok in zip(to_check, checked, strict=True) if ok is not True]:
             pdir = root / STATE_DIR / PARTIAL_DIR
-            have = {w.repo_path: _size(pdir / w.partial_name) for w in todo}
-            check_disk(sum(max(w.size - have[w.repo_path], 0) for w in todo), disk_free(root), root)
+            have = {p.name: p.stat().st_size for p in pdir.iterdir() if p.is_file()} if pdir.is_dir() else {}
+            check_disk(sum(max(w.size - have.get(w.partial_name, 0), 0) for w in todo), disk_free(root), root)
             for w in todo:
                 if verify and (root / w.disk_path).exists():
                     echo(f"{w.repo_path}: does not match the lock; downloading it again")
-            try:
-                download_all(ctx, todo, workers, progress)
-            except KeyboardInterrupt:
-                raise FetchInterrupted(
-                    f"queued files cancelled; partial downloads kept in {root / STATE_DIR / PARTIAL_DIR}; "
-                    "run `invoke fetch-model` again to resume"
-                ) from None
-
-        applied = _patch(ctx, verify, confirm, overwrite_edited)
-        with ctx.mu:
-            write_one(ctx.state_path, dump_state(state))
-
-    new_patches = locked_patches(applied)
-    if new_patches != entry.patches:
+            download_all(ctx, todo, workers, progress)
+        patches = _patch(ctx, m.config_patches, verify, confirm, overwrite_edited)
+        ctx.save()
+    if patches != entry.patches:
         with lockmod.locked(project.lock_path) as lock:
             cur = slot.get(lock)
             if cur is not None and cur.commit == entry.commit:
-                slot.put(lock, cur.model_copy(update={"patches": new_patches}))
+                slot.put(lock, cur.model_copy(update={"patches": patches}))
     return report
+
+
+def _check_real(root: Path, field: str, home: str) -> None:
+    """The model-dir check on ``root`` through its symlinks, against the home directory through its own
+    (``/home`` is ``/var/home`` on Fedora Atomic: a model dir under it is not something in ``/var``)."""
+    real_home = str(Path(home).resolve()) if home else home
+    check_model_dir(str(root.resolve()), real_home, f"{field} (resolved through symlinks)")
 
 
 def guard_dir(
@@ -386,16 +296,11 @@ def guard_dir(
     adopt: bool,
 ) -> None:
     """Refuse a model dir that is not dedicated to this model, on the disk (the text was checked before).
-
-    The directory may be missing or empty, hold rigsmith's verified-file record (a model dir rigsmith
-    made), or hold only files of the locked snapshot (an earlier ``hf download``). Anything else is
-    someone's directory: ask, showing what would be written over, or (no terminal) refuse naming the
-    directory and :data:`ADOPT_FLAG`. Files that are not part of the snapshot are never touched either
-    way: rigsmith writes only the snapshot's paths and its own ``.rigsmith/``.
-    """
-    real = root.resolve()
-    if real != root:
-        check_model_dir(str(real), real_home(home), f"{field} (resolved through symlinks)")
+    It may be missing or empty, hold rigsmith's verified-file record, or hold only files of the locked
+    snapshot (an earlier ``hf download``); anything else is someone's directory: ask, or (no terminal)
+    refuse naming :data:`ADOPT_FLAG`. Files not in the snapshot are never touched either way."""
+    if root.resolve() != root:
+        _check_real(root, field, home)
     if not root.exists():
         return
     if not root.is_dir():
@@ -415,12 +320,10 @@ def guard_dir(
     if not foreign or adopt:
         return
     present = sorted(w.repo_path for w in wanted if (root / w.repo_path).exists())
-    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-    replaced = ", ".join(present[:10]) + (f" and {len(present) - 10} more" if len(present) > 10 else "")
     what = (
-        f"{root} is not empty and does not hold {entry.repo} (not in the snapshot: {shown}); "
+        f"{root} is not empty and does not hold {entry.repo} (not in the snapshot: {_some(foreign, 5)}); "
         f"fetch-model writes {len(wanted)} file(s) there"
-        + (f", replacing any that differ from the snapshot: {replaced}" if present else "")
+        + (f", replacing any that differ from the snapshot: {_some(present, 10)}" if present else "")
     )
     if confirm is not None and confirm(f"{what}. Files not in the snapshot are left alone. Fetch into it?"):
         return
@@ -431,8 +334,13 @@ def guard_dir(
     )
 
 
+def _some(names: Sequence[str], n: int) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
 def _foreign_files(root: Path, entry: LockedModel) -> list[str]:
-    """Paths under ``root`` that are not files of the locked snapshot (book-keeping dirs aside)."""
+    """Paths under ``root`` that are not files of the locked snapshot (book-keeping dirs aside), up to 100
+    of the first :data:`SCAN_LIMIT` entries."""
     foreign: list[str] = []
     seen = 0
     for dirpath, dirnames, filenames in os.walk(root):
@@ -441,16 +349,74 @@ def _foreign_files(root: Path, entry: LockedModel) -> list[str]:
             dirnames[:] = [d for d in dirnames if d not in (STATE_DIR, ".cache")]
         for name in (*filenames, *(d for d in dirnames if Path(dirpath, d).is_symlink())):
             seen += 1
-            rel = (rel_dir / name).as_posix()
-            if rel not in entry.files:
+            if (rel := (rel_dir / name).as_posix()) not in entry.files:
                 foreign.append(rel)
             if seen >= SCAN_LIMIT or len(foreign) >= 100:
                 return sorted(foreign)
     return sorted(foreign)
 
 
-def _size(p: Path) -> int:
+def dir_lock(path: Path, echo: Echo) -> FileLock:
+    lock = FileLock(str(path), timeout=-1)
     try:
-        return p.stat().st_size
-    except FileNotFoundError:
-        return 0
+        lock.acquire(timeout=0)
+    except Timeout:
+        echo(f"waiting for another fetch into {path.parent.parent} to finish …")
+        lock.acquire()
+    return lock
+
+
+def fetch_local(spec: Deployment, dest: Path | None, echo: Echo, home: str) -> FetchReport:
+    """A checkpoint already on disk: report what is there and apply the config patches; download nothing."""
+    m = spec.model
+    if dest is None and not m.local_dir.startswith(("/", "~")):
+        why = f"{m.local_dir!r} is relative (to where the recipe ran); set the checkpoint's absolute path"
+        raise SpecError("model.local_dir", [("model.local_dir", why)])
+    root = dest.absolute() if dest is not None else expand_dir(m.local_dir, {"HOME": home})
+    if not root.is_dir():
+        raise RigsmithError(
+            f"{spec.name}: model.repo is null, so the checkpoint is local and there is nothing to download "
+            f"— but {root} is not a directory",
+            hint="copy the checkpoint there, point model.local_dir at it, or set model.repo to owner/name to "
+            "download it",
+        )
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != STATE_DIR)
+    report = FetchReport(
+        local_dir=str(root),
+        files=len(files),
+        local=True,
+        local_bytes=sum(p.stat().st_size for p in files),
+        weight_files=sum(p.name.endswith(_WEIGHT_SUFFIXES) for p in files),
+        has_config=(root / "config.json").is_file(),
+    )
+    if m.config_patches:
+        # Patching writes into the checkpoint dir: the same refusals as a download.
+        check_model_dir(
+            str(dest) if dest is not None else m.local_dir, home, "--dest" if dest else "model.local_dir"
+        )
+        _check_real(root, "model.local_dir", home)
+        with dir_lock(root / STATE_DIR / "fetch.lock", echo):
+            _patch_local(m.config_patches, root, report, echo)
+    return report
+
+
+def _patch_local(patches: Sequence[ConfigPatch], root: Path, report: FetchReport, echo: Echo) -> None:
+    """Config patches on a local checkpoint, the first-seen bytes kept as the original; a file that is
+    neither the original nor its patched form was replaced outside rigsmith and becomes the new original."""
+    originals = root / STATE_DIR / ORIGINAL_DIR
+    where = f"in the local checkpoint {root}"
+    check_patch_files(patches, lambda f: (root / f).is_file() or (originals / f).is_file(), where)
+    for file, plist in patches_by_file(patches).items():
+        target, kept = root / file, originals / file
+        current = target.read_bytes() if target.is_file() else None
+        original = kept.read_bytes() if kept.is_file() else current
+        assert original is not None
+        new = patch_json(original, plist, file)
+        if current is not None and current not in (original, new):
+            echo(f"{file}: changed outside rigsmith since it was patched; keeping it as the new original")
+            original, new = current, patch_json(current, plist, file)
+        if not kept.is_file() or kept.read_bytes() != original:
+            write_one(kept, original.decode("utf-8"))
+        if current != new:
+            write_one(target, new.decode("utf-8"))
+            report.patched.append(file)

@@ -1,8 +1,7 @@
-"""Pin and fetch a deployment's secondary Hub models (draft, tokenizer, LoRA) beside its main model.
-
-Orchestration only: each secondary repo is pinned and fetched by the same :func:`modelfetch.pin_model` /
-:func:`modelfetch.fetch_model` as the main model, once per repo, on a copy of the spec whose ``model``
-is that repo at its placement (``rigsmith.secondary``), its lock entry in ``secondary[NAME][REPO]``.
+"""Pin and fetch a deployment's secondary Hub models (draft, tokenizer, LoRA) beside its main model: each
+repo once, by the same :func:`modelfetch.pin_model` / :func:`modelfetch.fetch_model` as the main model, on
+a copy of the spec whose ``model`` is that repo at its placement (``rigsmith.secondary``), its lock entry
+in ``secondary[NAME][REPO]``.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ if TYPE_CHECKING:
 def _drop_unused(project: Project, spec: Deployment, echo: modelfetch.Echo) -> None:
     """Remove lock entries of secondary repos the spec no longer names."""
     keep = {p.repo for p in placements(spec)}
-    have = set(lockmod.read(project.lock_path).secondary.get(spec.name, {}))
-    if not have - keep:
+    if not set(lockmod.read(project.lock_path).secondary.get(spec.name, {})) - keep:
         return
     with lockmod.locked(project.lock_path) as lock:
         table = lock.secondary.get(spec.name, {})
@@ -54,15 +52,14 @@ def pin_models(
 
 
 def fetch_models(project: Project, spec: Deployment, *, dest: Path | None = None, **kw: Any) -> FetchReport:
-    """Fetch (and verify) the main model, then every secondary repo into its own directory.
-
-    ``dest`` redirects the main model only; the other keywords go to every :func:`modelfetch.fetch_model`.
-    """
+    """Fetch (and verify) the main model (into ``dest`` when given), then every secondary repo into its own
+    directory; the other keywords go to every :func:`modelfetch.fetch_model`."""
     kw["hub"] = modelfetch._lazy(kw.get("hub"))
     report = modelfetch.fetch_model(project, spec, dest=dest, **kw)
     for p in placements(spec):
         slot = lockmod.Slot(spec.name, p.repo)
-        sub = modelfetch.fetch_model(project, view(spec, p), slot=slot, where=p.field, **kw)
-        report.secondary.append((p.repo, sub))
+        report.secondary.append(
+            (p.repo, modelfetch.fetch_model(project, view(spec, p), slot=slot, where=p.field, **kw))
+        )
     _drop_unused(project, spec, kw.get("echo", print))
     return report

@@ -20,12 +20,6 @@ HashKind = Literal["sha256", "git_sha1"]
 #: Where the record lives in a model dir: ``<local_dir>/STATE_DIR/STATE_FILE``.
 STATE_DIR = ".rigsmith"
 STATE_FILE = "state.json"
-
-
-class _S(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 #: What identifies a file's bytes without reading them: size, mtime_ns, ctime_ns, inode, device.
 Seen = tuple[int, int, int, int, int]
 
@@ -42,10 +36,11 @@ def seen_at(path: Path) -> Seen | None:
         return None
 
 
-class FileState(_S):
+class FileState(BaseModel):
     """One file rigsmith hashed and found to be the locked bytes, and how it looked on disk then (a record
     without all five, from before this rule, does not validate: :func:`read_state` then starts empty)."""
 
+    model_config = ConfigDict(extra="forbid")
     size: int
     mtime_ns: int
     ctime_ns: int
@@ -62,23 +57,17 @@ def verified(now: Seen, kind: HashKind, digest: str) -> FileState:
 
 
 def vouches(rec: FileState | None, now: Seen | None, kind: HashKind, digest: str) -> bool:
-    """True when ``rec`` says the file, as it is on disk now, holds the bytes that hash to ``digest``.
-
-    The one rule: the same size, mtime, ctime, inode and device as when rigsmith hashed it, and that hash is
-    the one wanted. Anything else, the file must be hashed again.
-    """
-    return (
-        rec is not None
-        and now is not None
-        and (rec.size, rec.mtime_ns, rec.ctime_ns, rec.ino, rec.dev) == now
-        and rec.kind == kind
-        and rec.digest == digest
-    )
+    """The one rule: ``rec`` vouches for the file as it is ``now`` (the same size, mtime, ctime, inode and
+    device as when rigsmith hashed it) holding the bytes that hash to ``digest``."""
+    if rec is None or (rec.kind, rec.digest) != (kind, digest):
+        return False
+    return (rec.size, rec.mtime_ns, rec.ctime_ns, rec.ino, rec.dev) == now
 
 
-class DirState(_S):
+class DirState(BaseModel):
     """``<local_dir>/.rigsmith/state.json``: the verified-file record of a model dir."""
 
+    model_config = ConfigDict(extra="forbid")
     repo: str = ""
     commit: str = ""
     files: dict[str, FileState] = Field(default_factory=dict)  # key: path relative to local_dir
@@ -94,5 +83,4 @@ def read_state(path: Path) -> DirState:
 
 
 def dump_state(state: DirState) -> str:
-    """The record as the JSON text of its file."""
     return json.dumps(state.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
