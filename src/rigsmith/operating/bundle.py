@@ -1,18 +1,17 @@
 """``invoke bundle``: one verified bundle carries a deployment to an offline machine (``invoke unbundle``).
 
-docs/guide.md ("Air-gapped rigs") has the layout: manifest.json, rigsmith.lock, deployments/, images/BUILD/,
-artifacts/TARGET/, model/, secondary/OWNER/NAME/, image/engine.oci.tar (the lock's manifest digest:
-:mod:`.ociarchive`), sources/BUILD/COMMIT.bundle and sources/BUILD/assets/. A model file enters as a hard
-link where one filesystem allows, else as a copy hashed on the way; it is trusted unhashed only while its
-model dir's verified-file record vouches for it. The members that are not such links (copies, the image
-archive, the source tree, assets) have the same record in the bundle dir (``.rigsmith/state.json``, never a
-member), so a re-run on an unchanged deployment hashes and writes nothing (re-hashing the image archive
-instead costs ~15 s per 10 GiB here). The manifest is written last: none vouches for a half-made bundle.
+The layout is in docs/guide.md ("Air-gapped rigs"). A model file enters as a hard link where one filesystem
+allows, else as a copy hashed on the way; it is trusted unhashed only while its model dir's verified-file
+record vouches for it. The other members (copies, the image archive, source tree, assets) have the same
+record in the bundle dir (``.rigsmith/state.json``, never a member), so a re-run on an unchanged deployment
+hashes and writes nothing (re-hashing the image archive costs ~15 s per 10 GiB here). The manifest is
+written last: none vouches for a half-made bundle.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 import tarfile
 from collections.abc import Callable, Sequence
@@ -170,14 +169,9 @@ def bundle(
     tar: Path | None = None,
     io: bf.Io = bf.DEFAULT_IO,
 ) -> BundleReport:
-    """Write (or bring up to date) the bundle of one deployment in ``out``; optionally tar it.
-
-    Raises:
-        LockError: the model, a secondary model or the image is not locked.
-        BundleError: a model file on disk is not what the lock says.
-        ImageMismatch: the image cannot be exported with the lock's digest.
-        PreflightError: too little disk space (checked before anything is copied).
-    """
+    """Write (or bring up to date) the bundle of one deployment in ``out``; optionally tar it. Raises
+    LockError (something is not locked), BundleError (a model file is not the lock's), ImageMismatch (no
+    export keeps the lock's digest) or PreflightError (too little space; checked before the first byte)."""
     spec = project.load(deployment)
     c = bf.contents(spec, lockmod.read(project.lock_path))
     out = out.absolute()
@@ -213,13 +207,11 @@ def bundle(
         if member in stale_small:
             bf.write_bytes(out / member, data)
             report.written.append(member)
-        rec.put(member, out / member, "sha256", hashlib.sha256(data).hexdigest())
         members[member] = bf.Member(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        rec.put(member, out / member, "sha256", members[member].sha256)
 
     def placed(dst: Path, w: Want, linked: bool) -> None:
-        if (
-            linked
-        ):  # a new link changes the source's ctime: it is still the file just vouched for (same inode)
+        if linked:  # the link changed the source's ctime: record it again (the same inode)
             todo[dst][2].put(w.disk_path, dst, w.kind, w.digest)
         rec.put(dst.relative_to(out).as_posix(), dst, w.kind, w.digest)
 
@@ -240,7 +232,7 @@ def bundle(
         image = bf.ImageEntry(member=bf.IMAGE_MEMBER, config_digest=facts.config_digest, **pinned)
     manifest = bf.Manifest(deployment=spec.name, lock_sha256=members[bf.LOCK_MEMBER].sha256, image=image,
                            targets=list(targets), members=dict(sorted(members.items())))  # fmt: skip
-    text = bf.dump_manifest(manifest)
+    text = json.dumps(manifest.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
     if not bf.same_bytes(out / bf.MANIFEST, text.encode()):
         write_one(out / bf.MANIFEST, text)
         report.written.append(bf.MANIFEST)
@@ -253,12 +245,9 @@ def bundle(
 
 
 def write_tar(out: Path, manifest: bf.Manifest, dest: Path, *, progress: bool | None = None) -> bool:
-    """The bundle as one tar, manifest first (an unpacker can refuse early); ``-`` streams it to stdout.
-
-    A file is written beside its final name and renamed at the end, unless it already holds this manifest
-    and every member at its size (a re-run on an unchanged deployment touches nothing; unbundle hashes every
-    member against the manifest anyway). Returns whether the tar was written.
-    """
+    """The bundle as one tar, manifest first (an unpacker can refuse early), to stdout for ``-``; a file
+    that already holds this manifest and every member at its size is left alone (unbundle hashes every
+    member anyway). Returns whether the tar was written."""
     sizes = [(n, (out / n).stat().st_size) for n in (bf.MANIFEST, *manifest.members)]
     stream = str(dest) == "-"
     if not stream and _tar_holds(dest, (out / bf.MANIFEST).read_bytes(), sizes):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -86,10 +85,6 @@ class Manifest(_M):
     members: dict[str, Member] = Field(default_factory=dict)
 
 
-def dump_manifest(m: Manifest) -> str:
-    return json.dumps(m.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
-
-
 def first_problem(err: ValidationError) -> str:
     """The first problem pydantic found, as ``field.path: message``."""
     first = err.errors()[0]
@@ -140,15 +135,11 @@ def member_path(bundle: Path, member: str) -> Path:
 class ModelSet:
     """One Hub model a bundle carries (the main one, or a secondary one: draft, tokenizer, LoRA)."""
 
-    spec: Deployment  # the deployment with this model as ``model`` (what fetch-model reads for it)
+    root: Path  # its model dir on this machine
     entry: lockmod.LockedModel
     prefix: str  # its members' names start with this
     field: str  # the spec field, for messages
     wanted: list[Want]
-
-    @property
-    def root(self) -> Path:
-        return expand_dir(self.spec.model.local_dir)
 
     def member(self, w: Want) -> str:
         return self.prefix + w.repo_path
@@ -160,16 +151,8 @@ class SourceSet:
 
     image: str
     entry: lockmod.LockedSource
-
-    @property
-    def tree_member(self) -> str:
-        return f"{SOURCES_PREFIX}{self.image}/{self.entry.commit}.bundle"
-
-    @property
-    def assets(self) -> dict[str, tuple[lockmod.LockedAsset, str]]:
-        """Member → (asset, its sha256 in hex)."""
-        hexes = [(a, a.sha256.removeprefix("sha256:")) for a in self.entry.assets.values()]
-        return {f"{SOURCES_PREFIX}{self.image}/assets/{h}": (a, h) for a, h in hexes}
+    tree_member: str
+    assets: dict[str, tuple[lockmod.LockedAsset, str]]  # member → (asset, its sha256 in hex)
 
 
 @dataclass(frozen=True)
@@ -207,17 +190,21 @@ def contents(spec: Deployment, lock: lockmod.Lock) -> Contents:
     if entry is None or entry.repo != m.repo or not entry.files:
         raise LockError(f"rigsmith.lock holds no files for deployment {spec.name!r} ({m.repo})", hint=fetch)
     files = select(entry.files, m.allow_patterns, m.ignore_patterns)
-    models = [ModelSet(spec, entry, MODEL_PREFIX, "model", wants(files, patches_by_file(m.config_patches)))]
+    wanted = wants(files, patches_by_file(m.config_patches))
+    models = [ModelSet(expand_dir(m.local_dir), entry, MODEL_PREFIX, "model", wanted)]
     for p in placements(spec):
         sub = lock.secondary.get(spec.name, {}).get(p.repo)
         if sub is None or not sub.files:
             raise LockError(f"rigsmith.lock holds no files for {p.field} ({p.repo})", hint=fetch)
-        v = view(spec, p)
-        chosen = wants(select(sub.files, v.model.allow_patterns, ()), ())
-        models.append(ModelSet(v, sub, f"{SECONDARY_PREFIX}{p.repo}/", p.field, chosen))
-    build = spec.engine.build
-    tree = lock.sources.get(build) if build else None
-    srcs = SourceSet(build, tree) if build and tree else None
+        v = view(spec, p).model
+        chosen = wants(select(sub.files, v.allow_patterns, ()), ())
+        models.append(ModelSet(expand_dir(v.local_dir), sub, f"{SECONDARY_PREFIX}{p.repo}/", p.field, chosen))
+    srcs, build = None, spec.engine.build
+    if build and (tree := lock.sources.get(build)):
+        hexes = {a.sha256.removeprefix("sha256:"): a for a in tree.assets.values()}
+        at = f"{SOURCES_PREFIX}{build}/"
+        assets = {f"{at}assets/{h}": (a, h) for h, a in hexes.items()}
+        srcs = SourceSet(build, tree, f"{at}{tree.commit}.bundle", assets)
     return Contents(spec, models, ociarchive.image_pin(spec, lock), srcs)
 
 

@@ -56,11 +56,8 @@ class ImagePin:
 
 
 def image_pin(spec: Deployment, lock: Lock) -> ImagePin | None:
-    """What ``deploy`` would run for ``spec``, from the lock; None for a venv engine (no image).
-
-    Raises:
-        LockError: the image is not pinned (bundling an unpinned tag would carry an unverifiable image).
-    """
+    """What ``deploy`` would run for ``spec``, from the lock; None for a venv engine (no image). Raises
+    LockError when the image is not pinned (an unpinned tag would travel unverifiable)."""
     ref, build = spec.engine.image, spec.engine.build
     if spec.engine.runtime == "venv":
         return None
@@ -83,22 +80,17 @@ def image_pin(spec: Deployment, lock: Lock) -> ImagePin | None:
                 hint="run `invoke pin` first (a local-only name: push it to a registry, or build it with "
                 "engine.build), so the bundle carries exactly the pinned image",
             )
-        tag = parsed.tag if parsed.tag and "@" not in ref else None
-        return ImagePin(
-            name, tag, digest, None, f"{name}@{digest}", (f"{name}@{digest}", *([ref] if tag else []))
-        )
+        tag, pinned = parsed.tag if parsed.tag and "@" not in ref else None, f"{name}@{digest}"
+        return ImagePin(name, tag, digest, None, pinned, (pinned, ref) if tag else (pinned,))
     if (built := lock.builds.get(build) if build else None) is not None:
         tag = (built.inputs_sha256 or "").removeprefix("sha256:")[:16] or None
-        names = ([f"{built.ref}@{built.digest}"] if built.digest else []) + (
-            [f"{built.ref}:{tag}"] if tag else []
-        )
+        names = (built.digest and f"{built.ref}@{built.digest}", tag and f"{built.ref}:{tag}", built.image_id)
         return ImagePin(
-            built.ref, tag, built.digest, built.image_id, built.pinned_ref, (*names, built.image_id)
+            built.ref, tag, built.digest, built.image_id, built.pinned_ref, tuple(filter(None, names))
         )
+    what = f"image build {build!r}, not in rigsmith.lock" if build else "no image"
     raise LockError(
-        f"deployment {spec.name!r} runs "
-        + (f"image build {build!r}, not in rigsmith.lock" if build else "no image")
-        + ": there is no pinned image to bundle",
+        f"deployment {spec.name!r} runs {what}: there is no pinned image to bundle",
         hint=f"run `invoke build --image {build}` first"
         if build
         else "set engine.image (and `invoke pin`) or engine.build (and `invoke build`)",
@@ -159,11 +151,8 @@ def matches(pin: ImagePin, facts: ArchiveFacts) -> bool:
 
 
 def export(pin: ImagePin, dest: Path, *, run: Run, echo: Callable[[str], None]) -> ArchiveFacts:
-    """Write the pinned image to ``dest`` as an OCI archive whose digest is the lock's, or fail saying why.
-
-    Tries ``podman save`` of each local name, then (for a registry digest) ``skopeo copy
-    --preserve-digests`` from the registry. ``dest`` is replaced only by a matching archive.
-    """
+    """Write the pinned image to ``dest`` as an OCI archive whose digest is the lock's (``podman save`` of a
+    local name, else ``skopeo copy`` from the registry), or fail saying why; no other archive is left."""
     echo(f"bundle: exporting {pin.pinned_ref} as an OCI archive")
     tried: list[str] = []
     for src in pin.sources:

@@ -320,16 +320,9 @@ def _unbundle_dir(
         for w in s.wanted:  # a link planted in the model dir must not carry a placed file elsewhere
             confine.under(s.root, w.disk_path, f"model dir {s.root}", bf.BundleError)
         rec = bf.Record(s.root)
-        dests.append(
-            (
-                s,
-                rec,
-                [w for w in s.wanted if not rec.vouches(w.disk_path, s.root / w.disk_path, w.kind, w.digest)],
-            )
-        )
-    report = UnbundleReport(
-        deployment=name, local_dir=str(c.models[0].root), lock_sha256=manifest.lock_sha256
-    )
+        todo = [w for w in s.wanted if not rec.vouches(w.disk_path, s.root / w.disk_path, w.kind, w.digest)]
+        dests.append((s, rec, todo))
+    report = UnbundleReport(name, str(c.models[0].root), lock_sha256=manifest.lock_sha256)
     cache, src = Sources(cache_root()), c.sources
     need_tree = src is not None and not cache.has_commit(src.entry.repo, src.entry.commit)
     assets = {m: (a, h) for m, (a, h) in src.assets.items() if cache.cached(a.sha256) is None} if src else {}
@@ -349,16 +342,15 @@ def _unbundle_dir(
     )
     skip = {s.member(w) for s, _rec, todo in dests for w in s.wanted if w not in todo}
     skip |= (set(src.assets) - set(assets) | (set() if need_tree else {src.tree_member})) if src else set()
-    _verify(
-        bundle_dir, manifest, c, report, io.progress, skip | ({bf.IMAGE_MEMBER} if image_present else set())
-    )
+    skip |= {bf.IMAGE_MEMBER} if image_present else set()
+    _verify(bundle_dir, manifest, c, report, io.progress, skip)
 
+    # git checks every object's hash; the locked commit must be among them (objects alone are inert)
     if (
         src
         and need_tree
         and not cache.add_tree(src.entry.repo, src.entry.commit, bundle_dir / src.tree_member)
     ):
-        # git checked every object's hash; the locked commit must be among them (objects alone: inert)
         raise bf.BundleError(
             f"{src.tree_member}: does not hold the locked commit {src.entry.commit} of {src.entry.repo}; "
             "nothing was placed",
@@ -389,14 +381,9 @@ def _unbundle_dir(
     for s, rec, todo in dests:  # link or copy each verified member; record it as it lands
         report.already_placed += len(s.wanted) - len(todo)
         s.root.mkdir(parents=True, exist_ok=True)
-        jobs = [
-            (
-                bundle_dir / s.member(w),
-                confine.make_dirs(s.root, w.disk_path, f"model dir {s.root}", bf.BundleError),
-                w,
-            )
-            for w in todo
-        ]
+        where = f"model dir {s.root}"
+        jobs = [(bundle_dir / s.member(w), confine.make_dirs(s.root, w.disk_path, where, bf.BundleError), w)
+                for w in todo]  # fmt: skip
         bf.place_all(
             jobs, report.moved, f"place {s.entry.repo}", io.progress, partial(_placed, s, rec, io.echo)
         )
@@ -479,12 +466,8 @@ def _place_project(
     build = here.engine.build
     with lockmod.locked(project.lock_path) as lk:
         lk.models[name] = c.models[0].entry
-        for table, key in (
-            ("secondary", name),
-            ("images", here.engine.image),
-            ("builds", build),
-            ("sources", build),
-        ):
+        for table, key in (("secondary", name), ("images", here.engine.image), ("builds", build),
+                           ("sources", build)):  # fmt: skip
             if key in getattr(lock, table):
                 getattr(lk, table)[key] = getattr(lock, table)[key]
 
