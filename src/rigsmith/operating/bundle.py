@@ -70,12 +70,10 @@ def _small_members(project: Project, c: bf.Contents, targets: Sequence[str]) -> 
     for p in sorted((project.images / build).rglob("*")) if build else ():
         if p.is_file():
             out[f"images/{p.relative_to(project.images).as_posix()}"] = p.read_bytes()
+    root = project.root.resolve()
     for target in targets:
         _plan, files = deploymod.artifacts(project, target, deployment=name, out=project.root)
-        for a in files:
-            out[bf.ARTIFACT_PREFIX + a.path.relative_to(project.root.resolve()).as_posix()] = (
-                a.content.encode()
-            )
+        out |= {bf.ARTIFACT_PREFIX + a.path.relative_to(root).as_posix(): a.content.encode() for a in files}
     return out
 
 

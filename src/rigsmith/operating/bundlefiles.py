@@ -121,10 +121,9 @@ def member_path(bundle: Path, member: str) -> Path:
     """The file of a member: a safe name (:mod:`rigsmith.confine`), not the bundle's verified-file record,
     and on disk a regular file reached through no symlink (the manifest and the directory are untrusted)."""
     where = f"{bundle / MANIFEST}: member"
-    confine.check(member, where, BundleError)
+    path = confine.under(bundle, member, where, BundleError)
     if member.split("/")[0] == vf.STATE_DIR:
         raise BundleError(f"{where} {member!r} is not a path inside the bundle's members (book-keeping)")
-    path = confine.under(bundle, member, where, BundleError)
     if path.exists() and not path.is_file():  # under() refused a link
         raise BundleError(f"{where} {member!r}: {path} is not a regular file (a link, FIFO or device)",
                           hint="copy the bundle again from the connected machine")  # fmt: skip
@@ -325,8 +324,7 @@ def same_filesystem(a: Path, b: Path) -> bool:
 
 @dataclass(frozen=True)
 class Io:
-    """How bundle and unbundle reach the host: status lines, progress bars (default: when stderr is a
-    terminal), the podman/skopeo runner and free space (tests pass their own)."""
+    """How bundle and unbundle reach the host (tests pass their own); progress None: on a terminal."""
 
     echo: Callable[[str], None] = print
     progress: bool | None = None

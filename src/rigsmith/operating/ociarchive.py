@@ -106,11 +106,8 @@ class ArchiveFacts:
 
 
 def archive_facts(path: Path, member: str = "image archive") -> ArchiveFacts:
-    """Read index.json and the manifest of a one-image OCI archive; the manifest's hash is checked.
-
-    Raises:
-        ImageMismatch: not an OCI archive, or its manifest does not hash to what index.json names.
-    """
+    """Read index.json and the manifest of a one-image OCI archive, checking the manifest's hash; raises
+    ImageMismatch for anything else."""
 
     def bad(why: str) -> ImageMismatch:
         return ImageMismatch(
@@ -165,8 +162,7 @@ def export(pin: ImagePin, dest: Path, *, run: Run, echo: Callable[[str], None]) 
             return facts
         tried.append(f"podman save {src}: manifest {facts.manifest_digest}, image ID {facts.config_digest}")
         break  # the same local image under another name saves the same bytes
-    ref = parse_ref(pin.name + (f"@{pin.digest}" if pin.digest else ""))
-    if pin.digest is not None and ref.registry != "localhost":
+    if pin.digest is not None and (ref := parse_ref(f"{pin.name}@{pin.digest}")).registry != "localhost":
         echo(f"bundle: copying {pin.name}@{pin.digest} from its registry (skopeo, digests preserved)")
         dest.unlink(missing_ok=True)
         tls = ["--src-tls-verify=false"] if ref.scheme == "http" else []
@@ -201,8 +197,7 @@ def present(pin: ImagePin, run: Run) -> bool:
 
 def image_size(pin: ImagePin, run: Run) -> int:
     """The size local storage reports for the pinned image (for the disk-space check), 0 when unknown."""
-    info = next((i for i in (inspect(src, run) for src in pin.sources) if i is not None), None)
-    return int(info.get("Size") or 0) if info else 0
+    return next((int(i.get("Size") or 0) for i in (inspect(src, run) for src in pin.sources) if i), 0)
 
 
 def inspect(ref: str, run: Run) -> dict[str, Any] | None:
@@ -213,10 +208,8 @@ def inspect(ref: str, run: Run) -> dict[str, Any] | None:
 
 
 def load(pin: ImagePin, archive: Path, *, run: Run) -> None:
-    """``podman load`` the archive, name it, and check local storage now runs the pinned image.
-
-    Raises ImageMismatch naming both digests when the engine holds another image.
-    """
+    """``podman load`` the archive, name it, and check local storage now runs the pinned image (else
+    ImageMismatch, naming both)."""
     loaded = _must(run, ["podman", "load", "-q", "-i", str(archive)]).stdout.strip().splitlines()
     name = loaded[-1].split(":", 1)[1].strip() if loaded and ":" in loaded[-1] else ""
     if (info := inspect(name, run) if name else None) is None:

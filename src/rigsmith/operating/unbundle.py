@@ -24,7 +24,7 @@ from rigsmith.errors import AdapterError, ConsentError, RigsmithError
 from rigsmith.operating import bundlefiles as bf
 from rigsmith.operating import ociarchive
 from rigsmith.progress import bars
-from rigsmith.project import TARGETS, Project
+from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import HASH_CHUNK, STATE_DIR, Want, expand_dir, hash_stream, user_home
 from rigsmith.spec import Deployment
@@ -77,10 +77,9 @@ def unbundle(
     confirm: Callable[[str], bool] | None = None,
     io: bf.Io = bf.DEFAULT_IO,
 ) -> UnbundleReport:
-    """Verify a bundle completely, then place spec, lock, image, source tree and models; never touches the
-    network. Raises BundleError (a member missing, tampered with or not the lock's), PreflightError (too
-    little space), ImageMismatch (another image loaded) or ConsentError (a different spec or artifact here).
-    """
+    """Verify a bundle completely, then place spec, lock, image, source tree and models (no network).
+    Raises BundleError (a member missing, tampered with or not the lock's), PreflightError (too little
+    space), ImageMismatch (another image loaded) or ConsentError (a different spec or artifact here)."""
     bundle_dir = unpacked(project, path.absolute(), io)
     report = _unbundle_dir(project, bundle_dir, into, yes, confirm, io)
     if bundle_dir != path.absolute():
@@ -149,12 +148,7 @@ def _open(bundle_dir: Path) -> tuple[bf.Manifest, Deployment, str, bytes, lockmo
     """The manifest, spec (and its text) and lock (and its bytes); refuse a bundle that is incomplete or
     whose manifest is not its lock's (cheap: sizes and names, before hashing anything)."""
     manifest = bf.read_manifest(bundle_dir)
-    name = manifest.deployment
-    if not specmod.NAME_RE.match(name):
-        raise bf.BundleError(
-            f"{bundle_dir / bf.MANIFEST}: deployment {name!r} is not a deployment name",
-            hint="a bundle names its deployment by the spec's name (lowercase letters, digits, . _ -)",
-        )
+    name = manifest.deployment  # checked as the spec's name below, its member's name by member_path
     files = {member: bf.member_path(bundle_dir, member) for member in manifest.members}
     missing = [m for m, p in files.items() if not p.is_file()]
     if missing:
@@ -213,14 +207,11 @@ def check_against_lock(manifest: bf.Manifest, c: bf.Contents) -> list[str]:
     if c.sources is not None and c.sources.tree_member not in manifest.members:
         problems.append(f"{c.sources.tree_member}: the lock pins the source tree, the manifest lacks it")
     pin, img = c.pin, manifest.image
+    locked_image = (pin.digest, pin.image_id, pin.pinned_ref) if pin else None
     if (pin is None) != (img is None) or (pin is not None and bf.IMAGE_MEMBER not in manifest.members):
         problems.append(f"{bf.IMAGE_MEMBER}: the lock pins {pin.pinned_ref if pin else 'no image'}, the "
                         f"manifest {img.pinned_ref if img else 'no image'}")  # fmt: skip
-    elif (
-        pin
-        and img
-        and (img.digest, img.image_id, img.pinned_ref) != (pin.digest, pin.image_id, pin.pinned_ref)
-    ):
+    elif pin and img and (img.digest, img.image_id, img.pinned_ref) != locked_image:
         problems.append(
             f"{img.member}: the manifest pins {img.pinned_ref} ({img.digest or img.image_id}), the "
             f"lock {pin.pinned_ref} ({pin.digest or pin.image_id})"
@@ -229,27 +220,16 @@ def check_against_lock(manifest: bf.Manifest, c: bf.Contents) -> list[str]:
 
 
 def placements(
-    project: Project,
-    bundle_dir: Path,
-    manifest: bf.Manifest,
-    spec: Deployment,
-    lock_bytes: bytes,
+    project: Project, bundle_dir: Path, manifest: bf.Manifest, spec: Deployment, lock_bytes: bytes,
     c: bf.Contents,
-) -> tuple[list[tuple[Path, bytes]], list[writer.Artifact]]:
-    """Sort every member into a kind unbundle may place, or refuse the bundle before anything is written.
-
-    The kinds: the spec and lock at their fixed names, the image archive, the lock's model, secondary model
-    and asset files and source tree, the image definition of ``engine.build`` (under images/BUILD/: path
-    → bytes), and the artifacts of the manifest's targets: only the paths that rendering those targets here
-    from the bundle's spec (``spec``: with this machine's model dir) and lock produces. What is placed is
-    that render, for this checkout's paths, never an artifact member's bytes.
-    """
+) -> tuple[list[tuple[Path, bytes]], list[writer.Artifact]]:  # fmt: skip
+    """Sort every member into a kind unbundle may place, or refuse the bundle before anything is written:
+    the members of :meth:`Contents.carried`, spec and lock, images/BUILD/ (returned: path → bytes), and the
+    artifacts that rendering the manifest's targets here from ``spec`` and the lock produces (returned: that
+    render, for this checkout's paths, never an artifact member's bytes)."""
     from rigsmith.rendering import deploy as deploymod
 
     where = f"{bundle_dir / bf.MANIFEST}"
-    odd = [t for t in manifest.targets if t not in TARGETS]
-    if odd:
-        raise bf.BundleError(f"{where}: targets {odd} are not rigsmith targets ({', '.join(TARGETS)})")
     fixed = {f"deployments/{spec.name}.yaml", bf.LOCK_MEMBER} | c.carried()
     build = f"images/{spec.engine.build}/" if spec.engine.build else None
     images = sorted(m for m in manifest.members if build and m.startswith(build))
@@ -271,7 +251,7 @@ def placements(
                 _plan, files = deploymod.artifacts(scratch, target, deployment=spec.name, out=root)
             except RigsmithError as err:
                 raise bf.BundleError(
-                    f"{bundle_dir}: its {target} artifacts cannot be rendered here from its spec and lock "
+                    f"{bundle_dir}: its {target!r} artifacts cannot be rendered here from its spec and lock "
                     f"({err.message})",
                     hint="bundle again on the connected machine with this rigsmith version",
                 ) from None
@@ -294,13 +274,9 @@ def placements(
 # and only then the writes); _open, _verify, _place_project and _place_model hold the steps, this function
 # the order and the consent prompts.
 def _unbundle_dir(
-    project: Project,
-    bundle_dir: Path,
-    into: Path | None,
-    yes: bool,
-    confirm: Callable[[str], bool] | None,
+    project: Project, bundle_dir: Path, into: Path | None, yes: bool, confirm: Callable[[str], bool] | None,
     io: bf.Io,
-) -> UnbundleReport:
+) -> UnbundleReport:  # fmt: skip
     from rigsmith.resolving import modelfetch
     from rigsmith.resolving.secondaryfetch import fetch_models
     from rigsmith.resolving.sources import Sources, cache_root
