@@ -68,25 +68,6 @@ def no_hub() -> Hub:
     )
 
 
-def unbundle(
-    project: Project,
-    path: Path,
-    *,
-    into: Path | None = None,
-    yes: bool = False,
-    confirm: Callable[[str], bool] | None = None,
-    io: bf.Io = bf.DEFAULT_IO,
-) -> UnbundleReport:
-    """Verify a bundle completely, then place spec, lock, image, source tree and models (no network).
-    Raises BundleError (a member missing, tampered with or not the lock's), PreflightError (too little
-    space), ImageMismatch (another image loaded) or ConsentError (a different spec or artifact here)."""
-    bundle_dir = unpacked(project, path.absolute(), io)
-    report = _unbundle_dir(project, bundle_dir, into, yes, confirm, io)
-    if bundle_dir != path.absolute():
-        shutil.rmtree(bundle_dir)  # the models hold hard links to what was unpacked (or copies)
-    return report
-
-
 def unpacked(project: Project, path: Path, io: bf.Io) -> Path:
     """A bundle directory as is; a tar is unpacked (resumably) into ``.rigsmith/unbundle/`` of the checkout
     (git-ignored) first, every name checked before anything is written: regular files only, no name that
@@ -271,16 +252,25 @@ def placements(
 
 
 # Over 80 lines on purpose: verify-then-place in one ordered pass (disk space, every member to place hashed,
-# and only then the writes); _open, _verify, _place_project and _place_model hold the steps, this function
-# the order and the consent prompts.
-def _unbundle_dir(
-    project: Project, bundle_dir: Path, into: Path | None, yes: bool, confirm: Callable[[str], bool] | None,
-    io: bf.Io,
-) -> UnbundleReport:  # fmt: skip
+# and only then the writes); unpacked, _open, placements, _verify and _place_project hold the steps, this
+# function the order and the consent prompts.
+def unbundle(
+    project: Project,
+    path: Path,
+    *,
+    into: Path | None = None,
+    yes: bool = False,
+    confirm: Callable[[str], bool] | None = None,
+    io: bf.Io = bf.DEFAULT_IO,
+) -> UnbundleReport:
+    """Verify a bundle completely, then place spec, lock, image, source tree and models (no network).
+    Raises BundleError (a member missing, tampered with or not the lock's), PreflightError (too little
+    space), ImageMismatch (another image loaded) or ConsentError (a different spec or artifact here)."""
     from rigsmith.resolving import modelfetch
     from rigsmith.resolving.secondaryfetch import fetch_models
     from rigsmith.resolving.sources import Sources, cache_root
 
+    bundle_dir = unpacked(project, path.absolute(), io)
     manifest, here, spec_text, lock_bytes, lock = _open(bundle_dir)
     name = here.name
     if into is not None and into.absolute() != expand_dir(here.model.local_dir):
@@ -374,6 +364,8 @@ def _unbundle_dir(
                 hint="run `invoke unbundle PATH` again",
             )
     report.fetch_summary = fetch.summary()
+    if bundle_dir != path.absolute():
+        shutil.rmtree(bundle_dir)  # the models hold hard links to what was unpacked (or copies)
     return report
 
 
