@@ -84,10 +84,9 @@ def _plan_models(
     destination → (source, file, the source's model dir record)."""
     todo = {}
     for s in c.models:
-        root = s.root
-        source = bf.Record(root)
+        source = bf.Record(s.root)
         for w in s.wanted:
-            src, dst = root / w.disk_path, out / s.member(w)
+            src, dst = s.root / w.disk_path, out / s.member(w)
             if not src.is_file():
                 raise bf.BundleError(
                     f"{src}: missing — {s.field} ({s.entry.repo}) is not fetched (or was moved)",
@@ -149,9 +148,9 @@ def _make(
     tmp.parent.mkdir(parents=True, exist_ok=True)
     tmp.unlink(missing_ok=True)
     make(tmp)
+    size = tmp.stat().st_size
     with bars(progress) as prog, tmp.open("rb") as fh:
-        hashed = prog.wrap_file(fh, tmp.stat().st_size, description=f"hash {member}")
-        sha = hash_stream("sha256", 0, hashed).hexdigest()
+        sha = hash_stream("sha256", size, prog.wrap_file(fh, size, description=f"hash {member}")).hexdigest()
     tmp.replace(dst)
     rec.put(member, dst, "sha256", sha)
 
