@@ -1,6 +1,8 @@
-"""What ``invoke bundle`` and ``invoke unbundle`` share: what a deployment's bundle holds (worked out from
-spec + lock), placing a file (hard link, or a copy hashed on the way), the verified-file record of a
-directory, the disk-space check and the progress bars. See :mod:`.bundle`.
+"""The bundle's format, and what ``invoke bundle`` and ``invoke unbundle`` share. The manifest is untrusted on
+the offline side: it is read into frozen models, a member is only ever a safe name of a regular file inside
+the bundle, and what a model, source-tree or asset member must hash to comes from the bundle's lock. Also:
+what a deployment's bundle holds (from spec + lock), the verified-file record of a directory, placing a file
+(a hard link, or a copy hashed on the way) and the disk-space check. See :mod:`.bundle`.
 """
 
 from __future__ import annotations
@@ -11,48 +13,128 @@ import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from rigsmith.errors import LockError, PreflightError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rigsmith import confine
+from rigsmith.errors import LockError, PreflightError, RigsmithError
 from rigsmith.operating import ociarchive
-from rigsmith.operating.bundlemanifest import (
-    IMAGE_MEMBER,
-    MODEL_PREFIX,
-    SECONDARY_PREFIX,
-    SOURCES_PREFIX,
-    BundleError,
-)
+from rigsmith.operating.host import LocalHost
 from rigsmith.progress import bars
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import HASH_CHUNK, Hasher, HashKind, Want, patches_by_file, select, wants
-from rigsmith.resolving.verified import (
-    STATE_DIR,
-    STATE_FILE,
-    DirState,
-    dump_state,
-    read_state,
-    seen,
-    seen_at,
-    verified,
-    vouches,
+from rigsmith.resolving import verified as vf
+from rigsmith.resolving.modelfiles import (
+    HASH_CHUNK,
+    Hasher,
+    HashKind,
+    Want,
+    expand_dir,
+    patches_by_file,
+    select,
+    wants,
 )
 from rigsmith.secondary import placements, view
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
-Echo = Callable[[str], None]
-DiskFree = Callable[[Path], int]
+FORMAT = "rigsmith-bundle/2"
+MANIFEST = "manifest.json"
+LOCK_MEMBER = "rigsmith.lock"
+IMAGE_MEMBER = "image/engine.oci.tar"
+MODEL_PREFIX = "model/"
+SECONDARY_PREFIX = "secondary/"
+SOURCES_PREFIX = "sources/"
+ARTIFACT_PREFIX = "artifacts/"
+DEFAULT_TARGETS = ("podman",)
 
-# -- what a deployment's bundle holds ---------------------------------------------------------------------
+
+class BundleError(RigsmithError):
+    """A bundle is incomplete, tampered with, or does not match its lock."""
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Member(_M):
+    size: int
+    sha256: str
+
+
+class ImageEntry(_M):
+    """The engine image archive and the pin it must match."""
+
+    member: str
+    name: str
+    tag: str | None
+    digest: str | None
+    image_id: str | None
+    pinned_ref: str
+    config_digest: str
+
+
+class Manifest(_M):
+    format: str = FORMAT
+    deployment: str
+    lock_sha256: str
+    image: ImageEntry | None = None
+    targets: list[str] = Field(default_factory=list)
+    members: dict[str, Member] = Field(default_factory=dict)
+
+
+def first_problem(err: ValidationError) -> str:
+    """The first problem pydantic found, as ``field.path: message``."""
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])[:200]
+    return f"{where + ': ' if where else ''}{first['msg']}"
+
+
+def read_manifest(bundle: Path) -> Manifest:
+    """The bundle's manifest, or a BundleError saying the bundle is incomplete or not one."""
+    path = bundle / MANIFEST
+    again = "run `invoke bundle OUT` again on the connected machine"
+    try:
+        m = Manifest.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        raise BundleError(
+            f"{bundle} is not a complete bundle: {MANIFEST} is missing",
+            hint=f"an interrupted bundle has no manifest (it is written last): {again} and copy the whole "
+            "directory",
+        ) from None
+    except ValidationError as err:
+        raise BundleError(
+            f"{path}: not a rigsmith bundle manifest ({err.error_count()} problem(s); first: "
+            f"{first_problem(err)})",
+            hint=f"unbundle reads the manifest.json that bundle writes; {again}",
+        ) from None
+    except (OSError, ValueError) as err:
+        raise BundleError(f"{path}: not a rigsmith bundle manifest ({err})") from None
+    if m.format != FORMAT:
+        raise BundleError(f"{path}: format {m.format!r}, this rigsmith reads {FORMAT!r}", hint=again)
+    return m
+
+
+def member_path(bundle: Path, member: str) -> Path:
+    """The file of a member: a safe name (:mod:`rigsmith.confine`), not the bundle's verified-file record,
+    and on disk a regular file reached through no symlink (the manifest and the directory are untrusted)."""
+    where = f"{bundle / MANIFEST}: member"
+    path = confine.under(bundle, member, where, BundleError)
+    if member.split("/")[0] == vf.STATE_DIR:
+        raise BundleError(f"{where} {member!r} is not a path inside the bundle's members (book-keeping)")
+    if path.exists() and not path.is_file():  # under() refused a link
+        raise BundleError(f"{where} {member!r}: {path} is not a regular file (a link, FIFO or device)",
+                          hint="copy the bundle again from the connected machine")  # fmt: skip
+    return path
 
 
 @dataclass(frozen=True)
 class ModelSet:
     """One Hub model a bundle carries (the main one, or a secondary one: draft, tokenizer, LoRA)."""
 
-    spec: Deployment  # the deployment with this model as ``model`` (what fetch-model reads for it)
+    root: Path  # its model dir on this machine
     entry: lockmod.LockedModel
     prefix: str  # its members' names start with this
     field: str  # the spec field, for messages
@@ -68,13 +150,8 @@ class SourceSet:
 
     image: str
     entry: lockmod.LockedSource
-
-    @property
-    def tree_member(self) -> str:
-        return f"{SOURCES_PREFIX}{self.image}/{self.entry.commit}.bundle"
-
-    def asset_member(self, a: lockmod.LockedAsset) -> str:
-        return f"{SOURCES_PREFIX}{self.image}/assets/{a.sha256.removeprefix('sha256:')}"
+    tree_member: str
+    assets: dict[str, tuple[lockmod.LockedAsset, str]]  # member → (asset, its sha256 in hex)
 
 
 @dataclass(frozen=True)
@@ -82,21 +159,15 @@ class Contents:
     """Everything a bundle of one deployment must hold, worked out from spec + lock (no disk reads)."""
 
     spec: Deployment
-    lock: lockmod.Lock
     models: list[ModelSet]  # the main model first
     pin: ociarchive.ImagePin | None
     sources: SourceSet | None
 
     def locked(self) -> dict[str, tuple[HashKind, str, int]]:
-        """Every member whose hash the lock holds: model files (their Hub hash), source tree (none: git
-        checks it against the locked commit) and assets (sha256)."""
-        out: dict[str, tuple[HashKind, str, int]] = {
-            s.member(w): (w.kind, w.digest, w.size) for s in self.models for w in s.wanted
-        }
-        if self.sources is not None:
-            for a in self.sources.entry.assets.values():
-                out[self.sources.asset_member(a)] = ("sha256", a.sha256.removeprefix("sha256:"), a.size)
-        return out
+        """Every member whose hash the lock holds: model files (their Hub hash) and assets (sha256)."""
+        out = {s.member(w): (w.kind, w.digest, w.size) for s in self.models for w in s.wanted}
+        assets = self.sources.assets.items() if self.sources else ()
+        return out | {m: ("sha256", h, a.size) for m, (a, h) in assets}
 
     def carried(self) -> set[str]:
         """Every member but the spec, the lock, the image definition and the artifacts."""
@@ -118,21 +189,22 @@ def contents(spec: Deployment, lock: lockmod.Lock) -> Contents:
     if entry is None or entry.repo != m.repo or not entry.files:
         raise LockError(f"rigsmith.lock holds no files for deployment {spec.name!r} ({m.repo})", hint=fetch)
     files = select(entry.files, m.allow_patterns, m.ignore_patterns)
-    models = [ModelSet(spec, entry, MODEL_PREFIX, "model", wants(files, patches_by_file(m.config_patches)))]
+    wanted = wants(files, patches_by_file(m.config_patches))
+    models = [ModelSet(expand_dir(m.local_dir), entry, MODEL_PREFIX, "model", wanted)]
     for p in placements(spec):
         sub = lock.secondary.get(spec.name, {}).get(p.repo)
         if sub is None or not sub.files:
             raise LockError(f"rigsmith.lock holds no files for {p.field} ({p.repo})", hint=fetch)
-        v = view(spec, p)
-        chosen = wants(select(sub.files, v.model.allow_patterns, ()), ())
-        models.append(ModelSet(v, sub, f"{SECONDARY_PREFIX}{p.repo}/", p.field, chosen))
-    build = spec.engine.build
-    tree = lock.sources.get(build) if build else None
-    srcs = SourceSet(build, tree) if build and tree else None
-    return Contents(spec, lock, models, ociarchive.image_pin(spec, lock), srcs)
-
-
-# -- the verified-file record of a directory --------------------------------------------------------------
+        v = view(spec, p).model
+        chosen = wants(select(sub.files, v.allow_patterns, ()), ())
+        models.append(ModelSet(expand_dir(v.local_dir), sub, f"{SECONDARY_PREFIX}{p.repo}/", p.field, chosen))
+    srcs, build = None, spec.engine.build
+    if build and (tree := lock.sources.get(build)):
+        hexes = {a.sha256.removeprefix("sha256:"): a for a in tree.assets.values()}
+        at = f"{SOURCES_PREFIX}{build}/"
+        assets = {f"{at}assets/{h}": (a, h) for h, a in hexes.items()}
+        srcs = SourceSet(build, tree, f"{at}{tree.commit}.bundle", assets)
+    return Contents(spec, models, ociarchive.image_pin(spec, lock), srcs)
 
 
 class Record:
@@ -140,11 +212,11 @@ class Record:
     same file, the same rule; written after every change, so a killed run keeps what it verified."""
 
     def __init__(self, root: Path) -> None:
-        self.path = root / STATE_DIR / STATE_FILE
-        self.state: DirState = read_state(self.path)
+        self.path = root / vf.STATE_DIR / vf.STATE_FILE
+        self.state = vf.read_state(self.path)
 
     def vouches(self, rel: str, path: Path, kind: HashKind, digest: str) -> bool:
-        return vouches(self.state.files.get(rel), seen_at(path), kind, digest)
+        return vf.vouches(self.state.files.get(rel), vf.seen_at(path), kind, digest)
 
     def digest(self, rel: str, path: Path) -> str | None:
         """The sha256 the record holds for ``rel`` while it still vouches for ``path``."""
@@ -152,46 +224,22 @@ class Record:
         return rec.digest if rec is not None and self.vouches(rel, path, "sha256", rec.digest) else None
 
     def put(self, rel: str, path: Path, kind: HashKind, digest: str) -> None:
-        new = verified(seen(path.stat()), kind, digest)
+        new = vf.verified(vf.seen(path.stat()), kind, digest)
         if self.state.files.get(rel) != new:
             self.state.files[rel] = new
             self.save()
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_one(self.path, dump_state(self.state))
-
-
-# -- hashing and placing files ----------------------------------------------------------------------------
-
-
-def _none(n: int) -> None:
-    """No progress to report."""
-
-
-def hash_path(path: Path, kind: HashKind, size: int, on_bytes: Callable[[int], None] = _none) -> str:
-    """The ``kind`` hash of a file, reporting progress per chunk."""
-    h = Hasher(kind, size)
-    view_ = memoryview(bytearray(HASH_CHUNK))
-    with path.open("rb") as fh:
-        while n := fh.readinto(view_):
-            h.update(view_[:n])
-            on_bytes(n)
-    return h.hexdigest()
-
-
-def same_filesystem(a: Path, b: Path) -> bool:
-    """True when a hard link from ``a`` can land in ``b`` (a directory, or the nearest existing parent)."""
-    return a.stat().st_dev == _existing(b).stat().st_dev
+        write_one(self.path, vf.dump_state(self.state))
 
 
 def place(
-    src: Path, dst: Path, kind: HashKind, digest: str, size: int, on_bytes: Callable[[int], None] = _none
+    src: Path, dst: Path, kind: HashKind, digest: str, size: int, on_bytes: Callable[[int], None]
 ) -> bool:
     """Put ``src`` at ``dst``: a hard link where possible (True), else a copy that reaches ``dst`` only once
     it hashes to ``digest`` (False). A killed copy leaves no file at ``dst``."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = beside(dst, "rigsmith-link")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
     tmp.unlink(missing_ok=True)
     try:
         os.link(src, tmp)
@@ -230,23 +278,17 @@ class Moved:
 
 
 def place_all(
-    todo: Sequence[tuple[Path, Path, Want]],
-    moved: Moved,
-    *,
-    title: str,
-    progress: bool | None,
+    todo: Sequence[tuple[Path, Path, Want]], moved: Moved, title: str, progress: bool | None,
     placed: Callable[[Path, Want, bool], None],
-) -> None:
+) -> None:  # fmt: skip
     """:func:`place` each (source, destination, file) under one progress bar; ``placed`` after each."""
     with bars(progress) as prog:
         task = prog.add_task(title, total=sum(w.size for _s, _d, w in todo))
         for src, dst, w in todo:
             linked = place(src, dst, w.kind, w.digest, w.size, lambda n: prog.advance(task, n))
-            if linked:
-                moved.linked += 1
-            else:
-                moved.copied += 1
-                moved.copied_bytes += w.size
+            moved.linked += linked
+            moved.copied += not linked
+            moved.copied_bytes += 0 if linked else w.size
             placed(dst, w, linked)
 
 
@@ -254,7 +296,7 @@ def gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def check_space(needs: Mapping[Path, int], disk_free: DiskFree, what: str, hint: str) -> None:
+def check_space(needs: Mapping[Path, int], disk_free: Callable[[Path], int], what: str, hint: str) -> None:
     """Refuse before the first byte when any filesystem lacks room (paths on one device are summed)."""
     per_dev: dict[int, tuple[Path, int]] = {}
     for path, n in needs.items():
@@ -263,8 +305,7 @@ def check_space(needs: Mapping[Path, int], disk_free: DiskFree, what: str, hint:
             where, total = per_dev.get(dev, (path, 0))
             per_dev[dev] = (where, total + n)
     for where, total in per_dev.values():
-        free = disk_free(where)
-        if total > free:
+        if total > (free := disk_free(where)):
             raise PreflightError(
                 f"not enough disk space in {where}: {what} needs {gib(total)}, {gib(free)} is free; "
                 "nothing was written",
@@ -276,46 +317,22 @@ def _existing(p: Path) -> Path:
     return next((q for q in (p, *p.parents) if q.exists()), Path("/"))
 
 
-def free_bytes(path: Path) -> int:
-    """Free bytes on the filesystem holding ``path`` (host fact; tests pass their own)."""
-    return shutil.disk_usage(_existing(path)).free
+def same_filesystem(a: Path, b: Path) -> bool:
+    """True when a hard link from ``a`` can land in ``b`` (a directory, or the nearest existing parent)."""
+    return a.stat().st_dev == _existing(b).stat().st_dev
 
 
 @dataclass(frozen=True)
 class Io:
-    """How bundle and unbundle reach the host: status lines, progress bars (default: when stderr is a
-    terminal), the podman/skopeo runner and free space (tests pass their own)."""
+    """How bundle and unbundle reach the host (tests pass their own); progress None: on a terminal."""
 
-    echo: Echo = print
+    echo: Callable[[str], None] = print
     progress: bool | None = None
-    run: ociarchive.Run = ociarchive.run_command
-    disk_free: DiskFree = free_bytes
+    run: ociarchive.Run = LocalHost(timeout=3600).run
+    disk_free: Callable[[Path], int] = lambda p: shutil.disk_usage(_existing(p)).free
 
 
 DEFAULT_IO = Io()
-
-
-@dataclass
-class BundleReport:
-    """What one ``bundle`` run did."""
-
-    out: str = ""
-    members: int = 0
-    total_bytes: int = 0
-    moved: Moved = field(default_factory=Moved)
-    hashed_bytes: int = 0
-    written: list[str] = field(default_factory=list)
-    tar: str | None = None
-    lock_sha256: str = ""
-
-    def summary(self) -> str:
-        head = f"bundle {self.out}: {self.members} members, {gib(self.total_bytes)}; "
-        if not (self.moved.linked or self.moved.copied or self.written):
-            head += "up to date, nothing to do"
-        else:
-            head += f"{self.moved.describe()}, {len(self.written)} written, {gib(self.hashed_bytes)} hashed"
-        head += f"\nlock sha256 {self.lock_sha256} (compare it on the offline machine)"
-        return head + (f"\ntar: {self.tar}" if self.tar else "")
 
 
 @contextmanager
@@ -343,8 +360,10 @@ def beside(path: Path, tag: str) -> Path:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    with atomic(path) as fh:
-        fh.write(data)
+    """``data`` at ``path`` (atomically) unless the file already holds it."""
+    if not same_bytes(path, data):
+        with atomic(path) as fh:
+            fh.write(data)
 
 
 def same_bytes(path: Path, data: bytes) -> bool:

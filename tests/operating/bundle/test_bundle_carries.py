@@ -17,8 +17,7 @@ from rigsmith.importing import recipe
 from rigsmith.operating import bundle as bundlemod
 from rigsmith.operating import drift
 from rigsmith.operating import unbundle as unbundlemod
-from rigsmith.operating.bundlefiles import Io
-from rigsmith.operating.bundlemanifest import MANIFEST, Manifest
+from rigsmith.operating.bundlefiles import MANIFEST, Io, Manifest
 from rigsmith.project import Project
 from rigsmith.resolving import build as buildmod
 from rigsmith.resolving import lock as lockmod

@@ -22,10 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import bundleplace
 from rigsmith.operating import unbundle as unbundlemod
-from rigsmith.operating.bundlefiles import Io
-from rigsmith.operating.bundlemanifest import MANIFEST
+from rigsmith.operating.bundlefiles import MANIFEST, Io
 from tests.support import audit
 from tests.support.bundle import NAME, Source, invoke, offline_project
 from tests.support.podman import Podman
@@ -202,7 +200,9 @@ def test_no_hostile_tar_member_is_unpacked_outside_the_work_dir(tmp_path: Path, 
     work = project.root / ".rigsmith"
     with audit.recording() as rec:
         try:
-            bundleplace.unpacked(project, tar, lambda _m: None, False, lambda _p: 1 << 50)
+            unbundlemod.unpacked(
+                project, tar, Io(echo=lambda _m: None, progress=False, disk_free=lambda _p: 1 << 50)
+            )
         except RigsmithError as err:
             assert "\n  hint" in str(err) or "\n" not in str(err)
     assert rec.writes_outside(work) == []
@@ -365,6 +365,8 @@ def test_a_tar_member_of_the_new_kinds_that_is_not_a_regular_file_unpacks_nothin
         tf.addfile(info)
     project = offline_project(tmp_path)
     with audit.recording() as rec, pytest.raises(RigsmithError) as err:
-        bundleplace.unpacked(project, tar, lambda _m: None, False, lambda _p: 1 << 50)
+        unbundlemod.unpacked(
+            project, tar, Io(echo=lambda _m: None, progress=False, disk_free=lambda _p: 1 << 50)
+        )
     assert name in err.value.message and "not a regular file" in err.value.message
     assert rec.writes == []

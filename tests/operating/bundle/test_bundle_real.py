@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith.operating import doctor
-from rigsmith.operating.bundlemanifest import IMAGE_MEMBER, MANIFEST, Manifest
+from rigsmith.operating.bundlefiles import IMAGE_MEMBER, MANIFEST, Manifest
 from rigsmith.operating.host import LocalHost
 from rigsmith.operating.standin import Standin, StandinConfig
 from rigsmith.project import Project

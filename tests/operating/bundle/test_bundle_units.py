@@ -12,8 +12,16 @@ import pytest
 
 from rigsmith.errors import LockError, PreflightError
 from rigsmith.operating import ociarchive
-from rigsmith.operating.bundlefiles import check_space, contents, place
-from rigsmith.operating.bundlemanifest import BundleError, Manifest, Member, member_path, read_manifest
+from rigsmith.operating.bundlefiles import (
+    BundleError,
+    Manifest,
+    Member,
+    check_space,
+    contents,
+    member_path,
+    place,
+    read_manifest,
+)
 from rigsmith.operating.unbundle import check_against_lock
 from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import Deployment, from_data, load, to_data
