@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from rigsmith import confine, writer
+from rigsmith import confine, userhome, writer
 from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, ConsentError, RigsmithError
 from rigsmith.operating import bundlefiles as bf
@@ -26,7 +26,7 @@ from rigsmith.operating import ociarchive
 from rigsmith.progress import bars
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import HASH_CHUNK, STATE_DIR, Want, expand_dir, hash_stream, user_home
+from rigsmith.resolving.modelfiles import HASH_CHUNK, STATE_DIR, Want, expand_dir, hash_stream
 from rigsmith.spec import Deployment
 
 if TYPE_CHECKING:
@@ -326,7 +326,7 @@ def unbundle(
     for s, _rec, _todo in dests:
         where = "--into" if into and s.prefix == bf.MODEL_PREFIX else f"deployments/{name}.yaml {s.field}"
         try:
-            modelfetch.guard_dir(s.root, where, user_home(), s.entry, s.wanted, confirm, yes)
+            modelfetch.guard_dir(s.root, where, userhome.invoking_home(), s.entry, s.wanted, confirm, yes)
         except ConsentError as err:
             raise ConsentError(
                 err.message + "; nothing was placed",
