@@ -56,6 +56,13 @@ class AdapterError(RigsmithError):
     """An external system (engine, registry, Hub, HTTP, subprocess) failed."""
 
 
+def shown(text: str) -> str:
+    """Another program's words (a subprocess's stderr, a node's answer over ssh) as rigsmith may print them:
+    each character that is not printable (terminal escapes, carriage returns, line breaks) written as its
+    Python escape, so foreign bytes cannot rewrite the user's terminal or forge a line of rigsmith's own."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class CommandError(AdapterError):
     """A subprocess exited non-zero: quoted command, exit code and the tail of stderr."""
 
@@ -65,5 +72,5 @@ class CommandError(AdapterError):
         tail = "\n".join(stderr.strip().splitlines()[-15:])
         msg = f"command failed (exit {code}): {shlex.join(self.argv)}"
         if tail:
-            msg += "\n" + "\n".join(f"  | {line}" for line in tail.splitlines())
+            msg += "\n" + "\n".join(f"  | {shown(line)}" for line in tail.splitlines())
         super().__init__(msg, hint=hint)

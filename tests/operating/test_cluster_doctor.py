@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith import spec as specmod
-from rigsmith.errors import RigsmithError, SpecError
+from rigsmith.errors import CommandError, RigsmithError, SpecError
 from rigsmith.operating import clusterdoctor, noderun
 from rigsmith.operating.clusterdoctor import Link, NodeReport
 from rigsmith.operating.host import LocalHost, gather
@@ -357,3 +357,20 @@ def test_ssh_s_own_failures_become_one_paragraph_naming_the_node_and_the_fix(
     assert what.startswith("node box-b (cluster.nodes[1].ssh root@10.0.0.2)") and says in what
     assert fix in hint
     assert noderun.ssh_problem(spec, "box-b", CmdResult(1, "", "cat: x: No such file")) is None  # not ssh's
+
+
+def test_what_a_node_says_over_ssh_reaches_the_terminal_escaped() -> None:
+    # A node (or whatever answers at its address) controls ssh's stderr: a terminal escape or a carriage
+    # return in it must not recolour, clear or overwrite the user's screen, nor forge a line of ours.
+    data = fixtures.ray_data()
+    data["cluster"]["nodes"][1]["ssh"] = "root@10.0.0.2"
+    spec = specmod.from_data(data)
+    hostile = "kex_exchange_identification: \x1b[2J\x1b]0;pwned\x07\rerror: all good\x9b31m\n"
+    found = noderun.ssh_problem(spec, "box-b", CmdResult(255, "", hostile))
+    assert found is not None
+    what, _ = found
+    assert not any(c in what for c in "\x1b\x07\r\x9b"), what
+    assert "\\x1b[2J" in what and "\\x9b31m" in what and "kex_exchange_identification" in what
+    err = CommandError(["ssh", "box-b", "true"], 255, "first\n" + hostile)
+    assert not any(c in str(err) for c in "\x1b\x07\r\x9b"), str(err)
+    assert "  | first" in str(err) and "\\x1b]0;pwned\\x07" in str(err)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from rigsmith.errors import shown
 from rigsmith.operating import doctor, drift
 from rigsmith.operating.checkrow import Check
 from rigsmith.operating.host import Host, LocalHost, gather, probe
@@ -81,7 +82,7 @@ def probe_link(host: Host, node: ClusterNode, address: str) -> Link:
     addrs = probe(host, ["ip", "-o", "addr", "show", *dev])
     links = probe(host, ["ip", "-o", "link", "show", *dev])
     if addrs.code or links.code:
-        why = (addrs.stderr or links.stderr or f"ip exited {addrs.code or links.code}").strip()
+        why = shown((addrs.stderr or links.stderr or f"ip exited {addrs.code or links.code}").strip())
         return Link(node.interface, "down", (), why)
     return parse_link(addrs.stdout, links.stdout, node.interface, address)
 

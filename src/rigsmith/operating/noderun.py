@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rigsmith.errors import RigsmithError
+from rigsmith.errors import RigsmithError, shown
 from rigsmith.operating.host import Host, LocalHost
 from rigsmith.operating.probes import CmdResult
 from rigsmith.spec import ClusterNode, Deployment
@@ -202,7 +202,7 @@ def ssh_problem(spec: Deployment, name: str, res: CmdResult) -> tuple[str, str] 
     i, node = next((k, n) for k, n in enumerate(spec.cluster.nodes) if n.name == name)
     if res.code != 255:
         return None
-    said = " ".join(res.stderr.split())[-300:]
+    said = shown(" ".join(res.stderr.split())[-300:])
     where = f"node {name} (cluster.nodes[{i}].ssh {node.ssh})"
     for needles, what, hint in _SSH_FAILURES:
         if any(x in res.stderr for x in needles):
