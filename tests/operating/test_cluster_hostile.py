@@ -92,12 +92,21 @@ def test_an_ssh_option_that_smuggles_a_command_or_a_second_option_is_refused(
 @pytest.mark.parametrize(
     "bad",
     ["/", "//", "var/lib/rigsmith", "", "/srv/../etc", "/srv/./x", "/srv//x", "/srv/x/", "/srv/.ssh", "/a b",
-     "/a;touch /tmp/p", "/$(id)", "/`id`", "/a\nb", "/a'b", '/a"b', "/a\\b", "/a/" + "b" * 300],
+     "/a;touch /tmp/p", "/$(id)", "/`id`", "/a\nb", "/a'b", '/a"b', "/a\\b", "/a/" + "b" * 300,
+     # system trees and shared top-level directories (the files would land among the system's own)
+     "/etc/x", "/etc", "/usr/local/bin", "/var/lib", "/var/log/x", "/boot/efi", "/lib64/x", "/proc/1", "/tmp",
+     "/home", "/opt"],
 )  # fmt: skip
 def test_a_node_dir_that_is_not_a_plain_dedicated_absolute_path_is_refused(bad: str) -> None:
     with pytest.raises(SpecError) as err:
         _load(node_dir=bad)
     assert "cluster.node_dir" in str(err.value) and "dedicated absolute directory" in str(err.value)
+
+
+@pytest.mark.parametrize("good", ["/var/lib/rigsmith", "/var/opt/rs", "/srv/rigsmith", "/opt/rigsmith/nodes",
+                                  "/home/ops/rigsmith", "/tmp/pytest-1/node-dir", "/data/llm"])  # fmt: skip
+def test_a_dedicated_node_dir_is_taken(good: str) -> None:
+    _load(node_dir=good)
 
 
 _SSH = shutil.which("ssh")
