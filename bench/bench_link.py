@@ -14,6 +14,7 @@ target directory wiped before each run), interleaved round by round:
 - ``hf``: ``snapshot_download(local_dir=…)``, huggingface_hub's HTTP path (Xet off: the stand-in has none);
 - ``hf+sha``: the same, then one threaded sha256 pass over the shards (what a verified fetch costs at least);
 - ``curl``: ``curl --parallel --parallel-max 8`` of the same URLs (no verification);
+- ``curl+sha``: the same, then ``sha256sum`` of the shards (verifying by hand);
 - ``against`` (with ``--against DIR``): ``invoke fetch-model`` of another checkout, e.g. main before a change.
 
 ``--tmpfs`` puts the downloaded files on a tmpfs the bench mounts (and unmounts). rigsmith fsyncs
@@ -70,6 +71,9 @@ with ThreadPoolExecutor(8) as pool:
     list(pool.map(digest, sorted(pathlib.Path(sys.argv[3]).glob("*.safetensors"))))
 """
 )
+
+#: curl (its argv is "$@"), then sha256sum of the shards it wrote into "$0".
+_CURL_SHA = '"$@" && cd "$0" && sha256sum -- *.safetensors >/dev/null'
 
 
 class Link:
@@ -220,6 +224,8 @@ def _bench(
         "hf": (link.run_in_client([*py, _HF, REPO, sha, str(out)]), env),
         "hf+sha": (link.run_in_client([*py, _HF_SHA, REPO, sha, str(out)]), env),
         "curl": (link.run_in_client(curl), env),
+        # What checking the same bytes by hand costs: curl, then sha256sum over what it wrote.
+        "curl+sha": (link.run_in_client(["sh", "-c", _CURL_SHA, str(out), *curl]), env),
     }
     if args.against is not None:
         cases["against"] = invoke(args.against.resolve())

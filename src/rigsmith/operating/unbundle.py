@@ -144,7 +144,7 @@ def _open(bundle_dir: Path) -> tuple[bf.Manifest, Deployment, str, bytes, lockmo
                           hint="the copy is damaged or incomplete; copy the bundle again")  # fmt: skip
     spec_member = f"deployments/{name}.yaml"
     if spec_member not in manifest.members or bf.LOCK_MEMBER not in manifest.members:
-        raise bf.BundleError(f"{bundle_dir / bf.MANIFEST}: lists no {spec_member} or {bf.LOCK_MEMBER}")
+        raise bf.BundleError(f"{bundle_dir / bf.MANIFEST}: lists no {spec_member!r} or {bf.LOCK_MEMBER}")
     lock_bytes = (bundle_dir / bf.LOCK_MEMBER).read_bytes()
     lock_sha = hashlib.sha256(lock_bytes).hexdigest()
     if lock_sha != manifest.lock_sha256 or manifest.members[bf.LOCK_MEMBER].sha256 != manifest.lock_sha256:

@@ -370,3 +370,20 @@ def test_a_tar_member_of_the_new_kinds_that_is_not_a_regular_file_unpacks_nothin
         )
     assert name in err.value.message and "not a regular file" in err.value.message
     assert rec.writes == []
+
+
+@pytest.mark.parametrize("name", ["../../x", "x\x1b[2J\ry", "/abs", "", "other"])
+def test_a_manifest_naming_a_deployment_it_does_not_carry_is_refused_and_shown_escaped(
+    source: Source, tmp_path: Path, name: str
+) -> None:
+    bundle = carried(source, tmp_path / "carried")
+    manifest = json.loads((bundle / MANIFEST).read_text())
+    manifest["deployment"] = name
+    (bundle / MANIFEST).write_text(json.dumps(manifest))
+    project = offline_project(tmp_path)
+    io_ = Io(echo=lambda _m: None, progress=False, run=_never, disk_free=lambda _p: 1 << 50)  # type: ignore[arg-type]
+    with audit.recording() as rec, pytest.raises(RigsmithError) as err:
+        unbundlemod.unbundle(project, bundle, into=tmp_path / "model", io=io_)
+    assert not any(c in str(err.value) for c in "\x1b\r"), str(err.value)
+    assert [w for w in rec.writes_outside(project.root) if not _scratch(w[1])] == []
+    assert list(project.deployments.iterdir()) == []
