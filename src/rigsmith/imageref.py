@@ -16,6 +16,12 @@ DOCKER_HUB = "docker.io"
 #: Where the Hub's registry API really lives.
 DOCKER_HUB_API = "registry-1.docker.io"
 
+#: What a reference's manifest may be: an index of platforms (OCI, Docker) or one image (OCI, Docker).
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+
 # Anchored with \Z, not $: $ also matches before a trailing newline, which no reference may carry.
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 _TAG_RE = re.compile(r"^[\w][\w.-]{0,127}\Z", re.ASCII)

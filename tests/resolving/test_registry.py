@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rigsmith import imageref
 from rigsmith.errors import AdapterError, RigsmithError
 from rigsmith.resolving import registry as registrymod
 from tests.support import services
@@ -102,14 +103,14 @@ def test_resolve_matches_skopeo_for_an_image_and_an_index(
     reg = registrymod.Registry({})
     got = reg.resolve(base_ref)
     assert got.digest == services.skopeo_digest(base_ref)
-    assert got.media_type in (registrymod.DOCKER_MANIFEST, registrymod.OCI_MANIFEST)
+    assert got.media_type in (imageref.DOCKER_MANIFEST, imageref.OCI_MANIFEST)
     # A multi-platform index: resolved to the index digest itself (what FROM name@digest must pin).
     index = f"{registry.host}/tinyindex:1"
     podman_api.cli("manifest", "create", index)
     podman_api.cli("manifest", "add", "--tls-verify=false", index, f"docker://{base_ref}")
     podman_api.cli("manifest", "push", "--all", "--tls-verify=false", index, f"docker://{index}")
     got = reg.resolve(index)
-    assert got.media_type in (registrymod.OCI_INDEX, registrymod.DOCKER_LIST)
+    assert got.media_type in (imageref.OCI_INDEX, imageref.DOCKER_LIST)
     assert got.digest == services.skopeo_digest(index)
     with pytest.raises(AdapterError, match="not found") as err:
         reg.resolve(f"{registry.host}/tinybase:no-such-tag")

@@ -14,12 +14,13 @@ from http.server import ThreadingHTTPServer
 import httpx
 import pytest
 
+from rigsmith import imageref
 from rigsmith.errors import AdapterError
 from rigsmith.resolving import registry as registrymod
 from tests.support import services
 
 GOOD = "sha256:" + "ab" * 32
-MANIFEST = json.dumps({"schemaVersion": 2, "mediaType": registrymod.OCI_MANIFEST}).encode()
+MANIFEST = json.dumps({"schemaVersion": 2, "mediaType": imageref.OCI_MANIFEST}).encode()
 
 
 @dataclass
@@ -49,7 +50,7 @@ class _Hostile(services.QuietHandler):
             realm = s.realm or f"http://127.0.0.1:{self.server.server_address[1]}/token"  # type: ignore[index]
             self._send(401, {"WWW-Authenticate": f'Bearer realm="{realm}",service="hostile"'})
             return
-        headers = {"Content-Type": registrymod.OCI_MANIFEST}
+        headers = {"Content-Type": imageref.OCI_MANIFEST}
         if s.digest is not None:
             headers["Docker-Content-Digest"] = s.digest
         if self.command == "HEAD":

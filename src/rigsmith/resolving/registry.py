@@ -24,14 +24,19 @@ import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from rigsmith.errors import AdapterError, RigsmithError
-from rigsmith.imageref import DIGEST_RE as DIGEST_RE  # re-exported: the reference names moved
-from rigsmith.imageref import DOCKER_HUB, DOCKER_HUB_API, ImageRef, parse_ref
+from rigsmith.imageref import (
+    DIGEST_RE,
+    DOCKER_HUB,
+    DOCKER_HUB_API,
+    DOCKER_LIST,
+    DOCKER_MANIFEST,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    ImageRef,
+    parse_ref,
+)
 from rigsmith.resolving.netfail import unreachable
 
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 #: Every manifest kind we accept, most specific (multi-platform) first.
 MANIFEST_TYPES = (OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST)
 
