@@ -17,6 +17,7 @@ What the text cannot tell (a non-empty directory that holds something else, a sy
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Sequence
 
 from rigsmith.errors import PreflightError, SpecError
 
@@ -83,10 +84,17 @@ def model_dir_problem(path: str, home: str) -> str | None:
             return None  # a subdirectory of one's own home that is not hidden
     if posixpath.dirname(norm) in HOME_PARENTS or norm == "/root":
         return f"{path} is the home directory of a user ({norm})"
+    why = not_its_own(parts)
+    return f"{path} is {why}" if why else None
+
+
+def not_its_own(parts: Sequence[str]) -> str | None:
+    """Why the path ``/PARTS…`` (normalised, not ``/``) is no directory of its own: inside a system tree, or
+    a shared top-level directory itself; None otherwise. Also ``cluster.node_dir``'s rule."""
     if parts[0] in SYSTEM_TOPS or parts[0].startswith("lib"):
-        return f"{path} is inside /{parts[0]}, a system directory"
+        return f"inside /{parts[0]}, a system directory"
     if len(parts) == 1 and parts[0] in SHARED_TOPS:
-        return f"{path} is the shared directory {norm}, not one of its own"
+        return f"the shared directory /{parts[0]}, not one of its own"
     return None
 
 

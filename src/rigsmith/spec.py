@@ -32,7 +32,7 @@ from pydantic import (
 
 from rigsmith.errors import SpecError
 from rigsmith.modeldir import HINT as MODEL_DIR_HINT
-from rigsmith.modeldir import SHARED_TOPS, SYSTEM_TOPS, model_dir_problem
+from rigsmith.modeldir import model_dir_problem, not_its_own
 from rigsmith.placement import placement_problem
 from rigsmith.yamldoc import MAX_DEPTH, load_yaml, nul_paths, tree_problem, yaml_problem
 
@@ -599,11 +599,12 @@ class ClusterNode(Frozen):
         return v
 
 
-def _system_dir(parts: list[str]) -> bool:
-    """Under a system tree (modeldir's list), except a state directory of its own below /var/lib, /var/opt
-    or /var/local, where the FHS puts what a program keeps (the default node_dir is one)."""
+def _node_dir_place(parts: list[str]) -> str | None:
+    """The model-dir rule's system and shared trees (:func:`rigsmith.modeldir.not_its_own`), except a state
+    directory of its own below /var/lib, /var/opt or /var/local, where the FHS puts what a program keeps
+    (the default node_dir is one)."""
     state = len(parts) >= 3 and parts[:2] in (["var", "lib"], ["var", "opt"], ["var", "local"])
-    return (parts[0] in SYSTEM_TOPS or parts[0].startswith("lib")) and not state
+    return None if state else not_its_own(parts)
 
 
 class Cluster(Frozen):
@@ -643,9 +644,7 @@ class Cluster(Frozen):
             if any(p in ("", ".", "..") for p in parts)
             else "has a dot-directory part" if any(p.startswith(".") for p in parts)
             else "holds a character other than letters, digits and . _ + @ - /" if not NODE_DIR_RE.match(v)
-            else f"is inside /{parts[0]}, a system directory" if _system_dir(parts)
-            else f"is the shared directory /{parts[0]}, not one of its own"
-            if len(parts) == 1 and parts[0] in SHARED_TOPS
+            else f"is {place}" if (place := _node_dir_place(parts))
             else None
         )  # fmt: skip
         if why:
