@@ -26,7 +26,7 @@ from rigsmith.operating import ociarchive
 from rigsmith.progress import bars
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import Want, hash_file, hash_stream
+from rigsmith.resolving.modelfiles import Want, gib, hash_file, hash_stream
 from rigsmith.writer import write_one
 
 if TYPE_CHECKING:
@@ -47,13 +47,11 @@ class BundleReport:
     lock_sha256: str = ""
 
     def summary(self) -> str:
-        head = f"bundle {self.out}: {self.members} members, {bf.gib(self.total_bytes)}; "
+        head = f"bundle {self.out}: {self.members} members, {gib(self.total_bytes)}; "
         if not (self.moved.linked or self.moved.copied or self.written):
             head += "up to date, nothing to do"
         else:
-            head += (
-                f"{self.moved.describe()}, {len(self.written)} written, {bf.gib(self.hashed_bytes)} hashed"
-            )
+            head += f"{self.moved.describe()}, {len(self.written)} written, {gib(self.hashed_bytes)} hashed"
         head += f"\nlock sha256 {self.lock_sha256} (compare it on the offline machine)"
         return head + (f"\ntar: {self.tar}" if self.tar else "")
 
@@ -192,7 +190,7 @@ def bundle(
         (out / bf.MANIFEST).unlink(missing_ok=True)
     if copy_bytes:
         io.echo(
-            f"bundle: {out} is on another filesystem than the model: copying {bf.gib(copy_bytes)} of model "
+            f"bundle: {out} is on another filesystem than the model: copying {gib(copy_bytes)} of model "
             "files (a directory on the model's filesystem would take hard links instead)"
         )
     for member in stale:

@@ -32,6 +32,7 @@ from rigsmith.resolving.modelfiles import (
     HashKind,
     Want,
     expand_dir,
+    gib,
     patches_by_file,
     select,
     wants,
@@ -85,13 +86,6 @@ class Manifest(_M):
     members: dict[str, Member] = Field(default_factory=dict)
 
 
-def first_problem(err: ValidationError) -> str:
-    """The first problem pydantic found, as ``field.path: message``."""
-    first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])[:200]
-    return f"{where + ': ' if where else ''}{first['msg']}"
-
-
 def read_manifest(bundle: Path) -> Manifest:
     """The bundle's manifest, or a BundleError saying the bundle is incomplete or not one."""
     path = bundle / MANIFEST
@@ -107,7 +101,7 @@ def read_manifest(bundle: Path) -> Manifest:
     except ValidationError as err:
         raise BundleError(
             f"{path}: not a rigsmith bundle manifest ({err.error_count()} problem(s); first: "
-            f"{first_problem(err)})",
+            f"{lockmod.first_problem(err)})",
             hint=f"unbundle reads the manifest.json that bundle writes; {again}",
         ) from None
     except (OSError, ValueError) as err:
@@ -290,10 +284,6 @@ def place_all(
             moved.copied += not linked
             moved.copied_bytes += 0 if linked else w.size
             placed(dst, w, linked)
-
-
-def gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def check_space(needs: Mapping[Path, int], disk_free: Callable[[Path], int], what: str, hint: str) -> None:

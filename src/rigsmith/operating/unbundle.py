@@ -26,7 +26,7 @@ from rigsmith.operating import ociarchive
 from rigsmith.progress import bars
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import HASH_CHUNK, STATE_DIR, Want, expand_dir, hash_stream
+from rigsmith.resolving.modelfiles import HASH_CHUNK, STATE_DIR, Want, expand_dir, gib, hash_stream
 from rigsmith.spec import Deployment
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class UnbundleReport:
     def summary(self) -> str:
         parts = [
             f"unbundled {self.deployment}: {self.verified} members verified "
-            f"({bf.gib(self.hashed_bytes)} hashed)",
+            f"({gib(self.hashed_bytes)} hashed)",
             f"model in {self.local_dir}: {self.moved.describe()}, {self.already_placed} already in place",
         ]
         if self.image:
@@ -157,8 +157,8 @@ def _open(bundle_dir: Path) -> tuple[bf.Manifest, Deployment, str, bytes, lockmo
         text = (bundle_dir / spec_member).read_bytes().decode("utf-8")
     except ValidationError as err:
         raise bf.BundleError(
-            f"{bf.LOCK_MEMBER} in {bundle_dir}: not a rigsmith lock ({bf.first_problem(err)}); nothing was "
-            "placed",
+            f"{bf.LOCK_MEMBER} in {bundle_dir}: not a rigsmith lock ({lockmod.first_problem(err)}); "
+            "nothing was placed",
             hint="bundle again on the connected machine, from a lock `invoke pin` wrote",
         ) from None
     except UnicodeDecodeError:
@@ -445,4 +445,4 @@ def _placed(
 ) -> None:
     rec.put(w.disk_path, dst, w.kind, w.digest)
     if not linked:
-        echo(f"unbundle: copied {s.member(w)} ({bf.gib(w.size)})")
+        echo(f"unbundle: copied {s.member(w)} ({gib(w.size)})")

@@ -169,6 +169,13 @@ class Slot:
             table[key] = entry
 
 
+def first_problem(err: ValidationError) -> str:
+    """The first problem pydantic found in an untrusted lock or manifest, as ``field.path: message``."""
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])[:200]
+    return f"{where + ': ' if where else ''}{first['msg']}"
+
+
 def read(path: Path) -> Lock:
     """The lock at ``path``, empty if there is none."""
     try:
@@ -189,10 +196,8 @@ def read(path: Path) -> Lock:
     try:
         lock = Lock.model_validate_json(text)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])[:200]
         raise LockError(
-            f"{path} is not a valid rigsmith lock: {where + ': ' if where else ''}{first['msg']}",
+            f"{path} is not a valid rigsmith lock: {first_problem(err)}",
             hint="restore it from git, or delete it and re-run `invoke pin`",
         ) from None
     if lock.version not in LOCK_VERSIONS:

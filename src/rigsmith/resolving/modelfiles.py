@@ -195,12 +195,12 @@ def check_disk(needed: int, free: int, where: Path) -> None:
     """Refuse to start when the bytes still to download do not fit."""
     if needed > free:
         raise PreflightError(
-            f"not enough disk space in {where}: the download needs {_gib(needed)} more, {_gib(free)} is free",
+            f"not enough disk space in {where}: the download needs {gib(needed)} more, {gib(free)} is free",
             hint="free some space, or pass --dest DIR on a bigger disk",
         )
 
 
-def _gib(n: int) -> str:
+def gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
@@ -303,16 +303,16 @@ class FetchReport:
         if self.local:
             parts = [
                 "local checkpoint (model.repo is null): nothing downloaded or verified",
-                f"{self.files} files ({_gib(self.local_bytes)}) in {self.local_dir}",
+                f"{self.files} files ({gib(self.local_bytes)}) in {self.local_dir}",
                 f"{self.weight_files} weight file(s)",
                 "config.json present" if self.has_config else "no config.json",
             ]
             kept = f" (original kept in {STATE_DIR}/{ORIGINAL_DIR}/)"
         else:
-            resumed = f", {_gib(self.resumed_bytes)} resumed" if self.resumed_bytes else ""
+            resumed = f", {gib(self.resumed_bytes)} resumed" if self.resumed_bytes else ""
             parts = [
                 f"{self.files} files at {self.commit[:12]} in {self.local_dir}",
-                f"{len(self.downloaded)} downloaded ({_gib(self.downloaded_bytes)}{resumed})",
+                f"{len(self.downloaded)} downloaded ({gib(self.downloaded_bytes)}{resumed})",
                 f"{self.hashed_files} hashed",
                 f"{self.cached} verified earlier",
             ]
