@@ -89,6 +89,23 @@ def confirm() -> Callable[[str], bool] | None:
     return ask
 
 
+def prompt() -> Callable[[Any], str | None] | None:
+    """A question with a default when stdin is a terminal (Enter takes the default), else None (an import
+    then keeps its defaults and leaves its guesses as placeholders). The question is foreign text."""
+    if not interactive():
+        return None
+    from rigsmith.errors import shown
+
+    def ask(q: Any) -> str | None:
+        default = f" [{shown(q.default)}]" if q.default else ""
+        sys.stderr.write(f"{shown(q.question)}{default} ({q.key}): ")
+        sys.stderr.flush()
+        line = sys.stdin.readline().strip()
+        return line or q.default
+
+    return ask
+
+
 def command_line(fn: Callable[..., Any], given: dict[str, Any]) -> str:
     """``invoke NAME --flag value …`` as the user typed it, near enough: the flags that differ from their
     defaults (what the lock history records as the command of a change)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from invoke.context import Context
 from invoke.tasks import task
 
-from tasks._common import confirm, echo, project, side, user_errors
+from tasks._common import confirm, echo, project, prompt, side, user_errors
 
 
 @task(
@@ -27,6 +27,8 @@ from tasks._common import confirm, echo, project, side, user_errors
         "(the process environment still wins, as in compose)",
         "variant": "vLLM recipes YAML: the variant to import, NAME or NAME@HARDWARE (a recipes-site hardware "
         "profile such as rtx_4090_2x; default: the profile the site opens on)",
+        "answers": "a YAML file of the values typed at the import's questions (host paths, the port behind "
+        "a proxy, shorthand a record leaves open) and of placeholders and mounts; see docs/guide.md",
     },
     iterable=["allow_mount"],
 )
@@ -45,6 +47,7 @@ def import_recipe(
     service: str | None = None,
     env_file: str | None = None,
     variant: str | None = None,
+    answers: str | None = None,
 ) -> None:
     """Import a published vLLM recipe into deployments/NAME.yaml (a re-import merges into your edits)."""
     resolve = side(ours, theirs)
@@ -65,6 +68,8 @@ def import_recipe(
         service=service,
         env_file=env_file,
         variant=variant,
+        answers_file=answers,
+        ask=prompt(),
     )
     if not dry_run:
         from rigsmith.operating.nextstep import after_import

@@ -455,6 +455,13 @@ class Benchmark(Frozen):
     tolerance: float = Field(0.1, ge=0, le=1)
 
 
+class NotTaken(Frozen):
+    """An item of the recipe that is in no field and no note on purpose, and why (import writes these)."""
+
+    item: str = Field(description="The item, as the recipe writes it.")
+    why: str = Field(description="Why it was not taken, and what stands in for it.")
+
+
 class Provenance(Frozen):
     """Where an imported recipe came from."""
 
@@ -690,6 +697,11 @@ class Deployment(Frozen):
     proxy: Proxy | None = None
     podman_version: str | None = Field(None, description="Target host's podman version, e.g. 4.9.3.")
     notes: tuple[str, ...] = Field((), description="What the recipe said that has no field, verbatim.")
+    not_taken: tuple[NotTaken, ...] = Field(
+        (),
+        description="Items of the recipe deliberately not imported, each with the reason (a record's ops "
+        "commands, a truncated digest, a comparison with another engine).",
+    )
     provenance: Provenance | None = None
     cluster: Cluster | None = Field(None, description="Several nodes serving this model (null: one host).")
 
@@ -779,7 +791,7 @@ class Deployment(Frozen):
                     (
                         "placeholders",
                         f"{tok!r} has no value; set `placeholders: {{{tok!r}: VALUE}}` in the spec "
-                        "(it is used by the recipe's args or env)",
+                        "(it is used by the recipe's args, env or a mount's host path)",
                     )
                 )
         return out
@@ -793,6 +805,7 @@ class Deployment(Frozen):
             *(e.value for e in self.active_env()),
             *(n.address for n in cluster),
             *(a for n in cluster for a in n.args or ()),
+            *(m.host for m in self.mounts),
         ]:
             used.update(PLACEHOLDER_RE.findall(text))
         return sorted(t for t in used if not self.placeholders.get(t))

@@ -33,6 +33,7 @@ from tenacity import (
 from rigsmith import policy, writer
 from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, ConsentError, RecipeError, SpecError
+from rigsmith.importing import answers as answersmod
 from rigsmith.importing import proposal as proposalmod
 from rigsmith.importing import recipe as recipemod
 from rigsmith.importing import reimport
@@ -342,6 +343,8 @@ def import_recipe(
     env_file: str | None = None,
     environ: Mapping[str, str] | None = None,
     variant: str | None = None,
+    answers_file: str | None = None,
+    ask: Callable[[recipemod.Ask], str | None] | None = None,
 ) -> specmod.Deployment:
     """Import SOURCE into ``deployments/NAME.yaml`` (asking before changing an existing file).
 
@@ -367,13 +370,28 @@ def import_recipe(
         variant: a vLLM recipes YAML's variant and hardware profile to import, ``NAME[@HARDWARE]``.
         env_file: the env file a compose file is interpolated with (instead of the .env beside it).
         environ: the process environment compose interpolation reads (default: this process's).
+        answers_file: ``--answers FILE``: the values typed at the questions (:mod:`.answers`).
+        ask: asks one question at the terminal (the user's words, or the default on Enter); None: no
+            terminal, so an unanswered question keeps its default or leaves a placeholder.
     """
+    given = _answers(answers_file)
+    name, image = name or (given.name if given else None), image or (given.image if given else None)
     text = decode(fetched := load_source(source, http=http))
     env = compose_env(source, env_file, os.environ if environ is None else environ)
-    how: dict[str, Any] = {"accept": yes, "compose_env": env, "service": service, "variant": variant}
+    asked: list[str] = []
+    how: dict[str, Any] = {
+        "accept": yes,
+        "compose_env": env,
+        "service": service,
+        "variant": variant,
+        "answer": _answerer(given, ask, asked),
+    }
     upstream = recipemod.parse(
         text, source=fetched.source, sha256=fetched.sha256, name=name, image=image, **how
     )
+    if given is not None:
+        answersmod.unused(given, asked, upstream, f"--answers {answers_file}")
+        upstream = answersmod.apply(given, upstream, asked)
     path = project.spec_path(upstream.name)
     base_path = base_path_of(path)
     mine = _valid_spec(path)  # a broken file goes through the merge, which says how to start afresh
@@ -410,6 +428,41 @@ def import_recipe(
     for line in next_steps(dep):
         echo(line)
     return dep
+
+
+def _answers(path: str | None) -> answersmod.Answers | None:
+    """The answers file at ``path`` (None: none given)."""
+    if path is None:
+        return None
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise RecipeError(
+            f"--answers {path}: cannot read it ({err})", hint="pass a readable YAML file"
+        ) from None
+    return answersmod.load(text, f"--answers {path}")
+
+
+def _answerer(
+    given: answersmod.Answers | None,
+    ask: Callable[[recipemod.Ask], str | None] | None,
+    asked: list[str],
+) -> Callable[[recipemod.Ask], str | None]:
+    """Answers a question from the answers file, else at the terminal, else not at all; records its key.
+    The same question asked twice (the recipe's own side of a re-import) is answered the same way."""
+    seen: dict[str, str | None] = {}
+
+    def answer(q: recipemod.Ask) -> str | None:
+        if q.key in seen:
+            return seen[q.key]
+        asked.append(q.key)
+        got = given.answer(q) if given is not None else None
+        if got is None and ask is not None:
+            got = ask(q)
+        seen[q.key] = got
+        return got
+
+    return answer
 
 
 def _consent(

@@ -255,7 +255,13 @@ def _relative_hosts(spec: specmod.Deployment) -> list[tuple[str, str]]:
     refuse them), so the same spec would mount different directories.
     """
     hosts = [("model.local_dir", spec.model.local_dir, "the checkpoint's")]
-    hosts += [(f"mounts[{i}].host", m.host, "the host directory's") for i, m in enumerate(spec.mounts)]
+    # A host path holding a placeholder still to fill is named by fill_problems, not here.
+    filled = [(i, spec.fill(m.host)) for i, m in enumerate(spec.mounts)]
+    hosts += [
+        (f"mounts[{i}].host", host, "the host directory's")
+        for i, host in filled
+        if not specmod.PLACEHOLDER_RE.search(host)
+    ]
     out = [
         (fld, f"{host!r} is relative (to where the recipe ran); set {what} absolute path or ~/…")
         for fld, host, what in hosts
@@ -352,7 +358,10 @@ def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement], home: s
     at = functools.partial(userhome.expand, home=home)
     return [
         PlanMount(at(spec.model.local_dir), spec.model.container_path, True, "dir", None, "model"),
-        *(PlanMount(at(m.host), m.container, m.readonly, m.kind, m.sparse_size) for m in spec.mounts),
+        *(
+            PlanMount(at(spec.fill(m.host)), m.container, m.readonly, m.kind, m.sparse_size)
+            for m in spec.mounts
+        ),
         *(
             PlanMount(at(p.local_dir), p.container_path, True, "dir", None, "secondary", p.field)
             for p in placed

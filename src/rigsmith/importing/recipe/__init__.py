@@ -59,7 +59,7 @@ from typing import Any
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
-from rigsmith.importing.recipe import cardform, vllmapi, vllmrecipe
+from rigsmith.importing.recipe import cardform, recordspec, vllmapi, vllmrecipe
 from rigsmith.importing.recipe.assemble import build, slug
 from rigsmith.importing.recipe.composeenv import ComposeEnv
 from rigsmith.importing.recipe.composeform import _compose_data, _from_compose
@@ -68,6 +68,7 @@ from rigsmith.importing.recipe.flags import canonical_flag, flag_values
 from rigsmith.importing.recipe.jsonform import _from_json, load_json
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _provenance, _refuse
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
+from rigsmith.importing.recipe.recordask import Answer, Ask, Reading, no_answer
 from rigsmith.importing.recipe.scriptform import from_script
 from rigsmith.importing.recipe.tables import _KUBE_RE
 
@@ -85,6 +86,7 @@ def parse(
     compose_env: ComposeEnv | None = None,
     service: str | None = None,
     variant: str | None = None,
+    answer: Answer = no_answer,
 ) -> specmod.Deployment:
     """Recipe text (any of the three formats) → a validated Deployment, or RecipeError with every reason.
 
@@ -100,6 +102,8 @@ def parse(
             None interpolates with nothing set (every ``${VAR}`` without a default is a placeholder).
         service: the compose service to import (``--service``), when the file has several.
         variant: a vLLM recipes YAML's variant, ``NAME[@HARDWARE]`` (``--variant``).
+        answer: answers the questions a record leaves open (``--answers FILE``, the terminal); see
+            :mod:`.recordask`.
     """
     if "\x00" in text:
         at = text.index("\x00")
@@ -113,6 +117,7 @@ def parse(
         )
     stripped = text.lstrip("\ufeff \t\r\n")
     recipe: dict[str, Any] | None = None
+    reading: Reading | None = None
     if stripped.startswith("{") and vllmapi.is_api(api := load_json(text, source)):
         recipe = api
         launch, meta = vllmapi.from_api(api, source, variant)
@@ -143,6 +148,8 @@ def parse(
         elif data is not None:
             launch = _from_compose(data, compose_env or ComposeEnv(), service)
             meta = Meta()
+        elif cardform.is_record(text):
+            launch, meta, reading = recordspec.launch_of(text, source, accept, answer)
         else:
             launch = from_script(text, source, accept)
             meta = Meta()
@@ -154,7 +161,8 @@ def parse(
         )
     launch.problems += _modelscope(launch, meta)
     meta = dataclasses.replace(meta, provenance=_provenance(source, sha256, meta))
-    return build(launch, meta, source=source, asked=Asked(name, image))
+    dep = build(launch, meta, source=source, asked=Asked(name, image))
+    return dep if reading is None else recordspec.apply(dep, reading, source)
 
 
 _MODELSCOPE_RE = re.compile(r"(?:^|\s)VLLM_USE_MODELSCOPE=['\"]?(?:1|[Tt]rue|TRUE|yes)\b")
@@ -177,6 +185,8 @@ def _modelscope(launch: Launch, meta: Meta) -> list[str]:
 
 
 __all__ = [
+    "Answer",
+    "Ask",
     "ComposeEnv",
     "Launch",
     "Meta",
