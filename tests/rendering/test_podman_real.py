@@ -111,7 +111,7 @@ def test_sparse_mount_file_is_created_at_exact_size(
         assert ple.is_file() and ple.stat().st_size == 102400491520
         assert ple.stat().st_blocks == 0, "must be sparse, not 95 GiB of zeros"
         rec = parse_recording(podman.logs_until("standin-sparse", "Application startup complete"))
-        assert rec.argv[0:2] == ["serve", "/models/flash-next-int4"]
+        assert rec.argv[0:2] == ["serve", "/models/Qwen3.8-Flash-Next-INT4-Mixed-AutoRound"]
     finally:
         podman.run("rm", "--force", "--time", "0", "standin-sparse", check=False)
 
