@@ -31,6 +31,10 @@ _LAUNCH_LINE_RE = re.compile(
 _PROGRAM_RE = re.compile(r"^[a-z0-9_./~$\[\]{}()-][\w./~$=:@+,-]*$|^[A-Z_][A-Z0-9_]*=")
 
 
+#: A list item of prose: a bullet or a number, then a word (``- Host: …``, ``2. The cache …``).
+_LIST_ITEM_RE = re.compile(r"^(?:[-*•]|\d+[.)])\s+[A-Z][a-z]")
+
+
 def is_card(text: str) -> bool:
     """Whether ``text`` is a recipe card: an ``env:`` and a ``notes:`` line, and a command before them."""
     names = {m.group(1) for m in _FIELD_RE.finditer(text)}
@@ -78,5 +82,5 @@ def is_record(text: str) -> bool:
     if _LAUNCH_LINE_RE.search(text):
         return False
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    prose = [ln for ln in lines if not _PROGRAM_RE.match(ln.split()[0])]
+    prose = [ln for ln in lines if _LIST_ITEM_RE.match(ln) or not _PROGRAM_RE.match(ln.split()[0])]
     return bool(lines) and len(prose) * 2 >= len(lines)

@@ -83,7 +83,7 @@ SQUATTER_RE = re.compile(
     r"squatter|other process(?:es)? on the GPU|stop everything on the GPU", re.IGNORECASE
 )
 #: A pitfall about a compose tool dropping the GPU devices.
-CDI_DROP_RE = re.compile(r"(?:podman-compose|docker[- ]compose)[^.]*\bdrops? CDI\b", re.IGNORECASE)
+CDI_DROP_RE = re.compile(r"(?:podman-compose|docker[- ]compose).{0,60}?\bdrops? CDI\b", re.IGNORECASE)
 FIRST_BOOT_RE = re.compile(r"first boot ~?(?P<lo>\d+)(?:-(?P<hi>\d+))? min", re.IGNORECASE)
 #: A path the publisher generalized: an upper-case first component (``WORKSTATION/ngram_table.bin``).
 GENERALIZED_RE = re.compile(r"^(?P<token>[A-Z][A-Z0-9_]{2,})/(?P<rest>\S+)$")
