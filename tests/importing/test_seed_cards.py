@@ -6,6 +6,7 @@ The texts are copies of shared/seeds/003_278407e1a2961231.txt and 000_d3542ec133
 from __future__ import annotations
 
 import hashlib
+import shlex
 from pathlib import Path
 
 import pytest
@@ -50,12 +51,19 @@ def test_seed_003_card_file_imports_through_the_cli_path(empty_project: Project)
 
 PROPOSED = [
     "Minachist/Qwen3.8-Flash-Next-INT4-Mixed-AutoRound",
-    "--revision",
-    "1703ff595285561b141648609291377d3faf3b64",
+    "--served-model-name",
+    "flashnext-int4-vllm-262k",
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "8000",
     "--pipeline-parallel-size",
     "3",
     "--tensor-parallel-size",
     "1",
+    "--language-model-only",
+    "--engram-config",
+    '{"cpu_offload":true}',
     "--max-model-len",
     "262144",
     "--max-num-seqs",
@@ -66,8 +74,9 @@ PROPOSED = [
     "0.97",
     "--kv-cache-memory",
     "550000000",
-    "--language-model-only",
     "--no-enable-prefix-caching",
+    "--compilation-config",
+    '{"cudagraph_mode":"FULL_DECODE_ONLY","cudagraph_capture_sizes":[1,2,4]}',
 ]
 
 
@@ -77,21 +86,17 @@ def test_seed_000_record_is_one_paragraph_with_the_proposed_command() -> None:
     message = err.value.message
     assert "this text has no launch command" in message
     assert "not a vLLM launch command" not in message  # one paragraph, not one line per prose line
-    assert "vllm serve " + " ".join(PROPOSED) in message
-    assert "not proposed: --engram-config {cpu_offload:true}" in message
-    assert "--yes" in message
+    assert shlex.join(["vllm", "serve", *PROPOSED]) in message
+    assert "--yes" in message and "--answers FILE" in message and "network.port" in message
 
 
 def test_seed_000_record_imports_the_proposal_only_when_confirmed() -> None:
     dep = _parse(RECORD, accept=True)
-    assert list(dep.engine.args) == PROPOSED
+    assert list(dep.engine.args) == PROPOSED  # unanswered: vLLM's default port
     assert dep.model.repo == "Minachist/Qwen3.8-Flash-Next-INT4-Mixed-AutoRound"
     assert dep.model.revision == "1703ff595285561b141648609291377d3faf3b64"
     assert dep.resources.gpus.count == 3  # PP 3 × TP 1
-    assert any(
-        n.startswith("the text has no launch command; imported with --yes the command proposed")
-        for n in dep.notes
-    )
+    assert dep.notes[0].startswith("read as a record with no launch command (imported with --yes)")
 
 
 def test_a_record_without_a_model_says_so_in_one_paragraph() -> None:

@@ -153,7 +153,8 @@ Notebook
 
 Flags
 
-TP=2, max-model-len 32768, gpu-util 0.9, enforce eager, swap-space 4, frobnicate 7. Env: expandable_segments, \
+TP=2, max-model-len 32768, gpu-util 0.9, enforce eager, swap-space 4, frobnicate 7. \
+Env: expandable_segments, \
 VLLM_ATTENTION_BACKEND=FLASHINFER, FOO_BAR=3.
 
 Gotchas
