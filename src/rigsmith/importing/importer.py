@@ -326,6 +326,8 @@ def compose_env(source: str, env_file: str | None, environ: Mapping[str, str]) -
     return recipemod.ComposeEnv(process=dict(environ), file_text=text, file_name=name or None)
 
 
+# Over 80 lines: the import's one write path in order (answers, parse, re-import merge, consent, write); the
+# docstring names every option.
 def import_recipe(
     project: Project,
     source: str,

@@ -75,6 +75,8 @@ from rigsmith.importing.recipe.tables import _KUBE_RE
 # -- entry point -------------------------------------------------------------------------------------
 
 
+# Over 80 lines: one dispatch over the recipe forms (JSON, API, card, compose, recipes YAML, record, script),
+# with the docstring naming every option.
 def parse(
     text: str,
     *,

@@ -18,8 +18,8 @@ PITFALL_HEADINGS = frozenset({"pitfalls", "gotchas", "problems", "issues", "cave
 #: Bullet labels of operations (how the record's author started, stopped, watched, measured it): rigsmith
 #: renders and runs its own, so each is listed as not taken, naming the command that replaces it.
 OPS_LABELS: Mapping[str, str] = {
-    "start": "`invoke deploy` renders the run script and `invoke up` starts it",
-    "run": "`invoke deploy` renders the run script and `invoke up` starts it",
+    "start": "`invoke deploy --target podman` renders the run script and `invoke up` starts it",
+    "run": "`invoke deploy --target podman` renders the run script and `invoke up` starts it",
     "logs": "`invoke logs` follows the container's log",
     "stop": "`invoke down` stops and removes the container",
     "restart": "`invoke down` then `invoke up`",
