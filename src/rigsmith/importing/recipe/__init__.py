@@ -152,6 +152,7 @@ def parse(
             meta = Meta()
         elif cardform.is_record(text):
             launch, meta, reading = recordspec.launch_of(text, source, accept, answer)
+            name = name or slug((reading.repo or "record").rsplit("/", 1)[-1])  # a title is too long
         else:
             launch = from_script(text, source, accept)
             meta = Meta()
