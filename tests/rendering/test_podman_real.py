@@ -129,6 +129,37 @@ def test_run_refuses_a_directory_where_the_sparse_file_belongs(
     assert podman.run("container", "exists", "standin-dir", check=False).returncode == 1
 
 
+def test_run_refuses_a_stale_file_where_the_sparse_file_belongs_and_starts_once_it_is_right(
+    tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str
+) -> None:
+    """Seed 000's pitfall 2 as the generated spec carries it (deployments/flash-next-int4-3x3090.yaml is what
+    import-recipe makes of the record): a 0-byte file, which the patched loader rejects as stale, stops
+    run.sh before podman runs; the file at its exact size starts the engine with it mounted."""
+    data = standin_deployment(tmp_path, seed="flash-next-int4-3x3090", name="standin-stale")
+    prepare_host_dirs(data)
+    ple = Path(data["mounts"][0]["host"])  # type: ignore[index]
+    ple.parent.mkdir(parents=True)
+    ple.touch()
+    d = _deploy(tmp_path, data)
+    proc = run_script(d / "run.sh", podman.env)
+    assert proc.returncode == 1
+    assert "has the wrong size" in proc.stderr and "102400491520" in proc.stderr and "hint:" in proc.stderr
+    assert podman.run("container", "exists", "standin-stale", check=False).returncode == 1
+    ple.unlink()
+    with ple.open("wb") as f:
+        f.truncate(102400491520)
+    try:
+        proc = run_script(d / "run.sh", podman.env)
+        assert proc.returncode == 0, proc.stderr
+        rec = parse_recording(podman.logs_until("standin-stale", "Application startup complete"))
+        assert rec.env["VLLM_PLE_MMAP_PATH"] == "/workstation/ngram_table.bin"
+        mounts = podman.inspect("standin-stale")["Mounts"]  # type: ignore[index]
+        (mount,) = [m for m in mounts if m["Destination"] == "/workstation/ngram_table.bin"]  # type: ignore[index, union-attr]
+        assert mount["Source"] == str(ple)  # type: ignore[index]
+    finally:
+        podman.run("rm", "--force", "--time", "0", "standin-stale", check=False)
+
+
 def test_run_refuses_missing_cdi_device_with_hint(
     tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str
 ) -> None:
