@@ -276,3 +276,55 @@ def test_the_generated_spec_deploys_to_every_target(tmp_path: Path, target: str)
     assert "/srv/flash-next/ngram_table.bin" in text and "127.0.0.1" in text
     if target in ("podman", "compose", "lxc"):  # the targets that check or create the file before a start
         assert "102400491520" in text
+
+
+def test_the_same_answers_typed_at_the_terminal_write_the_same_spec(tmp_path: Path) -> None:
+    """The answers file stands in for the terminal: typed on a real pty (Enter takes a default or a guess),
+    the same values give the shipped spec byte for byte."""
+    import os
+    import subprocess
+    import sys
+
+    root = _project(tmp_path)
+    typed = [
+        "/srv/models/Qwen3.8-Flash-Next-INT4-Mixed-AutoRound",  # model.local_dir
+        "/srv/flash-next",  # placeholders.<WORKSTATION>
+        "",  # engine.build: Enter takes vllm-3x3090
+        "8001",  # network.port
+        "VLLM_PLE_MMAP=1 VLLM_PLE_MMAP_PATH=/workstation/ngram_table.bin",  # env.PLE mmap
+        "",  # env.QSA_KV_OFFLOAD: Enter takes the VLLM_ guess
+    ]
+    master, slave = os.openpty()
+    env = {**os.environ, "RIGSMITH_ROOT": str(root), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+    argv = [sys.executable, "-m", "invoke", "-r", str(REPO), "import-recipe", RECORD, "--yes"]
+    with subprocess.Popen(
+        [*argv, "--name", "flash-next-int4-3x3090"],
+        cwd=REPO,
+        env=env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+    ) as proc:
+        os.close(slave)
+        os.write(master, "".join(f"{line}\n" for line in typed).encode())
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the command exited and closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        assert proc.wait(timeout=120) == 0, out.decode()
+    os.close(master)
+    text = out.decode()
+    for key in (
+        "(model.local_dir)",
+        "(placeholders.<WORKSTATION>)",
+        "[vllm-3x3090] (engine.build)",
+        "(network.port)",
+    ):
+        assert key in text
+    generated = (root / "deployments" / "flash-next-int4-3x3090.yaml").read_text()
+    assert generated == (REPO / "deployments" / "flash-next-int4-3x3090.yaml").read_text()
