@@ -386,7 +386,8 @@ def import_recipe(
         "compose_env": env,
         "service": service,
         "variant": variant,
-        "answer": _answerer(given, ask, asked),
+        # The terminal asks only once the user confirmed the import (--yes); the file answers either way.
+        "answer": _answerer(given, ask if yes else None, asked),
     }
     upstream = recipemod.parse(
         text, source=fetched.source, sha256=fetched.sha256, name=name, image=image, **how

@@ -11,7 +11,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
 from rigsmith.importing.recipe import recordform
 from rigsmith.importing.recipe.launch import Launch, Meta, _refuse
-from rigsmith.importing.recipe.recordask import Answer, Reading, no_answer
+from rigsmith.importing.recipe.recordask import Answer, Reading
 from rigsmith.importing.recipe.shellform import _from_shell
 
 
@@ -19,7 +19,7 @@ def launch_of(text: str, source: str, accept: bool, answer: Answer) -> tuple[Lau
     """A text with no launch command, read as a record: one paragraph saying so with the command its lines
     describe (imported only when the user confirms it, ``--yes``), or the launch, its title and the
     reading."""
-    reading = recordform.read(text, answer if accept else no_answer)
+    reading = recordform.read(text, answer)
     what = (
         f"{source}: this text has no launch command: no line runs vllm serve, python -m "
         "vllm.entrypoints.openai.api_server, docker run or podman run (it reads like a record or notes)"
