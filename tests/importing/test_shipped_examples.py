@@ -328,3 +328,18 @@ def test_the_same_answers_typed_at_the_terminal_write_the_same_spec(tmp_path: Pa
         assert key in text
     generated = (root / "deployments" / "flash-next-int4-3x3090.yaml").read_text()
     assert generated == (REPO / "deployments" / "flash-next-int4-3x3090.yaml").read_text()
+
+
+def test_a_record_that_says_nothing_of_exposure_listens_on_loopback() -> None:
+    text = (
+        "One card, short context\n\nSetup\n\n* Model: org/Small-Model\n* Host: 1x RTX 3090\n\nFlags\n\n"
+        "max-model-len 8192, max-num-seqs 2\n\nEnv: VLLM_LOGGING_LEVEL=DEBUG\n"
+    )
+    dep = recipe.parse(text, source="small.txt", sha256="0" * 64, accept=True)
+    assert dep.name == "small-model"
+    assert dep.network.listen == "127.0.0.1" and dep.engine.flag_value("--host") == "127.0.0.1"
+    assert {e.name: e.value for e in dep.env} == {"VLLM_LOGGING_LEVEL": "DEBUG"}
+    assert any(
+        n.startswith("(the record says nothing of where it served) → network.listen 127.0.0.1")
+        for n in dep.notes
+    )

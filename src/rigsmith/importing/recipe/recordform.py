@@ -29,6 +29,7 @@ from rigsmith.importing.recipe.tables import GPUS
 
 _BULLET_RE = re.compile(r"^[•\-*▪◦]\s+(?:(?P<label>[A-Z][\w /-]{0,30}?):\s+)?(?P<body>.*)$")
 _NUMBERED_RE = re.compile(r"^(?P<n>\d+)[.)]\s+(?P<body>.*)$")
+_LABEL_RE = re.compile(r"^[A-Z][\w /-]{0,30}:\s")
 _ENV_SPLIT_RE = re.compile(r"(?:^|(?<=[.;])\s+)Env:\s*")
 
 
@@ -78,7 +79,13 @@ def blocks(text: str) -> tuple[str | None, list[Block], list[str]]:
 
 
 def _is_heading(line: str) -> bool:
-    return len(line) <= 90 and not line.endswith((".", ":", ";", ",")) and not _BULLET_RE.match(line)
+    """A short line on its own that is no sentence, list item or ``Label: value`` line."""
+    return (
+        len(line) <= 90
+        and not line.endswith((".", ":", ";", ","))
+        and not _BULLET_RE.match(line)
+        and not _LABEL_RE.match(line)
+    )
 
 
 def _first_word(heading: str) -> str:
@@ -99,21 +106,24 @@ def read(text: str, answer: Answer = no_answer) -> Reading:
     front: list[str] = []
     flags: list[str] = []
     compilation: dict[str, object] = {}
+    files = [m.container for m in mounts.values()]
     for b in items:
-        if b.kind == "para" and _first_word(b.section) in t.CONFIG_HEADINGS:
-            config, _, env_text = _split_env(b.text)
-            r.notes.append(f"{b.section}: {config}")
-            flags += _config(r, config, compilation)
+        if b.kind == "para":
+            text, _, env_text = _split_env(b.text)
+            if text:
+                r.notes.append(f"{b.section}: {text}" if b.section else text)
+            if text and _first_word(b.section) in t.CONFIG_HEADINGS:
+                flags += _config(r, text.rstrip("."), compilation)
             if env_text is not None:
-                recordenv.read_env(r, env_text, [m.container for m in mounts.values()])
+                recordenv.read_env(r, env_text, files)
         elif b.kind == "bullet" and (b.label or "").lower() == "env":
-            recordenv.read_env(r, b.text, [m.container for m in mounts.values()])
+            recordenv.read_env(r, b.text, files)
         elif b in pitfalls:
             _pitfall(r, b, mounts.get(id(b)))
-        elif b.kind == "bullet":
-            _bullet(r, b, front)
         else:
-            r.notes.append(f"{b.section}: {b.text}" if b.section else b.text)
+            _bullet(r, b, front)
+    if "network.listen" not in r.fields:  # no Serving line: the safe default, said in a note
+        r.notes.append(f"(the record says nothing of where it served) → {'; '.join(_serving(r, '', front))}")
     for heading in empty:
         r.skip(heading, "the record has this heading and nothing under it")
     if compilation:
@@ -125,9 +135,10 @@ def read(text: str, answer: Answer = no_answer) -> Reading:
 
 
 def _split_env(text: str) -> tuple[str, str, str | None]:
+    """A paragraph and the ``Env:`` list it ends in (or is), if any."""
     parts = _ENV_SPLIT_RE.split(text, maxsplit=1)
     if len(parts) == 1:
-        return text.rstrip("."), "", None
+        return text, "", None
     return parts[0].rstrip(" ."), "Env:", parts[1].rstrip(" .")
 
 
