@@ -1,7 +1,8 @@
 """Issue 25: both seeds import as published — seed 003's card text (title, command, ``env:``, ``notes:``)
 exactly like its JSON form, and seed 000's record (no command) through the proposal the user confirms.
 
-The texts are copies of shared/seeds/003_278407e1a2961231.txt and 000_d3542ec133c8aa22.txt."""
+The card is a copy of shared/seeds/003_278407e1a2961231.txt; the record is seed 000 as published, under
+examples/records/."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
 from rigsmith.importing import importer, recipe
 from rigsmith.project import Project
+from tests.support.common import REPO
 from tests.support.recipes import HERE, SEED_RECIPE
 
 CARD = HERE / "data" / "seed-003-card.txt"
-RECORD = HERE / "data" / "seed-000-record.txt"
+RECORD = REPO / "examples" / "records" / "flash-next-int4-3x3090.txt"
 NAME = "flash-next-merlin-4x3090"
 
 
