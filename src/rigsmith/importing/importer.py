@@ -398,7 +398,8 @@ def import_recipe(
     path = project.spec_path(upstream.name)
     base_path = base_path_of(path)
     mine = _valid_spec(path)  # a broken file goes through the merge, which says how to start afresh
-    if mine and not yes and reimport.same_recipe(base_path, upstream, image, allow_mount, source_repo):
+    unchanged_recipe = reimport.same_recipe(base_path, upstream, image, allow_mount, source_repo)
+    if mine and not yes and given is None and unchanged_recipe:  # an answers file is the user's side too
         echo(_UNCHANGED.format(rel=_rel_to(path, project.root)))
         return mine
     # The recipe's side of the merge (and the recorded base) is what the recipe alone says; --image and
