@@ -237,8 +237,8 @@ def _stack(r: Reading, body: str, _front: list[str]) -> list[str]:
     name = r.ask(
         Ask(
             "engine.build",
-            f"the record runs {what}, pinned by a digest it shortened ({value}); name the image definition "
-            "(images/NAME/image.yaml) that builds it",
+            f"the record runs {what}, pinned by a digest {'it shortened' if truncated else 'alone'} "
+            f"({value}); name the image definition (images/NAME/image.yaml) that builds it",
             default=f"vllm-{default}" if default else None,
             guess=True,
         )
