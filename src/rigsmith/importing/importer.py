@@ -652,7 +652,9 @@ def merge_spec(
             )
         merged = merge3(base, ours, theirs, keyed=SPEC_LIST_KEYS.get, resolve=_asker(confirm), argv=SPEC_ARGV)
     value = reimport.args_indexes_kept(merged.value, ours, theirs)
-    if merged.taken:
+    if merged.taken == ("",):  # the file was as the last import wrote it: the new import replaces it whole
+        echo(f"{path.name} was as the last import wrote it; the new import replaces it")
+    elif merged.taken:
         echo(f"upstream changes merged into {path.name}: {', '.join(merged.taken)}")
     if merged.kept == ("",):
         echo(f"the recipe has not changed since the last import; {path.name} stays as you left it")
