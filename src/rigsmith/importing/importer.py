@@ -401,6 +401,7 @@ def import_recipe(
     content = path.read_text(encoding="utf-8") if unchanged else specmod.MODELINE + specmod.dump(dep)
     artifacts = [writer.Artifact(path, content), *image_file]
     if dry_run:
+        writer.refuse_secrets(artifacts)  # the dry run prints what it would write
         _show_dry_run(artifacts, project.root, echo)
         return dep
     writer.write(artifacts, yes=yes, confirm=confirm, echo=echo, root=project.root)

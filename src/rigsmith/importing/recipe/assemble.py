@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from rigsmith import policy, yamldoc
 from rigsmith import spec as specmod
 from rigsmith.imageref import image_problem
+from rigsmith.secretenv import is_secret_name
 from rigsmith.importing import multinode
 from rigsmith.importing.recipe import raycluster
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
@@ -30,9 +31,6 @@ from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _refuse
 from rigsmith.importing.recipe.model import _expands, _Model, _model, _secondary_models
 from rigsmith.importing.recipe.mountkinds import file_mounts
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
-from rigsmith.importing.recipe.tables import (
-    _SECRET_NAME_RE,
-)
 
 # -- Launch + Meta → Deployment ----------------------------------------------------------------------
 
@@ -232,7 +230,7 @@ def _scrub_secrets(data: dict[str, Any], launch: Launch, meta: Meta) -> None:
     """Secret values the recipe showed are cut from the free text (description, notes, env notes, title)."""
     secrets = [*launch.secrets]
     if meta.env_text:
-        secrets += [v for n, v in _ENV_TOKEN_RE.findall(meta.env_text) if _SECRET_NAME_RE.search(n)]
+        secrets += [v for n, v in _ENV_TOKEN_RE.findall(meta.env_text) if is_secret_name(n)]
     # Free text only: the argv and values are exact (and already secret-free), a short key could be a word.
     scrub = sorted({v for v in secrets if len(v) >= 4 and "$" not in v}, key=len, reverse=True)
     for key in ("description", "notes", "env_notes"):

@@ -6,7 +6,7 @@ import re
 
 from rigsmith import spec as specmod
 from rigsmith.importing.recipe.envvars import secret_var
-from rigsmith.importing.recipe.tables import _SECRET_NAME_RE
+from rigsmith.secretenv import is_secret_name
 
 # -- env string grammar (seed 003) -------------------------------------------------------------------
 
@@ -65,7 +65,7 @@ def _entry(
         notes.append(lifted[1])
         return lifted[0]
     return specmod.EnvVar(
-        name=name, value=value, note=note, secret=bool(_SECRET_NAME_RE.search(name)), **flags
+        name=name, value=value, note=note, secret=is_secret_name(name), **flags
     )
 
 

@@ -3,11 +3,17 @@ lifted out of the spec with a note, a host reference kept and explained, repeats
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from rigsmith import spec as specmod
 from rigsmith.importing.recipe.launch import Launch
-from rigsmith.importing.recipe.tables import _SECRET_NAME_RE, _SELF_REF_RE
+from rigsmith.importing.recipe.tables import _SELF_REF_RE
+from rigsmith.secretenv import is_secret_name
+
+
+#: The placeholder of a secret-named variable a recipe reads but never sets (``<HF_TOKEN>``).
+_SECRET_PLACEHOLDER_RE = re.compile(r"^<([A-Za-z_][A-Za-z0-9_]*)>$")
 
 
 def secret_var(
@@ -15,7 +21,7 @@ def secret_var(
 ) -> tuple[specmod.EnvVar, str] | None:
     """A variable whose name says it holds a secret, with its value dropped (never stored in the spec),
     and the note that says so; None for any other variable. Every env source goes through here."""
-    if not _SECRET_NAME_RE.search(name) or "$" in value or not value:
+    if not is_secret_name(name) or "$" in value or not value:
         return None
     if specmod.PLACEHOLDER_RE.fullmatch(value):
         return specmod.EnvVar(name=name, value="", note=note, secret=True, **flags), (
@@ -29,12 +35,17 @@ def secret_var(
 
 
 def env_var(name: str, value: str, note: str | None, launch: Launch, where: str) -> specmod.EnvVar:
-    secret = bool(_SECRET_NAME_RE.search(name))
+    secret = is_secret_name(name)
     m = _SELF_REF_RE.match(value)
     if m and m.group(1) == name:
         launch.notes.append(f"{where}: {name}={value} is read from the host environment at run time")
         return specmod.EnvVar(name=name, value=value, note=note, secret=True)
-    if m and secret:
+    if not m and not secret and (p := _SECRET_PLACEHOLDER_RE.match(value)) and is_secret_name(p.group(1)):
+        # `MY_VAR=$HF_TOKEN` with HF_TOKEN unset where the text was read: the placeholder <HF_TOKEN>
+        # stands for the host's secret, so it is that reference (a secret is never filled into the spec).
+        m, value = p, f"${p.group(1)}"
+    if m and (secret or is_secret_name(m.group(1)) or m.group(1) in launch.secret_refs):
+        # `-e MY_VAR=$HF_TOKEN`: a secret by what it reads, whatever its own name.
         # `-e HUGGING_FACE_HUB_TOKEN=$HF_TOKEN`: the container's NAME is the host's other variable. The
         # value keeps that mapping; every target passes a secret by its own name, so say what to export.
         launch.notes.append(

@@ -43,6 +43,9 @@ class Launch:
     mounts: list[specmod.Mount] = field(default_factory=list)
     #: Secret values taken out of the args and env; scrubbed from every other field (comments, notes).
     secrets: list[str] = field(default_factory=list)
+    #: Host variables known to hold a secret whatever their name (compose interpolation found the value of
+    #: a secret in them): ``X=${NAME}`` is a secret passed from the host's NAME at run time.
+    secret_refs: set[str] = field(default_factory=set)
     #: A container recipe's port publishes (``-p``, compose ``ports:``; ``""`` is ``-P``); None: not a
     #: container recipe, or one whose publishes were not read.
     published: list[str] | None = None
