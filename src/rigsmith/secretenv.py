@@ -42,9 +42,7 @@ def _on_host(path: str) -> bool:
         return False
 
 
-def values(
-    environ: Mapping[str, str | None], exists: Callable[[str], bool] = _on_host
-) -> dict[str, str]:
+def values(environ: Mapping[str, str | None], exists: Callable[[str], bool] = _on_host) -> dict[str, str]:
     """Secret value → the first variable (sorted by name) that holds it, for every secret-named variable of
     ``environ`` whose value is checked by value: long enough, and not an absolute path that ``exists``
     (default: on this host; a pure caller passes ``lambda _: False`` and so checks paths too)."""
@@ -62,4 +60,3 @@ def values(
 def carried(text: str, secrets: Mapping[str, str]) -> list[str]:
     """The names of the variables whose secret value ``text`` holds (sorted, each once)."""
     return sorted({name for value, name in secrets.items() if value in text})
-

@@ -401,7 +401,6 @@ def import_recipe(
     content = path.read_text(encoding="utf-8") if unchanged else specmod.MODELINE + specmod.dump(dep)
     artifacts = [writer.Artifact(path, content), *image_file]
     if dry_run:
-        writer.refuse_secrets(artifacts)  # the dry run prints what it would write
         _show_dry_run(artifacts, project.root, echo)
         return dep
     writer.write(artifacts, yes=yes, confirm=confirm, echo=echo, root=project.root)
@@ -448,6 +447,7 @@ def _valid_spec(path: Path) -> specmod.Deployment | None:
 
 def _show_dry_run(artifacts: Sequence[writer.Artifact], root: Path, echo: Callable[[str], None]) -> None:
     """What a real import would write, file by file (diffs for changes, the text for new files)."""
+    writer.refuse_secrets(artifacts)  # it prints what it would write
     for outcome in writer.plan(artifacts):
         echo(f"{outcome.status:>9}  {_rel_to(outcome.artifact.path, root)}  (dry run: nothing written)")
         if outcome.status in ("update", "conflict"):

@@ -12,7 +12,6 @@ from pydantic import ValidationError
 from rigsmith import policy, yamldoc
 from rigsmith import spec as specmod
 from rigsmith.imageref import image_problem
-from rigsmith.secretenv import is_secret_name
 from rigsmith.importing import multinode
 from rigsmith.importing.recipe import raycluster
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
@@ -31,6 +30,7 @@ from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _refuse
 from rigsmith.importing.recipe.model import _expands, _Model, _model, _secondary_models
 from rigsmith.importing.recipe.mountkinds import file_mounts
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
+from rigsmith.secretenv import is_secret_name
 
 # -- Launch + Meta → Deployment ----------------------------------------------------------------------
 

@@ -14,8 +14,10 @@ A secret's value never enters the spec (:mod:`rigsmith.secretenv`: by its name, 
 variable whose value holds the value of a secret-named one, from the environment or the env file). An
 ``environment`` entry that is one expression yielding a secret's whole value (``MY_VAR: ${HF_TOKEN}``,
 ``- X=${HF_TOKEN:-x}``) becomes the reference ``${HF_TOKEN}`` that every target passes from the host at
-run time; a secret anywhere else (the command, part of a value) is refused naming the place. The result keeps every literal ``$`` escaped as
-``$$``, so the compose form's reader (which unescapes ``$$``) sees exactly compose's value.
+run time; a secret anywhere else (the command, part of a value) is refused naming the place.
+
+The result keeps every literal ``$`` escaped as ``$$``, so the compose form's reader (which unescapes
+``$$``) sees exactly compose's value.
 
 Pure: the caller reads the files and the environment and hands their text and values in.
 """
@@ -93,7 +95,9 @@ class Interpolation:
             return None
         m = _NAME_RE.match(inner)
         rest = inner[m.end() :] if m else None
-        if m is None or (rest and (not value.startswith("${") or not rest.startswith((":-", "-", ":?", "?")))):
+        if m is None or (
+            rest and (not value.startswith("${") or not rest.startswith((":-", "-", ":?", "?")))
+        ):
             return None
         name = m.group(0)
         got = self.values.get(name)

@@ -180,11 +180,7 @@ def _refusals(svc: dict[str, Any], where: str, launch: Launch) -> list[str] | No
             f"; … {len(seen) - 6} more" if len(seen) > 6 else ""
         )
         secret = sorted(
-            {
-                n
-                for _, v in seen
-                if is_secret_name(n := v.strip("${}").split(":", 1)[0].split("-", 1)[0])
-            }
+            {n for _, v in seen if is_secret_name(n := v.strip("${}").split(":", 1)[0].split("-", 1)[0])}
         )
         launch.problems.append(
             f"compose interpolation is not imported (rigsmith would have to guess each value): {shown}. "

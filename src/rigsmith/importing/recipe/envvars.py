@@ -11,7 +11,6 @@ from rigsmith.importing.recipe.launch import Launch
 from rigsmith.importing.recipe.tables import _SELF_REF_RE
 from rigsmith.secretenv import is_secret_name
 
-
 #: The placeholder of a secret-named variable a recipe reads but never sets (``<HF_TOKEN>``).
 _SECRET_PLACEHOLDER_RE = re.compile(r"^<([A-Za-z_][A-Za-z0-9_]*)>$")
 
@@ -34,29 +33,47 @@ def secret_var(
     )
 
 
+def secret_ref(name: str, value: str, known: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """The host variable ``NAME=value`` reads a secret from, when it does: ``$OTHER``/``${OTHER}`` where
+    NAME or OTHER holds a secret (by its name, or ``known``: found holding a secret's value), or the
+    placeholder ``<OTHER>`` of a secret-named OTHER that the text read but never set. Its value is then that
+    reference, never the secret; every target passes it from the host at run time."""
+    m = _SELF_REF_RE.match(value)
+    if (
+        m
+        and m.group(1) != name
+        and (is_secret_name(name) or is_secret_name(m.group(1)) or m.group(1) in known)
+    ):
+        return m.group(1)
+    p = _SECRET_PLACEHOLDER_RE.match(value)
+    if p and not is_secret_name(name) and is_secret_name(p.group(1)):
+        return p.group(1)
+    return None
+
+
+def mapped_secret(
+    name: str, other: str, note: str | None, where: str, notes: list[str], **flags: bool
+) -> specmod.EnvVar:
+    """``NAME=$OTHER`` for a secret: the container's NAME is the host's OTHER (the value keeps it)."""
+    notes.append(
+        f"{where}: {name}=${other} reads the secret {name} from the host's {other}; env[].value keeps that "
+        f'mapping, and the targets pass {name} by name: export {name}="${other}" (or create the podman '
+        f"secret {name}) before starting"
+    )
+    return specmod.EnvVar(
+        name=name, value=f"${other}", note=note or f"from the host's {other}", secret=True, **flags
+    )
+
+
 def env_var(name: str, value: str, note: str | None, launch: Launch, where: str) -> specmod.EnvVar:
     secret = is_secret_name(name)
     m = _SELF_REF_RE.match(value)
     if m and m.group(1) == name:
         launch.notes.append(f"{where}: {name}={value} is read from the host environment at run time")
         return specmod.EnvVar(name=name, value=value, note=note, secret=True)
-    if not m and not secret and (p := _SECRET_PLACEHOLDER_RE.match(value)) and is_secret_name(p.group(1)):
-        # `MY_VAR=$HF_TOKEN` with HF_TOKEN unset where the text was read: the placeholder <HF_TOKEN>
-        # stands for the host's secret, so it is that reference (a secret is never filled into the spec).
-        m, value = p, f"${p.group(1)}"
-    if m and (secret or is_secret_name(m.group(1)) or m.group(1) in launch.secret_refs):
-        # `-e MY_VAR=$HF_TOKEN`: a secret by what it reads, whatever its own name.
-        # `-e HUGGING_FACE_HUB_TOKEN=$HF_TOKEN`: the container's NAME is the host's other variable. The
-        # value keeps that mapping; every target passes a secret by its own name, so say what to export.
-        launch.notes.append(
-            f"{where}: {name}={value} reads the secret {name} from the host's {m.group(1)}; "
-            "env[].value keeps "
-            f'that mapping, and the targets pass {name} by name: export {name}="${m.group(1)}" (or create '
-            f"the podman secret {name}) before starting"
-        )
-        return specmod.EnvVar(
-            name=name, value=value, note=note or f"from the host's {m.group(1)}", secret=True
-        )
+    other = secret_ref(name, value, launch.secret_refs)
+    if other is not None:
+        return mapped_secret(name, other, note, where, launch.notes)
     lifted = secret_var(name, value, note, where)
     if lifted is not None:
         launch.notes.append(lifted[1])
