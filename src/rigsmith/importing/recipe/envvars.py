@@ -56,9 +56,9 @@ def mapped_secret(
 ) -> specmod.EnvVar:
     """``NAME=$OTHER`` for a secret: the container's NAME is the host's OTHER (the value keeps it)."""
     notes.append(
-        f"{where}: {name}=${other} reads the secret {name} from the host's {other}; env[].value keeps that "
-        f'mapping, and the targets pass {name} by name: export {name}="${other}" (or create the podman '
-        f"secret {name}) before starting"
+        f"{where}: {name}=${other} passes the secret {other} as {name}: env[].value keeps that reference, "
+        f"never the value, and every target reads {other} on the host at run time: export {other} (or "
+        f"create the podman secret {other}) before starting"
     )
     return specmod.EnvVar(
         name=name, value=f"${other}", note=note or f"from the host's {other}", secret=True, **flags
