@@ -7,6 +7,7 @@ value."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import yaml
 
 from rigsmith import secretenv, writer
 from rigsmith.errors import RecipeError, RigsmithError
-from rigsmith.importing import importer
+from rigsmith.importing import importer, recipe
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 
@@ -208,3 +209,24 @@ def test_the_writer_refuses_every_write_naming_each_file_and_variable(
         assert f"{tmp_path / 'a'} would hold the value of HF_TOKEN" in str(err.value)
         assert str(tmp_path / "b") not in str(err.value) and TOKEN not in str(err.value)
         assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("env", "name", "source"),
+    [
+        ("MY_VAR=$HF_TOKEN", "MY_VAR", "HF_TOKEN"),
+        ("MY_VAR=${SERVICE_KEY}", "MY_VAR", "SERVICE_KEY"),
+        ("MY_VAR=<HF_TOKEN>", "MY_VAR", "HF_TOKEN"),  # a secret the text read but never set
+        ("HF_TOKEN=<your_hf_token>", "HF_TOKEN", "HF_TOKEN"),  # a documentation placeholder: by its own name
+        ("HUGGING_FACE_HUB_TOKEN=$HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN"),
+    ],
+)
+def test_a_secret_reference_is_passed_from_the_host_in_every_env_form(
+    env: str, name: str, source: str
+) -> None:
+    shell = f"docker run --gpus all -e {shlex.quote(env)} {IMAGE} Qwen/Qwen3-0.6B"
+    card = json.dumps({"command": "vllm serve Qwen/Qwen3-0.6B", "env": env})
+    for text in (shell, card):
+        dep = recipe.parse(text, source="r", sha256="0" * 64, image=IMAGE)
+        (e,) = [e for e in dep.env if e.name == name]
+        assert e.secret and e.host_source == source and dep.placeholders == {}, text
