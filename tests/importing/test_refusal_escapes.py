@@ -81,3 +81,15 @@ def test_every_recipe_error_is_printable_whichever_path_builds_it() -> None:
     err = RecipeError(f"x {PAYLOAD}\nsecond line", hint=f"h {PAYLOAD}")
     assert str(err) == f"x {SHOWN}\nsecond line\n  hint: h {SHOWN}"
     assert shown_lines("a\tb\nc") == "a\\tb\nc"
+
+
+def test_a_dry_run_prints_what_it_would_write_with_the_recipes_escapes_as_text(tmp_path: Path) -> None:
+    (tmp_path / "deployments").mkdir()
+    source = tmp_path / "r.json"
+    command = f"vllm serve Qwen/Qwen3-0.6B --served-model-name 'm{PAYLOAD}'"
+    source.write_text(json.dumps({"command": command, "title": f"t{PAYLOAD}"}), encoding="utf-8")
+    proc = invoke_cli(tmp_path, "import-recipe", str(source), "--name", "e", "--dry-run", "--image", "v:1")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "(dry run: nothing written)" in out and not any(c in out for c in RAW), out
+    assert list((tmp_path / "deployments").iterdir()) == []
