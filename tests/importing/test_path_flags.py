@@ -78,6 +78,8 @@ def test_an_absolute_path_in_a_flag_is_mounted_at_the_same_path_and_the_argv_kep
     )
     assert flag in (mount.note or "")
     assert dep.secondary_models == ()
+    if flag == "--config":
+        assert any("vLLM reads more flags from that file" in n for n in dep.notes)
 
 
 @pytest.mark.parametrize("flag", list(MOUNTED))

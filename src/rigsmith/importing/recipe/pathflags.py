@@ -146,6 +146,12 @@ def place(launch: Launch, model_arg: int, notes: list[str], problems: list[str])
     for fp in flag_paths(launch.args):
         if fp.arg == model_arg:
             continue
+        if fp.flag == "--config":
+            notes.append(
+                f"args[{fp.arg}] --config {fp.value}: vLLM reads more flags from that file, which rigsmith "
+                "does not read (the GPUs, ports and model the spec holds come from the command); move any "
+                "that matter into the command"
+            )
         expands = fp.arg < len(launch.arg_expands) and launch.arg_expands[fp.arg]
         if expands or specmod.PLACEHOLDER_RE.search(fp.value):
             what = "a Hub repo id or a path" if fp.role else "a path"
