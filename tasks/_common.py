@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-from rigsmith.errors import RigsmithError
+from rigsmith.errors import RigsmithError, shown_lines
 
 if TYPE_CHECKING:
     from rigsmith.project import Project
@@ -82,7 +82,7 @@ def confirm() -> Callable[[str], bool] | None:
         return None
 
     def ask(question: str) -> bool:
-        sys.stderr.write(f"{question} [y/N] ")
+        sys.stderr.write(f"{shown_lines(question)} [y/N] ")
         sys.stderr.flush()
         return sys.stdin.readline().strip().lower() in ("y", "yes")
 
@@ -133,7 +133,8 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
             with lockhistory.because(command_line(fn, dict(kwargs))):
                 return fn(*args, **kwargs)
         except RigsmithError as err:
-            raise Exit(f"error: {err}", code=1) from None
+            # The one way an error reaches the terminal: whatever foreign words it quotes, printable.
+            raise Exit(f"error: {shown_lines(str(err))}", code=1) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
 

@@ -51,7 +51,11 @@ def import_recipe(
 ) -> None:
     """Import a published vLLM recipe into deployments/NAME.yaml (a re-import merges into your edits)."""
     resolve = side(ours, theirs)
+    from rigsmith.errors import shown_lines
     from rigsmith.importing import importer
+
+    def say(msg: object) -> None:
+        echo(shown_lines(str(msg)))  # what import prints quotes the recipe (a dry run's text, a proposal)
 
     dep = importer.import_recipe(
         project(c),
@@ -61,7 +65,7 @@ def import_recipe(
         yes=yes,
         dry_run=dry_run,
         confirm=confirm(),
-        echo=echo,
+        echo=say,
         resolve=resolve,
         allow_mount=tuple(allow_mount or ()),
         source_repo=source_repo,
@@ -75,4 +79,4 @@ def import_recipe(
         from rigsmith.operating.nextstep import after_import
 
         for line in after_import(dep):
-            echo(line)
+            say(line)

@@ -29,7 +29,11 @@ class SpecError(RigsmithError):
 
 
 class RecipeError(RigsmithError):
-    """A recipe (URL, file, command text) cannot be imported as it stands."""
+    """A recipe (URL, file, command text) cannot be imported as it stands. Its message and hint quote the
+    recipe, so every line of them is kept printable (:func:`shown_lines`), whichever path built them."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(shown_lines(message), hint=None if hint is None else shown_lines(hint))
 
 
 class ConsentError(RigsmithError):
@@ -61,6 +65,12 @@ def shown(text: str) -> str:
     each character that is not printable (terminal escapes, carriage returns, line breaks) written as its
     Python escape, so foreign bytes cannot rewrite the user's terminal or forge a line of rigsmith's own."""
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def shown_lines(text: str) -> str:
+    """A message that quotes foreign words, through :func:`shown` line by line: its own line breaks kept
+    (the message's layout), every other character that is not printable escaped."""
+    return "\n".join(shown(line) for line in text.split("\n"))
 
 
 class CommandError(AdapterError):

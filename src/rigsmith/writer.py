@@ -11,11 +11,12 @@ import contextlib
 import difflib
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from rigsmith import secretenv
 from rigsmith.errors import ConsentError, DriftError, RigsmithError
 
 Status = Literal["create", "identical", "update", "conflict"]
@@ -106,6 +107,7 @@ def write(
         echo: where status lines and diffs go.
         root: paths are shown relative to it.
     """
+    refuse_secrets(artifacts)
     outcomes = plan(artifacts)
 
     def rel(p: Path) -> str:
@@ -189,4 +191,23 @@ def _commit(artifacts: Sequence[Artifact]) -> None:
 
 def write_one(path: Path, content: str, mode: int = 0o644) -> None:
     """Atomically replace one file the tool owns outright (the lock, caches); no consent needed."""
-    _commit([Artifact(path, content, mode)])
+    artifact = Artifact(path, content, mode)
+    refuse_secrets([artifact])
+    _commit([artifact])
+
+
+def refuse_secrets(artifacts: Sequence[Artifact], environ: Mapping[str, str] | None = None) -> None:
+    """The last check before any file is written: none may hold the value of a secret from the environment
+    (``environ``, default this process's; :mod:`rigsmith.secretenv` says which values count), whatever key
+    or variable carries it. Raises naming each file and variable, never the value; nothing is written."""
+    secrets = secretenv.values(os.environ if environ is None else environ)
+    found = [(a.path, names) for a in artifacts if (names := secretenv.carried(a.content, secrets))]
+    if found:
+        shown = "; ".join(f"{path} would hold the value of {', '.join(names)}" for path, names in found)
+        raise RigsmithError(
+            f"refused: {shown} from your environment (a secret is never written into a file); nothing was "
+            "written",
+            hint="targets pass a secret by name at run time (env[].secret in the spec): remove the value "
+            "from the recipe or the spec and reference the variable instead, or unset the variable if its "
+            "value is no secret",
+        )

@@ -216,7 +216,7 @@ def test_a_refused_recipe_writes_nothing(empty_project: Project, tmp_path: Path)
 HOSTILE_ARGS = [
     "--served-model-name",
     "a;b && rm -rf / #",
-    "--chat-template",
+    "--response-role",
     "$(curl http://127.0.0.1:9/x | sh)",
     "--tool-call-parser",
     "`reboot`",

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigsmith import spec as specmod
-from rigsmith.errors import RecipeError, SpecError
+from rigsmith.errors import RecipeError, SpecError, shown
 from rigsmith.importing import recipe
 from rigsmith.importing.recipe.vllmsynth import js_str
 from rigsmith.project import Project
@@ -310,8 +310,9 @@ def test_plain_scalars_are_read_as_the_sites_yaml_reader_reads_them() -> None:
 
 @pytest.mark.parametrize("asked", ["default@", "@h200", "default\n@h200", "\x00", "default@h200@x"])
 def test_a_variant_flag_that_names_nothing_offered_is_refused_naming_the_flag(asked: str) -> None:
-    """``default@`` named no hardware and imported the site's default profile as if nothing were asked."""
-    assert f"--variant {asked}:" in _refusal((DATA / "Qwen_Qwen3-8B.yaml").read_text(), asked)
+    """``default@`` named no hardware and imported the site's default profile as if nothing were asked.
+    What the flag says is quoted as the terminal will show it (``errors.shown``: a line break escaped)."""
+    assert f"--variant {shown(asked)}:" in _refusal((DATA / "Qwen_Qwen3-8B.yaml").read_text(), asked)
 
 
 _API_RENDERING = {

@@ -504,6 +504,7 @@ def _valid_spec(path: Path) -> specmod.Deployment | None:
 
 def _show_dry_run(artifacts: Sequence[writer.Artifact], root: Path, echo: Callable[[str], None]) -> None:
     """What a real import would write, file by file (diffs for changes, the text for new files)."""
+    writer.refuse_secrets(artifacts)  # it prints what it would write
     for outcome in writer.plan(artifacts):
         echo(f"{outcome.status:>9}  {_rel_to(outcome.artifact.path, root)}  (dry run: nothing written)")
         if outcome.status in ("update", "conflict"):

@@ -22,6 +22,11 @@ from typing import Literal
 
 Kind = Literal["value", "bool", "multi", "json"]
 ModelRef = Literal["model", "tokenizer", "speculative", "lora"]
+#: How a flag's value names local paths (``importing/recipe/pathflags``): ``model`` a model directory or a
+#: Hub id (the value; ``--speculative-config``'s "model"; ``--lora-modules`` NAME=PATH or its JSON "path");
+#: ``dir``/``file`` a local directory/file (``--chat-template``: unless the value is the template itself);
+#: ``json`` the JSON's strings that are paths (a key ending in path/file/dir, or a value starting like one).
+Paths = Literal["model", "dir", "file", "json"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,8 @@ class Flag:
     number: bool = False
     #: The value names a model (the main one, or a secondary Hub model that must be fetched too).
     model_ref: ModelRef | None = None
+    #: The value names local paths the container must see (see ``Paths``).
+    paths: Paths | None = None
 
 
 def _flags(kind: Kind, names: str) -> list[Flag]:
@@ -45,10 +52,17 @@ def _flags(kind: Kind, names: str) -> list[Flag]:
 
 _TABLE: list[Flag] = [
     Flag("--model", model_ref="model"),
-    Flag("--tokenizer", model_ref="tokenizer"),
-    Flag("--speculative-config", "json", model_ref="speculative"),
-    Flag("--speculative-model", model_ref="speculative"),
-    Flag("--lora-modules", "multi", model_ref="lora"),
+    Flag("--tokenizer", model_ref="tokenizer", paths="model"),
+    Flag("--speculative-config", "json", model_ref="speculative", paths="model"),
+    Flag("--speculative-model", model_ref="speculative", paths="model"),
+    Flag("--lora-modules", "multi", model_ref="lora", paths="model"),
+    Flag("--chat-template", paths="file"),
+    Flag("--config", paths="file"),
+    Flag("--kv-transfer-config", "json", paths="json"),
+    Flag("--allowed-local-media-path", paths="dir"),
+    Flag("--ssl-keyfile", paths="file"),
+    Flag("--ssl-certfile", paths="file"),
+    Flag("--ssl-ca-certs", paths="file"),
     Flag("--tensor-parallel-size", aliases=("-tp",), multiplies_gpus=True, number=True),
     Flag("--pipeline-parallel-size", aliases=("-pp",), multiplies_gpus=True, number=True),
     Flag("--prefill-context-parallel-size", aliases=("-pcp",), multiplies_gpus=True, number=True),
@@ -66,7 +80,7 @@ _TABLE: list[Flag] = [
     *_flags(
         "json",
         """
-        --compilation-config --hf-overrides --kv-transfer-config --kv-events-config --limit-mm-per-prompt
+        --compilation-config --hf-overrides --kv-events-config --limit-mm-per-prompt
         --mm-processor-kwargs --override-generation-config --default-chat-template-kwargs --rope-scaling
         --override-pooler-config --additional-config --structured-outputs-config
         --model-loader-extra-config --media-io-kwargs --pooler-config --ec-transfer-config
@@ -111,6 +125,8 @@ GPU_MULTIPLIERS = tuple(f.name for f in _TABLE if f.multiplies_gpus)
 JSON_FLAGS = frozenset(f.name for f in _TABLE if f.kind == "json")
 #: Flags whose value rigsmith reads as a whole number.
 NUMBER_FLAGS = tuple(f.name for f in _TABLE if f.number)
+#: Flags whose value names local paths (canonical names).
+PATH_FLAGS = tuple(f.name for f in _TABLE if f.paths)
 
 
 def lookup(token: str) -> Flag | None:

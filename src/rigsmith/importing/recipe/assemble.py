@@ -27,12 +27,11 @@ from rigsmith.importing.recipe.gpus import (
     parallel_gpus,
 )
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _refuse
-from rigsmith.importing.recipe.model import _expands, _Model, _model, _secondary_models
+from rigsmith.importing.recipe.model import _expands, _Model, _model
 from rigsmith.importing.recipe.mountkinds import file_mounts
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
-from rigsmith.importing.recipe.tables import (
-    _SECRET_NAME_RE,
-)
+from rigsmith.importing.recipe.pathflags import RULE, Placed, flag_paths, place
+from rigsmith.secretenv import is_secret_name
 
 # -- Launch + Meta → Deployment ----------------------------------------------------------------------
 
@@ -232,7 +231,7 @@ def _scrub_secrets(data: dict[str, Any], launch: Launch, meta: Meta) -> None:
     """Secret values the recipe showed are cut from the free text (description, notes, env notes, title)."""
     secrets = [*launch.secrets]
     if meta.env_text:
-        secrets += [v for n, v in _ENV_TOKEN_RE.findall(meta.env_text) if _SECRET_NAME_RE.search(n)]
+        secrets += [v for n, v in _ENV_TOKEN_RE.findall(meta.env_text) if is_secret_name(n)]
     # Free text only: the argv and values are exact (and already secret-free), a short key could be a word.
     scrub = sorted({v for v in secrets if len(v) >= 4 and "$" not in v}, key=len, reverse=True)
     for key in ("description", "notes", "env_notes"):
@@ -254,7 +253,10 @@ def _argv_notes(launch: Launch, model: _Model) -> list[str]:
             notes.append(f"args[{i}] {a!r} holds shell syntax that a shell would expand; kept literally")
     model_value = flag_values([launch.args[model_idx]], "--model") or [(model_idx, launch.args[model_idx])]
     if repo is not None and model_value[0][1] == repo and not specmod.PLACEHOLDER_RE.fullmatch(repo):
-        notes.append(f"the model argument {repo} is replaced by the downloaded copy at model.container_path")
+        notes.append(
+            f"the model argument {repo} is replaced by the downloaded copy at model.container_path ({repo} "
+            f"is a Hub repo id by rigsmith's rule: {RULE}; for a directory of that name write ./{repo})"
+        )
     if repo is None:
         notes.append(
             "model.repo is null: the checkpoint is already on disk at model.local_dir, mounted read-only at "
@@ -262,8 +264,9 @@ def _argv_notes(launch: Launch, model: _Model) -> list[str]:
         )
     if model.note:
         notes.append(model.note)
+    said = {fp.arg for fp in flag_paths(launch.args)}  # pathflags says where each of those is
     for i, a in enumerate(launch.args):
-        if a.startswith("./") and i != model_idx:
+        if a.startswith("./") and i != model_idx and i not in said:
             notes.append(
                 f"args[{i}] {a!r} is a path relative to where the recipe ran; mount it and fix the path"
             )
@@ -282,6 +285,24 @@ def _served_note(launch: Launch, model: _Model, container_path: str) -> list[str
         f"recipe set no --served-model-name, so every target adds --served-model-name {word}: clients still "
         f"call the model {word}"
     ]
+
+
+def _add_flag_mounts(launch: Launch, placed: Placed, model: _Model, container_path: str, source: str) -> None:
+    """The flags' paths mounted (``pathflags``): each once, and none where the model or another mount is
+    already mounted from elsewhere (podman refuses two mounts at one path)."""
+    taken = {container_path: model.local_dir, **{m.container: m.host for m in launch.mounts}}
+    clashes = []
+    for m in placed.mounts:
+        if m.container not in taken:
+            taken[m.container] = m.host
+            launch.mounts.append(m)
+        elif taken[m.container] != m.host:
+            clashes.append(
+                f"{m.note}: {m.container} is already where {taken[m.container]} is mounted; give the flag "
+                "a path of its own"
+            )
+    if clashes:
+        raise _refuse(source, clashes)
 
 
 def _cluster(launch: Launch, vendor: str) -> tuple[dict[str, Any] | None, list[str], list[str]]:
@@ -323,6 +344,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     device_problems(launch, runs, problems)
     vendor = launch.gpu_vendor or _vendor(env, runs)
     gpus = _gpus(launch, facts, vendor, problems)
+    placed = place(launch, model.arg, notes, problems) if model is not None else Placed([], [])
     if problems or model is None or gpus is None:
         raise _refuse(source, problems or ["no model"])
     repo, local_dir, model_idx = model.repo, model.local_dir, model.arg
@@ -333,6 +355,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     if model.container_path is not None:
         # The recipe's own volume is the model mount (`-v /srv/m:/models/m ... --model /models/m`).
         launch.mounts = [m for m in launch.mounts if m.container.rstrip("/") != model.container_path]
+    _add_flag_mounts(launch, placed, model, container_path, source)
     final_image = image or launch.image
     if image and launch.image and image != launch.image:
         notes.append(f"the recipe's image {launch.image} was replaced by --image {image}")
@@ -341,7 +364,6 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     device_notes(launch, gpus, parallel_gpus(launch), notes)
     cluster, node_tokens, cluster_notes = _cluster(launch, vendor)
     notes += cluster_notes
-    secondary = _secondary_models(launch, model, notes)
     mounts = file_mounts(launch.mounts, facts, notes)
     all_notes = [*([meta.notes_text] if meta.notes_text else []), *launch.notes, *notes]
     data: dict[str, Any] = {
@@ -357,7 +379,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
             "size_bytes": facts.size_bytes,
             "config_patches": [p.model_dump(exclude_defaults=True) for p in facts.patches],
         },
-        "secondary_models": secondary,
+        "secondary_models": placed.secondary,
         "engine": {
             "image": final_image,
             "recipe_executable": launch.recipe_executable,

@@ -8,8 +8,16 @@ both read the same values; its own ``${…}`` are not expanded here (``interpola
 
 Where compose would substitute an empty string for a variable nobody sets, rigsmith writes the placeholder
 ``<VAR>`` that the user fills (an empty model path or port is never what the author meant); a required
-value (``:?``/``?``) that nobody sets is an error naming it. The result keeps every literal ``$`` escaped as
-``$$``, so the compose form's reader (which unescapes ``$$``) sees exactly compose's value.
+value (``:?``/``?``) that nobody sets is an error naming it.
+
+A secret's value never enters the spec (:mod:`rigsmith.secretenv`: by its name, or by its value — a
+variable whose value holds the value of a secret-named one, from the environment or the env file). An
+``environment`` entry that is one expression yielding a secret's whole value (``MY_VAR: ${HF_TOKEN}``,
+``- X=${HF_TOKEN:-x}``) becomes the reference ``${HF_TOKEN}`` that every target passes from the host at
+run time; a secret anywhere else (the command, part of a value) is refused naming the place.
+
+The result keeps every literal ``$`` escaped as ``$$``, so the compose form's reader (which unescapes
+``$$``) sees exactly compose's value.
 
 Pure: the caller reads the files and the environment and hands their text and values in.
 """
@@ -24,7 +32,7 @@ from typing import Any
 
 from dotenv import dotenv_values
 
-from rigsmith.importing.recipe.tables import _SECRET_NAME_RE
+from rigsmith import secretenv
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OPS = (":-", ":?", ":+", "-", "?", "+")
@@ -63,8 +71,40 @@ class Interpolation:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     used: dict[str, str] = field(default_factory=dict)
-    #: Interpolating an ``environment`` entry: a secret's value may go there (the reader lifts it out).
-    in_env: bool = False
+    #: Variables an ``environment`` entry now references (``${NAME}``) because they hold a secret.
+    references: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        # Every long value is searched for, paths too: this module looks at no file system.
+        self._secrets = secretenv.values(self.values, exists=lambda _path: False)
+
+    def secret(self, name: str, value: str) -> bool:
+        """Whether ``name`` holds a secret: by its name, or its value holds a secret's value."""
+        return secretenv.is_secret_name(name) or bool(secretenv.carried(value, self._secrets))
+
+    def reference(self, value: str) -> str | None:
+        """``${NAME}`` when ``value`` is one expression that yields the whole value of NAME, a secret that
+        is set (``${NAME}``, ``$NAME``, ``${NAME:-d}``, ``${NAME?e}``…); else None."""
+        if value.startswith("${"):
+            if _closing(value, 2) != len(value) - 1:
+                return None
+            inner = value[2:-1]
+        elif value.startswith("$"):
+            inner = value[1:]
+        else:
+            return None
+        m = _NAME_RE.match(inner)
+        rest = inner[m.end() :] if m else None
+        if m is None or (
+            rest and (not value.startswith("${") or not rest.startswith((":-", "-", ":?", "?")))
+        ):
+            return None
+        name = m.group(0)
+        got = self.values.get(name)
+        if not got or not self.secret(name, got):
+            return None
+        self.references.add(name)
+        return f"${{{name}}}"
 
     def text(self, value: str, where: str) -> str:
         """``value`` interpolated, literal ``$`` kept as ``$$``."""
@@ -127,14 +167,15 @@ class Interpolation:
                 f"an empty string; it is the placeholder {token}, which you fill in before deploy"
             )
             return token
-        if _SECRET_NAME_RE.search(name) and value and not self.in_env:
+        if value and self.secret(name, value):
+            holds = "" if secretenv.is_secret_name(name) else f" ({name} holds the value of a secret)"
             self.problems.append(
-                f"{where}: {src} would write the secret {name} into the spec; pass it only under "
-                "environment: "
-                f"as {name}: ${{{name}}}, which rigsmith reads from the host at run time"
+                f"{where}: {src} would write the secret {name}{holds} into the spec; pass it only as a "
+                f"whole environment: value, NAME: ${{{name}}}, which every target reads from the host at "
+                "run time"
             )
             return ""
-        self.used[name] = "(secret)" if _SECRET_NAME_RE.search(name) else value
+        self.used[name] = "(secret)" if secretenv.is_secret_name(name) else value
         return _esc(value)
 
 
@@ -177,28 +218,30 @@ def interpolate(tree: Any, interp: Interpolation, where: str) -> Any:
 
 
 def _environment(env: Any, interp: Interpolation, where: str) -> Any:
-    interp.in_env = True
-    try:
-        return _environment_entries(env, interp, where)
-    finally:
-        interp.in_env = False
+    """An ``environment`` mapping or list: ``NAME: ${NAME}`` kept, a whole secret made a reference
+    (:meth:`Interpolation.reference`), everything else interpolated."""
 
-
-def _environment_entries(env: Any, interp: Interpolation, where: str) -> Any:
     def passthrough(name: str, value: object) -> bool:
         return isinstance(value, str) and value in (f"${name}", f"${{{name}}}")
 
+    def reference(value: object) -> str | None:
+        return interp.reference(value) if isinstance(value, str) else None
+
     if isinstance(env, dict):
         return {
-            k: v if passthrough(str(k), v) else interpolate(v, interp, f"{where}.{k}") for k, v in env.items()
+            k: v if passthrough(str(k), v) else reference(v) or interpolate(v, interp, f"{where}.{k}")
+            for k, v in env.items()
         }
     if isinstance(env, list):
         out = []
         for i, item in enumerate(env):
             name, eq, value = str(item).partition("=")
-            out.append(
-                item if eq and passthrough(name, value) else interpolate(item, interp, f"{where}[{i}]")
-            )
+            if eq and passthrough(name, value):
+                out.append(item)
+            elif eq and (ref := reference(value)) is not None:
+                out.append(f"{name}={ref}")
+            else:
+                out.append(interpolate(item, interp, f"{where}[{i}]"))
         return out
     return env
 

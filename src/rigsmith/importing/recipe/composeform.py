@@ -19,7 +19,8 @@ from rigsmith.importing.recipe.containeropts import device_node, set_shm, volume
 from rigsmith.importing.recipe.envvars import env_var, merge_env, passthrough
 from rigsmith.importing.recipe.launch import Launch
 from rigsmith.importing.recipe.shellscript import is_shell_c, script_argv
-from rigsmith.importing.recipe.tables import _COMPOSE_VAR_RE, _SECRET_NAME_RE, _SELF_REF_RE, _SERVICES_RE
+from rigsmith.importing.recipe.tables import _COMPOSE_VAR_RE, _SELF_REF_RE, _SERVICES_RE
+from rigsmith.secretenv import is_secret_name
 
 # -- format (c): compose -----------------------------------------------------------------------------
 
@@ -141,6 +142,7 @@ def _from_compose(
         svc = composeenv.interpolate(svc, interp, where)
         launch.problems += interp.problems
         launch.notes += composeenv.notes_for(interp)
+        launch.secret_refs |= interp.references
         if launch.problems:
             return launch
     entry_list = _refusals(svc, where, launch)
@@ -178,11 +180,7 @@ def _refusals(svc: dict[str, Any], where: str, launch: Launch) -> list[str] | No
             f"; … {len(seen) - 6} more" if len(seen) > 6 else ""
         )
         secret = sorted(
-            {
-                n
-                for _, v in seen
-                if _SECRET_NAME_RE.search(n := v.strip("${}").split(":", 1)[0].split("-", 1)[0])
-            }
+            {n for _, v in seen if is_secret_name(n := v.strip("${}").split(":", 1)[0].split("-", 1)[0])}
         )
         launch.problems.append(
             f"compose interpolation is not imported (rigsmith would have to guess each value): {shown}. "

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from rigsmith import spec as specmod
-from rigsmith.importing.recipe.envvars import secret_var
-from rigsmith.importing.recipe.tables import _SECRET_NAME_RE
+from rigsmith.importing.recipe.envvars import mapped_secret, secret_ref, secret_var
+from rigsmith.secretenv import is_secret_name
 
 # -- env string grammar (seed 003) -------------------------------------------------------------------
 
@@ -60,13 +60,14 @@ def _entry(
 ) -> specmod.EnvVar:
     """One variable of the env string: a secret's value lifted out (said in ``notes``), else kept, marked
     secret when its name says so."""
+    other = secret_ref(name, value)
+    if other is not None:
+        return mapped_secret(name, other, note, where, notes, **flags)
     lifted = secret_var(name, value, note, where, **flags)
     if lifted is not None:
         notes.append(lifted[1])
         return lifted[0]
-    return specmod.EnvVar(
-        name=name, value=value, note=note, secret=bool(_SECRET_NAME_RE.search(name)), **flags
-    )
+    return specmod.EnvVar(name=name, value=value, note=note, secret=is_secret_name(name), **flags)
 
 
 def _annotation_spans(text: str) -> list[tuple[int, int]]:

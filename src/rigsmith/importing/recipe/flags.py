@@ -76,8 +76,11 @@ _NUMBER_FLAGS = vllmflags.NUMBER_FLAGS
 
 
 def _number_problems(args: Sequence[str]) -> list[str]:
-    """Numbers written in non-ASCII digits (``-tp ²``, ``--port ٨٠``): vLLM refuses them, and ``int()``
-    would read some and crash on others, so the import refuses them naming the flag."""
+    """A whole-number flag (vllmflags ``number``) given anything else — a word (``--tensor-parallel-size
+    Your_GPU_number``), a fraction, a sign, digits of another script (``-tp ²``, ``--port ٨٠``, which
+    ``int()`` reads and vLLM's parser does not all take): refused naming the flag, since the import would
+    otherwise hand vLLM an argument it refuses, or count GPUs from a guess. A placeholder (``<TP>``) is the
+    user's to fill, and shell syntax is kept literally with its own note."""
     out = []
     for i, a in enumerate(args):
         flag = canonical_flag(a) or policy.vllm_flag_name(a)
@@ -86,9 +89,13 @@ def _number_problems(args: Sequence[str]) -> list[str]:
         _, eq, value = a.partition("=")
         if not eq:
             value = args[i + 1] if i + 1 < len(args) else ""
-        if any(not ch.isascii() and (ch.isdigit() or ch.isnumeric()) for ch in value):
-            out.append(
-                f"args[{i}]: {flag} {value!r} is not a whole number in ASCII digits (0-9), which vLLM "
-                "needs; write it with 0-9"
-            )
+        if specmod.ascii_int(value) is not None or specmod.PLACEHOLDER_RE.fullmatch(value):
+            continue
+        if "$" in value or "`" in value:
+            continue
+        where = "" if eq or i + 1 < len(args) else " (nothing follows it)"
+        out.append(
+            f"args[{i}]: {flag} takes a whole number written in ASCII digits (0-9), and the recipe gives "
+            f"it {value!r}{where}; write the number you run"
+        )
     return out

@@ -11,7 +11,7 @@ import yaml
 
 from rigsmith import spec as specmod
 from rigsmith import yamldoc
-from rigsmith.errors import RecipeError
+from rigsmith.errors import RecipeError, shown
 
 # -- intermediate ------------------------------------------------------------------------------------
 
@@ -43,6 +43,9 @@ class Launch:
     mounts: list[specmod.Mount] = field(default_factory=list)
     #: Secret values taken out of the args and env; scrubbed from every other field (comments, notes).
     secrets: list[str] = field(default_factory=list)
+    #: Host variables known to hold a secret whatever their name (compose interpolation found the value of
+    #: a secret in them): ``X=${NAME}`` is a secret passed from the host's NAME at run time.
+    secret_refs: set[str] = field(default_factory=set)
     #: A container recipe's port publishes (``-p``, compose ``ports:``; ``""`` is ``-P``); None: not a
     #: container recipe, or one whose publishes were not read.
     published: list[str] | None = None
@@ -89,7 +92,8 @@ def _provenance(source: str, sha256: str, meta: Meta) -> specmod.Provenance:
 
 def _refuse(source: str, problems: Sequence[str]) -> RecipeError:
     lines = [f"{source}: cannot import this recipe ({len(problems)} problem(s))"]
-    lines += [f"  - {p}" for p in problems]
+    # One line per problem: a recipe's line break inside a quoted value is escaped with the rest.
+    lines += [f"  - {shown(p)}" for p in problems]
     return RecipeError(
         "\n".join(lines),
         hint="fix the recipe text (a local copy is fine: `invoke import-recipe PATH`) and import again",

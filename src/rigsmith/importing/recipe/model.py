@@ -3,11 +3,9 @@ secondary Hub models it names."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
 
 from rigsmith import spec as specmod
 from rigsmith.importing import vllmflags
@@ -210,71 +208,3 @@ def _local_model(launch: Launch, value: str, idx: int, problems: list[str]) -> _
             "relative one)"
         )
     return _Model(None, local, idx, note, container_path=exact)
-
-
-def _secondary_models(launch: Launch, main: _Model, notes: list[str]) -> list[dict[str, Any]]:
-    """The Hub models the args name besides the main one (vllmflags ``model_ref``): a draft model in
-    ``--speculative-config`` (or the older ``--speculative-model``), ``--tokenizer``, ``--lora-modules``.
-    A local path is left as written (it must be mounted; noted)."""
-    found: list[dict[str, Any]] = []
-    args = launch.args
-
-    def add(role: str, value: str, idx: int, name: str | None = None) -> None:
-        if _expands(launch, idx) or specmod.PLACEHOLDER_RE.search(value):
-            return
-        if _REPO_RE.match(value) and not value.startswith(("/", "~", ".")):
-            found.append({"role": role, "repo": value, "name": name, "arg": idx})
-        elif value.startswith(("/", "~")):
-            notes.append(
-                f"args[{idx}] {value!r} ({role}) is a local path: mount it into the container and fix "
-                "the path"
-            )
-
-    i = 0
-    while i < len(args):
-        flag = vllmflags.lookup(args[i])
-        end = vllmflags.span(args, i) if vllmflags.is_option(args[i]) else i + 1
-        if flag is None or flag.model_ref in (None, "model") or i == main.arg:
-            i = end
-            continue
-        if "=" in args[i]:
-            values = [(i, args[i].split("=", 1)[1])]
-        else:
-            values = [(k, args[k]) for k in range(i + 1, end)]
-        for k, v in values:
-            if flag.model_ref == "speculative" and flag.kind == "json":
-                try:
-                    conf = json.loads(v)
-                except ValueError:
-                    continue
-                if isinstance(conf, dict) and isinstance(conf.get("model"), str):
-                    add("speculative", conf["model"], k)
-            elif flag.model_ref == "lora":
-                name, path = _lora_module(v)
-                if path is not None:
-                    add("lora", path, k, name)
-            elif flag.model_ref is not None:
-                add(flag.model_ref, v, k)
-        i = end
-    if found:
-        notes.append(
-            "secondary_models lists the Hub models the engine loads besides the main one "
-            f"({', '.join(f['repo'] for f in found)}); pin and fetch-model lock and fetch each into its own "
-            "directory, and every target mounts it read-only and points the argument at it"
-        )
-    return found
-
-
-def _lora_module(value: str) -> tuple[str | None, str | None]:
-    """``NAME=PATH`` or the JSON form ``{"name": …, "path": …}`` of one ``--lora-modules`` value."""
-    if value.lstrip().startswith("{"):
-        try:
-            data = json.loads(value)
-        except ValueError:
-            return None, None
-        if isinstance(data, dict) and isinstance(data.get("path"), str):
-            name = data.get("name")
-            return (name if isinstance(name, str) else None), data["path"]
-        return None, None
-    name, eq, path = value.partition("=")
-    return (name, path) if eq else (None, None)

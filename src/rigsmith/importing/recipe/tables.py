@@ -96,10 +96,6 @@ GPU_VENDOR_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 DEFAULT_GPU_VENDOR = "nvidia.com/gpu"
 
-#: Whole ``_``-separated words, so HF_TOKEN is a secret and TOKENIZERS_PARALLELISM is not.
-_SECRET_NAME_RE = re.compile(
-    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|API_KEY|ACCESS_KEY|CREDENTIALS?)(_|$)", re.IGNORECASE
-)
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SELF_REF_RE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
