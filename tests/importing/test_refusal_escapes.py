@@ -30,7 +30,8 @@ CASES = {
     "record": (
         "notes.txt",
         "A record of a run\n\nThe question is whether it serves.\n\n"
-        f"• Model: Qwen/Qwen3-0.6B\n• Config: max-model-len 4096, --served-model-name x{PAYLOAD}\n",
+        f"• Model: Qwen/Qwen3-0.6B\n\nConfig (upstream, verbatim)\n\n"
+        f"max-model-len 4096, chat-template /t/x{PAYLOAD}.\n",
         (),
     ),
     "variants": (
