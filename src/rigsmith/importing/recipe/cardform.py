@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from rigsmith.importing import vllmflags
-from rigsmith.importing.shellparse import strip_prompts
+from rigsmith.importing.prompts import strip_prompts
 
 _FIELD_RE = re.compile(r"^(env|notes):[ \t]+['\"]", re.MULTILINE)
 #: A line that starts a launch command (after a prompt, sudo, NAME=value prefixes or a path).

@@ -1,11 +1,17 @@
-"""Recipe form (b) as pasted: a script evaluated into its one command (:mod:`rigsmith.importing.shelleval`)
-before the shell form reads it, or a record with no command at all (:mod:`.cardform`)."""
+"""Recipe form (b) as pasted: a script run by bash in the jail (:mod:`rigsmith.importing.bashjail`) to the
+command it launches, which the shell form then reads; or a record with no command at all (:mod:`.cardform`).
+"""
 
 from __future__ import annotations
 
+import re
+import shlex
+
 from rigsmith.errors import RecipeError
-from rigsmith.importing import shelleval
+from rigsmith.importing import bashjail
+from rigsmith.importing.prompts import strip_prompts
 from rigsmith.importing.recipe import cardform
+from rigsmith.importing.recipe.envvars import env_var, merge_env
 from rigsmith.importing.recipe.launch import Launch
 from rigsmith.importing.recipe.shellform import _from_shell
 
@@ -41,28 +47,70 @@ def _from_record(text: str, source: str, accept: bool) -> Launch:
     return launch
 
 
+#: What makes a text more than one plain command: expansions, operators, redirections, grouping, quotes
+#: that bash reads differently from shlex (``$'…'``), more than one line.
+_SHELL_SYNTAX_RE = re.compile(r"[$`;&|<>(){}*?\\[\]!~#]|\n(?!$)")
+
+
+def plain_command(text: str) -> bool:
+    """Whether ``text`` is one plain command (words and quotes, nothing bash would expand or decide), which
+    imports the same with or without bash: ``shlex.split`` gives bash's argv for it."""
+    joined = re.sub(r"\\\r?\n", " ", text).strip()
+    if not joined or _SHELL_SYNTAX_RE.search(joined):
+        return False
+    try:
+        shlex.split(joined)
+    except ValueError:
+        return False
+    return True
+
+
+def _no_jail(text: str, source: str, why: str) -> RecipeError:
+    return RecipeError(
+        f"{source}: this text is a script (variables, several lines or shell syntax), and rigsmith runs a "
+        f"script with bash inside the bubblewrap sandbox to learn the command it launches; {why}. "
+        "Without it only a text that is one plain command imports",
+        hint="install bubblewrap (apt-get install bubblewrap; user namespaces must be allowed), or paste "
+        "the launch command alone",
+    )
+
+
 def from_script(text: str, source: str, accept: bool) -> Launch:
-    """Shell text: evaluated (:mod:`rigsmith.importing.shelleval`) into the one command it runs, then read
-    as that command. Steps beyond bash need ``accept``; without it they are refused, saying what it takes."""
+    """Shell text: run by bash in the jail to the command it launches, then read as that command."""
     if cardform.is_record(text):
         return _from_record(text, source, accept)
-    ev = shelleval.evaluate(text, accept=accept)
-    if ev.asks and not accept:
-        raise RecipeError(
-            "\n".join(
-                [f"{source}: cannot import this recipe as bash would run it ({len(ev.asks)} question(s))"]
-                + [f"  - {a}" for a in ev.asks + ev.problems]
-            ),
-            hint="re-run with --yes to import it as described (the spec's notes record each step), or fix "
-            "the text",
-        )
-    if not ev.changed:
-        launch = _from_shell(text)
-        if ev.problems:  # outside the subset: named by the evaluator, in one paragraph
-            launch.problems = list(ev.problems)
+    stripped, prompt_notes = strip_prompts(text)
+    why = bashjail.unavailable()
+    if why is not None:
+        if not plain_command(stripped):
+            raise _no_jail(text, source, why)
+        launch = _from_shell(stripped)
+        launch.notes = [
+            *prompt_notes,
+            f"bash was not run ({why}); the text is one plain command",
+            *launch.notes,
+        ]
         return launch
-    launch = _from_shell(ev.text)
-    launch.problems = [*ev.problems, *launch.problems]
-    launch.notes = [*ev.notes, *launch.notes]
-    launch.made_placeholders = ev.placeholders
+    return handed_on(bashjail.run(stripped), prompt_notes)
+
+
+def handed_on(answer: bashjail.Answer, notes: list[str]) -> Launch:
+    """The launch bash's answer describes: its launch commands (each on its own line, as the shell form
+    reads them), the environment the first one was given, and what bash did on the way as notes."""
+    if answer.problems:
+        launch = Launch()
+        launch.problems = list(answer.problems)
+        return launch
+    lines: list[str] = []
+    for call in answer.calls:
+        while len(lines) < call.line - 1:
+            lines.append("")
+        lines.append(shlex.join(call.argv))
+    launch = _from_shell("\n".join(lines) + "\n")
+    launch.notes = [*notes, *answer.notes, *launch.notes]
+    if answer.calls:
+        first = answer.calls[0]
+        env = [env_var(k, v, None, launch, f"line {first.line}") for k, v in first.env]
+        launch.env = merge_env([*env, *launch.env], launch)
+    launch.made_placeholders = list(answer.placeholders)
     return launch

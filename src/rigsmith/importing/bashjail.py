@@ -1,0 +1,475 @@
+"""A pasted script run by GNU bash itself, jailed, to learn the command it launches (issue 35).
+
+A subset of the shell written by hand is not bash and keeps differing from it; here bash does what bash
+does. The text runs under ``bash -c`` inside bubblewrap: every namespace unshared (no network), an empty
+environment, no controlling terminal, ``--die-with-parent``, only bash, the libraries it links and this
+module's two scripts bound read-only, a small tmpfs as the working directory, limits on CPU time, memory,
+processes and file size, and a wall clock kept here (the whole process group is killed at the end).
+
+Inside, every command is a stub (``jail/stub.bash``, bound under each name; ``command_not_found_handle`` for
+the rest): the launchers (``vllm``, ``python*``, ``docker``, ``podman``, ``ray``) record their argv and the
+environment they were given, NUL-separated, on a descriptor read here; the wrappers (``sudo``, ``nohup``,
+``env``, ``uv run``, ``bash -c``) record themselves and run what they wrap, so the innermost launcher's argv
+is what is recorded (``exec`` needs nothing: bash execs the stub); any other command records itself and
+prints a token in place of its output. ``jail/prelude.bash`` (bash's ``BASH_ENV``) sets ``set -u``, bash's
+own trace (``PS4`` with a marker and ``$LINENO``) onto a second descriptor, and a DEBUG trap that tells the
+stubs the line.
+
+What is learned, by one rule each:
+
+- a variable or positional parameter the text never sets is the placeholder ``<NAME>`` (``<1>``): bash
+  reports it unbound, and the text runs again with that name set from that line on;
+- a test, ``case``, loop or arithmetic that bash evaluated on a placeholder or on a command's output
+  token is refused naming the line and the value (read from bash's trace, not from a parser here);
+- a command outside the launchers: refused where its output token reaches a launcher's argv or env, a
+  ``source`` of a file the text does not hold is refused, anything else is a note;
+- ``$HOME`` and ``~`` are ``~`` (the invoking user's home, as every target writes it out); the directory
+  the recipe runs in is ``.``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from rigsmith.errors import shown
+from rigsmith.importing.unknown import placeholder
+
+_FILES = Path(__file__).with_name("jail")
+#: Names the stub is bound under on the jail's PATH.
+STUB_NAMES = (
+    "vllm",
+    "python",
+    "python3",
+    "docker",
+    "podman",
+    "ray",
+    "sudo",
+    "nohup",
+    "env",
+    "uv",
+    "bash",
+    "sh",
+)
+LAUNCHERS = frozenset({"vllm", "docker", "podman", "ray"})
+#: The directory the recipe runs in, inside the jail; written ``.`` in what is handed on.
+CWD = "/.rigsmith-recipe-dir"
+_BASH = "/usr/bin/bash"
+#: Bounds: one run's wall clock (s), all runs together (s), bytes read back per descriptor, runs.
+RUN_SECONDS = 4.0
+TOTAL_SECONDS = 8.0
+MAX_OUTPUT = 4 << 20
+MAX_RUNS = 12
+MAX_TEXT = 256 << 10
+_TOKEN_RE = re.compile(r"@@rigsmith-output-\d+@@")
+_ERR_RE = re.compile(r"^(?:\S*bash|sh): (?:line (\d+): )?(.*)$")
+_UNBOUND_RE = re.compile(r"^(\$?)([A-Za-z_][A-Za-z0-9_]*(?:\[[^]\s]*\])?|\d+): unbound variable$")
+_REQUIRED_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): ")
+_MISSING_RE = re.compile(r"^(\S*/\S*): No such file or directory$")
+_PLACEHOLDER_VALUE_RE = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*(?:\[[^]\s]*\])?|\d+)>")
+#: What bash traces before it decides: a test, a loop over words, arithmetic.
+_DECIDING = ("'[' ", "[ ", "[[ ", "test ", "(( ", "for ", "select ", "let ")
+
+
+class JailUnavailable(Exception):
+    """bubblewrap is not installed or cannot make its namespaces here."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One launcher run: its argv (``argv[0]`` the name or path it was called by), env and line."""
+
+    line: int
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Answer:
+    """What bash did with the text."""
+
+    calls: list[Call] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    #: Placeholder tokens that reach a launcher (``<MODEL>``), for the user to fill.
+    placeholders: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Run:
+    """The raw outcome of one run in the jail."""
+
+    records: list[list[str]]
+    trace: str
+    errors: list[tuple[int, str]]
+    status: int | None  # None: killed at the wall clock
+    overflow: bool = False
+
+
+def bwrap() -> str | None:
+    """The bubblewrap binary, or None."""
+    return shutil.which("bwrap")
+
+
+@functools.cache
+def _probe(binary: str) -> str | None:
+    """Why bubblewrap cannot run here (None when it can): it is tried once per process."""
+    try:
+        proc = subprocess.run(
+            _bwrap_argv(binary, [], ()) + ["-c", "exit 0"],
+            preexec_fn=_limits,
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    return None if proc.returncode == 0 else proc.stderr.decode(errors="replace").strip()[:300]
+
+
+def unavailable() -> str | None:
+    """Why the jail cannot run here, in words; None when it can."""
+    binary = bwrap()
+    if binary is None:
+        return "bubblewrap (bwrap) is not installed"
+    why = _probe(binary)
+    return None if why is None else f"bubblewrap cannot make its namespaces here ({shown(why)})"
+
+
+def _limits() -> None:
+    """In the child before bwrap: bounds on memory, CPU, file size, and no root (a fork bomb's process
+    count is bounded inside, where ``ulimit -u`` counts the jail's own user namespace)."""
+    for what, value in (
+        (resource.RLIMIT_AS, 1 << 30),
+        (resource.RLIMIT_CPU, 6),
+        (resource.RLIMIT_FSIZE, 8 << 20),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NOFILE, 256),
+    ):
+        resource.setrlimit(what, (value, value))
+    if os.geteuid() == 0:  # root's processes are exempt from the process limit: run as nobody
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+
+def _libraries(binary: str) -> list[str]:
+    """The shared libraries ``binary`` loads (ldd's paths), for binding into the jail."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=False).stdout
+    return re.findall(r"(?:=>\s*)?(/\S+)\s+\(0x", out)
+
+
+@functools.cache
+def _base_binds() -> tuple[str, ...]:
+    binds = ["--ro-bind", _BASH, _BASH]
+    for lib in _libraries(_BASH):
+        binds += ["--ro-bind", os.path.realpath(lib), lib]
+    binds += ["--ro-bind", str(_FILES / "prelude.bash"), "/rs/prelude.bash"]
+    for name in STUB_NAMES:
+        binds += ["--ro-bind", str(_FILES / "stub.bash"), f"/rs/bin/{name}"]
+    return tuple(binds)
+
+
+def _bwrap_argv(binary: str, env: Sequence[str], extra: Sequence[str]) -> list[str]:
+    argv = [binary, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    argv += _base_binds()
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(8 << 20), "--tmpfs", CWD]
+    argv += list(extra)
+    argv += ["--remount-ro", "/", "--chdir", CWD]
+    base = {"PATH": "/rs/bin", "HOME": "~", "BASH_ENV": "/rs/prelude.bash"}
+    for name, value in base.items():
+        argv += ["--setenv", name, value]
+    argv += list(env)
+    return [*argv, "--", _BASH, "--norc", "--noprofile"]
+
+
+def _read_all(
+    proc: subprocess.Popen[bytes], fds: dict[int, str], deadline: float
+) -> tuple[dict[str, bytes], bool]:
+    """Everything the jail writes on ``fds`` until they close or the deadline; whether it overflowed."""
+    got = {name: bytearray() for name in fds.values()}
+    overflow = False
+    with selectors.DefaultSelector() as sel:
+        for fd in fds:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, 65536)
+                name = fds[key.fd]
+                if not chunk:
+                    sel.unregister(key.fd)
+                elif len(got[name]) + len(chunk) > MAX_OUTPUT:
+                    overflow = True
+                    return {k: bytes(v) for k, v in got.items()}, overflow
+                else:
+                    got[name] += chunk
+    return {k: bytes(v) for k, v in got.items()}, overflow
+
+
+def _once(text: str, positional: int, gates: Sequence[str], binds: Sequence[str], deadline: float) -> _Run:
+    binary = bwrap()
+    assert binary is not None
+    rec_r, rec_w = os.pipe()
+    xt_r, xt_w = os.pipe()
+    extra: list[str] = []
+    for path in binds:
+        extra += ["--ro-bind", str(_FILES / "stub.bash"), path]
+    env = ["--setenv", "__RS_RFD", str(rec_w), "--setenv", "__RS_XFD", str(xt_w)]
+    if gates:
+        env += ["--setenv", "__RS_PH", " ".join(gates)]
+    argv = _bwrap_argv(binary, env, extra) + ["-c", text, "bash"]
+    argv += [placeholder(str(i)) for i in range(1, positional + 1)]
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        pass_fds=(rec_w, xt_w),
+        preexec_fn=_limits,
+        start_new_session=True,
+    )
+    os.close(rec_w)
+    os.close(xt_w)
+    assert proc.stderr is not None
+    err_fd = proc.stderr.fileno()
+    try:
+        got, overflow = _read_all(
+            proc, {rec_r: "rec", xt_r: "trace", err_fd: "err"}, min(deadline, time.monotonic() + RUN_SECONDS)
+        )
+        try:
+            status: int | None = proc.wait(
+                timeout=max(0.0, deadline - time.monotonic()) if not overflow else 0
+            )
+        except subprocess.TimeoutExpired:
+            status = None
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            status = None
+        os.close(rec_r)
+        os.close(xt_r)
+        proc.stderr.close()
+    errors = []
+    for raw in got["err"].decode(errors="replace").splitlines():
+        if m := _ERR_RE.match(raw):
+            errors.append((int(m.group(1) or 0), m.group(2)))
+    return _Run(_records(got["rec"]), got["trace"].decode(errors="replace"), errors, status, overflow)
+
+
+def _records(data: bytes) -> list[list[str]]:
+    """The records the stubs wrote: each ``[kind, line, field…]``."""
+    fields = data.decode(errors="replace").split("\0")[:-1]
+    out: list[list[str]] = []
+    i = 0
+    while i + 2 < len(fields):
+        try:
+            count = int(fields[i + 2])
+        except ValueError:
+            break
+        out.append([fields[i], fields[i + 1], *fields[i + 3 : i + 3 + count]])
+        i += 3 + count
+    return out
+
+
+def run(text: str) -> Answer:
+    """What bash does with ``text``, run in the jail (raises :class:`JailUnavailable` where it cannot)."""
+    why = unavailable()
+    if why is not None:
+        raise JailUnavailable(why)
+    if len(text.encode()) > MAX_TEXT or "\0" in text:
+        return Answer(problems=[f"the text is over {MAX_TEXT >> 10} KiB or holds a NUL byte; not a recipe"])
+    deadline = time.monotonic() + TOTAL_SECONDS
+    state = _State()
+    for _ in range(MAX_RUNS):
+        got = _once(text, state.positional, state.gate_list(), state.binds, deadline)
+        if got.status is None or got.overflow or not state.learn(got.errors):
+            break
+    return _answer(got, state)
+
+
+#: bash builtins whose own errors read ``NAME: message`` (never a variable's ``${NAME:?message}``).
+_BUILTINS = frozenset(
+    "alias bg bind break builtin caller cd command compgen complete continue declare dirs disown echo enable "
+    "eval exec exit export false fc fg getopts hash help history jobs kill let local logout mapfile popd "
+    "printf pushd pwd read readarray readonly return set shift shopt source suspend test times trap true "
+    "type typeset ulimit umask unalias unset wait".split()
+)
+
+
+@dataclass
+class _State:
+    """What the runs so far taught: placeholders (by the line bash first found each unbound), the
+    positional parameters, and the paths where the text runs a command by path."""
+
+    gates: dict[str, int] = field(default_factory=dict)
+    positional: int = 0
+    binds: list[str] = field(default_factory=list)
+
+    def gate_list(self) -> list[str]:
+        return [f"{line}:{name}" for name, line in self.gates.items()]
+
+    def learn(self, errors: Sequence[tuple[int, str]]) -> bool:
+        """Whether ``errors`` teach something that a new run needs (bash stops at an unbound variable)."""
+        for line, message in errors:
+            if m := _UNBOUND_RE.match(message):
+                return self._unknown(m.group(2), line)
+            if (m := _REQUIRED_RE.match(message)) and m.group(1) not in _BUILTINS:
+                return self._unknown(m.group(1), line)  # ${NAME:?message}: the text requires it
+            if (m := _MISSING_RE.match(message)) and len(self.binds) < 16:
+                path = str(PurePosixPath(CWD, m.group(1)))
+                norm = os.path.normpath(path)
+                if (
+                    norm == path.rstrip("/")
+                    and norm not in self.binds
+                    and not norm.startswith(("/proc", "/dev", "/rs", _BASH))
+                    and norm not in ("/", CWD)
+                ):
+                    self.binds.append(norm)
+                    return True
+        return False
+
+    def _unknown(self, name: str, line: int) -> bool:
+        if name.isdigit():
+            if int(name) <= self.positional or int(name) > 99:
+                return False
+            self.positional = int(name)
+            return True
+        if name in self.gates:
+            return False
+        self.gates[name] = line
+        return True
+
+    def names(self) -> set[str]:
+        return {*self.gates, *(str(i) for i in range(1, self.positional + 1))}
+
+
+def _local(value: str) -> str:
+    """A value with the jail's working directory written as ``.`` (the directory the recipe runs in)."""
+    return re.sub(re.escape(CWD) + r"(?=/|:|$)", ".", value)
+
+
+def _exe(path: str) -> str:
+    return PurePosixPath(path).name if path.startswith("/rs/bin/") else _local(path)
+
+
+# Over 80 lines on purpose: one pass over bash's records, each kind a few lines, into one answer.
+def _answer(got: _Run, state: _State) -> Answer:
+    out = Answer()
+    if got.status is None:
+        out.problems.append(
+            f"bash did not finish the text within {RUN_SECONDS:g} seconds (a loop that never ends, a command "
+            "waited on forever, or a fork bomb); rigsmith imports what a script launches, not what it does "
+            "at length — keep the launch command"
+        )
+    if got.overflow:
+        out.problems.append(f"the text made bash write over {MAX_OUTPUT >> 20} MiB of trace; not a recipe")
+    for line, message in got.errors:
+        where = f"line {line}: " if line else ""
+        if "fork: " in message:
+            message = f"{message} (the jail allows 64 processes)"
+        elif "xmalloc" in message or "cannot allocate" in message:
+            message = f"{message} (the jail allows 256 MiB)"
+        out.problems.append(f"{where}bash stops with {shown(message)}")
+        if len(out.problems) > 8:
+            break
+    names = state.names()
+    marks = [placeholder(n) for n in names]
+
+    def unknown_in(value: str) -> list[str]:
+        return [m for m in marks if m in value] + _TOKEN_RE.findall(value)
+
+    launched = "\0".join("\0".join(r[2:]) for r in got.records if r[0] == "L")
+    outside: dict[str, tuple[int, list[str]]] = {}
+    for kind, line_text, *rest in got.records:
+        line = int(line_text) if line_text.isdigit() else 0
+        if kind == "L" and rest and rest[0].isdigit():
+            n = int(rest[0])
+            argv = [_exe(rest[1]), *(_local(a) for a in rest[2 : 1 + n])]
+            env = tuple((k, _local(v)) for k, _, v in (e.partition("=") for e in rest[1 + n :]))
+            out.calls.append(Call(line, tuple(argv), env))
+        elif kind == "W" and rest:
+            out.notes.append(
+                f"line {line}: '{rest[0]}' runs the command it wraps; dropped (rigsmith's targets run the "
+                "engine themselves)"
+            )
+        elif kind == "C":
+            where = rest[1] if len(rest) > 1 else "~"
+            out.notes.append(
+                f"line {line}: {shown(' '.join(rest))!s}: the recipe runs from {shown(where)}; a relative path "
+                "in the command is relative to it (rigsmith's targets run the engine in their own directory)"
+            )
+        elif kind == "S" and len(rest) > 1:
+            target = PurePosixPath(rest[1])
+            said = shown(" ".join(rest[:2]))
+            if target.parts[-2:] == ("bin", "activate") or target.parts[-3:] == (
+                "etc",
+                "profile.d",
+                "conda.sh",
+            ):
+                out.notes.append(
+                    f"line {line}: {said} activates a Python environment on the host; in a container the "
+                    "image's environment runs vLLM (for an LXC venv, set engine.venv)"
+                )
+            else:
+                out.problems.append(
+                    f"line {line}: {said} reads a file the text does not contain; rigsmith cannot see what it "
+                    "sets — paste what it sets into the text, or remove the line"
+                )
+        elif kind == "O" and len(rest) > 1:
+            outside[rest[0]] = (line, rest[1:])
+        elif kind == "D" and rest and (found := unknown_in(rest[0])):
+            out.problems.append(
+                f"line {line}: a case decides on {shown(rest[0])}, which holds {', '.join(found)}: a value "
+                "the text does not give; write the value out"
+            )
+    for token, (line, argv) in outside.items():
+        cmd = shown(" ".join(_local(a) for a in argv))
+        if argv[0].startswith("-"):
+            out.problems.append(
+                f"line {line} starts with the option {shown(argv[0])}, but the line before it does not continue "
+                "with '\\', so bash runs it as a separate command; add the missing '\\' line continuation"
+            )
+        elif token in launched:
+            out.problems.append(
+                f"line {line}: the command {cmd} runs on the machine and rigsmith does not run it; its output "
+                "reaches the launch command — write the value out"
+            )
+        else:
+            out.notes.append(
+                f"line {line}: the command {cmd} is not a launch command; rigsmith does not run it, and its "
+                "output does not reach the launch command"
+            )
+    for line, cmd in _trace(got.trace):
+        if cmd.startswith(_DECIDING) and (found := unknown_in(cmd)):
+            out.problems.append(
+                f"line {line}: bash decides on {', '.join(dict.fromkeys(found))} ({shown(cmd[:200])}), a value "
+                "the text does not give; write the value out (or remove the test)"
+            )
+    out.problems = list(dict.fromkeys(out.problems))
+    reached = " ".join("\0".join([*c.argv, *(v for _, v in c.env)]) for c in out.calls)
+    out.placeholders = [m for m in sorted(marks) if m in reached]
+    return out
+
+
+def _trace(trace: str) -> list[tuple[int, str]]:
+    """bash's trace: (line, command as bash expanded it), the jail's own commands left out."""
+    entries = []
+    for m in re.finditer(r"\x1d+(\d+)\x1f([^\x1d]*)", trace):
+        cmd = m.group(2).rstrip("\n")
+        if not cmd.startswith(("__rs", "__RS_", "set -ux", "set +ux", "local -")):
+            entries.append((int(m.group(1)), cmd))
+    return entries
