@@ -103,6 +103,12 @@ class Answer:
     problems: list[str] = field(default_factory=list)
     #: Placeholder tokens that reach a launcher (``<MODEL>``), for the user to fill.
     placeholders: list[str] = field(default_factory=list)
+    #: Each variable made a placeholder that reaches a launcher, and the line bash found it unbound on.
+    unknown: dict[str, int] = field(default_factory=dict)
+    #: Commands outside the launchers that bash ran (line, argv).
+    outside: list[tuple[int, list[str]]] = field(default_factory=list)
+    #: (line, command, value) of each ``case`` bash decided on.
+    decided: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -366,34 +372,50 @@ def _exe(path: str) -> str:
     return PurePosixPath(path).name if path.startswith("/rs/bin/") else _local(path)
 
 
-# Over 80 lines on purpose: one pass over bash's records, each kind a few lines, into one answer.
-def _answer(got: _Run, state: _State) -> Answer:
-    out = Answer()
+def _limits_hit(got: _Run) -> list[str]:
+    """Refusals for a run that did not end by itself, or that bash stopped with an error."""
+    out = []
     if got.status is None:
-        out.problems.append(
+        out.append(
             f"bash did not finish the text within {RUN_SECONDS:g} seconds (a loop that never ends, a command "
             "waited on forever, or a fork bomb); rigsmith imports what a script launches, not what it does "
             "at length — keep the launch command"
         )
     if got.overflow:
-        out.problems.append(f"the text made bash write over {MAX_OUTPUT >> 20} MiB of trace; not a recipe")
-    for line, message in got.errors:
+        out.append(f"the text made bash write over {MAX_OUTPUT >> 20} MiB of trace; not a recipe")
+    for line, message in got.errors[:8]:
         where = f"line {line}: " if line else ""
         if "fork: " in message:
             message = f"{message} (the jail allows 64 processes)"
         elif "xmalloc" in message or "cannot allocate" in message:
-            message = f"{message} (the jail allows 256 MiB)"
-        out.problems.append(f"{where}bash stops with {shown(message)}")
-        if len(out.problems) > 8:
-            break
-    names = state.names()
-    marks = [placeholder(n) for n in names]
+            message = f"{message} (the jail allows 256 MiB of memory)"
+        out.append(f"{where}bash stops with {shown(message)}")
+    return out
 
-    def unknown_in(value: str) -> list[str]:
-        return [m for m in marks if m in value] + _TOKEN_RE.findall(value)
 
-    launched = "\0".join("\0".join(r[2:]) for r in got.records if r[0] == "L")
-    outside: dict[str, tuple[int, list[str]]] = {}
+_VENV = (("bin", "activate"), ("etc", "profile.d", "conda.sh"))
+
+
+def _sourced(line: int, rest: Sequence[str], out: Answer) -> None:
+    """``source FILE`` of a file the text does not hold: a venv's activation is a note, else refused."""
+    said = shown(" ".join(rest[:2]))
+    parts = PurePosixPath(rest[1] if len(rest) > 1 else "").parts
+    if any(parts[-len(v) :] == v for v in _VENV):
+        out.notes.append(
+            f"line {line}: '{said}' activates a Python environment on the host; in a container the image's "
+            "environment runs vLLM (for an LXC venv, set engine.venv)"
+        )
+    else:
+        out.problems.append(
+            f"line {line}: '{said}' reads a file the text does not contain; rigsmith cannot see what it sets — "
+            "paste what it sets into the text, or remove the line"
+        )
+
+
+def _read_records(got: _Run, out: Answer) -> list[tuple[str, int, list[str]]]:
+    """Calls, notes and problems from the stubs' records; the outside commands (token, line, argv) and the
+    values a ``case`` decided on are returned/recorded for the checks that follow."""
+    outside: list[tuple[str, int, list[str]]] = []
     for kind, line_text, *rest in got.records:
         line = int(line_text) if line_text.isdigit() else 0
         if kind == "L" and rest and rest[0].isdigit():
@@ -403,65 +425,78 @@ def _answer(got: _Run, state: _State) -> Answer:
             out.calls.append(Call(line, tuple(argv), env))
         elif kind == "W" and rest:
             out.notes.append(
-                f"line {line}: '{rest[0]}' runs the command it wraps; dropped (rigsmith's targets run the "
+                f"line {line}: '{rest[0]}' dropped (it runs the command it wraps; rigsmith's targets run the "
                 "engine themselves)"
             )
         elif kind == "C":
-            where = rest[1] if len(rest) > 1 else "~"
+            where = shown(rest[1]) if len(rest) > 1 else "~"
             out.notes.append(
-                f"line {line}: {shown(' '.join(rest))!s}: the recipe runs from {shown(where)}; a relative path "
-                "in the command is relative to it (rigsmith's targets run the engine in their own directory)"
+                f"line {line}: '{shown(' '.join(rest))}': the recipe runs from {where}; a relative path in the "
+                "command is relative to it (rigsmith's targets run the engine in their own directory)"
             )
-        elif kind == "S" and len(rest) > 1:
-            target = PurePosixPath(rest[1])
-            said = shown(" ".join(rest[:2]))
-            if target.parts[-2:] == ("bin", "activate") or target.parts[-3:] == (
-                "etc",
-                "profile.d",
-                "conda.sh",
-            ):
-                out.notes.append(
-                    f"line {line}: {said} activates a Python environment on the host; in a container the "
-                    "image's environment runs vLLM (for an LXC venv, set engine.venv)"
-                )
-            else:
-                out.problems.append(
-                    f"line {line}: {said} reads a file the text does not contain; rigsmith cannot see what it "
-                    "sets — paste what it sets into the text, or remove the line"
-                )
+        elif kind == "S":
+            _sourced(line, rest, out)
         elif kind == "O" and len(rest) > 1:
-            outside[rest[0]] = (line, rest[1:])
-        elif kind == "D" and rest and (found := unknown_in(rest[0])):
-            out.problems.append(
-                f"line {line}: a case decides on {shown(rest[0])}, which holds {', '.join(found)}: a value "
-                "the text does not give; write the value out"
-            )
-    for token, (line, argv) in outside.items():
-        cmd = shown(" ".join(_local(a) for a in argv))
+            outside.append((rest[0], line, [_local(a) for a in rest[1:]]))
+        elif kind == "D" and rest:
+            out.decided.append((line, f"case {rest[0]} in", rest[0]))
+    return outside
+
+
+def _answer(got: _Run, state: _State) -> Answer:
+    out = Answer(problems=_limits_hit(got))
+    outside = _read_records(got, out)
+    marks = [placeholder(n) for n in state.names()]
+    said = {token: f"the output of '{shown(' '.join(argv))}' (line {line})" for token, line, argv in outside}
+    short = {token: f"<output of {shown(argv[0])}>" for token, _, argv in outside}
+
+    def untoken(text: str) -> str:
+        return _TOKEN_RE.sub(lambda m: short.get(m.group(0), "<output>"), text)
+
+    def unknown_in(value: str) -> list[str]:
+        return [
+            *(f"the placeholder {m}" for m in marks if m in value),
+            *(said.get(t, t) for t in _TOKEN_RE.findall(value)),
+        ]
+
+    launched = "\0".join("\0".join([*c.argv, *(v for _, v in c.env)]) for c in out.calls)
+    starts_option = [(line, argv[0]) for _, line, argv in outside if argv[0].startswith("-")]
+    if starts_option:
+        (line, opt), *more = starts_option
+        also = "; so do " + ", ".join(f"line {n} ({shown(o)})" for n, o in more) if more else ""
+        out.problems.append(
+            f"line {line} starts with the option {shown(opt)!r}, but the line before it does not continue with "
+            f"'\\', so a shell runs it as a separate command{also}; add the missing '\\' line continuations"
+        )
+    for token, line, argv in outside:
         if argv[0].startswith("-"):
+            continue
+        out.outside.append((line, argv))
+        if token in launched:
             out.problems.append(
-                f"line {line} starts with the option {shown(argv[0])}, but the line before it does not continue "
-                "with '\\', so bash runs it as a separate command; add the missing '\\' line continuation"
-            )
-        elif token in launched:
-            out.problems.append(
-                f"line {line}: the command {cmd} runs on the machine and rigsmith does not run it; its output "
-                "reaches the launch command — write the value out"
+                f"line {line}: '{shown(' '.join(argv))}' runs on the machine, and rigsmith does not run it; its "
+                "output reaches the launch command — write the value out"
             )
         else:
             out.notes.append(
-                f"line {line}: the command {cmd} is not a launch command; rigsmith does not run it, and its "
-                "output does not reach the launch command"
+                f"line {line}: '{shown(' '.join(argv))}' is not a launch command; rigsmith does not run it (its "
+                "output does not reach the launch command)"
             )
-    for line, cmd in _trace(got.trace):
-        if cmd.startswith(_DECIDING) and (found := unknown_in(cmd)):
+    decided = [(line, cmd, cmd) for line, cmd in _trace(got.trace) if cmd.startswith(_DECIDING)]
+    for line, cmd, value in [*out.decided, *decided]:
+        if found := unknown_in(value):
             out.problems.append(
-                f"line {line}: bash decides on {', '.join(dict.fromkeys(found))} ({shown(cmd[:200])}), a value "
+                f"line {line}: bash decides on {', '.join(dict.fromkeys(found))} ({shown(untoken(cmd)[:200])}), a value "
                 "the text does not give; write the value out (or remove the test)"
             )
     out.problems = list(dict.fromkeys(out.problems))
-    reached = " ".join("\0".join([*c.argv, *(v for _, v in c.env)]) for c in out.calls)
-    out.placeholders = [m for m in sorted(marks) if m in reached]
+    out.placeholders = [m for m in sorted(marks) if m in launched]
+    out.unknown = {name: line for name, line in state.gates.items() if placeholder(name) in launched}
+    if state.positional:
+        out.notes.append(
+            f"the text uses its arguments $1..${state.positional}, which nobody passes here; they are the "
+            f"placeholders {placeholder('1')}..{placeholder(str(state.positional))}, which you fill in before deploy"
+        )
     return out
 
 

@@ -8,11 +8,13 @@ import re
 import shlex
 
 from rigsmith.errors import RecipeError
-from rigsmith.importing import bashjail
-from rigsmith.importing.prompts import strip_prompts
+from rigsmith.importing import bashjail, shellwords
+from rigsmith.importing.prompts import join_blank_continuations, quote_placeholders, strip_prompts
 from rigsmith.importing.recipe import cardform
 from rigsmith.importing.recipe.envvars import env_var, merge_env
 from rigsmith.importing.recipe.launch import Launch
+from rigsmith.importing.recipe.tables import _ASSIGN_RE, _SECRET_NAME_RE
+from rigsmith.importing.unknown import placeholder
 from rigsmith.importing.recipe.shellform import _from_shell
 
 
@@ -91,26 +93,66 @@ def from_script(text: str, source: str, accept: bool) -> Launch:
             *launch.notes,
         ]
         return launch
-    return handed_on(bashjail.run(stripped), prompt_notes)
+    ready, quoted = quote_placeholders(stripped)
+    ready, blanks = join_blank_continuations(ready)
+    answer = bashjail.run(ready)
+    if any("line continuation" in p for p in answer.problems):
+        # why a line went on its own: a comment or a space after the '\' (the scanner's explanation)
+        answer.problems[:0] = [p for p in shellwords.scan(stripped).problems if "'\\'" in p]
+    return handed_on(answer, [*prompt_notes, *quoted, *blanks, *_comments(stripped)], stripped)
 
 
-def handed_on(answer: bashjail.Answer, notes: list[str]) -> Launch:
+def _comments(text: str) -> list[str]:
+    """The text's comments, as notes (they often say what a flag is for, or what to change)."""
+    script = shellwords.scan(text)
+    found = [*script.comments, *((c.line, c.comment) for c in script.commands if c.comment)]
+    return [f"comment (line {line}): {comment}" for line, comment in sorted(found) if comment]
+
+
+def _assignments(text: str) -> dict[str, str | None]:
+    """Each name the text assigns (``export NAME=…``, ``NAME=… cmd``), in the order it first does, with the
+    comment on that line: the order and notes of the env bash hands the launcher (values are bash's)."""
+    out: dict[str, str | None] = {}
+    for cmd in shellwords.scan(text).commands:
+        words = cmd.argv[1:] if cmd.argv[0] == "export" else cmd.argv
+        names = [m.group(1) for w in words if (m := _ASSIGN_RE.match(w))]
+        alone = len(names) == len(words)  # the line only sets variables: its comment is theirs
+        for name in names:
+            out.setdefault(name, cmd.comment if alone else None)
+    return out
+
+
+def handed_on(answer: bashjail.Answer, notes: list[str], text: str = "") -> Launch:
     """The launch bash's answer describes: its launch commands (each on its own line, as the shell form
     reads them), the environment the first one was given, and what bash did on the way as notes."""
-    if answer.problems:
-        launch = Launch()
-        launch.problems = list(answer.problems)
-        return launch
     lines: list[str] = []
     for call in answer.calls:
         while len(lines) < call.line - 1:
             lines.append("")
         lines.append(shlex.join(call.argv))
     launch = _from_shell("\n".join(lines) + "\n")
+    launch.problems[:0] = answer.problems
+    if not answer.calls:
+        launch.problems += [
+            f"line {line}: {argv[0]!r} is not a vLLM launch command (vllm serve, python -m "
+            "vllm.entrypoints.openai.api_server, docker run or podman run); remove it"
+            for line, argv in answer.outside
+        ]
     launch.notes = [*notes, *answer.notes, *launch.notes]
+    launch.notes += [
+        f"line {line}: ${name}: {name} has no value (the text uses it but never sets it); it is the placeholder "
+        f"{placeholder(name)}, which you fill in before deploy"
+        for name, line in answer.unknown.items()
+        if not _SECRET_NAME_RE.search(
+            name
+        )  # a secret's placeholder is dropped: read from the host at run time
+    ]
     if answer.calls:
         first = answer.calls[0]
-        env = [env_var(k, v, None, launch, f"line {first.line}") for k, v in first.env]
+        written = _assignments(text)
+        order = {name: i for i, name in enumerate(written)}
+        given = sorted(first.env, key=lambda kv: order.get(kv[0], len(order)))
+        env = [env_var(k, v, written.get(k), launch, f"line {first.line}") for k, v in given]
         launch.env = merge_env([*env, *launch.env], launch)
     launch.made_placeholders = list(answer.placeholders)
     return launch

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from rigsmith.importing import bashjail
+from rigsmith.importing.prompts import quote_placeholders
 from rigsmith.importing.recipe.launch import Launch
 
 SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
@@ -33,7 +34,8 @@ def script_argv(
             "install bubblewrap (apt-get install bubblewrap)"
         )
         return None
-    answer = bashjail.run(shlex.join(["bash", *argv[1:]]))
+    script, _ = quote_placeholders(argv[2])
+    answer = bashjail.run(shlex.join(["bash", "-c", script, *argv[3:]]))
     if answer.problems:
         launch.problems += [f"{where}: the {argv[0]} -c script: {p}" for p in answer.problems]
         return None
