@@ -71,6 +71,8 @@ TOTAL_SECONDS = 8.0
 MAX_OUTPUT = 4 << 20
 MAX_RUNS = 12
 MAX_TEXT = 256 << 10
+#: Stands for a NUL of the text while bash runs it (a private-use character).
+_NUL = "\ue000"
 _TOKEN_RE = re.compile(r"@@rigsmith-output-\d+@@")
 _ERR_RE = re.compile(r"^(?:\S*bash|sh): (?:line (\d+): )?(.*)$")
 _UNBOUND_RE = re.compile(r"^(\$?)([A-Za-z_][A-Za-z0-9_]*(?:\[[^]\s]*\])?|\d+): unbound variable$")
@@ -296,8 +298,9 @@ def run(text: str) -> Answer:
     why = unavailable()
     if why is not None:
         raise JailUnavailable(why)
-    if len(text.encode()) > MAX_TEXT or "\0" in text:
-        return Answer(problems=[f"the text is over {MAX_TEXT >> 10} KiB or holds a NUL byte; not a recipe"])
+    if len(text.encode()) > MAX_TEXT or _NUL in text:
+        return Answer(problems=[f"the text is over {MAX_TEXT >> 10} KiB (or holds U+E000); not a recipe"])
+    text = text.replace("\0", _NUL)  # bash's words cannot hold NUL: carried through, restored after
     deadline = time.monotonic() + TOTAL_SECONDS
     state = _State()
     for _ in range(MAX_RUNS):
@@ -364,8 +367,9 @@ class _State:
 
 
 def _local(value: str) -> str:
-    """A value with the jail's working directory written as ``.`` (the directory the recipe runs in)."""
-    return re.sub(re.escape(CWD) + r"(?=/|:|$)", ".", value)
+    """A value with the jail's working directory written as ``.`` (the directory the recipe runs in), and a
+    NUL of the text back in place."""
+    return re.sub(re.escape(CWD) + r"(?=/|:|$)", ".", value).replace(_NUL, "\0")
 
 
 def _exe(path: str) -> str:
@@ -482,7 +486,14 @@ def _answer(got: _Run, state: _State) -> Answer:
                 f"line {line}: '{shown(' '.join(argv))}' is not a launch command; rigsmith does not run it (its "
                 "output does not reach the launch command)"
             )
-    decided = [(line, cmd, cmd) for line, cmd in _trace(got.trace) if cmd.startswith(_DECIDING)]
+    traced = _trace(got.trace)
+    out.notes += [
+        f"line {line}: 'exec' dropped (the script replaces itself with the command; rigsmith's targets run "
+        "the engine themselves)"
+        for line, cmd in traced
+        if cmd.startswith("exec ") and any(c.line == line for c in out.calls)
+    ]
+    decided = [(line, cmd, cmd) for line, cmd in traced if cmd.startswith(_DECIDING)]
     for line, cmd, value in [*out.decided, *decided]:
         if found := unknown_in(value):
             out.problems.append(

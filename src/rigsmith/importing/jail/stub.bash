@@ -22,7 +22,7 @@ vllm | docker | podman | ray | python | python[23] | python[23].[0-9]*)
   exit 0
   ;;
 sudo)
-  __rs_rec W "$line" sudo
+  all=("$@")
   while [[ ${1-} == -* ]]; do
     case $1 in
     --) shift; break ;;
@@ -30,6 +30,8 @@ sudo)
     *) shift ;;
     esac
   done
+  words=(sudo "${all[@]:0:${#all[@]}-$#}")
+  __rs_rec W "$line" "${words[*]}"
   while [[ ${1-} =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; do export "$1"; shift; done
   ;;
 nohup)
@@ -55,7 +57,7 @@ env)
   ;;
 uv)
   if [[ ${1-} == run ]]; then
-    __rs_rec W "$line" "uv run"
+    all=("$@")
     shift
     while [[ ${1-} == -* && $1 != -m && $1 != --module ]]; do
       case $1 in
@@ -64,6 +66,8 @@ uv)
       *) shift ;;
       esac
     done
+    words=(uv "${all[@]:0:${#all[@]}-$#}")
+    __rs_rec W "$line" "${words[*]}"
   else
     set -- uv "$@"
     name=

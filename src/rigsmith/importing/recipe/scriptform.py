@@ -130,7 +130,8 @@ def handed_on(answer: bashjail.Answer, notes: list[str], text: str = "") -> Laun
         while len(lines) < call.line - 1:
             lines.append("")
         lines.append(shlex.join(call.argv))
-    launch = _from_shell("\n".join(lines) + "\n")
+    launch = _from_shell("\n".join(lines) + "\n", answer.placeholders)
+    launch.image_expands = launch.image in answer.placeholders
     launch.problems[:0] = answer.problems
     if not answer.calls:
         launch.problems += [
@@ -154,5 +155,4 @@ def handed_on(answer: bashjail.Answer, notes: list[str], text: str = "") -> Laun
         given = sorted(first.env, key=lambda kv: order.get(kv[0], len(order)))
         env = [env_var(k, v, written.get(k), launch, f"line {first.line}") for k, v in given]
         launch.env = merge_env([*env, *launch.env], launch)
-    launch.made_placeholders = list(answer.placeholders)
     return launch
