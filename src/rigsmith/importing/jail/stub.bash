@@ -10,17 +10,19 @@ __rs_rec() {
 } 2>/dev/null
 name=${0##*/}
 line=${__RS_LINE:-0}
-case $name in
-vllm | docker | podman | ray | python | python[23] | python[23].[0-9]*)
-  envs=()
+# A launcher: its argv and the environment exported to it.
+launched() {
+  local n envs=()
   for n in $(compgen -e); do
     case $n in PATH | PWD | OLDPWD | SHLVL | _ | BASH_ENV | __RS_*) continue ;; esac
     [[ $n == HOME && $HOME == '~' ]] && continue
     envs+=("$n=${!n}")
   done
-  __rs_rec L "$line" "$(($# + 1))" "$0" "$@" "${envs[@]}"
+  __rs_rec L "$line" "$#" "$@" "${envs[@]}"
   exit 0
-  ;;
+}
+case $name in
+vllm | docker | podman | ray | python | python[23] | python[23].[0-9]* | run_cluster.sh) launched "$0" "$@" ;;
 sudo)
   all=("$@")
   while [[ ${1-} == -* ]]; do
@@ -75,6 +77,8 @@ uv)
   ;;
 bash | sh | dash | zsh)
   [[ ${1-} == -c ]] && __rs_rec W "$line" "$name -c"
+  # vLLM's examples/online_serving/run_cluster.sh, which the text names but does not hold: a launcher
+  [[ ${1-} == run_cluster.sh || ${1-} == */run_cluster.sh ]] && ! [[ -f $1 ]] && launched "$name" "$@"
   exec /usr/bin/bash "$@"
   ;;
 *) set -- "$0" "$@"; name= ;;

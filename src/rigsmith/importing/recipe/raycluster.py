@@ -303,7 +303,8 @@ def _env_differences(group: RayGroup, launch: Launch) -> None:
 
 
 def _literal(value: str | None, pattern: re.Pattern[str]) -> str | None:
-    return value if value and "$" not in value and pattern.match(value) else None
+    literal = value and "$" not in value and not specmod.PLACEHOLDER_RE.search(value)
+    return value if literal and pattern.match(value) else None
 
 
 def _env(node: RayNode, name: str) -> str | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
+from pathlib import PurePosixPath
 
 from rigsmith.errors import RecipeError
 from rigsmith.importing import bashjail, shellwords
@@ -13,7 +15,7 @@ from rigsmith.importing.prompts import join_blank_continuations, quote_placehold
 from rigsmith.importing.recipe import cardform
 from rigsmith.importing.recipe.envvars import env_var, merge_env
 from rigsmith.importing.recipe.launch import Launch
-from rigsmith.importing.recipe.tables import _ASSIGN_RE, _SECRET_NAME_RE
+from rigsmith.importing.recipe.tables import _ASSIGN_RE, _PYTHON_RE, _SECRET_NAME_RE
 from rigsmith.importing.unknown import placeholder
 from rigsmith.importing.recipe.shellform import _from_shell
 
@@ -109,6 +111,11 @@ def _comments(text: str) -> list[str]:
     return [f"comment (line {line}): {comment}" for line, comment in sorted(found) if comment]
 
 
+def _is_server(argv: Sequence[str]) -> bool:
+    name = PurePosixPath(argv[0]).name
+    return name == "vllm" or bool(_PYTHON_RE.match(name))
+
+
 def _assignments(text: str) -> dict[str, str | None]:
     """Each name the text assigns (``export NAME=…``, ``NAME=… cmd``), in the order it first does, with the
     comment on that line: the order and notes of the env bash hands the launcher (values are bash's)."""
@@ -149,7 +156,8 @@ def handed_on(answer: bashjail.Answer, notes: list[str], text: str = "") -> Laun
         )  # a secret's placeholder is dropped: read from the host at run time
     ]
     if answer.calls:
-        first = answer.calls[0]
+        # the env of the command that serves (in a Ray block, not the nodes' containers)
+        first = next((c for c in answer.calls if _is_server(c.argv)), answer.calls[0])
         written = _assignments(text)
         order = {name: i for i, name in enumerate(written)}
         given = sorted(first.env, key=lambda kv: order.get(kv[0], len(order)))
