@@ -98,9 +98,9 @@ def from_script(text: str, source: str, accept: bool) -> Launch:
     ready, quoted = quote_placeholders(stripped)
     ready, blanks = join_blank_continuations(ready)
     answer = bashjail.run(ready)
-    if any("line continuation" in p for p in answer.problems):
-        # why a line went on its own: a comment or a space after the '\' (the scanner's explanation)
-        answer.problems[:0] = [p for p in shellwords.scan(stripped).problems if "'\\'" in p]
+    # Where bash ends a command its author continued (a comment or a space after the '\\', a '\\' glued to
+    # the next line's word): refused, with the scanner's account of why
+    answer.problems[:0] = [p for p in shellwords.scan(stripped).problems if "'\\'" in p]
     return handed_on(answer, [*prompt_notes, *quoted, *blanks, *_comments(stripped)], stripped)
 
 
