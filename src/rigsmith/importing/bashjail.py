@@ -34,6 +34,7 @@ import os
 import re
 import resource
 import selectors
+import shlex
 import shutil
 import signal
 import subprocess
@@ -70,7 +71,9 @@ RUN_SECONDS = 4.0
 TOTAL_SECONDS = 8.0
 MAX_OUTPUT = 4 << 20
 MAX_RUNS = 12
-MAX_TEXT = 256 << 10
+MAX_TEXT = 100 << 10  # one argv word of bash (the kernel takes 128 KiB)
+#: Processes (subshells, background jobs, command substitutions) a text may start before it is refused.
+MAX_PROCESSES = 200
 #: Stands for a NUL of the text while bash runs it (a private-use character).
 _NUL = "\ue000"
 _TOKEN_RE = re.compile(r"@@rigsmith-output-\d+@@")
@@ -227,40 +230,42 @@ def _read_all(
     return {k: bytes(v) for k, v in got.items()}, overflow
 
 
-def _once(text: str, positional: int, gates: Sequence[str], binds: Sequence[str], deadline: float) -> _Run:
+def _once(
+    text: str, positional: int, gates: Sequence[str], binds: Sequence[str], deadline: float, status: int = 0
+) -> _Run:
     binary = bwrap()
     assert binary is not None
     rec_r, rec_w = os.pipe()
     xt_r, xt_w = os.pipe()
-    extra: list[str] = []
+    info_r, info_w = os.pipe()
+    extra = ["--info-fd", str(info_w)]
     for path in binds:
         extra += ["--ro-bind", str(_FILES / "stub.bash"), path]
     env = ["--setenv", "__RS_RFD", str(rec_w), "--setenv", "__RS_XFD", str(xt_w)]
+    env += ["--setenv", "__RS_STATUS", str(status)]
     if gates:
         env += ["--setenv", "__RS_PH", " ".join(gates)]
-    argv = _bwrap_argv(binary, env, extra) + ["-c", text, "bash"]
+    argv = [*_bwrap_argv(binary, env, extra), "-c", text, "bash"]
     argv += [placeholder(str(i)) for i in range(1, positional + 1)]
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        pass_fds=(rec_w, xt_w),
+        pass_fds=(rec_w, xt_w, info_w),
         preexec_fn=_limits,
         start_new_session=True,
     )
-    os.close(rec_w)
-    os.close(xt_w)
+    for fd in (rec_w, xt_w, info_w):
+        os.close(fd)
     assert proc.stderr is not None
-    err_fd = proc.stderr.fileno()
+    streams = {rec_r: "rec", xt_r: "trace", info_r: "info", proc.stderr.fileno(): "err"}
+    got: dict[str, bytes] = {}
     try:
-        got, overflow = _read_all(
-            proc, {rec_r: "rec", xt_r: "trace", err_fd: "err"}, min(deadline, time.monotonic() + RUN_SECONDS)
-        )
+        ends = min(deadline, time.monotonic() + RUN_SECONDS)
+        got, overflow = _read_all(proc, streams, ends)
         try:
-            status: int | None = proc.wait(
-                timeout=max(0.0, deadline - time.monotonic()) if not overflow else 0
-            )
+            status: int | None = proc.wait(timeout=0 if overflow else max(0.0, ends - time.monotonic()))
         except subprocess.TimeoutExpired:
             status = None
     finally:
@@ -268,14 +273,33 @@ def _once(text: str, positional: int, gates: Sequence[str], binds: Sequence[str]
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             status = None
-        os.close(rec_r)
-        os.close(xt_r)
+            _gone(got.get("info", b""))
+        for fd in (rec_r, xt_r, info_r):
+            os.close(fd)
         proc.stderr.close()
     errors = []
     for raw in got["err"].decode(errors="replace").splitlines():
         if m := _ERR_RE.match(raw):
             errors.append((int(m.group(1) or 0), m.group(2)))
     return _Run(_records(got["rec"]), got["trace"].decode(errors="replace"), errors, status, overflow)
+
+
+def _gone(info: bytes) -> None:
+    """Wait until the jail's init (``child-pid`` of bwrap's info) has exited: the kernel ends every other
+    process of its namespace first, so when it is gone, nothing the text started is left."""
+    m = re.search(rb'"child-pid":\s*(\d+)', info)
+    if m is None:
+        return
+    status = Path("/proc", m.group(1).decode(), "stat")
+    ends = time.monotonic() + 5
+    while time.monotonic() < ends:
+        try:
+            state = status.read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.005)
 
 
 def _records(data: bytes) -> list[list[str]]:
@@ -305,9 +329,34 @@ def run(text: str) -> Answer:
     state = _State()
     for _ in range(MAX_RUNS):
         got = _once(text, state.positional, state.gate_list(), state.binds, deadline)
-        if got.status is None or got.overflow or not state.learn(got.errors):
+        if got.status is None or got.overflow or not state.learn(got.errors, _trace(got.trace)):
             break
-    return _answer(got, state)
+    answer = _answer(got, state)
+    if answer.outside and not answer.problems:
+        # The commands rigsmith does not run succeeded; run again with them failing: where that changes
+        # what is launched, bash decided on their exit status.
+        other = _once(text, state.positional, state.gate_list(), state.binds, deadline, status=1)
+        answer = _on_status(answer, _answer(other, state))
+    return answer
+
+
+def _on_status(succeeded: Answer, failed: Answer) -> Answer:
+    """One answer from the runs where the outside commands succeeded and failed."""
+    ran = "; ".join(f"line {line}: '{shown(' '.join(argv))}'" for line, argv in succeeded.outside)
+    if failed.problems or [c.argv for c in succeeded.calls] == [c.argv for c in failed.calls]:
+        return succeeded
+    if succeeded.calls and failed.calls:
+        succeeded.problems.append(
+            f"what the text launches depends on whether commands rigsmith does not run succeed ({ran}); "
+            "remove the test on them, or keep the launch command"
+        )
+        return succeeded
+    chosen, when = (succeeded, "succeed") if succeeded.calls else (failed, "fail")
+    chosen.notes.append(
+        f"the text launches its command only when commands rigsmith does not run {when} ({ran}): a check "
+        "that stops the script on the machine; imported as the run where they " + when
+    )
+    return chosen
 
 
 #: bash builtins whose own errors read ``NAME: message`` (never a variable's ``${NAME:?message}``).
@@ -331,14 +380,16 @@ class _State:
     def gate_list(self) -> list[str]:
         return [f"{line}:{name}" for name, line in self.gates.items()]
 
-    def learn(self, errors: Sequence[tuple[int, str]]) -> bool:
-        """Whether ``errors`` teach something that a new run needs (bash stops at an unbound variable)."""
+    def learn(self, errors: Sequence[tuple[int, str]], trace: Sequence[tuple[int, str]]) -> bool:
+        """Whether ``errors`` teach something that a new run needs (bash stops at an unbound variable; a
+        command run by a path the jail does not hold, as bash's trace shows it, gets the stub there)."""
         for line, message in errors:
             if m := _UNBOUND_RE.match(message):
                 return self._unknown(m.group(2), line)
             if (m := _REQUIRED_RE.match(message)) and m.group(1) not in _BUILTINS:
                 return self._unknown(m.group(1), line)  # ${NAME:?message}: the text requires it
-            if (m := _MISSING_RE.match(message)) and len(self.binds) < 16:
+            ran = {cmd.split(" ", 1)[0] for at, cmd in trace if at == line}
+            if (m := _MISSING_RE.match(message)) and len(self.binds) < 16 and _ran(m.group(1), ran):
                 path = str(PurePosixPath(CWD, m.group(1)))
                 norm = os.path.normpath(path)
                 if (
@@ -364,6 +415,11 @@ class _State:
 
     def names(self) -> set[str]:
         return {*self.gates, *(str(i) for i in range(1, self.positional + 1))}
+
+
+def _ran(path: str, first_words: set[str]) -> bool:
+    """Whether bash's trace shows ``path`` run as a command (not a file a redirection names)."""
+    return path in first_words or shlex.quote(path) in first_words
 
 
 def _local(value: str) -> str:
@@ -420,6 +476,7 @@ def _read_records(got: _Run, out: Answer) -> list[tuple[str, int, list[str]]]:
     """Calls, notes and problems from the stubs' records; the outside commands (token, line, argv) and the
     values a ``case`` decided on are returned/recorded for the checks that follow."""
     outside: list[tuple[str, int, list[str]]] = []
+    processes = 0
     for kind, line_text, *rest in got.records:
         line = int(line_text) if line_text.isdigit() else 0
         if kind == "L" and rest and rest[0].isdigit():
@@ -442,8 +499,15 @@ def _read_records(got: _Run, out: Answer) -> list[tuple[str, int, list[str]]]:
             _sourced(line, rest, out)
         elif kind == "O" and len(rest) > 1:
             outside.append((rest[0], line, [_local(a) for a in rest[1:]]))
-        elif kind == "D" and rest:
-            out.decided.append((line, f"case {rest[0]} in", rest[0]))
+        elif kind == "D" and len(rest) > 1:
+            out.decided.append((line, rest[1], rest[0]))
+        elif kind == "P":
+            processes += 1
+    if processes > MAX_PROCESSES:
+        out.problems.append(
+            f"the text starts {processes} processes (a fork bomb?); a recipe starts a few — rigsmith imports "
+            "what a script launches, so keep the launch command"
+        )
     return outside
 
 
@@ -501,6 +565,7 @@ def _answer(got: _Run, state: _State) -> Answer:
                 "the text does not give; write the value out (or remove the test)"
             )
     out.problems = list(dict.fromkeys(out.problems))
+    out.notes = [untoken(n) for n in out.notes]
     out.placeholders = [m for m in sorted(marks) if m in launched]
     out.unknown = {name: line for name, line in state.gates.items() if placeholder(name) in launched}
     if state.positional:

@@ -19,16 +19,28 @@ __rs_placeholders() {
 __rs_dbg() {
   local -
   set +ux
-  [[ ${BASH_SOURCE[1]-} == /rs/* ]] && return 0
+  [[ ${BASH_SOURCE[1]-} == /rs/* ]] && return 1
   __RS_LINE=$1
+  if [[ ${__RS_PID-} != "$BASHPID" ]]; then # a new process (a subshell, a background job): counted
+    __RS_PID=$BASHPID
+    __rs_rec P "$1"
+  fi
   __rs_placeholders "$1"
+  if [[ -n ${__RS_FORVAR-} ]]; then
+    # the first command of a loop's body: the loop variable holds a word of the loop's list
+    [[ -v $__RS_FORVAR ]] && __rs_rec D "$1" "${!__RS_FORVAR}" "for $__RS_FORVAR in …"
+    __RS_FORVAR=
+  fi
+  if [[ $BASH_COMMAND =~ ^for\ ([A-Za-z_][A-Za-z0-9_]*)\ in ]]; then
+    __RS_FORVAR=${BASH_REMATCH[1]}
+  fi
   if [[ $BASH_COMMAND == case\ * ]]; then
     # bash traces a case word unexpanded: expand a plain one here to see whether the case decides on an
     # unknown value (one holding a placeholder or the output of a command rigsmith did not run)
     local word=${BASH_COMMAND#case } value
     word=${word% in*}
     if [[ $word != *'$('* && $word != *'`'* && $word != *'(('* ]]; then
-      eval "value=$word" 2>/dev/null && __rs_rec D "$1" "$value"
+      eval "value=$word" 2>/dev/null && __rs_rec D "$1" "$value" "case $word in"
     fi
   fi
 }
@@ -39,7 +51,7 @@ command_not_found_handle() {
   local token="@@rigsmith-output-$BASHPID@@"
   __rs_rec O "$__RS_LINE" "$token" "$@"
   printf '%s' "$token"
-  return 0
+  return "${__RS_STATUS:-0}"
 }
 cd() {
   local -
@@ -65,6 +77,17 @@ source() { __rs_source source "$@"; }
 PS4=$'\x1d${LINENO}\x1f'
 BASH_XTRACEFD=$__RS_XFD
 set -uT
-trap '__rs_dbg "$LINENO"; set -ux' DEBUG
-trap "set +ux; wait" EXIT
+trap '__rs_dbg "$LINENO" && set -ux' DEBUG
+# At the end, bash waits for what the text started in the background, children and their children alike
+# (pid 1 is bubblewrap's init, the other is this shell): a process that runs on is the wall clock's.
+__rs_drain() {
+  local - entries
+  set +fux
+  wait
+  while :; do
+    entries=(/proc/[0-9]*)
+    ((${#entries[@]} <= 2)) && return 0
+  done
+}
+trap __rs_drain EXIT
 set -x

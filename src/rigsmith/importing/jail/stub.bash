@@ -90,4 +90,4 @@ fi
 token="@@rigsmith-output-$$@@"
 __rs_rec O "$line" "$token" "$@"
 printf '%s' "$token"
-exit 0
+exit "${__RS_STATUS:-0}"
