@@ -89,5 +89,10 @@ __rs_drain() {
     ((${#entries[@]} <= 2)) && return 0
   done
 }
-trap __rs_drain EXIT
+if [[ -z ${__RS_NESTED-} ]]; then
+  export __RS_NESTED=1
+  trap __rs_drain EXIT
+else # a bash the text runs (bash -c): its own background jobs only; the outermost bash waits for the rest
+  trap 'set +ux; wait' EXIT
+fi
 set -x

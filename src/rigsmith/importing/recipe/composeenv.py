@@ -25,6 +25,7 @@ from typing import Any
 from dotenv import dotenv_values
 
 from rigsmith.importing.recipe.tables import _SECRET_NAME_RE
+from rigsmith.importing.unknown import placeholder
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OPS = (":-", ":?", ":+", "-", "?", "+")
@@ -121,7 +122,7 @@ class Interpolation:
             )
             return ""
         if value is None:
-            token = f"<{name}>"
+            token = placeholder(name)  # one rule with a script's unset $NAME (rigsmith.importing.unknown)
             self.notes.append(
                 f"{where}: {src}: {name} is not set anywhere (environment, env file), so compose would use "
                 f"an empty string; it is the placeholder {token}, which you fill in before deploy"
