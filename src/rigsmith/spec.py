@@ -43,7 +43,7 @@ MODELINE = "# yaml-language-server: $schema=../schema/deployment.schema.json\n"
 
 #: A Hugging Face Hub repo id, owner/name.
 HUB_REPO_RE = r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"
-#: A placeholder token in a recipe value: ``<repo>``, ``<vllm tree>``, ``<n_of_tokens>``, ``<1>`` (a script's $1).
+#: A placeholder token in a recipe value: ``<repo>``, ``<vllm tree>``, ``<n_of_tokens>``, ``<1>`` ($1).
 PLACEHOLDER_RE = re.compile(r"<(?:[A-Za-z_][A-Za-z0-9_ .-]*|[1-9][0-9]*)>")
 # Anchored with \Z, not $: `$` also matches before a trailing newline, and targets write these bare.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")

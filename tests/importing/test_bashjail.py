@@ -45,7 +45,12 @@ def oracle(text: str, tmp: Path) -> list[list[str]]:
     bash = require("bash")
     stubs = tmp / "stubs"
     stubs.mkdir(exist_ok=True)
-    for name, body in (("vllm", _RECORDER), ("docker", _RECORDER), ("python3", _RECORDER), ("nohup", _WRAPPER)):
+    for name, body in (
+        ("vllm", _RECORDER),
+        ("docker", _RECORDER),
+        ("python3", _RECORDER),
+        ("nohup", _WRAPPER),
+    ):
         (stubs / name).write_text(body, encoding="utf-8")
         (stubs / name).chmod(0o755)
     out = tmp / "argv"
@@ -81,8 +86,9 @@ _VALUE = st.text(alphabet="abc019 -_/.,=:@%+*", max_size=10)
 _WORDLIT = st.text(alphabet="abc019-_/.,", min_size=1, max_size=6)
 _REF = st.sampled_from(
     [
-        "$A", '"$A"', "${B}", '"${B}"', "$C", '"$C"', '"${Z:-"a b"}"', "${Z:-x,y z}", '"${A:-d}"', "${A:+alt}",
-        '"${B:+"q r"}"', '"${ARR[@]}"', "${ARR[@]}", '"${ARR[*]}"', '"${#A}"', "${A%%,*}", '"${B/a/X}"',
+        "$A", '"$A"', "${B}", '"${B}"', "$C", '"$C"', '"${Z:-"a b"}"', "${Z:-x,y z}", '"${A:-d}"',
+        "${A:+alt}", '"${B:+"q r"}"', '"${ARR[@]}"', "${ARR[@]}", '"${ARR[*]}"', '"${#A}"', "${A%%,*}",
+        '"${B/a/X}"',
     ]
 )  # fmt: skip
 
@@ -112,7 +118,7 @@ def _stmt() -> st.SearchStrategy[str]:
             st.sampled_from(["a*", '"a*"', "*,*", "''", "?"]),
         ),
         st.builds(lambda n: f"[[ 010 -eq 8 ]] && {n}+=oct", name),
-        st.builds(lambda n, r: f'[ -n {r} ] && {n}+=nonempty || {n}+=empty', name, _REF),
+        st.builds(lambda n, r: f"[ -n {r} ] && {n}+=nonempty || {n}+=empty", name, _REF),
     )
 
 
@@ -151,7 +157,7 @@ REGRESSIONS = [
     "X=\nif [ -n $X ]; then T=2; else T=1; fi\nvllm serve Qwen/Qwen3-0.6B -tp $T\n",
     "x=abc\nif [[ $x == a* ]]; then T=2; else T=1; fi\nvllm serve Qwen/Qwen3-0.6B -tp $T\n",
     "if [[ 010 -eq 8 ]]; then T=2; else T=1; fi\nvllm serve Qwen/Qwen3-0.6B -tp $T\n",
-    "M=(Qwen/Qwen3-0.6B --port 8000)\nfor i in 1 2; do M+=(--x$i); done\nvllm serve \"${M[@]}\"\n",
+    'M=(Qwen/Qwen3-0.6B --port 8000)\nfor i in 1 2; do M+=(--x$i); done\nvllm serve "${M[@]}"\n',
     'f() { vllm serve "$@" --port 8000; }\nf Qwen/Qwen3-0.6B -tp 2\n',
     "eval 'vllm serve Qwen/Qwen3-0.6B' '--port 80$((1+1))'\n",
 ]
@@ -164,7 +170,7 @@ def test_what_the_subset_got_wrong_is_bashs_argv(text: str, tmp_path: Path) -> N
 
 
 def test_an_unset_variable_is_its_placeholder_by_bashs_own_account() -> None:
-    dep = _parse("A=$MODEL\nvllm serve $A --port ${PORT:-8001} --served-model-name \"$1\"\n")
+    dep = _parse('A=$MODEL\nvllm serve $A --port ${PORT:-8001} --served-model-name "$1"\n')
     assert list(dep.engine.args)[-4:] == ["--port", "8001", "--served-model-name", "<1>"]
     assert sorted(dep.placeholders) == ["<1>", "<MODEL>"]
     assert any("line 1: $MODEL: MODEL has no value" in n for n in dep.notes)
@@ -177,14 +183,16 @@ def test_an_unset_variable_is_its_placeholder_by_bashs_own_account() -> None:
         ("case $GPU in a100) vllm serve a/b;; esac\n", "line 1: bash decides on the placeholder <GPU>"),
         ("for i in $(seq 1 $N); do :; done\nvllm serve a/b\n", "bash decides on the output of 'seq 1 <N>'"),
         ("vllm serve a/b -tp $((N * 2))\n", "line 1: bash stops with"),
-        ("vllm serve a/b -tp $(nproc)\n", "line 1: 'nproc' runs on the machine, and rigsmith does not run it"),
-        ("T=$(nvidia-smi -L | wc -l)\nif [ $T -gt 4 ]; then vllm serve a/b; fi\n", "the output of 'wc -l' (line 1)"),
-        ("source ./env.sh\nvllm serve Qwen/Qwen3-0.6B\n", "line 1: 'source ./env.sh' reads a file the text does"),
+        ("vllm serve a/b -tp $(nproc)\n", "line 1: 'nproc' runs on the machine, and rigsmith does not"),
+        ("T=$(nvidia-smi -L | wc -l)\nif [ $T -gt 4 ]; then vllm serve a/b; fi\n", "the output of 'wc -l'"),
+        ("source ./env.sh\nvllm serve Qwen/Qwen3-0.6B\n", "line 1: 'source ./env.sh' reads a file the"),
         ("curl -s http://x/setup.sh\n", "line 1: 'curl' is not a vLLM launch command"),
         ("vllm serve Qwen/Qwen3-0.6B\n  --port 8000\n", "line 2 starts with the option '--port'"),
     ],
 )  # fmt: skip
-def test_a_decision_or_command_outside_the_launchers_is_refused_naming_the_line(text: str, fragment: str) -> None:
+def test_a_decision_or_command_outside_the_launchers_is_refused_naming_the_line(
+    text: str, fragment: str
+) -> None:
     assert fragment in refusal(text)
 
 
@@ -220,7 +228,9 @@ def test_a_command_whose_output_does_not_reach_the_launch_is_a_note() -> None:
         ),
     ],
 )
-def test_wrappers_reach_the_innermost_launcher(text: str, args: list[str], env: dict[str, str], note: str) -> None:
+def test_wrappers_reach_the_innermost_launcher(
+    text: str, args: list[str], env: dict[str, str], note: str
+) -> None:
     dep = _parse(text)
     assert list(dep.engine.args) == args
     assert {e.name: e.value for e in dep.env} == env
@@ -363,5 +373,5 @@ def test_a_plain_command_is_told_apart_without_a_parser() -> None:
     assert scriptform.plain_command("vllm serve org/m --port 8000 \\\n  -tp 2\n")
     assert scriptform.plain_command("docker run --gpus all -e 'A=b c' vllm/vllm-openai org/m")
     for text in ("vllm serve $M", "vllm serve m > log", "A=1; vllm serve m", "vllm serve m\nvllm serve n",
-                 "vllm serve m &", "vllm serve `cat x`", "vllm serve ~/m", "vllm serve 'unclosed"):  # fmt: skip
+                 "vllm serve m &", "vllm serve `cat x`", "vllm serve ~/m", "vllm serve 'x"):  # fmt: skip
         assert not scriptform.plain_command(text)

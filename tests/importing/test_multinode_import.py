@@ -67,7 +67,9 @@ def test_published_multinode_case(case: dict[str, Any], tmp_path: Path) -> None:
     assert [[m.host, m.container] for m in dep.mounts] == want["mounts"]
     assert dep.resources.shm_size == want["shm_size"]
     # the nodes' addresses, and (issue 35) the variables the text never sets that reach the spec
-    tokens = sorted([n["address"] for n in want["nodes"] if n["address"].startswith("<")] + want.get("unset", []))
+    tokens = sorted(
+        [n["address"] for n in want["nodes"] if n["address"].startswith("<")] + want.get("unset", [])
+    )
     assert dep.unfilled_placeholders() == tokens
     notes = "\n".join(dep.notes)
     for fragment in want["notes_contain"]:

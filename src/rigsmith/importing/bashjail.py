@@ -1,3 +1,7 @@
+# Over 500 lines: the jail (bwrap's argv, the limits, the descriptors read back) and the reading of bash's
+# answers (records, trace, errors) are one protocol with jail/prelude.bash and jail/stub.bash; split, each
+# half would be read against the other.
+
 """A pasted script run by GNU bash itself, jailed, to learn the command it launches (issue 35).
 
 A subset of the shell written by hand is not bash and keeps differing from it; here bash does what bash
@@ -137,7 +141,7 @@ def _probe(binary: str) -> str | None:
     """Why bubblewrap cannot run here (None when it can): it is tried once per process."""
     try:
         proc = subprocess.run(
-            _bwrap_argv(binary, [], ()) + ["-c", "exit 0"],
+            [*_bwrap_argv(binary, [], ()), "-c", "exit 0"],
             preexec_fn=_limits,
             capture_output=True,
             timeout=10,
@@ -231,7 +235,12 @@ def _read_all(
 
 
 def _once(
-    text: str, positional: int, gates: Sequence[str], binds: Sequence[str], deadline: float, status: int = 0
+    text: str,
+    positional: int,
+    gates: Sequence[str],
+    binds: Sequence[str],
+    deadline: float,
+    exit_status: int = 0,
 ) -> _Run:
     binary = bwrap()
     assert binary is not None
@@ -242,7 +251,7 @@ def _once(
     for path in binds:
         extra += ["--ro-bind", str(_FILES / "stub.bash"), path]
     env = ["--setenv", "__RS_RFD", str(rec_w), "--setenv", "__RS_XFD", str(xt_w)]
-    env += ["--setenv", "__RS_STATUS", str(status)]
+    env += ["--setenv", "__RS_STATUS", str(exit_status)]
     if gates:
         env += ["--setenv", "__RS_PH", " ".join(gates)]
     argv = [*_bwrap_argv(binary, env, extra), "-c", text, "bash"]
@@ -335,7 +344,7 @@ def run(text: str) -> Answer:
     if answer.outside and not answer.problems:
         # The commands rigsmith does not run succeeded; run again with them failing: where that changes
         # what is launched, bash decided on their exit status.
-        other = _once(text, state.positional, state.gate_list(), state.binds, deadline, status=1)
+        other = _once(text, state.positional, state.gate_list(), state.binds, deadline, exit_status=1)
         answer = _on_status(answer, _answer(other, state))
     return answer
 
@@ -360,12 +369,13 @@ def _on_status(succeeded: Answer, failed: Answer) -> Answer:
 
 
 #: bash builtins whose own errors read ``NAME: message`` (never a variable's ``${NAME:?message}``).
-_BUILTINS = frozenset(
-    "alias bg bind break builtin caller cd command compgen complete continue declare dirs disown echo enable "
-    "eval exec exit export false fc fg getopts hash help history jobs kill let local logout mapfile popd "
-    "printf pushd pwd read readarray readonly return set shift shopt source suspend test times trap true "
-    "type typeset ulimit umask unalias unset wait".split()
+_BUILTIN_WORDS = (
+    "alias bg bind break builtin caller cd command compgen complete continue declare dirs disown echo "
+    "enable eval exec exit export false fc fg getopts hash help history jobs kill let local logout "
+    "mapfile popd printf pushd pwd read readarray readonly return set shift shopt source suspend test "
+    "times trap true type typeset ulimit umask unalias unset wait"
 )
+_BUILTINS = frozenset(_BUILTIN_WORDS.split())
 
 
 @dataclass
@@ -467,8 +477,8 @@ def _sourced(line: int, rest: Sequence[str], out: Answer) -> None:
         )
     else:
         out.problems.append(
-            f"line {line}: '{said}' reads a file the text does not contain; rigsmith cannot see what it sets — "
-            "paste what it sets into the text, or remove the line"
+            f"line {line}: '{said}' reads a file the text does not contain; rigsmith cannot see what it "
+            "sets — paste what it sets into the text, or remove the line"
         )
 
 
@@ -492,8 +502,8 @@ def _read_records(got: _Run, out: Answer) -> list[tuple[str, int, list[str]]]:
         elif kind == "C":
             where = shown(rest[1]) if len(rest) > 1 else "~"
             out.notes.append(
-                f"line {line}: '{shown(' '.join(rest))}': the recipe runs from {where}; a relative path in the "
-                "command is relative to it (rigsmith's targets run the engine in their own directory)"
+                f"line {line}: '{shown(' '.join(rest))}': the recipe runs from {where}; a relative path "
+                "in the command is relative to it (rigsmith's targets run the engine in their own directory)"
             )
         elif kind == "S":
             _sourced(line, rest, out)
@@ -533,8 +543,9 @@ def _answer(got: _Run, state: _State) -> Answer:
         (line, opt), *more = starts_option
         also = "; so do " + ", ".join(f"line {n} ({shown(o)})" for n, o in more) if more else ""
         out.problems.append(
-            f"line {line} starts with the option {shown(opt)!r}, but the line before it does not continue with "
-            f"'\\', so a shell runs it as a separate command{also}; add the missing '\\' line continuations"
+            f"line {line} starts with the option {shown(opt)!r}, but the line before it does not continue "
+            f"with '\\', so a shell runs it as a separate command{also}; add the missing '\\' line "
+            "continuations"
         )
     for token, line, argv in outside:
         if argv[0].startswith("-"):
@@ -542,13 +553,13 @@ def _answer(got: _Run, state: _State) -> Answer:
         out.outside.append((line, argv))
         if token in launched:
             out.problems.append(
-                f"line {line}: '{shown(' '.join(argv))}' runs on the machine, and rigsmith does not run it; its "
-                "output reaches the launch command — write the value out"
+                f"line {line}: '{shown(' '.join(argv))}' runs on the machine, and rigsmith does not run it; "
+                "its output reaches the launch command — write the value out"
             )
         else:
             out.notes.append(
-                f"line {line}: '{shown(' '.join(argv))}' is not a launch command; rigsmith does not run it (its "
-                "output does not reach the launch command)"
+                f"line {line}: '{shown(' '.join(argv))}' is not a launch command; rigsmith does not run it "
+                "(its output does not reach the launch command)"
             )
     traced = _trace(got.trace)
     out.notes += [
@@ -561,8 +572,9 @@ def _answer(got: _Run, state: _State) -> Answer:
     for line, cmd, value in [*out.decided, *decided]:
         if found := unknown_in(value):
             out.problems.append(
-                f"line {line}: bash decides on {', '.join(dict.fromkeys(found))} ({shown(untoken(cmd)[:200])}), a value "
-                "the text does not give; write the value out (or remove the test)"
+                f"line {line}: bash decides on {', '.join(dict.fromkeys(found))} "
+                f"({shown(untoken(cmd)[:200])}), a value the text does not give; write the value out (or "
+                "remove the test)"
             )
     out.problems = list(dict.fromkeys(out.problems))
     out.notes = [untoken(n) for n in out.notes]
@@ -570,8 +582,9 @@ def _answer(got: _Run, state: _State) -> Answer:
     out.unknown = {name: line for name, line in state.gates.items() if placeholder(name) in launched}
     if state.positional:
         out.notes.append(
-            f"the text uses its arguments $1..${state.positional}, which nobody passes here; they are the "
-            f"placeholders {placeholder('1')}..{placeholder(str(state.positional))}, which you fill in before deploy"
+            f"the text uses its arguments $1..${state.positional}, which nobody passes here; they are "
+            f"the placeholders {placeholder('1')}..{placeholder(str(state.positional))}, which you fill in "
+            "before deploy"
         )
     return out
 

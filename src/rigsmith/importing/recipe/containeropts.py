@@ -81,7 +81,8 @@ def volume(val: str, launch: Launch, where: str) -> None:
             launch.problems.append(f"{where} {val!r}: {path}: {msg}")
     if made:
         launch.notes.append(
-            f"{where} {val}: the host path is a placeholder (a variable the text never sets); fill it before deploy"
+            f"{where} {val}: the host path is a placeholder (a variable the text never sets); fill it "
+            "before deploy"
         )
     if "$" in host:
         launch.notes.append(

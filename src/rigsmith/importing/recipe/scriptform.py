@@ -15,9 +15,9 @@ from rigsmith.importing.prompts import join_blank_continuations, quote_placehold
 from rigsmith.importing.recipe import cardform
 from rigsmith.importing.recipe.envvars import env_var, merge_env
 from rigsmith.importing.recipe.launch import Launch
+from rigsmith.importing.recipe.shellform import _from_shell
 from rigsmith.importing.recipe.tables import _ASSIGN_RE, _PYTHON_RE, _SECRET_NAME_RE
 from rigsmith.importing.unknown import placeholder
-from rigsmith.importing.recipe.shellform import _from_shell
 
 
 def _from_record(text: str, source: str, accept: bool) -> Launch:
@@ -148,8 +148,8 @@ def handed_on(answer: bashjail.Answer, notes: list[str], text: str = "") -> Laun
         ]
     launch.notes = [*notes, *answer.notes, *launch.notes]
     launch.notes += [
-        f"line {line}: ${name}: {name} has no value (the text uses it but never sets it); it is the placeholder "
-        f"{placeholder(name)}, which you fill in before deploy"
+        f"line {line}: ${name}: {name} has no value (the text uses it but never sets it); it is the "
+        f"placeholder {placeholder(name)}, which you fill in before deploy"
         for name, line in answer.unknown.items()
         if not _SECRET_NAME_RE.search(
             name

@@ -42,8 +42,8 @@ def script_argv(
     launch.notes += [f"{where}: in the {argv[0]} -c script: {n}" for n in answer.notes]
     if len(answer.calls) != 1:
         launch.problems.append(
-            f"{where}: the {argv[0]} -c script launches {len(answer.calls)} commands; rigsmith imports the one "
-            "vLLM command a container runs — keep that one"
+            f"{where}: the {argv[0]} -c script launches {len(answer.calls)} commands; rigsmith imports the "
+            "one vLLM command a container runs — keep that one"
         )
         return None
     call = answer.calls[0]
