@@ -2,6 +2,7 @@
 # Every command a recipe runs in rigsmith's import jail, by the name it is called as (see bashjail.py):
 # a launcher records its argv and exported environment; a wrapper records itself and runs what it wraps;
 # anything else records its argv and prints a token that marks its output.
+# shellcheck disable=SC2163  # export "$1" exports the NAME=value word it holds
 set -f
 __rs_rec() {
   local kind=$1 line=$2
