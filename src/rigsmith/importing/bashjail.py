@@ -363,7 +363,8 @@ def _on_status(succeeded: Answer, failed: Answer) -> Answer:
     chosen, when = (succeeded, "succeed") if succeeded.calls else (failed, "fail")
     chosen.notes.append(
         f"the text launches its command only when commands rigsmith does not run {when} ({ran}): a check "
-        "that stops the script on the machine; imported as the run where they " + when
+        "on them (or set -e) stops the script on the machine otherwise; imported as the run where they "
+        + when
     )
     return chosen
 

@@ -108,7 +108,11 @@ def _comments(text: str) -> list[str]:
     """The text's comments, as notes (they often say what a flag is for, or what to change)."""
     script = shellwords.scan(text)
     found = [*script.comments, *((c.line, c.comment) for c in script.commands if c.comment)]
-    return [f"comment (line {line}): {comment}" for line, comment in sorted(found) if comment]
+    return [
+        f"comment (line {line}): {comment}"
+        for line, comment in sorted(found)
+        if comment and not (line == 1 and comment.startswith("!"))  # the #! line names the interpreter
+    ]
 
 
 def _is_server(argv: Sequence[str]) -> bool:
