@@ -101,6 +101,7 @@ _REF = st.sampled_from(
 def _stmt() -> st.SearchStrategy[str]:
     name = st.sampled_from(_NAMES)
     quoted = _VALUE.map(shlex.quote)
+    pattern = st.sampled_from(["a*", '"a*"', "*,*", "''", "[ab]?", "?", "*"])
     return st.one_of(
         st.builds(lambda n, v: f"{n}={v}", name, quoted),
         st.builds(lambda n, v: f"{n}+={v}", name, quoted),
@@ -109,19 +110,9 @@ def _stmt() -> st.SearchStrategy[str]:
         st.builds(lambda a, b: f"ARR=({a} {b})", quoted, _REF),
         st.builds(lambda a: f"ARR+=({a})", quoted),
         st.builds(lambda n, r: f'for w in {r}; do {n}+="[$w]"; done', name, _REF),
-        st.builds(
-            lambda n, r, p: f"case {r} in {p}) {n}=hit;; *) {n}+=miss;; esac",
-            name,
-            _REF,
-            st.sampled_from(["a*", "*,*", "''", "[ab]?", "*"]),
-        ),
+        st.builds(lambda n, r, p: f"case {r} in {p}) {n}=hit;; *) {n}+=miss;; esac", name, _REF, pattern),
         st.builds(lambda n, r: f'f() {{ {n}="$1|$#|${{2:-none}}"; }}; f {r} x', name, _REF),
-        st.builds(
-            lambda n, r, p: f"if [[ {r} == {p} ]]; then {n}=yes; else {n}=no; fi",
-            name,
-            _REF,
-            st.sampled_from(["a*", '"a*"', "*,*", "''", "?"]),
-        ),
+        st.builds(lambda n, r, p: f"if [[ {r} == {p} ]]; then {n}=yes; else {n}=no; fi", name, _REF, pattern),
         st.builds(lambda n: f"[[ 010 -eq 8 ]] && {n}+=oct", name),
         st.builds(lambda n, r: f"[ -n {r} ] && {n}+=nonempty || {n}+=empty", name, _REF),
     )

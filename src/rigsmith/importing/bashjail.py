@@ -66,7 +66,6 @@ STUB_NAMES = (
     "bash",
     "sh",
 )
-LAUNCHERS = frozenset({"vllm", "docker", "podman", "ray"})
 #: The directory the recipe runs in, inside the jail; written ``.`` in what is handed on.
 CWD = "/.rigsmith-recipe-dir"
 _BASH = "/usr/bin/bash"
@@ -85,7 +84,6 @@ _ERR_RE = re.compile(r"^(?:\S*bash|sh): (?:line (\d+): )?(.*)$")
 _UNBOUND_RE = re.compile(r"^(\$?)([A-Za-z_][A-Za-z0-9_]*(?:\[[^]\s]*\])?|\d+): unbound variable$")
 _REQUIRED_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): ")
 _MISSING_RE = re.compile(r"^(\S*/\S*): No such file or directory$")
-_PLACEHOLDER_VALUE_RE = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*(?:\[[^]\s]*\])?|\d+)>")
 #: What bash traces before it decides: a test, a loop over words, arithmetic.
 _DECIDING = ("'[' ", "[ ", "[[ ", "test ", "(( ", "for ", "select ", "let ")
 
