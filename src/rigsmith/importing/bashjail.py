@@ -26,7 +26,12 @@ What is learned, by one rule each:
 - a test, ``case``, loop or arithmetic that bash evaluated on a placeholder or on a command's output
   token is refused naming the line and the value (read from bash's trace, not from a parser here);
 - a command outside the launchers: refused where its output token reaches a launcher's argv or env, a
-  ``source`` of a file the text does not hold is refused, anything else is a note;
+  ``source`` of a file the text does not hold is refused, anything else is a note; the text runs once with
+  those commands succeeding and once failing: a launch that differs is refused, one that only one run
+  reaches (a guard, ``set -e``) is imported from that run with a note;
+- the run is bounded: 4 s of wall clock (and of CPU), 256 MiB of memory, 64 processes (200 started in
+  all), 4 MiB files, 4 MiB read back per descriptor; at the end bash waits for every process it started,
+  so a detached fork bomb runs into the wall clock, and the host waits until the jail's init is gone;
 - ``$HOME`` and ``~`` are ``~`` (the invoking user's home, as every target writes it out); the directory
   the recipe runs in is ``.``.
 """
@@ -167,7 +172,7 @@ def _limits() -> None:
         (resource.RLIMIT_CPU, 6),
         (resource.RLIMIT_FSIZE, 8 << 20),
         (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_NOFILE, 256),
+        (resource.RLIMIT_NOFILE, 1024),
     ):
         resource.setrlimit(what, (value, value))
     if os.geteuid() == 0:  # root's processes are exempt from the process limit: run as nobody
