@@ -29,9 +29,10 @@ What is learned, by one rule each:
   ``source`` of a file the text does not hold is refused, anything else is a note; the text runs once with
   those commands succeeding and once failing: a launch that differs is refused, one that only one run
   reaches (a guard, ``set -e``) is imported from that run with a note;
-- the run is bounded: 4 s of wall clock (and of CPU), 256 MiB of memory, 64 processes (200 started in
-  all), 4 MiB files, 4 MiB read back per descriptor; at the end bash waits for every process it started,
-  so a detached fork bomb runs into the wall clock, and the host waits until the jail's init is gone;
+- the run is bounded: 4 s of wall clock (and of CPU), 128 MiB of memory a process, 32 processes at once
+  (200 started in all), 4 MiB files, 4 MiB read back per descriptor; at the end bash waits for every
+  process it started, so a detached fork bomb runs into the wall clock, and the host waits until the
+  jail's init is gone;
 - ``$HOME`` and ``~`` are ``~`` (the invoking user's home, as every target writes it out); the directory
   the recipe runs in is ``.``.
 """
@@ -460,9 +461,9 @@ def _limits_hit(got: _Run) -> list[str]:
     for line, message in got.errors[:8]:
         where = f"line {line}: " if line else ""
         if "fork: " in message:
-            message = f"{message} (the jail allows 64 processes)"
+            message = f"{message} (the jail allows 32 processes at once)"
         elif "xmalloc" in message or "cannot allocate" in message:
-            message = f"{message} (the jail allows 256 MiB of memory)"
+            message = f"{message} (the jail allows 128 MiB of memory a process)"
         out.append(f"{where}bash stops with {shown(message)}")
     return out
 

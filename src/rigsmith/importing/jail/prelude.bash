@@ -1,7 +1,7 @@
 # Sourced (BASH_ENV) by every bash in rigsmith's import jail before the recipe's text: see bashjail.py.
 # Records go to fd $__RS_RFD as NUL-separated fields; bash's own trace goes to fd $__RS_XFD.
 # shellcheck disable=SC2016,SC2153,SC2164  # literal patterns; the __RS_ fds come from bwrap
-ulimit -u 64 -v 262144 -f 4096 -t 4 -c 0 2>/dev/null
+ulimit -u 32 -v 131072 -f 4096 -t 4 -c 0 2>/dev/null
 __rs_rec() {
   local kind=$1 line=$2
   shift 2
