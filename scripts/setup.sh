@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 export DEBIAN_FRONTEND=noninteractive
 apt_pkgs=(podman catatonit conmon runc docker.io docker-registry skopeo lxc busybox-static shellcheck curl python3-pip
-  debootstrap systemd-container zstd iproute2 openssh-server)
+  debootstrap systemd-container zstd iproute2 openssh-server bubblewrap)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

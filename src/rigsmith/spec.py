@@ -43,8 +43,8 @@ MODELINE = "# yaml-language-server: $schema=../schema/deployment.schema.json\n"
 
 #: A Hugging Face Hub repo id, owner/name.
 HUB_REPO_RE = r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"
-#: A placeholder token in a recipe value: ``<repo>``, ``<vllm tree>``, ``<n_of_tokens>``.
-PLACEHOLDER_RE = re.compile(r"<[A-Za-z_][A-Za-z0-9_ .-]*>")
+#: A placeholder token in a recipe value: ``<repo>``, ``<vllm tree>``, ``<n_of_tokens>``, ``<1>`` ($1).
+PLACEHOLDER_RE = re.compile(r"<(?:[A-Za-z_][A-Za-z0-9_ .-]*|[1-9][0-9]*)>")
 # Anchored with \Z, not $: `$` also matches before a trailing newline, and targets write these bare.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 #: ``$NAME`` or ``${NAME}``: a value read from the host's variable NAME.

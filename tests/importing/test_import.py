@@ -520,7 +520,7 @@ def test_a_docker_mount_of_the_current_directory_gives_a_relative_local_dir() ->
         ),
         (
             "docker run -v $MODELS:/m vllm/vllm-openai --model /m/x\n",
-            "inside the volume $MODELS:/m whose host side is shell syntax",
+            "inside the volume <MODELS>:/m whose host side is shell syntax or a placeholder",
         ),
         ("docker run -v /a:/m vllm/vllm-openai --model m/../x\n", "a path relative to the container's"),
     ],

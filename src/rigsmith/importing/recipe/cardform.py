@@ -16,12 +16,13 @@ from typing import Any
 
 import yaml
 
-from rigsmith.importing.shellparse import strip_prompts
+from rigsmith.importing.prompts import strip_prompts
 
 _FIELD_RE = re.compile(r"^(env|notes):[ \t]+['\"]", re.MULTILINE)
 #: A line that starts a launch command (after a prompt, sudo, NAME=value prefixes or a path).
 _LAUNCH_LINE_RE = re.compile(
-    r"(?m)^[ \t]*(?:\S*[$#>][ \t]+)?(?:sudo[ \t]+|nohup[ \t]+|exec[ \t]+|env[ \t]+)*"
+    r"(?m)^[ \t]*(?:[^\n]*(?:[{;]|&&|\|\|)[ \t]+)?"  # after `f() {`, `;`, `&&`, `||` on the line too
+    r"(?:\S*[$#>][ \t]+)?(?:sudo[ \t]+|nohup[ \t]+|exec[ \t]+|env[ \t]+)*"
     r"(?:[A-Za-z_]\w*=\S*[ \t]+)*(?:\S*/)?"
     r"(?:vllm\b|python3?(?:\.\d+)?[ \t]+(?:-\S+[ \t]+)*-m[ \t]+vllm|docker[ \t]+run\b|podman[ \t]+run\b"
     r"|(?:ba)?sh[ \t]+-c\b|uv[ \t]+run\b)"

@@ -33,6 +33,7 @@ from typing import Any
 from dotenv import dotenv_values
 
 from rigsmith import secretenv
+from rigsmith.importing.unknown import placeholder
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OPS = (":-", ":?", ":+", "-", "?", "+")
@@ -161,7 +162,7 @@ class Interpolation:
             )
             return ""
         if value is None:
-            token = f"<{name}>"
+            token = placeholder(name)  # one rule with a script's unset $NAME (rigsmith.importing.unknown)
             self.notes.append(
                 f"{where}: {src}: {name} is not set anywhere (environment, env file), so compose would use "
                 f"an empty string; it is the placeholder {token}, which you fill in before deploy"

@@ -68,7 +68,8 @@ def volume(val: str, launch: Launch, where: str) -> None:
         # `$HOME/x` and `~/x` name the same directory; the spec's mounts understand `~/`.
         launch.notes.append(f"{where} {val}: {home.group(1)} written as ~ in the mount")
         host = "~" + host[len(home.group(1)) :]
-    if not host.startswith(("/", "~", "./", "../", "$")) and host not in (".", ".."):
+    made = any(host == t or host.startswith(t + "/") for t in launch.made_placeholders)
+    if not made and not host.startswith(("/", "~", "./", "../", "$")) and host not in (".", ".."):
         launch.notes.append(f"{where} {val}: named volume, not imported (use a host directory)")
         return
     try:
@@ -78,6 +79,11 @@ def volume(val: str, launch: Launch, where: str) -> None:
     except ValidationError as err:
         for path, msg in specmod.problems_from(err):
             launch.problems.append(f"{where} {val!r}: {path}: {msg}")
+    if made:
+        launch.notes.append(
+            f"{where} {val}: the host path is a placeholder (a variable the text never sets); fill it "
+            "before deploy"
+        )
     if "$" in host:
         launch.notes.append(
             f"{where} {val}: the host path holds shell syntax, kept literally; set a real path"

@@ -67,6 +67,9 @@ def mapped_secret(
 
 def env_var(name: str, value: str, note: str | None, launch: Launch, where: str) -> specmod.EnvVar:
     secret = is_secret_name(name)
+    if secret and value in launch.made_placeholders and value[1:-1].isidentifier():
+        # A secret set from a variable the text never sets: the host's variable at run time, never a value
+        value = f"${value[1:-1]}"
     m = _SELF_REF_RE.match(value)
     if m and m.group(1) == name:
         launch.notes.append(f"{where}: {name}={value} is read from the host environment at run time")

@@ -189,10 +189,10 @@ def _local_model(launch: Launch, value: str, idx: int, problems: list[str]) -> _
         return None
     mount = max(covering, key=lambda m: len(PurePosixPath(m.container).parts))
     host = _CWD_RE.sub(".", mount.host)
-    if "$" in host or "`" in host:
+    if "$" in host or "`" in host or specmod.PLACEHOLDER_RE.search(host):
         problems.append(
             f"the model is {value!r}, inside the volume {mount.host}:{mount.container} whose host side is "
-            "shell syntax; write the host directory instead"
+            "shell syntax or a placeholder; write the host directory instead"
         )
         return None
     rest = path.relative_to(mount.container).as_posix()

@@ -303,7 +303,9 @@ def _env_differences(group: RayGroup, launch: Launch) -> None:
 
 
 def _literal(value: str | None, pattern: re.Pattern[str]) -> str | None:
-    return value if value and "$" not in value and pattern.match(value) else None
+    if not value or "$" in value or specmod.PLACEHOLDER_RE.search(value):
+        return None
+    return value if pattern.match(value) else None
 
 
 def _env(node: RayNode, name: str) -> str | None:

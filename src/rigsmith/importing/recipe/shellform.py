@@ -134,9 +134,10 @@ def _command_words(
     return words, prefix
 
 
-def _from_shell(text: str) -> Launch:
+def _from_shell(text: str, made: Sequence[str] = ()) -> Launch:
+    """``text``'s commands read as a launch; ``made`` are the placeholders bash made for unset variables."""
     script = shellwords.scan(text)
-    launch = Launch()
+    launch = Launch(made_placeholders=list(made))
     launch.problems += script.problems
     launch.notes += script.notes
     for line, comment in script.comments:

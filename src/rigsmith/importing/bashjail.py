@@ -1,0 +1,604 @@
+# Over 500 lines: the jail (bwrap's argv, the limits, the descriptors read back) and the reading of bash's
+# answers (records, trace, errors) are one protocol with jail/prelude.bash and jail/stub.bash; split, each
+# half would be read against the other.
+
+"""A pasted script run by GNU bash itself, jailed, to learn the command it launches (issue 35).
+
+A subset of the shell written by hand is not bash and keeps differing from it; here bash does what bash
+does. The text runs under ``bash -c`` inside bubblewrap: every namespace unshared (no network), an empty
+environment, no controlling terminal, ``--die-with-parent``, only bash, the libraries it links and this
+module's two scripts bound read-only, a small tmpfs as the working directory, limits on CPU time, memory,
+processes and file size, and a wall clock kept here (the whole process group is killed at the end).
+
+Inside, every command is a stub (``jail/stub.bash``, bound under each name; ``command_not_found_handle`` for
+the rest): the launchers (``vllm``, ``python*``, ``docker``, ``podman``, ``ray``) record their argv and the
+environment they were given, NUL-separated, on a descriptor read here; the wrappers (``sudo``, ``nohup``,
+``env``, ``uv run``, ``bash -c``) record themselves and run what they wrap, so the innermost launcher's argv
+is what is recorded (``exec`` needs nothing: bash execs the stub); any other command records itself and
+prints a token in place of its output. ``jail/prelude.bash`` (bash's ``BASH_ENV``) sets ``set -u``, bash's
+own trace (``PS4`` with a marker and ``$LINENO``) onto a second descriptor, and a DEBUG trap that tells the
+stubs the line.
+
+What is learned, by one rule each:
+
+- a variable or positional parameter the text never sets is the placeholder ``<NAME>`` (``<1>``): bash
+  reports it unbound, and the text runs again with that name set from that line on;
+- a test, ``case``, loop or arithmetic that bash evaluated on a placeholder or on a command's output
+  token is refused naming the line and the value (read from bash's trace, not from a parser here);
+- a command outside the launchers: refused where its output token reaches a launcher's argv or env, a
+  ``source`` of a file the text does not hold is refused, anything else is a note; the text runs once with
+  those commands succeeding and once failing: a launch that differs is refused, one that only one run
+  reaches (a guard, ``set -e``) is imported from that run with a note;
+- the run is bounded: 4 s of wall clock (and of CPU), 128 MiB of memory a process, 32 processes at once
+  (200 started in all), 4 MiB files, 4 MiB read back per descriptor; at the end bash waits for every
+  process it started, so a detached fork bomb runs into the wall clock, and the host waits until the
+  jail's init is gone;
+- ``$HOME`` and ``~`` are ``~`` (the invoking user's home, as every target writes it out); the directory
+  the recipe runs in is ``.``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import resource
+import selectors
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from rigsmith.errors import shown
+from rigsmith.importing.unknown import placeholder
+
+_FILES = Path(__file__).with_name("jail")
+#: Names the stub is bound under on the jail's PATH.
+STUB_NAMES = (
+    "vllm",
+    "python",
+    "python3",
+    "docker",
+    "podman",
+    "ray",
+    "sudo",
+    "nohup",
+    "env",
+    "uv",
+    "bash",
+    "sh",
+)
+#: The directory the recipe runs in, inside the jail; written ``.`` in what is handed on.
+CWD = "/.rigsmith-recipe-dir"
+_BASH = "/usr/bin/bash"
+#: Bounds: one run's wall clock (s), all runs together (s), bytes read back per descriptor, runs.
+RUN_SECONDS = 4.0
+TOTAL_SECONDS = 8.0
+MAX_OUTPUT = 4 << 20
+MAX_RUNS = 12
+MAX_TEXT = 100 << 10  # one argv word of bash (the kernel takes 128 KiB)
+#: Processes (subshells, background jobs, command substitutions) a text may start before it is refused.
+MAX_PROCESSES = 200
+#: Stands for a NUL of the text while bash runs it (a private-use character).
+_NUL = "\ue000"
+_TOKEN_RE = re.compile(r"@@rigsmith-output-\d+@@")
+_ERR_RE = re.compile(r"^(?:\S*bash|sh): (?:line (\d+): )?(.*)$")
+_UNBOUND_RE = re.compile(r"^(\$?)([A-Za-z_][A-Za-z0-9_]*(?:\[[^]\s]*\])?|\d+): unbound variable$")
+_REQUIRED_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): ")
+_MISSING_RE = re.compile(r"^(\S*/\S*): No such file or directory$")
+#: What bash traces before it decides: a test, a loop over words, arithmetic.
+_DECIDING = ("'[' ", "[ ", "[[ ", "test ", "(( ", "for ", "select ", "let ")
+
+
+class JailUnavailable(Exception):
+    """bubblewrap is not installed or cannot make its namespaces here."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One launcher run: its argv (``argv[0]`` the name or path it was called by), env and line."""
+
+    line: int
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Answer:
+    """What bash did with the text."""
+
+    calls: list[Call] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    #: Placeholder tokens that reach a launcher (``<MODEL>``), for the user to fill.
+    placeholders: list[str] = field(default_factory=list)
+    #: Each variable made a placeholder that reaches a launcher, and the line bash found it unbound on.
+    unknown: dict[str, int] = field(default_factory=dict)
+    #: Commands outside the launchers that bash ran (line, argv).
+    outside: list[tuple[int, list[str]]] = field(default_factory=list)
+    #: (line, command, value) of each ``case`` bash decided on.
+    decided: list[tuple[int, str, str]] = field(default_factory=list)
+
+
+@dataclass
+class _Run:
+    """The raw outcome of one run in the jail."""
+
+    records: list[list[str]]
+    trace: str
+    errors: list[tuple[int, str]]
+    status: int | None  # None: killed at the wall clock
+    overflow: bool = False
+
+
+def bwrap() -> str | None:
+    """The bubblewrap binary, or None."""
+    return shutil.which("bwrap")
+
+
+@functools.cache
+def _probe(binary: str) -> str | None:
+    """Why bubblewrap cannot run here (None when it can): it is tried once per process."""
+    try:
+        proc = subprocess.run(
+            [*_bwrap_argv(binary, [], ()), "-c", "exit 0"],
+            preexec_fn=_limits,
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    return None if proc.returncode == 0 else proc.stderr.decode(errors="replace").strip()[:300]
+
+
+def unavailable() -> str | None:
+    """Why the jail cannot run here, in words; None when it can."""
+    binary = bwrap()
+    if binary is None:
+        return "bubblewrap (bwrap) is not installed"
+    why = _probe(binary)
+    return None if why is None else f"bubblewrap cannot make its namespaces here ({shown(why)})"
+
+
+def _limits() -> None:
+    """In the child before bwrap: bounds on memory, CPU, file size, and no root (a fork bomb's process
+    count is bounded inside, where ``ulimit -u`` counts the jail's own user namespace)."""
+    for what, value in (
+        (resource.RLIMIT_AS, 1 << 30),
+        (resource.RLIMIT_CPU, 6),
+        (resource.RLIMIT_FSIZE, 8 << 20),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NOFILE, 1024),
+    ):
+        resource.setrlimit(what, (value, value))
+    if os.geteuid() == 0:  # root's processes are exempt from the process limit: run as nobody
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+
+def _libraries(binary: str) -> list[str]:
+    """The shared libraries ``binary`` loads (ldd's paths), for binding into the jail."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=False).stdout
+    return re.findall(r"(?:=>\s*)?(/\S+)\s+\(0x", out)
+
+
+@functools.cache
+def _base_binds() -> tuple[str, ...]:
+    binds = ["--ro-bind", _BASH, _BASH]
+    for lib in _libraries(_BASH):
+        binds += ["--ro-bind", os.path.realpath(lib), lib]
+    binds += ["--ro-bind", str(_FILES / "prelude.bash"), "/rs/prelude.bash"]
+    for name in STUB_NAMES:
+        binds += ["--ro-bind", str(_FILES / "stub.bash"), f"/rs/bin/{name}"]
+    return tuple(binds)
+
+
+def _bwrap_argv(binary: str, env: Sequence[str], extra: Sequence[str]) -> list[str]:
+    argv = [binary, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    argv += _base_binds()
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(8 << 20), "--tmpfs", CWD]
+    argv += list(extra)
+    argv += ["--remount-ro", "/", "--chdir", CWD]
+    base = {"PATH": "/rs/bin", "HOME": "~", "BASH_ENV": "/rs/prelude.bash"}
+    for name, value in base.items():
+        argv += ["--setenv", name, value]
+    argv += list(env)
+    return [*argv, "--", _BASH, "--norc", "--noprofile"]
+
+
+def _read_all(
+    proc: subprocess.Popen[bytes], fds: dict[int, str], deadline: float
+) -> tuple[dict[str, bytes], bool]:
+    """Everything the jail writes on ``fds`` until they close or the deadline; whether it overflowed."""
+    got = {name: bytearray() for name in fds.values()}
+    overflow = False
+    with selectors.DefaultSelector() as sel:
+        for fd in fds:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, 65536)
+                name = fds[key.fd]
+                if not chunk:
+                    sel.unregister(key.fd)
+                elif len(got[name]) + len(chunk) > MAX_OUTPUT:
+                    overflow = True
+                    return {k: bytes(v) for k, v in got.items()}, overflow
+                else:
+                    got[name] += chunk
+    return {k: bytes(v) for k, v in got.items()}, overflow
+
+
+def _once(
+    text: str,
+    positional: int,
+    gates: Sequence[str],
+    binds: Sequence[str],
+    deadline: float,
+    exit_status: int = 0,
+) -> _Run:
+    binary = bwrap()
+    assert binary is not None
+    rec_r, rec_w = os.pipe()
+    xt_r, xt_w = os.pipe()
+    info_r, info_w = os.pipe()
+    extra = ["--info-fd", str(info_w)]
+    for path in binds:
+        extra += ["--ro-bind", str(_FILES / "stub.bash"), path]
+    env = ["--setenv", "__RS_RFD", str(rec_w), "--setenv", "__RS_XFD", str(xt_w)]
+    env += ["--setenv", "__RS_STATUS", str(exit_status)]
+    if gates:
+        env += ["--setenv", "__RS_PH", " ".join(gates)]
+    argv = [*_bwrap_argv(binary, env, extra), "-c", text, "bash"]
+    argv += [placeholder(str(i)) for i in range(1, positional + 1)]
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        pass_fds=(rec_w, xt_w, info_w),
+        preexec_fn=_limits,
+        start_new_session=True,
+    )
+    for fd in (rec_w, xt_w, info_w):
+        os.close(fd)
+    assert proc.stderr is not None
+    streams = {rec_r: "rec", xt_r: "trace", info_r: "info", proc.stderr.fileno(): "err"}
+    got: dict[str, bytes] = {}
+    try:
+        ends = min(deadline, time.monotonic() + RUN_SECONDS)
+        got, overflow = _read_all(proc, streams, ends)
+        try:
+            status: int | None = proc.wait(timeout=0 if overflow else max(0.0, ends - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            status = None
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            status = None
+            _gone(got.get("info", b""))
+        for fd in (rec_r, xt_r, info_r):
+            os.close(fd)
+        proc.stderr.close()
+    errors = []
+    for raw in got["err"].decode(errors="replace").splitlines():
+        if m := _ERR_RE.match(raw):
+            errors.append((int(m.group(1) or 0), m.group(2)))
+    return _Run(_records(got["rec"]), got["trace"].decode(errors="replace"), errors, status, overflow)
+
+
+def _gone(info: bytes) -> None:
+    """Wait until the jail's init (``child-pid`` of bwrap's info) has exited: the kernel ends every other
+    process of its namespace first, so when it is gone, nothing the text started is left."""
+    m = re.search(rb'"child-pid":\s*(\d+)', info)
+    if m is None:
+        return
+    status = Path("/proc", m.group(1).decode(), "stat")
+    ends = time.monotonic() + 5
+    while time.monotonic() < ends:
+        try:
+            state = status.read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.005)
+
+
+def _records(data: bytes) -> list[list[str]]:
+    """The records the stubs wrote: each ``[kind, line, field…]``."""
+    fields = data.decode(errors="replace").split("\0")[:-1]
+    out: list[list[str]] = []
+    i = 0
+    while i + 2 < len(fields):
+        try:
+            count = int(fields[i + 2])
+        except ValueError:
+            break
+        out.append([fields[i], fields[i + 1], *fields[i + 3 : i + 3 + count]])
+        i += 3 + count
+    return out
+
+
+def run(text: str) -> Answer:
+    """What bash does with ``text``, run in the jail (raises :class:`JailUnavailable` where it cannot)."""
+    why = unavailable()
+    if why is not None:
+        raise JailUnavailable(why)
+    if len(text.encode()) > MAX_TEXT or _NUL in text:
+        return Answer(problems=[f"the text is over {MAX_TEXT >> 10} KiB (or holds U+E000); not a recipe"])
+    text = text.replace("\0", _NUL)  # bash's words cannot hold NUL: carried through, restored after
+    deadline = time.monotonic() + TOTAL_SECONDS
+    state = _State()
+    for _ in range(MAX_RUNS):
+        got = _once(text, state.positional, state.gate_list(), state.binds, deadline)
+        if got.status is None or got.overflow or not state.learn(got.errors, _trace(got.trace)):
+            break
+    answer = _answer(got, state)
+    if answer.outside and not answer.problems:
+        # The commands rigsmith does not run succeeded; run again with them failing: where that changes
+        # what is launched, bash decided on their exit status.
+        other = _once(text, state.positional, state.gate_list(), state.binds, deadline, exit_status=1)
+        answer = _on_status(answer, _answer(other, state))
+    return answer
+
+
+def _on_status(succeeded: Answer, failed: Answer) -> Answer:
+    """One answer from the runs where the outside commands succeeded and failed."""
+    ran = "; ".join(f"line {line}: '{shown(' '.join(argv))}'" for line, argv in succeeded.outside)
+    if failed.problems or [c.argv for c in succeeded.calls] == [c.argv for c in failed.calls]:
+        return succeeded
+    if succeeded.calls and failed.calls:
+        succeeded.problems.append(
+            f"what the text launches depends on whether commands rigsmith does not run succeed ({ran}); "
+            "remove the test on them, or keep the launch command"
+        )
+        return succeeded
+    chosen, when = (succeeded, "succeed") if succeeded.calls else (failed, "fail")
+    chosen.notes.append(
+        f"the text launches its command only when commands rigsmith does not run {when} ({ran}): a check "
+        "on them (or set -e) stops the script on the machine otherwise; imported as the run where they "
+        + when
+    )
+    return chosen
+
+
+#: bash builtins whose own errors read ``NAME: message`` (never a variable's ``${NAME:?message}``).
+_BUILTIN_WORDS = (
+    "alias bg bind break builtin caller cd command compgen complete continue declare dirs disown echo "
+    "enable eval exec exit export false fc fg getopts hash help history jobs kill let local logout "
+    "mapfile popd printf pushd pwd read readarray readonly return set shift shopt source suspend test "
+    "times trap true type typeset ulimit umask unalias unset wait"
+)
+_BUILTINS = frozenset(_BUILTIN_WORDS.split())
+
+
+@dataclass
+class _State:
+    """What the runs so far taught: placeholders (by the line bash first found each unbound), the
+    positional parameters, and the paths where the text runs a command by path."""
+
+    gates: dict[str, int] = field(default_factory=dict)
+    positional: int = 0
+    binds: list[str] = field(default_factory=list)
+
+    def gate_list(self) -> list[str]:
+        return [f"{line}:{name}" for name, line in self.gates.items()]
+
+    def learn(self, errors: Sequence[tuple[int, str]], trace: Sequence[tuple[int, str]]) -> bool:
+        """Whether ``errors`` teach something that a new run needs (bash stops at an unbound variable; a
+        command run by a path the jail does not hold, as bash's trace shows it, gets the stub there)."""
+        for line, message in errors:
+            if m := _UNBOUND_RE.match(message):
+                return self._unknown(m.group(2), line)
+            if (m := _REQUIRED_RE.match(message)) and m.group(1) not in _BUILTINS:
+                return self._unknown(m.group(1), line)  # ${NAME:?message}: the text requires it
+            ran = {cmd.split(" ", 1)[0] for at, cmd in trace if at == line}
+            if (m := _MISSING_RE.match(message)) and len(self.binds) < 16 and _ran(m.group(1), ran):
+                path = str(PurePosixPath(CWD, m.group(1)))
+                norm = os.path.normpath(path)
+                if (
+                    norm == path.rstrip("/")
+                    and norm not in self.binds
+                    and not norm.startswith(("/proc", "/dev", "/rs", _BASH))
+                    and norm not in ("/", CWD)
+                ):
+                    self.binds.append(norm)
+                    return True
+        return False
+
+    def _unknown(self, name: str, line: int) -> bool:
+        if name.isdigit():
+            if int(name) <= self.positional or int(name) > 99:
+                return False
+            self.positional = int(name)
+            return True
+        if name in self.gates:
+            return False
+        self.gates[name] = line
+        return True
+
+    def names(self) -> set[str]:
+        return {*self.gates, *(str(i) for i in range(1, self.positional + 1))}
+
+
+def _ran(path: str, first_words: set[str]) -> bool:
+    """Whether bash's trace shows ``path`` run as a command (not a file a redirection names)."""
+    return path in first_words or shlex.quote(path) in first_words
+
+
+def _local(value: str) -> str:
+    """A value with the jail's working directory written as ``.`` (the directory the recipe runs in), and a
+    NUL of the text back in place."""
+    return re.sub(re.escape(CWD) + r"(?=/|:|$)", ".", value).replace(_NUL, "\0")
+
+
+def _exe(path: str) -> str:
+    return PurePosixPath(path).name if path.startswith("/rs/bin/") else _local(path)
+
+
+def _limits_hit(got: _Run) -> list[str]:
+    """Refusals for a run that did not end by itself, or that bash stopped with an error."""
+    out = []
+    if got.status is None:
+        out.append(
+            f"bash did not finish the text within {RUN_SECONDS:g} seconds (a loop that never ends, a command "
+            "waited on forever, or a fork bomb); rigsmith imports what a script launches, not what it does "
+            "at length — keep the launch command"
+        )
+    if got.overflow:
+        out.append(f"the text made bash write over {MAX_OUTPUT >> 20} MiB of trace; not a recipe")
+    for line, message in got.errors[:8]:
+        where = f"line {line}: " if line else ""
+        if "fork: " in message:
+            message = f"{message} (the jail allows 32 processes at once)"
+        elif "xmalloc" in message or "cannot allocate" in message:
+            message = f"{message} (the jail allows 128 MiB of memory a process)"
+        out.append(f"{where}bash stops with {shown(message)}")
+    return out
+
+
+_VENV = (("bin", "activate"), ("etc", "profile.d", "conda.sh"))
+
+
+def _sourced(line: int, rest: Sequence[str], out: Answer) -> None:
+    """``source FILE`` of a file the text does not hold: a venv's activation is a note, else refused."""
+    said = shown(" ".join(rest[:2]))
+    parts = PurePosixPath(rest[1] if len(rest) > 1 else "").parts
+    if any(parts[-len(v) :] == v for v in _VENV):
+        out.notes.append(
+            f"line {line}: '{said}' activates a Python environment on the host; in a container the image's "
+            "environment runs vLLM (for an LXC venv, set engine.venv)"
+        )
+    else:
+        out.problems.append(
+            f"line {line}: '{said}' reads a file the text does not contain; rigsmith cannot see what it "
+            "sets — paste what it sets into the text, or remove the line"
+        )
+
+
+def _read_records(got: _Run, out: Answer) -> list[tuple[str, int, list[str]]]:
+    """Calls, notes and problems from the stubs' records; the outside commands (token, line, argv) and the
+    values a ``case`` decided on are returned/recorded for the checks that follow."""
+    outside: list[tuple[str, int, list[str]]] = []
+    processes = 0
+    for kind, line_text, *rest in got.records:
+        line = int(line_text) if line_text.isdigit() else 0
+        if kind == "L" and rest and rest[0].isdigit():
+            n = int(rest[0])
+            argv = [_exe(rest[1]), *(_local(a) for a in rest[2 : 1 + n])]
+            env = tuple((k, _local(v)) for k, _, v in (e.partition("=") for e in rest[1 + n :]))
+            out.calls.append(Call(line, tuple(argv), env))
+        elif kind == "W" and rest:
+            out.notes.append(
+                f"line {line}: '{rest[0]}' dropped (it runs the command it wraps; rigsmith's targets run the "
+                "engine themselves)"
+            )
+        elif kind == "C":
+            where = shown(rest[1]) if len(rest) > 1 else "~"
+            out.notes.append(
+                f"line {line}: '{shown(' '.join(rest))}': the recipe runs from {where}; a relative path "
+                "in the command is relative to it (rigsmith's targets run the engine in their own directory)"
+            )
+        elif kind == "S":
+            _sourced(line, rest, out)
+        elif kind == "O" and len(rest) > 1:
+            outside.append((rest[0], line, [_local(a) for a in rest[1:]]))
+        elif kind == "D" and len(rest) > 1:
+            out.decided.append((line, rest[1], rest[0]))
+        elif kind == "P":
+            processes += 1
+    if processes > MAX_PROCESSES:
+        out.problems.append(
+            f"the text starts {processes} processes (a fork bomb?); a recipe starts a few — rigsmith imports "
+            "what a script launches, so keep the launch command"
+        )
+    return outside
+
+
+def _answer(got: _Run, state: _State) -> Answer:
+    out = Answer(problems=_limits_hit(got))
+    outside = _read_records(got, out)
+    marks = [placeholder(n) for n in state.names()]
+    said = {token: f"the output of '{shown(' '.join(argv))}' (line {line})" for token, line, argv in outside}
+    short = {token: f"<output of {shown(argv[0])}>" for token, _, argv in outside}
+
+    def untoken(text: str) -> str:
+        return _TOKEN_RE.sub(lambda m: short.get(m.group(0), "<output>"), text)
+
+    def unknown_in(value: str) -> list[str]:
+        return [
+            *(f"the placeholder {m}" for m in marks if m in value),
+            *(said.get(t, t) for t in _TOKEN_RE.findall(value)),
+        ]
+
+    launched = "\0".join("\0".join([*c.argv, *(v for _, v in c.env)]) for c in out.calls)
+    starts_option = [(line, argv[0]) for _, line, argv in outside if argv[0].startswith("-")]
+    if starts_option:
+        (line, opt), *more = starts_option
+        also = "; so do " + ", ".join(f"line {n} ({shown(o)})" for n, o in more) if more else ""
+        out.problems.append(
+            f"line {line} starts with the option {shown(opt)!r}, but the line before it does not continue "
+            f"with '\\', so a shell runs it as a separate command{also}; add the missing '\\' line "
+            "continuations"
+        )
+    for token, line, argv in outside:
+        if argv[0].startswith("-"):
+            continue
+        out.outside.append((line, argv))
+        if token in launched:
+            out.problems.append(
+                f"line {line}: '{shown(' '.join(argv))}' runs on the machine, and rigsmith does not run it; "
+                "its output reaches the launch command — write the value out"
+            )
+        else:
+            out.notes.append(
+                f"line {line}: '{shown(' '.join(argv))}' is not a launch command; rigsmith does not run it "
+                "(its output does not reach the launch command)"
+            )
+    traced = _trace(got.trace)
+    out.notes += [
+        f"line {line}: 'exec' dropped (the script replaces itself with the command; rigsmith's targets run "
+        "the engine themselves)"
+        for line, cmd in traced
+        if cmd.startswith("exec ") and any(c.line == line for c in out.calls)
+    ]
+    decided = [(line, cmd, cmd) for line, cmd in traced if cmd.startswith(_DECIDING)]
+    for line, cmd, value in [*out.decided, *decided]:
+        if found := unknown_in(value):
+            out.problems.append(
+                f"line {line}: bash decides on {', '.join(dict.fromkeys(found))} "
+                f"({shown(untoken(cmd)[:200])}), a value the text does not give; write the value out (or "
+                "remove the test)"
+            )
+    out.problems = list(dict.fromkeys(out.problems))
+    out.notes = [untoken(n) for n in out.notes]
+    out.placeholders = [m for m in sorted(marks) if m in launched]
+    out.unknown = {name: line for name, line in state.gates.items() if placeholder(name) in launched}
+    if state.positional:
+        out.notes.append(
+            f"the text uses its arguments $1..${state.positional}, which nobody passes here; they are "
+            f"the placeholders {placeholder('1')}..{placeholder(str(state.positional))}, which you fill in "
+            "before deploy"
+        )
+    return out
+
+
+def _trace(trace: str) -> list[tuple[int, str]]:
+    """bash's trace: (line, command as bash expanded it), the jail's own commands left out."""
+    entries = []
+    for m in re.finditer(r"\x1d+(\d+)\x1f([^\x1d]*)", trace):
+        cmd = m.group(2).rstrip("\n")
+        if not cmd.startswith(("__rs", "__RS_", "set -ux", "set +ux", "local -")):
+            entries.append((int(m.group(1)), cmd))
+    return entries

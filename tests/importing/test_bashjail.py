@@ -1,0 +1,376 @@
+"""Issue 35: a pasted script is run by GNU bash itself, jailed in bubblewrap, to learn what it launches.
+
+The oracle is plain bash outside the jail with recording stubs on PATH: for generated scripts and for the
+constructs the hand-written subset got wrong, the argv rigsmith imports is the argv bash hands the launcher.
+The jail tests run hostile scripts for real and look at the host afterwards: nothing written, nothing read,
+no connection made, no process left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rigsmith.errors import RecipeError
+from rigsmith.importing import bashjail, recipe
+from rigsmith.importing.recipe import scriptform
+from rigsmith.spec import Deployment
+from tests.support.common import require
+from tests.support.recipes import HERE, corpus, refusal
+
+SCRIPTS: list[dict[str, Any]] = json.loads((HERE / "data" / "shell-scripts.json").read_text(encoding="utf-8"))
+_CORPUS = {c["id"]: c for c in corpus()}
+
+#: A launcher on PATH that appends its argv (NUL-separated, one record a line) to $ARGV_OUT; a wrapper runs
+#: what it wraps.
+_RECORDER = '#!/bin/bash\n{ printf "%s\\0" "${0##*/}" "$@"; printf "\\n"; } >> "$ARGV_OUT"\n'
+_WRAPPER = '#!/bin/bash\nexec "$@"\n'
+
+
+def _parse(text: str) -> Deployment:
+    return recipe.parse(text, source="t", sha256="0" * 64)
+
+
+#: What bash said on stderr in the last oracle run (its own diagnostics, ``bash: line N: …``).
+_complaints: list[str] = []
+
+
+def oracle(text: str, tmp: Path) -> list[list[str]]:
+    """Every launcher argv plain bash (outside any jail) runs for ``text``, stubs on PATH."""
+    bash = require("bash")
+    stubs = tmp / "stubs"
+    stubs.mkdir(exist_ok=True)
+    for name, body in (
+        ("vllm", _RECORDER),
+        ("docker", _RECORDER),
+        ("python3", _RECORDER),
+        ("nohup", _WRAPPER),
+    ):
+        (stubs / name).write_text(body, encoding="utf-8")
+        (stubs / name).chmod(0o755)
+    out = tmp / "argv"
+    out.unlink(missing_ok=True)
+    work = tmp / "work"
+    work.mkdir(exist_ok=True)
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "ARGV_OUT": str(out), "HOME": "~"}
+    proc = subprocess.run(
+        [bash, "--norc", "--noprofile", "-c", text], env=env, cwd=work, capture_output=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    _complaints[:] = [ln for ln in proc.stderr.decode().splitlines() if ln.split(": ", 1)[0].endswith("bash")]
+    records = out.read_bytes().split(b"\0\n")[:-1] if out.exists() else []
+    return [r.decode().split("\0") for r in records]
+
+
+def jailed(text: str) -> list[list[str]]:
+    answer = bashjail.run(text)
+    assert answer.problems == []
+    return [list(c.argv) for c in answer.calls]
+
+
+def _imported_args(text: str) -> list[str]:
+    """The argv after ``vllm serve`` that the importer hands on (before the spec is assembled)."""
+    launch = scriptform.from_script(text, "t", accept=False)
+    assert launch.problems == []
+    return list(launch.args)
+
+
+# -- the property: generated scripts, bash's argv ---------------------------------------------------------
+
+_NAMES = ("A", "B", "C")
+_VALUE = st.text(alphabet="abc019 -_/.,=:@%+*", max_size=10)
+_WORDLIT = st.text(alphabet="abc019-_/.,", min_size=1, max_size=6)
+_REF = st.sampled_from(
+    [
+        "$A", '"$A"', "${B}", '"${B}"', "$C", '"$C"', '"${Z:-"a b"}"', "${Z:-x,y z}", '"${A:-d}"',
+        "${A:+alt}", '"${B:+"q r"}"', '"${ARR[@]}"', "${ARR[@]}", '"${ARR[*]}"', '"${#A}"', "${A%%,*}",
+        '"${B/a/X}"',
+    ]
+)  # fmt: skip
+
+
+def _stmt() -> st.SearchStrategy[str]:
+    name = st.sampled_from(_NAMES)
+    quoted = _VALUE.map(shlex.quote)
+    pattern = st.sampled_from(["a*", '"a*"', "*,*", "''", "[ab]?", "?", "*"])
+    return st.one_of(
+        st.builds(lambda n, v: f"{n}={v}", name, quoted),
+        st.builds(lambda n, v: f"{n}+={v}", name, quoted),
+        st.builds(lambda n, r: f"{n}={r}", name, _REF),
+        st.sampled_from(["IFS=,", "IFS=' '", "IFS=$' \\t\\n'", "IFS=,:"]),
+        st.builds(lambda a, b: f"ARR=({a} {b})", quoted, _REF),
+        st.builds(lambda a: f"ARR+=({a})", quoted),
+        st.builds(lambda n, r: f'for w in {r}; do {n}+="[$w]"; done', name, _REF),
+        st.builds(lambda n, r, p: f"case {r} in {p}) {n}=hit;; *) {n}+=miss;; esac", name, _REF, pattern),
+        st.builds(lambda n, r: f'f() {{ {n}="$1|$#|${{2:-none}}"; }}; f {r} x', name, _REF),
+        st.builds(lambda n, r, p: f"if [[ {r} == {p} ]]; then {n}=yes; else {n}=no; fi", name, _REF, pattern),
+        st.builds(lambda n: f"[[ 010 -eq 8 ]] && {n}+=oct", name),
+        st.builds(lambda n, r: f"[ -n {r} ] && {n}+=nonempty || {n}+=empty", name, _REF),
+    )
+
+
+_SCRIPT = st.builds(
+    lambda inits, body, refs, pre: "\n".join(
+        [*(f"{n}={shlex.quote(v)}" for n, v in zip(_NAMES, inits, strict=True)), "ARR=()", *body,
+         f"{pre}vllm serve Qwen/Qwen3-0.6B {' '.join(refs)} --port 8000"]
+    ) + "\n",
+    st.tuples(_VALUE, _VALUE, _VALUE),
+    st.lists(_stmt(), max_size=6),
+    st.lists(st.one_of(_REF, _WORDLIT), max_size=5),
+    st.sampled_from(["", "nohup ", "exec "]),
+)  # fmt: skip
+
+
+@given(script=_SCRIPT)
+@settings(
+    max_examples=int(os.environ.get("BASHJAIL_EXAMPLES", "30")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+def test_a_generated_script_imports_the_argv_bash_runs(script: str, tmp_path: Path) -> None:
+    want = oracle(script, tmp_path)
+    assert len(want) == 1
+    if _complaints:  # bash itself reported an error on the way (`[ -n x,y z ]`): the import says so
+        assert bashjail.run(script).problems
+        return
+    assert jailed(script) == want
+    assert _imported_args(script) == want[0][2:]
+
+
+# -- what the hand-written subset got wrong (issue 35's examples) -------------------------------------------
+
+REGRESSIONS = [
+    'ARGS="--port 8000"\nARGS+=" --max-num-seqs 8"\nvllm serve Qwen/Qwen3-0.6B $ARGS\n',
+    "IFS=,\nL=a,b\nvllm serve Qwen/Qwen3-0.6B --x $L\n",
+    'vllm serve Qwen/Qwen3-0.6B --chat-template ${X:-"a b"}\n',
+    'vllm serve Qwen/Qwen3-0.6B --chat-template "${X:-a\\b}"\n',
+    "X=\nif [ -n $X ]; then T=2; else T=1; fi\nvllm serve Qwen/Qwen3-0.6B -tp $T\n",
+    "x=abc\nif [[ $x == a* ]]; then T=2; else T=1; fi\nvllm serve Qwen/Qwen3-0.6B -tp $T\n",
+    "if [[ 010 -eq 8 ]]; then T=2; else T=1; fi\nvllm serve Qwen/Qwen3-0.6B -tp $T\n",
+    'M=(Qwen/Qwen3-0.6B --port 8000)\nfor i in 1 2; do M+=(--x$i); done\nvllm serve "${M[@]}"\n',
+    'f() { vllm serve "$@" --port 8000; }\nf Qwen/Qwen3-0.6B -tp 2\n',
+    "eval 'vllm serve Qwen/Qwen3-0.6B' '--port 80$((1+1))'\n",
+]
+
+
+@pytest.mark.parametrize("text", REGRESSIONS, ids=[str(i) for i in range(len(REGRESSIONS))])
+def test_what_the_subset_got_wrong_is_bashs_argv(text: str, tmp_path: Path) -> None:
+    (want,) = oracle(text, tmp_path)
+    assert list(_parse(text).engine.args) == want[2:]
+
+
+def test_an_unset_variable_is_its_placeholder_by_bashs_own_account() -> None:
+    dep = _parse('A=$MODEL\nvllm serve $A --port ${PORT:-8001} --served-model-name "$1"\n')
+    assert list(dep.engine.args)[-4:] == ["--port", "8001", "--served-model-name", "<1>"]
+    assert sorted(dep.placeholders) == ["<1>", "<MODEL>"]
+    assert any("line 1: $MODEL: MODEL has no value" in n for n in dep.notes)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('if [ "$GPU" = a100 ]; then vllm serve a/b; fi\n', "line 1: bash decides on the placeholder <GPU>"),
+        ("case $GPU in a100) vllm serve a/b;; esac\n", "line 1: bash decides on the placeholder <GPU>"),
+        ("for i in $(seq 1 $N); do :; done\nvllm serve a/b\n", "bash decides on the output of 'seq 1 <N>'"),
+        ("vllm serve a/b -tp $((N * 2))\n", "line 1: bash stops with"),
+        ("vllm serve a/b -tp $(nproc)\n", "line 1: 'nproc' runs on the machine, and rigsmith does not"),
+        ("T=$(nvidia-smi -L | wc -l)\nif [ $T -gt 4 ]; then vllm serve a/b; fi\n", "the output of 'wc -l'"),
+        ("source ./env.sh\nvllm serve Qwen/Qwen3-0.6B\n", "line 1: 'source ./env.sh' reads a file the"),
+        ("curl -s http://x/setup.sh\n", "line 1: 'curl' is not a vLLM launch command"),
+        ("vllm serve Qwen/Qwen3-0.6B\n  --port 8000\n", "line 2 starts with the option '--port'"),
+    ],
+)  # fmt: skip
+def test_a_decision_or_command_outside_the_launchers_is_refused_naming_the_line(
+    text: str, fragment: str
+) -> None:
+    assert fragment in refusal(text)
+
+
+def test_a_command_whose_output_does_not_reach_the_launch_is_a_note() -> None:
+    dep = _parse("nvidia-smi\npip install vllm\nvllm serve Qwen/Qwen3-0.6B --port 8000 2>&1 | tee log\n")
+    notes = "\n".join(dep.notes)
+    for cmd in ("line 1: 'nvidia-smi'", "line 2: 'pip install vllm'", "line 3: 'tee log'"):
+        assert f"{cmd} is not a launch command; rigsmith does not run it" in notes
+
+
+@pytest.mark.parametrize(
+    ("text", "args", "env", "note"),
+    [
+        (
+            "export HF_HOME=/data/hf\nsudo -E env VLLM_LOGGING_LEVEL=DEBUG nohup bash -c 'exec vllm serve "
+            "Qwen/Qwen3-0.6B --max-model-len ${LEN:-4096}' &\n",
+            ["Qwen/Qwen3-0.6B", "--max-model-len", "4096"],
+            {"HF_HOME": "/data/hf", "VLLM_LOGGING_LEVEL": "DEBUG"},
+            "'sudo -E' dropped",
+        ),
+        (
+            "cd ~/srv && source .venv/bin/activate && python3 -u -m vllm.entrypoints.openai.api_server "
+            "--model Qwen/Qwen3-0.6B > out.log 2>&1 &\n",
+            ["--model", "Qwen/Qwen3-0.6B"],
+            {},
+            "'cd ~/srv': the recipe runs from ~/srv",
+        ),
+        (
+            "/opt/venv/bin/vllm serve Qwen/Qwen3-0.6B --download-dir $HOME/models --port 8000\n",
+            ["Qwen/Qwen3-0.6B", "--download-dir", "~/models", "--port", "8000"],
+            {},
+            "the model argument Qwen/Qwen3-0.6B",
+        ),
+    ],
+)
+def test_wrappers_reach_the_innermost_launcher(
+    text: str, args: list[str], env: dict[str, str], note: str
+) -> None:
+    dep = _parse(text)
+    assert list(dep.engine.args) == args
+    assert {e.name: e.value for e in dep.env} == env
+    assert note in "\n".join(dep.notes)
+
+
+@pytest.mark.parametrize("case", SCRIPTS, ids=[c["id"] for c in SCRIPTS])
+def test_published_script(case: dict[str, Any], tmp_path: Path) -> None:
+    text = str(_CORPUS[case["id"]]["raw"] if case.get("corpus") else case["raw"])
+    if "refused" in case:
+        with pytest.raises(RecipeError) as err:
+            _parse(text)
+        for fragment in case["refused"]:
+            assert fragment in str(err.value)
+        return
+    dep = _parse(text)
+    assert list(dep.engine.args) == case["args"]
+    notes = "\n".join(dep.notes)
+    for fragment in case.get("notes_contain", []):
+        assert fragment in notes
+
+
+def test_a_compose_entrypoint_script_runs_its_command_with_the_services_args() -> None:
+    text = (
+        "services:\n  vllm:\n    image: vllm/vllm-openai:v0.11.0\n    environment:\n      - X=1\n"
+        "    entrypoint: [/bin/bash, -c, 'export X=2 && exec vllm serve \"$$@\" --port 8000', --]\n"
+        "    command: [Qwen/Qwen3-0.6B, -tp, '2']\n"
+    )
+    dep = _parse(text)
+    assert (dep.engine.executable, list(dep.engine.args)) == (
+        "vllm",
+        ["Qwen/Qwen3-0.6B", "-tp", "2", "--port", "8000"],
+    )
+    assert {e.name: e.value for e in dep.env} == {"X": "2"}  # the script's export is set after the service's
+
+
+# -- the jail holds --------------------------------------------------------------------------------------
+
+
+def _left_behind(marker: str) -> list[int]:
+    """Processes whose command line holds ``marker`` (the script's text is bash's -c argument)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture
+def listening() -> Any:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.setblocking(False)
+        yield server
+
+
+def _hostile(tmp_path: Path, port: int) -> dict[str, str]:
+    secret = tmp_path / "secret"
+    secret.write_text("s3cr3t-value\n", encoding="utf-8")
+    return {
+        "write": f"echo pwned > {tmp_path}/written\nvllm serve Qwen/Qwen3-0.6B\n",
+        "write-home": "echo pwned > ~/.rigsmith-jail-test\nvllm serve Qwen/Qwen3-0.6B\n",
+        "socket": f"exec 3<>/dev/tcp/127.0.0.1/{port}\nvllm serve Qwen/Qwen3-0.6B\n",
+        "fork-bomb": "b() { b | b & }; b\nvllm serve Qwen/Qwen3-0.6B\n",
+        "allocate": 'A=x\nwhile :; do A="$A$A"; done\nvllm serve Qwen/Qwen3-0.6B\n',
+        "double-26": "A=x\n" + 'A="$A$A"\n' * 26 + 'vllm serve Qwen/Qwen3-0.6B --x "$A"\n',
+        "sleep-forever": "while :; do :; done\nvllm serve Qwen/Qwen3-0.6B\n",
+        "background-forever": "{ while :; do :; done; } &\nvllm serve Qwen/Qwen3-0.6B\n",
+        "read-shadow": 'vllm serve Qwen/Qwen3-0.6B --x "$(< /etc/shadow)"\n',
+        "read-ssh": 'vllm serve Qwen/Qwen3-0.6B --x "$(< ~/.ssh/id_rsa)"\n',
+        "read-file": f'vllm serve Qwen/Qwen3-0.6B --x "$(< {secret})"\n',
+    }
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["write", "write-home", "socket", "fork-bomb", "allocate", "double-26", "sleep-forever",
+     "background-forever", "read-shadow", "read-ssh", "read-file"],
+)  # fmt: skip
+def test_a_hostile_script_is_refused_and_leaves_nothing_behind(
+    name: str, tmp_path: Path, listening: socket.socket
+) -> None:
+    text = _hostile(tmp_path, listening.getsockname()[1])[name]
+    marker = f"rigsmith-jail-test-{name}-{os.getpid()}"
+    text = f"# {marker}\n{text}"
+    with pytest.raises(RecipeError) as err:
+        _parse(text)
+    message = str(err.value)
+    assert "Traceback" not in message and "s3cr3t-value" not in message
+    assert not (tmp_path / "written").exists()
+    with pytest.raises(BlockingIOError):
+        listening.accept()  # no connection reached the host's loopback
+    assert _left_behind(marker) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "vllm serve a/b --x " + "$(" * 2000 + "echo" + ")" * 2000 + "\n",
+        "X=$((" + "(" * 5000 + "1" + ")" * 5000 + "))\nvllm serve Qwen/Qwen3-0.6B\n",
+        "vllm serve Qwen/Qwen3-0.6B " + "{ " * 3000 + "\n",
+        "A='" + "x" * 60_000 + "'\nvllm serve Qwen/Qwen3-0.6B --x $A$A$A$A$A$A$A$A$A$A$A$A$A$A$A$A$A$A$A$A\n",
+    ],
+    ids=["nested-substitutions", "nested-arithmetic", "unclosed-groups", "wide-values"],
+)
+def test_deep_or_wide_input_ends_in_an_import_or_one_refusal(text: str) -> None:
+    # Bash itself bounds these (the hand-written parser recursed without end on them); no traceback either way
+    try:
+        _parse(text)
+    except RecipeError as err:
+        assert "Traceback" not in str(err)
+
+
+def test_the_refusal_quotes_the_recipes_text_through_shown() -> None:
+    message = refusal("source './\x1b]52;c;cHduZWQ=\x07env.sh'\nvllm serve Qwen/Qwen3-0.6B\n")
+    assert "\x1b" not in message and "\x07" not in message
+
+
+# -- no bubblewrap ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("binary", [None, "/bin/false"], ids=["not-installed", "no-namespaces"])
+def test_without_bubblewrap_one_plain_command_imports_and_a_script_is_refused(
+    binary: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bashjail, "bwrap", lambda: binary)
+    dep = _parse("vllm serve Qwen/Qwen3-0.6B \\\n  --port 8000 -tp 2\n")
+    assert list(dep.engine.args) == ["Qwen/Qwen3-0.6B", "--port", "8000", "-tp", "2"]
+    message = refusal("MODEL=Qwen/Qwen3-0.6B\nvllm serve $MODEL\n")
+    assert "bubblewrap" in message and "apt-get install bubblewrap" in message
+    assert message.count("\n  - ") <= 1
+
+
+def test_a_plain_command_is_told_apart_without_a_parser() -> None:
+    assert scriptform.plain_command("vllm serve org/m --port 8000 \\\n  -tp 2\n")
+    assert scriptform.plain_command("docker run --gpus all -e 'A=b c' vllm/vllm-openai org/m")
+    for text in ("vllm serve $M", "vllm serve m > log", "A=1; vllm serve m", "vllm serve m\nvllm serve n",
+                 "vllm serve m &", "vllm serve `cat x`", "vllm serve ~/m", "vllm serve 'x"):  # fmt: skip
+        assert not scriptform.plain_command(text)
