@@ -150,6 +150,15 @@ class Summary:
             tie,
         )
 
+    def layer_bytes(self, tp: int, ep: bool) -> list[list[int]]:
+        """[TP rank][layer]: bytes of each decoder layer on that rank (its experts included)."""
+        s = self._slots[(tp, ep)]
+        n = self.shape.num_layers
+        return [
+            [s.layers[t][i + 1] - s.layers[t][i] + s.experts[t][i + 1] - s.experts[t][i] for i in range(n)]
+            for t in range(tp)
+        ]
+
     @property
     def keys(self) -> tuple[tuple[int, bool], ...]:
         return tuple(self._slots)

@@ -29,8 +29,9 @@ Only layouts that fit are proposed; where the recipe's own layout runs, none hol
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from rigsmith.resolving.fit import KV_DTYPE_BYTES, WARN_HEADROOM, MiB, RankNeed
@@ -134,6 +135,11 @@ class Proposal:
     changes: int
     runs: bool = True  # fit's own line: no rank short of memory, a pool of at least one sequence
 
+    @property
+    def cards(self) -> tuple[Card, ...]:
+        """The cards it runs on, in the order vLLM numbers its ranks."""
+        return tuple(r.card for r in self.ranks)
+
     def key(self) -> tuple[int, ...]:
         """The objective (module docstring), as a tuple compared largest first."""
         least = min(r.headroom for r in self.ranks)
@@ -152,16 +158,169 @@ def _place(s: Summary, lay: Layout, params: EngineParams, rig: Rig) -> tuple[Ran
     return tuple(out)
 
 
-def _size(s: Summary, lay: Layout, params: EngineParams, rig: Rig, headroom: int) -> EngineParams | None:
-    """Utilisation and KV pool every rank holds with ``headroom`` left on its own card (None: no pool)."""
+#: The recipe's values a proposal keeps unless ``--allow NAME`` (``fit --allow``) lets it change them.
+PINS = ("max-model-len", "kv-cache-memory", "kv-cache-dtype", "gpu-memory-utilization")
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How a proposal sizes its memory: what the recipe pinned and what ``--allow`` frees.
+
+    ``pool``: the recipe's ``--kv-cache-memory``, kept as it is (None: not pinned, or allowed to change);
+    ``free_pool``: a pool is set, as large as every rank holds (the recipe had one and ``--allow
+    kv-cache-memory``); neither: the pool is what the utilisation leaves, as the recipe sizes it.
+    ``util_cap``: the highest ``--gpu-memory-utilization`` (the recipe's, unless allowed); ``context``:
+    the served context every proposal must hold (None: chosen up to ``cap``); ``kv_dtypes``: those tried."""
+
+    pool: int | None
+    free_pool: bool
+    util_cap: float
+    context: int | None
+    cap: int | None
+    kv_dtypes: tuple[str, ...]
+    write_len: int | None  # the --max-model-len a proposal writes when the context is pinned
+
+
+def sizing(s: Summary, base: EngineParams, arch: tuple[int, int] | None, allow: frozenset[str],
+           user_cap: int | None = None) -> Sizing:  # fmt: skip
+    """The recipe's pins, less the ``allow``ed ones. A ``--max-model-len`` the user gives is their choice
+    of context (it allows max-model-len with that cap)."""
+    free_len = "max-model-len" in allow or user_cap is not None
+    limit = s.shape.max_position_embeddings
+    served = base.max_model_len or limit
+    return Sizing(
+        pool=base.kv_cache_memory if "kv-cache-memory" not in allow else None,
+        free_pool=base.kv_cache_memory is not None and "kv-cache-memory" in allow,
+        util_cap=MAX_UTIL if "gpu-memory-utilization" in allow else base.gpu_memory_utilization,
+        context=None if free_len else served,
+        cap=model_cap(s, base, user_cap) if free_len else served,
+        kv_dtypes=tuple(kv_dtypes(arch, base.kv_cache_dtype))
+        if "kv-cache-dtype" in allow
+        else (base.kv_cache_dtype,),
+        write_len=base.max_model_len,
+    )
+
+
+def changed_pins(p: EngineParams, base: EngineParams) -> list[str]:
+    """The recipe's pinned values this proposal's flags change (``PINS`` names)."""
+    out = []
+    if p.max_model_len != base.max_model_len:
+        out.append("max-model-len")
+    if base.kv_cache_memory is not None and p.kv_cache_memory != base.kv_cache_memory:
+        out.append("kv-cache-memory")
+    if p.kv_cache_dtype != base.kv_cache_dtype:
+        out.append("kv-cache-dtype")
+    if p.gpu_memory_utilization > base.gpu_memory_utilization:
+        out.append("gpu-memory-utilization")
+    return out
+
+
+def _size(
+    s: Summary, lay: Layout, params: EngineParams, cards: Sequence[Card], headroom: int, how: Sizing
+) -> EngineParams | None:
+    """Utilisation (the largest thousandth every card passes vLLM's start check at with ``headroom`` left,
+    never above ``how.util_cap``) and the KV pool: the recipe's, the largest every rank holds, or none (the
+    utilisation sizes it). None: no room."""
     est = s.estimate(params)
-    pairs = list(zip(rig.cards[: lay.gpus], est.ranks * lay.dp, strict=True))
+    pairs = list(zip(cards[: lay.gpus], est.ranks * lay.dp, strict=True))
     util = min((c.has - r.runtime - headroom) / c.total for c, r in pairs)
-    util = min(MAX_UTIL, int(util * 1000) / 1000)
-    pool = min(c.has - r.runtime - headroom - r.weights - r.activation - r.cuda_graphs for c, r in pairs)
-    if util <= 0 or pool <= 0:
+    # the ceiling where it passes (the recipe's own value, not rounded down), else the largest thousandth
+    util = how.util_cap if util >= how.util_cap - 1e-9 else int(util * 1000) / 1000
+    if util <= 0:
         return None
+    pool: int | None = how.pool
+    if how.free_pool:
+        pool = min(c.has - r.runtime - headroom - r.weights - r.activation - r.cuda_graphs for c, r in pairs)
+        if pool <= 0:
+            return None
     return replace(params, gpu_memory_utilization=util, kv_cache_memory=pool)
+
+
+def weighted_split(
+    s: Summary, lay: Layout, params: EngineParams, cards: Sequence[Card], headroom: int
+) -> tuple[int, ...] | None:
+    """The stage split weighted by each stage's free memory: as many layers on each stage as its tightest
+    card holds, for the most KV tokens every stage keeps (``params.kv_cache_memory`` None: the pool is what
+    utilisation × total leaves; set: that pool on every rank, for the most headroom on the tightest card).
+    A 48 GiB card among 24s takes more layers, a card with a squatter fewer; 64 layers on three cards come
+    out as whatever split holds. None: PP = 1 or no split fits."""
+    n, pp, tp = s.shape.num_layers, lay.pp, lay.tp
+    if pp == 1 or n < pp:
+        return None
+    est = s.estimate(lay.params(params))
+    per_layer = s.layer_bytes(tp, lay.ep)
+    attn = set(s.shape.attention_layers)
+    kv_layers = len(attn) + (s.shape.mtp_layers if params.mtp else 0)
+    per_kv = sum(est.ranks[st * tp].kv_bytes_per_token for st in range(pp)) // kv_layers if kv_layers else 0
+    mtp_kv = per_kv * (s.shape.mtp_layers if params.mtp else 0)
+    stages = est.stages
+    prefix = [[0] * (n + 1) for _ in range(tp)]
+    for t in range(tp):
+        for i in range(n):
+            prefix[t][i + 1] = prefix[t][i] + per_layer[t][i]
+    n_attn = [0] * (n + 1)
+    for i in range(n):
+        n_attn[i + 1] = n_attn[i] + (i in attn)
+    room = []  # [stage][t]: bytes for this stage's layers and KV on its card
+    for st, (a, b) in enumerate(stages):
+        row = []
+        for t in range(tp):
+            r, c = est.ranks[st * tp + t], cards[st * tp + t]
+            fixed = r.weights - (prefix[t][b] - prefix[t][a])
+            if params.kv_cache_memory is None:
+                top = int(c.total * params.gpu_memory_utilization)
+                top = min(top, c.has - r.runtime - headroom)
+            else:
+                top = c.has - r.runtime - headroom - params.kv_cache_memory
+            row.append(top - fixed - r.activation - r.cuda_graphs)
+        room.append(row)
+    fixed_pool = params.kv_cache_memory is not None
+    need = 0 if params.host_kv_offload else params.max_model_len or 0
+
+    def kv(st: int, a: int, b: int) -> int:
+        return per_kv * (n_attn[b] - n_attn[a]) + (mtp_kv if st == pp - 1 else 0)
+
+    def ok(x: int) -> tuple[int, ...] | None:
+        def fits(st: int, a: int, b: int) -> bool:
+            if fixed_pool and kv(st, a, b) * need > (params.kv_cache_memory or 0):
+                return False
+            extra = x if fixed_pool else x * kv(st, a, b)
+            return all(prefix[t][b] - prefix[t][a] + extra <= room[st][t] for t in range(tp))
+
+        return _greedy(n, pp, fits)
+
+    lo, hi = 0, 1 << 44
+    best = ok(lo)
+    if best is None:
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        got = ok(mid)
+        if got is None:
+            hi = mid - 1
+        else:
+            lo, best = mid, got
+    return best
+
+
+def _greedy(n: int, pp: int, fits: Callable[[int, int, int], bool]) -> tuple[int, ...] | None:
+    """Stage by stage, as many layers as fit (each stage at least one; the last takes the rest): where
+    adding a layer never makes a stage fit that did not, no split fits if this one does not."""
+    parts, a = [], 0
+    for st in range(pp):
+        if st == pp - 1:
+            if a >= n or not fits(st, a, n):
+                return None
+            parts.append(n - a)
+            break
+        b = a
+        while b + 1 <= n - (pp - 1 - st) and fits(st, a, b + 1):
+            b += 1
+        if b == a:
+            return None
+        parts.append(b - a)
+        a = b
+    return tuple(parts)
 
 
 def _tokens(ranks: Sequence[RankFit], block: int) -> int:
@@ -192,17 +351,22 @@ def evaluate(
     cap: int | None,
     headroom: int,
     recipe: Layout | None = None,
+    context: int | None = None,
 ) -> Proposal:
-    """One layout with the given flags on the rig, by fit's per-rank count."""
+    """One layout with the given flags on the rig, by fit's per-rank count. ``context``: the served
+    context the pool must hold (the recipe's, pinned), else ``params.max_model_len``."""
     ranks = _place(s, lay, params, rig)
     block = params.block_size
     per = [_tokens(ranks[d * lay.group : (d + 1) * lay.group], block) for d in range(lay.dp)]
     tokens = min(per)
     ctx = tokens if cap is None else min(cap, tokens)
-    seqs = sum(t // ctx for t in per) if ctx else 0
     runs = tokens >= block and all(r.headroom >= 0 and r.kv > 0 for r in ranks)
-    if params.max_model_len is not None and tokens < params.max_model_len:
+    need = context or params.max_model_len
+    if need is not None and tokens < need and not params.host_kv_offload:
         runs = False  # stock vLLM refuses a pool shorter than one --max-model-len sequence
+    elif context is not None:
+        ctx = context  # (with a host KV offload, the recipe's context whatever the GPU pool holds)
+    seqs = sum(t // ctx for t in per) if ctx else 0
     fits = runs and all(r.headroom >= headroom for r in ranks)
     tp_x, pp_x = _cross(lay, rig)
     changes = 0 if recipe is None else sum(
@@ -222,7 +386,7 @@ def recipe_row(s: Summary, base: EngineParams, rig: Rig, headroom: int, dp: int 
     """The recipe's layout as it stands (its own KV flags), on this rig."""
     lay = of_params(base, dp)
     ctx = base.max_model_len or model_cap(s, base, None)
-    return evaluate(s, lay, base, rig, cap=ctx, headroom=headroom)
+    return evaluate(s, lay, base, rig, cap=ctx, headroom=headroom, context=base.max_model_len)
 
 
 def default_headroom(s: Summary, base: EngineParams, rig: Rig) -> int:
@@ -234,34 +398,105 @@ def default_headroom(s: Summary, base: EngineParams, rig: Rig) -> int:
     return min(WARN_HEADROOM, least) if own.runs else WARN_HEADROOM
 
 
+def _subsets(rig: Rig, k: int) -> Iterator[Rig]:
+    """Every choice of ``k`` of the rig's cards (in nvidia-smi order), once per kind: two choices whose
+    cards (model, size, what others hold) and P2P pairs are the same give the same figures."""
+    seen = set()
+    for pick in itertools.combinations(range(len(rig.cards)), k):
+        cards = tuple(rig.cards[i] for i in pick)
+        close = None
+        if rig.close is not None:
+            close = frozenset(
+                (a, b) for a in range(k) for b in range(a + 1, k) if (pick[a], pick[b]) in rig.close
+            )
+        sig = (tuple((c.name, c.total, c.others, bool(c.squatters)) for c in cards), close)
+        if sig in seen:
+            continue
+        seen.add(sig)
+        yield Rig(cards, close, rig.arch)
+
+
+def equal_tp_groups(lay: Layout, cards: Sequence[Card]) -> bool:
+    """TP only inside a group of equal cards (same model, same size): vLLM gives every TP rank the same
+    shard and the same pool, so the smallest card would set them all."""
+    for g in range(lay.pp * lay.dp):
+        group = cards[g * lay.tp : (g + 1) * lay.tp]
+        if len({(c.name, c.total) for c in group}) > 1:
+            return False
+    return True
+
+
 def search(
-    s: Summary, base: EngineParams, rig: Rig, *, headroom: int, user_cap: int | None = None
+    s: Summary,
+    base: EngineParams,
+    rig: Rig,
+    *,
+    headroom: int,
+    user_cap: int | None = None,
+    allow: frozenset[str] = frozenset(),
+    own: Rig | None = None,
 ) -> tuple[list[Proposal], int]:
-    """Every layout on this rig, sized and ranked by the objective: the best split of each (TP, PP, DP,
-    KV dtype), best first. Where the recipe's own layout runs, layouts with fewer KV tokens are left out.
-    Returns the ranking and the number of candidates evaluated."""
+    """Every layout on every choice of the rig's cards, sized and ranked by the objective: the best split
+    and cards of each (TP, PP, DP, KV dtype), best first. The recipe's pins (``sizing``) hold unless
+    ``allow``ed. Where the recipe's own layout runs (on ``own``, the cards the spec selects; default: the
+    rig's first), layouts with fewer KV tokens are left out. Returns the ranking and the number of
+    candidates evaluated."""
     recipe = of_params(base)
-    cap = model_cap(s, base, user_cap)
+    how = sizing(s, base, rig.arch, allow, user_cap)
     known = set(s.keys)
-    own = recipe_row(s, base, rig, headroom) if base.world <= len(rig.cards) else None
-    floor = own.kv_tokens if own is not None and own.runs else 0
+    own = own or Rig(rig.cards[: base.world], _relabel(rig, base.world), rig.arch)
+    row = recipe_row(s, base, own, headroom) if base.world <= len(own.cards) else None
+    floor = row.kv_tokens if row is not None and row.runs else 0
     seen = 0
     best: dict[tuple[int, int, int, str], Proposal] = {}
-    for lay in layouts(s.shape, base, len(rig.cards), kv_dtypes(rig.arch, base.kv_cache_dtype)):
-        if (lay.tp, lay.ep) not in known:
-            continue
-        seen += 1
-        p0 = lay.params(replace(base, max_model_len=None))
-        sized = _size(s, lay, p0, rig, headroom)
-        prop = evaluate(s, lay, sized or p0, rig, cap=cap, headroom=headroom, recipe=recipe)
-        if sized is None or not prop.fits or prop.kv_tokens < floor:
-            continue
-        prop = replace(prop, params=replace(sized, max_model_len=prop.max_context))
-        k = (lay.tp, lay.pp, lay.dp, lay.kv_dtype)
-        if k not in best or prop.key() > best[k].key():
-            best[k] = prop
+    every = list(layouts(s.shape, base, len(rig.cards), how.kv_dtypes))
+    for k in range(1, len(rig.cards) + 1):
+        for sub in _subsets(rig, k):
+            for lay in every:
+                if lay.gpus != k or (lay.tp, lay.ep) not in known or not equal_tp_groups(lay, sub.cards):
+                    continue
+                seen += 1
+                prop = _sized(s, lay, base, sub, headroom, how, recipe)
+                if prop is None or not prop.fits or prop.kv_tokens < floor:
+                    continue
+                key = (lay.tp, lay.pp, lay.dp, lay.kv_dtype)
+                if key not in best or prop.key() > best[key].key():
+                    best[key] = prop
     ranked = sorted(best.values(), key=Proposal.key, reverse=True)
     return ranked, seen
+
+
+def _relabel(rig: Rig, k: int) -> frozenset[tuple[int, int]] | None:
+    return None if rig.close is None else frozenset(p for p in rig.close if p[1] < k)
+
+
+def _sized(
+    s: Summary, lay: Layout, base: EngineParams, rig: Rig, headroom: int, how: Sizing, recipe: Layout
+) -> Proposal | None:
+    """``lay`` on ``rig``'s cards, sized (``_size``) and evaluated; a layout with more than one stage also
+    tries the split weighted by free memory (``weighted_split``) and keeps the better."""
+    p0 = lay.params(replace(base, max_model_len=how.context))
+    sized = _size(s, lay, p0, rig.cards, headroom, how)
+    if sized is None:
+        return None
+    out = _one(s, lay, sized, rig, headroom, how, recipe)
+    if lay.pp > 1 and lay.dp == 1 and lay.partition is None:
+        part = weighted_split(s, lay, sized, rig.cards, headroom)
+        even = lay.parts(s.shape.num_layers)
+        if part is not None and part != even:
+            alt = replace(lay, partition=part)
+            other = _one(s, alt, replace(sized, pp_partition=part), rig, headroom, how, recipe)
+            if other.fits and (not out.fits or other.key() > out.key()):
+                out = other
+    return out
+
+
+def _one(
+    s: Summary, lay: Layout, sized: EngineParams, rig: Rig, headroom: int, how: Sizing, recipe: Layout
+) -> Proposal:
+    prop = evaluate(s, lay, sized, rig, cap=how.cap, headroom=headroom, recipe=recipe, context=how.context)
+    written = how.write_len if how.context is not None else prop.max_context
+    return replace(prop, params=replace(sized, max_model_len=written))
 
 
 # -- reasons in words ---------------------------------------------------------------------------------------
@@ -331,12 +566,22 @@ def reasons(p: Proposal, s: Summary, recipe: Layout, headroom: int) -> list[str]
             f"KV cache in {lay.kv_dtype} ({kv_bytes(lay.kv_dtype, s)} byte(s) a value; "
             "vLLM supports it on this GPU)"
         )
-    if prm.kv_cache_memory is not None:
+    base = s.base
+    util = f"--gpu-memory-utilization {prm.gpu_memory_utilization:g}"
+    if prm.gpu_memory_utilization < base.gpu_memory_utilization:
+        util += f" (the recipe's {base.gpu_memory_utilization:g} is more than vLLM's start check passes)"
+    if prm.kv_cache_memory is not None and prm.kv_cache_memory == base.kv_cache_memory:
         out.append(
-            f"--kv-cache-memory {prm.kv_cache_memory} at --gpu-memory-utilization "
-            f"{prm.gpu_memory_utilization:g}: the largest pool every rank holds with "
+            f"the recipe's --kv-cache-memory {prm.kv_cache_memory} kept (a fixed pool on every rank) at "
+            + util
+        )
+    elif prm.kv_cache_memory is not None:
+        out.append(
+            f"--kv-cache-memory {prm.kv_cache_memory} at {util}: the largest pool every rank holds with "
             f"{headroom // MiB} MiB left"
         )
+    else:
+        out.append(f"the KV pool is what {util} leaves on each card, as the recipe sizes it")
     out.append(f"max context {p.max_context:,} tokens, {p.sequences} sequence(s) of it at once")
     return out
 
