@@ -46,19 +46,33 @@ def test_propose_apply_and_a_reimport_that_keeps_the_applied_layout(tmp_path: Pa
     r = fit_cli(root, "--vram-gib", "24")
     assert r.returncode == 1 and "`invoke fit --propose` ranks the layouts" in r.stderr
 
+    # the recipe's 2 GiB pool is its choice: three stages cannot hold it beside 21.5 GiB of weights, so the
+    # layout that needs a smaller pool is listed apart, offered with --allow kv-cache-memory
     r = fit_cli(root, "--propose", "--vram-gib", "24", "--max-model-len", "32768")
+    assert r.returncode == 0, r.stderr
+    assert "no layout fits this rig while keeping the recipe's pinned values" in r.stdout
+    assert "listed apart, with --allow kv-cache-memory:" in r.stdout
+    assert "--kv-cache-memory 2147483648 (a fixed pool on every rank)" in r.stdout
+    r = fit_cli(root, "--apply", "1", "--vram-gib", "24", "--max-model-len", "32768")
+    assert r.returncode == 1 and "--apply 1: this rig has 0 proposal(s) that fit" in r.stderr
+
+    allow = ("--allow", "kv-cache-memory")
+    r = fit_cli(root, "--propose", "--vram-gib", "24", "--max-model-len", "32768", *allow)
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "proposal 1" in out and "TP1×PP3 KV auto" in out and "searched " in out
     assert "the recipe's layout does not run as it stands" in out and "Traceback" not in r.stderr
     assert path.read_text(encoding="utf-8") == imported  # --propose writes nothing
 
-    r = fit_cli(root, "--apply", "1", "--vram-gib", "24", "--max-model-len", "32768")
+    r = fit_cli(root, "--apply", "1", "--vram-gib", "24", "--max-model-len", "32768", *allow)
     assert r.returncode == 0, r.stderr
     assert "update  deployments/seed0.yaml" in r.stdout
+    assert path.read_text(encoding="utf-8").startswith("# yaml-language-server:")  # the header line kept
     spec = specmod.load(path)
     p = fit.engine_inputs(spec)
     assert (p.tp, p.pp, p.max_model_len) == (1, 3, 32768) and p.kv_cache_memory is not None
+    assert p.kv_cache_memory < 2 * fit.GiB
+    assert spec.resources.gpus.cdi_devices == ("nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=2")
     assert spec.engine.args[0] == str(ckpt) and "--tensor-parallel-size" in spec.engine.args
     assert any(n.startswith(f"{NOTE_PREFIX} TP1×PP3") for n in spec.notes)
     # fit's own verdict on what was written: every GPU fits

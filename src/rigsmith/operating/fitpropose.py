@@ -132,13 +132,23 @@ def propose(
     if headroom is None:
         headroom = default_headroom(summary, base, own)
     ranked, seen_n = search(summary, base, rig, headroom=headroom, user_cap=cap, allow=allow, own=own)
-    every = frozenset(PINS)
     apart: list[Proposal] = []
-    if not every <= allow:
-        freed, n = search(summary, base, rig, headroom=headroom, user_cap=cap, allow=every, own=own)
-        seen_n += n
-        mine = {(p.layout, p.params) for p in ranked}
-        apart = [p for p in freed if (p.layout, p.params) not in mine and changed_pins(p.params, base)][:3]
+    shown = {(p.layout, p.params) for p in ranked[:3]}
+    # listed apart: the best that each pinned value alone would allow, then the best with all of them
+    held = [name for name in PINS if name not in allow]
+    for extra in [*([name] for name in held), held if len(held) > 1 else []]:
+        if not extra:
+            continue
+        freed, _ = search(
+            summary, base, rig, headroom=headroom, user_cap=cap, allow=allow | set(extra), own=own
+        )
+        best = next((p for p in freed if set(changed_pins(p.params, base)) - allow), None)
+        gain = best is not None and all(
+            (best.kv_tokens, best.max_context) > (q.kv_tokens, q.max_context) for q in apart
+        )
+        if best is not None and gain and (best.layout, best.params) not in shown and len(apart) < 3:
+            apart.append(best)
+            shown.add((best.layout, best.params))
     runs_here = base.world <= len(own.cards)
     row = recipe_row(summary, base, own, headroom) if runs_here else None
     fix = prescribe(summary, base, own, ranked)
@@ -225,7 +235,7 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
             "context is taken as the recipe runs it"
         )
     lines += [
-        f"listed apart, with --allow {','.join(changed_pins(p.params, prop.base))}: {p.layout.label()} on "
+        f"listed apart, with --allow {','.join(_needs(p, prop))}: {p.layout.label()} on "
         f"{'+'.join(f'GPU{c.index}' for c in p.cards)}, {p.kv_tokens:,} KV tokens, max context "
         f"{p.max_context:,} ({'; '.join(_pin_changes(p.params, prop.base))})"
         for p in prop.apart
@@ -239,12 +249,22 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
         )
     elif prop.recipe is not None:
         lines.append("the recipe's layout runs as it stands")
-    if not top:
+    if not top and prop.apart:
+        lines.append(
+            "no layout fits this rig while keeping the recipe's pinned values; those listed apart fit with "
+            "the --allow they name"
+        )
+    elif not top:
         lines.append("no layout fits this rig with that headroom")
     else:
         lines.append("`invoke fit --apply N` writes proposal N into the spec")
     console.print("\n".join(lines), highlight=False, markup=False)
     return buf.getvalue()
+
+
+def _needs(p: Proposal, prop: Proposed) -> list[str]:
+    """The ``--allow`` names proposal ``p`` needs beyond those given."""
+    return [n for n in changed_pins(p.params, prop.base) if n not in prop.allow]
 
 
 def why_first(top: Sequence[Proposal]) -> str:
