@@ -164,7 +164,7 @@ def _gib(n: int) -> str:
 
 def _column(p: Proposal | None, rig: Rig, s: Summary) -> list[str]:
     if p is None:
-        return ["needs more GPUs than the rig has", *[""] * (len(rig.cards) + 8)]
+        return ["needs more GPUs than the rig has", *[""] * (len(rig.cards) + 9)]
     lay, prm = p.layout, p.params
     kv = (
         f"{prm.kv_cache_memory / GiB:.2f} GiB" if prm.kv_cache_memory is not None else "(utilisation)"
@@ -222,9 +222,7 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
     )
     lines.append(
         f"searched {prop.candidates} layouts on every choice of the rig's {len(rig.cards)} GPU(s): "
-        + ", ".join(
-            f"GPU{c.index} {c.name} ({c.has / GiB:.2f} of {c.total / GiB:.2f} GiB free)" for c in rig.cards
-        )
+        + ", ".join(_card(c) for c in rig.cards)
     )
     if top:
         lines.append(why_first(top))
@@ -260,6 +258,12 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
         lines.append("`invoke fit --apply N` writes proposal N into the spec")
     console.print("\n".join(lines), highlight=False, markup=False)
     return buf.getvalue()
+
+
+def _card(c: Card) -> str:
+    who = "; ".join(w for w, _ in c.squatters)
+    free = f"{c.has / GiB:.2f} of {c.total / GiB:.2f} GiB free"
+    return f"GPU{c.index} {c.name} ({free}{'; ' + who if who else ''})"
 
 
 def _needs(p: Proposal, prop: Proposed) -> list[str]:
