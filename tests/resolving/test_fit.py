@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from rigsmith import spec as specmod
-from rigsmith.errors import LockError
 from rigsmith.operating import fitreport
 from rigsmith.resolving import checkpoint, fit
 from rigsmith.resolving.checkpoint import HubCheckpoint, LocalCheckpoint, open_checkpoint, rows
@@ -194,11 +193,20 @@ def test_a_complete_download_of_the_locked_commit_is_read_offline(hub: HubServer
         open_checkpoint(spec, lock, {"HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "1"})
 
 
-def test_unpinned_and_unlocked_model_asks_for_pin(tmp_path: Path) -> None:
-    spec = ck.make_spec(tmp_path, [], repo=REPO_ID, revision="main")
-    with pytest.raises(LockError) as err:
-        open_checkpoint(spec, Lock(), {})
-    assert "invoke pin --deployment fit-t" in str(err.value)
+def test_an_unpinned_unlocked_model_is_read_at_the_hubs_branch_head_without_pin(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    """fit needs only the model: no lock entry and no pinned commit is the branch as the Hub resolves it
+    now (read-only; nothing is locked), not a request to run `invoke pin`."""
+    sha = serve(hub, ck.dense().files())
+    spec = ck.make_spec(tmp_path, ["-tp", "2"], repo=REPO_ID, revision="main")
+    ckpt = open_checkpoint(spec, Lock(), {"HF_ENDPOINT": hub.url})
+    assert isinstance(ckpt, HubCheckpoint) and ckpt.where.endswith(f"{REPO_ID}@{sha}")
+    weights = [r.weights for r in checkpoint.estimate_for(spec, ckpt).ranks]
+    assert weights == ck.expected(ck.dense(), 2, [0] * 4)
+    offline = {"HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "1"}
+    with pytest.raises(fit.FitError, match="does not hold acme/fit-test@main"):
+        open_checkpoint(spec, Lock(), offline)
 
 
 def test_kv_tokens_are_whole_blocks_of_the_explicit_pool(hub: HubServer, tmp_path: Path) -> None:

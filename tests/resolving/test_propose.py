@@ -21,7 +21,7 @@ from rigsmith.operating import fitpropose, fitreport
 from rigsmith.operating.host import gather
 from rigsmith.operating.probes import HostFacts
 from rigsmith.project import Project
-from rigsmith.resolving import checkpoint, fit, layout, propose
+from rigsmith.resolving import checkpoint, fit, layout, prescribe, propose
 from rigsmith.resolving.applylayout import with_layout
 from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
 from rigsmith.spec import Deployment, from_data, to_data
@@ -254,7 +254,7 @@ def test_fixes_come_in_order_lower_max_model_len_then_add_a_stage(tmp_path: Path
                               "--gpu-memory-utilization", "0.97", "--language-model-only"], {})  # fmt: skip
     s = layout.Summary(shape, base, layout.summary_keys(shape, 4, base), heads)
     ranked, _ = propose.search(s, base, idle, headroom=512 * MiB)
-    fix = propose.prescribe(s, base, idle, ranked)
+    fix = prescribe.prescribe(s, base, idle, ranked)
     assert fix == [
         "lower --max-model-len to 33568: the KV pool holds 33,568 tokens, less than one 262,144-token "
         "sequence (or switch --kv-cache-dtype fp8: 67,136 tokens)"
@@ -263,7 +263,7 @@ def test_fixes_come_in_order_lower_max_model_len_then_add_a_stage(tmp_path: Path
     two = fit.engine_params(["-pp", "2", "--kv-cache-memory", "550000000", "--language-model-only"], {})
     s2 = layout.Summary(shape, two, layout.summary_keys(shape, 4, two), heads)
     ranked2, _ = propose.search(s2, two, idle, headroom=512 * MiB)
-    assert propose.prescribe(s2, two, idle, ranked2) == [
+    assert prescribe.prescribe(s2, two, idle, ranked2) == [
         "add a stage: --pipeline-parallel-size 3 (vLLM's even split)"
     ]
 

@@ -24,6 +24,7 @@ from rigsmith.resolving.applylayout import with_gpus, with_layout, with_readines
 from rigsmith.resolving.fit import GiB, MiB, ModelShape, engine_inputs
 from rigsmith.resolving.fitparams import EngineParams
 from rigsmith.resolving.layout import Summary, of_params, summary_keys
+from rigsmith.resolving.prescribe import prescribe
 from rigsmith.resolving.propose import (
     PINS,
     Card,
@@ -32,7 +33,6 @@ from rigsmith.resolving.propose import (
     arch_of,
     changed_pins,
     default_headroom,
-    prescribe,
     reasons,
     recipe_row,
     search,

@@ -3,21 +3,25 @@ free memory and ranked by one written objective. Pure: a ``Summary`` of the chec
 flags and a ``Rig`` (cards, what other processes hold on them, which pairs talk P2P) in; ranked
 ``Proposal``s out.
 
-Sizing. vLLM with ``--kv-cache-memory`` allocates that pool on every rank and checks utilisation only at
-start (utilisation × total must be free after its runtime: "Free memory on device … is less than desired GPU
-memory utilization"). A proposal sets ``--gpu-memory-utilization`` to the largest thousandth that check
-passes on every card with the asked headroom, and ``--kv-cache-memory`` to the largest pool every rank holds
-on its own card after its weights, activations, CUDA graphs, runtime and the headroom: a card that holds a
-squatter's process has less room, so a stage there can hold fewer layers. The per-rank figures are fit's
-own (``Estimate.usage``), so ``invoke fit`` on the applied layout counts what the proposal counted (it
-warns where a rank uses more than utilisation × total: vLLM does not check that with an explicit pool).
+Where. Every choice of the rig's cards (``_subsets``: alike cards count once), TP only inside a group of
+equal cards, each stage split as vLLM splits it, within a few layers of that, and weighted by free memory
+(``resolving.split``).
+
+Sizing keeps the recipe's pins (``sizing``; ``--allow NAME`` frees one): its ``--max-model-len`` (or the
+model's own context) must fit in the pool; its ``--kv-cache-memory`` is a fixed pool on every rank, the
+utilisation then only vLLM's start check (utilisation × total free after its runtime: "Free memory on
+device … is less than desired GPU memory utilization"); without one, the pool is what the utilisation
+leaves. ``--gpu-memory-utilization`` is the recipe's, lowered to the largest thousandth that check passes
+on every card with the asked headroom (a squatter's card has less room), never raised unless allowed. The
+per-rank figures are fit's own (``Estimate.usage``), so ``invoke fit`` on the applied layout counts what the
+proposal counted.
 
 The objective, in order (``Proposal.key``; larger is better):
 
 1. it fits: every rank keeps the headroom asked for (by default fit's warn margin, 512 MiB, or the recipe's
    own least headroom where that is less), and the KV pool holds at least one block;
-2. the longest context: ``--max-model-len`` = the smaller of the cap (the user's, else the recipe's, else
-   the model's limit; never past the model's limit) and the pool;
+2. the longest context: the recipe's (pinned), or where allowed the smaller of the cap (the user's, else
+   the recipe's, else the model's limit; never past the model's limit) and the pool;
 3. the most concurrent sequences of that context (KV tokens = context × sequences, per DP replica);
 4. tensor parallelism inside P2P groups: fewest TP GPU pairs that do not share a bridge with P2P;
 5. the fewest pipeline stages, then the fewest stage boundaries that cross a host bridge;
@@ -31,12 +35,13 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from rigsmith.resolving.fit import KV_DTYPE_BYTES, WARN_HEADROOM, MiB, RankNeed
 from rigsmith.resolving.fitparams import EngineParams, pp_partition
 from rigsmith.resolving.layout import Layout, Summary, layouts, of_params
+from rigsmith.resolving.split import weighted_split
 
 #: Compute capability by GPU name (nvidia-smi's ``name``), first match wins.
 GPU_ARCH: tuple[tuple[str, tuple[int, int]], ...] = (
@@ -234,93 +239,6 @@ def _size(
         if pool <= 0:
             return None
     return replace(params, gpu_memory_utilization=util, kv_cache_memory=pool)
-
-
-def weighted_split(
-    s: Summary, lay: Layout, params: EngineParams, cards: Sequence[Card], headroom: int
-) -> tuple[int, ...] | None:
-    """The stage split weighted by each stage's free memory: as many layers on each stage as its tightest
-    card holds, for the most KV tokens every stage keeps (``params.kv_cache_memory`` None: the pool is what
-    utilisation × total leaves; set: that pool on every rank, for the most headroom on the tightest card).
-    A 48 GiB card among 24s takes more layers, a card with a squatter fewer; 64 layers on three cards come
-    out as whatever split holds. None: PP = 1 or no split fits."""
-    n, pp, tp = s.shape.num_layers, lay.pp, lay.tp
-    if pp == 1 or n < pp:
-        return None
-    est = s.estimate(lay.params(params))
-    per_layer = s.layer_bytes(tp, lay.ep)
-    attn = set(s.shape.attention_layers)
-    kv_layers = len(attn) + (s.shape.mtp_layers if params.mtp else 0)
-    per_kv = sum(est.ranks[st * tp].kv_bytes_per_token for st in range(pp)) // kv_layers if kv_layers else 0
-    mtp_kv = per_kv * (s.shape.mtp_layers if params.mtp else 0)
-    stages = est.stages
-    prefix = [[0] * (n + 1) for _ in range(tp)]
-    for t in range(tp):
-        for i in range(n):
-            prefix[t][i + 1] = prefix[t][i] + per_layer[t][i]
-    n_attn = [0] * (n + 1)
-    for i in range(n):
-        n_attn[i + 1] = n_attn[i] + (i in attn)
-    room = []  # [stage][t]: bytes for this stage's layers and KV on its card
-    for st, (a, b) in enumerate(stages):
-        row = []
-        for t in range(tp):
-            r, c = est.ranks[st * tp + t], cards[st * tp + t]
-            fixed = r.weights - (prefix[t][b] - prefix[t][a])
-            if params.kv_cache_memory is None:
-                top = int(c.total * params.gpu_memory_utilization)
-                top = min(top, c.has - r.runtime - headroom)
-            else:
-                top = c.has - r.runtime - headroom - params.kv_cache_memory
-            row.append(top - fixed - r.activation - r.cuda_graphs)
-        room.append(row)
-    fixed_pool = params.kv_cache_memory is not None
-    need = 0 if params.host_kv_offload else params.max_model_len or 0
-
-    def kv(st: int, a: int, b: int) -> int:
-        return per_kv * (n_attn[b] - n_attn[a]) + (mtp_kv if st == pp - 1 else 0)
-
-    def ok(x: int) -> tuple[int, ...] | None:
-        def fits(st: int, a: int, b: int) -> bool:
-            if fixed_pool and kv(st, a, b) * need > (params.kv_cache_memory or 0):
-                return False
-            extra = x if fixed_pool else x * kv(st, a, b)
-            return all(prefix[t][b] - prefix[t][a] + extra <= room[st][t] for t in range(tp))
-
-        return _greedy(n, pp, fits)
-
-    lo, hi = 0, 1 << 44
-    best = ok(lo)
-    if best is None:
-        return None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        got = ok(mid)
-        if got is None:
-            hi = mid - 1
-        else:
-            lo, best = mid, got
-    return best
-
-
-def _greedy(n: int, pp: int, fits: Callable[[int, int, int], bool]) -> tuple[int, ...] | None:
-    """Stage by stage, as many layers as fit (each stage at least one; the last takes the rest): where
-    adding a layer never makes a stage fit that did not, no split fits if this one does not."""
-    parts, a = [], 0
-    for st in range(pp):
-        if st == pp - 1:
-            if a >= n or not fits(st, a, n):
-                return None
-            parts.append(n - a)
-            break
-        b = a
-        while b + 1 <= n - (pp - 1 - st) and fits(st, a, b + 1):
-            b += 1
-        if b == a:
-            return None
-        parts.append(b - a)
-        a = b
-    return tuple(parts)
 
 
 def _tokens(ranks: Sequence[RankFit], block: int) -> int:
@@ -584,60 +502,3 @@ def reasons(p: Proposal, s: Summary, recipe: Layout, headroom: int) -> list[str]
         out.append(f"the KV pool is what {util} leaves on each card, as the recipe sizes it")
     out.append(f"max context {p.max_context:,} tokens, {p.sequences} sequence(s) of it at once")
     return out
-
-
-# -- the cheapest fix --------------------------------------------------------------------------------
-
-
-def _without_squatters(rig: Rig) -> Rig:
-    cards = tuple(
-        replace(c, others=max(c.others - sum(b for _, b in c.squatters), 0), squatters=()) for c in rig.cards
-    )
-    return replace(rig, cards=cards)
-
-
-def prescribe(s: Summary, base: EngineParams, rig: Rig, ranked: Sequence[Proposal]) -> list[str]:
-    """When the recipe's layout does not run (a rank short of memory, or a pool shorter than one
-    --max-model-len sequence): the cheapest fixes, in this order, each taken only if it is needed: evict
-    the named process, lower --max-model-len to what the pool holds (or switch the KV dtype), add a
-    pipeline stage; else the best proposal. Empty when it runs."""
-    if base.world > len(rig.cards):
-        return _best(ranked, f"the recipe's layout needs {base.world} GPUs, the rig has {len(rig.cards)}")
-    own = recipe_row(s, base, rig, 0)
-    if own.runs:
-        return []
-    steps: list[str] = []
-    short = [r.card for r in own.ranks if r.headroom < 0 and r.card.squatters]
-    if short:
-        clean = _without_squatters(rig)
-        if all(r.headroom >= 0 for r in recipe_row(s, base, clean, 0).ranks):
-            who = "; ".join(f"{w} on GPU {c.index}" for c in short for w, _ in c.squatters)
-            steps.append(f"evict {who} (`kill PID`, `podman stop NAME`): the memory is then there")
-            rig, own = clean, recipe_row(s, base, clean, 0)
-    if all(r.headroom >= 0 and r.kv > 0 for r in own.ranks):
-        tokens, mml = own.kv_tokens, base.max_model_len or 0
-        if own.runs:
-            return steps
-        if tokens >= base.block_size:
-            step = (
-                f"lower --max-model-len to {tokens}: the KV pool holds {tokens:,} tokens, less than one "
-                f"{mml:,}-token sequence"
-            )
-            for d in kv_dtypes(rig.arch, base.kv_cache_dtype)[1:]:
-                if kv_bytes(d, s) < kv_bytes(base.kv_cache_dtype, s):
-                    alt = recipe_row(s, replace(base, kv_cache_dtype=d), rig, 0)
-                    step += f" (or switch --kv-cache-dtype {d}: {alt.kv_tokens:,} tokens)"
-            return [*steps, step]
-    more = replace(base, pp=base.pp + 1, pp_partition=None)
-    if more.world <= len(rig.cards) and more.pp <= s.shape.num_layers and recipe_row(s, more, rig, 0).runs:
-        return [*steps, f"add a stage: --pipeline-parallel-size {more.pp} (vLLM's even split)"]
-    return _best(ranked, "")
-
-
-def _best(ranked: Sequence[Proposal], why: str) -> list[str]:
-    best = next((p for p in ranked if p.fits), None)
-    if best is None:
-        return [
-            f"{why + ', and ' if why else ''}no layout fits with that headroom: free GPU memory or add GPUs"
-        ]
-    return [f"{why + ': ' if why else ''}take proposal 1, {best.layout.label()} (`invoke fit --apply 1`)"]
