@@ -81,41 +81,9 @@ def stand_in(
 
 
 def big_dense(layers: int, inter: int = 23552) -> ck.Arch:
-    """Qwen2.5-32B-like dense model (hidden 5120, 40 heads over 8 KV heads of 128, bf16): 64 layers are
+    """Qwen2.5-32B-like dense model (hidden 5120, 40 heads over 8 KV heads of 128, 16-bit): 64 layers are
     53.5 GiB of weights."""
-    h, heads, kv, hd, vocab = 5120, 40, 8, 128, 152064
-    a = ck.Arch(
-        {
-            "architectures": ["Qwen2ForCausalLM"],
-            "model_type": "qwen2",
-            "num_hidden_layers": layers,
-            "hidden_size": h,
-            "num_attention_heads": heads,
-            "num_key_value_heads": kv,
-            "head_dim": hd,
-            "vocab_size": vocab,
-            "intermediate_size": inter,
-            "torch_dtype": "bfloat16",
-            "tie_word_embeddings": False,
-            "max_position_embeddings": 32768,
-        },
-        lazy=True,
-    )
-    a.add("model.embed_tokens.weight", (vocab, h), "vocab", "first")
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        a.add(p + "input_layernorm.weight", (h,), "rep", "layer", i)
-        a.add(p + "self_attn.q_proj.weight", (heads * hd, h), "col", "layer", i)
-        a.add(p + "self_attn.k_proj.weight", (kv * hd, h), "kv", "layer", i)
-        a.add(p + "self_attn.v_proj.weight", (kv * hd, h), "kv", "layer", i)
-        a.add(p + "self_attn.o_proj.weight", (h, heads * hd), "row", "layer", i)
-        a.add(p + "post_attention_layernorm.weight", (h,), "rep", "layer", i)
-        for proj in ("gate_proj", "up_proj"):
-            a.add(p + f"mlp.{proj}.weight", (inter, h), "col", "layer", i)
-        a.add(p + "mlp.down_proj.weight", (h, inter), "row", "layer", i)
-    a.add("model.norm.weight", (h,), "rep", "last")
-    a.add("lm_head.weight", (vocab, h), "vocab", "last")
-    return a
+    return ck.dense(layers, (5120, 40, 8, 128, 152064), inter, lazy=True, max_pos=32768)
 
 
 def imported(tmp: Path, a: ck.Arch, flags: str, prefix: str = "") -> tuple[Path, Path, Path]:

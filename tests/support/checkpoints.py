@@ -100,17 +100,26 @@ def _attn(a: Arch, prefix: str, where: str, i: int, dims: tuple[int, int, int, i
     a.add(p + "o_proj.weight", (h, heads * hd), "row", where, i)
 
 
-def dense() -> Arch:
-    """Llama-like: 4 layers, GQA 8/2 heads, untied LM head."""
-    h, heads, kv, hd, inter, vocab, layers = 256, 8, 2, 32, 512, 1024, 4
+def dense(
+    layers: int = 4,
+    dims: tuple[int, int, int, int, int] = (256, 8, 2, 32, 1024),
+    inter: int = 512,
+    *,
+    lazy: bool = False,
+    max_pos: int = 4096,
+) -> Arch:
+    """Llama-like with an untied LM head; ``dims`` = hidden, heads, KV heads, head dim, vocab. The defaults:
+    4 layers, GQA 8/2 heads."""
+    h, heads, kv, hd, vocab = dims
     a = Arch(
         {
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
             **_cfg(layers, h, heads, kv, hd, vocab, intermediate_size=inter, torch_dtype="float16"),
             "tie_word_embeddings": False,
-            "max_position_embeddings": 4096,
-        }
+            "max_position_embeddings": max_pos,
+        },
+        lazy=lazy,
     )
     a.add("model.embed_tokens.weight", (vocab, h), "vocab", "first")
     for i in range(layers):
