@@ -132,23 +132,7 @@ def propose(
     if headroom is None:
         headroom = default_headroom(summary, base, own)
     ranked, seen_n = search(summary, base, rig, headroom=headroom, user_cap=cap, allow=allow, own=own)
-    apart: list[Proposal] = []
-    shown = {(p.layout, p.params) for p in ranked[:3]}
-    # listed apart: the best that each pinned value alone would allow, then the best with all of them
-    held = [name for name in PINS if name not in allow]
-    for extra in [*([name] for name in held), held if len(held) > 1 else []]:
-        if not extra:
-            continue
-        freed, _ = search(
-            summary, base, rig, headroom=headroom, user_cap=cap, allow=allow | set(extra), own=own
-        )
-        best = next((p for p in freed if set(changed_pins(p.params, base)) - allow), None)
-        gain = best is not None and all(
-            (best.kv_tokens, best.max_context) > (q.kv_tokens, q.max_context) for q in apart
-        )
-        if best is not None and gain and (best.layout, best.params) not in shown and len(apart) < 3:
-            apart.append(best)
-            shown.add((best.layout, best.params))
+    apart = _apart(summary, base, rig, own, headroom, cap, allow, ranked)
     runs_here = base.world <= len(own.cards)
     row = recipe_row(summary, base, own, headroom) if runs_here else None
     fix = prescribe(summary, base, own, ranked)
@@ -156,6 +140,42 @@ def propose(
         summary, base, rig, headroom, row, tuple(ranked), seen_n, fix, line, tuple(measured(bench_rows)),
         own, allow, tuple(apart),
     )  # fmt: skip
+
+
+def _apart(
+    summary: Summary,
+    base: EngineParams,
+    rig: Rig,
+    own: Rig,
+    headroom: int,
+    cap: int | None,
+    allow: frozenset[str],
+    ranked: Sequence[Proposal],
+) -> list[Proposal]:
+    """What changing a pinned value would buy, listed apart: the best with every pin free, then the best
+    that each pin it changes would allow alone (fewer --allow for as much); each only where it holds more
+    than those listed before it, at most three."""
+    held = frozenset(PINS) - allow
+    if not held:
+        return []
+
+    def best(extra: frozenset[str]) -> Proposal | None:
+        found, _ = search(summary, base, rig, headroom=headroom, user_cap=cap, allow=allow | extra, own=own)
+        return next((p for p in found if set(changed_pins(p.params, base)) - allow), None)
+
+    top = best(held)
+    if top is None:
+        return []
+    wanted = set(changed_pins(top.params, base)) & held
+    singles = [best(frozenset({name})) for name in sorted(wanted)] if len(wanted) > 1 else []
+    shown = {(p.layout, p.params) for p in ranked[:3]}
+    out: list[Proposal] = []
+    for p in [*sorted((q for q in singles if q is not None), key=lambda q: q.kv_tokens), top]:
+        gain = all((p.kv_tokens, p.max_context) > (q.kv_tokens, q.max_context) for q in out)
+        if gain and (p.layout, p.params) not in shown and len(out) < 3:
+            out.append(p)
+            shown.add((p.layout, p.params))
+    return out
 
 
 def _gib(n: int) -> str:

@@ -137,7 +137,7 @@ def load(path: Path) -> Planned:
     for i, c in enumerate(rig.cards):
         total = int(c.total_gib * GiB)
         held = total - int(c.free_gib * GiB) if c.free_gib is not None else 0
-        who = ((f"{c.held_by} holds {held / GiB:.2f} GiB", held),) if held else ()
+        who = ((f"{c.held_by or 'something else'} holds {held / GiB:.2f} GiB", held),) if held else ()
         cards.append(Card(i, c.name, total, held, who))
     close = None
     if rig.links is not None:

@@ -133,6 +133,7 @@ class Summary:
         self._slots = {k: self._slots_of(p) for k, p in places.items()}
         #: bytes per GPU added to every rank's allowances (``calibrate``: what a boot here measured)
         self.allowance = 0
+        self._estimates: dict[tuple[object, ...], Estimate] = {}
 
     def _slots_of(self, place: Placement) -> _Slots:
         n, tp = self.shape.num_layers, place.params.tp
@@ -165,7 +166,19 @@ class Summary:
 
     def estimate(self, params: EngineParams) -> Estimate:
         """What ``fit.estimate(shape, params, headers)`` says, from the slots (no header read again), with
-        ``allowance`` (0 unless a boot here calibrated it) on every rank."""
+        ``allowance`` (0 unless a boot here calibrated it) on every rank. Kept per layout: the flags that
+        only size the pool (utilisation, ``--kv-cache-memory``, ``--max-model-len``) do not change the
+        per-rank figures, so the search asks once per layout and sizing."""
+        p = params
+        key = (p.tp, p.pp, p.pp_partition, p.expert_parallel, p.kv_cache_dtype, p.mtp, p.draft_model,
+               p.language_model_only, p.cuda_graphs, p.max_num_batched_tokens, p.max_num_seqs, p.block_size,
+               self.allowance)  # fmt: skip
+        hit = self._estimates.get(key)
+        if hit is None:
+            hit = self._estimates[key] = self._estimate(params)
+        return hit if hit.params == params else replace(hit, params=params)
+
+    def _estimate(self, params: EngineParams) -> Estimate:
         s = self._slots.get((params.tp, params.expert_parallel))
         if s is None:
             raise FitError(f"no placement for TP={params.tp} EP={params.expert_parallel} in this summary")

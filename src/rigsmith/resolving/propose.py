@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from rigsmith.resolving.fit import KV_DTYPE_BYTES, WARN_HEADROOM, MiB, RankNeed
@@ -64,6 +64,9 @@ KV_DTYPES_FROM: tuple[tuple[tuple[int, int], tuple[str, ...]], ...] = (
 
 #: KV tokens of a replica with no attention layer at all: only the cap bounds its context.
 NO_ATTENTION = 1 << 40
+
+#: The most choices of cards of one size the search sizes (C(5, k) ≤ 10: every choice on up to 5 cards).
+SUBSETS = 10
 
 #: The most ``--gpu-memory-utilization`` a proposal sets (vLLM's own guidance stops short of 1.0).
 MAX_UTIL = 0.98
@@ -316,10 +319,11 @@ def default_headroom(s: Summary, base: EngineParams, rig: Rig) -> int:
     return min(WARN_HEADROOM, least) if own.runs else WARN_HEADROOM
 
 
-def _subsets(rig: Rig, k: int) -> Iterator[Rig]:
-    """Every choice of ``k`` of the rig's cards (in nvidia-smi order), once per kind: two choices whose
-    cards (model, size, what others hold) and P2P pairs are the same give the same figures."""
-    seen = set()
+def _subsets(rig: Rig, k: int) -> list[Rig]:
+    """The choices of ``k`` of the rig's cards (in nvidia-smi order), once per kind (two choices whose cards
+    — model, size, what others hold — and P2P pairs are the same give the same figures), at most ``SUBSETS``
+    of them: those with the most free memory, then the most P2P pairs (on a rig of up to 5 cards, all)."""
+    seen: dict[object, tuple[tuple[int, int, tuple[int, ...]], Rig]] = {}
     for pick in itertools.combinations(range(len(rig.cards)), k):
         cards = tuple(rig.cards[i] for i in pick)
         close = None
@@ -328,10 +332,10 @@ def _subsets(rig: Rig, k: int) -> Iterator[Rig]:
                 (a, b) for a in range(k) for b in range(a + 1, k) if (pick[a], pick[b]) in rig.close
             )
         sig = (tuple((c.name, c.total, c.others, bool(c.squatters)) for c in cards), close)
-        if sig in seen:
-            continue
-        seen.add(sig)
-        yield Rig(cards, close, rig.arch)
+        if sig not in seen:
+            order = (-sum(c.has for c in cards), -len(close or ()), pick)
+            seen[sig] = (order, Rig(cards, close, rig.arch))
+    return [r for _, r in sorted(seen.values(), key=lambda x: x[0])][:SUBSETS]
 
 
 def equal_tp_groups(lay: Layout, cards: Sequence[Card]) -> bool:
