@@ -261,13 +261,24 @@ def test_a_rig_file_plans_a_rig_you_do_not_have(tmp_path: Path) -> None:
     )
     r = fit_cli(root, "/usr/bin:/bin", "--propose", "--rig", str(rig))
     assert r.returncode == 0, r.stderr
+    assert column(r.stdout, "layout") == "TP1×PP3 KV auto" and column(r.stdout, "GPUs") == "GPU0,GPU1,GPU2"
     assert "GPU0 RTX 3090 (21.00 of 24.00 GiB free; a desktop holds 3.00 GiB)" in flat(r.stdout)
     assert "GPU2 RTX 3060 (12.00 of 12.00 GiB free)" in flat(r.stdout)
+    rig.write_text('cards: [{name: "RTX\\e[2J 3090", total_gib: 24, free_gib: 20, held_by: "x\\ry"}]\n')
+    r = fit_cli(root, "/usr/bin:/bin", "--propose", "--rig", str(rig))
+    assert (
+        "\x1b" not in r.stdout and "RTX\\x1b[2J 3090" in r.stdout and "x\\ry holds 4.00 GiB" in flat(r.stdout)
+    )
     for bad, words in (
         ("cards: []\n", "cards: List should have at least 1 item"),
         ("cards: [{name: x, total_gib: 8, free_gib: 9}]\n", "free_gib 9 is more than total_gib 8"),
         ("cards: [{name: x, total_gib: 8}]\nlinks: [[0, 3]]\n", "links: [0, 3] is not a pair"),
         ("cards: [{name: x, total_gib: -1}]\n", "cards.0.total_gib"),
+        (
+            "cards: [{name: x, total_gib: 8, nvlink: true}]\n",
+            "cards.0.nvlink: Extra inputs are not permitted",
+        ),
+        ("- a list\n", "(file): Input should be a valid dictionary"),
         ("{", "not YAML"),
     ):
         rig.write_text(bad)
@@ -278,6 +289,8 @@ def test_a_rig_file_plans_a_rig_you_do_not_have(tmp_path: Path) -> None:
         (("--vram-gib", "24,0"), "'0' is not a size > 0"),
         (("--gpus", "3", "--vram-gib", "24,24"), "disagree"),
         (("--allow", "max-model-len,quality"), "quality is not a value a proposal can change"),
+        (("--gpus", "2"), "--gpus 2: no card size known"),
+        (("--gpus", "two"), "--gpus 'two' is not a number"),
     ):
         r = fit_cli(root, "/usr/bin:/bin", "--propose", *flags)
         assert r.returncode == 1 and words in r.stderr, r.stderr

@@ -273,7 +273,10 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
             "the --allow they name"
         )
     elif not top:
-        lines.append("no layout fits this rig with that headroom")
+        lines.append(
+            "no layout fits this rig with that headroom (to plan for more cards: --gpus N, "
+            "--vram-gib 24,24,24 or --rig FILE)"
+        )
     else:
         lines.append("`invoke fit --apply N` writes proposal N into the spec")
     console.print("\n".join(lines), highlight=False, markup=False)

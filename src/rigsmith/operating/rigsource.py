@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rigsmith.errors import RigsmithError
+from rigsmith.errors import RigsmithError, shown
 from rigsmith.resolving.fit import GiB
 from rigsmith.resolving.propose import Card
 from rigsmith.yamldoc import load_yaml, yaml_problem
@@ -99,8 +99,13 @@ def from_flags(
     if gpus is not None and not 1 <= gpus <= MAX_CARDS:
         raise RigsmithError(f"--gpus {gpus}: give 1 to {MAX_CARDS} cards", hint="e.g. --gpus 3 --vram-gib 24")
     if vram_gib is None:
-        if gpus is None or default_gib is None:
+        if gpus is None:
             return None
+        if default_gib is None:
+            raise RigsmithError(
+                f"--gpus {gpus}: no card size known (the spec has no resources.gpus.vram_gib)",
+                hint=f"give one: --gpus {gpus} --vram-gib 24",
+            )
         return idle(label, [default_gib] * gpus, f"--gpus {gpus} of {default_gib:g} GiB")
     sizes = _sizes(vram_gib)
     if len(sizes) > 1:
@@ -137,8 +142,9 @@ def load(path: Path) -> Planned:
     for i, c in enumerate(rig.cards):
         total = int(c.total_gib * GiB)
         held = total - int(c.free_gib * GiB) if c.free_gib is not None else 0
-        who = ((f"{c.held_by or 'something else'} holds {held / GiB:.2f} GiB", held),) if held else ()
-        cards.append(Card(i, c.name, total, held, who))
+        by = shown(c.held_by or "something else")
+        who = ((f"{by} holds {held / GiB:.2f} GiB", held),) if held else ()
+        cards.append(Card(i, shown(c.name), total, held, who))
     close = None
     if rig.links is not None:
         pairs = set()
