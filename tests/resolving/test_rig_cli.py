@@ -421,3 +421,28 @@ def test_gpus_n_plans_that_many_cards_of_the_size(tmp_path: Path, flags: tuple[s
     assert (
         "on every choice of the rig's 2 GPU(s)" in flat(r.stdout) and column(r.stdout, "GPUs") == "GPU0,GPU1"
     )
+
+
+def test_the_fields_the_layout_decides_move_with_it(tmp_path: Path) -> None:
+    """with_gpus / with_readiness, as --apply uses them: the CDI list, the visible devices renumbered, the
+    device order on mixed cards; the published KV size set or dropped with words; start-up grown only."""
+    from rigsmith.resolving.applylayout import with_gpus, with_readiness
+
+    spec = ck.make_spec(tmp_path, [], {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    assert spec.readiness.kv_cache_tokens == 924_993 and spec.readiness.startup_seconds == 360
+    moved = with_gpus(spec, [1, 3], [24.0, 12.0], mixed=True)
+    g = moved.resources.gpus
+    assert g.cdi_devices == ("nvidia.com/gpu=1", "nvidia.com/gpu=3") and (g.count, g.vram_gib) == (2, 12.0)
+    env = {e.name: e.value for e in moved.env}
+    assert env == {"CUDA_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert "CUDA_DEVICE_ORDER" not in {e.name for e in with_gpus(spec, [0, 1], [24.0, 24.0], False).env}
+    dropped, words = with_readiness(spec, None, 1.5)
+    r = dropped.readiness
+    assert r.kv_cache_tokens is None and (r.startup_seconds, r.warm_startup_seconds) == (540, 270)
+    assert "924,993 dropped" in words[0] and "360 → 540" in words[1]
+    same, words = with_readiness(spec, 924_993, 0.5)  # a lighter rank does not shrink the budget
+    assert same == spec and words == []
+    scaled, words = with_readiness(spec, 1_000_000, 1.0)
+    assert scaled.readiness.kv_cache_tokens == 1_000_000 and words == [
+        "readiness.kv_cache_tokens 924,993 → 1,000,000 (the recipe's figure scaled by the new pool's tokens)"
+    ]
