@@ -21,7 +21,7 @@ from rigsmith.operating.observed import Observed
 from rigsmith.operating.probes import P2P_LINKS, HostFacts
 from rigsmith.operating.rigsource import Planned
 from rigsmith.resolving.applylayout import with_gpus, with_layout, with_readiness
-from rigsmith.resolving.fit import GiB, MiB, ModelShape, engine_inputs
+from rigsmith.resolving.fit import WARN_HEADROOM, GiB, MiB, ModelShape, engine_inputs
 from rigsmith.resolving.fitparams import EngineParams
 from rigsmith.resolving.layout import Summary, of_params, summary_keys
 from rigsmith.resolving.prescribe import prescribe
@@ -239,6 +239,12 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
     lines.append(
         "W/KV/allow: weights, KV pool, allowances (activations + CUDA graphs + runtime, est.); headroom "
         f"after all of it; asked headroom {prop.headroom // MiB} MiB"
+        + (
+            f" (the recipe's own, closer than fit's {WARN_HEADROOM // MiB} MiB margin: plain fit warns on "
+            "these as on the recipe; --headroom-gib 0.5 asks for the margin)"
+            if prop.headroom < WARN_HEADROOM
+            else ""
+        )
     )
     lines.append(
         f"searched {prop.candidates} layouts on every choice of the rig's {len(rig.cards)} GPU(s): "
