@@ -139,7 +139,7 @@ def test_seed000_rig_gets_three_stages_and_the_squatter_named_as_the_first_fix(t
 
 @pytest.mark.parametrize(
     ("layers", "inter", "squat", "parts"),
-    [(96, 882, 256, (31, 33, 32)), (48, 1765, 1536, (15, 17, 16))],
+    [(96, 882, 256, (31, 33, 32)), (48, 1700, 1536, (15, 17, 16))],
 )
 def test_the_squatter_card_holds_fewer_layers_where_a_layer_is_lighter_than_what_it_takes(
     tmp_path: Path, layers: int, inter: int, squat: int, parts: tuple[int, ...]
@@ -162,7 +162,9 @@ def test_seed003_rig_gets_tp2_pp2_with_the_seeds_uneven_split(tmp_path: Path) ->
     assert best.layout.parts(48) == (25, 23) and best.layout.kv_dtype == "fp8_e4m3"
     assert best.tp_cross == 0 and best.pp_cross == 1  # TP inside the PIX pairs, PP across the bridges
     assert prop.recipe is not None and prop.recipe.runs and not prop.fix
-    assert best.kv_tokens > prop.recipe.kv_tokens and best.max_context == 262_144
+    # the seed's 4.1 GB pool already fills its cards once the driver's reserve and the memory outside
+    # PyTorch are counted (fitengine): the best layout is the recipe's own, with its own pool
+    assert best.kv_tokens == prop.recipe.kv_tokens and best.max_context == 262_144
     words = propose.reasons(best, prop.summary, layout.of_params(prop.base), prop.headroom)
     assert "stage 1 (GPU2+GPU3) also holds the LM head and the MTP module: one layer fewer there" in words
     _check_against_independent_count(a, prop)
@@ -224,7 +226,8 @@ def test_fixes_come_in_order_lower_max_model_len_then_add_a_stage(tmp_path: Path
     heads = list(rows(ckpt))
     # seed 000's flags on four idle cards: memory is there, the 550 MB pool is short of one sequence
     base = fit.engine_params(["-pp", "3", "--max-model-len", "262144", "--kv-cache-memory", "550000000",
-                              "--gpu-memory-utilization", "0.97", "--language-model-only"], {})  # fmt: skip
+                              "--gpu-memory-utilization", "0.97", "--language-model-only",
+                              "--max-num-seqs", "4", "--max-num-batched-tokens", "512"], {})  # fmt: skip
     s = layout.Summary(shape, base, layout.summary_keys(shape, 4, base), heads)
     ranked, _ = propose.search(s, base, idle, headroom=512 * MiB)
     fix = propose.prescribe(s, base, idle, ranked)
@@ -233,7 +236,8 @@ def test_fixes_come_in_order_lower_max_model_len_then_add_a_stage(tmp_path: Path
         "sequence (or switch --kv-cache-dtype fp8: 67,136 tokens)"
     ]
     # two stages cannot hold 64 GiB of weights on 24 GiB cards; a third stage can
-    two = fit.engine_params(["-pp", "2", "--kv-cache-memory", "550000000", "--language-model-only"], {})
+    two = fit.engine_params(["-pp", "2", "--kv-cache-memory", "550000000", "--language-model-only",
+                             "--max-num-seqs", "4", "--max-num-batched-tokens", "512"], {})  # fmt: skip
     s2 = layout.Summary(shape, two, layout.summary_keys(shape, 4, two), heads)
     ranked2, _ = propose.search(s2, two, idle, headroom=512 * MiB)
     assert propose.prescribe(s2, two, idle, ranked2) == [

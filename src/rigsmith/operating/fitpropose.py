@@ -128,7 +128,7 @@ def _column(p: Proposal | None, rig: Rig, s: Summary) -> list[str]:
         if r is None:
             gpus.append("-")
             continue
-        allow = r.need.activation + r.need.cuda_graphs + r.need.runtime
+        allow = r.need.activation + r.need.cuda_graphs + r.need.runtime + r.need.non_torch
         gpus.append(f"{_gib(r.need.weights)} / {_gib(r.kv)} / {_gib(allow)} / {r.headroom / MiB:,.0f} MiB")
     return [
         lay.label(),

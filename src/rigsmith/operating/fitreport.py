@@ -182,11 +182,12 @@ def _one(
         )
     block = r.kv_bytes_per_token * p.block_size
     tokens = kv // block * p.block_size if block else None
-    if verdict != "no-go" and tokens is not None and p.max_model_len and tokens < p.max_model_len:
+    ctx = est.context  # --max-model-len, else the model config's maximum: vLLM checks that one too
+    if verdict != "no-go" and tokens is not None and ctx and kv < est.request_bytes(r, ctx):
         verdict = "warn"
         short = (
-            f"the KV pool holds {tokens:,} tokens, less than one --max-model-len {p.max_model_len:,} "
-            "sequence: "
+            f"the KV pool holds {tokens:,} tokens, less than one {ctx:,}-token request "
+            f"({'--max-model-len' if p.max_model_len else 'the model config maximum'}): "
             "stock vLLM refuses to start (an engine that offloads KV to host memory may not)"
         )
         why = f"{why}; {short}" if why else short

@@ -45,6 +45,11 @@ class EngineParams:
     cuda_graphs: bool = True
     language_model_only: bool = False
     pp_partition: tuple[int, ...] | None = None
+    #: the scheduler flags the recipe itself sets ("max_num_batched_tokens", "max_num_seqs"); the others take
+    #: the engine's defaults for its version and card (``fitengine.profile_shape``)
+    given: frozenset[str] = frozenset()
+    vllm_version: tuple[int, int] | None = None  # the engine's (major, minor); None: the newest rules
+    big_card: bool = False  # cards of 70 GiB and more, not A100s: V1's larger scheduler defaults
 
     @property
     def world(self) -> int:
@@ -84,6 +89,9 @@ def _switch(args: Sequence[str], name: str) -> bool:
         elif a == "--no-" + name.removeprefix("--"):
             on = False
     return on
+
+
+_SCHEDULER = (("max_num_batched_tokens", "--max-num-batched-tokens"), ("max_num_seqs", "--max-num-seqs"))
 
 
 def engine_params(args: Sequence[str], env: Mapping[str, str]) -> EngineParams:
@@ -143,6 +151,7 @@ def engine_params(args: Sequence[str], env: Mapping[str, str]) -> EngineParams:
         cuda_graphs=graphs,
         language_model_only=_switch(args, "--language-model-only"),
         pp_partition=partition,
+        given=frozenset(k for k, flag in _SCHEDULER if _flag(args, flag) is not None),
     )
 
 

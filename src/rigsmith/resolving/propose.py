@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from rigsmith.resolving.fit import KV_DTYPE_BYTES, WARN_HEADROOM, MiB, RankNeed
+from rigsmith.resolving.fitengine import torch_total
 from rigsmith.resolving.fitparams import EngineParams, pp_partition
 from rigsmith.resolving.layout import Layout, Summary, layouts, of_params
 
@@ -156,9 +157,11 @@ def _size(s: Summary, lay: Layout, params: EngineParams, rig: Rig, headroom: int
     """Utilisation and KV pool every rank holds with ``headroom`` left on its own card (None: no pool)."""
     est = s.estimate(params)
     pairs = list(zip(rig.cards[: lay.gpus], est.ranks * lay.dp, strict=True))
-    util = min((c.has - r.runtime - headroom) / c.total for c, r in pairs)
+    # vLLM wants utilisation × PyTorch's total free at start, and the pool is what that leaves (fit's count)
+    util = min((est.free_at_start(r, c.total) - (c.total - c.has) - headroom) / torch_total(c.total)
+               for c, r in pairs)  # fmt: skip
     util = min(MAX_UTIL, int(util * 1000) / 1000)
-    pool = min(c.has - r.runtime - headroom - r.weights - r.activation - r.cuda_graphs for c, r in pairs)
+    pool = min(c.has - headroom - est.outside_pool(r, c.total) for c, r in pairs)
     if util <= 0 or pool <= 0:
         return None
     return replace(params, gpu_memory_utilization=util, kv_cache_memory=pool)
