@@ -20,7 +20,7 @@ from safetensors.numpy import save
 from rigsmith import spec as specmod
 from tests.support.common import REPO
 
-DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "U8": 1, "I64": 8}
+DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "U8": 1, "I64": 8, "F8_E4M3": 1}
 
 
 @dataclass

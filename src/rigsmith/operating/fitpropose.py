@@ -168,8 +168,8 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
         why = reasons(p, s, recipe_lay or p.layout, prop.headroom)
         lines.append(f"proposal {n} ({p.layout.label()}): " + "; ".join(why))
     lines.append(
-        "W/KV/allow: weights, KV pool, allowances (activations + CUDA graphs + runtime, est.); headroom "
-        f"after all of it; asked headroom {prop.headroom // MiB} MiB"
+        "W/KV/allow: weights, KV pool, allowances (activations + CUDA graphs + runtime + memory outside "
+        f"PyTorch, est.); headroom after all of it; asked headroom {prop.headroom // MiB} MiB"
     )
     lines.append(f"searched {prop.candidates} layouts on {len(rig.cards)} GPU(s)")
     if prop.calibration:

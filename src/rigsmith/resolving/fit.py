@@ -261,6 +261,9 @@ class Placement:
         parts = name.split(".")
         module = parts[-2] if len(parts) > 1 else ""
         param = parts[-1]
+        if s.quantization == "mxfp4" and module == "experts":
+            inter = s.moe_intermediate_size or s.intermediate_size
+            nbytes = fitengine.mxfp4_loaded(param, nbytes, s.hidden_size, inter)
         if _VISION.search(name):
             if p.language_model_only:
                 why = SKIP_VISION
@@ -392,6 +395,11 @@ class Estimate:
     def _graphs_in_pool(self, r: RankNeed) -> int:
         return r.cuda_graphs if self.era.graphs_in_pool else 0
 
+    def _runtime_outside(self, r: RankNeed) -> int:
+        """The runtime vLLM allocates before its memory snapshot: outside the budget (V1); V0 measured its
+        peak as total − free, so the CUDA context is part of the memory outside PyTorch there."""
+        return 0 if self.era.context_in_budget else r.runtime
+
     def kv_budget(self, r: RankNeed, total: int) -> int:
         """KV pool of one rank on a card of nvidia-smi ``total`` bytes (explicit, or what the utilisation of
         PyTorch's total leaves after weights, the profile's activation peak and memory outside PyTorch)."""
@@ -402,32 +410,29 @@ class Estimate:
         return max(left, 0)
 
     def usage(self, r: RankNeed, total: int) -> tuple[int, int, int]:
-        """(KV pool, what vLLM takes inside its budget, needs) of one rank on a card of ``total`` bytes.
-        needs = what the driver keeps + runtime + the larger of utilisation × PyTorch's total (vLLM wants it
-        free at start) and the use, + CUDA graphs where the engine captures them after the pool."""
+        """(KV pool, the rank's peak inside its budget, needs) on a card of ``total`` bytes.
+
+        The peak is the larger of the profile run (weights, memory outside PyTorch, activations) and the
+        engine once its pool and CUDA graphs are in (the profile's activations are given back first: graphs
+        captured after the pool, before v0.21, use that room). needs = what the driver keeps + the runtime +
+        the larger of utilisation × PyTorch's total (vLLM wants it free at start) and that peak."""
         kv = self.kv_budget(r, total)
-        graphs_in = self._graphs_in_pool(r)
-        inside = r.weights + kv + r.activation + r.non_torch + graphs_in
-        if self.params.kv_cache_memory is not None:
-            # a fixed pool is allocated after the profile run has given its activation memory back: the
-            # boot's peak is the larger of the two (serving batches are bounded by the pool)
-            inside = r.weights + r.non_torch + max(r.activation, kv + graphs_in)
+        inside = r.weights + r.non_torch + max(r.activation, kv + r.cuda_graphs)
         tt = fitengine.torch_total(total)
-        after = r.cuda_graphs - graphs_in
         budget = int(tt * self.params.gpu_memory_utilization)
-        return kv, inside, total - tt + r.runtime + max(budget, inside) + after
+        return kv, inside, total - tt + self._runtime_outside(r) + max(budget, inside)
 
     def outside_pool(self, r: RankNeed, total: int) -> int:
         """Bytes rank ``r`` takes on a card of ``total`` bytes next to a fixed (``--kv-cache-memory``) pool:
         what the driver keeps, the runtime, weights, memory outside PyTorch and CUDA graphs. The profile's
         activation peak comes and goes before the pool is allocated (``usage``)."""
         kept = total - fitengine.torch_total(total)
-        return kept + r.runtime + r.weights + r.non_torch + r.cuda_graphs
+        return kept + self._runtime_outside(r) + r.weights + r.non_torch + r.cuda_graphs
 
     def free_at_start(self, r: RankNeed, total: int) -> int:
-        """Of a card of ``total`` bytes, what must stay free for the utilisation: all but what the driver
-        keeps, the runtime and (engines before v0.21) the CUDA graphs captured after the pool."""
-        return fitengine.torch_total(total) - r.runtime - (r.cuda_graphs - self._graphs_in_pool(r))
+        """Of a card of ``total`` bytes, what can be free for the utilisation: all but what the driver keeps
+        and the runtime."""
+        return fitengine.torch_total(total) - self._runtime_outside(r)
 
     def request_bytes(self, r: RankNeed, tokens: int) -> int:
         """KV bytes one request of ``tokens`` tokens takes on rank ``r``: whole blocks, a sliding-window
@@ -441,7 +446,7 @@ class Estimate:
     def outcome(self, totals: Sequence[int]) -> tuple[str, str]:
         """What vLLM does at boot on idle cards of ``totals`` bytes: ("starts", "") or ("refuses" or "oom",
         why). The checks vLLM makes, in its order: a KV pool at all, one request of the context in it,
-        then CUDA-graph capture in what the utilisation leaves free (engines before v0.21)."""
+        then the engine's peak (CUDA graphs captured after the pool included) on the card."""
         for r, total in zip(self.ranks, totals, strict=True):
             kv, _, needs = self.usage(r, total)
             if r.kv_bytes_per_token and kv <= 0:
@@ -487,6 +492,8 @@ def _activation(shape: ModelShape, params: EngineParams, last_stage: bool) -> in
     ffn = max(shape.intermediate_size, shape.experts_per_token * shape.moe_intermediate_size)
     qkv = (shape.num_heads + 2 * shape.num_kv_heads) * shape.head_dim
     per_token = 4 * shape.hidden_size + (qkv + 2 * ffn) // params.tp
+    if shape.num_experts:
+        per_token += shape.experts_per_token * shape.hidden_size  # the fused MoE's [T, top-k, hidden] output
     act = t * per_token * 2
     if last_stage:
         vocab = shape.vocab_size if era.v1 else shape.vocab_size // params.tp  # V0 gathers to one rank

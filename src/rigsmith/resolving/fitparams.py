@@ -70,9 +70,19 @@ def parse_bytes(flag: str, text: str) -> int:
     return int(float(num) * base**power)
 
 
+def _dashed(arg: str) -> str:
+    """vLLM's parser takes ``--tensor_parallel_size`` for ``--tensor-parallel-size``: the flag's name with
+    dashes (a value after ``=`` is left alone)."""
+    if not arg.startswith("--"):
+        return arg
+    name, eq, value = arg.partition("=")
+    return name.replace("_", "-") + eq + value
+
+
 def _flag(args: Sequence[str], *names: str) -> str | None:
     found: str | None = None
-    for i, a in enumerate(args):
+    for i, raw in enumerate(args):
+        a = _dashed(raw)
         for n in names:
             if a == n and i + 1 < len(args):
                 found = args[i + 1]
@@ -83,7 +93,8 @@ def _flag(args: Sequence[str], *names: str) -> str | None:
 
 def _switch(args: Sequence[str], name: str) -> bool:
     on = False
-    for a in args:
+    for raw in args:
+        a = _dashed(raw)
         if a == name:
             on = True
         elif a == "--no-" + name.removeprefix("--"):
