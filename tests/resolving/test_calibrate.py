@@ -88,7 +88,7 @@ def _spec(root: Path) -> Deployment:
 
 
 def test_propose_sizes_every_layout_with_the_calibrated_allowances_and_says_so(tmp_path: Path) -> None:
-    a = ck.seed000_like()
+    a = ck.seed000_roomy()
     root = a.headers(tmp_path / "ckpt")
     spec = _spec(root)
     ckpt = LocalCheckpoint(root)

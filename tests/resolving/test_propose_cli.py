@@ -28,7 +28,7 @@ def fit_cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_propose_apply_and_a_reimport_that_keeps_the_applied_layout(tmp_path: Path) -> None:
-    ckpt = ck.seed000_like().headers(tmp_path / "models" / "Seed0-Like")
+    ckpt = ck.seed000_roomy().headers(tmp_path / "models" / "Seed0-Like")
     recipe = tmp_path / "serve.sh"
     recipe.write_text(
         f"CUDA_VISIBLE_DEVICES=0,1,2 vllm serve {ckpt} --tensor-parallel-size 2 --max-model-len 65536 "
@@ -138,7 +138,7 @@ def test_propose_reads_the_last_boots_kv_size_and_the_bench_history_of_this_chec
     from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
     from rigsmith.resolving.layout import of_params
 
-    ckpt = ck.seed000_like().headers(tmp_path / "models" / "Seed0-Like")
+    ckpt = ck.seed000_roomy().headers(tmp_path / "models" / "Seed0-Like")
     recipe = tmp_path / "serve.sh"
     recipe.write_text(
         f"vllm serve {ckpt} --pipeline-parallel-size 3 --max-model-len 16384 --gpu-memory-utilization 0.95\n",
