@@ -185,9 +185,13 @@ def _one(
     ctx = est.context  # --max-model-len, else the model config's maximum: vLLM checks that one too
     if verdict != "no-go" and tokens is not None and ctx and kv < est.request_bytes(r, ctx):
         verdict = "warn"
+        one = (
+            f"--max-model-len {ctx:,} sequence"
+            if p.max_model_len
+            else f"{ctx:,}-token sequence (no --max-model-len: the model config's maximum)"
+        )
         short = (
-            f"the KV pool holds {tokens:,} tokens, less than one {ctx:,}-token request "
-            f"({'--max-model-len' if p.max_model_len else 'the model config maximum'}): "
+            f"the KV pool holds {tokens:,} tokens, less than one {one}: "
             "stock vLLM refuses to start (an engine that offloads KV to host memory may not)"
         )
         why = f"{why}; {short}" if why else short
@@ -240,7 +244,7 @@ def table(fits: list[GpuFit], title: str) -> Table:
         "rank",
         "weights",
         "KV",
-        "act+graphs est.",
+        "act+graphs+other est.",
         "runtime est.",
         "needs",
         "has",
@@ -256,7 +260,7 @@ def table(fits: list[GpuFit], title: str) -> Table:
             f"PP{r.pp_rank}/TP{r.tp_rank}",
             _gib(r.weights),
             _gib(f.kv),
-            _mib(r.activation + r.cuda_graphs),
+            _mib(r.activation + r.cuda_graphs + r.non_torch),
             _mib(r.runtime),
             _gib(f.needs),
             _gib(f.has),
@@ -283,9 +287,11 @@ def render(est: Estimate, fits: list[GpuFit], comps: list[Comparison], title: st
         + (", expert parallel" if p.expert_parallel else "")
         + (", MTP" if p.mtp else "")
         + f"); {est.tensors} tensors; KV = {kv_src}",
-        "needs = runtime + the larger of --gpu-memory-utilization × total (vLLM wants it free at start) "
-        "and weights + KV + act+graphs",
-        "est. = estimate: profile-run activation peak, CUDA graphs, CUDA context + NCCL (resolving/fit.py)",
+        "needs = what the driver keeps + runtime + the larger of --gpu-memory-utilization × PyTorch's total "
+        "(vLLM wants it free at start) and the rank's peak: weights + memory outside PyTorch + the larger of "
+        "the profile's activations and KV + graphs",
+        "est. = estimate: profile-run activation peak, CUDA graphs, memory outside PyTorch (other), CUDA "
+        f"context + NCCL; vLLM's rules for {est.era.name} engines (resolving/fitengine.py, docs/fit.md)",
     ]
     lines += [f"{c.what}: estimate {c.estimate:,.2f} {c.unit}, published {c.published:,.2f} {c.unit}, "
               f"ratio {c.ratio:.3f}" for c in comps]  # fmt: skip

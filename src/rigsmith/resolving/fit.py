@@ -17,13 +17,16 @@ What is exact and what is an estimate:
   MTP modules on the last stage only when ``--speculative-config`` asks for MTP; vision towers on the
   first stage unless ``--language-model-only``.
 - **KV cache**: ``--kv-cache-memory`` when given (vLLM then ignores the utilisation for the KV pool),
-  else what ``--gpu-memory-utilization`` × total leaves after weights, activations and graphs.
+  else what ``--gpu-memory-utilization`` × PyTorch's total leaves after weights, the profile's activations,
+  memory outside PyTorch and (engines from v0.21) CUDA graphs, by the rules of the engine's version
+  (``rigsmith.resolving.fitengine``, docs/fit.md, held against published boot logs).
   Tokens = whole blocks of ``--block-size`` over the attention layers of the rank, min over ranks, as
   vLLM reports "GPU KV cache size". Linear-attention / Mamba state is not modelled.
-- **Estimates**, named in the table: the activation peak of vLLM's profile run, CUDA-graph memory, and the
-  runtime (CUDA context + NCCL buffers) allocated before vLLM takes its memory snapshot. vLLM refuses to
-  start when free memory after that runtime is below utilisation × total ("Free memory on device … is less
-  than desired GPU memory utilization"): that is how a 256 MiB squatter breaks rank 0 at 0.97 (seed 000).
+- **Estimates**, named in the table: the activation peak of vLLM's profile run, CUDA-graph memory, memory
+  outside PyTorch, and the runtime (CUDA context + NCCL buffers) allocated before vLLM takes its memory
+  snapshot. vLLM refuses to start when free memory after that runtime is below utilisation × total ("Free
+  memory on device … is less than desired GPU memory utilization"): that is how a 256 MiB squatter breaks
+  rank 0 at 0.97 (seed 000); and when the pool holds less than one request of the context (``outcome``).
 """
 
 from __future__ import annotations
