@@ -64,15 +64,23 @@ ERAS: tuple[EngineEra, ...] = (
 #: The rules fit applies when the engine's version is not known: the newest.
 LATEST = ERAS[-1]
 
-_VERSION = re.compile(r"(?:^|[:v-])v?(\d+)\.(\d+)(?:\.\d+)?")
+_VERSION = re.compile(r"(?:^|[-_])v?(\d+)\.(\d+)(?:\.\d+)?")
 
 
 def parse_version(text: str | None) -> tuple[int, int] | None:
-    """(major, minor) of a vLLM version or an image tag that names one: "0.10.1+gptoss", "v0.6.4.post1",
-    "vllm/vllm-openai:v0.11.2"; None for anything else ("latest", a digest)."""
+    """(major, minor) of a vLLM version ("0.10.1+gptoss", "v0.6.4.post1") or of the tag of an image that
+    names one ("vllm/vllm-openai:v0.11.2", "…:cu128-0.10.1"); None for anything else (no tag, "latest", a
+    digest, a version in the image's name rather than its tag)."""
     if not text:
         return None
-    tag = text.rsplit("@", 1)[0].rsplit("/", 1)[-1]
+    ref = text.split("@", 1)[0]
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        tag = last.split(":", 1)[1]
+    elif "/" in ref:
+        return None
+    else:
+        tag = ref
     m = _VERSION.search(tag)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
@@ -120,11 +128,11 @@ def mxfp4_loaded(param: str, nbytes: int, hidden: int, inter: int) -> int:
     9 % larger than they are stored (65.97 GiB logged on an H100 for 60.77 GiB of checkpoint)."""
     if not hidden or not inter:
         return nbytes
-    h, i = _up(hidden, 256) / hidden, _up(inter, 128) / inter
+    h, i = _up(hidden, 256), _up(inter, 128)
     if param.endswith(("_blocks", "_scales")):
-        return int(nbytes * h * i)
+        return nbytes * h * i // (hidden * inter)
     if param == "gate_up_proj_bias":
-        return int(nbytes * i)
+        return nbytes * i // inter
     if param == "down_proj_bias":
-        return int(nbytes * h)
+        return nbytes * h // hidden
     return nbytes
