@@ -19,6 +19,7 @@ from rigsmith.errors import RigsmithError
 from rigsmith.operating.checkrow import Check, Verdict, requested_gpus
 from rigsmith.operating.probes import HostFacts
 from rigsmith.resolving.fit import WARN_HEADROOM, Estimate, GiB, MiB, RankNeed
+from rigsmith.resolving.fitengine import torch_total
 from rigsmith.resolving.lock import Lock
 from rigsmith.spec import Deployment
 
@@ -148,7 +149,8 @@ def _one(
 ) -> GpuFit:
     p = est.params
     kv, inside, needs = est.usage(r, total)
-    budget = int(total * p.gpu_memory_utilization)
+    pt_total = torch_total(total)  # what vLLM multiplies by the utilisation: PyTorch's, not nvidia-smi's
+    budget = int(pt_total * p.gpu_memory_utilization)
     has = total - others
     headroom = has - needs
     squat_bytes = sum(b for _, b in squat)
@@ -158,8 +160,9 @@ def _one(
         verdict, why = (
             "no-go",
             (
-                f"weights + activations + graphs ({_gib(r.weights + r.activation + r.cuda_graphs)}) leave no "
-                f"KV cache inside --gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(total)}"
+                f"weights + activations + graphs + memory outside PyTorch "
+                f"({_gib(r.weights + r.activation + r.cuda_graphs + r.non_torch)}) leave no KV cache inside "
+                f"--gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(pt_total)} (PyTorch's total)"
             ),
         )
     elif headroom < 0:
@@ -167,11 +170,13 @@ def _one(
         if inside <= budget:
             why = (
                 f"vLLM refuses to start: after its runtime ({_mib(r.runtime)}, est.) it wants "
-                f"--gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(total)} = {_gib(budget)} free"
+                f"--gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(pt_total)} = {_gib(budget)} "
+                "free"
             )
         else:
             why = (
-                f"weights + KV + activations + graphs ({_gib(inside)}) do not fit next to what the card holds"
+                f"the rank's peak ({_gib(inside)}: weights, KV, graphs, activations) does not fit next to "
+                "what the card holds"
             )
     elif headroom < WARN_HEADROOM or inside > budget:
         verdict = "warn"
