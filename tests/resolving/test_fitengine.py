@@ -94,3 +94,26 @@ def test_a_sliding_window_layer_holds_its_window_from_the_hybrid_kv_engines_on()
         full = 2 * per_layer * 131072
         held = 2 * per_layer * (128 + 16) if window else 2 * per_layer * 131072
         assert est.request_bytes(r, 131072) == full + held
+
+
+def test_a_big_card_gets_v1s_larger_profile_unless_the_recipe_sets_its_own() -> None:
+    cfg = {
+        "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 151936, "max_position_embeddings": 32768, "intermediate_size": 512,
+    }  # fmt: skip
+    shape = fit.ModelShape.from_config(cfg)
+    heads = [("model.layers.0.mlp.down_proj.weight", 1024, (256, 2))]
+    est = fit.estimate(shape, replace(fit.engine_params([], {}), vllm_version=(0, 10)), heads)
+    h100 = est.for_card(81559 * fit.MiB, "NVIDIA H100 80GB HBM3")
+    a100 = est.for_card(81920 * fit.MiB, "NVIDIA A100-SXM4-80GB")
+    assert a100 is est and h100.params.big_card
+    # 1,024 sequences' sampler buffers where 256 were: four times the vocabulary term
+    sampler = 9 * 151936 * 4
+    assert h100.ranks[0].activation - est.ranks[0].activation >= (1024 - 256) * sampler
+    own = fit.estimate(
+        shape,
+        replace(fit.engine_params(["--max-num-seqs", "8", "--max-num-batched-tokens", "512"], {}),
+                vllm_version=(0, 10)),
+        heads,
+    )  # fmt: skip
+    assert own.for_card(81559 * fit.MiB, "H100").ranks[0].activation == own.ranks[0].activation

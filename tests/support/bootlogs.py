@@ -216,13 +216,10 @@ def held(boot: Boot, root: Path) -> Held:
     ckpt = LocalCheckpoint(write_checkpoint(boot, root))
     shape = fit.ModelShape.from_config(ckpt.config())
     params = fit.engine_params(list(boot.argv), boot.env)
-    params = replace(
-        params,
-        vllm_version=fitengine.parse_version(boot.vllm),
-        big_card=fitengine.big_card(boot.totals[0], boot.gpus[0][0]),
-    )
-    est = fit.estimate(shape, params, rows(ckpt))
+    params = replace(params, vllm_version=fitengine.parse_version(boot.vllm))
     totals = boot.totals
+    # as `invoke fit` does: the estimate from the headers, then on the rig's first card
+    est = fit.estimate(shape, params, rows(ckpt)).for_card(totals[0], boot.gpus[0][0])
     r = est.ranks[int(boot.logged.get("kv_rank", 0))]
     total = totals[r.rank]
     budget = int(fitengine.torch_total(total) * params.gpu_memory_utilization)

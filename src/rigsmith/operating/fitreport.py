@@ -112,6 +112,7 @@ def fit_gpus(
     cards = host_cards(spec, facts, vram_gib, p.world)
     if cards is None:
         return []
+    est = est.for_card(cards[0][2], cards[0][1])  # vLLM's scheduler defaults follow the first card
     out = []
     for r in est.ranks:
         if r.rank >= len(cards):
@@ -230,6 +231,8 @@ def published(
             break
     kv = spec.readiness.kv_cache_tokens
     totals = [f.total for f in fits if f.gpu is not None]
+    if totals:
+        est = est.for_card(totals[0], fits[0].card)
     tokens = est.kv_tokens(totals) if len(totals) == len(est.ranks) else None
     if tokens is not None and kv:
         out.append(Comparison("GPU KV cache size", float(tokens), float(kv), "tokens"))

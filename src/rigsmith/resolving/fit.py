@@ -395,6 +395,20 @@ class Estimate:
         """The longest request vLLM serves: --max-model-len, else the model config's maximum."""
         return self.params.max_model_len or self.shape.max_position_embeddings
 
+    def for_card(self, total: int, name: str = "") -> Estimate:
+        """This estimate on cards like the first of a rig (``total`` bytes, nvidia-smi ``name``): V1 gives
+        cards of 70 GiB and more (A100s apart) 8,192 batched tokens and 1,024 sequences where the recipe
+        sets neither, and the profile's activation peak grows with them (fitengine.profile_shape)."""
+        big = fitengine.big_card(total, name)
+        if big == self.params.big_card:
+            return self
+        params = replace(self.params, big_card=big)
+        ranks = tuple(
+            replace(r, activation=_activation(self.shape, params, r.pp_rank == params.pp - 1))
+            for r in self.ranks
+        )
+        return replace(self, params=params, ranks=ranks)
+
     def _graphs_in_pool(self, r: RankNeed) -> int:
         return r.cuda_graphs if self.era.graphs_in_pool else 0
 
