@@ -15,7 +15,7 @@ import pytest
 
 from rigsmith import spec as specmod
 from rigsmith.operating import fitreport
-from rigsmith.resolving import checkpoint, fit
+from rigsmith.resolving import checkpoint, fit, fitengine
 from rigsmith.resolving.checkpoint import HubCheckpoint, LocalCheckpoint, open_checkpoint, rows
 from rigsmith.resolving.lock import Lock, LockedFile, LockedModel
 from rigsmith.spec import Deployment
@@ -338,10 +338,16 @@ def test_headroom_verdicts_on_idle_cards(tmp_path: Path) -> None:
     est = fit.estimate(shape, params, [("model.layers.0.mlp.down_proj.weight", gib, (64, gib // 128))])
     spec = ck.make_spec(tmp_path, ["-tp", "2"], repo=REPO_ID, revision="a" * 40)
     fits = fitreport.fit_gpus(est, spec, None, vram_gib=24.0)
-    # 1 GiB of weights per rank inside 0.9 × 24 GiB: KV takes the rest; 528 MiB of runtime comes before it.
+    # 1 GiB of weights per rank inside 0.9 × PyTorch's total (24 GiB less what the driver keeps): KV takes
+    # the rest after the profile's activations, memory outside PyTorch and (newest engine) CUDA graphs;
+    # 528 MiB of runtime comes before it.
     assert [f.verdict for f in fits] == ["go", "go"]
-    assert fits[0].needs == int(0.9 * 24 * fit.GiB) + fit.CUDA_CONTEXT + fit.NCCL_BUFFERS
-    assert fits[0].kv == int(0.9 * 24 * fit.GiB) - fit.GiB - est.ranks[0].activation - fit.CUDA_GRAPHS
+    torch_total = 24 * fit.GiB - fitengine.DRIVER_RESERVE
+    r0 = est.ranks[0]
+    assert fits[0].needs == (
+        fitengine.DRIVER_RESERVE + int(0.9 * torch_total) + fit.CUDA_CONTEXT + fit.NCCL_BUFFERS
+    )
+    assert fits[0].kv == int(0.9 * torch_total) - fit.GiB - r0.activation - r0.non_torch - fit.CUDA_GRAPHS
     # At 0.98 the 2 % left (491 MiB) is less than the runtime vLLM allocates before its free-memory check.
     tight = fit.estimate(shape, fit.engine_params(["-tp", "2", "--gpu-memory-utilization", "0.98"], {}),
                          [("model.layers.0.mlp.down_proj.weight", gib, (64, gib // 128))])  # fmt: skip

@@ -20,7 +20,7 @@ from safetensors.numpy import save
 from rigsmith import spec as specmod
 from tests.support.common import REPO
 
-DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "U8": 1, "I64": 8}
+DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "U8": 1, "I64": 8, "F8_E4M3": 1}
 
 
 @dataclass
@@ -370,3 +370,10 @@ def seed003_like() -> Arch:
     Expert sizes make TP2×PP2 with ``VLLM_PP_LAYER_PARTITION=25,23`` and MTP load ~18.4 GiB on the heavier
     stage, so seed 003's 4.1 GB KV pool fits a 24 GiB card as it did on the seed's rig."""
     return hybrid_mtp(48, (2048, 16, 2, 256, 151936), experts=32, inter=3904, interval=4, lazy=True)
+
+
+def seed000_roomy(inter: int = 1600) -> Arch:
+    """``seed000_like`` with narrower experts (~19.6 GiB on the heaviest of three stages): room on a 24 GiB
+    card for what a recipe that keeps vLLM's default 256 sequences needs beside the weights (the sampler's
+    fp32 buffers on the last stage), which seed 000 itself avoids with --max-num-seqs 4."""
+    return moe(48, (2048, 16, 2, 128, 151936), experts=64, inter=inter, lazy=True)

@@ -23,7 +23,7 @@ from rigsmith.resolving.calibrate import allowance_delta
 from rigsmith.resolving.fit import GiB
 from rigsmith.resolving.fitparams import EngineParams
 from rigsmith.resolving.layout import Layout, Summary
-from rigsmith.resolving.propose import Proposal, Rig
+from rigsmith.resolving.propose import Proposal, Rig, on_cards
 
 
 def calibrate(summary: Summary, base: EngineParams, rig: Rig, seen: Observed | None) -> str | None:
@@ -32,8 +32,9 @@ def calibrate(summary: Summary, base: EngineParams, rig: Rig, seen: Observed | N
     if seen is None or base.world > len(rig.cards):
         return None
     summary.allowance = 0
-    est = summary.estimate(base)
-    delta = allowance_delta(est, [c.total for c in rig.cards[: base.world]], seen.kv_cache_tokens)
+    cards = rig.cards[: base.world]
+    est = on_cards(summary, base, cards)
+    delta = allowance_delta(est, [c.total for c in cards], seen.kv_cache_tokens)
     boot = f"the boot of {seen.time}" if seen.time else "the last boot"
     if delta is None:
         if base.kv_cache_memory is None:

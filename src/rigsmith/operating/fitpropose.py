@@ -33,10 +33,10 @@ from rigsmith.resolving.propose import (
     arch_of,
     changed_pins,
     default_headroom,
-    reasons,
     recipe_row,
     search,
 )
+from rigsmith.resolving.proposewhy import reasons
 from rigsmith.spec import Deployment
 
 #: P2P statuses of ``nvidia-smi topo -p2p r`` under which a pair really talks peer to peer.
@@ -154,7 +154,7 @@ def _apart(
 ) -> list[Proposal]:
     """What changing a pinned value would buy, listed apart: the best with every pin free, then the best
     that each pin it changes would allow alone (fewer --allow for as much); each only where it holds more
-    than those listed before it, at most three."""
+    than the best proposal that keeps the pins and those listed before it, at most three."""
     held = frozenset(PINS) - allow
     if not held:
         return []
@@ -170,8 +170,9 @@ def _apart(
     singles = [best(frozenset({name})) for name in sorted(wanted)] if len(wanted) > 1 else []
     shown = {(p.layout, p.params) for p in ranked[:3]}
     out: list[Proposal] = []
+    kept = [q for q in ranked[:1] if q.fits]
     for p in [*sorted((q for q in singles if q is not None), key=lambda q: q.kv_tokens), top]:
-        gain = all((p.kv_tokens, p.max_context) > (q.kv_tokens, q.max_context) for q in out)
+        gain = all((p.kv_tokens, p.max_context) > (q.kv_tokens, q.max_context) for q in [*kept, *out])
         if gain and (p.layout, p.params) not in shown and len(out) < 3:
             out.append(p)
             shown.add((p.layout, p.params))
@@ -196,7 +197,7 @@ def _column(p: Proposal | None, rig: Rig, s: Summary) -> list[str]:
         if r is None:
             gpus.append("-")
             continue
-        allow = r.need.activation + r.need.cuda_graphs + r.need.runtime
+        allow = r.need.activation + r.need.cuda_graphs + r.need.runtime + r.need.non_torch
         gpus.append(f"{_gib(r.need.weights)} / {_gib(r.kv)} / {_gib(allow)} / {r.headroom / MiB:,.0f} MiB")
     return [
         lay.label(),
@@ -237,8 +238,8 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
         why = reasons(p, s, recipe_lay or p.layout, prop.headroom)
         lines.append(f"proposal {n} ({p.layout.label()}): " + "; ".join(why))
     lines.append(
-        "W/KV/allow: weights, KV pool, allowances (activations + CUDA graphs + runtime, est.); headroom "
-        f"after all of it; asked headroom {prop.headroom // MiB} MiB"
+        "W/KV/allow: weights, KV pool, allowances (activations + CUDA graphs + runtime + memory outside "
+        f"PyTorch, est.); headroom after all of it; asked headroom {prop.headroom // MiB} MiB"
         + (
             f" (the recipe's own, closer than fit's {WARN_HEADROOM // MiB} MiB margin: plain fit warns on "
             "these as on the recipe; --headroom-gib 0.5 asks for the margin)"

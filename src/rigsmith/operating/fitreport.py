@@ -21,6 +21,7 @@ from rigsmith.operating.checkrow import Check, Verdict, requested_gpus
 from rigsmith.operating.probes import HostFacts
 from rigsmith.operating.rigsource import Planned
 from rigsmith.resolving.fit import WARN_HEADROOM, Estimate, GiB, MiB, RankNeed
+from rigsmith.resolving.fitengine import torch_total
 from rigsmith.resolving.lock import Lock
 from rigsmith.resolving.propose import Card
 from rigsmith.spec import Deployment
@@ -141,6 +142,10 @@ def fit_gpus(
     if cards is None:
         return []
     offload = host_kv_offload(spec)
+    # The profile's batched tokens and sequences are the engine's, from the first card it sees (vLLM's
+    # EngineArgs read device 0's total and name); each rank then sizes its pool on its own card (``_one``)
+    # and the engine keeps the fewest blocks of any rank (``Estimate.kv_tokens``).
+    est = est.for_card(cards[0].total, cards[0].name) if cards else est
     out = []
     for r in est.ranks:
         if r.rank >= len(cards):
@@ -201,7 +206,8 @@ def _one(est: Estimate, r: RankNeed, card: Card, offload: str | None) -> GpuFit:
     p = est.params
     total, others, squat = card.total, card.others, list(card.squatters)
     kv, inside, needs = est.usage(r, total)
-    budget = int(total * p.gpu_memory_utilization)
+    pt_total = torch_total(total)  # what vLLM multiplies by the utilisation: PyTorch's, not nvidia-smi's
+    budget = int(pt_total * p.gpu_memory_utilization)
     has = total - others
     headroom = has - needs
     squat_bytes = sum(b for _, b in squat)
@@ -211,8 +217,9 @@ def _one(est: Estimate, r: RankNeed, card: Card, offload: str | None) -> GpuFit:
         verdict, why = (
             "no-go",
             (
-                f"weights + activations + graphs ({_gib(r.weights + r.activation + r.cuda_graphs)}) leave no "
-                f"KV cache inside --gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(total)}"
+                f"weights + activations + graphs + memory outside PyTorch "
+                f"({_gib(r.weights + r.activation + r.cuda_graphs + r.non_torch)}) leave no KV cache inside "
+                f"--gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(pt_total)} (PyTorch's total)"
             ),
         )
     elif headroom < 0:
@@ -220,11 +227,13 @@ def _one(est: Estimate, r: RankNeed, card: Card, offload: str | None) -> GpuFit:
         if inside <= budget:
             why = (
                 f"vLLM refuses to start: after its runtime ({_mib(r.runtime)}, est.) it wants "
-                f"--gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(total)} = {_gib(budget)} free"
+                f"--gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(pt_total)} = {_gib(budget)} "
+                "free"
             )
         else:
             why = (
-                f"weights + KV + activations + graphs ({_gib(inside)}) do not fit next to what the card holds"
+                f"the rank's peak ({_gib(inside)}: weights, KV, graphs, activations) does not fit next to "
+                "what the card holds"
             )
     elif headroom < WARN_HEADROOM:
         # with --kv-cache-memory the pool is fixed and the utilisation only the start check's ceiling:
@@ -235,11 +244,14 @@ def _one(est: Estimate, r: RankNeed, card: Card, offload: str | None) -> GpuFit:
         )
     block = r.kv_bytes_per_token * p.block_size
     tokens = kv // block * p.block_size if block else None
-    if verdict != "no-go" and tokens is not None and p.max_model_len and tokens < p.max_model_len:
-        short = (
-            f"the KV pool holds {tokens:,} tokens, less than one --max-model-len {p.max_model_len:,} "
-            "sequence: vLLM refuses to start"
+    ctx = est.context  # --max-model-len, else the model config's maximum: vLLM checks that one too
+    if verdict != "no-go" and tokens is not None and ctx and kv < est.request_bytes(r, ctx):
+        one = (
+            f"--max-model-len {ctx:,} sequence"
+            if p.max_model_len
+            else f"{ctx:,}-token sequence (no --max-model-len: the model config's maximum)"
         )
+        short = f"the KV pool holds {tokens:,} tokens, less than one {one}: vLLM refuses to start"
         verdict = "no-go"
         if offload:
             verdict = "warn"
@@ -280,6 +292,8 @@ def published(
             break
     kv = spec.readiness.kv_cache_tokens
     totals = [f.total for f in fits if f.gpu is not None]
+    if totals:
+        est = est.for_card(totals[0], fits[0].card)
     tokens = est.kv_tokens(totals) if len(totals) == len(est.ranks) else None
     if tokens is not None and kv:
         out.append(Comparison("GPU KV cache size", float(tokens), float(kv), "tokens"))
@@ -299,7 +313,7 @@ def table(fits: list[GpuFit], title: str) -> Table:
         "rank",
         "weights",
         "KV",
-        "act+graphs est.",
+        "act+graphs+other est.",
         "runtime est.",
         "needs",
         "has",
@@ -315,7 +329,7 @@ def table(fits: list[GpuFit], title: str) -> Table:
             f"PP{r.pp_rank}/TP{r.tp_rank}",
             _gib(r.weights),
             _gib(f.kv),
-            _mib(r.activation + r.cuda_graphs),
+            _mib(r.activation + r.cuda_graphs + r.non_torch),
             _mib(r.runtime),
             _gib(f.needs),
             _gib(f.has),
@@ -342,9 +356,11 @@ def render(est: Estimate, fits: list[GpuFit], comps: list[Comparison], title: st
         + (", expert parallel" if p.expert_parallel else "")
         + (", MTP" if p.mtp else "")
         + f"); {est.tensors} tensors; KV = {kv_src}",
-        "needs = runtime + the larger of --gpu-memory-utilization × total (vLLM wants it free at start) "
-        "and weights + KV + act+graphs",
-        "est. = estimate: profile-run activation peak, CUDA graphs, CUDA context + NCCL (resolving/fit.py)",
+        "needs = what the driver keeps + runtime + the larger of --gpu-memory-utilization × PyTorch's total "
+        "(vLLM wants it free at start) and the rank's peak: weights + memory outside PyTorch + the larger of "
+        "the profile's activations and KV + graphs",
+        "est. = estimate: profile-run activation peak, CUDA graphs, memory outside PyTorch (other), CUDA "
+        f"context + NCCL; vLLM's rules for {est.era.name} engines (resolving/fitengine.py, docs/fit.md)",
     ]
     lines += [f"{c.what}: estimate {c.estimate:,.2f} {c.unit}, published {c.published:,.2f} {c.unit}, "
               f"ratio {c.ratio:.3f}" for c in comps]  # fmt: skip

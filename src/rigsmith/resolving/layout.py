@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
+from rigsmith.resolving import fitengine
 from rigsmith.resolving.calibrate import calibrated
 from rigsmith.resolving.fit import (
     CATEGORIES,
@@ -168,11 +169,13 @@ class Summary:
         """What ``fit.estimate(shape, params, headers)`` says, from the slots (no header read again), with
         ``allowance`` (0 unless a boot here calibrated it) on every rank. Kept per layout: the flags that
         only size the pool (utilisation, ``--kv-cache-memory``, ``--max-model-len``) do not change the
-        per-rank figures, so the search asks once per layout and sizing."""
+        per-rank figures, so the search asks once per layout and sizing (a V0 engine's profile follows the
+        context, so there ``--max-model-len`` is part of the key; fitengine.profile_shape)."""
         p = params
+        v0_context = None if fitengine.era(p.vllm_version).v1 else p.max_model_len
         key = (p.tp, p.pp, p.pp_partition, p.expert_parallel, p.kv_cache_dtype, p.mtp, p.draft_model,
                p.language_model_only, p.cuda_graphs, p.max_num_batched_tokens, p.max_num_seqs, p.block_size,
-               self.allowance)  # fmt: skip
+               p.given, p.vllm_version, p.big_card, v0_context, self.allowance)  # fmt: skip
         hit = self._estimates.get(key)
         if hit is None:
             hit = self._estimates[key] = self._estimate(params)

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from rigsmith.resolving.fitparams import EngineParams
 from rigsmith.resolving.layout import Summary
-from rigsmith.resolving.propose import Proposal, Rig, kv_bytes, kv_dtypes, recipe_row
+from rigsmith.resolving.propose import Proposal, Rig, kv_dtypes, recipe_row
+from rigsmith.resolving.proposewhy import kv_bytes
 
 
 def _without_squatters(rig: Rig) -> Rig:
@@ -38,7 +39,7 @@ def prescribe(s: Summary, base: EngineParams, rig: Rig, ranked: Sequence[Proposa
             steps.append(f"evict {who} (`kill PID`, `podman stop NAME`): the memory is then there")
             rig, own = clean, recipe_row(s, base, clean, 0)
     if all(r.headroom >= 0 and r.kv > 0 for r in own.ranks):
-        tokens, mml = own.kv_tokens, base.max_model_len or 0
+        tokens, mml = own.kv_tokens, base.max_model_len or s.shape.max_position_embeddings or 0
         if own.runs:
             return steps
         if tokens >= base.block_size:

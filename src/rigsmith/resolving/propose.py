@@ -38,8 +38,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rigsmith.resolving.fit import KV_DTYPE_BYTES, WARN_HEADROOM, MiB, RankNeed
-from rigsmith.resolving.fitparams import EngineParams, pp_partition
+from rigsmith.resolving.fit import KV_DTYPE_BYTES, WARN_HEADROOM, Estimate, RankNeed
+from rigsmith.resolving.fitengine import torch_total
+from rigsmith.resolving.fitparams import EngineParams
 from rigsmith.resolving.layout import Layout, Summary, layouts, of_params
 from rigsmith.resolving.split import weighted_split
 
@@ -155,8 +156,16 @@ class Proposal:
                 -self.pp_cross, self.kv_tokens, -self.layout.gpus, -self.changes, least)  # fmt: skip
 
 
-def _place(s: Summary, lay: Layout, params: EngineParams, rig: Rig) -> tuple[RankFit, ...]:
+def on_cards(s: Summary, params: EngineParams, cards: Sequence[Card]) -> Estimate:
+    """fit's estimate of ``params`` on these cards, as ``invoke fit`` makes it: the profile's batched tokens
+    and sequences are the engine's, from the first card (vLLM reads device 0); each rank's pool is then
+    sized on its own card (``Estimate.usage``) and the engine keeps the fewest blocks of any rank."""
     est = s.estimate(params)
+    return est.for_card(cards[0].total, cards[0].name) if cards else est
+
+
+def _place(s: Summary, lay: Layout, params: EngineParams, rig: Rig) -> tuple[RankFit, ...]:
+    est = on_cards(s, params, rig.cards)
     out = []
     for d in range(lay.dp):
         for r in est.ranks:
@@ -229,16 +238,19 @@ def _size(
     """Utilisation (the largest thousandth every card passes vLLM's start check at with ``headroom`` left,
     never above ``how.util_cap``) and the KV pool: the recipe's, the largest every rank holds, or none (the
     utilisation sizes it). None: no room."""
-    est = s.estimate(params)
+    est = on_cards(s, params, cards)
     pairs = list(zip(cards[: lay.gpus], est.ranks * lay.dp, strict=True))
-    util = min((c.has - r.runtime - headroom) / c.total for c, r in pairs)
+    # vLLM wants utilisation × PyTorch's total free at start (after the driver's reserve and its runtime)
+    util = min((est.free_at_start(r, c.total) - (c.total - c.has) - headroom) / torch_total(c.total)
+               for c, r in pairs)  # fmt: skip
     # the ceiling where it passes (the recipe's own value, not rounded down), else the largest thousandth
     util = how.util_cap if util >= how.util_cap - 1e-9 else int(util * 1000) / 1000
     if util <= 0:
         return None
     pool: int | None = how.pool
     if how.free_pool:
-        pool = min(c.has - r.runtime - headroom - r.weights - r.activation - r.cuda_graphs for c, r in pairs)
+        # a fixed pool: what each card has left beside everything else the rank keeps (fit's count)
+        pool = min(c.has - headroom - est.outside_pool(r, c.total) for c, r in pairs)
         if pool <= 0:
             return None
     return replace(params, gpu_memory_utilization=util, kv_cache_memory=pool)
@@ -283,8 +295,12 @@ def evaluate(
     ctx = tokens if cap is None else min(cap, tokens)
     runs = tokens >= block and all(r.headroom >= 0 and r.kv > 0 for r in ranks)
     need = context or params.max_model_len
-    if need is not None and tokens < need and not params.host_kv_offload:
-        runs = False  # stock vLLM refuses a pool shorter than one --max-model-len sequence
+    est = on_cards(s, params, rig.cards)
+    short = bool(need) and any(
+        r.need.kv_bytes_per_token and r.kv < est.request_bytes(r.need, need or 0) for r in ranks
+    )
+    if short and not params.host_kv_offload:
+        runs = False  # stock vLLM refuses a pool shorter than one request of the context (fit's check)
     elif context is not None:
         ctx = context  # (with a host KV offload, the recipe's context whatever the GPU pool holds)
     seqs = sum(t // ctx for t in per) if ctx else 0
@@ -306,8 +322,8 @@ def model_cap(s: Summary, base: EngineParams, user_cap: int | None) -> int | Non
 def recipe_row(s: Summary, base: EngineParams, rig: Rig, headroom: int, dp: int = 1) -> Proposal:
     """The recipe's layout as it stands (its own KV flags), on this rig."""
     lay = of_params(base, dp)
-    ctx = base.max_model_len or model_cap(s, base, None)
-    return evaluate(s, lay, base, rig, cap=ctx, headroom=headroom, context=base.max_model_len)
+    ctx = base.max_model_len or model_cap(s, base, None)  # none given: vLLM serves the model's maximum
+    return evaluate(s, lay, base, rig, cap=ctx, headroom=headroom, context=ctx)
 
 
 def default_headroom(s: Summary, base: EngineParams, rig: Rig) -> int:
@@ -419,90 +435,3 @@ def _one(
     prop = evaluate(s, lay, sized, rig, cap=how.cap, headroom=headroom, recipe=recipe, context=how.context)
     written = how.write_len if how.context is not None else prop.max_context
     return replace(prop, params=replace(sized, max_model_len=written))
-
-
-# -- reasons in words ---------------------------------------------------------------------------------------
-
-
-def kv_bytes(dtype: str, s: Summary) -> int:
-    """Bytes of one cached value in ``dtype`` (``auto``: the model's dtype)."""
-    return KV_DTYPE_BYTES.get(dtype) or (1 if dtype.startswith("fp8") else s.shape.dtype_bytes)
-
-
-def _layers(n: int) -> str:
-    return "one layer" if n == 1 else f"{n} layers"
-
-
-def _gpus(cards: Sequence[Card]) -> str:
-    return "+".join(f"GPU{c.index}" for c in cards)
-
-
-def _split_reasons(p: Proposal, s: Summary) -> list[str]:
-    lay, n = p.layout, s.shape.num_layers
-    even = tuple(b - a for a, b in pp_partition(n, lay.pp))
-    parts = lay.parts(n)
-    out = []
-    for st, (got, want) in enumerate(zip(parts, even, strict=True)):
-        cards = [r.card for r in p.ranks[st * lay.tp : (st + 1) * lay.tp]]
-        if got < want:
-            squat = [(c, sum(b for _, b in c.squatters)) for c in cards if c.squatters]
-            if squat:
-                c, b = squat[0]
-                out.append(f"GPU {c.index} holds a {b // MiB} MiB process: {_layers(want - got)} fewer there")
-            elif st == lay.pp - 1:
-                extra = "the LM head" + (" and the MTP module" if p.params.mtp else "")
-                out.append(
-                    f"stage {st} ({_gpus(cards)}) also holds {extra}: {_layers(want - got)} fewer there"
-                )
-            elif st == 0:
-                out.append(f"stage 0 ({_gpus(cards)}) also holds the embeddings: {_layers(want - got)} fewer")
-            else:
-                out.append(f"{_gpus(cards)} has less free memory: {_layers(want - got)} fewer there")
-        elif got > want:
-            out.append(f"{_gpus(cards)} takes {_layers(got - want)} more (it has the room)")
-    return out
-
-
-def reasons(p: Proposal, s: Summary, recipe: Layout, headroom: int) -> list[str]:
-    """Why this proposal, in words: placement on the bridges, the split, the KV flags, the context."""
-    lay, prm = p.layout, p.params
-    out = []
-    if lay.tp > 1:
-        groups = [
-            _gpus([r.card for r in p.ranks[g * lay.tp : (g + 1) * lay.tp]]) for g in range(lay.pp * lay.dp)
-        ]
-        where = "inside P2P groups" if p.tp_cross == 0 else f"with {p.tp_cross} GPU pair(s) without P2P"
-        out.append(f"TP{lay.tp} {where} ({', '.join(groups)})")
-    if lay.pp > 1:
-        out.append(
-            f"PP{lay.pp}: {', '.join(map(str, lay.parts(s.shape.num_layers)))} layers per stage"
-            + (f"; {p.pp_cross} stage boundary(ies) cross a host bridge" if p.pp_cross else "")
-        )
-    out += _split_reasons(p, s)
-    if lay.dp > 1:
-        out.append(f"DP{lay.dp}: {lay.dp} replicas of the group, each with its own KV pool")
-    if lay.ep != recipe.ep:
-        out.append("expert parallel: whole experts per GPU" if lay.ep else "experts split over TP (no EP)")
-    if lay.kv_dtype != recipe.kv_dtype:
-        out.append(
-            f"KV cache in {lay.kv_dtype} ({kv_bytes(lay.kv_dtype, s)} byte(s) a value; "
-            "vLLM supports it on this GPU)"
-        )
-    base = s.base
-    util = f"--gpu-memory-utilization {prm.gpu_memory_utilization:g}"
-    if prm.gpu_memory_utilization < base.gpu_memory_utilization:
-        util += f" (the recipe's {base.gpu_memory_utilization:g} is more than vLLM's start check passes)"
-    if prm.kv_cache_memory is not None and prm.kv_cache_memory == base.kv_cache_memory:
-        out.append(
-            f"the recipe's --kv-cache-memory {prm.kv_cache_memory} kept (a fixed pool on every rank) at "
-            + util
-        )
-    elif prm.kv_cache_memory is not None:
-        out.append(
-            f"--kv-cache-memory {prm.kv_cache_memory} at {util}: the largest pool every rank holds with "
-            f"{headroom // MiB} MiB left"
-        )
-    else:
-        out.append(f"the KV pool is what {util} leaves on each card, as the recipe sizes it")
-    out.append(f"max context {p.max_context:,} tokens, {p.sequences} sequence(s) of it at once")
-    return out

@@ -8,12 +8,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from rigsmith.resolving.fitengine import torch_total
 from rigsmith.resolving.fitparams import EngineParams
 from rigsmith.resolving.layout import Layout, Summary
 
 
 class Room(Protocol):
-    """A card as the split sees it: its total bytes and what is free of other processes."""
+    """A card as the split sees it: its name, its total bytes and what is free of other processes."""
+
+    @property
+    def name(self) -> str: ...
 
     @property
     def total(self) -> int: ...
@@ -34,6 +38,7 @@ def weighted_split(
     if pp == 1 or n < pp:
         return None
     est = s.estimate(lay.params(params))
+    est = est.for_card(cards[0].total, cards[0].name) if cards else est
     per_layer = s.layer_bytes(tp, lay.ep)
     attn = set(s.shape.attention_layers)
     kv_layers = len(attn) + (s.shape.mtp_layers if params.mtp else 0)
@@ -53,12 +58,16 @@ def weighted_split(
         for t in range(tp):
             r, c = est.ranks[st * tp + t], cards[st * tp + t]
             fixed = r.weights - (prefix[t][b] - prefix[t][a])
+            # fit's count (Estimate.usage): the budget is utilisation × PyTorch's total, and what the rank
+            # keeps beside its pool (driver reserve, runtime, memory outside PyTorch, graphs) comes off it
+            beside = est.outside_pool(r, c.total) - r.weights
             if params.kv_cache_memory is None:
-                top = int(c.total * params.gpu_memory_utilization)
-                top = min(top, c.has - r.runtime - headroom)
+                top = int(torch_total(c.total) * params.gpu_memory_utilization)
+                top = min(top, est.free_at_start(r, c.total) - (c.total - c.has) - headroom)
+                top -= r.activation + r.non_torch + r.cuda_graphs
             else:
-                top = c.has - r.runtime - headroom - params.kv_cache_memory
-            row.append(top - fixed - r.activation - r.cuda_graphs)
+                top = c.has - headroom - beside - params.kv_cache_memory
+            row.append(top - fixed)
         room.append(row)
     fixed_pool = params.kv_cache_memory is not None
     need = 0 if params.host_kv_offload else params.max_model_len or 0
