@@ -15,6 +15,7 @@ from tasks._common import DEFAULT_DEP, echo, project, user_errors
 
 if TYPE_CHECKING:
     from rigsmith.operating.probes import HostFacts
+    from rigsmith.operating.rigsource import Planned
     from rigsmith.project import Project
     from rigsmith.spec import Deployment
 
@@ -36,14 +37,21 @@ def _number(flag: str, text: str | None, kind: type[float] | type[int]) -> float
 @task(
     help={
         "deployment": "deployments/NAME.yaml to estimate" + DEFAULT_DEP,
-        "vram_gib": "estimate for idle cards of this many GiB instead of this host's GPUs",
-        "propose": "rank the layouts vLLM accepts on this rig; show the recipe's and the top three",
-        "max_model_len": "with --propose/--apply: the longest context to ask for (default: the recipe's, "
-        "else the model's limit)",
+        "vram_gib": "estimate for idle cards of these sizes instead of this host's GPUs: one size per card "
+        "(24,24,12), or one size for --gpus N cards (default: as many as the spec asks for)",
+        "gpus": "with --vram-gib SIZE (or the spec's resources.gpus.vram_gib): a rig of N such idle cards",
+        "rig": "a YAML file describing a rig you do not have (cards: name, total_gib, free_gib, held_by; "
+        "links: P2P pairs), see docs/spec.md",
+        "propose": "rank the layouts vLLM accepts on every choice of the rig's cards; show the recipe's and "
+        "the top three",
+        "max_model_len": "with --propose/--apply: the longest context to ask for (it lets a proposal change "
+        "the recipe's --max-model-len)",
         "headroom_gib": "with --propose/--apply: GiB every GPU keeps free (default: 0.5, or the recipe's "
         "own where it runs closer)",
-        "apply": "write proposal N (as --propose numbers them, with the same --max-model-len/--headroom-gib) "
-        "into the spec: argv flags, env and a note",
+        "allow": "with --propose/--apply: the recipe's pinned values a proposal may change, comma-separated: "
+        "max-model-len, kv-cache-memory, kv-cache-dtype, gpu-memory-utilization, or all (default: none)",
+        "apply": "write proposal N (as --propose numbers them, with the same rig, --allow, --max-model-len "
+        "and --headroom-gib) into the spec: argv flags, env, the cards, readiness and a note",
     }
 )
 @user_errors
@@ -51,9 +59,12 @@ def fit(
     c: Context,
     deployment: str | None = None,
     vram_gib: str | None = None,
+    gpus: str | None = None,
+    rig: str | None = None,
     propose: bool = False,
     max_model_len: str | None = None,
     headroom_gib: str | None = None,
+    allow: str | None = None,
     apply: str | None = None,
 ) -> None:
     """Per-GPU memory verdict from the checkpoint's headers and config (range requests only)."""
@@ -61,37 +72,78 @@ def fit(
     from rigsmith.operating.host import LocalHost, gather
     from rigsmith.resolving import lock
     from rigsmith.resolving.checkpoint import estimate_for, open_checkpoint
+    from rigsmith.resolving.fit import engine_inputs
 
     p = project(c)
     spec = p.load(deployment)
-    size = _number("--vram-gib", vram_gib, float)
+    planned = _planned(spec, vram_gib, gpus, rig, engine_inputs(spec).world)
     locked = lock.read(p.lock_path)
-    facts = None if size is not None else gather(LocalHost(), model_dir=spec.model.local_dir)
+    facts = None if planned is not None else gather(LocalHost(), model_dir=spec.model.local_dir)
     if propose or apply is not None:
-        _propose(p, spec, facts, size, max_model_len, headroom_gib, apply)
+        _propose(p, spec, facts, planned, max_model_len, headroom_gib, allow, apply)
         return
     est = estimate_for(spec, open_checkpoint(spec, locked, os.environ))
-    fits = fitreport.fit_gpus(est, spec, facts, size)
+    fits = fitreport.fit_gpus(est, spec, facts, planned=planned)
     seen = observed.last(p.root, spec, locked)
     comps = fitreport.published(est, spec, fits, seen.kv_cache_tokens if seen else None)
     echo(fitreport.render(est, fits, comps, f"fit: {spec.name}").rstrip())
-    bad = [f for f in fits if f.verdict == "no-go"]
+    verdict, line = fitreport.overall(fits)
+    if verdict is None:
+        raise Exit(line, code=1)
+    if verdict == "no-go":
+        raise Exit(f"{line} (reasons in the table); {PROPOSE_HINT}", code=1)
+
+
+def _planned(
+    spec: Deployment, vram_gib: str | None, gpus: str | None, rig: str | None, world: int
+) -> Planned | None:
+    """The rig named on the command line (None: this host's GPUs)."""
+    from pathlib import Path
+
+    from rigsmith.operating import rigsource
+
+    n = _number("--gpus", gpus, int)
+    if rig is not None:
+        if vram_gib is not None or gpus is not None:
+            raise RigsmithError("--rig describes the whole rig: leave out --vram-gib and --gpus")
+        return rigsource.load(Path(rig))
+    g = spec.resources.gpus
+    idx = [int(x) + 1 for d in g.cdi_devices if (x := d.split("=", 1)[1]).isdigit()]
+    return rigsource.from_flags(
+        vram_gib, None if n is None else int(n), g.vram_gib, max(world, g.count, *idx), g.model
+    )
+
+
+def _allowed(allow: str | None) -> frozenset[str]:
+    from rigsmith.resolving.propose import PINS
+
+    if allow is None:
+        return frozenset()
+    names = {a.strip() for a in allow.split(",") if a.strip()}
+    if "all" in names:
+        return frozenset(PINS)
+    bad = sorted(names - set(PINS))
     if bad:
-        raise Exit(f"fit: NO-GO on {len(bad)} GPU(s) (reasons in the table); {PROPOSE_HINT}", code=1)
+        raise RigsmithError(
+            f"--allow {allow!r}: {', '.join(bad)} is not a value a proposal can change",
+            hint=f"name some of {', '.join(PINS)} (comma-separated), or all",
+        )
+    return frozenset(names)
 
 
 def _propose(
     p: Project,
     spec: Deployment,
     facts: HostFacts | None,
-    size: float | None,
+    planned: Planned | None,
     max_model_len: str | None,
     headroom_gib: str | None,
+    allow: str | None,
     apply: str | None,
 ) -> None:
     """--propose / --apply N: the search on this rig, shown or written."""
     from rigsmith import spec as specmod
-    from rigsmith.operating import bench, fitpropose, observed
+    from rigsmith.operating import bench, fithistory, fitpropose, observed
     from rigsmith.resolving import lock
     from rigsmith.resolving.checkpoint import open_checkpoint, rows
     from rigsmith.resolving.fit import GiB, ModelShape, engine_inputs, parse_bytes
@@ -99,13 +151,14 @@ def _propose(
     cap = parse_bytes("--max-model-len", max_model_len) if max_model_len else None
     room = _number("--headroom-gib", headroom_gib, float)
     n = _number("--apply", apply, int)
+    allowed = _allowed(allow) | ({"max-model-len"} if cap is not None else set())
     path = p.spec_path(spec.name)
     read = path.read_text(encoding="utf-8")
-    rig = fitpropose.rig_of(spec, facts, size, engine_inputs(spec).world)
+    rig = fitpropose.rig_of(spec, facts, planned, engine_inputs(spec).world)
     if rig is None:
         raise RigsmithError(
-            "no GPU size known: no driver here and no resources.gpus.vram_gib in the spec",
-            hint="pass --vram-gib 24 to propose for idle cards of that size",
+            "no verdict: no GPU size known: no driver here and no resources.gpus.vram_gib in the spec",
+            hint="pass --vram-gib 24 (one size per card: 24,24,12), or --rig FILE for a rig you do not have",
         )
     locked = lock.read(p.lock_path)
     ckpt = open_checkpoint(spec, locked, os.environ)
@@ -114,18 +167,41 @@ def _propose(
     seen = observed.last(p.root, spec, locked)
     runs = bench.history(bench.results_path(p.root), spec.name)
     prop = fitpropose.propose(
-        spec, shape, rows(ckpt), rig, headroom=headroom, cap=cap, seen=seen, bench_rows=runs
-    )
+        spec, shape, rows(ckpt), rig, headroom=headroom, cap=cap, seen=seen, bench_rows=runs,
+        own=fitpropose.own_rig(spec, facts, planned, rig), allow=frozenset(allowed),
+    )  # fmt: skip
     if n is None:
         echo(fitpropose.render(prop, f"fit --propose: {spec.name}").rstrip())
         return
     from rigsmith import writer
 
-    new = fitpropose.apply(path, read, spec, prop, int(n))
-    artifacts = [writer.Artifact(path, specmod.dump(new))]
+    new, what = fitpropose.apply(path, read, spec, prop, int(n))
+    # the spec's own header lines (the schema modeline, the user's comments) stay on top
+    current = path.read_text(encoding="utf-8")
+    header = "".join(line for line in _header(current))
+    artifacts = [writer.Artifact(path, header + specmod.dump(new))]
     for outcome in writer.plan(artifacts):
         if outcome.status == "update":
             echo(outcome.diff(p.root).rstrip())
     # --apply N is the user's explicit choice of this change: it is the consent
     writer.write(artifacts, yes=True, echo=echo, root=p.root)
-    echo(f"proposal {n} written into {path.name}; `invoke fit` shows its per-GPU verdict")
+    entry = fithistory.record_apply(p.lock_path, f"{path.name}: {what}")
+    echo(
+        f"proposal {n} written into {path.name}"
+        + (
+            f" (lock history entry {entry})"
+            if entry
+            else " (no rigsmith.lock yet, so no lock history entry: the note in the spec records it)"
+        )
+        + "; `invoke fit` shows its per-GPU verdict"
+    )
+
+
+def _header(text: str) -> list[str]:
+    """The comment lines the file starts with."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        if not line.startswith("#"):
+            break
+        out.append(line)
+    return out

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from rigsmith import spec as specmod
 from rigsmith.operating import bench as benchmod
-from rigsmith.operating import fithistory, fitpropose
+from rigsmith.operating import fithistory, fitpropose, fitreport
 from rigsmith.resolving import fit
 from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
 from rigsmith.resolving.layout import Layout, of_params
+from rigsmith.resolving.propose import PINS
 from tests.support import checkpoints as ck
 from tests.support.common import standin_deployment
 
@@ -66,9 +67,10 @@ def test_propose_names_the_measured_faster_layout_beside_the_proposals(tmp_path:
     spec = specmod.from_data(data)
     ckpt = LocalCheckpoint(root)
     shape = fit.ModelShape.from_config(ckpt.config())
-    rig = fitpropose.rig_of(spec, None, 24.0, 3)
+    rig = fitpropose.rig_of(spec, None, fitreport.planned_for(spec, 24.0, 3), 3)
     assert rig is not None
-    plain = fitpropose.propose(spec, shape, rows(ckpt), rig, headroom=None, cap=None)
+    every = frozenset(PINS)  # the recipe's pins free: the best layout differs from the recipe's
+    plain = fitpropose.propose(spec, shape, rows(ckpt), rig, headroom=None, cap=None, allow=every)
     assert plain.measured == () and "measured faster" not in fitpropose.render(plain, "t")
     best = plain.top()[0].layout
     recipe = of_params(plain.base)
@@ -76,7 +78,9 @@ def test_propose_names_the_measured_faster_layout_beside_the_proposals(tmp_path:
     _bench(tmp_path, dataclasses.asdict(recipe), "2026-11-01T10:00:00Z", 30.0, 0.300)
     _bench(tmp_path, dataclasses.asdict(best), "2026-11-02T10:00:00Z", 45.0, 0.250)
     history = benchmod.history(benchmod.results_path(tmp_path), "t")
-    prop = fitpropose.propose(spec, shape, rows(ckpt), rig, headroom=None, cap=None, bench_rows=history)
+    prop = fitpropose.propose(
+        spec, shape, rows(ckpt), rig, headroom=None, cap=None, bench_rows=history, allow=every
+    )
     out = fitpropose.render(prop, "t")
     assert f"{best.label()} (proposal 1) was measured faster: decode 45.0 vs 30.0 tok/s" in out
     (mine,) = [line for line in out.splitlines() if line.startswith(f"  {recipe.label()} (the recipe's")]

@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 
 from rigsmith import spec as specmod
-from rigsmith.errors import LockError
 from rigsmith.operating import fitreport
-from rigsmith.resolving import checkpoint, fit
+from rigsmith.resolving import checkpoint, fit, fitengine
 from rigsmith.resolving.checkpoint import HubCheckpoint, LocalCheckpoint, open_checkpoint, rows
 from rigsmith.resolving.lock import Lock, LockedFile, LockedModel
 from rigsmith.spec import Deployment
@@ -194,11 +193,20 @@ def test_a_complete_download_of_the_locked_commit_is_read_offline(hub: HubServer
         open_checkpoint(spec, lock, {"HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "1"})
 
 
-def test_unpinned_and_unlocked_model_asks_for_pin(tmp_path: Path) -> None:
-    spec = ck.make_spec(tmp_path, [], repo=REPO_ID, revision="main")
-    with pytest.raises(LockError) as err:
-        open_checkpoint(spec, Lock(), {})
-    assert "invoke pin --deployment fit-t" in str(err.value)
+def test_an_unpinned_unlocked_model_is_read_at_the_hubs_branch_head_without_pin(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    """fit needs only the model: no lock entry and no pinned commit is the branch as the Hub resolves it
+    now (read-only; nothing is locked), not a request to run `invoke pin`."""
+    sha = serve(hub, ck.dense().files())
+    spec = ck.make_spec(tmp_path, ["-tp", "2"], repo=REPO_ID, revision="main")
+    ckpt = open_checkpoint(spec, Lock(), {"HF_ENDPOINT": hub.url})
+    assert isinstance(ckpt, HubCheckpoint) and ckpt.where.endswith(f"{REPO_ID}@{sha}")
+    weights = [r.weights for r in checkpoint.estimate_for(spec, ckpt).ranks]
+    assert weights == ck.expected(ck.dense(), 2, [0] * 4)
+    offline = {"HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "1"}
+    with pytest.raises(fit.FitError, match="does not hold acme/fit-test@main"):
+        open_checkpoint(spec, Lock(), offline)
 
 
 def test_kv_tokens_are_whole_blocks_of_the_explicit_pool(hub: HubServer, tmp_path: Path) -> None:
@@ -330,10 +338,16 @@ def test_headroom_verdicts_on_idle_cards(tmp_path: Path) -> None:
     est = fit.estimate(shape, params, [("model.layers.0.mlp.down_proj.weight", gib, (64, gib // 128))])
     spec = ck.make_spec(tmp_path, ["-tp", "2"], repo=REPO_ID, revision="a" * 40)
     fits = fitreport.fit_gpus(est, spec, None, vram_gib=24.0)
-    # 1 GiB of weights per rank inside 0.9 × 24 GiB: KV takes the rest; 528 MiB of runtime comes before it.
+    # 1 GiB of weights per rank inside 0.9 × PyTorch's total (24 GiB less what the driver keeps): KV takes
+    # the rest after the profile's activations, memory outside PyTorch and (newest engine) CUDA graphs;
+    # 528 MiB of runtime comes before it.
     assert [f.verdict for f in fits] == ["go", "go"]
-    assert fits[0].needs == int(0.9 * 24 * fit.GiB) + fit.CUDA_CONTEXT + fit.NCCL_BUFFERS
-    assert fits[0].kv == int(0.9 * 24 * fit.GiB) - fit.GiB - est.ranks[0].activation - fit.CUDA_GRAPHS
+    torch_total = 24 * fit.GiB - fitengine.DRIVER_RESERVE
+    r0 = est.ranks[0]
+    assert fits[0].needs == (
+        fitengine.DRIVER_RESERVE + int(0.9 * torch_total) + fit.CUDA_CONTEXT + fit.NCCL_BUFFERS
+    )
+    assert fits[0].kv == int(0.9 * torch_total) - fit.GiB - r0.activation - r0.non_torch - fit.CUDA_GRAPHS
     # At 0.98 the 2 % left (491 MiB) is less than the runtime vLLM allocates before its free-memory check.
     tight = fit.estimate(shape, fit.engine_params(["-tp", "2", "--gpu-memory-utilization", "0.98"], {}),
                          [("model.layers.0.mlp.down_proj.weight", gib, (64, gib // 128))])  # fmt: skip

@@ -28,7 +28,9 @@ def fit_cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_propose_apply_and_a_reimport_that_keeps_the_applied_layout(tmp_path: Path) -> None:
-    ckpt = ck.seed000_like().headers(tmp_path / "models" / "Seed0-Like")
+    # experts 1650 wide: ~20.2 GiB on the heaviest of three stages, room beside it for the sampler's buffers
+    # of vLLM's default 256 sequences but not for the recipe's 2 GiB pool
+    ckpt = ck.seed000_roomy(1650).headers(tmp_path / "models" / "Seed0-Like")
     recipe = tmp_path / "serve.sh"
     recipe.write_text(
         f"CUDA_VISIBLE_DEVICES=0,1,2 vllm serve {ckpt} --tensor-parallel-size 2 --max-model-len 65536 "
@@ -46,19 +48,33 @@ def test_propose_apply_and_a_reimport_that_keeps_the_applied_layout(tmp_path: Pa
     r = fit_cli(root, "--vram-gib", "24")
     assert r.returncode == 1 and "`invoke fit --propose` ranks the layouts" in r.stderr
 
+    # the recipe's 2 GiB pool is its choice: three stages cannot hold it beside 20.2 GiB of weights, so the
+    # layout that needs a smaller pool is listed apart, offered with --allow kv-cache-memory
     r = fit_cli(root, "--propose", "--vram-gib", "24", "--max-model-len", "32768")
+    assert r.returncode == 0, r.stderr
+    assert "no layout fits this rig while keeping the recipe's pinned values" in r.stdout
+    assert "listed apart, with --allow kv-cache-memory:" in r.stdout
+    assert "--kv-cache-memory 2147483648 (a fixed pool on every rank)" in r.stdout
+    r = fit_cli(root, "--apply", "1", "--vram-gib", "24", "--max-model-len", "32768")
+    assert r.returncode == 1 and "--apply 1: this rig has 0 proposal(s) that fit" in r.stderr
+
+    allow = ("--allow", "kv-cache-memory")
+    r = fit_cli(root, "--propose", "--vram-gib", "24", "--max-model-len", "32768", *allow)
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "proposal 1" in out and "TP1×PP3 KV auto" in out and "searched " in out
     assert "the recipe's layout does not run as it stands" in out and "Traceback" not in r.stderr
     assert path.read_text(encoding="utf-8") == imported  # --propose writes nothing
 
-    r = fit_cli(root, "--apply", "1", "--vram-gib", "24", "--max-model-len", "32768")
+    r = fit_cli(root, "--apply", "1", "--vram-gib", "24", "--max-model-len", "32768", *allow)
     assert r.returncode == 0, r.stderr
     assert "update  deployments/seed0.yaml" in r.stdout
+    assert path.read_text(encoding="utf-8").startswith("# yaml-language-server:")  # the header line kept
     spec = specmod.load(path)
     p = fit.engine_inputs(spec)
     assert (p.tp, p.pp, p.max_model_len) == (1, 3, 32768) and p.kv_cache_memory is not None
+    assert p.kv_cache_memory < 2 * fit.GiB
+    assert spec.resources.gpus.cdi_devices == ("nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=2")
     assert spec.engine.args[0] == str(ckpt) and "--tensor-parallel-size" in spec.engine.args
     assert any(n.startswith(f"{NOTE_PREFIX} TP1×PP3") for n in spec.notes)
     # fit's own verdict on what was written: every GPU fits
@@ -138,7 +154,9 @@ def test_propose_reads_the_last_boots_kv_size_and_the_bench_history_of_this_chec
     from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
     from rigsmith.resolving.layout import of_params
 
-    ckpt = ck.seed000_like().headers(tmp_path / "models" / "Seed0-Like")
+    # experts 1650 wide: ~20.2 GiB on the heaviest of three stages, room beside it for the sampler's buffers
+    # of vLLM's default 256 sequences but not for the recipe's 2 GiB pool
+    ckpt = ck.seed000_roomy(1650).headers(tmp_path / "models" / "Seed0-Like")
     recipe = tmp_path / "serve.sh"
     recipe.write_text(
         f"vllm serve {ckpt} --pipeline-parallel-size 3 --max-model-len 16384 --gpu-memory-utilization 0.95\n",

@@ -20,7 +20,7 @@ from safetensors.numpy import save
 from rigsmith import spec as specmod
 from tests.support.common import REPO
 
-DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "U8": 1, "I64": 8}
+DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "U8": 1, "I64": 8, "F8_E4M3": 1}
 
 
 @dataclass
@@ -100,17 +100,26 @@ def _attn(a: Arch, prefix: str, where: str, i: int, dims: tuple[int, int, int, i
     a.add(p + "o_proj.weight", (h, heads * hd), "row", where, i)
 
 
-def dense() -> Arch:
-    """Llama-like: 4 layers, GQA 8/2 heads, untied LM head."""
-    h, heads, kv, hd, inter, vocab, layers = 256, 8, 2, 32, 512, 1024, 4
+def dense(
+    layers: int = 4,
+    dims: tuple[int, int, int, int, int] = (256, 8, 2, 32, 1024),
+    inter: int = 512,
+    *,
+    lazy: bool = False,
+    max_pos: int = 4096,
+) -> Arch:
+    """Llama-like with an untied LM head; ``dims`` = hidden, heads, KV heads, head dim, vocab. The defaults:
+    4 layers, GQA 8/2 heads."""
+    h, heads, kv, hd, vocab = dims
     a = Arch(
         {
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
             **_cfg(layers, h, heads, kv, hd, vocab, intermediate_size=inter, torch_dtype="float16"),
             "tie_word_embeddings": False,
-            "max_position_embeddings": 4096,
-        }
+            "max_position_embeddings": max_pos,
+        },
+        lazy=lazy,
     )
     a.add("model.embed_tokens.weight", (vocab, h), "vocab", "first")
     for i in range(layers):
@@ -361,3 +370,10 @@ def seed003_like() -> Arch:
     Expert sizes make TP2×PP2 with ``VLLM_PP_LAYER_PARTITION=25,23`` and MTP load ~18.4 GiB on the heavier
     stage, so seed 003's 4.1 GB KV pool fits a 24 GiB card as it did on the seed's rig."""
     return hybrid_mtp(48, (2048, 16, 2, 256, 151936), experts=32, inter=3904, interval=4, lazy=True)
+
+
+def seed000_roomy(inter: int = 1600) -> Arch:
+    """``seed000_like`` with narrower experts (~19.6 GiB on the heaviest of three stages): room on a 24 GiB
+    card for what a recipe that keeps vLLM's default 256 sequences needs beside the weights (the sampler's
+    fp32 buffers on the last stage), which seed 000 itself avoids with --max-num-seqs 4."""
+    return moe(48, (2048, 16, 2, 128, 151936), experts=64, inter=inter, lazy=True)

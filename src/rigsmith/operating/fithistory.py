@@ -13,15 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rigsmith.operating.benchhistory import Point, point
 from rigsmith.operating.observed import Observed
+from rigsmith.resolving import lockhistory
 from rigsmith.resolving.calibrate import allowance_delta
 from rigsmith.resolving.fit import GiB
 from rigsmith.resolving.fitparams import EngineParams
 from rigsmith.resolving.layout import Layout, Summary
-from rigsmith.resolving.propose import Proposal, Rig
+from rigsmith.resolving.propose import Proposal, Rig, on_cards
 
 
 def calibrate(summary: Summary, base: EngineParams, rig: Rig, seen: Observed | None) -> str | None:
@@ -30,8 +32,9 @@ def calibrate(summary: Summary, base: EngineParams, rig: Rig, seen: Observed | N
     if seen is None or base.world > len(rig.cards):
         return None
     summary.allowance = 0
-    est = summary.estimate(base)
-    delta = allowance_delta(est, [c.total for c in rig.cards[: base.world]], seen.kv_cache_tokens)
+    cards = rig.cards[: base.world]
+    est = on_cards(summary, base, cards)
+    delta = allowance_delta(est, [c.total for c in cards], seen.kv_cache_tokens)
     boot = f"the boot of {seen.time}" if seen.time else "the last boot"
     if delta is None:
         if base.kv_cache_memory is None:
@@ -105,3 +108,16 @@ def faster(ms: Sequence[Measured], recipe: Layout | None, shown: Sequence[Propos
     if quick is not best:
         line += f"; {_name(quick.layout, recipe, shown)} had the lower TTFT ({quick.run.ttft_ms:.0f} ms)"
     return [*out, line]
+
+
+def record_apply(lock_path: Path, reason: str) -> int | None:
+    """Record ``fit --apply`` in the lock history (the lock's text as it is, the command, ``reason``), under
+    the lock's file lock; the entry's number. None: there is no rigsmith.lock to keep a history beside."""
+    from filelock import FileLock
+
+    if not lock_path.is_file():
+        return None
+    with FileLock(str(lock_path) + ".flock", timeout=600):
+        text = lock_path.read_text(encoding="utf-8")
+        with lockhistory.because(lockhistory.current_cause()[0], reason):
+            return lockhistory.record(lock_path, None, text)

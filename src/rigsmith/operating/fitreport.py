@@ -16,10 +16,14 @@ from rich.console import Console
 from rich.table import Table
 
 from rigsmith.errors import RigsmithError
+from rigsmith.operating import rigsource
 from rigsmith.operating.checkrow import Check, Verdict, requested_gpus
 from rigsmith.operating.probes import HostFacts
+from rigsmith.operating.rigsource import Planned
 from rigsmith.resolving.fit import WARN_HEADROOM, Estimate, GiB, MiB, RankNeed
+from rigsmith.resolving.fitengine import torch_total
 from rigsmith.resolving.lock import Lock
+from rigsmith.resolving.propose import Card
 from rigsmith.spec import Deployment
 
 
@@ -64,53 +68,84 @@ def _gib(n: int) -> str:
     return f"{n / GiB:.2f} GiB"
 
 
-Card = tuple[int | None, str, int, int, list[tuple[str, int]]]  # index, name, total, others, squatters
-
-
-def host_cards(
-    spec: Deployment, facts: HostFacts | None, vram_gib: float | None, world: int
-) -> list[Card] | None:
-    """The GPUs the spec selects (index, name, total bytes, bytes others use, squatters named with their
-    bytes); without GPU facts or with ``vram_gib``, idle cards of that (or the spec's) size: at least
-    ``world`` of them. None: no size known."""
-    cards: list[Card] = []
-    if facts is not None and facts.gpus and not facts.gpu_error and vram_gib is None:
-        by_index = {g.index: g for g in facts.gpus}
-        for i in requested_gpus(spec, facts):
-            g = by_index.get(i)
-            if g is None:
+def facts_cards(spec: Deployment, facts: HostFacts) -> list[Card]:
+    """Every GPU nvidia-smi lists, with what is not this deployment's on it (squatters named with their
+    bytes)."""
+    cards = []
+    for g in facts.gpus:
+        own, squat = 0, []
+        for app in facts.apps:
+            if app.gpu_uuid != g.uuid:
                 continue
-            own, squat = 0, []
-            for app in facts.apps:
-                if app.gpu_uuid != g.uuid:
-                    continue
-                used = (app.used_mib or 0) * MiB
-                ctr = facts.containers.get(app.pid)
-                if ctr == spec.name:
-                    own += used
-                else:
-                    where = f" (container {ctr})" if ctr else ""
-                    squat.append((f"PID {app.pid} {app.name}{where} holds {_mib(used)}", used))
-            cards.append((i, g.name, g.memory_total_mib * MiB, max(g.memory_used_mib * MiB - own, 0), squat))
-        return cards
+            used = (app.used_mib or 0) * MiB
+            ctr = facts.containers.get(app.pid)
+            if ctr == spec.name:
+                own += used
+            else:
+                where = f" (container {ctr})" if ctr else ""
+                squat.append((f"PID {app.pid} {app.name}{where} holds {_mib(used)}", used))
+        others = max(g.memory_used_mib * MiB - own, 0)
+        cards.append(Card(g.index, g.name, g.memory_total_mib * MiB, others, tuple(squat)))
+    return cards
+
+
+def _planned_selected(spec: Deployment, planned: Planned) -> list[Card]:
+    """The cards of a planned rig the spec's CDI list names by index ('all' or none by index: every card)."""
+    names = [d.split("=", 1)[1] for d in spec.resources.gpus.cdi_devices]
+    by_index = {c.index: c for c in planned.cards}
+    picked = [by_index[int(n)] for n in names if n.isdigit() and int(n) in by_index]
+    return list(planned.cards) if "all" in names or not picked else picked
+
+
+def planned_for(spec: Deployment, vram_gib: float | None, world: int) -> Planned | None:
+    """Idle cards of ``vram_gib`` (else the spec's size): as many as the spec selects, ranks or CDI indices
+    ask for. None: no size known."""
     size = vram_gib if vram_gib is not None else spec.resources.gpus.vram_gib
     if size is None:
         return None
-    label = f"{spec.resources.gpus.model or 'GPU'} ({size:g} GiB, assumed idle)"
-    return [(i, label, int(size * GiB), 0, []) for i in range(max(world, spec.resources.gpus.count))]
+    idx = [int(x) + 1 for d in spec.resources.gpus.cdi_devices if (x := d.split("=", 1)[1]).isdigit()]
+    n = max(world, spec.resources.gpus.count, *idx)
+    return rigsource.idle(spec.resources.gpus.model, [size] * n, f"{n} × {size:g} GiB")
+
+
+def host_cards(
+    spec: Deployment,
+    facts: HostFacts | None,
+    vram_gib: float | None,
+    world: int,
+    planned: Planned | None = None,
+) -> list[Card] | None:
+    """The GPUs the spec selects, with what others hold on them: on this host (nvidia-smi), or on the
+    ``planned`` rig (``--vram-gib`` list, ``--rig FILE``), or idle cards of ``vram_gib`` (else the spec's
+    size), at least ``world`` of them. None: no size known."""
+    if planned is None and facts is not None and facts.gpus and not facts.gpu_error and vram_gib is None:
+        by_index = {c.index: c for c in facts_cards(spec, facts)}
+        return [by_index[i] for i in requested_gpus(spec, facts) if i in by_index]
+    planned = planned or planned_for(spec, vram_gib, world)
+    return None if planned is None else _planned_selected(spec, planned)
 
 
 def fit_gpus(
-    est: Estimate, spec: Deployment, facts: HostFacts | None, vram_gib: float | None = None
+    est: Estimate,
+    spec: Deployment,
+    facts: HostFacts | None,
+    vram_gib: float | None = None,
+    planned: Planned | None = None,
 ) -> list[GpuFit]:
     """Each rank on its GPU (rank r → the r-th GPU the spec selects, as vLLM numbers local ranks).
 
-    Without GPU facts (no driver here) or with ``vram_gib``, the cards are the spec's (or that size), idle.
+    Without GPU facts (no driver here) or with ``vram_gib``, the cards are the spec's (or that size), idle;
+    with ``planned``, the cards of that rig the spec selects.
     """
     p = est.params
-    cards = host_cards(spec, facts, vram_gib, p.world)
+    cards = host_cards(spec, facts, vram_gib, p.world, planned)
     if cards is None:
         return []
+    offload = host_kv_offload(spec)
+    # The profile's batched tokens and sequences are the engine's, from the first card it sees (vLLM's
+    # EngineArgs read device 0's total and name); each rank then sizes its pool on its own card (``_one``)
+    # and the engine keeps the fewest blocks of any rank (``Estimate.kv_tokens``).
+    est = est.for_card(cards[0].total, cards[0].name) if cards else est
     out = []
     for r in est.ranks:
         if r.rank >= len(cards):
@@ -132,23 +167,47 @@ def fit_gpus(
                 )
             )
             continue
-        idx, card, total, others, squat = cards[r.rank]
-        out.append(_one(est, r, idx, card, total, others, squat))
+        out.append(_one(est, r, cards[r.rank], offload))
     return out
 
 
-def _one(
-    est: Estimate,
-    r: RankNeed,
-    idx: int | None,
-    card: str,
-    total: int,
-    others: int,
-    squat: list[tuple[str, int]],
-) -> GpuFit:
+_OFFLOAD_ENV = re.compile(r"KV_OFFLOAD$")
+_OFFLOAD_GIB = re.compile(r"KV_OFFLOAD\w*(?:GIB|_GB)$")
+_OFFLOAD_CONNECTORS = ("OffloadingConnector", "LMCacheConnector")
+
+
+def host_kv_offload(spec: Deployment) -> str | None:
+    """The recipe's host-memory KV offload, in words (None: none): an engine env switch such as seed 000's
+    ``VLLM_QSA_KV_OFFLOAD=1`` (with its ``…_MAX_GIB``), vLLM's ``--kv-offloading-size`` or a
+    ``--kv-transfer-config`` offloading connector. fit does not model how such an engine admits a sequence
+    longer than its GPU pool: a row names it instead of saying vLLM refuses."""
+    env = {e.name: e.value for e in spec.active_env()}
+    on = [
+        n
+        for n, v in env.items()
+        if _OFFLOAD_ENV.search(n) and v.strip().lower() in ("1", "true", "yes", "on")
+    ]
+    size = next((v for n, v in env.items() if _OFFLOAD_GIB.search(n)), None)
+    args = list(spec.engine.args)
+    for i, a in enumerate(args[:-1]):
+        if a == "--kv-offloading-size":
+            on.append(a)
+            size = args[i + 1]
+        elif a == "--kv-transfer-config" and any(c in args[i + 1] for c in _OFFLOAD_CONNECTORS):
+            on.append(f"{a} {next(c for c in _OFFLOAD_CONNECTORS if c in args[i + 1])}")
+    if not on:
+        return None
+    return ", ".join(f"{n}={env[n]}" if n in env else n for n in on) + (
+        f" (up to {size} GiB of host memory)" if size else ""
+    )
+
+
+def _one(est: Estimate, r: RankNeed, card: Card, offload: str | None) -> GpuFit:
     p = est.params
+    total, others, squat = card.total, card.others, list(card.squatters)
     kv, inside, needs = est.usage(r, total)
-    budget = int(total * p.gpu_memory_utilization)
+    pt_total = torch_total(total)  # what vLLM multiplies by the utilisation: PyTorch's, not nvidia-smi's
+    budget = int(pt_total * p.gpu_memory_utilization)
     has = total - others
     headroom = has - needs
     squat_bytes = sum(b for _, b in squat)
@@ -158,8 +217,9 @@ def _one(
         verdict, why = (
             "no-go",
             (
-                f"weights + activations + graphs ({_gib(r.weights + r.activation + r.cuda_graphs)}) leave no "
-                f"KV cache inside --gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(total)}"
+                f"weights + activations + graphs + memory outside PyTorch "
+                f"({_gib(r.weights + r.activation + r.cuda_graphs + r.non_torch)}) leave no KV cache inside "
+                f"--gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(pt_total)} (PyTorch's total)"
             ),
         )
     elif headroom < 0:
@@ -167,32 +227,42 @@ def _one(
         if inside <= budget:
             why = (
                 f"vLLM refuses to start: after its runtime ({_mib(r.runtime)}, est.) it wants "
-                f"--gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(total)} = {_gib(budget)} free"
+                f"--gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(pt_total)} = {_gib(budget)} "
+                "free"
             )
         else:
             why = (
-                f"weights + KV + activations + graphs ({_gib(inside)}) do not fit next to what the card holds"
+                f"the rank's peak ({_gib(inside)}: weights, KV, graphs, activations) does not fit next to "
+                "what the card holds"
             )
-    elif headroom < WARN_HEADROOM or inside > budget:
-        verdict = "warn"
-        why = (
-            f"within {_mib(WARN_HEADROOM)} of the limit: the estimates are not finer than that"
-            if headroom < WARN_HEADROOM
-            else f"uses {_gib(inside)}, more than --gpu-memory-utilization reserves ({_gib(budget)})"
+    elif headroom < WARN_HEADROOM:
+        # with --kv-cache-memory the pool is fixed and the utilisation only the start check's ceiling:
+        # a rank using more than utilisation × total is what vLLM does, not a warning
+        verdict, why = (
+            "warn",
+            f"within {_mib(WARN_HEADROOM)} of the limit: the estimates are not finer than that",
         )
     block = r.kv_bytes_per_token * p.block_size
     tokens = kv // block * p.block_size if block else None
-    if verdict != "no-go" and tokens is not None and p.max_model_len and tokens < p.max_model_len:
-        verdict = "warn"
-        short = (
-            f"the KV pool holds {tokens:,} tokens, less than one --max-model-len {p.max_model_len:,} "
-            "sequence: "
-            "stock vLLM refuses to start (an engine that offloads KV to host memory may not)"
+    ctx = est.context  # --max-model-len, else the model config's maximum: vLLM checks that one too
+    if verdict != "no-go" and tokens is not None and ctx and kv < est.request_bytes(r, ctx):
+        one = (
+            f"--max-model-len {ctx:,} sequence"
+            if p.max_model_len
+            else f"{ctx:,}-token sequence (no --max-model-len: the model config's maximum)"
         )
+        short = f"the KV pool holds {tokens:,} tokens, less than one {one}: vLLM refuses to start"
+        verdict = "no-go"
+        if offload:
+            verdict = "warn"
+            short = (
+                f"{short} unless the recipe's host KV offload ({offload}) admits it; fit does not model "
+                "that offload"
+            )
         why = f"{why}; {short}" if why else short
     if squat:
         names = "; ".join(s for s, _ in squat)
-        if verdict == "no-go" and headroom + squat_bytes >= 0:
+        if verdict == "no-go" and headroom < 0 <= headroom + squat_bytes:
             why = (
                 f"{names}: it takes the rank's headroom ({_mib(headroom + squat_bytes)} without it, "
                 f"{_mib(headroom)} with it); {why}"
@@ -200,7 +270,9 @@ def _one(
         else:
             why = f"{names} of the headroom" + (f"; {why}" if why else "")
     names_t = tuple(s for s, _ in squat)
-    return GpuFit(r, idx, card, total, others, names_t, squat_bytes, kv, needs, has, headroom, verdict, why)
+    return GpuFit(
+        r, card.index, card.name, total, others, names_t, squat_bytes, kv, needs, has, headroom, verdict, why
+    )
 
 
 _PER_RANK = re.compile(r"[Ww]eights?[^.;]*?(\d+(?:\.\d+)?)\s*GiB\s*/\s*rank")
@@ -220,6 +292,8 @@ def published(
             break
     kv = spec.readiness.kv_cache_tokens
     totals = [f.total for f in fits if f.gpu is not None]
+    if totals:
+        est = est.for_card(totals[0], fits[0].card)
     tokens = est.kv_tokens(totals) if len(totals) == len(est.ranks) else None
     if tokens is not None and kv:
         out.append(Comparison("GPU KV cache size", float(tokens), float(kv), "tokens"))
@@ -239,7 +313,7 @@ def table(fits: list[GpuFit], title: str) -> Table:
         "rank",
         "weights",
         "KV",
-        "act+graphs est.",
+        "act+graphs+other est.",
         "runtime est.",
         "needs",
         "has",
@@ -255,7 +329,7 @@ def table(fits: list[GpuFit], title: str) -> Table:
             f"PP{r.pp_rank}/TP{r.tp_rank}",
             _gib(r.weights),
             _gib(f.kv),
-            _mib(r.activation + r.cuda_graphs),
+            _mib(r.activation + r.cuda_graphs + r.non_torch),
             _mib(r.runtime),
             _gib(f.needs),
             _gib(f.has),
@@ -282,9 +356,11 @@ def render(est: Estimate, fits: list[GpuFit], comps: list[Comparison], title: st
         + (", expert parallel" if p.expert_parallel else "")
         + (", MTP" if p.mtp else "")
         + f"); {est.tensors} tensors; KV = {kv_src}",
-        "needs = runtime + the larger of --gpu-memory-utilization × total (vLLM wants it free at start) "
-        "and weights + KV + act+graphs",
-        "est. = estimate: profile-run activation peak, CUDA graphs, CUDA context + NCCL (resolving/fit.py)",
+        "needs = what the driver keeps + runtime + the larger of --gpu-memory-utilization × PyTorch's total "
+        "(vLLM wants it free at start) and the rank's peak: weights + memory outside PyTorch + the larger of "
+        "the profile's activations and KV + graphs",
+        "est. = estimate: profile-run activation peak, CUDA graphs, memory outside PyTorch (other), CUDA "
+        f"context + NCCL; vLLM's rules for {est.era.name} engines (resolving/fitengine.py, docs/fit.md)",
     ]
     lines += [f"{c.what}: estimate {c.estimate:,.2f} {c.unit}, published {c.published:,.2f} {c.unit}, "
               f"ratio {c.ratio:.3f}" for c in comps]  # fmt: skip
@@ -292,16 +368,32 @@ def render(est: Estimate, fits: list[GpuFit], comps: list[Comparison], title: st
     lines += [f"note: {n}" for n in est.notes]
     if est.unknown:
         lines.append(f"placed on the first stage, replicated (unrecognised names): {', '.join(est.unknown)}")
-    n = sum(f.verdict == "no-go" for f in fits)
-    lines.append("fit: GO" if n == 0 else f"fit: NO-GO on {n} GPU(s)")
+    lines.append(overall(fits)[1])
     console.print("\n".join(lines), highlight=False, markup=False)
     return buf.getvalue()
+
+
+NO_SIZE = "no GPU size known (no driver, no resources.gpus.vram_gib)"
+
+
+def overall(fits: list[GpuFit]) -> tuple[Verdict | None, str]:
+    """The one answer: the conjunction of the rows (any no-go: NO-GO; else any warn: WARN; GO only when
+    every rank is go), or no verdict where no GPU size is known."""
+    if not fits:
+        return None, f"fit: no verdict: {NO_SIZE}; pass --vram-gib 24 (one size per card: 24,24,12)"
+    bad = sum(f.verdict == "no-go" for f in fits)
+    warn = sum(f.verdict == "warn" for f in fits)
+    if bad:
+        return "no-go", f"fit: NO-GO on {bad} GPU(s)"
+    if warn:
+        return "warn", f"fit: WARN on {warn} GPU(s), not a GO (reasons in the table)"
+    return "go", "fit: GO"
 
 
 def doctor_row(fits: list[GpuFit], comps: list[Comparison]) -> Check:
     """One row for ``doctor``: the worst GPU, named with its squatter."""
     if not fits:
-        return Check("fit", "warn", "no GPU size known (no driver, no resources.gpus.vram_gib)")
+        return Check("fit", "warn", f"no verdict: {NO_SIZE}")
     bad = [f for f in fits if f.verdict == "no-go"]
     warn = [f for f in fits if f.verdict == "warn"]
     shown = bad or warn

@@ -1,14 +1,17 @@
 """A proposed layout written into a spec: the vLLM flags and env that carry it, edited in place. Pure.
 
 Only the flags that decide the layout and its memory change (TP, PP, DP, EP, KV dtype, max-model-len, KV
-pool, utilisation) and the ``VLLM_PP_LAYER_PARTITION`` entry; every other argv word keeps its place and
-spelling (a flag written ``--flag=value`` stays so), and a flag the recipe did not write is appended only
-when its value differs from vLLM's default. The choice is recorded in the spec's notes (what the recipe
-said, what runs now, on which rig), as DESIGN.md asks of any difference from the recipe.
+pool, utilisation) and the ``VLLM_PP_LAYER_PARTITION`` entry, and the fields derived from the layout move
+with it (``with_gpus``: the CDI list; ``with_readiness``: the KV size the engine reports, the start-up
+budget); every other argv word keeps its place and spelling (a flag written ``--flag=value`` stays so),
+and a flag the recipe did not write is appended only when its value differs from vLLM's default. The
+choice is recorded in the spec's notes (what the recipe said, what runs now, on which rig), as DESIGN.md
+asks of any difference from the recipe.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from rigsmith.resolving.fitparams import EngineParams, engine_params
@@ -103,3 +106,58 @@ def _describe(args: Sequence[str], env: dict[str, str]) -> str:
     p = engine_params(args, env)
     split = f" split {','.join(map(str, p.pp_partition))}" if p.pp_partition else ""
     return f"TP{p.tp}×PP{p.pp}{' EP' if p.expert_parallel else ''}{split} KV {p.kv_cache_dtype}"
+
+
+def with_gpus(spec: Deployment, gpus: Sequence[int], sizes_gib: Sequence[float], mixed: bool) -> Deployment:
+    """``spec`` running on the cards ``gpus`` (nvidia-smi indices, in the order vLLM numbers its ranks):
+    the CDI list, the count and size, ``CUDA_VISIBLE_DEVICES`` where the recipe sets it (the container sees
+    only these cards, numbered from 0), and on mixed cards ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA numbers
+    them in nvidia-smi's order (its default puts the fastest first) and each rank lands on the card it was
+    sized for."""
+    gpu = spec.resources.gpus.model_copy(
+        update={
+            "cdi_devices": tuple(f"nvidia.com/gpu={i}" for i in gpus),
+            "count": len(gpus),
+            "vram_gib": round(min(sizes_gib), 2),
+        }
+    )
+    resources = spec.resources.model_copy(update={"gpus": gpu})
+    entries = list(spec.env)
+    for i, e in enumerate(entries):
+        if e.name == "CUDA_VISIBLE_DEVICES":
+            entries[i] = e.model_copy(update={"value": ",".join(str(n) for n in range(len(gpus)))})
+    if mixed and not any(e.name == "CUDA_DEVICE_ORDER" for e in entries):
+        why = f"{NOTE_PREFIX} mixed cards: ranks follow nvidia-smi's order"
+        entries.append(EnvVar(name="CUDA_DEVICE_ORDER", value="PCI_BUS_ID", note=why))
+    return spec.model_copy(update={"resources": resources, "env": tuple(entries)})
+
+
+def with_readiness(
+    spec: Deployment, tokens: int | None, startup_scale: float
+) -> tuple[Deployment, list[str]]:
+    """``spec`` with the fields the layout decides moved with it: ``readiness.kv_cache_tokens`` set to
+    ``tokens`` (None: dropped, where no exact figure is known) and the start-up budgets scaled by
+    ``startup_scale`` where it is above 1 (the heaviest rank loads more). The words that say what moved."""
+    r = spec.readiness
+    upd: dict[str, object] = {}
+    words = []
+    if r.kv_cache_tokens is not None and tokens != r.kv_cache_tokens:
+        upd["kv_cache_tokens"] = tokens
+        words.append(
+            f"readiness.kv_cache_tokens {r.kv_cache_tokens:,} → {tokens:,} (the recipe's figure scaled by "
+            "the new pool's tokens)"
+            if tokens is not None
+            else f"readiness.kv_cache_tokens {r.kv_cache_tokens:,} dropped: the pool now follows the "
+            "utilisation, so no exact figure is known (`invoke wait` reads the engine's own)"
+        )
+    if startup_scale > 1:
+        upd["startup_seconds"] = math.ceil(r.startup_seconds * startup_scale)
+        if r.warm_startup_seconds is not None:
+            upd["warm_startup_seconds"] = math.ceil(r.warm_startup_seconds * startup_scale)
+        words.append(
+            f"readiness.startup_seconds {r.startup_seconds} → {upd['startup_seconds']} (the heaviest rank "
+            f"loads {startup_scale:.2f}× the recipe's)"
+        )
+    if not upd:
+        return spec, words
+    return spec.model_copy(update={"readiness": r.model_copy(update=upd)}), words

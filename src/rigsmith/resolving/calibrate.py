@@ -6,8 +6,9 @@ blocks, the smallest rank decides. fit estimates the same pool with named allowa
 reported for a layout say how far those allowances were off on this rig. With ``--kv-cache-memory`` the pool
 is the flag's own size, so the reported tokens say nothing about the allowances.
 
-The correction is one number of bytes per GPU, added to every rank's activation allowance of every layout
-(the part of the allowances that vLLM's profile run measures). Pure: an ``Estimate`` and numbers in.
+The correction is one number of bytes per GPU, added to every rank's allowance for memory outside PyTorch
+of every layout (the part of the allowances that vLLM's profile run measures and that stays for the
+engine's life, so it shrinks a fixed ``--kv-cache-memory`` pool too). Pure: an ``Estimate`` and numbers in.
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ def allowance_delta(est: Estimate, totals: Sequence[int], observed_tokens: int) 
 
 
 def calibrated(est: Estimate, delta: int) -> Estimate:
-    """``est`` with ``delta`` bytes more activation allowance on every rank; a negative ``delta`` takes at
-    most the activations and CUDA graphs together (what vLLM's profile run measures) down to nothing."""
+    """``est`` with ``delta`` bytes more allowance outside PyTorch on every rank; a negative ``delta`` takes
+    at most that, the activations and CUDA graphs together (what vLLM's profile run measures) to nothing."""
     if not delta:
         return est
-    ranks = tuple(replace(r, activation=max(-r.cuda_graphs, r.activation + delta)) for r in est.ranks)
+    ranks = tuple(
+        replace(r, non_torch=max(-r.cuda_graphs - r.activation, r.non_torch + delta)) for r in est.ranks
+    )
     return replace(est, ranks=ranks)

@@ -26,7 +26,7 @@ from huggingface_hub.errors import SafetensorsParsingError
 from huggingface_hub.utils._safetensors import SafetensorsFileMetadata
 
 from rigsmith import confine
-from rigsmith.errors import AdapterError, LockError
+from rigsmith.errors import AdapterError
 from rigsmith.resolving.fit import Estimate, FitError, ModelShape, engine_inputs, estimate
 from rigsmith.resolving.hub import DEFAULT_ENDPOINT, HfHub, RetryPolicy
 from rigsmith.resolving.lock import Lock
@@ -306,8 +306,8 @@ def open_checkpoint(
     local_only: bool = False,
 ) -> Checkpoint:
     """The cheapest faithful source: a local checkpoint; a complete download of the locked commit; or the
-    Hub's headers for the locked (or pinned) commit. Offline (HF_HUB_OFFLINE, or ``local_only`` as doctor
-    asks: a preflight makes no network request), only the directory."""
+    XX (HF_HUB_OFFLINE, or ``local_only`` as doctor
+        asks: a preflight makes no network request), only the directory."""
     local = Path(spec.model.local_dir).expanduser()
     if spec.model.repo is None:
         if not (local / CONFIG).is_file():
@@ -318,29 +318,30 @@ def open_checkpoint(
         return LocalCheckpoint(local)
     locked = lock.models.get(spec.name)
     files: dict[str, int] | None = None
+    commit: str | None = None
     if locked is not None and locked.repo == spec.model.repo:
         commit, files = locked.commit, {p: f.size for p, f in locked.files.items()}
     elif spec.model.pinned and spec.model.revision:
         commit = spec.model.revision
-    else:
-        raise LockError(
-            f"{spec.name}: {spec.model.repo} has no locked commit and the spec pins none",
-            hint=f"run `invoke pin --deployment {spec.name}` (fit reads the headers of that exact commit)",
-        )
+    # else nothing is locked yet: fit needs only the model, so the spec's branch or tag (default main) is
+    # resolved on the Hub below, read-only, without `invoke pin` (which would also pin the image's sources)
+    want = commit[:12] if commit else (spec.model.revision or "main")
     offline = env.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
     if (files and _complete(local, files)) or ((offline or local_only) and (local / CONFIG).is_file()):
         return LocalCheckpoint(local)
     if local_only:
         raise FitError(
-            f"{spec.model.repo}@{commit[:12]} is not in {local} yet",
+            f"{spec.model.repo}@{want} is not in {local} yet",
             hint=f"`invoke fit --deployment {spec.name}` reads its headers from the Hub (range requests)",
         )
     if offline:
         raise FitError(
-            f"HF_HUB_OFFLINE is set and {local} does not hold {spec.model.repo}@{commit[:12]}",
+            f"HF_HUB_OFFLINE is set and {local} does not hold {spec.model.repo}@{want}",
             hint="unset HF_HUB_OFFLINE (fit reads only headers), or `invoke fetch-model` first",
         )
     hub = hub or HfHub.from_env(env)
+    if commit is None:
+        commit = hub.resolve(spec.model.repo, spec.model.revision or "main")
     if files is None:
         files = {p: f.size for p, f in hub.tree(spec.model.repo, commit).items()}
     token = token_from(env, read_text_or_none)

@@ -1,3 +1,4 @@
+# Over 500 lines: the checkpoint shape, tensor placement and the per-rank estimate are one count.
 """Fit before you fetch: what each vLLM rank of a recipe needs in GPU memory, from checkpoint metadata alone.
 
 Pure: the checkpoint's config.json (a dict), its safetensors headers (tensor name + byte size, one file at a
@@ -16,13 +17,16 @@ What is exact and what is an estimate:
   MTP modules on the last stage only when ``--speculative-config`` asks for MTP; vision towers on the
   first stage unless ``--language-model-only``.
 - **KV cache**: ``--kv-cache-memory`` when given (vLLM then ignores the utilisation for the KV pool),
-  else what ``--gpu-memory-utilization`` × total leaves after weights, activations and graphs.
+  else what ``--gpu-memory-utilization`` × PyTorch's total leaves after weights, the profile's activations,
+  memory outside PyTorch and (engines from v0.21) CUDA graphs, by the rules of the engine's version
+  (``rigsmith.resolving.fitengine``, docs/fit.md, held against published boot logs).
   Tokens = whole blocks of ``--block-size`` over the attention layers of the rank, min over ranks, as
   vLLM reports "GPU KV cache size". Linear-attention / Mamba state is not modelled.
-- **Estimates**, named in the table: the activation peak of vLLM's profile run, CUDA-graph memory, and the
-  runtime (CUDA context + NCCL buffers) allocated before vLLM takes its memory snapshot. vLLM refuses to
-  start when free memory after that runtime is below utilisation × total ("Free memory on device … is less
-  than desired GPU memory utilization"): that is how a 256 MiB squatter breaks rank 0 at 0.97 (seed 000).
+- **Estimates**, named in the table: the activation peak of vLLM's profile run, CUDA-graph memory, memory
+  outside PyTorch, and the runtime (CUDA context + NCCL buffers) allocated before vLLM takes its memory
+  snapshot. vLLM refuses to start when free memory after that runtime is below utilisation × total ("Free
+  memory on device … is less than desired GPU memory utilization"): that is how a 256 MiB squatter breaks
+  rank 0 at 0.97 (seed 000); and when the pool holds less than one request of the context (``outcome``).
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ import bisect
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from rigsmith.resolving import fitengine
 from rigsmith.resolving.fitparams import DEFAULTS as DEFAULTS
 from rigsmith.resolving.fitparams import EngineParams as EngineParams
 from rigsmith.resolving.fitparams import FitError as FitError
@@ -122,6 +127,8 @@ class ModelShape:
     experts_per_token: int = 0
     mtp_layers: int = 0
     attention_layers: tuple[int, ...] = ()  # layers with a KV cache (full or sliding attention)
+    sliding_layers: tuple[int, ...] = ()  # those of them that attend to a window only
+    sliding_window: int = 0
     kv_lora_rank: int = 0  # MLA (DeepSeek): latent KV per token instead of K and V heads
     rope_head_dim: int = 0
     tie_word_embeddings: bool = False
@@ -169,10 +176,12 @@ class ModelShape:
         kv = num("num_key_value_heads", "multi_query_group_num", lo=1, hi=heads, default=heads)
         _, types = first("layer_types")
         interval = num("full_attention_interval", default=0, hi=MAX_LAYERS)
+        sliding: tuple[int, ...] = ()
         if isinstance(types, list) and len(types) >= layers:
             attn = tuple(
                 i for i, t in enumerate(types[:layers]) if "attention" in str(t) and "linear" not in str(t)
             )
+            sliding = tuple(i for i in attn if "sliding" in str(types[i]))
         elif interval > 0:
             attn = tuple(i for i in range(layers) if (i + 1) % interval == 0)
         else:
@@ -194,6 +203,8 @@ class ModelShape:
             experts_per_token=num("num_experts_per_tok", "moe_topk", default=0, hi=max(experts, 1 << 10)),
             mtp_layers=num("num_nextn_predict_layers", "mtp_num_hidden_layers", default=0, hi=64),
             attention_layers=attn,
+            sliding_layers=sliding,
+            sliding_window=num("sliding_window", default=0, hi=1 << 30) if sliding else 0,
             kv_lora_rank=num("kv_lora_rank", default=0),
             rope_head_dim=num("qk_rope_head_dim", default=0, hi=1 << 16),
             tie_word_embeddings=first("tie_word_embeddings", default=False)[1] is True,
@@ -253,6 +264,9 @@ class Placement:
         parts = name.split(".")
         module = parts[-2] if len(parts) > 1 else ""
         param = parts[-1]
+        if s.quantization == "mxfp4" and module == "experts":
+            inter = s.moe_intermediate_size or s.intermediate_size
+            nbytes = fitengine.mxfp4_loaded(param, nbytes, s.hidden_size, inter)
         if _VISION.search(name):
             if p.language_model_only:
                 why = SKIP_VISION
@@ -355,6 +369,8 @@ class RankNeed:
     activation: int  # estimate
     cuda_graphs: int  # estimate
     runtime: int  # estimate: CUDA context + NCCL, allocated before vLLM's memory snapshot
+    non_torch: int = 0  # estimate: memory outside PyTorch the profile measures (cuBLAS, NCCL): off the pool
+    window_bytes_per_token: int = 0  # the part of kv_bytes_per_token on layers that hold only a window
 
 
 @dataclass(frozen=True)
@@ -370,19 +386,94 @@ class Estimate:
     unknown: tuple[str, ...]
     notes: tuple[str, ...] = ()
 
+    @property
+    def era(self) -> fitengine.EngineEra:
+        return fitengine.era(self.params.vllm_version)
+
+    @property
+    def context(self) -> int | None:
+        """The longest request vLLM serves: --max-model-len, else the model config's maximum."""
+        return self.params.max_model_len or self.shape.max_position_embeddings
+
+    def for_card(self, total: int, name: str = "") -> Estimate:
+        """This estimate on cards like the first of a rig (``total`` bytes, nvidia-smi ``name``): V1 gives
+        cards of 70 GiB and more (A100s apart) 8,192 batched tokens and 1,024 sequences where the recipe
+        sets neither, and the profile's activation peak grows with them (fitengine.profile_shape)."""
+        big = fitengine.big_card(total, name)
+        if big == self.params.big_card:
+            return self
+        params = replace(self.params, big_card=big)
+        ranks = tuple(
+            replace(r, activation=_activation(self.shape, params, r.pp_rank == params.pp - 1))
+            for r in self.ranks
+        )
+        return replace(self, params=params, ranks=ranks)
+
+    def _graphs_in_pool(self, r: RankNeed) -> int:
+        return r.cuda_graphs if self.era.graphs_in_pool else 0
+
+    def _runtime_outside(self, r: RankNeed) -> int:
+        """The runtime vLLM allocates before its memory snapshot: outside the budget (V1); V0 measured its
+        peak as total − free, so the CUDA context is part of the memory outside PyTorch there."""
+        return 0 if self.era.context_in_budget else r.runtime
+
     def kv_budget(self, r: RankNeed, total: int) -> int:
-        """KV pool of one rank on a card of ``total`` bytes (explicit, or what the utilisation leaves)."""
+        """KV pool of one rank on a card of nvidia-smi ``total`` bytes (explicit, or what the utilisation of
+        PyTorch's total leaves after weights, the profile's activation peak and memory outside PyTorch)."""
         if self.params.kv_cache_memory is not None:
             return self.params.kv_cache_memory
-        left = int(total * self.params.gpu_memory_utilization) - r.weights - r.activation - r.cuda_graphs
+        budget = int(fitengine.torch_total(total) * self.params.gpu_memory_utilization)
+        left = budget - r.weights - r.activation - r.non_torch - self._graphs_in_pool(r)
         return max(left, 0)
 
     def usage(self, r: RankNeed, total: int) -> tuple[int, int, int]:
-        """(KV pool, weights + KV + activations + graphs, needs) of one rank on a card of ``total`` bytes.
-        needs = runtime + the larger of utilisation × total (vLLM wants it free at start) and the use."""
+        """(KV pool, the rank's peak inside its budget, needs) on a card of ``total`` bytes.
+
+        The peak is the larger of the profile run (weights, memory outside PyTorch, activations) and the
+        engine once its pool and CUDA graphs are in (the profile's activations are given back first: graphs
+        captured after the pool, before v0.21, use that room). needs = what the driver keeps + the runtime +
+        the larger of utilisation × PyTorch's total (vLLM wants it free at start) and that peak."""
         kv = self.kv_budget(r, total)
-        inside = r.weights + kv + r.activation + r.cuda_graphs
-        return kv, inside, r.runtime + max(int(total * self.params.gpu_memory_utilization), inside)
+        inside = r.weights + r.non_torch + max(r.activation, kv + r.cuda_graphs)
+        tt = fitengine.torch_total(total)
+        budget = int(tt * self.params.gpu_memory_utilization)
+        return kv, inside, total - tt + self._runtime_outside(r) + max(budget, inside)
+
+    def outside_pool(self, r: RankNeed, total: int) -> int:
+        """Bytes rank ``r`` takes on a card of ``total`` bytes next to a fixed (``--kv-cache-memory``) pool:
+        what the driver keeps, the runtime, weights, memory outside PyTorch and CUDA graphs. The profile's
+        activation peak comes and goes before the pool is allocated (``usage``)."""
+        kept = total - fitengine.torch_total(total)
+        return kept + self._runtime_outside(r) + r.weights + r.non_torch + r.cuda_graphs
+
+    def free_at_start(self, r: RankNeed, total: int) -> int:
+        """Of a card of ``total`` bytes, what can be free for the utilisation: all but what the driver keeps
+        and the runtime."""
+        return fitengine.torch_total(total) - self._runtime_outside(r)
+
+    def request_bytes(self, r: RankNeed, tokens: int) -> int:
+        """KV bytes one request of ``tokens`` tokens takes on rank ``r``: whole blocks, a sliding-window
+        layer only its window and a block where the engine keeps a window (point 6)."""
+        block = self.params.block_size
+        whole = -(-tokens // block) * block
+        window = self.shape.sliding_window + block if r.window_bytes_per_token else whole
+        held = -(-min(whole, window) // block) * block
+        return (r.kv_bytes_per_token - r.window_bytes_per_token) * whole + r.window_bytes_per_token * held
+
+    def outcome(self, totals: Sequence[int]) -> tuple[str, str]:
+        """What vLLM does at boot on idle cards of ``totals`` bytes: ("starts", "") or ("refuses" or "oom",
+        why). The checks vLLM makes, in its order: a KV pool at all, one request of the context in it,
+        then the engine's peak (CUDA graphs captured after the pool included) on the card."""
+        for r, total in zip(self.ranks, totals, strict=True):
+            kv, _, needs = self.usage(r, total)
+            if r.kv_bytes_per_token and kv <= 0:
+                return "refuses", f"rank {r.rank}: no memory left for the KV cache"
+            ctx = self.context
+            if ctx and r.kv_bytes_per_token and kv < self.request_bytes(r, ctx):
+                return "refuses", f"rank {r.rank}: the KV pool holds less than one {ctx:,}-token request"
+            if needs > total:
+                return "oom", f"rank {r.rank}: needs {needs / GiB:.2f} GiB of a {total / GiB:.2f} GiB card"
+        return "starts", ""
 
     def kv_tokens(self, totals: Sequence[int]) -> int | None:
         """vLLM's "GPU KV cache size: N tokens": whole blocks per rank, the smallest rank decides."""
@@ -398,7 +489,7 @@ class Estimate:
 
 def _kv_per_token(shape: ModelShape, params: EngineParams, layers: Iterable[int], extra_layers: int) -> int:
     b = KV_DTYPE_BYTES.get(params.kv_cache_dtype) or (1 if params.kv_cache_dtype.startswith("fp8") else None)
-    b = b or shape.dtype_bytes
+    b = b or (shape.dtype_bytes if shape.dtype_bytes <= 2 else 2)
     n = sum(1 for _ in layers) + extra_layers
     if shape.kv_lora_rank:
         return n * (shape.kv_lora_rank + shape.rope_head_dim) * b  # MLA: one latent, not split over TP
@@ -408,14 +499,22 @@ def _kv_per_token(shape: ModelShape, params: EngineParams, layers: Iterable[int]
 
 def _activation(shape: ModelShape, params: EngineParams, last_stage: bool) -> int:
     """Estimate of vLLM's profile-run peak: T tokens through one layer (hidden states, residual, QKV, the MLP
-    or the routed experts' intermediate) at the model dtype, plus fp32 logits and probs on the last stage."""
-    t = params.max_num_batched_tokens
+    or the routed experts' intermediate) at 16 bits, plus the sampler's fp32 [sequences, vocab] buffers on the
+    last stage; T and the sequences as the engine of ``params.vllm_version`` picks them (fitengine)."""
+    era = fitengine.era(params.vllm_version)
+    batched = params.max_num_batched_tokens if "max_num_batched_tokens" in params.given else None
+    seqs = params.max_num_seqs if "max_num_seqs" in params.given else None
+    context = params.max_model_len or shape.max_position_embeddings or 2048
+    t, seqs = fitengine.profile_shape(era, context, batched, seqs, params.big_card)
     ffn = max(shape.intermediate_size, shape.experts_per_token * shape.moe_intermediate_size)
     qkv = (shape.num_heads + 2 * shape.num_kv_heads) * shape.head_dim
     per_token = 4 * shape.hidden_size + (qkv + 2 * ffn) // params.tp
-    act = t * per_token * shape.dtype_bytes
+    if shape.num_experts:
+        per_token += shape.experts_per_token * shape.hidden_size  # the fused MoE's [T, top-k, hidden] output
+    act = t * per_token * 2
     if last_stage:
-        act += 2 * min(params.max_num_seqs, t) * (shape.vocab_size // params.tp) * 4
+        vocab = shape.vocab_size if era.v1 else shape.vocab_size // params.tp  # V0 gathers to one rank
+        act += era.sampler_copies * min(seqs, t) * vocab * 4
     return act
 
 
@@ -468,6 +567,7 @@ def from_placed(shape: ModelShape, params: EngineParams, placed: Placed) -> Esti
             "per-sequence state is not in the KV estimate"
         )
     stages = pp_partition(shape.num_layers, params.pp, params.pp_partition)
+    era = fitengine.era(params.vllm_version)
     ranks = []
     for rank in range(params.world):
         pp_rank, tp_rank = divmod(rank, params.tp)
@@ -475,6 +575,7 @@ def from_placed(shape: ModelShape, params: EngineParams, placed: Placed) -> Esti
         last = pp_rank == params.pp - 1
         attn = [i for i in shape.attention_layers if a <= i < b]
         mtp = shape.mtp_layers if (last and params.mtp) else 0
+        window = [i for i in shape.sliding_layers if a <= i < b] if era.window_kv else []
         ranks.append(
             RankNeed(
                 rank=rank,
@@ -486,6 +587,8 @@ def from_placed(shape: ModelShape, params: EngineParams, placed: Placed) -> Esti
                 activation=_activation(shape, params, last),
                 cuda_graphs=CUDA_GRAPHS if params.cuda_graphs else 0,
                 runtime=CUDA_CONTEXT + (NCCL_BUFFERS if params.world > 1 else 0),
+                non_torch=era.non_torch,
+                window_bytes_per_token=_kv_per_token(shape, params, window, 0),
             )
         )
     return Estimate(
@@ -495,5 +598,7 @@ def from_placed(shape: ModelShape, params: EngineParams, placed: Placed) -> Esti
 
 
 def engine_inputs(spec: Deployment) -> EngineParams:
-    """EngineParams of a deployment spec: its argv and its enabled env."""
-    return engine_params(spec.engine.args, {e.name: e.value for e in spec.active_env()})
+    """EngineParams of a deployment spec: its argv, its enabled env and the engine version its image tag
+    names (``vllm/vllm-openai:v0.10.1``; none named: the newest engine's rules)."""
+    params = engine_params(spec.engine.args, {e.name: e.value for e in spec.active_env()})
+    return replace(params, vllm_version=fitengine.parse_version(spec.engine.image))

@@ -45,6 +45,14 @@ class EngineParams:
     cuda_graphs: bool = True
     language_model_only: bool = False
     pp_partition: tuple[int, ...] | None = None
+    #: the recipe offloads KV to host memory (``operating.fitreport.host_kv_offload``; not an argv flag
+    #: this parser reads): a pool shorter than one sequence is then not fit's to refuse
+    host_kv_offload: bool = False
+    #: the scheduler flags the recipe itself sets ("max_num_batched_tokens", "max_num_seqs"); the others take
+    #: the engine's defaults for its version and card (``fitengine.profile_shape``)
+    given: frozenset[str] = frozenset()
+    vllm_version: tuple[int, int] | None = None  # the engine's (major, minor); None: the newest rules
+    big_card: bool = False  # cards of 70 GiB and more, not A100s: V1's larger scheduler defaults
 
     @property
     def world(self) -> int:
@@ -65,9 +73,19 @@ def parse_bytes(flag: str, text: str) -> int:
     return int(float(num) * base**power)
 
 
+def _dashed(arg: str) -> str:
+    """vLLM's parser takes ``--tensor_parallel_size`` for ``--tensor-parallel-size``: the flag's name with
+    dashes (a value after ``=`` is left alone)."""
+    if not arg.startswith("--"):
+        return arg
+    name, eq, value = arg.partition("=")
+    return name.replace("_", "-") + eq + value
+
+
 def _flag(args: Sequence[str], *names: str) -> str | None:
     found: str | None = None
-    for i, a in enumerate(args):
+    for i, raw in enumerate(args):
+        a = _dashed(raw)
         for n in names:
             if a == n and i + 1 < len(args):
                 found = args[i + 1]
@@ -78,12 +96,16 @@ def _flag(args: Sequence[str], *names: str) -> str | None:
 
 def _switch(args: Sequence[str], name: str) -> bool:
     on = False
-    for a in args:
+    for raw in args:
+        a = _dashed(raw)
         if a == name:
             on = True
         elif a == "--no-" + name.removeprefix("--"):
             on = False
     return on
+
+
+_SCHEDULER = (("max_num_batched_tokens", "--max-num-batched-tokens"), ("max_num_seqs", "--max-num-seqs"))
 
 
 def engine_params(args: Sequence[str], env: Mapping[str, str]) -> EngineParams:
@@ -143,6 +165,7 @@ def engine_params(args: Sequence[str], env: Mapping[str, str]) -> EngineParams:
         cuda_graphs=graphs,
         language_model_only=_switch(args, "--language-model-only"),
         pp_partition=partition,
+        given=frozenset(k for k, flag in _SCHEDULER if _flag(args, flag) is not None),
     )
 
 

@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
+from rigsmith.resolving import fitengine
 from rigsmith.resolving.calibrate import calibrated
 from rigsmith.resolving.fit import (
     CATEGORIES,
@@ -133,6 +134,7 @@ class Summary:
         self._slots = {k: self._slots_of(p) for k, p in places.items()}
         #: bytes per GPU added to every rank's allowances (``calibrate``: what a boot here measured)
         self.allowance = 0
+        self._estimates: dict[tuple[object, ...], Estimate] = {}
 
     def _slots_of(self, place: Placement) -> _Slots:
         n, tp = self.shape.num_layers, place.params.tp
@@ -150,13 +152,36 @@ class Summary:
             tie,
         )
 
+    def layer_bytes(self, tp: int, ep: bool) -> list[list[int]]:
+        """[TP rank][layer]: bytes of each decoder layer on that rank (its experts included)."""
+        s = self._slots[(tp, ep)]
+        n = self.shape.num_layers
+        return [
+            [s.layers[t][i + 1] - s.layers[t][i] + s.experts[t][i + 1] - s.experts[t][i] for i in range(n)]
+            for t in range(tp)
+        ]
+
     @property
     def keys(self) -> tuple[tuple[int, bool], ...]:
         return tuple(self._slots)
 
     def estimate(self, params: EngineParams) -> Estimate:
         """What ``fit.estimate(shape, params, headers)`` says, from the slots (no header read again), with
-        ``allowance`` (0 unless a boot here calibrated it) on every rank."""
+        ``allowance`` (0 unless a boot here calibrated it) on every rank. Kept per layout: the flags that
+        only size the pool (utilisation, ``--kv-cache-memory``, ``--max-model-len``) do not change the
+        per-rank figures, so the search asks once per layout and sizing (a V0 engine's profile follows the
+        context, so there ``--max-model-len`` is part of the key; fitengine.profile_shape)."""
+        p = params
+        v0_context = None if fitengine.era(p.vllm_version).v1 else p.max_model_len
+        key = (p.tp, p.pp, p.pp_partition, p.expert_parallel, p.kv_cache_dtype, p.mtp, p.draft_model,
+               p.language_model_only, p.cuda_graphs, p.max_num_batched_tokens, p.max_num_seqs, p.block_size,
+               p.given, p.vllm_version, p.big_card, v0_context, self.allowance)  # fmt: skip
+        hit = self._estimates.get(key)
+        if hit is None:
+            hit = self._estimates[key] = self._estimate(params)
+        return hit if hit.params == params else replace(hit, params=params)
+
+    def _estimate(self, params: EngineParams) -> Estimate:
         s = self._slots.get((params.tp, params.expert_parallel))
         if s is None:
             raise FitError(f"no placement for TP={params.tp} EP={params.expert_parallel} in this summary")

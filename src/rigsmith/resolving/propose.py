@@ -3,21 +3,25 @@ free memory and ranked by one written objective. Pure: a ``Summary`` of the chec
 flags and a ``Rig`` (cards, what other processes hold on them, which pairs talk P2P) in; ranked
 ``Proposal``s out.
 
-Sizing. vLLM with ``--kv-cache-memory`` allocates that pool on every rank and checks utilisation only at
-start (utilisation × total must be free after its runtime: "Free memory on device … is less than desired GPU
-memory utilization"). A proposal sets ``--gpu-memory-utilization`` to the largest thousandth that check
-passes on every card with the asked headroom, and ``--kv-cache-memory`` to the largest pool every rank holds
-on its own card after its weights, activations, CUDA graphs, runtime and the headroom: a card that holds a
-squatter's process has less room, so a stage there can hold fewer layers. The per-rank figures are fit's
-own (``Estimate.usage``), so ``invoke fit`` on the applied layout counts what the proposal counted (it
-warns where a rank uses more than utilisation × total: vLLM does not check that with an explicit pool).
+Where. Every choice of the rig's cards (``_subsets``: alike cards count once), TP only inside a group of
+equal cards, each stage split as vLLM splits it, within a few layers of that, and weighted by free memory
+(``resolving.split``).
+
+Sizing keeps the recipe's pins (``sizing``; ``--allow NAME`` frees one): its ``--max-model-len`` (or the
+model's own context) must fit in the pool; its ``--kv-cache-memory`` is a fixed pool on every rank, the
+utilisation then only vLLM's start check (utilisation × total free after its runtime: "Free memory on
+device … is less than desired GPU memory utilization"); without one, the pool is what the utilisation
+leaves. ``--gpu-memory-utilization`` is the recipe's, lowered to the largest thousandth that check passes
+on every card with the asked headroom (a squatter's card has less room), never raised unless allowed. The
+per-rank figures are fit's own (``Estimate.usage``), so ``invoke fit`` on the applied layout counts what the
+proposal counted.
 
 The objective, in order (``Proposal.key``; larger is better):
 
 1. it fits: every rank keeps the headroom asked for (by default fit's warn margin, 512 MiB, or the recipe's
    own least headroom where that is less), and the KV pool holds at least one block;
-2. the longest context: ``--max-model-len`` = the smaller of the cap (the user's, else the recipe's, else
-   the model's limit; never past the model's limit) and the pool;
+2. the longest context: the recipe's (pinned), or where allowed the smaller of the cap (the user's, else
+   the recipe's, else the model's limit; never past the model's limit) and the pool;
 3. the most concurrent sequences of that context (KV tokens = context × sequences, per DP replica);
 4. tensor parallelism inside P2P groups: fewest TP GPU pairs that do not share a bridge with P2P;
 5. the fewest pipeline stages, then the fewest stage boundaries that cross a host bridge;
@@ -29,13 +33,16 @@ Only layouts that fit are proposed; where the recipe's own layout runs, none hol
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rigsmith.resolving.fit import KV_DTYPE_BYTES, WARN_HEADROOM, MiB, RankNeed
-from rigsmith.resolving.fitparams import EngineParams, pp_partition
+from rigsmith.resolving.fit import KV_DTYPE_BYTES, WARN_HEADROOM, Estimate, RankNeed
+from rigsmith.resolving.fitengine import torch_total
+from rigsmith.resolving.fitparams import EngineParams
 from rigsmith.resolving.layout import Layout, Summary, layouts, of_params
+from rigsmith.resolving.split import weighted_split
 
 #: Compute capability by GPU name (nvidia-smi's ``name``), first match wins.
 GPU_ARCH: tuple[tuple[str, tuple[int, int]], ...] = (
@@ -58,6 +65,9 @@ KV_DTYPES_FROM: tuple[tuple[tuple[int, int], tuple[str, ...]], ...] = (
 
 #: KV tokens of a replica with no attention layer at all: only the cap bounds its context.
 NO_ATTENTION = 1 << 40
+
+#: The most choices of cards of one size the search sizes (C(5, k) ≤ 10: every choice on up to 5 cards).
+SUBSETS = 10
 
 #: The most ``--gpu-memory-utilization`` a proposal sets (vLLM's own guidance stops short of 1.0).
 MAX_UTIL = 0.98
@@ -134,6 +144,11 @@ class Proposal:
     changes: int
     runs: bool = True  # fit's own line: no rank short of memory, a pool of at least one sequence
 
+    @property
+    def cards(self) -> tuple[Card, ...]:
+        """The cards it runs on, in the order vLLM numbers its ranks."""
+        return tuple(r.card for r in self.ranks)
+
     def key(self) -> tuple[int, ...]:
         """The objective (module docstring), as a tuple compared largest first."""
         least = min(r.headroom for r in self.ranks)
@@ -141,8 +156,16 @@ class Proposal:
                 -self.pp_cross, self.kv_tokens, -self.layout.gpus, -self.changes, least)  # fmt: skip
 
 
-def _place(s: Summary, lay: Layout, params: EngineParams, rig: Rig) -> tuple[RankFit, ...]:
+def on_cards(s: Summary, params: EngineParams, cards: Sequence[Card]) -> Estimate:
+    """fit's estimate of ``params`` on these cards, as ``invoke fit`` makes it: the profile's batched tokens
+    and sequences are the engine's, from the first card (vLLM reads device 0); each rank's pool is then
+    sized on its own card (``Estimate.usage``) and the engine keeps the fewest blocks of any rank."""
     est = s.estimate(params)
+    return est.for_card(cards[0].total, cards[0].name) if cards else est
+
+
+def _place(s: Summary, lay: Layout, params: EngineParams, rig: Rig) -> tuple[RankFit, ...]:
+    est = on_cards(s, params, rig.cards)
     out = []
     for d in range(lay.dp):
         for r in est.ranks:
@@ -152,15 +175,84 @@ def _place(s: Summary, lay: Layout, params: EngineParams, rig: Rig) -> tuple[Ran
     return tuple(out)
 
 
-def _size(s: Summary, lay: Layout, params: EngineParams, rig: Rig, headroom: int) -> EngineParams | None:
-    """Utilisation and KV pool every rank holds with ``headroom`` left on its own card (None: no pool)."""
-    est = s.estimate(params)
-    pairs = list(zip(rig.cards[: lay.gpus], est.ranks * lay.dp, strict=True))
-    util = min((c.has - r.runtime - headroom) / c.total for c, r in pairs)
-    util = min(MAX_UTIL, int(util * 1000) / 1000)
-    pool = min(c.has - r.runtime - headroom - r.weights - r.activation - r.cuda_graphs for c, r in pairs)
-    if util <= 0 or pool <= 0:
+#: The recipe's values a proposal keeps unless ``--allow NAME`` (``fit --allow``) lets it change them.
+PINS = ("max-model-len", "kv-cache-memory", "kv-cache-dtype", "gpu-memory-utilization")
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How a proposal sizes its memory: what the recipe pinned and what ``--allow`` frees.
+
+    ``pool``: the recipe's ``--kv-cache-memory``, kept as it is (None: not pinned, or allowed to change);
+    ``free_pool``: a pool is set, as large as every rank holds (the recipe had one and ``--allow
+    kv-cache-memory``); neither: the pool is what the utilisation leaves, as the recipe sizes it.
+    ``util_cap``: the highest ``--gpu-memory-utilization`` (the recipe's, unless allowed); ``context``:
+    the served context every proposal must hold (None: chosen up to ``cap``); ``kv_dtypes``: those tried."""
+
+    pool: int | None
+    free_pool: bool
+    util_cap: float
+    context: int | None
+    cap: int | None
+    kv_dtypes: tuple[str, ...]
+    write_len: int | None  # the --max-model-len a proposal writes when the context is pinned
+
+
+def sizing(s: Summary, base: EngineParams, arch: tuple[int, int] | None, allow: frozenset[str],
+           user_cap: int | None = None) -> Sizing:  # fmt: skip
+    """The recipe's pins, less the ``allow``ed ones. A ``--max-model-len`` the user gives is their choice
+    of context (it allows max-model-len with that cap)."""
+    free_len = "max-model-len" in allow or user_cap is not None
+    limit = s.shape.max_position_embeddings
+    served = base.max_model_len or limit
+    return Sizing(
+        pool=base.kv_cache_memory if "kv-cache-memory" not in allow else None,
+        free_pool=base.kv_cache_memory is not None and "kv-cache-memory" in allow,
+        util_cap=MAX_UTIL if "gpu-memory-utilization" in allow else base.gpu_memory_utilization,
+        context=None if free_len else served,
+        cap=model_cap(s, base, user_cap) if free_len else served,
+        kv_dtypes=tuple(kv_dtypes(arch, base.kv_cache_dtype))
+        if "kv-cache-dtype" in allow
+        else (base.kv_cache_dtype,),
+        write_len=base.max_model_len,
+    )
+
+
+def changed_pins(p: EngineParams, base: EngineParams) -> list[str]:
+    """The recipe's pinned values this proposal's flags change (``PINS`` names)."""
+    out = []
+    if p.max_model_len != base.max_model_len:
+        out.append("max-model-len")
+    if base.kv_cache_memory is not None and p.kv_cache_memory != base.kv_cache_memory:
+        out.append("kv-cache-memory")
+    if p.kv_cache_dtype != base.kv_cache_dtype:
+        out.append("kv-cache-dtype")
+    if p.gpu_memory_utilization > base.gpu_memory_utilization:
+        out.append("gpu-memory-utilization")
+    return out
+
+
+def _size(
+    s: Summary, lay: Layout, params: EngineParams, cards: Sequence[Card], headroom: int, how: Sizing
+) -> EngineParams | None:
+    """Utilisation (the largest thousandth every card passes vLLM's start check at with ``headroom`` left,
+    never above ``how.util_cap``) and the KV pool: the recipe's, the largest every rank holds, or none (the
+    utilisation sizes it). None: no room."""
+    est = on_cards(s, params, cards)
+    pairs = list(zip(cards[: lay.gpus], est.ranks * lay.dp, strict=True))
+    # vLLM wants utilisation × PyTorch's total free at start (after the driver's reserve and its runtime)
+    util = min((est.free_at_start(r, c.total) - (c.total - c.has) - headroom) / torch_total(c.total)
+               for c, r in pairs)  # fmt: skip
+    # the ceiling where it passes (the recipe's own value, not rounded down), else the largest thousandth
+    util = how.util_cap if util >= how.util_cap - 1e-9 else int(util * 1000) / 1000
+    if util <= 0:
         return None
+    pool: int | None = how.pool
+    if how.free_pool:
+        # a fixed pool: what each card has left beside everything else the rank keeps (fit's count)
+        pool = min(c.has - headroom - est.outside_pool(r, c.total) for c, r in pairs)
+        if pool <= 0:
+            return None
     return replace(params, gpu_memory_utilization=util, kv_cache_memory=pool)
 
 
@@ -192,17 +284,26 @@ def evaluate(
     cap: int | None,
     headroom: int,
     recipe: Layout | None = None,
+    context: int | None = None,
 ) -> Proposal:
-    """One layout with the given flags on the rig, by fit's per-rank count."""
+    """One layout with the given flags on the rig, by fit's per-rank count. ``context``: the served
+    context the pool must hold (the recipe's, pinned), else ``params.max_model_len``."""
     ranks = _place(s, lay, params, rig)
     block = params.block_size
     per = [_tokens(ranks[d * lay.group : (d + 1) * lay.group], block) for d in range(lay.dp)]
     tokens = min(per)
     ctx = tokens if cap is None else min(cap, tokens)
-    seqs = sum(t // ctx for t in per) if ctx else 0
     runs = tokens >= block and all(r.headroom >= 0 and r.kv > 0 for r in ranks)
-    if params.max_model_len is not None and tokens < params.max_model_len:
-        runs = False  # stock vLLM refuses a pool shorter than one --max-model-len sequence
+    need = context or params.max_model_len
+    est = on_cards(s, params, rig.cards)
+    short = bool(need) and any(
+        r.need.kv_bytes_per_token and r.kv < est.request_bytes(r.need, need or 0) for r in ranks
+    )
+    if short and not params.host_kv_offload:
+        runs = False  # stock vLLM refuses a pool shorter than one request of the context (fit's check)
+    elif context is not None:
+        ctx = context  # (with a host KV offload, the recipe's context whatever the GPU pool holds)
+    seqs = sum(t // ctx for t in per) if ctx else 0
     fits = runs and all(r.headroom >= headroom for r in ranks)
     tp_x, pp_x = _cross(lay, rig)
     changes = 0 if recipe is None else sum(
@@ -221,8 +322,8 @@ def model_cap(s: Summary, base: EngineParams, user_cap: int | None) -> int | Non
 def recipe_row(s: Summary, base: EngineParams, rig: Rig, headroom: int, dp: int = 1) -> Proposal:
     """The recipe's layout as it stands (its own KV flags), on this rig."""
     lay = of_params(base, dp)
-    ctx = base.max_model_len or model_cap(s, base, None)
-    return evaluate(s, lay, base, rig, cap=ctx, headroom=headroom)
+    ctx = base.max_model_len or model_cap(s, base, None)  # none given: vLLM serves the model's maximum
+    return evaluate(s, lay, base, rig, cap=ctx, headroom=headroom, context=ctx)
 
 
 def default_headroom(s: Summary, base: EngineParams, rig: Rig) -> int:
@@ -234,165 +335,103 @@ def default_headroom(s: Summary, base: EngineParams, rig: Rig) -> int:
     return min(WARN_HEADROOM, least) if own.runs else WARN_HEADROOM
 
 
+def _subsets(rig: Rig, k: int) -> list[Rig]:
+    """The choices of ``k`` of the rig's cards (in nvidia-smi order), once per kind (two choices whose cards
+    — model, size, what others hold — and P2P pairs are the same give the same figures), at most ``SUBSETS``
+    of them: those with the most free memory, then the most P2P pairs (on a rig of up to 5 cards, all)."""
+    seen: dict[object, tuple[tuple[int, int, tuple[int, ...]], Rig]] = {}
+    for pick in itertools.combinations(range(len(rig.cards)), k):
+        cards = tuple(rig.cards[i] for i in pick)
+        close = None
+        if rig.close is not None:
+            close = frozenset(
+                (a, b) for a in range(k) for b in range(a + 1, k) if (pick[a], pick[b]) in rig.close
+            )
+        sig = (tuple((c.name, c.total, c.others, bool(c.squatters)) for c in cards), close)
+        if sig not in seen:
+            order = (-sum(c.has for c in cards), -len(close or ()), pick)
+            seen[sig] = (order, Rig(cards, close, rig.arch))
+    return [r for _, r in sorted(seen.values(), key=lambda x: x[0])][:SUBSETS]
+
+
+def equal_tp_groups(lay: Layout, cards: Sequence[Card]) -> bool:
+    """TP only inside a group of equal cards (same model, same size): vLLM gives every TP rank the same
+    shard and the same pool, so the smallest card would set them all."""
+    for g in range(lay.pp * lay.dp):
+        group = cards[g * lay.tp : (g + 1) * lay.tp]
+        if len({(c.name, c.total) for c in group}) > 1:
+            return False
+    return True
+
+
 def search(
-    s: Summary, base: EngineParams, rig: Rig, *, headroom: int, user_cap: int | None = None
+    s: Summary,
+    base: EngineParams,
+    rig: Rig,
+    *,
+    headroom: int,
+    user_cap: int | None = None,
+    allow: frozenset[str] = frozenset(),
+    own: Rig | None = None,
 ) -> tuple[list[Proposal], int]:
-    """Every layout on this rig, sized and ranked by the objective: the best split of each (TP, PP, DP,
-    KV dtype), best first. Where the recipe's own layout runs, layouts with fewer KV tokens are left out.
-    Returns the ranking and the number of candidates evaluated."""
+    """Every layout on every choice of the rig's cards, sized and ranked by the objective: the best split
+    and cards of each (TP, PP, DP, KV dtype), best first. The recipe's pins (``sizing``) hold unless
+    ``allow``ed. Where the recipe's own layout runs (on ``own``, the cards the spec selects; default: the
+    rig's first), layouts with fewer KV tokens are left out. Returns the ranking and the number of
+    candidates evaluated."""
     recipe = of_params(base)
-    cap = model_cap(s, base, user_cap)
+    how = sizing(s, base, rig.arch, allow, user_cap)
     known = set(s.keys)
-    own = recipe_row(s, base, rig, headroom) if base.world <= len(rig.cards) else None
-    floor = own.kv_tokens if own is not None and own.runs else 0
+    own = own or Rig(rig.cards[: base.world], _relabel(rig, base.world), rig.arch)
+    row = recipe_row(s, base, own, headroom) if base.world <= len(own.cards) else None
+    floor = row.kv_tokens if row is not None and row.runs else 0
     seen = 0
     best: dict[tuple[int, int, int, str], Proposal] = {}
-    for lay in layouts(s.shape, base, len(rig.cards), kv_dtypes(rig.arch, base.kv_cache_dtype)):
-        if (lay.tp, lay.ep) not in known:
-            continue
-        seen += 1
-        p0 = lay.params(replace(base, max_model_len=None))
-        sized = _size(s, lay, p0, rig, headroom)
-        prop = evaluate(s, lay, sized or p0, rig, cap=cap, headroom=headroom, recipe=recipe)
-        if sized is None or not prop.fits or prop.kv_tokens < floor:
-            continue
-        prop = replace(prop, params=replace(sized, max_model_len=prop.max_context))
-        k = (lay.tp, lay.pp, lay.dp, lay.kv_dtype)
-        if k not in best or prop.key() > best[k].key():
-            best[k] = prop
+    every = list(layouts(s.shape, base, len(rig.cards), how.kv_dtypes))
+    for k in range(1, len(rig.cards) + 1):
+        for sub in _subsets(rig, k):
+            for lay in every:
+                if lay.gpus != k or (lay.tp, lay.ep) not in known or not equal_tp_groups(lay, sub.cards):
+                    continue
+                seen += 1
+                prop = _sized(s, lay, base, sub, headroom, how, recipe)
+                if prop is None or not prop.fits or prop.kv_tokens < floor:
+                    continue
+                key = (lay.tp, lay.pp, lay.dp, lay.kv_dtype)
+                if key not in best or prop.key() > best[key].key():
+                    best[key] = prop
     ranked = sorted(best.values(), key=Proposal.key, reverse=True)
     return ranked, seen
 
 
-# -- reasons in words ---------------------------------------------------------------------------------------
+def _relabel(rig: Rig, k: int) -> frozenset[tuple[int, int]] | None:
+    return None if rig.close is None else frozenset(p for p in rig.close if p[1] < k)
 
 
-def kv_bytes(dtype: str, s: Summary) -> int:
-    """Bytes of one cached value in ``dtype`` (``auto``: the model's dtype)."""
-    return KV_DTYPE_BYTES.get(dtype) or (1 if dtype.startswith("fp8") else s.shape.dtype_bytes)
-
-
-def _layers(n: int) -> str:
-    return "one layer" if n == 1 else f"{n} layers"
-
-
-def _gpus(cards: Sequence[Card]) -> str:
-    return "+".join(f"GPU{c.index}" for c in cards)
-
-
-def _split_reasons(p: Proposal, s: Summary) -> list[str]:
-    lay, n = p.layout, s.shape.num_layers
-    even = tuple(b - a for a, b in pp_partition(n, lay.pp))
-    parts = lay.parts(n)
-    out = []
-    for st, (got, want) in enumerate(zip(parts, even, strict=True)):
-        cards = [r.card for r in p.ranks[st * lay.tp : (st + 1) * lay.tp]]
-        if got < want:
-            squat = [(c, sum(b for _, b in c.squatters)) for c in cards if c.squatters]
-            if squat:
-                c, b = squat[0]
-                out.append(f"GPU {c.index} holds a {b // MiB} MiB process: {_layers(want - got)} fewer there")
-            elif st == lay.pp - 1:
-                extra = "the LM head" + (" and the MTP module" if p.params.mtp else "")
-                out.append(
-                    f"stage {st} ({_gpus(cards)}) also holds {extra}: {_layers(want - got)} fewer there"
-                )
-            elif st == 0:
-                out.append(f"stage 0 ({_gpus(cards)}) also holds the embeddings: {_layers(want - got)} fewer")
-            else:
-                out.append(f"{_gpus(cards)} has less free memory: {_layers(want - got)} fewer there")
-        elif got > want:
-            out.append(f"{_gpus(cards)} takes {_layers(got - want)} more (it has the room)")
+def _sized(
+    s: Summary, lay: Layout, base: EngineParams, rig: Rig, headroom: int, how: Sizing, recipe: Layout
+) -> Proposal | None:
+    """``lay`` on ``rig``'s cards, sized (``_size``) and evaluated; a layout with more than one stage also
+    tries the split weighted by free memory (``weighted_split``) and keeps the better."""
+    p0 = lay.params(replace(base, max_model_len=how.context))
+    sized = _size(s, lay, p0, rig.cards, headroom, how)
+    if sized is None:
+        return None
+    out = _one(s, lay, sized, rig, headroom, how, recipe)
+    if lay.pp > 1 and lay.dp == 1 and lay.partition is None:
+        part = weighted_split(s, lay, sized, rig.cards, headroom)
+        even = lay.parts(s.shape.num_layers)
+        if part is not None and part != even:
+            alt = replace(lay, partition=part)
+            other = _one(s, alt, replace(sized, pp_partition=part), rig, headroom, how, recipe)
+            if other.fits and (not out.fits or other.key() > out.key()):
+                out = other
     return out
 
 
-def reasons(p: Proposal, s: Summary, recipe: Layout, headroom: int) -> list[str]:
-    """Why this proposal, in words: placement on the bridges, the split, the KV flags, the context."""
-    lay, prm = p.layout, p.params
-    out = []
-    if lay.tp > 1:
-        groups = [
-            _gpus([r.card for r in p.ranks[g * lay.tp : (g + 1) * lay.tp]]) for g in range(lay.pp * lay.dp)
-        ]
-        where = "inside P2P groups" if p.tp_cross == 0 else f"with {p.tp_cross} GPU pair(s) without P2P"
-        out.append(f"TP{lay.tp} {where} ({', '.join(groups)})")
-    if lay.pp > 1:
-        out.append(
-            f"PP{lay.pp}: {', '.join(map(str, lay.parts(s.shape.num_layers)))} layers per stage"
-            + (f"; {p.pp_cross} stage boundary(ies) cross a host bridge" if p.pp_cross else "")
-        )
-    out += _split_reasons(p, s)
-    if lay.dp > 1:
-        out.append(f"DP{lay.dp}: {lay.dp} replicas of the group, each with its own KV pool")
-    if lay.ep != recipe.ep:
-        out.append("expert parallel: whole experts per GPU" if lay.ep else "experts split over TP (no EP)")
-    if lay.kv_dtype != recipe.kv_dtype:
-        out.append(
-            f"KV cache in {lay.kv_dtype} ({kv_bytes(lay.kv_dtype, s)} byte(s) a value; "
-            "vLLM supports it on this GPU)"
-        )
-    if prm.kv_cache_memory is not None:
-        out.append(
-            f"--kv-cache-memory {prm.kv_cache_memory} at --gpu-memory-utilization "
-            f"{prm.gpu_memory_utilization:g}: the largest pool every rank holds with "
-            f"{headroom // MiB} MiB left"
-        )
-    out.append(f"max context {p.max_context:,} tokens, {p.sequences} sequence(s) of it at once")
-    return out
-
-
-# -- the cheapest fix --------------------------------------------------------------------------------
-
-
-def _without_squatters(rig: Rig) -> Rig:
-    cards = tuple(
-        replace(c, others=max(c.others - sum(b for _, b in c.squatters), 0), squatters=()) for c in rig.cards
-    )
-    return replace(rig, cards=cards)
-
-
-def prescribe(s: Summary, base: EngineParams, rig: Rig, ranked: Sequence[Proposal]) -> list[str]:
-    """When the recipe's layout does not run (a rank short of memory, or a pool shorter than one
-    --max-model-len sequence): the cheapest fixes, in this order, each taken only if it is needed: evict
-    the named process, lower --max-model-len to what the pool holds (or switch the KV dtype), add a
-    pipeline stage; else the best proposal. Empty when it runs."""
-    if base.world > len(rig.cards):
-        return _best(ranked, f"the recipe's layout needs {base.world} GPUs, the rig has {len(rig.cards)}")
-    own = recipe_row(s, base, rig, 0)
-    if own.runs:
-        return []
-    steps: list[str] = []
-    short = [r.card for r in own.ranks if r.headroom < 0 and r.card.squatters]
-    if short:
-        clean = _without_squatters(rig)
-        if all(r.headroom >= 0 for r in recipe_row(s, base, clean, 0).ranks):
-            who = "; ".join(f"{w} on GPU {c.index}" for c in short for w, _ in c.squatters)
-            steps.append(f"evict {who} (`kill PID`, `podman stop NAME`): the memory is then there")
-            rig, own = clean, recipe_row(s, base, clean, 0)
-    if all(r.headroom >= 0 and r.kv > 0 for r in own.ranks):
-        tokens, mml = own.kv_tokens, base.max_model_len or 0
-        if own.runs:
-            return steps
-        if tokens >= base.block_size:
-            step = (
-                f"lower --max-model-len to {tokens}: the KV pool holds {tokens:,} tokens, less than one "
-                f"{mml:,}-token sequence"
-            )
-            for d in kv_dtypes(rig.arch, base.kv_cache_dtype)[1:]:
-                if kv_bytes(d, s) < kv_bytes(base.kv_cache_dtype, s):
-                    alt = recipe_row(s, replace(base, kv_cache_dtype=d), rig, 0)
-                    step += f" (or switch --kv-cache-dtype {d}: {alt.kv_tokens:,} tokens)"
-            return [*steps, step]
-    more = replace(base, pp=base.pp + 1, pp_partition=None)
-    if more.world <= len(rig.cards) and more.pp <= s.shape.num_layers and recipe_row(s, more, rig, 0).runs:
-        return [*steps, f"add a stage: --pipeline-parallel-size {more.pp} (vLLM's even split)"]
-    return _best(ranked, "")
-
-
-def _best(ranked: Sequence[Proposal], why: str) -> list[str]:
-    best = next((p for p in ranked if p.fits), None)
-    if best is None:
-        return [
-            f"{why + ', and ' if why else ''}no layout fits with that headroom: free GPU memory or add GPUs"
-        ]
-    return [f"{why + ': ' if why else ''}take proposal 1, {best.layout.label()} (`invoke fit --apply 1`)"]
+def _one(
+    s: Summary, lay: Layout, sized: EngineParams, rig: Rig, headroom: int, how: Sizing, recipe: Layout
+) -> Proposal:
+    prop = evaluate(s, lay, sized, rig, cap=how.cap, headroom=headroom, recipe=recipe, context=how.context)
+    written = how.write_len if how.context is not None else prop.max_context
+    return replace(prop, params=replace(sized, max_model_len=written))

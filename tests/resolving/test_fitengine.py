@@ -1,0 +1,119 @@
+"""vLLM's memory rules by engine version (rigsmith.resolving.fitengine): which version an image names, which
+rules it gets, and what its profile run and MXFP4 repack come to."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from rigsmith.resolving import fit, fitengine
+
+GiB = fit.GiB
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("0.10.1+gptoss", (0, 10)),
+        ("v0.6.4.post1", (0, 6)),
+        ("0.15.2rc1.dev93", (0, 15)),
+        ("docker.io/vllm/vllm-openai:v0.11.2", (0, 11)),
+        ("vllm/vllm-openai:cu128-0.10.1", (0, 10)),
+        ("vllm/vllm-openai:v0.9.2@sha256:" + "a" * 64, (0, 9)),
+        ("vllm/vllm-openai:latest", None),
+        ("vllm/vllm-openai:gptoss", None),
+        ("localhost/llama-3.1-server", None),  # a version in the name, none in the tag
+        ("localhost/llama-3.1-server:1", None),
+        ("vllm/vllm-openai@sha256:" + "b" * 64, None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_the_engine_version_comes_from_the_tag_or_the_version_string(
+    text: str | None, want: tuple[int, int] | None
+) -> None:
+    assert fitengine.parse_version(text) == want
+
+
+def test_each_version_gets_its_engines_rules_and_no_version_the_newest() -> None:
+    assert fitengine.era((0, 6)).name == "V0" and fitengine.era((0, 6)).context_in_budget
+    assert fitengine.era((0, 8)).v1 and not fitengine.era((0, 9)).window_kv
+    assert fitengine.era((0, 10)).window_kv and not fitengine.era((0, 20)).graphs_in_pool
+    assert fitengine.era((0, 21)).graphs_in_pool and fitengine.era(None) is fitengine.LATEST
+    assert fitengine.era((2, 5)) is fitengine.LATEST
+
+
+def test_the_profile_run_takes_the_tokens_each_engine_picks() -> None:
+    v0, v1 = fitengine.era((0, 6)), fitengine.era((0, 10))
+    # V0 without chunked prefill profiles one prefill of the whole context, at least 2,048 tokens
+    assert fitengine.profile_shape(v0, 20000, None, None, False) == (20000, 256)
+    assert fitengine.profile_shape(v0, 1024, None, None, False) == (2048, 256)
+    # above 32K V0 turns chunked prefill on by itself: 512 tokens
+    assert fitengine.profile_shape(v0, 35000, None, None, False) == (512, 256)
+    # V1 always chunks: 2,048 × 256, or 8,192 × 1,024 on a big card; the recipe's own values win
+    assert fitengine.profile_shape(v1, 131072, None, None, False) == (2048, 256)
+    assert fitengine.profile_shape(v1, 131072, None, None, True) == (8192, 1024)
+    assert fitengine.profile_shape(v1, 131072, 1024, 4, True) == (1024, 4)
+    assert fitengine.big_card(81559 * fit.MiB, "NVIDIA H100 80GB HBM3")
+    assert not fitengine.big_card(81920 * fit.MiB, "NVIDIA A100-SXM4-80GB")
+    assert not fitengine.big_card(24576 * fit.MiB, "NVIDIA GeForce RTX 3090")
+
+
+def test_pytorch_sees_the_card_less_what_the_driver_keeps() -> None:
+    # an RTX 3090's 24,576 MiB are 23.58 GiB to PyTorch (the V0 boot log's total_gpu_memory)
+    assert round(fitengine.torch_total(24576 * fit.MiB) / GiB, 2) == 23.58
+    assert fitengine.torch_total(512 * fit.MiB) == 512 * fit.MiB  # a tiny card keeps its size
+
+
+def test_mxfp4_experts_are_counted_as_marlin_repacks_them() -> None:
+    # gpt-oss: hidden 2,880 → 3,072, expert width 2,880 → 2,944
+    blocks = 32 * (2 * 2880) * (2880 // 32) * 16  # [experts, 2 × width, hidden / 32, 16 bytes]
+    assert fitengine.mxfp4_loaded("gate_up_proj_blocks", blocks, 2880, 2880) == 32 * (2 * 2944) * 96 * 16
+    assert fitengine.mxfp4_loaded("down_proj_scales", 32 * 2880 * 90, 2880, 2880) == 32 * 3072 * 92
+    assert fitengine.mxfp4_loaded("gate_up_proj_bias", 32 * 5760 * 2, 2880, 2880) == 32 * 5888 * 2
+    assert fitengine.mxfp4_loaded("down_proj_bias", 32 * 2880 * 2, 2880, 2880) == 32 * 3072 * 2
+    assert fitengine.mxfp4_loaded("router_weight", 1000, 2880, 2880) == 1000
+    assert fitengine.mxfp4_loaded("gate_up_proj_blocks", 1000, 0, 0) == 1000
+
+
+def test_a_sliding_window_layer_holds_its_window_from_the_hybrid_kv_engines_on() -> None:
+    cfg = {
+        "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 64, "vocab_size": 1000, "max_position_embeddings": 131072, "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+    }  # fmt: skip
+    shape = fit.ModelShape.from_config(cfg)
+    assert shape.sliding_layers == (0, 2) and shape.sliding_window == 128
+    heads = [("model.layers.0.mlp.down_proj.weight", 1024, (256, 2))]
+    per_layer = 2 * 2 * 64 * 2  # K and V, 2 heads of 64, 16-bit
+    for version, window in (((0, 9), False), ((0, 10), True)):
+        est = fit.estimate(shape, replace(fit.engine_params([], {}), vllm_version=version), heads)
+        r = est.ranks[0]
+        assert r.kv_bytes_per_token == 4 * per_layer
+        full = 2 * per_layer * 131072
+        held = 2 * per_layer * (128 + 16) if window else 2 * per_layer * 131072
+        assert est.request_bytes(r, 131072) == full + held
+
+
+def test_a_big_card_gets_v1s_larger_profile_unless_the_recipe_sets_its_own() -> None:
+    cfg = {
+        "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 151936, "max_position_embeddings": 32768, "intermediate_size": 512,
+    }  # fmt: skip
+    shape = fit.ModelShape.from_config(cfg)
+    heads = [("model.layers.0.mlp.down_proj.weight", 1024, (256, 2))]
+    est = fit.estimate(shape, replace(fit.engine_params([], {}), vllm_version=(0, 10)), heads)
+    h100 = est.for_card(81559 * fit.MiB, "NVIDIA H100 80GB HBM3")
+    a100 = est.for_card(81920 * fit.MiB, "NVIDIA A100-SXM4-80GB")
+    assert a100 is est and h100.params.big_card
+    # 1,024 sequences' sampler buffers where 256 were: four times the vocabulary term
+    sampler = 9 * 151936 * 4
+    assert h100.ranks[0].activation - est.ranks[0].activation >= (1024 - 256) * sampler
+    own = fit.estimate(
+        shape,
+        replace(fit.engine_params(["--max-num-seqs", "8", "--max-num-batched-tokens", "512"], {}),
+                vllm_version=(0, 10)),
+        heads,
+    )  # fmt: skip
+    assert own.for_card(81559 * fit.MiB, "H100").ranks[0].activation == own.ranks[0].activation
