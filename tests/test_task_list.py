@@ -129,7 +129,9 @@ def test_odd_characters_in_a_mistyped_word_or_value_are_one_message(
     assert "Traceback" not in err and err.strip()
 
 
-@pytest.mark.parametrize("argv", [["--list"], ["--help", "deploy"], ["next", "--deployment", "flash-next-merlin-4x3090"]])
+@pytest.mark.parametrize(
+    "argv", [["--list"], ["--help", "deploy"], ["next", "--deployment", "flash-next-merlin-4x3090"]]
+)
 def test_a_reader_that_went_away_ends_the_command_quietly(argv: list[str]) -> None:
     """`invoke --list | head -1`: the reader is gone before the tasks write (its end of the pipe is closed
     before invoke starts), so the first write fails; the command ends with 141, as one killed by SIGPIPE

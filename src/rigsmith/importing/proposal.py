@@ -227,11 +227,21 @@ def keep_filled(proposed: Proposal, existing: Any) -> Proposal:
 
 
 def link(dep: Deployment, proposal: Proposal) -> Deployment:
-    """``dep`` building the proposed image (``engine.build``). The placeholders stay the user's to fill
-    (deploy names each); :attr:`Proposal.placeholders` says which values put them on the tree."""
+    """``dep`` building the proposed image (``engine.build``). Its placeholders stay empty on the recipe's
+    side of a re-import; :func:`fill_in_image` sets them on the user's."""
     data = to_data(dep)
     data["engine"]["build"] = proposal.name
     return from_data(data, f"deployments/{dep.name}.yaml")
+
+
+def fill_in_image(dep: Deployment, places: dict[str, str]) -> Deployment:
+    """``dep`` with each empty placeholder the proposed tree provides set to its place in the image
+    (:attr:`Proposal.placeholders`), as the user would fill it: written into the spec, not into the
+    recorded base, so a re-import keeps it (or the user's own value) like any other edit."""
+    empty = {t: v for t, v in places.items() if t in dep.placeholders and dep.placeholders[t] is None}
+    if not empty:
+        return dep
+    return dep.model_copy(update={"placeholders": {**dep.placeholders, **empty}})
 
 
 #: Env prefixes the engine (vLLM, PyTorch, NCCL, CUDA, the Hub libraries) reads itself.
