@@ -4,6 +4,8 @@ only what they checked. Real podman, real generated scripts, this machine's real
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +77,48 @@ def test_a_log_that_ends_is_not_helped_by_a_longer_timeout(tmp_path: Path) -> No
     assert "the log ended" in err.value.message and "boom" in err.value.message
     assert err.value.hint is not None and "--timeout" not in err.value.hint
     assert "more time will not help" in err.value.hint
+
+
+def _memlock_fixed() -> bool:
+    """Whether a process here cannot raise RLIMIT_MEMLOCK to unlimited (so `--ulimit memlock=-1:-1`
+    fails at container start), asked without rigsmith."""
+    inf = "resource.RLIM_INFINITY"
+    code = f"import resource; resource.setrlimit(resource.RLIMIT_MEMLOCK, ({inf}, {inf}))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, check=False).returncode != 0
+
+
+@pytest.mark.skipif(not _memlock_fixed(), reason="needs a host whose memlock limit cannot be raised")
+def test_a_start_podman_refuses_shows_its_words_leaves_nothing_and_its_hint_keeps_working(
+    tmp_path: Path, podman: Podman, fake_cdi: Path, ops_image: str
+) -> None:
+    """The OCI runtime refuses `--ulimit memlock=-1:-1` (exit 126): up shows podman's own words under
+    doctor's memlock row, removes the container podman created, and names the command that works; that
+    command keeps `--memlock host` in the spec, so next, deploy --check and a later up agree with it."""
+    data = ops_data(tmp_path, "pinned")
+    data["model"]["repo"] = None  # a local checkpoint: nothing to pin or fetch
+    data["model"].pop("revision", None)
+    data["model"].pop("config_patches", None)
+    project = write_project(tmp_path, data)
+    (Path(str(data["model"]["local_dir"])) / "config.json").write_text("{}")
+    env = {**podman.env, "COLUMNS": "300"}
+    try:
+        up = invoke_cli(project.root, "up", env=env)
+        assert up.returncode == 1 and "Traceback" not in up.stderr
+        assert "memlock: spec wants unlimited" in up.stderr
+        assert "error setting rlimit" in up.stderr  # podman's (runc's) own words, through errors.shown
+        assert "undone: removed the created container pinned" in up.stdout
+        assert podman.run("container", "exists", "pinned", check=False).returncode == 1
+        hint = "invoke up --memlock host --yes --deployment pinned"
+        assert f"`{hint}`" in up.stderr
+        again = invoke_cli(project.root, *hint.split()[1:], env=env)
+        assert again.returncode == 0, again.stderr + again.stdout
+        assert "resources.memlock: host written into deployments/pinned.yaml" in again.stdout
+        assert "verified pinned: running" in again.stdout
+        nxt = invoke_cli(project.root, "next", env=env)
+        assert "done  deployed" in nxt.stdout and "done  up" in nxt.stdout, nxt.stdout
+        check = invoke_cli(project.root, "deploy", "--check", "--target", "podman", env=env)
+        assert check.returncode == 0, check.stderr
+        steady = invoke_cli(project.root, "up", env=env)  # bare: the spec says host now
+        assert steady.returncode == 0 and "already running, up to date" in steady.stdout, steady.stderr
+    finally:
+        podman.run("rm", "--force", "--time", "0", "pinned", check=False)

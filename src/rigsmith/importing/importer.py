@@ -374,8 +374,7 @@ def import_recipe(
     upstream = recipemod.parse(
         text, source=fetched.source, sha256=fetched.sha256, name=name, image=image, **how
     )
-    if name is None:
-        upstream = _own_name(project, upstream, fetched.source, echo)
+    upstream = upstream if name else _own_name(project, upstream, fetched.source, echo)
     path = project.spec_path(upstream.name)
     base_path = base_path_of(path)
     mine = _valid_spec(path)  # a broken file goes through the merge, which says how to start afresh
@@ -392,15 +391,8 @@ def import_recipe(
     if image is None:
         own = upstream
     upstream = _consent(upstream, allow_mount, path, dry_run, confirm, echo)
-    if path.exists():
-        theirs = reimport.with_consents(own, upstream)
-        dep, unchanged = merge_spec(
-            path, base_path, theirs, mine=reimport.flags(image), resolve=resolve, confirm=confirm, echo=echo
-        )
-    else:
-        dep, unchanged = upstream, False
-    filled = proposalmod.fill_in_image(dep, in_image)
-    dep, unchanged = filled, unchanged and filled == dep
+    merge = {"image": image, "resolve": resolve, "confirm": confirm, "echo": echo}
+    dep, unchanged = _user_side(path, base_path, own, upstream, in_image, **merge)
     # nothing to take: the user's file stays byte for byte (comments and all)
     content = path.read_text(encoding="utf-8") if unchanged else specmod.MODELINE + specmod.dump(dep)
     artifacts = [writer.Artifact(path, content), *image_file]
@@ -414,6 +406,26 @@ def import_recipe(
     for line in next_steps(dep):
         echo(line)
     return dep
+
+
+def _user_side(
+    path: Path,
+    base_path: Path,
+    own: specmod.Deployment,
+    upstream: specmod.Deployment,
+    in_image: dict[str, str],
+    **merge: Any,
+) -> tuple[specmod.Deployment, bool]:
+    """(the spec to write, whether the user's file stays as it is): ``upstream`` merged three-way into the
+    user's file (``merge``: image, resolve, confirm, echo), then the placeholders the proposed image's tree
+    provides filled where they are empty (``in_image``)."""
+    if path.exists():
+        theirs = reimport.with_consents(own, upstream)
+        dep, unchanged = merge_spec(path, base_path, theirs, mine=reimport.flags(merge.pop("image")), **merge)
+    else:
+        dep, unchanged = upstream, False
+    filled = proposalmod.fill_in_image(dep, in_image)
+    return filled, unchanged and filled == dep
 
 
 def _own_name(

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from rigsmith import writer
 from rigsmith.errors import CommandError, LockDriftError, PreflightError, RigsmithError
-from rigsmith.operating import clusterlife, drift, probes, rootcause
+from rigsmith.operating import clusterlife, drift, probes, rootcause, undo
 from rigsmith.operating.clusterlife import NodeControl
 from rigsmith.operating.gpuholders import (
     Holder,
@@ -242,7 +242,7 @@ def up(
         return plan
     if not running:
         preflight(ops, plan)  # before any write: a host that cannot start it gets nothing installed
-    before = {a.path: _previous(a.path) for a in installs}
+    before = {a.path: undo.previous(a.path) for a in installs}
     if changed:
         writer.write(files, yes=yes, confirm=confirm, echo=ops.echo, root=root)
     try:
@@ -257,7 +257,9 @@ def up(
                 blocker = rootcause.first_blocker(ops.project, plan.name, ops.target, ops.host, skip=skip)
                 raise rootcause.lead(err, blocker, plan.name, ops.target) from None
     except RigsmithError:
-        _undo_installs(before, ops.echo)
+        undo.installs(before, ops.echo)
+        if not running:
+            undo.start(ops.run, ctl.target, ctl.name, bool(before), ops.echo)
         raise
     verify(ops, plan)
     return plan
@@ -274,27 +276,6 @@ def preflight(ops: Ops, plan: planmod.RunPlan) -> None:
             hint="use --target podman (plain podman run), or a host whose podman has quadlet and whose init "
             "is systemd; `invoke doctor --target quadlet` checks it",
         )
-
-
-def _previous(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None
-
-
-def _undo_installs(before: Mapping[Path, bytes | None], echo: Callable[[str], None]) -> None:
-    """Put the installed units back as they were before ``up`` (a failed start leaves no new unit)."""
-    for path, old in before.items():
-        try:
-            if old is None:
-                path.unlink(missing_ok=True)
-                echo(f"undone: removed {path} (the start failed)")
-            elif path.read_bytes() != old:
-                writer.write_one(path, old.decode("utf-8", errors="surrogateescape"))
-                echo(f"undone: restored {path} (the start failed)")
-        except OSError as err:
-            echo(f"warning: could not undo {path}: {err}")
 
 
 def _drift_gate(ops: Ops, plan: planmod.RunPlan, ignore: bool) -> None:
