@@ -55,7 +55,13 @@ def test_seed_recipe_file_import_equals_shipped_spec_except_user_filled_fields(
     # the proposed image holds the tree: the placeholders are set to its place there (the user may change)
     assert dep.placeholders == {"<repo>": "/opt/src", "<vllm tree>": "/opt/src/vllm-v2.5"}
     assert shipped.placeholders == {"<repo>": "/opt/merlin", "<vllm tree>": "/opt/merlin/vllm-v2.5"}
-    assert dep.mounts == () and shipped.mounts != ()
+    # the compile cache the env puts into the image's tree is kept on the host (else cold at every start)
+    cache = Mount(
+        host=f"~/models/rigsmith-cache/{NAME}/vllm_cache_root",
+        container="/opt/src/.vllm-cache-v2.5",
+        note="VLLM_CACHE_ROOT: kept on the host (in the image it would start empty in every new container)",
+    )
+    assert dep.mounts == (cache,) and shipped.mounts != ()
     assert dep.provenance is not None and dep.provenance.source == str(SEED_RECIPE)
     assert dep.provenance.sha256 == hashlib.sha256(SEED_BYTES).hexdigest() == shipped.provenance.sha256  # type: ignore[union-attr]
     # the file on disk is the spec, and it loads back to the same thing
@@ -80,8 +86,9 @@ def test_seed_recipe_http_import_equals_file_import(
     proposed = from_file.engine.model_copy(update={"build": NAME})  # the image proposed from the notes
     in_image = {"<repo>": "/opt/src", "<vllm tree>": "/opt/src/vllm-v2.5"}  # the tree's place in it
     assert dep.model_copy(update={"provenance": from_file.provenance}) == from_file.model_copy(
-        update={"engine": proposed, "placeholders": in_image}
+        update={"engine": proposed, "placeholders": in_image, "mounts": dep.mounts}
     )
+    assert [m.container for m in dep.mounts] == ["/opt/src/.vllm-cache-v2.5"]
 
 
 def test_seed_import_keeps_the_argv_byte_for_byte() -> None:
