@@ -4,8 +4,6 @@ only what they checked. Real podman, real generated scripts, this machine's real
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ from rigsmith.errors import RigsmithError
 from rigsmith.operating import lifecycle, wait
 from rigsmith.operating.lifecycle import Ops
 from tests.support.common import HOST_MEMLOCK, invoke_cli, write_project
-from tests.support.ops import ops_data
+from tests.support.ops import memlock_fixed, ops_data
 from tests.support.podman import Podman
 
 driverless = pytest.mark.skipif(
@@ -79,15 +77,7 @@ def test_a_log_that_ends_is_not_helped_by_a_longer_timeout(tmp_path: Path) -> No
     assert "more time will not help" in err.value.hint
 
 
-def _memlock_fixed() -> bool:
-    """Whether a process here cannot raise RLIMIT_MEMLOCK to unlimited (so `--ulimit memlock=-1:-1`
-    fails at container start), asked without rigsmith."""
-    inf = "resource.RLIM_INFINITY"
-    code = f"import resource; resource.setrlimit(resource.RLIMIT_MEMLOCK, ({inf}, {inf}))"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, check=False).returncode != 0
-
-
-@pytest.mark.skipif(not _memlock_fixed(), reason="needs a host whose memlock limit cannot be raised")
+@pytest.mark.skipif(not memlock_fixed(), reason="needs a host whose memlock limit cannot be raised")
 def test_a_start_podman_refuses_shows_its_words_leaves_nothing_and_its_hint_keeps_working(
     tmp_path: Path, podman: Podman, fake_cdi: Path, ops_image: str
 ) -> None:
