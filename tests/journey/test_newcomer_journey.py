@@ -20,14 +20,12 @@ import pytest
 import yaml
 
 from rigsmith.operating.standin import Standin, StandinConfig
-from tests.support import services
 from tests.support.common import FAKE_VENDOR, REPO, invoke_cli
 from tests.support.hubserver import HubServer
-from tests.support.journey import build_env, recipe_site, standin_base
+from tests.support.journey import build_env, build_services, fill_image, recipe_site
 from tests.support.models import tiny_files
 from tests.support.ops import OPS_IMAGE, free_port, memlock_fixed
 from tests.support.podman import Podman
-from tests.support.sources import asset_server, git_daemon, serve_release
 from tests.test_hints import commands_in, problem
 
 pytestmark = pytest.mark.engine
@@ -121,13 +119,7 @@ def test_seed_003_newcomer_from_the_recipe_url_to_a_qualified_build_and_back(
 ) -> None:
     root = _fresh_checkout(tmp_path)
     hub_server.reset()
-    with (
-        recipe_site() as url,
-        git_daemon(tmp_path / "git") as upstream,
-        asset_server() as assets,
-        services.registry(tmp_path / "registry") as reg,
-        services.podman_api_on(podman, reg.host, tmp_path) as api,
-    ):
+    with recipe_site() as url, build_services(tmp_path, podman, ops_image) as svc:
         user = Newcomer(root, build_env(podman.env, tmp_path, hub_server.url))
         imp = user.run("import-recipe", url)
         name = "qwen3-8-flash-next-w4a16-merlin"
@@ -136,15 +128,7 @@ def test_seed_003_newcomer_from_the_recipe_url_to_a_qualified_build_and_back(
 
         # what import asks to fill: image.yaml's repo and asset URLs (and, here, a base this machine can
         # pull); the spec's rig-specific paths; the recipe's commit is not this test repo's
-        image_path = root / "images" / name / "image.yaml"
-        image = yaml.safe_load(image_path.read_text())
-        image["base"] = {"name": standin_base(podman, reg.host, ops_image).rsplit(":", 1)[0], "tag": "1"}
-        image["tree"]["repo"] = upstream.url
-        urls = serve_release(assets)
-        for a in image["tree"]["assets"]:
-            a["url"] = urls[a["name"]]
-        image["tree"].pop("commit")
-        image_path.write_text(yaml.safe_dump(image, sort_keys=False))
+        fill_image(root / "images" / name / "image.yaml", svc)
         port = free_port()
         _this_rig(root / "deployments" / f"{name}.yaml", tmp_path, port, 4)
         files = tiny_files("halt95/Qwen3.8-Flash-Next-W4A16-Merlin", shards=1)
@@ -156,7 +140,9 @@ def test_seed_003_newcomer_from_the_recipe_url_to_a_qualified_build_and_back(
         # the guide's loop: `invoke next`, then the command it names
         user.step("pin")
         user.step("fetch-model")
-        user.step("build", CONTAINER_HOST=api)  # the podman API of this test's storage, for the build only
+        user.step(
+            "build", CONTAINER_HOST=svc.api
+        )  # the podman API of this test's storage, for the build only
         doc = user.run("doctor", ok=False)  # no NVIDIA driver here: GPUs no-go; the image is go
         assert any(ln.startswith("│ image") and "│ go" in ln for ln in doc.stdout.splitlines()), doc.stdout
         _operate(user, name, port, podman)

@@ -18,14 +18,13 @@ import yaml
 
 from rigsmith import spec as specmod
 from rigsmith.resolving import lock as lockmod
-from tests.support import services
 from tests.support.common import FAKE_VENDOR, invoke_cli
 from tests.support.hubserver import HubServer
-from tests.support.journey import build_env, recipe_site, standin_base
+from tests.support.journey import build_env, build_services, fill_image, recipe_site
 from tests.support.models import tiny_files
 from tests.support.ops import free_port
 from tests.support.podman import Podman
-from tests.support.sources import SCALES, asset_server, git, git_daemon, serve_release
+from tests.support.sources import SCALES, git
 
 HUB_REPO = "halt95/Qwen3.8-Flash-Next-W4A16-Merlin"
 
@@ -38,15 +37,9 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
     root = tmp_path / "rig"
     (root / "deployments").mkdir(parents=True)
     hub_server.reset()
-    with (
-        recipe_site() as recipe_url,
-        git_daemon(tmp_path / "git") as upstream,
-        asset_server() as assets,
-        services.registry(tmp_path / "registry") as reg,
-        services.podman_api_on(podman, reg.host, tmp_path) as api,
-    ):
+    with recipe_site() as recipe_url, build_services(tmp_path, podman, ops_image) as svc:
         # The base the tree runs on: the stand-in engine image, served by the local registry.
-        base_ref = standin_base(podman, reg.host, ops_image)
+        upstream, base_ref, api = svc.upstream, svc.base, svc.api
         env = build_env(podman.env, tmp_path, hub_server.url)
 
         # 1. import: no image given; the notes' git clone + release assets become images/merlin
@@ -59,13 +52,7 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
         assert refused.returncode == 1 and "tree.repo: is empty" in refused.stderr, refused.stderr
 
         # 2. the user fills what the recipe does not say: the repo, the asset URLs, the base; <repo>
-        image = yaml.safe_load(image_path.read_text())
-        image["base"] = {"name": base_ref.rsplit(":", 1)[0], "tag": "1"}
-        image["tree"]["repo"] = upstream.url
-        urls = serve_release(assets)
-        for a in image["tree"]["assets"]:
-            a["url"] = urls[a["name"]]
-        image_path.write_text(yaml.safe_dump(image, sort_keys=False))
+        image = fill_image(image_path, svc, drop_commit=False)
         port = free_port()
         data = yaml.safe_load(spec_path.read_text())
         dest = image["tree"]["dest"]
