@@ -52,6 +52,23 @@ class Newcomer:
             self.seen.append(hint)
         return r
 
+    def run_looks(self) -> int:
+        """Run every distinct hint seen so far that only looks (next, doctor, status, logs, a deploy
+        --check, check-container): each must run to its verdict (0, or doctor's no-go 1), no traceback and
+        no parse error. Hints with a word to fill (REF, SOURCE) or that follow (``--follow``) are not run."""
+        ran = 0
+        for hint in {tuple(h): None for h in self.seen}:
+            looks = hint[0] in ("next", "doctor", "status", "logs", "check-container")
+            if not (looks or (hint[:1] == ("deploy",) and "--check" in hint)):
+                continue
+            if any(w.isupper() for w in hint) or "--follow" in hint:
+                continue
+            r = invoke_cli(self.root, *hint, env=self.env, timeout=600)
+            said = r.stdout + r.stderr
+            assert r.returncode in (0, 1) and "Traceback" not in said and "No idea what" not in said, said
+            ran += 1
+        return ran
+
     def next_command(self) -> list[str]:
         """`invoke next` (bare, as the guide says) and the command it names for the next step."""
         r = self.run("next")
@@ -101,6 +118,7 @@ def _operate(user: Newcomer, name: str, port: int, podman: Podman) -> None:
             [fix] = [h for h in commands_in(up.stderr) if h[0] == "up" and "--memlock" in h]
             assert user.run(*fix).returncode == 0
             assert user.run("deploy", "--check", "--target", "podman").returncode == 0  # it agrees
+        assert user.run_looks() >= 3  # every printed hint that only looks works while it runs
         with Standin(StandinConfig(model_names=("standin",), rate=120.0, ttft=0.01), port=port):
             for argv in commands_in(user.run("next").stdout.splitlines()[-1].split("next: ", 1)[1]):
                 assert argv[0] in ("wait", "bench")
