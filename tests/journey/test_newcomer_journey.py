@@ -143,6 +143,8 @@ def test_seed_003_newcomer_from_the_recipe_url_to_a_qualified_build_and_back(
         name = "qwen3-8-flash-next-w4a16-merlin"
         assert f"now act on {name}, the newest import" in imp.stdout
         assert len(name) <= 32 and f"--deployment {name}" in imp.stdout
+        assert "placeholders set to it (<repo>: /opt/src" in imp.stdout  # not left empty
+        assert "→ /opt/src/.vllm-cache-v2.5 (VLLM_CACHE_ROOT: kept on the host" in imp.stdout
 
         # what import asks to fill: image.yaml's repo and asset URLs (and, here, a base this machine can
         # pull); the spec's rig-specific paths; the recipe's commit is not this test repo's

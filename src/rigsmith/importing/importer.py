@@ -425,6 +425,8 @@ def _user_side(
     else:
         dep, unchanged = upstream, False
     filled = proposalmod.fill_in_image(dep, in_image)
+    for m in (m for m in filled.mounts if m not in dep.mounts):
+        merge["echo"](f"mounts: {m.host} → {m.container} ({m.note}); create it before `invoke up`")
     return filled, unchanged and filled == dep
 
 
