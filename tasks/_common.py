@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from rigsmith.project import Project
 
 #: The end of every --deployment help line.
-DEFAULT_DEP = " (default: RIGSMITH_DEPLOYMENT, invoke.yaml's rigsmith.deployment, or the only one)"
+DEFAULT_DEP = (
+    " (default: RIGSMITH_DEPLOYMENT, the newest import, invoke.yaml's rigsmith.deployment, or the only one)"
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -26,20 +28,35 @@ R = TypeVar("R")
 
 def project(c: Context | None = None) -> Project:
     """The checkout the command runs in (RIGSMITH_ROOT overrides, for tests and scripts), with its default
-    deployment: RIGSMITH_DEPLOYMENT, else Invoke's config value ``rigsmith.deployment`` (invoke.yaml).
+    deployment: RIGSMITH_DEPLOYMENT, else the newest import (what ``import-recipe`` wrote last, while
+    invoke.yaml names what it named then), else Invoke's config value ``rigsmith.deployment`` (invoke.yaml).
 
     rigsmith.project (the spec's pydantic models) loads here, not when tasks/ is imported: invoke imports
     every task module for every command, `invoke --list` included."""
-    from rigsmith.project import Project, find_root
+    from rigsmith.project import NEWEST_IMPORT, Project, newest_import
 
-    env = os.environ.get("RIGSMITH_ROOT")
-    root = Path(env).resolve() if env else find_root()
+    root = _root()
     named = os.environ.get("RIGSMITH_DEPLOYMENT", "").strip()
     if named:
         return Project(root, named, "RIGSMITH_DEPLOYMENT")
-    # Invoke loaded invoke.yaml from the checkout holding tasks/; another RIGSMITH_ROOT has its own.
-    value = _invoke_yaml(root) if env else _config_value(c)
+    value = configured_default(c)
+    newest = newest_import(root, value)
+    if newest:
+        return Project(root, newest, f"the newest import ({root / NEWEST_IMPORT})")
     return Project(root, value, f"rigsmith.deployment in {root / 'invoke.yaml'}" if value else None)
+
+
+def _root() -> Path:
+    from rigsmith.project import find_root
+
+    env = os.environ.get("RIGSMITH_ROOT")
+    return Path(env).resolve() if env else find_root()
+
+
+def configured_default(c: Context | None) -> str | None:
+    """The default deployment invoke.yaml names (Invoke loaded the one of the checkout holding tasks/;
+    another RIGSMITH_ROOT has its own), None when none."""
+    return _invoke_yaml(_root()) if os.environ.get("RIGSMITH_ROOT") else _config_value(c)
 
 
 def _config_value(c: Context | None) -> str | None:

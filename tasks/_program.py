@@ -11,8 +11,12 @@ else in invoke changes, and a Program made elsewhere (a test's ``Program(namespa
 from __future__ import annotations
 
 import difflib
+import functools
+import os
 import re
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from invoke.exceptions import ParseError
 from invoke.parser.context import ParserContext
@@ -63,8 +67,38 @@ def suggestion(word: str, task: ParserContext | None, tasks: list[str], core: Pa
     return " ".join(parts)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The exit status of a command whose reader went away (128 + SIGPIPE), as a shell reports a killed one.
+BROKEN_PIPE = 141
+
+
+def _reader_gone(fn: F) -> F:
+    """``fn`` where a closed stdout (``invoke --list | head``) ends the command quietly instead of with a
+    BrokenPipeError traceback: stdout is pointed at /dev/null (so the interpreter's last flush at exit
+    fails on nothing) and the exit status is 141, as for a command killed by SIGPIPE (Python's
+    documented recipe, "Note on SIGPIPE" in the signal module)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(BROKEN_PIPE)
+
+    return wrapper  # type: ignore[return-value]
+
+
 class SuggestingProgram(Program):
-    """A Program whose "No idea what X is!" says which flag or task was probably meant."""
+    """A Program whose "No idea what X is!" says which flag or task was probably meant, and that ends
+    quietly when its reader goes away (the methods that print, called after :func:`adopt`)."""
+
+    print_help = _reader_gone(Program.print_help)
+    print_task_help = _reader_gone(Program.print_task_help)
+    list_tasks = _reader_gone(Program.list_tasks)
+    execute = _reader_gone(Program.execute)
 
     def parse_tasks(self) -> None:
         try:

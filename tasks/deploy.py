@@ -94,6 +94,10 @@ def deploy(
     from rigsmith.rendering.targets import LxcOptions
 
     mem, uvm = _memlock(memlock), _int("--uvm-major", uvm_major)
+    if not check:  # --memlock shapes the artifacts: the spec keeps it, so later commands render the same
+        from rigsmith.operating.specflags import keep_memlock
+
+        keep_memlock(project(c), deployment, mem, echo)
     deploymod.deploy(
         project(c),
         target,

@@ -122,7 +122,10 @@ def up(
 ) -> None:
     """Start the deployment (render-check, start if needed, verify devices and env arrived)."""
     from rigsmith.operating import lifecycle
+    from rigsmith.operating.specflags import keep_memlock
 
+    if not dry_run:  # --memlock shapes the artifacts: the spec keeps it, so later commands render the same
+        keep_memlock(project(c), deployment, _memlock(memlock), echo)
     if offline:
         from rigsmith.operating import offline as offlinemod
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from invoke.context import Context
 from invoke.tasks import task
 
-from tasks._common import confirm, echo, project, prompt, side, user_errors
+from tasks._common import configured_default, confirm, echo, project, prompt, side, user_errors
 
 
 @task(
@@ -77,6 +77,9 @@ def import_recipe(
     )
     if not dry_run:
         from rigsmith.operating.nextstep import after_import
+        from rigsmith.project import record_import
 
-        for line in after_import(dep):
+        configured = configured_default(c)
+        record_import(project(c).root, dep.name, configured)
+        for line in after_import(dep, project(c), configured):
             say(line)

@@ -14,6 +14,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from invoke.exceptions import Exit, ParseError
@@ -89,33 +90,42 @@ def commands() -> list[tuple[str, list[str]]]:
     """(where, argv after `invoke`) for every command the source can print. A command's words are its
     flags with their values (the task's own flags say which take one) and upper-case positionals (SOURCE,
     OUT); the first other word is prose and ends it."""
-    contexts = {c.name: c for c in ns.to_contexts()}
     found: dict[tuple[str, ...], str] = {}
     for where, text in _strings():
-        for m in _START.finditer(text):
-            if text[max(0, m.start() - 3) : m.start() + 1] in MENTIONS:
-                continue
-            try:
-                words = _fill(shlex.split(m.group(2).replace("…", "")))
-            except ValueError:
-                words = _fill(m.group(2).split())
-            argv, ctx = [m.group(1)], contexts.get(m.group(1))
-            i = 0
-            while i < len(words):
-                w = words[i]
-                arg = ctx.flags.get(w) if ctx is not None and w.startswith("--") else None
-                if w.startswith("--"):
-                    argv.append(w)
-                    if arg is not None and arg.takes_value and i + 1 < len(words):
-                        argv.append(words[i + 1])
-                        i += 1
-                elif w.isupper() and w.isalpha():
-                    argv.append(w)
-                else:
-                    break
-                i += 1
+        for argv in commands_in(text):
             found.setdefault(tuple(argv), where)
     return sorted((where, list(argv)) for argv, where in found.items())
+
+
+def commands_in(text: str) -> list[list[str]]:
+    """The argv after `invoke` of every command ``text`` names (a source string, or what a command
+    printed: the journeys run the hints they are shown), in order."""
+    contexts = {c.name: c for c in ns.to_contexts()}
+    out: list[list[str]] = []
+    for m in _START.finditer(text):
+        if text[max(0, m.start() - 3) : m.start() + 1] in MENTIONS:
+            continue
+        try:
+            words = _fill(shlex.split(m.group(2).replace("…", "")))
+        except ValueError:
+            words = _fill(m.group(2).split())
+        argv, ctx = [m.group(1)], contexts.get(m.group(1))
+        i = 0
+        while i < len(words):
+            w = words[i]
+            arg = ctx.flags.get(w) if ctx is not None and w.startswith("--") else None
+            if w.startswith("--"):
+                argv.append(w)
+                if arg is not None and arg.takes_value and i + 1 < len(words):
+                    argv.append(words[i + 1])
+                    i += 1
+            elif w.isupper() and w.isalpha():
+                argv.append(w)
+            else:
+                break
+            i += 1
+        out.append(argv)
+    return out
 
 
 #: What comes right before "`invoke" that make it a mention of a task, not a command to run ("Proposed by
@@ -142,9 +152,9 @@ def test_the_source_prints_commands_and_the_collector_finds_them() -> None:
     assert len(found) > 40, sorted(found)
 
 
-def problem(argv: list[str]) -> str | None:
-    """Why ``invoke ARGV`` would not work (invoke's own parse error, a rejected example value, an unknown
-    deployment), or None."""
+def problem(argv: list[str], root: Path = REPO) -> str | None:
+    """Why ``invoke ARGV`` would not work (invoke's own parse error, a rejected example value, a
+    deployment the checkout at ``root`` does not have), or None."""
     try:
         parsed = Parser(contexts=ns.to_contexts()).parse_argv(argv)
     except ParseError as err:
@@ -159,7 +169,7 @@ def problem(argv: list[str]) -> str | None:
             if w in CONVERTERS:
                 CONVERTERS[w](value)
             if w == "--deployment":
-                Project(REPO).resolve_name(value)
+                Project(root).resolve_name(value)
         except (RigsmithError, Exit, ValueError) as err:
             return f"{w} {value} is rejected: {err}"
     return None

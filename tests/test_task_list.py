@@ -127,3 +127,24 @@ def test_odd_characters_in_a_mistyped_word_or_value_are_one_message(
     assert ended.value.code == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip()
+
+
+@pytest.mark.parametrize(
+    "argv", [["--list"], ["--help", "deploy"], ["next", "--deployment", "flash-next-merlin-4x3090"]]
+)
+def test_a_reader_that_went_away_ends_the_command_quietly(argv: list[str]) -> None:
+    """`invoke --list | head -1`: the reader is gone before the tasks write (its end of the pipe is closed
+    before invoke starts), so the first write fails; the command ends with 141, as one killed by SIGPIPE
+    would, and no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}", "RIGSMITH_ROOT": str(REPO)}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "invoke", "-r", str(REPO), *argv],
+            cwd=REPO, env=env, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+    assert proc.returncode == 141

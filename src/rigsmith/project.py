@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -89,6 +90,35 @@ class Project:
         from rigsmith import spec as specmod  # the pydantic models: only for a task that reads a spec
 
         return specmod.load(self.spec_path(self.resolve_name(name)))
+
+
+#: Where ``import-recipe`` records the deployment it wrote last, so that bare commands act on it.
+NEWEST_IMPORT = Path(".rigsmith") / "newest-import.json"
+
+
+def record_import(root: Path, name: str, over: str | None) -> None:
+    """Remember ``name`` as the newest import, and the invoke.yaml default it was imported over (``over``):
+    bare commands act on it until invoke.yaml names another deployment or another import comes."""
+    from rigsmith import writer
+
+    text = json.dumps({"deployment": name, "invoke_yaml_default": over}, sort_keys=True) + "\n"
+    path = root / NEWEST_IMPORT
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:  # an unchanged record is not touched
+        writer.write_one(path, text)
+
+
+def newest_import(root: Path, configured: str | None) -> str | None:
+    """The newest import bare commands act on: the deployment ``import-recipe`` wrote last, while it still
+    exists and invoke.yaml's default (``configured``) is the one it was imported over — a default set in
+    invoke.yaml after the import is the user's later choice and wins. None when there is none."""
+    try:
+        data = json.loads((root / NEWEST_IMPORT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # none recorded, or a damaged record: the configured default, as before any import
+    name = data.get("deployment") if isinstance(data, dict) else None
+    if not isinstance(name, str) or data.get("invoke_yaml_default") != configured:
+        return None
+    return name if (root / "deployments" / f"{name}.yaml").is_file() else None
 
 
 def find_root(start: Path | None = None) -> Path:

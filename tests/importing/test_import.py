@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,8 @@ from rigsmith.errors import ConsentError, RecipeError, RigsmithError
 from rigsmith.importing import importer, recipe
 from rigsmith.importing.recipe.composeform import SERVICE_KEYS
 from rigsmith.project import Project
-from tests.support.common import GOLDEN, compare_tree
-from tests.support.recipes import SEED_RECIPE, corpus
+from tests.support.common import GOLDEN, REPO, compare_tree
+from tests.support.recipes import SEED_RECIPE, corpus, task_cli
 from tests.support.recipes import import_cli as _cli
 
 NAME = "merlin"
@@ -325,7 +326,8 @@ def test_cli_import_recipe_exit_codes_and_messages(tmp_path: Path) -> None:
     r = _cli(root, str(SEED_RECIPE), "--name", "merlin")
     assert r.returncode == 0, r.stderr
     assert "create  deployments/merlin.yaml" in r.stdout
-    assert "fill in before deploy: <repo>, <vllm tree>" in r.stdout
+    assert "fill in before deploy" not in r.stdout  # the tree is in the proposed image: they point there
+    assert "placeholders set to it (<repo>: /opt/src, <vllm tree>: /opt/src/vllm-v2.5" in r.stdout
     assert "engine image proposed from the recipe's notes: images/merlin/image.yaml" in r.stdout
     assert "create  images/merlin/image.yaml" in r.stdout
 
@@ -544,3 +546,24 @@ def test_cli_imports_a_local_path_recipe(tmp_path: Path) -> None:
     assert "model:\n  repo: null\n  local_dir: /srv/models/My-Finetune\n" in text
     spec = specmod.load(root / "deployments" / "my-finetune.yaml")
     assert spec.resources.gpus.cdi_devices == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
+
+
+def test_bare_commands_act_on_the_newest_import_until_invoke_yaml_names_another(tmp_path: Path) -> None:
+    """A checkout whose invoke.yaml names the shipped example: after `import-recipe`, bare `next` acts on
+    what was just imported (and import says so); invoke.yaml changed afterwards is the user's later choice."""
+    root = tmp_path / "rig"
+    shutil.copytree(REPO / "deployments", root / "deployments")
+    shutil.copy(REPO / "invoke.yaml", root / "invoke.yaml")
+    shipped = "flash-next-merlin-4x3090"
+    assert f"{shipped}:" in task_cli(root, "next").stdout
+    imp = _cli(root, str(SEED_RECIPE))
+    assert imp.returncode == 0, imp.stderr
+    new = "qwen3-8-flash-next-w4a16-merlin"
+    assert f"now act on {new}, the newest import (instead of invoke.yaml's {shipped})" in imp.stdout
+    nxt = task_cli(root, "next")
+    assert nxt.returncode == 0 and nxt.stdout.startswith(f"{new}:"), nxt.stdout + nxt.stderr
+    assert f"--deployment {new}" in nxt.stdout
+    # RIGSMITH_DEPLOYMENT still wins; invoke.yaml edited to another deployment wins from then on
+    assert task_cli(root, "next", RIGSMITH_DEPLOYMENT=shipped).stdout.startswith(f"{shipped}:")
+    (root / "invoke.yaml").write_text("rigsmith:\n  deployment: flash-next-int4-3x3090\n")
+    assert task_cli(root, "next").stdout.startswith("flash-next-int4-3x3090:")

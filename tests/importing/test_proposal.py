@@ -53,8 +53,8 @@ def test_seed_003_notes_become_a_source_image_linked_as_engine_build(tmp_path: P
         ("tree.assets[0].url", "asset 'source-bundle' has no URL; write its download URL"),
         ("tree.assets[1].url", "asset 'compiled-ops' has no URL; write its download URL"),
     ]
-    # The placeholders stay the user's to fill; deploy names them (and checks they reach the tree).
-    assert dep.placeholders == {"<repo>": None, "<vllm tree>": None}
+    # The placeholders point into the image's tree (the user's to change; deploy checks they reach it).
+    assert dep.placeholders == {"<repo>": "/opt/src", "<vllm tree>": "/opt/src/vllm-v2.5"}
     assert specmod.load(project.spec_path("merlin")).engine.build == "merlin"
 
 

@@ -52,9 +52,16 @@ def test_seed_recipe_file_import_equals_shipped_spec_except_user_filled_fields(
     # and exactly those fields differ
     assert shipped.engine.image is not None and dep.engine.image is None
     assert dep.engine.build == NAME and (empty_project.images / NAME / "image.yaml").is_file()
-    assert dep.placeholders == {"<repo>": None, "<vllm tree>": None}
+    # the proposed image holds the tree: the placeholders are set to its place there (the user may change)
+    assert dep.placeholders == {"<repo>": "/opt/src", "<vllm tree>": "/opt/src/vllm-v2.5"}
     assert shipped.placeholders == {"<repo>": "/opt/merlin", "<vllm tree>": "/opt/merlin/vllm-v2.5"}
-    assert dep.mounts == () and shipped.mounts != ()
+    # the compile cache the env puts into the image's tree is kept on the host (else cold at every start)
+    cache = Mount(
+        host=f"~/models/rigsmith-cache/{NAME}/vllm_cache_root",
+        container="/opt/src/.vllm-cache-v2.5",
+        note="VLLM_CACHE_ROOT: kept on the host (in the image it would start empty in every new container)",
+    )
+    assert dep.mounts == (cache,) and shipped.mounts != ()
     assert dep.provenance is not None and dep.provenance.source == str(SEED_RECIPE)
     assert dep.provenance.sha256 == hashlib.sha256(SEED_BYTES).hexdigest() == shipped.provenance.sha256  # type: ignore[union-attr]
     # the file on disk is the spec, and it loads back to the same thing
@@ -77,9 +84,11 @@ def test_seed_recipe_http_import_equals_file_import(
     assert dep.provenance is not None and dep.provenance.source == url
     assert _without_user_fields(dep) == _without_user_fields(from_file)
     proposed = from_file.engine.model_copy(update={"build": NAME})  # the image proposed from the notes
+    in_image = {"<repo>": "/opt/src", "<vllm tree>": "/opt/src/vllm-v2.5"}  # the tree's place in it
     assert dep.model_copy(update={"provenance": from_file.provenance}) == from_file.model_copy(
-        update={"engine": proposed}
+        update={"engine": proposed, "placeholders": in_image, "mounts": dep.mounts}
     )
+    assert [m.container for m in dep.mounts] == ["/opt/src/.vllm-cache-v2.5"]
 
 
 def test_seed_import_keeps_the_argv_byte_for_byte() -> None:
@@ -143,19 +152,20 @@ def test_note_facts_from_seed_notes() -> None:
     ]
 
 
-def test_deploy_refuses_the_fresh_import_naming_each_placeholder_then_the_image(
+def test_deploy_refuses_an_empty_placeholder_then_the_unbuilt_image(
     empty_project: Project,
 ) -> None:
     dep = importer.import_recipe(empty_project, str(SEED_RECIPE), name=NAME, echo=_quiet)
+    emptied = dep.model_copy(update={"placeholders": {"<repo>": None, "<vllm tree>": None}})
     with pytest.raises(SpecError) as err:
-        make(dep, Lock(), spec_path=f"deployments/{NAME}.yaml")
+        make(emptied, Lock(), spec_path=f"deployments/{NAME}.yaml")
     assert "'<repo>' has no value" in str(err.value) and "'<vllm tree>' has no value" in str(err.value)
-    filled = dep.model_copy(update={"placeholders": {"<repo>": "/opt/m", "<vllm tree>": "/opt/m/v"}})
+    # as imported, the placeholders point into the proposed image; the image (engine.build) is not built yet
     with pytest.raises(Exception) as err2:
-        make(filled, Lock(), spec_path=f"deployments/{NAME}.yaml")
-    # the image proposed from the notes (engine.build) is not built yet
+        make(dep, Lock(), spec_path=f"deployments/{NAME}.yaml")
     assert f"runs image build {NAME!r}, which has no entry in rigsmith.lock" in str(err2.value)
     assert "--image REF" in str(err2.value)
+    filled = dep.model_copy(update={"placeholders": {"<repo>": "/opt/m", "<vllm tree>": "/opt/m/v"}})
     # an image rigsmith cannot see into provides none of the paths the env names through <repo>
     with pytest.raises(SpecError) as err3:
         make(filled, Lock(), spec_path=f"deployments/{NAME}.yaml", image="localhost/vllm:1").check_env_paths()
@@ -182,10 +192,27 @@ def test_image_flag_sets_the_engine_image(empty_project: Project) -> None:
     assert dep.engine.image == "localhost/vllm-merlin:v2.5.1"
 
 
-def test_default_name_is_the_recipe_id_cut_to_63(empty_project: Project) -> None:
-    dep = importer.import_recipe(empty_project, str(SEED_RECIPE), echo=_quiet)
-    assert dep.name == "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3"
+def test_default_name_is_the_recipe_id_cut_short_at_a_word(empty_project: Project, tmp_path: Path) -> None:
+    said: list[str] = []
+    dep = importer.import_recipe(empty_project, str(SEED_RECIPE), echo=said.append)
+    assert dep.name == "qwen3-8-flash-next-w4a16-merlin"  # typed and repeated in every hint: short
     assert empty_project.spec_path(dep.name).is_file()
+    # the same source again merges into its own file; another recipe under the same short name does not
+    again = importer.import_recipe(empty_project, str(SEED_RECIPE), echo=said.append)
+    assert again.name == dep.name
+    other = tmp_path / "elsewhere.json"
+    other.write_bytes(SEED_BYTES)
+    second = importer.import_recipe(empty_project, str(other), echo=said.append)
+    assert second.name == "qwen3-8-flash-next-w4a16-merlin-2"
+    assert specmod.load(empty_project.spec_path(dep.name)).provenance.source == str(SEED_RECIPE)  # type: ignore[union-attr]
+    assert any("holds another recipe's deployment: importing as qwen3-8-flash-next-w4a16-merlin-2" in s
+               for s in said)  # fmt: skip
+
+
+def test_slug_cuts_at_a_word_boundary() -> None:
+    assert recipe.slug("a" * 40) == "a" * 32
+    assert recipe.slug("Qwen3.8-Flash Next INT4 (mixed) AutoRound") == "qwen3.8-flash-next-int4-mixed"
+    assert recipe.slug("---") == "recipe"
 
 
 @pytest.mark.parametrize("bad", ["Bad Name", "-x", "a" * 64])

@@ -22,14 +22,12 @@ import yaml
 
 from rigsmith import spec as specmod
 from rigsmith.resolving import lock as lockmod
-from tests.support import services
 from tests.support.common import FAKE_VENDOR, REPO, invoke_cli, run_script
 from tests.support.hubserver import HubServer
-from tests.support.journey import build_env, standin_base
+from tests.support.journey import build_env, build_services, fill_image
 from tests.support.models import tiny_files
 from tests.support.ops import free_port
 from tests.support.podman import Podman
-from tests.support.sources import asset_server, git_daemon, serve_release
 
 pytestmark = pytest.mark.engine
 
@@ -69,12 +67,7 @@ def test_the_main_job_leads_from_a_missing_image_to_a_running_build(
     port = free_port()
     spec_path = _fresh_copy(root, tmp_path, port)
     hub_server.reset()
-    with (
-        git_daemon(tmp_path / "git") as upstream,
-        asset_server() as assets,
-        services.registry(tmp_path / "registry") as reg,
-        services.podman_api_on(podman, reg.host, tmp_path) as api,
-    ):
+    with build_services(tmp_path, podman, ops_image) as svc:
         env = {**build_env(podman.env, tmp_path, hub_server.url), "COLUMNS": "400"}
 
         # 1. the README's first command renders the checkout route
@@ -93,7 +86,8 @@ def test_the_main_job_leads_from_a_missing_image_to_a_running_build(
         assert r.returncode == 1 and f"{tmp_path / 'checkout'} does not exist" in r.stderr, r.stderr
         assert f"git clone --branch v2.5.1 REPO {tmp_path / 'checkout'}" in r.stderr and BUILD in r.stderr
         subprocess.run(
-            ["git", "clone", "-q", "--branch", "v2.5.1", upstream.url, str(tmp_path / "checkout")], check=True
+            ["git", "clone", "-q", "--branch", "v2.5.1", svc.upstream.url, str(tmp_path / "checkout")],
+            check=True,
         )
 
         # 3. the image: run.sh, `invoke build` and doctor name the proposed image, what to fill, the exact
@@ -116,16 +110,7 @@ def test_the_main_job_leads_from_a_missing_image_to_a_running_build(
 
         # 4. the built route, as the hint says: fill image.yaml (the repo, the asset URLs, a base this
         # machine can pull), drop the commit the recipe names (pin says it is not this repo's), pin
-        image_path = root / "images" / NAME / "image.yaml"
-        image = yaml.safe_load(image_path.read_text())
-        base_ref = standin_base(podman, reg.host, ops_image)
-        image["base"] = {"name": base_ref.rsplit(":", 1)[0], "tag": "1"}
-        image["tree"]["repo"] = upstream.url
-        urls = serve_release(assets)
-        for a in image["tree"]["assets"]:
-            a["url"] = urls[a["name"]]
-        image["tree"].pop("commit")
-        image_path.write_text(yaml.safe_dump(image, sort_keys=False))
+        fill_image(root / "images" / NAME / "image.yaml", svc)
         files = tiny_files(HUB_REPO, shards=1)
         files["config.json"] = json.dumps(
             {"architectures": ["Qwen3NextForCausalLM"], "text_config": {}}
@@ -142,7 +127,7 @@ def test_the_main_job_leads_from_a_missing_image_to_a_running_build(
         # 5. build it for the deployment: the spec now runs the build, the checkout mount it replaces gone
         built = invoke_cli(
             root, "build", "--image", NAME, "--deployment", NAME, "--engine", "podman",
-            env={**env, "CONTAINER_HOST": api}, timeout=600,
+            env={**env, "CONTAINER_HOST": svc.api}, timeout=600,
         )  # fmt: skip
         assert built.returncode == 0, built.stderr + built.stdout
         spec = specmod.load(spec_path)

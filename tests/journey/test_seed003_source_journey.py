@@ -18,14 +18,13 @@ import yaml
 
 from rigsmith import spec as specmod
 from rigsmith.resolving import lock as lockmod
-from tests.support import services
 from tests.support.common import FAKE_VENDOR, invoke_cli
 from tests.support.hubserver import HubServer
-from tests.support.journey import build_env, recipe_site, standin_base
+from tests.support.journey import build_env, build_services, fill_image, recipe_site
 from tests.support.models import tiny_files
 from tests.support.ops import free_port
 from tests.support.podman import Podman
-from tests.support.sources import SCALES, asset_server, git, git_daemon, serve_release
+from tests.support.sources import SCALES, git
 
 HUB_REPO = "halt95/Qwen3.8-Flash-Next-W4A16-Merlin"
 
@@ -38,15 +37,9 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
     root = tmp_path / "rig"
     (root / "deployments").mkdir(parents=True)
     hub_server.reset()
-    with (
-        recipe_site() as recipe_url,
-        git_daemon(tmp_path / "git") as upstream,
-        asset_server() as assets,
-        services.registry(tmp_path / "registry") as reg,
-        services.podman_api_on(podman, reg.host, tmp_path) as api,
-    ):
+    with recipe_site() as recipe_url, build_services(tmp_path, podman, ops_image) as svc:
         # The base the tree runs on: the stand-in engine image, served by the local registry.
-        base_ref = standin_base(podman, reg.host, ops_image)
+        upstream, base_ref, api = svc.upstream, svc.base, svc.api
         env = build_env(podman.env, tmp_path, hub_server.url)
 
         # 1. import: no image given; the notes' git clone + release assets become images/merlin
@@ -59,17 +52,17 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
         assert refused.returncode == 1 and "tree.repo: is empty" in refused.stderr, refused.stderr
 
         # 2. the user fills what the recipe does not say: the repo, the asset URLs, the base; <repo>
-        image = yaml.safe_load(image_path.read_text())
-        image["base"] = {"name": base_ref.rsplit(":", 1)[0], "tag": "1"}
-        image["tree"]["repo"] = upstream.url
-        urls = serve_release(assets)
-        for a in image["tree"]["assets"]:
-            a["url"] = urls[a["name"]]
-        image_path.write_text(yaml.safe_dump(image, sort_keys=False))
+        image = fill_image(image_path, svc, drop_commit=False)
         port = free_port()
         data = yaml.safe_load(spec_path.read_text())
         dest = image["tree"]["dest"]
-        data["placeholders"] = {"<repo>": dest, "<vllm tree>": f"{dest}/vllm-v2.5"}
+        # import set the placeholders to the tree's place in the image, and kept the compile cache the
+        # env puts there on the host (inside the image every new container would start it empty)
+        assert data["placeholders"] == {"<repo>": dest, "<vllm tree>": f"{dest}/vllm-v2.5"}
+        [cache] = data["mounts"]
+        assert cache["container"] == f"{dest}/.vllm-cache-v2.5"
+        cache["host"] = str(tmp_path / "vllm-cache")
+        (tmp_path / "vllm-cache").mkdir()
         data["model"]["local_dir"] = str(tmp_path / "models" / "Flash-Next-Merlin")
         data["resources"]["gpus"]["cdi_devices"] = [f"{FAKE_VENDOR}={i}" for i in range(4)]
         data["network"] = {"host": "127.0.0.1", "port": port}
@@ -83,6 +76,7 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
         model_commit = hub_server.repo(HUB_REPO).add_commit(files)
         mismatch = invoke_cli(root, "pin", env=env, timeout=600)
         assert mismatch.returncode == 1 and "but tree.commit says 28cbb72" in mismatch.stderr, mismatch.stderr
+        assert "nothing was locked" in mismatch.stderr and not (root / "rigsmith.lock").exists()  # as said
         image["tree"].pop("commit")
         image_path.write_text(yaml.safe_dump(image, sort_keys=False))
         pin = invoke_cli(root, "pin", env=env, timeout=600)
@@ -100,6 +94,11 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
         assert build.returncode == 0, build.stderr + build.stdout
         built = lockmod.read(root / "rigsmith.lock").builds["merlin"]
         assert built.provides == [dest]
+        # a local build is pinned by the image ID the lock records: doctor's image row is go, and asks
+        # for no second build
+        doc = invoke_cli(root, "doctor", env={**env, "COLUMNS": "400"})
+        image_row = next(ln for ln in doc.stdout.splitlines() if ln.startswith("│ image"))
+        assert "│ go" in image_row and "local build's image ID" in image_row, image_row
         fetch = invoke_cli(root, "fetch-model", env=env, timeout=600)
         assert fetch.returncode == 0, fetch.stderr
         dep = invoke_cli(root, "deploy", "--target", "podman", "--memlock", "host", env=env, timeout=600)
@@ -117,15 +116,22 @@ def test_seed_003_built_from_its_source_tree_boots_in_a_container(
             assert podman.run("exec", "merlin", "sh", "-c", "echo $VLLM_QSA_KV_SCALES").stdout.strip() == (
                 f"{dest}/{SCALES}"
             )
+            # the cache the engine wrote is on the host, where the next container finds it
+            podman.run("exec", "merlin", "sh", "-c", f"echo compiled > {dest}/.vllm-cache-v2.5/graph")
+            assert (tmp_path / "vllm-cache" / "graph").read_text() == "compiled\n"
             down = invoke_cli(root, "down", env=env, timeout=600)
             assert down.returncode == 0, down.stderr
         finally:
             podman.run("rm", "--force", "--time", "0", "merlin", check=False)
 
-        # 5. the other container targets render the same built image
-        for target in ("quadlet", "compose", "kube"):
+        # 5. the other container targets of this host render the same built image; kube, whose nodes
+        # cannot pull a local image ID, names the push step
+        for target in ("quadlet", "compose"):
             out = tmp_path / f"out-{target}"
             r = invoke_cli(root, "deploy", "--target", target, "--out", str(out), env=env, timeout=600)
             assert r.returncode == 0, r.stderr
             text = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
             assert built.pinned_ref in text, target
+        kube = invoke_cli(root, "deploy", "--target", "kube", "--out", str(tmp_path / "k"), env=env)
+        assert kube.returncode == 1 and "no cluster node can pull it" in kube.stderr, kube.stderr
+        assert "invoke build --push REGISTRY --deployment merlin" in kube.stderr

@@ -69,7 +69,7 @@ def test_next_walks_from_import_to_qualified_naming_each_command(
 
 def test_after_import_lists_the_commands_in_order(tmp_path: Path) -> None:
     spec = loads(yaml.safe_dump(standin_deployment(tmp_path, name="x")))
-    lines = nextstep.after_import(spec)
+    lines = nextstep.after_import(spec, Project(tmp_path), None)
     steps = [ln.split(". ", 1)[1] for ln in lines if ln.startswith("  ")]
     assert steps == [
         "invoke pin --deployment x",

@@ -13,7 +13,7 @@ from rigsmith.errors import RigsmithError
 from rigsmith.operating import lifecycle, wait
 from rigsmith.operating.lifecycle import Ops
 from tests.support.common import HOST_MEMLOCK, invoke_cli, write_project
-from tests.support.ops import ops_data
+from tests.support.ops import memlock_fixed, ops_data
 from tests.support.podman import Podman
 
 driverless = pytest.mark.skipif(
@@ -75,3 +75,40 @@ def test_a_log_that_ends_is_not_helped_by_a_longer_timeout(tmp_path: Path) -> No
     assert "the log ended" in err.value.message and "boom" in err.value.message
     assert err.value.hint is not None and "--timeout" not in err.value.hint
     assert "more time will not help" in err.value.hint
+
+
+@pytest.mark.skipif(not memlock_fixed(), reason="needs a host whose memlock limit cannot be raised")
+def test_a_start_podman_refuses_shows_its_words_leaves_nothing_and_its_hint_keeps_working(
+    tmp_path: Path, podman: Podman, fake_cdi: Path, ops_image: str
+) -> None:
+    """The OCI runtime refuses `--ulimit memlock=-1:-1` (exit 126): up shows podman's own words under
+    doctor's memlock row, removes the container podman created, and names the command that works; that
+    command keeps `--memlock host` in the spec, so next, deploy --check and a later up agree with it."""
+    data = ops_data(tmp_path, "pinned")
+    data["model"]["repo"] = None  # a local checkpoint: nothing to pin or fetch
+    data["model"].pop("revision", None)
+    data["model"].pop("config_patches", None)
+    project = write_project(tmp_path, data)
+    (Path(str(data["model"]["local_dir"])) / "config.json").write_text("{}")
+    env = {**podman.env, "COLUMNS": "300"}
+    try:
+        up = invoke_cli(project.root, "up", env=env)
+        assert up.returncode == 1 and "Traceback" not in up.stderr
+        assert "memlock: spec wants unlimited" in up.stderr
+        assert "error setting rlimit" in up.stderr  # podman's (runc's) own words, through errors.shown
+        assert "undone: removed the created container pinned" in up.stdout
+        assert podman.run("container", "exists", "pinned", check=False).returncode == 1
+        hint = "invoke up --memlock host --yes --deployment pinned"
+        assert f"`{hint}`" in up.stderr
+        again = invoke_cli(project.root, *hint.split()[1:], env=env)
+        assert again.returncode == 0, again.stderr + again.stdout
+        assert "resources.memlock: host written into deployments/pinned.yaml" in again.stdout
+        assert "verified pinned: running" in again.stdout
+        nxt = invoke_cli(project.root, "next", env=env)
+        assert "done  deployed" in nxt.stdout and "done  up" in nxt.stdout, nxt.stdout
+        check = invoke_cli(project.root, "deploy", "--check", "--target", "podman", env=env)
+        assert check.returncode == 0, check.stderr
+        steady = invoke_cli(project.root, "up", env=env)  # bare: the spec says host now
+        assert steady.returncode == 0 and "already running, up to date" in steady.stdout, steady.stderr
+    finally:
+        podman.run("rm", "--force", "--time", "0", "pinned", check=False)

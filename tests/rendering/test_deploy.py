@@ -57,7 +57,7 @@ def test_missing_build_pin_is_refused_with_the_fixing_command(tmp_path: Path) ->
     (tmp_path / "deployments/flash-next-int4-3x3090.yaml").write_text(
         (REPO / "deployments/flash-next-int4-3x3090.yaml").read_text()
     )
-    with pytest.raises(LockError, match="invoke build --image vllm-3x3090"):
+    with pytest.raises(LockError, match="invoke build --deployment flash-next-int4-3x3090"):
         deploy.artifacts(project, "podman")
 
 
@@ -249,3 +249,23 @@ def test_next_steps_point_into_the_out_directory(seed_project: Project, tmp_path
     said.clear()
     deploy.deploy(seed_project, target, deployment=SEEDS[1], echo=said.append, yes=True)
     assert str(tmp_path) not in "\n".join(said)  # in the checkout: relative paths, as before
+
+
+def test_a_local_build_is_pinned_by_its_image_id_and_kube_refuses_it(seed_project: Project) -> None:
+    """A build never pushed runs by the image ID the lock records (content-addressed: pinned) on this
+    host's targets; a kube manifest would name an image no cluster node can pull, so kube refuses with the
+    push step."""
+    from rigsmith.resolving import lock as lockmod
+
+    lock = lockmod.read(seed_project.lock_path)
+    local = lock.builds["vllm-3x3090"].model_copy(update={"digest": None})
+    lock = lock.model_copy(update={"builds": {"vllm-3x3090": local}})
+    seed_project.lock_path.write_text(lockmod.dumps(lock))
+    said: list[str] = []
+    plan, _files = deploy.artifacts(seed_project, "podman", deployment=SEEDS[0])
+    assert plan.image == local.image_id and plan.image_pinned
+    assert "the local build's image ID from rigsmith.lock" in deploy.image_line(plan.image, plan.image_pinned)
+    with pytest.raises(SpecError) as err:
+        deploy.deploy(seed_project, "kube", deployment=SEEDS[0], echo=said.append)
+    assert "no cluster node can pull it" in str(err.value)
+    assert f"invoke build --push REGISTRY --deployment {SEEDS[0]}" in str(err.value)

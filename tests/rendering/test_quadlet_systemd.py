@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from rigsmith.errors import RigsmithError
 from rigsmith.operating import lifecycle
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
@@ -293,3 +294,57 @@ def test_an_engine_crashing_at_startup_is_restarted_after_restartsec_not_in_a_ti
     assert int(again["NRestarts"]) == restarts + 1, (svc, again)
     assert int(again[when[1]]) - crashed >= 10_000_000, (crashed, again)
     assert "exiting with 1" in guest.journal(f"{name}.service")
+
+
+def test_an_engine_that_fails_to_start_is_named_and_leaves_no_service_behind(
+    systemd_guest: Guest, units: list[str], tmp_path: Path
+) -> None:
+    """`up --target quadlet` whose engine exits at start: the error carries the engine's own words (its
+    journal), not a guess from doctor; the unit file is taken back and the service with it (stopped, its
+    failed state reset, not loaded: no restart loop); a following `down` says so and finds nothing."""
+    guest, name = systemd_guest, "sd-fails"
+    units.append(name)
+    base = standin_deployment(GUEST_BASE, name=name)
+    crash = [*base["env"], {"name": "STANDIN_EXIT", "value": "3"}]  # type: ignore[list-item]
+    project = _guest_deployment(guest, tmp_path, SEEDS[1], name, env=crash)
+    said: list[str] = []
+    ops = _ops(guest, project, tmp_path, said)
+    with pytest.raises(RigsmithError) as err:
+        lifecycle.up(ops, deployment=name, memlock=HOST_MEMLOCK, yes=True)
+    assert "exiting with 3" in str(err.value), str(err.value)
+    assert "nvidia-smi" not in str(err.value)
+    assert not guest.path(f"{UNIT_DIR}/{name}.container").exists()
+    svc = guest.show(f"{name}.service", "LoadState", "ActiveState", "SubState")
+    assert svc["LoadState"] == "not-found" and svc["ActiveState"] == "inactive", svc
+    assert guest.run("podman", "container", "exists", name, check=False).returncode == 1
+    said.clear()
+    lifecycle.down(ops, deployment=name)
+    assert said[-1].startswith(f"down {name}: nothing was running"), said
+
+
+def test_down_stops_a_service_restarting_between_runs_with_no_container(
+    systemd_guest: Guest, units: list[str], tmp_path: Path
+) -> None:
+    """A unit whose engine crashes sits in auto-restart with no container between runs: `down` still
+    stops it (it used to say "nothing was running" and leave it restarting)."""
+    guest, name = systemd_guest, "sd-loop"
+    units.append(name)
+    base = standin_deployment(GUEST_BASE, name=name)
+    crash = [*base["env"], {"name": "STANDIN_EXIT", "value": "1"}]  # type: ignore[list-item]
+    project = _guest_deployment(guest, tmp_path, SEEDS[1], name, env=crash)
+    _plan, files = deploy.artifacts(project, "quadlet", deployment=name, out=tmp_path / "out", memlock="host")
+    guest.path(f"{UNIT_DIR}/{name}.container").write_text(files[0].content)
+    guest.run("systemctl", "daemon-reload")
+    guest.run("systemctl", "start", "--no-block", f"{name}.service")
+    svc = guest.show(f"{name}.service", "SubState")
+    t0 = time.monotonic()
+    while svc["SubState"] != "auto-restart" and time.monotonic() - t0 < 180:
+        time.sleep(0.1)
+        svc = guest.show(f"{name}.service", "SubState")
+    assert svc["SubState"] == "auto-restart", svc
+    said: list[str] = []
+    lifecycle.down(_ops(guest, project, tmp_path, said), deployment=name)
+    assert any(m.startswith(f"down {name}: stopped {name}.service (it was ") for m in said), said
+    assert not said[-1].startswith(f"down {name}: nothing was running"), said
+    end = guest.show(f"{name}.service", "ActiveState", "SubState")
+    assert end["ActiveState"] == "inactive", end

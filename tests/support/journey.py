@@ -4,14 +4,20 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import threading
 from collections.abc import Iterator, Mapping
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from tests.support import services
 from tests.support.common import REPO
 from tests.support.podman import Podman
+from tests.support.sources import AssetServer, Upstream, asset_server, git_daemon, serve_release
 
 SEED_003 = "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
 
@@ -58,3 +64,43 @@ def standin_base(podman: Podman, registry: str, image: str) -> str:
     podman.run("tag", image, ref)
     podman.run("push", "--tls-verify=false", ref)
     return ref
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildServices:
+    """What a journey that builds from the recipe's source tree talks to, all on 127.0.0.1."""
+
+    upstream: Upstream  # the recipe's repository behind git daemon
+    assets: AssetServer  # its release assets
+    registry: str  # host:port of the registry the base image is pulled from
+    api: str  # CONTAINER_HOST of a Podman API on the journey's storage (for `invoke build` only)
+    base: str  # the base the tree runs on: the stand-in engine image, pushed to the registry
+
+
+@contextlib.contextmanager
+def build_services(tmp_path: Path, podman: Podman, image: str) -> Iterator[BuildServices]:
+    """The git daemon, asset server, registry and Podman API a source build needs, the stand-in engine
+    ``image`` pushed as the base."""
+    with (
+        git_daemon(tmp_path / "git") as upstream,
+        asset_server() as assets,
+        services.registry(tmp_path / "registry") as reg,
+        services.podman_api_on(podman, reg.host, tmp_path) as api,
+    ):
+        yield BuildServices(upstream, assets, reg.host, api, standin_base(podman, reg.host, image))
+
+
+def fill_image(image_path: Path, svc: BuildServices, *, drop_commit: bool = True) -> dict[str, Any]:
+    """What a user fills in a proposed image.yaml on this machine: a base it can pull, the repository and
+    the release assets' URLs; ``drop_commit``: also drop the commit the recipe names (not this test
+    repository's, and pin says so). Returns the image definition as written."""
+    image = yaml.safe_load(image_path.read_text())
+    image["base"] = {"name": svc.base.rsplit(":", 1)[0], "tag": "1"}
+    image["tree"]["repo"] = svc.upstream.url
+    urls = serve_release(svc.assets)
+    for a in image["tree"]["assets"]:
+        a["url"] = urls[a["name"]]
+    if drop_commit:
+        image["tree"].pop("commit")
+    image_path.write_text(yaml.safe_dump(image, sort_keys=False))
+    return dict(image)

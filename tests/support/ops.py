@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -43,3 +45,11 @@ def ops_data(
     data["env"] = [*data["env"], *extra]  # type: ignore[list-item]
     prepare_host_dirs(data)
     return data
+
+
+def memlock_fixed() -> bool:
+    """Whether a process here cannot raise RLIMIT_MEMLOCK to unlimited (so `--ulimit memlock=-1:-1`
+    fails at container start), asked without rigsmith."""
+    inf = "resource.RLIM_INFINITY"
+    code = f"import resource; resource.setrlimit(resource.RLIMIT_MEMLOCK, ({inf}, {inf}))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, check=False).returncode != 0

@@ -395,6 +395,7 @@ def import_recipe(
     if given is not None:
         answersmod.unused(given, asked, upstream, f"--answers {answers_file}")
         upstream = answersmod.apply(given, upstream, asked)
+    upstream = upstream if name else _own_name(project, upstream, fetched.source, echo)
     path = project.spec_path(upstream.name)
     base_path = base_path_of(path)
     mine = _valid_spec(path)  # a broken file goes through the merge, which says how to start afresh
@@ -408,17 +409,12 @@ def import_recipe(
         text, source=fetched.source, sha256=fetched.sha256, upstream=upstream, image=image, **how
     )
     upstream, own = (_local_facts(d) for d in (upstream, own))
-    upstream, image_file = _proposed_image(project, upstream, fetched.source, source_repo, echo)
+    upstream, image_file, in_image = _proposed_image(project, upstream, fetched.source, source_repo, echo)
     if image is None:
         own = upstream
     upstream = _consent(upstream, allow_mount, path, dry_run, confirm, echo)
-    if path.exists():
-        theirs = reimport.with_consents(own, upstream)
-        dep, unchanged = merge_spec(
-            path, base_path, theirs, mine=reimport.flags(image), resolve=resolve, confirm=confirm, echo=echo
-        )
-    else:
-        dep, unchanged = upstream, False
+    merge = {"image": image, "resolve": resolve, "confirm": confirm, "echo": echo}
+    dep, unchanged = _user_side(path, base_path, own, upstream, in_image, **merge)
     # nothing to take: the user's file stays byte for byte (comments and all)
     content = path.read_text(encoding="utf-8") if unchanged else specmod.MODELINE + specmod.dump(dep)
     artifacts = [writer.Artifact(path, content), *image_file]
@@ -467,6 +463,48 @@ def _answerer(
         return got
 
     return answer
+
+
+def _user_side(
+    path: Path,
+    base_path: Path,
+    own: specmod.Deployment,
+    upstream: specmod.Deployment,
+    in_image: dict[str, str],
+    **merge: Any,
+) -> tuple[specmod.Deployment, bool]:
+    """(the spec to write, whether the user's file stays as it is): ``upstream`` merged three-way into the
+    user's file (``merge``: image, resolve, confirm, echo), then the placeholders the proposed image's tree
+    provides filled where they are empty (``in_image``)."""
+    if path.exists():
+        theirs = reimport.with_consents(own, upstream)
+        dep, unchanged = merge_spec(path, base_path, theirs, mine=reimport.flags(merge.pop("image")), **merge)
+    else:
+        dep, unchanged = upstream, False
+    filled = proposalmod.fill_in_image(dep, in_image)
+    for m in (m for m in filled.mounts if m not in dep.mounts):
+        merge["echo"](f"mounts: {m.host} → {m.container} ({m.note}); create it before `invoke up`")
+    return filled, unchanged and filled == dep
+
+
+def _own_name(
+    project: Project, dep: specmod.Deployment, source: str, echo: Callable[[str], None]
+) -> specmod.Deployment:
+    """``dep`` under a name no other recipe's deployment has: the name derived from the recipe, else with
+    ``-2``, ``-3``, … (a short name is shared by recipes of one model for other rigs; a re-import of the
+    same source keeps merging into its own file, and ``--name`` picks one on purpose)."""
+    candidates = [dep.name, *(f"{dep.name}-{i}" for i in range(2, 100))]
+    for candidate in candidates:
+        path = project.spec_path(candidate)
+        if not path.exists():
+            break
+        existing = _valid_spec(path)
+        if existing is None or existing.provenance is None or existing.provenance.source == source:
+            break  # the user's broken file goes through the merge; a hand-written or same-source spec too
+    if candidate != dep.name:
+        echo(f"deployments/{dep.name}.yaml holds another recipe's deployment: importing as {candidate} "
+             f"(--name NAME chooses)")  # fmt: skip
+    return dep.model_copy(update={"name": candidate})
 
 
 def _consent(
@@ -551,13 +589,13 @@ def _proposed_image(
     source: str,
     source_repo: str | None,
     echo: Callable[[str], None],
-) -> tuple[specmod.Deployment, list[writer.Artifact]]:
+) -> tuple[specmod.Deployment, list[writer.Artifact], dict[str, str]]:
     """When the notes build the engine from a source tree (and no image was given): the spec linked to
-    ``images/<name>/image.yaml`` and that file (values the user filled in an existing one are kept; a
-    change to it goes through the writer's consent like the spec's)."""
+    ``images/<name>/image.yaml``, that file (values the user filled in an existing one are kept; a
+    change to it goes through the writer's consent like the spec's) and the placeholders' places in it."""
     own_image, filled = _user_engine(project.spec_path(dep.name))
     if dep.engine.image or dep.engine.build or own_image:
-        return dep, []  # the recipe or the user names the image: nothing to propose
+        return dep, [], {}  # the recipe or the user names the image: nothing to propose
     try:
         proposed = proposalmod.propose(dep, source_repo=source_repo, filled=filled)
     except ValueError as err:
@@ -565,7 +603,7 @@ def _proposed_image(
             f"--source-repo: {err}", hint="pass the repository's https:// or git:// URL"
         ) from None
     if proposed is None:
-        return dep, []
+        return dep, [], {}
     image_path = project.images / proposed.name / "image.yaml"
     existing_text = image_path.read_text(encoding="utf-8") if image_path.is_file() else None
     try:
@@ -579,8 +617,11 @@ def _proposed_image(
         echo(f"fill in images/{proposed.name}/image.yaml before `invoke pin`: {', '.join(proposed.to_fill)}")
     if proposed.placeholders:
         where = ", ".join(f"{t}: {v}" for t, v in proposed.placeholders.items())
-        echo(f"the tree is in the image at {proposed.data['tree']['dest']}: placeholders {where} point there")
-    return proposalmod.link(dep, proposed), [writer.Artifact(image_path, text)]
+        echo(
+            f"the tree is in the image at {proposed.data['tree']['dest']}: placeholders set to it ({where}; "
+            f"`placeholders:` in deployments/{dep.name}.yaml)"
+        )
+    return proposalmod.link(dep, proposed), [writer.Artifact(image_path, text)], proposed.placeholders
 
 
 #: Lists of mappings in a spec merged entry by entry (the field that names an entry); other lists

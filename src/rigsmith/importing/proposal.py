@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from rigsmith.spec import NAME_RE, Deployment, from_data, to_data
+from rigsmith.spec import NAME_RE, Deployment, Mount, from_data, to_data
 
 #: Git URL schemes a tree may come from (no ext::/fd:: transports, no option-looking values).
 GIT_SCHEMES = ("https://", "http://", "git://", "ssh://", "file://")
@@ -227,11 +227,48 @@ def keep_filled(proposed: Proposal, existing: Any) -> Proposal:
 
 
 def link(dep: Deployment, proposal: Proposal) -> Deployment:
-    """``dep`` building the proposed image (``engine.build``). The placeholders stay the user's to fill
-    (deploy names each); :attr:`Proposal.placeholders` says which values put them on the tree."""
+    """``dep`` building the proposed image (``engine.build``). Its placeholders stay empty on the recipe's
+    side of a re-import; :func:`fill_in_image` sets them on the user's."""
     data = to_data(dep)
     data["engine"]["build"] = proposal.name
     return from_data(data, f"deployments/{dep.name}.yaml")
+
+
+#: Env vars naming a cache the engine writes and reads back at every start (compiled graphs, kernels).
+CACHE_ENV = ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def fill_in_image(dep: Deployment, places: dict[str, str]) -> Deployment:
+    """``dep`` with each empty placeholder the proposed tree provides set to its place in the image
+    (:attr:`Proposal.placeholders`), as the user would fill it, and a host directory mounted over each
+    cache (:data:`CACHE_ENV`) that lands inside the image: the image's copy lives in a container layer
+    that every new container starts without, so every start would compile again as on a first boot.
+    Written into the spec, not into the recorded base, so a re-import keeps it (or the user's own
+    values) like any other edit."""
+    empty = {t: v for t, v in places.items() if t in dep.placeholders and dep.placeholders[t] is None}
+    if not empty:
+        return dep
+    dep = dep.model_copy(update={"placeholders": {**dep.placeholders, **empty}})
+    inside = tuple(v.rstrip("/") + "/" for v in places.values())
+    mounted = {m.container.rstrip("/") for m in dep.mounts}
+    caches = [
+        (e.name, path)
+        for e in dep.env
+        if e.name in CACHE_ENV and (path := dep.fill(e.value).rstrip("/")).startswith(inside)
+        and path not in mounted
+    ]  # fmt: skip
+    if not caches:
+        return dep
+    home = PurePosixPath(dep.model.local_dir).parent / "rigsmith-cache" / dep.name
+    mounts = [
+        Mount(
+            host=str(home / var.lower()),
+            container=path,
+            note=f"{var}: kept on the host (in the image it would start empty in every new container)",
+        )
+        for var, path in caches
+    ]
+    return dep.model_copy(update={"mounts": (*dep.mounts, *mounts)})
 
 
 #: Env prefixes the engine (vLLM, PyTorch, NCCL, CUDA, the Hub libraries) reads itself.

@@ -239,7 +239,9 @@ def _check_memlock(spec: Deployment, facts: HostFacts) -> Check:
         f"spec wants {label}; hard limit {hard} and it cannot be raised here "
         "(`--ulimit memlock` will fail at container start)",
         "raise it for the container engine (LimitMEMLOCK=infinity in its systemd unit; "
-        "lxc.prlimit.memlock for an LXC host), or set resources.memlock: host and accept NCCL's risk",
+        "lxc.prlimit.memlock for an LXC host), or accept NCCL's risk and set none: "
+        f"`invoke up --memlock host --yes --deployment {spec.name}` (it writes resources.memlock: host "
+        "into the spec and run.sh without --ulimit memlock)",
     )
 
 

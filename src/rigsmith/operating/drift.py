@@ -140,7 +140,9 @@ def _state(text: str | None) -> DirState:
 
 def image_fix(ref: str) -> str:
     """The command that brings the locked image into local storage."""
-    if ref.startswith("sha256:") or "@" not in ref:
+    if ref.startswith("sha256:"):  # a local build's image ID: no registry has it
+        return "`invoke build` (it records the new image in rigsmith.lock)"
+    if "@" not in ref:
         return f"`invoke build` (it records the new image in rigsmith.lock), or `podman pull {ref}`"
     return f"`podman pull {ref}`, or `invoke build` when rigsmith builds it"
 

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from rigsmith import writer
 from rigsmith.errors import CommandError, LockDriftError, PreflightError, RigsmithError
-from rigsmith.operating import clusterlife, drift, probes, rootcause
+from rigsmith.operating import clusterlife, drift, probes, rootcause, undo
 from rigsmith.operating.clusterlife import NodeControl
 from rigsmith.operating.gpuholders import (
     Holder,
@@ -242,7 +242,7 @@ def up(
         return plan
     if not running:
         preflight(ops, plan)  # before any write: a host that cannot start it gets nothing installed
-    before = {a.path: _previous(a.path) for a in installs}
+    before = {a.path: undo.previous(a.path) for a in installs}
     if changed:
         writer.write(files, yes=yes, confirm=confirm, echo=ops.echo, root=root)
     try:
@@ -255,9 +255,14 @@ def up(
             except CommandError as err:  # root cause first: doctor's failing row, then the script's words
                 skip = ("memlock",) if memlock is not None else ()
                 blocker = rootcause.first_blocker(ops.project, plan.name, ops.target, ops.host, skip=skip)
+                if ops.target == "quadlet":  # systemctl says only "see journalctl": the engine's own words
+                    logs = ctl.logs(tail=20)
+                    raise rootcause.service_failed(err, ops.run(logs), logs, blocker, plan.name) from None
                 raise rootcause.lead(err, blocker, plan.name, ops.target) from None
     except RigsmithError:
-        _undo_installs(before, ops.echo)
+        undo.installs(before, ops.echo)
+        if not running:
+            undo.start(ops.run, ctl.target, ctl.name, bool(before), ops.echo)
         raise
     verify(ops, plan)
     return plan
@@ -274,27 +279,6 @@ def preflight(ops: Ops, plan: planmod.RunPlan) -> None:
             hint="use --target podman (plain podman run), or a host whose podman has quadlet and whose init "
             "is systemd; `invoke doctor --target quadlet` checks it",
         )
-
-
-def _previous(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None
-
-
-def _undo_installs(before: Mapping[Path, bytes | None], echo: Callable[[str], None]) -> None:
-    """Put the installed units back as they were before ``up`` (a failed start leaves no new unit)."""
-    for path, old in before.items():
-        try:
-            if old is None:
-                path.unlink(missing_ok=True)
-                echo(f"undone: removed {path} (the start failed)")
-            elif path.read_bytes() != old:
-                writer.write_one(path, old.decode("utf-8", errors="surrogateescape"))
-                echo(f"undone: restored {path} (the start failed)")
-        except OSError as err:
-            echo(f"warning: could not undo {path}: {err}")
 
 
 def _drift_gate(ops: Ops, plan: planmod.RunPlan, ignore: bool) -> None:
@@ -356,6 +340,7 @@ def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
         ops.echo(f"down {name}: container stopped and removed")
     else:
         ops.echo(f"down {name}: no container named {name}; checking the GPUs anyway")
+        info = _stop_service_without_container(ops, ctl)
     left = survivors(snapshot, {pid: _cmdline(ops.host, pid) for pid in snapshot})
     holders: list[Holder] = []
     res = probe(ops.host, probes.COMMANDS["apps"])
@@ -384,6 +369,29 @@ def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
         )
     ops.echo(f"down {name}: {rootcause.down_summary(gpus_checked, bool(info))}")
     return holders
+
+
+#: systemd states of a service that is doing something (a restart loop between two runs included).
+_BUSY = ("active", "activating", "deactivating", "reloading", "failed")
+
+
+def _stop_service_without_container(ops: Ops, ctl: Controller) -> dict[str, Any] | None:
+    """quadlet: a service that is up, restarting between runs or failed while its container is gone is
+    still this deployment's: stopped and its failed state reset. Returns what ``down`` reports as
+    "there was something" (the service's state), None when there was nothing."""
+    argv = ctl.state()
+    if argv is None:
+        return None
+    res = ops.run(argv)
+    svc = parse_systemctl_show(res.stdout) if res.code == 0 else {}
+    if svc.get("ActiveState") not in _BUSY:
+        return None
+    for a in ctl.stop(0):
+        _must(ops.run, a)
+    ops.run(["systemctl", "reset-failed", ctl.unit])  # nothing to reset unless it failed: not an error
+    state = f"{svc['ActiveState']}/{svc.get('SubState', '?')}"
+    ops.echo(f"down {ctl.name}: stopped {ctl.unit} (it was {state} with no container)")
+    return {"State": svc}
 
 
 def _cmdline(host: Host, pid: int) -> str | None:

@@ -207,9 +207,23 @@ def _qualified(c: _Ctx) -> Stage:
     return Stage("qualified", True, f"bench run {rows[-1].get('time', '?')} for this lock (key {key})")
 
 
-def after_import(spec: Deployment) -> list[str]:
-    """What ``import-recipe`` prints last: the commands from here to a qualified deployment, in order."""
+def after_import(spec: Deployment, project: Project, configured: str | None) -> list[str]:
+    """What ``import-recipe`` prints last: which deployment bare commands act on now (``project``'s default,
+    the newest import unless RIGSMITH_DEPLOYMENT names another; ``configured``: invoke.yaml's), then the
+    commands from here to a qualified deployment, in order."""
     d = f"--deployment {spec.name}"
+    try:
+        bare = project.resolve_name(None)
+    except RigsmithError:
+        bare = None
+    if bare == spec.name:
+        over = f" (instead of invoke.yaml's {configured})" if configured and configured != spec.name else ""
+        acting = f"bare commands (`invoke next`, `invoke up`, …) now act on {spec.name}, the newest import"
+        acting += over
+    elif bare is not None:
+        acting = f"bare commands act on {bare} ({project.default_source}); pass {d} for this one"
+    else:
+        acting = f"several deployments and no default: pass {d} (as below)"
     steps = [f"invoke pin {d}", f"invoke fetch-model {d}" if spec.model.repo else None]
     steps += [f"invoke build {d}" if spec.engine.build else None, f"invoke doctor {d}"]
     steps += [f"invoke deploy --target podman {d}", f"invoke up {d}", f"invoke wait {d}"]
@@ -218,7 +232,7 @@ def after_import(spec: Deployment) -> list[str]:
     path = f"deployments/{spec.name}.yaml"
     fill = [f"fill {f} in {path}: {w}" for f, w in spec.fill_problems() if f == "model.repo"]
     steps = [*fill, *steps]
-    lines = ["next, in order (after filling in what is named above, if anything):"]
+    lines = [acting, "next, in order (after filling in what is named above, if anything):"]
     lines += [f"  {i}. {s}" for i, s in enumerate((s for s in steps if s), 1)]
     lines.append(f"`invoke next {d}` says where it stands at any time")
     return lines

@@ -171,6 +171,8 @@ def check_image(facts: HostFacts, fix: str | None = None) -> Check | None:
     if img is None:
         return None
     if img.present:
+        if img.pinned and img.ref.startswith("sha256:"):
+            return Check("image", "go", f"{img.ref} in local storage (the local build's image ID, as locked)")
         if img.pinned:
             return Check("image", "go", f"{img.ref} in local storage (pinned by rigsmith.lock)")
         if parse_ref(img.ref).registry == "localhost":

@@ -11,13 +11,17 @@ never refused on doctor's word alone.
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
-from rigsmith.errors import RigsmithError
+from rigsmith.errors import RigsmithError, shown
 from rigsmith.operating import doctor
 from rigsmith.operating.checkrow import Check
 from rigsmith.operating.host import Host
 from rigsmith.operating.verify import inspect_argv, parse_inspect
 from rigsmith.project import Project
+
+if TYPE_CHECKING:
+    from rigsmith.operating.probes import CmdResult
 
 #: doctor rows whose no-go stops a deployment from starting or serving, in doctor's table order.
 BLOCKING = ("plan", "GPUs", "VRAM holders", "CDI devices", "memlock", "podman", "image", "model files")
@@ -54,6 +58,22 @@ def lead(err: RigsmithError, blocker: Check | None, name: str, target: str) -> R
     return RigsmithError(
         f"{name}: {blocker.name}: {blocker.detail}\n  what failed after it: {err.message}", hint=hint
     )
+
+
+def service_failed(
+    err: RigsmithError, journal: CmdResult, logs: list[str], blocker: Check | None, name: str
+) -> RigsmithError:
+    """A quadlet service that failed to start: systemctl's words, then the service's own log (the engine's
+    error is there; systemctl only points at journalctl). doctor's failing row, when there is one, is
+    named after them rather than in front: the engine ran, so its log speaks first."""
+    lines = [ln for ln in journal.stdout.splitlines() if ln.strip()][-20:]
+    log = "\n".join(f"  | {shown(ln)}" for ln in lines) or "  (the journal holds nothing for it)"
+    hint = f"fix what the log names, then `invoke up --target quadlet --deployment {name}` again"
+    if blocker is not None:
+        hint += f"; doctor also fails {blocker.name}: {blocker.detail}" + (
+            f" (fix: {blocker.hint})" if blocker.hint else ""
+        )
+    return RigsmithError(f"{err.message}\n  the service's log (`{' '.join(logs)}`):\n{log}", hint=hint)
 
 
 def container_state(host: Host, name: str) -> str | None:

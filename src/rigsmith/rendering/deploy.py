@@ -117,13 +117,13 @@ def _show_merge(source: Path, merged: writer.Artifact, echo: Callable[[str], Non
 
 def image_line(image: str, pinned: bool) -> str:
     """Which image the artifacts run, and how firmly the lock pins it."""
+    if pinned and image.startswith("sha256:"):
+        return (
+            f"image: {image} (the local build's image ID from rigsmith.lock; no registry digest, so only "
+            "this host's storage has it: `invoke build --push REGISTRY` for other hosts)"
+        )
     if pinned:
         return f"image: {image} (registry digest from rigsmith.lock)"
-    if image.startswith("sha256:"):
-        return (
-            f"warning: image {image} is the local build's image ID, no registry digest; "
-            "`invoke build --push REGISTRY` pins one"
-        )
     if parse_ref(image).registry == "localhost":
         # `invoke pin` skips a name no registry serves, and `invoke build` builds only engine.build.
         return (

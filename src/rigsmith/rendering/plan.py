@@ -177,9 +177,10 @@ def resolve_image(spec: specmod.Deployment, lock: lockmod.Lock, override: str | 
             raise LockError(
                 f"deployment {spec.name!r} runs image build {spec.engine.build!r}, which has no entry in "
                 "rigsmith.lock",
-                hint=f"run `invoke build --image {spec.engine.build}` first, or pass --image REF",
+                hint=f"`invoke build --deployment {spec.name}` builds it (deploy and up also take --image "
+                "REF to run another image)",
             )
-        return built.pinned_ref, built.digest is not None
+        return built.pinned_ref, True  # a registry digest after a push, else the local image ID: content
     raise RigsmithError(
         f"deployment {spec.name!r} names no container image (engine.image and engine.build are empty; "
         "the recipe ran vLLM from a venv)",

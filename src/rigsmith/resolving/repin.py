@@ -120,16 +120,18 @@ def pin_all(project: Project, deployment: str | None, *, repin: bool, echo: Call
             f"     skip  {p.path}: fill {', '.join(p.to_fill)} first (the engine built from deployment "
             f"{p.name}'s recipe; `invoke pin --deployment {p.name}` then locks it)"
         )
-    reg = registrymod.Registry(registrymod.load_docker_config())
-    try:
-        buildmod.pin_images(project, reg, deployment=deployment, echo=echo)
-    finally:
-        reg.close()
+    # Source trees first: they are the step that refuses most (a tree.commit the ref is not), and its
+    # refusal says nothing was locked, which holds only while no other step has written the lock yet.
     src = sourcesmod.Sources(sourcesmod.cache_root())
     try:
         sourcesmod.pin_sources(project, src, trees, repin=repin, echo=echo)
     finally:
         src.close()
+    reg = registrymod.Registry(registrymod.load_docker_config())
+    try:
+        buildmod.pin_images(project, reg, deployment=deployment, echo=echo)
+    finally:
+        reg.close()
     for name in names:
         if name in unfilled:
             echo(

@@ -36,11 +36,19 @@ from rigsmith.secretenv import is_secret_name
 # -- Launch + Meta → Deployment ----------------------------------------------------------------------
 
 
-def slug(text: str) -> str:
-    """``text`` as a deployment name matching spec.NAME_RE (lowercase, max 63)."""
+#: The longest default deployment name: it is typed and repeated in every hint (`--deployment NAME`).
+SHORT_NAME = 32
+
+
+def slug(text: str, limit: int = SHORT_NAME) -> str:
+    """``text`` as a deployment name matching spec.NAME_RE (lowercase), cut at the last word boundary
+    (``-``, ``.``, ``_``) within ``limit`` characters (a word longer than that is cut inside)."""
     s = re.sub(r"[^a-z0-9._-]+", "-", text.lower())
     s = re.sub(r"-{2,}", "-", s).lstrip("-._")
-    return s[:63].rstrip("-._") or "recipe"
+    if len(s) > limit:
+        cut = max(s.rfind(sep, 0, limit + 1) for sep in "-._")
+        s = s[:cut] if cut > 0 else s[:limit]
+    return s.rstrip("-._") or "recipe"
 
 
 def _placeholders(texts: Iterable[str]) -> dict[str, str | None]:

@@ -73,11 +73,26 @@ def _memlock_problems(plan: RunPlan) -> list[tuple[str, str]]:
     ]
 
 
+def _pull_problems(plan: RunPlan) -> list[tuple[str, str]]:
+    """A local build's image ID (``sha256:…``, no registry digest) is in this host's storage only: every
+    node of a cluster would fail to pull it."""
+    if not plan.image.startswith("sha256:"):
+        return []
+    return [
+        (
+            "engine.build",
+            f"the image is {plan.image}, a local build's image ID: no cluster node can pull it; "
+            f"`invoke build --push REGISTRY --deployment {plan.name}` pushes it and locks its registry "
+            "digest",
+        )
+    ]
+
+
 #: What the kube target cannot express. podman kube play turns a hostPath volume into a
 #: host:container[:opts] bind string (seen with 4.3), hence the volume syntax check.
 CHECKS: tuple[Check, ...] = (
     runs_container("kube"),
-    expressed("kube", volume_problems, _memlock_problems, _gpu_problems),
+    expressed("kube", volume_problems, _memlock_problems, _gpu_problems, _pull_problems),
 )
 
 
