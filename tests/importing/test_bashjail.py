@@ -151,8 +151,8 @@ def test_a_generated_script_imports_the_argv_bash_runs(script: str, tmp_path: Pa
 REGRESSIONS = [
     'ARGS="--port 8000"\nARGS+=" --max-num-seqs 8"\nvllm serve Qwen/Qwen3-0.6B $ARGS\n',
     "IFS=,\nL=a,b\nvllm serve Qwen/Qwen3-0.6B --x $L\n",
-    'vllm serve Qwen/Qwen3-0.6B --chat-template ${X:-"a b"}\n',
-    'vllm serve Qwen/Qwen3-0.6B --chat-template "${X:-a\\b}"\n',
+    'vllm serve Qwen/Qwen3-0.6B --served-model-name ${X:-"a b"}\n',
+    'vllm serve Qwen/Qwen3-0.6B --served-model-name "${X:-a\\b}"\n',
     "X=\nif [ -n $X ]; then T=2; else T=1; fi\nvllm serve Qwen/Qwen3-0.6B -tp $T\n",
     "x=abc\nif [[ $x == a* ]]; then T=2; else T=1; fi\nvllm serve Qwen/Qwen3-0.6B -tp $T\n",
     "if [[ 010 -eq 8 ]]; then T=2; else T=1; fi\nvllm serve Qwen/Qwen3-0.6B -tp $T\n",

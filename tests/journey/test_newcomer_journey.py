@@ -31,7 +31,7 @@ from tests.test_hints import commands_in, problem
 pytestmark = pytest.mark.engine
 
 #: Seed 000 as published (byte for byte the seed's text): a prose record, no launch command.
-SEED_000 = REPO / "tests" / "importing" / "data" / "seed-000-record.txt"
+SEED_000 = REPO / "examples" / "records" / "flash-next-int4-3x3090.txt"
 
 
 class Newcomer:
@@ -198,6 +198,14 @@ def test_seed_000_newcomer_from_the_published_record_to_a_running_deployment_and
     port = free_port()
     gpus = len(data["resources"]["gpus"]["cdi_devices"])
     data = _this_rig(spec_path, tmp_path, port, gpus)
+    # what `invoke next` asks first: the record's guesses and generalized paths, filled as a user would
+    said = user.run("next").stdout.strip().splitlines()[-1]
+    assert said.startswith("where: ") and "fill placeholders" in said, said
+    holes = data.get("placeholders") or {}
+    assert isinstance(holes, dict) and holes, data
+    for token, value in holes.items():
+        if value is None:
+            holes[token] = str(tmp_path / "files") if token == "<WORKSTATION>" else "1"
     for m in data.get("mounts") or []:  # a file the record needs at its exact size: run.sh makes it sparse
         assert isinstance(m, dict)
         if m.get("kind") == "file":
