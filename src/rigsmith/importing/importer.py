@@ -376,8 +376,10 @@ def import_recipe(
     )
     path = project.spec_path(upstream.name)
     base_path = base_path_of(path)
+    given, recorded = reimport.flags(image), reimport.recorded_flags(base_path)
+    flags = reimport.new_flags(given, recorded) if path.exists() else given
     mine = _valid_spec(path)  # a broken file goes through the merge, which says how to start afresh
-    if mine and not yes and reimport.same_recipe(base_path, upstream, image, allow_mount, source_repo):
+    if mine and not yes and reimport.same_recipe(base_path, upstream, flags, allow_mount, source_repo):
         echo(_UNCHANGED.format(rel=_rel_to(path, project.root)))
         return mine
     # The recipe's side of the merge (and the recorded base) is what the recipe alone says; --image and
@@ -393,7 +395,7 @@ def import_recipe(
     if path.exists():
         theirs = reimport.with_consents(own, upstream)
         dep, unchanged = merge_spec(
-            path, base_path, theirs, mine=reimport.flags(image), resolve=resolve, confirm=confirm, echo=echo
+            path, base_path, theirs, mine=flags, resolve=resolve, confirm=confirm, echo=echo
         )
     else:
         dep, unchanged = upstream, False
@@ -407,6 +409,8 @@ def import_recipe(
     # The base is rigsmith's record of what the import said (not the user's file): written after the
     # spec, so an interrupted run leaves an older base, which only makes the next merge ask more.
     writer.write_one(base_path, specmod.dump(own))
+    if given or recorded:
+        writer.write_one(reimport.flags_path(base_path), reimport.flags_text(given, recorded))
     for line in next_steps(dep):
         echo(line)
     return dep
@@ -589,9 +593,10 @@ def merge_spec(
                 else ""
             )
             raise ConsentError(
-                f"{path}: you and the recipe changed the same fields{why}: "
-                f"{'; '.join(c.describe() for c in merged.conflicts)}. Nothing was written; re-run with "
-                "--ours to keep your values or --theirs to take the recipe's (other changes merge either way)"
+                f"{path}: you and the recipe changed the same fields{why}; nothing was written:\n"
+                + "".join(f"  - {c.describe()}\n" for c in merged.conflicts)
+                + "re-run with --ours to keep your values or --theirs to take the recipe's (other changes "
+                "merge either way)"
             )
         merged = merge3(base, ours, theirs, keyed=SPEC_LIST_KEYS.get, resolve=_asker(confirm), argv=SPEC_ARGV)
     value = reimport.args_indexes_kept(merged.value, ours, theirs)
