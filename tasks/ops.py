@@ -13,12 +13,12 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from rigsmith.errors import RigsmithError
+from rigsmith.errors import RigsmithError, shown
 from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 from tasks.deploy import _memlock
 
 if TYPE_CHECKING:
-    from rigsmith.operating.lifecycle import Ops
+    from rigsmith.operating.lifecycle import Ops, Status
 
 _DEP = "deployments/NAME.yaml to act on" + DEFAULT_DEP
 _TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
@@ -196,6 +196,8 @@ def status(c: Context, deployment: str | None = None, target: str = "podman", ou
         + (f" since {st.started}" if st.started else "")
         + (f"; {st.image}; {spec[st.spec_current]}; {health[st.healthy]}" if st.state != "absent" else "")
     )
+    if st.state != "absent":
+        echo("  " + _lock_line(st))
     if st.service:
         echo("  service: " + ", ".join(f"{k}={v}" for k, v in st.service.items()))
 
@@ -401,3 +403,16 @@ def proxy_entry(
     for name, text in proxy.render(spec, target).items():
         echo(f"# ---- {name}")
         echo(text.rstrip("\n"))
+
+
+def _lock_line(st: Status) -> str:
+    """Which lock the container runs, from its labels (foreign text: errors.shown)."""
+    if st.lock_sha256 is None:
+        return "lock: the container carries no lock label (started before rigsmith labelled it)"
+    which = f"lock {shown(st.lock_entry)} " if st.lock_entry else "lock (no history entry) "
+    now = {
+        True: "what rigsmith.lock pins now",
+        False: "NOT what rigsmith.lock pins now (`invoke down` then `invoke up`, or `invoke rollback`)",
+        None: "-",
+    }
+    return f"{which}(sha256 {shown(st.lock_sha256)}…); {now[st.lock_current]}"

@@ -221,7 +221,10 @@ def upgrade(
         f"upgrade: last-known-good is lock {old_n}: {kept} model file link(s) kept"
         + (f", image kept as {tag}" if tag else "")
     )
-    repin.adopt(project, staged, yes=True, confirm=None, echo=ops.echo, reason=f"upgrade from lock {old_n}")
+    with lockhistory.because(lockhistory.current_cause()[0], last_good=old_n):
+        repin.adopt(
+            project, staged, yes=True, confirm=None, echo=ops.echo, reason=f"upgrade from lock {old_n}"
+        )
     report.new = lockhistory.current_number(path)
 
     step = "fetch"

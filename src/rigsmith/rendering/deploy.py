@@ -80,7 +80,13 @@ def artifacts(
         spec_rel, validate.problems(spec, lock, target, ctx, spec_path=spec_rel, image=image, memlock=memlock)
     )
     plan = planmod.make(
-        spec, lock, spec_path=spec_rel, image=image, memlock=memlock, home=options.get("home")
+        spec,
+        lock,
+        spec_path=spec_rel,
+        image=image,
+        memlock=memlock,
+        home=options.get("home"),
+        lock_entry=planmod.lock_entry(project.lock_path, spec, lock, image),
     )
     if spec.cluster is not None:
         from rigsmith.rendering.targets import nodes
