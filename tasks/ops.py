@@ -318,7 +318,8 @@ def wait(
         "compare": "compare with earlier runs, and with the recipe's published numbers when this deployment "
         "runs from this lock at the default workload (else say why not)",
         "history": "measure nothing: chart decode tok/s and TTFT per lock over time, upgrades marked",
-        "out": "with --history: also write the chart to FILE (.svg)",
+        "out": "with --history: write the chart to FILE (.svg; default .rigsmith/charts/NAME.svg)",
+        "yes": "with --out: replace FILE when it exists (else rigsmith asks, or refuses without a terminal)",
     }
 )
 @user_errors
@@ -334,6 +335,7 @@ def bench(
     compare: bool = False,
     history: bool = False,
     out: str | None = None,
+    yes: bool = False,
 ) -> None:
     """Measure decode tok/s (1 and N streams), TTFT and prefill; append results keyed by the lock hash."""
     from rigsmith.operating import bench as benchmod
@@ -348,9 +350,14 @@ def bench(
         pts, mks = benchhistory.points(p.root, p.lock_path, spec), benchhistory.marks(p.lock_path)
         for line in benchhistory.terminal(pts, mks):
             echo(line)
-        if out:
+        if out or pts:
             title = f"{spec.name}: decode tok/s and TTFT per lock"
-            echo(f"bench: chart written to {benchhistory.write_chart(pts, mks, Path(out), title)}")
+            to = Path(out) if out else benchhistory.default_chart(p.root, spec.name)
+            # the default file is rigsmith's own (replaced freely); a file the user named is asked about
+            wrote = benchhistory.write_chart(
+                pts, mks, to, title, replace=yes or not out, confirm=confirm() if out else None
+            )
+            echo(f"bench: chart written to {shown(str(wrote))}")
         return
 
     counts = [_int("--streams", s) for s in str(streams).split(",") if s.strip()]
