@@ -376,14 +376,12 @@ def import_recipe(
     )
     path = project.spec_path(upstream.name)
     base_path = base_path_of(path)
-    given, recorded = reimport.flags(image), reimport.recorded_flags(base_path)
-    flags = reimport.new_flags(given, recorded) if path.exists() else given
+    flags, flags_record = reimport.user_flags(image, base_path, path.exists())
     mine = _valid_spec(path)  # a broken file goes through the merge, which says how to start afresh
     if mine and not yes and reimport.same_recipe(base_path, upstream, flags, allow_mount, source_repo):
         echo(_UNCHANGED.format(rel=_rel_to(path, project.root)))
         return mine
-    # The recipe's side of the merge (and the recorded base) is what the recipe alone says; --image and
-    # the answers to prompts are the user's side (rigsmith.importing.reimport).
+    # The recipe's side (and the base) is what the recipe alone says; flags and answers are the user's.
     own = reimport.recipe_own(
         text, source=fetched.source, sha256=fetched.sha256, upstream=upstream, image=image, **how
     )
@@ -408,9 +406,7 @@ def import_recipe(
     writer.write(artifacts, yes=yes, confirm=confirm, echo=echo, root=project.root)
     # The base is rigsmith's record of what the import said (not the user's file): written after the
     # spec, so an interrupted run leaves an older base, which only makes the next merge ask more.
-    writer.write_one(base_path, specmod.dump(own))
-    if given or recorded:
-        writer.write_one(reimport.flags_path(base_path), reimport.flags_text(given, recorded))
+    reimport.write_base(base_path, own, flags_record)
     for line in next_steps(dep):
         echo(line)
     return dep

@@ -23,6 +23,7 @@ import yaml
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
 from rigsmith.importing import recipe as recipemod
+from rigsmith.writer import write_one
 
 
 def recipe_own(
@@ -76,9 +77,20 @@ def new_flags(given: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str
     return {k: v for k, v in given.items() if k not in recorded or recorded[k] != v}
 
 
-def flags_text(given: Mapping[str, Any], recorded: Mapping[str, Any]) -> str:
-    """The record to keep after this import: the earlier flags with this import's on top."""
-    return json.dumps({**recorded, **given}, indent=2, sort_keys=True) + "\n"
+def user_flags(image: str | None, base_path: Path, exists: bool) -> tuple[dict[str, Any], str | None]:
+    """This import's flags as the user's side of the merge (all of them for a new spec, else the new ones:
+    :func:`new_flags`), and the flag record to keep after it (None: no flag given, ever)."""
+    given, recorded = flags(image), recorded_flags(base_path)
+    record = {**recorded, **given}
+    text = json.dumps(record, indent=2, sort_keys=True) + "\n" if record else None
+    return (new_flags(given, recorded) if exists else given), text
+
+
+def write_base(base_path: Path, own: specmod.Deployment, flags_record: str | None) -> None:
+    """Record what the import said: the recipe alone (the base) and the flags given so far."""
+    write_one(base_path, specmod.dump(own))
+    if flags_record is not None:
+        write_one(flags_path(base_path), flags_record)
 
 
 def overlay(data: Any, mine: Mapping[str, Any]) -> Any:

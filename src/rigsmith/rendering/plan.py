@@ -12,7 +12,6 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from rigsmith import secondary, userhome
@@ -25,15 +24,12 @@ from rigsmith.render import breaks_line
 from rigsmith.rendering import decisions, optins
 from rigsmith.rendering.envpaths import EnvPath, env_paths, unprovided
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import lockhistory
 
 #: What rigsmith.lock pins for the deployment (``RunPlan.lock_sha256``, first 16 hex digits) and the history
 #: entry it came in with: every container rigsmith starts carries both, so ``status`` (and a user with
 #: ``podman inspect``) can tell which lock it runs; ``up`` refuses a cluster node running another lock.
 LOCK_LABEL = "io.rigsmith.lock-sha256"
 LOCK_ENTRY_LABEL = "io.rigsmith.lock-entry"
-#: How many recent history entries :func:`lock_entry` reads at most.
-HISTORY_LOOKBACK = 200
 
 
 @dataclass(frozen=True)
@@ -350,7 +346,7 @@ def make(
     lock_entry: int | None = None,
 ) -> RunPlan:
     """Decide the run plan. Refuses every problem of :func:`problems` at once, then a missing image.
-    ``lock_entry``: the history entry of the lock (:func:`lock_entry`), labelled beside its sha256."""
+    ``lock_entry``: the history entry of the lock (``deploy.lock_entry``), labelled beside its sha256."""
     bad = problems(spec, image)
     if bad:
         raise SpecError(spec_path, bad)
@@ -361,31 +357,6 @@ def make(
     return dataclasses.replace(
         plan, lock_sha256=digest, labels=(*plan.labels, (LOCK_LABEL, digest[:16]), *entry)
     )
-
-
-def lock_entry(
-    lock_path: Path, spec: specmod.Deployment, lock: lockmod.Lock, image: str | None
-) -> int | None:
-    """The history entry the deployment's pins came in with: of the newest entries whose pins for ``spec``
-    are what ``lock`` pins, the oldest (so another deployment's later repin does not move it). None when
-    the history does not hold them, or cannot be read (the label is then left out; ``lock --history``
-    names what is wrong)."""
-    try:
-        want = lock_digest(spec, lock, resolve_image(spec, lock, image)[0])
-        found = None
-        for e in reversed(lockhistory.entries(lock_path)[-HISTORY_LOOKBACK:]):
-            old = lockmod.parse(e.text(lock_path), f"lock history entry {e.n}", hint="")
-            try:
-                same = lock_digest(spec, old, resolve_image(spec, old, image)[0]) == want
-            except RigsmithError:
-                same = False
-            if same:
-                found = e.n
-            elif found is not None:
-                break
-        return found
-    except RigsmithError:
-        return None
 
 
 def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement], home: str) -> list[PlanMount]:
