@@ -55,8 +55,8 @@ def lock(c: Context, history: bool = False, diff: str | None = None) -> None:
 @task(
     help={
         "deployment": _DEP,
-        "to": "the recorded lock to restore (default: the newest one before the current; `invoke lock "
-        "--history` lists them)",
+        "to": "the recorded lock to restore (default: the last-known-good the running upgrade kept, else the "
+        "newest earlier entry that ran; `invoke lock --history` lists them)",
         "target": _TARGET,
         "out": _OUT,
         "memlock": _MEMLOCK,

@@ -13,12 +13,12 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from rigsmith.errors import RigsmithError
+from rigsmith.errors import RigsmithError, shown
 from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 from tasks.deploy import _memlock
 
 if TYPE_CHECKING:
-    from rigsmith.operating.lifecycle import Ops
+    from rigsmith.operating.lifecycle import Ops, Status
 
 _DEP = "deployments/NAME.yaml to act on" + DEFAULT_DEP
 _TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
@@ -199,6 +199,8 @@ def status(c: Context, deployment: str | None = None, target: str = "podman", ou
         + (f" since {st.started}" if st.started else "")
         + (f"; {st.image}; {spec[st.spec_current]}; {health[st.healthy]}" if st.state != "absent" else "")
     )
+    if st.state != "absent":
+        echo("  " + _lock_line(st))
     if st.service:
         echo("  service: " + ", ".join(f"{k}={v}" for k, v in st.service.items()))
 
@@ -319,7 +321,8 @@ def wait(
         "compare": "compare with earlier runs, and with the recipe's published numbers when this deployment "
         "runs from this lock at the default workload (else say why not)",
         "history": "measure nothing: chart decode tok/s and TTFT per lock over time, upgrades marked",
-        "out": "with --history: also write the chart to FILE (.svg)",
+        "out": "with --history: write the chart to FILE (.svg; default .rigsmith/charts/NAME.svg)",
+        "yes": "with --out: replace FILE when it exists (else rigsmith asks, or refuses without a terminal)",
     }
 )
 @user_errors
@@ -335,6 +338,7 @@ def bench(
     compare: bool = False,
     history: bool = False,
     out: str | None = None,
+    yes: bool = False,
 ) -> None:
     """Measure decode tok/s (1 and N streams), TTFT and prefill; append results keyed by the lock hash."""
     from rigsmith.operating import bench as benchmod
@@ -349,9 +353,14 @@ def bench(
         pts, mks = benchhistory.points(p.root, p.lock_path, spec), benchhistory.marks(p.lock_path)
         for line in benchhistory.terminal(pts, mks):
             echo(line)
-        if out:
+        if out or pts:
             title = f"{spec.name}: decode tok/s and TTFT per lock"
-            echo(f"bench: chart written to {benchhistory.write_chart(pts, mks, Path(out), title)}")
+            to = Path(out) if out else benchhistory.default_chart(p.root, spec.name)
+            # the default file is rigsmith's own (replaced freely); a file the user named is asked about
+            wrote = benchhistory.write_chart(
+                pts, mks, to, title, replace=yes or not out, confirm=confirm() if out else None
+            )
+            echo(f"bench: chart written to {shown(str(wrote))}")
         return
 
     counts = [_int("--streams", s) for s in str(streams).split(",") if s.strip()]
@@ -404,3 +413,16 @@ def proxy_entry(
     for name, text in proxy.render(spec, target).items():
         echo(f"# ---- {name}")
         echo(text.rstrip("\n"))
+
+
+def _lock_line(st: Status) -> str:
+    """Which lock the container runs, from its labels (foreign text: errors.shown)."""
+    if st.lock_sha256 is None:
+        return "lock: the container carries no lock label (started before rigsmith labelled it)"
+    which = f"lock {shown(st.lock_entry)} " if st.lock_entry else "lock (no history entry) "
+    now = {
+        True: "what rigsmith.lock pins now",
+        False: "NOT what rigsmith.lock pins now (`invoke down` then `invoke up`, or `invoke rollback`)",
+        None: "-",
+    }
+    return f"{which}(sha256 {shown(st.lock_sha256)}…); {now[st.lock_current]}"

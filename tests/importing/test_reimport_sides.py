@@ -175,3 +175,56 @@ def test_a_flag_merged_in_before_the_model_word_moves_model_arg_with_it() -> Non
     }
     fixed = reimport.args_indexes_kept(merged.value, ours, theirs)["engine"]
     assert fixed["model_arg"] == 3 and fixed["args"][3] == "Q/M"
+
+
+FLAG = ("--image", "localhost/vllm-stand-in:1")
+
+
+def _imported_with_an_image_then_edited(project: Project, tmp_path: Path) -> Path:
+    """Seed 003 imported with ``--image``, then the spec's image edited by the user; the recipe file."""
+    recipe = _seed003_with(tmp_path)
+    assert import_cli(project.root, str(recipe), "--name", "s3", *FLAG, "--yes").returncode == 0
+    _set_image(project, "s3", "localhost/mine:2")
+    return recipe
+
+
+def test_the_same_image_flag_again_keeps_the_users_edited_image_and_upstreams_flag_merges(
+    empty_project: Project, tmp_path: Path
+) -> None:
+    # issue 38: imported with --image, the image edited in the spec, the same command line re-run on a
+    # recipe whose only change is one flag: no conflict, the edit stays, upstream's flag comes in.
+    recipe = _imported_with_an_image_then_edited(empty_project, tmp_path)
+    recorded = json.loads((empty_project.root / "deployments/.base/s3.flags.json").read_text())
+    assert recorded == {"engine.image": "localhost/vllm-stand-in:1"}
+    _seed003_with(tmp_path, **{"--max-num-seqs": "8 6"})
+    proc = import_cli(empty_project.root, str(recipe), "--name", "s3", *FLAG, "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert _spec(empty_project, "s3")["engine"]["image"] == "localhost/mine:2"  # type: ignore[index]
+    assert _flag(empty_project, "s3", "--max-num-seqs") == "6"
+    # without the flag the same holds: the edit is the user's, the recipe never named an image
+    _seed003_with(tmp_path, **{"--max-num-seqs": "8 5"})  # from the original: 8 → 5
+    proc = import_cli(empty_project.root, str(recipe), "--name", "s3", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert _spec(empty_project, "s3")["engine"]["image"] == "localhost/mine:2"  # type: ignore[index]
+    assert _flag(empty_project, "s3", "--max-num-seqs") == "5"
+
+
+def test_a_real_conflict_after_an_image_flag_is_one_line_per_flag_with_the_right_labels(
+    empty_project: Project, tmp_path: Path
+) -> None:
+    recipe = _imported_with_an_image_then_edited(empty_project, tmp_path)
+    _set_flag(empty_project, "s3", "--max-num-seqs", "4")
+    _set_flag(empty_project, "s3", "--max-num-batched-tokens", "512")
+    before = (empty_project.root / "deployments/s3.yaml").read_bytes()
+    _seed003_with(tmp_path, **{"--max-num-seqs": "8 6", "--max-num-batched-tokens": "1024 2048"})
+    proc = import_cli(empty_project.root, str(recipe), "--name", "s3", *FLAG, "--yes")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert "  - engine.args --max-num-seqs: yours 4 · upstream 6 · was 8" in lines, proc.stderr
+    assert "  - engine.args --max-num-batched-tokens: yours 512 · upstream 2048 · was 1024" in lines
+    assert "engine.image" not in proc.stderr  # nothing upstream touched the image
+    assert (empty_project.root / "deployments/s3.yaml").read_bytes() == before  # nothing written
+    proc = import_cli(empty_project.root, str(recipe), "--name", "s3", *FLAG, "--yes", "--theirs")
+    assert proc.returncode == 0, proc.stderr
+    assert _flag(empty_project, "s3", "--max-num-seqs") == "6"
+    assert _spec(empty_project, "s3")["engine"]["image"] == "localhost/mine:2"  # type: ignore[index]

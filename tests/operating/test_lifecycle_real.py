@@ -147,9 +147,11 @@ def test_down_lists_orphan_engine_worker_and_the_reap_command_works(
 def test_status_reports_state_spec_and_health(deployed, podman: Podman) -> None:
     ops, _data = deployed
     assert lifecycle.status(ops).state == "absent"
-    lifecycle.up(ops, memlock=HOST_MEMLOCK)
+    plan = lifecycle.up(ops, memlock=HOST_MEMLOCK)
     st = lifecycle.status(ops, health=wait.http_health_url)
     assert (st.state, st.spec_current, st.image) == ("running", True, OPS_IMAGE)
+    # the container carries the lock it runs (no lock history here: no entry label)
+    assert st.lock_sha256 == plan.lock_sha256[:16] and st.lock_current is True and st.lock_entry is None
     assert st.healthy is False  # nothing serves the deployment's port
     assert st.service is None
 

@@ -162,3 +162,77 @@ def test_invoke_pin_repin_shows_the_diff_asks_and_history_records_both(hub, make
     assert bad.returncode == 1 and "not one or two lock numbers" in bad.stderr
     index = (project.root / ".rigsmith/locks/index.jsonl").read_text().splitlines()
     assert [json.loads(r)["n"] for r in index] == [1, 2]
+
+
+def _pinned_twice(hub, make_project):
+    """pin at commit A, then `pin --repin --yes` at B (config.json changed, a file added): the checkout."""
+    repo = hub.repo("acme/twice")
+    files = tiny_files("acme/twice", shards=1, shard_size=4096)
+    first = repo.add_commit(files)
+    project, _spec = make_project(repo="acme/twice", revision="main")
+    assert run_cli(hub, project, "pin").returncode == 0
+    config = json.loads(files["config.json"])
+    config["max_position_embeddings"] = 4096
+    files2 = {**files, "config.json": json.dumps(config).encode(), "added.bin": b"x" * 3000}
+    second = repo.add_commit(files2)
+    done = run_cli(hub, project, "pin", "--repin", "--yes")
+    assert done.returncode == 0, done.stderr
+    return project, first, second, len(files["config.json"]), len(files2["config.json"])
+
+
+def test_pin_then_repin_is_two_entries_and_the_diff_names_changed_and_added_files_and_both_commits(
+    hub, make_project
+):
+    project, first, second, size_a, size_b = _pinned_twice(hub, make_project)
+    assert [e.command.split()[1] for e in lockhistory.entries(project.lock_path)] == ["pin", "pin"]
+    diff = run_cli(hub, project, "lock", "--diff", "1 2")
+    assert diff.returncode == 0, diff.stderr
+    lines = diff.stdout.splitlines()
+    assert lines[0] == "lock 1 → 2:"
+    assert f"  model t: commit {first[:12]} → {second[:12]} (acme/twice)" in lines
+    assert f"  model t: ~ config.json ({size_a} B → {size_b} B)" in lines
+    assert "  model t: + added.bin (2.9 KiB)" in lines
+    assert not any("added acme/twice" in ln for ln in lines)  # not "the whole model was added"
+
+
+def _damaged(hub, project, args: tuple[str, ...]) -> str:
+    out = run_cli(hub, project, *args)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    return " ".join(out.stderr.split())
+
+
+@pytest.mark.parametrize("damage", ["missing", "fifo", "symlink", "truncated", "index-torn", "edited"])
+def test_a_damaged_history_entry_is_one_error_naming_it_never_an_empty_lock(hub, make_project, damage):
+    import os
+
+    project, *_ = _pinned_twice(hub, make_project)
+    hist = project.root / ".rigsmith/locks"
+    entry = hist / "0001.lock"
+    text = entry.read_text()
+    if damage == "missing":
+        entry.unlink()
+    elif damage == "fifo":
+        entry.unlink()
+        os.mkfifo(entry)  # opened non-blocking: a reader that blocked would hang here
+    elif damage == "symlink":
+        outside = project.root / "elsewhere.lock"
+        outside.write_text(text)
+        entry.unlink()
+        entry.symlink_to(outside)
+    elif damage == "truncated":
+        entry.write_text(text[: len(text) // 2])
+    elif damage == "edited":
+        entry.write_text(text.replace('"version"', '"version" ', 1))  # valid JSON, not the recorded text
+    else:
+        index = hist / "index.jsonl"
+        rows = index.read_text().splitlines()
+        index.write_text(rows[0] + "\n" + rows[1][: len(rows[1]) // 2] + "\n")
+    for args in (("lock", "--history"), ("lock", "--diff", "1 2"), ("rollback", "--to", "1")):
+        said = _damaged(hub, project, args)
+        if damage == "index-torn":
+            assert "index.jsonl line 2 is damaged" in said, said
+        else:
+            assert "lock history entry 1" in said and "0001.lock" in said, said
+        assert "added" not in said
+    assert lockmod.read(project.lock_path).models["t"].commit  # rigsmith.lock itself untouched

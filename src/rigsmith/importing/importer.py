@@ -398,13 +398,13 @@ def import_recipe(
     upstream = upstream if name else _own_name(project, upstream, fetched.source, echo)
     path = project.spec_path(upstream.name)
     base_path = base_path_of(path)
+    flags, flags_record = reimport.user_flags(image, base_path, path.exists())
     mine = _valid_spec(path)  # a broken file goes through the merge, which says how to start afresh
-    unchanged_recipe = reimport.same_recipe(base_path, upstream, image, allow_mount, source_repo)
+    unchanged_recipe = reimport.same_recipe(base_path, upstream, flags, allow_mount, source_repo)
     if mine and not yes and given is None and unchanged_recipe:  # an answers file is the user's side too
         echo(_UNCHANGED.format(rel=_rel_to(path, project.root)))
         return mine
-    # The recipe's side of the merge (and the recorded base) is what the recipe alone says; --image and
-    # the answers to prompts are the user's side (rigsmith.importing.reimport).
+    # The recipe's side (and the base) is what the recipe alone says; flags and answers are the user's.
     own = reimport.recipe_own(
         text, source=fetched.source, sha256=fetched.sha256, upstream=upstream, image=image, **how
     )
@@ -413,7 +413,7 @@ def import_recipe(
     if image is None:
         own = upstream
     upstream = _consent(upstream, allow_mount, path, dry_run, confirm, echo)
-    merge = {"image": image, "resolve": resolve, "confirm": confirm, "echo": echo}
+    merge = {"flags": flags, "resolve": resolve, "confirm": confirm, "echo": echo}
     dep, unchanged = _user_side(path, base_path, own, upstream, in_image, **merge)
     # nothing to take: the user's file stays byte for byte (comments and all)
     content = path.read_text(encoding="utf-8") if unchanged else specmod.MODELINE + specmod.dump(dep)
@@ -424,7 +424,7 @@ def import_recipe(
     writer.write(artifacts, yes=yes, confirm=confirm, echo=echo, root=project.root)
     # The base is rigsmith's record of what the import said (not the user's file): written after the
     # spec, so an interrupted run leaves an older base, which only makes the next merge ask more.
-    writer.write_one(base_path, specmod.dump(own))
+    reimport.write_base(base_path, own, flags_record)
     for line in next_steps(dep):
         echo(line)
     return dep
@@ -474,11 +474,11 @@ def _user_side(
     **merge: Any,
 ) -> tuple[specmod.Deployment, bool]:
     """(the spec to write, whether the user's file stays as it is): ``upstream`` merged three-way into the
-    user's file (``merge``: image, resolve, confirm, echo), then the placeholders the proposed image's tree
+    user's file (``merge``: flags, resolve, confirm, echo), then the placeholders the proposed image's tree
     provides filled where they are empty (``in_image``)."""
     if path.exists():
         theirs = reimport.with_consents(own, upstream)
-        dep, unchanged = merge_spec(path, base_path, theirs, mine=reimport.flags(merge.pop("image")), **merge)
+        dep, unchanged = merge_spec(path, base_path, theirs, mine=merge.pop("flags"), **merge)
     else:
         dep, unchanged = upstream, False
     filled = proposalmod.fill_in_image(dep, in_image)
@@ -688,9 +688,10 @@ def merge_spec(
                 else ""
             )
             raise ConsentError(
-                f"{path}: you and the recipe changed the same fields{why}: "
-                f"{'; '.join(c.describe() for c in merged.conflicts)}. Nothing was written; re-run with "
-                "--ours to keep your values or --theirs to take the recipe's (other changes merge either way)"
+                f"{path}: you and the recipe changed the same fields{why}; nothing was written:\n"
+                + "".join(f"  - {c.describe()}\n" for c in merged.conflicts)
+                + "re-run with --ours to keep your values or --theirs to take the recipe's (other changes "
+                "merge either way)"
             )
         merged = merge3(base, ours, theirs, keyed=SPEC_LIST_KEYS.get, resolve=_asker(confirm), argv=SPEC_ARGV)
     value = reimport.args_indexes_kept(merged.value, ours, theirs)

@@ -4,12 +4,16 @@ says; values the user gave (``--image``, answers to prompts) are the user's side
 The base (``deployments/.base/NAME.yaml``) records the recipe alone, so a flag value is never mistaken
 for upstream's: imported once with ``--image A`` and edited to ``B``, the unchanged recipe re-imported
 without ``--image`` keeps ``B`` with no conflict; ``--image C`` on a re-import is the user's new choice and
-wins the same way. An unchanged recipe (the same bytes as the last import) re-imported with no flag (and no
+wins the same way. The flags an import was given are recorded beside the base (``.base/NAME.flags.json``):
+the same ``--image A`` given again (the same command line re-run) after the user edited the spec to ``B``
+is not a new statement, so ``B`` stays and a change upstream made elsewhere merges without a conflict.
+An unchanged recipe (the same bytes as the last import) re-imported with no flag (and no
 ``--yes``) writes nothing and exits 0.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,7 @@ import yaml
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
 from rigsmith.importing import recipe as recipemod
+from rigsmith.writer import write_one
 
 
 def recipe_own(
@@ -50,6 +55,44 @@ def flags(image: str | None) -> dict[str, Any]:
     return {"engine.image": image} if image is not None else {}
 
 
+def flags_path(base_path: Path) -> Path:
+    """Where the flags of the imports so far are recorded, beside the base (``.base/NAME.flags.json``)."""
+    return base_path.with_name(base_path.stem + ".flags.json")
+
+
+def recorded_flags(base_path: Path) -> dict[str, Any]:
+    """The flag values the earlier imports gave (dotted path → value); none when there is no readable
+    record (then every flag given now counts as new, as before the record existed)."""
+    try:
+        data = json.loads(flags_path(base_path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str)} if isinstance(data, dict) else {}
+
+
+def new_flags(given: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """The flags of this import that say something new: a value the last import's flag did not give. A flag
+    repeated with the value it had (the same command line run again) is not a new statement, so the user's
+    later edit of that field in the spec stays; a new value is the user's new choice and is applied."""
+    return {k: v for k, v in given.items() if k not in recorded or recorded[k] != v}
+
+
+def user_flags(image: str | None, base_path: Path, exists: bool) -> tuple[dict[str, Any], str | None]:
+    """This import's flags as the user's side of the merge (all of them for a new spec, else the new ones:
+    :func:`new_flags`), and the flag record to keep after it (None: no flag given, ever)."""
+    given, recorded = flags(image), recorded_flags(base_path)
+    record = {**recorded, **given}
+    text = json.dumps(record, indent=2, sort_keys=True) + "\n" if record else None
+    return (new_flags(given, recorded) if exists else given), text
+
+
+def write_base(base_path: Path, own: specmod.Deployment, flags_record: str | None) -> None:
+    """Record what the import said: the recipe alone (the base) and the flags given so far."""
+    write_one(base_path, specmod.dump(own))
+    if flags_record is not None:
+        write_one(flags_path(base_path), flags_record)
+
+
 def overlay(data: Any, mine: Mapping[str, Any]) -> Any:
     """Spec data with the user's flag values set (``engine.image`` → data["engine"]["image"])."""
     if not mine or not isinstance(data, dict):
@@ -69,14 +112,15 @@ def overlay(data: Any, mine: Mapping[str, Any]) -> Any:
 def same_recipe(
     base_path: Path,
     upstream: specmod.Deployment,
-    image: str | None,
+    mine: Mapping[str, Any],
     allow_mount: Sequence[str],
     source_repo: str | None,
 ) -> bool:
     """Whether the last import (the recorded base) was of exactly these recipe bytes, read the same way (the
     same title and recipe id: a vLLM recipe's variant and hardware are in both), and this import gives no
-    flag of the user's side (``--image``, ``--allow-mount``, ``--source-repo``): then nothing changes."""
-    if image is not None or allow_mount or source_repo is not None:
+    new flag of the user's side (``mine``: a new ``--image``; ``--allow-mount``, ``--source-repo``): then
+    nothing changes."""
+    if mine or allow_mount or source_repo is not None:
         return False
     try:
         data = yaml.safe_load(base_path.read_text(encoding="utf-8"))

@@ -34,7 +34,8 @@ from rigsmith.operating.host import Host, LocalHost, image_facts, quadlet_lacks
 from rigsmith.operating.noderun import RemoteHost, describe, node_hosts, require_reachable, unreachable
 from rigsmith.operating.probes import CmdResult
 from rigsmith.operating.verify import SPEC_LABEL, inspect_argv, parse_inspect
-from rigsmith.rendering.cluster import LOCK_LABEL, POLL_SECONDS, NodePlan
+from rigsmith.rendering.cluster import POLL_SECONDS, NodePlan
+from rigsmith.rendering.plan import LOCK_LABEL
 from rigsmith.rendering.targets.common import health_argv
 from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import DEFAULT_NODE_DIR, Deployment

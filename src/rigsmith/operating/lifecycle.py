@@ -413,6 +413,11 @@ class Status:
     spec_current: bool | None
     service: dict[str, str] | None
     healthy: bool | None
+    #: the lock the container carries (``io.rigsmith.lock-sha256`` and the history entry), and whether it
+    #: is what rigsmith.lock pins now (None: the container carries no lock label, or there is no plan)
+    lock_sha256: str | None = None
+    lock_entry: str | None = None
+    lock_current: bool | None = None
 
 
 def status(ops: Ops, *, deployment: str | None = None, health: Callable[[str], bool] | None = None) -> Status:
@@ -427,12 +432,14 @@ def status(ops: Ops, *, deployment: str | None = None, health: Callable[[str], b
         proc = ops.run(sargv)
         service = parse_systemctl_show(proc.stdout) if proc.code == 0 else {"error": proc.stderr.strip()}
     current: bool | None = None
+    labels = ((info or {}).get("Config") or {}).get("Labels") or {}
+    carried = labels.get(planmod.LOCK_LABEL)
+    lock_current: bool | None = None
     if info:
         try:
             plan, _files = _plan(ops, deployment, None, None)
-            current = ((info.get("Config") or {}).get("Labels") or {}).get(SPEC_LABEL) == dict(plan.labels)[
-                SPEC_LABEL
-            ]
+            current = labels.get(SPEC_LABEL) == dict(plan.labels)[SPEC_LABEL]
+            lock_current = None if carried is None else carried == dict(plan.labels)[planmod.LOCK_LABEL]
         except RigsmithError:
             current = None
     st = (info or {}).get("State") or {}
@@ -447,6 +454,9 @@ def status(ops: Ops, *, deployment: str | None = None, health: Callable[[str], b
         current,
         service,
         healthy,
+        str(carried) if carried is not None else None,
+        str(labels[planmod.LOCK_ENTRY_LABEL]) if planmod.LOCK_ENTRY_LABEL in labels else None,
+        lock_current,
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rigsmith.errors import PreflightError
+from rigsmith.errors import LockError, PreflightError
 from rigsmith.operating import lastgood, lifecycle
 from rigsmith.operating.host import image_facts
 from rigsmith.rendering import plan as planmod
@@ -26,17 +26,16 @@ from rigsmith.spec import Deployment
 Memlock = Literal["unlimited", "host"] | int | None
 
 
-def previous(lock_path: Path) -> int:
-    """The newest recorded lock that differs from the current one (what a bare rollback returns to)."""
-    now_text = lock_path.read_text(encoding="utf-8") if lock_path.exists() else ""
-    now = lockhistory.sha256(now_text)
-    for e in reversed(lockhistory.entries(lock_path)):
-        if e.sha256 != now:
-            return e.n
-    raise PreflightError(
-        "rigsmith.lock has no earlier recorded lock to roll back to",
-        hint="`invoke lock --history` lists the recorded locks; `invoke rollback --to N` picks one",
-    )
+def default_target(lock_path: Path) -> int:
+    """What a bare rollback returns to: the last-known-good the running upgrade kept, else the newest
+    earlier entry that ran (``lockhistory.rollback_target``)."""
+    e = lockhistory.rollback_target(lock_path)
+    if e is None:
+        raise PreflightError(
+            "rigsmith.lock has no earlier recorded lock to roll back to",
+            hint="`invoke lock --history` lists the recorded locks; `invoke rollback --to N` picks one",
+        )
+    return e.n
 
 
 @dataclass(frozen=True)
@@ -49,8 +48,11 @@ class Target:
     slots: list[lastgood.Slot]
 
 
-def check(ops: lifecycle.Ops, spec: Deployment, n: int, memlock: Memlock = None) -> Target:
-    """Everything recorded lock ``n`` needs on this host, or PreflightError naming what is missing."""
+def check(
+    ops: lifecycle.Ops, spec: Deployment, n: int, memlock: Memlock = None, *, others: bool = True
+) -> Target:
+    """Everything recorded lock ``n`` needs on this host, or PreflightError naming what is missing (and,
+    with ``others``, the newest other entry whose needs are all met)."""
     target = lockdiff.recorded(ops.project.lock_path, n)
     plan = planmod.make(spec, target, spec_path=f"deployments/{spec.name}.yaml", memlock=memlock)
     problems = []
@@ -63,14 +65,44 @@ def check(ops: lifecycle.Ops, spec: Deployment, n: int, memlock: Memlock = None)
     slots = lastgood.slots(spec, target)
     problems += [f"model file {m} is neither in the model dir nor kept" for m in lastgood.missing(slots)]
     if problems:
+        instead = _working(ops, spec, n, memlock) if others else None
         raise PreflightError(
             f"cannot roll {spec.name} back to lock {n}; nothing was changed:\n"
             + "\n".join(f"  - {p}" for p in problems[:20])
             + (f"\n  - and {len(problems) - 20} more" if len(problems) > 20 else ""),
-            hint="load or rebuild the image (`podman load`, `invoke build`) and fetch the files "
-            f"(`invoke lock --diff {n}` shows what lock {n} pins), or roll back to another lock",
+            hint=(
+                f"lock {instead} has everything it needs here: `invoke rollback --to {instead}`; or "
+                if instead is not None
+                else ""
+            )
+            + "load or rebuild the image (`podman load`, `invoke build`) and fetch the files "
+            f"(`invoke lock --diff {n}` shows what lock {n} pins)",
         )
     return Target(n, target, plan.image, slots)
+
+
+#: How many other entries a refused rollback looks at for one that would work (newest first).
+OTHERS_TRIED = 8
+
+
+def _working(ops: lifecycle.Ops, spec: Deployment, refused: int, memlock: Memlock) -> int | None:
+    """The newest recorded lock other than ``refused`` and the current one whose image and model files are
+    all here (what a refusal can name instead), or None."""
+    path = ops.project.lock_path
+    now = lockhistory.sha256(path.read_text(encoding="utf-8")) if path.exists() else None
+    seen = {now}
+    tried = 0
+    for e in reversed(lockhistory.entries(path)):
+        if e.n == refused or e.sha256 in seen or tried >= OTHERS_TRIED:
+            continue
+        seen.add(e.sha256)
+        tried += 1
+        try:
+            check(ops, spec, e.n, memlock, others=False)
+        except (PreflightError, LockError):
+            continue
+        return e.n
+    return None
 
 
 def restore(
@@ -114,9 +146,10 @@ def rollback(
     to: int | None = None,
     memlock: Memlock = None,
 ) -> int:
-    """``invoke rollback``: back to lock ``to`` (default: the newest recorded one before the current)."""
+    """``invoke rollback``: back to lock ``to`` (default: the last-known-good the running upgrade kept, else
+    the newest earlier entry that ran)."""
     spec = ops.project.load(deployment)
-    n = to if to is not None else previous(ops.project.lock_path)
+    n = to if to is not None else default_target(ops.project.lock_path)
     target = check(ops, spec, n, memlock)
     restore(ops, spec, target, reason=f"rollback to lock {n}", memlock=memlock)
     return n

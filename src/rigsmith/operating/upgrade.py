@@ -19,7 +19,7 @@ from typing import Any
 
 from rigsmith.errors import PreflightError, RigsmithError
 from rigsmith.operating import bench as benchmod
-from rigsmith.operating import lastgood, lifecycle, rollback
+from rigsmith.operating import benchhistory, lastgood, lifecycle, rollback
 from rigsmith.operating import wait as waitmod
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving import lockdiff, lockhistory, repin
@@ -65,12 +65,12 @@ def regressions(old: Mapping[str, Any], new: Mapping[str, Any], threshold: float
 def baseline(project: Any, spec: Deployment, lock_text: str) -> dict[str, Any] | None:
     """The latest 1-stream bench of ``spec`` under the lock whose text is ``lock_text``."""
     key = benchmod.lock_key(lock_text, spec)
-    rows = [
-        r
-        for r in benchmod.history(benchmod.results_path(project.root), spec.name)
-        if r.get("lock_key") == key
-    ]
-    return one_stream(rows[-1].get("runs", [])) if rows else None
+    found = benchhistory.rows(benchmod.results_path(project.root), spec.name)
+    rows = [(where, r) for where, r in found if r.get("lock_key") == key]
+    if not rows:
+        return None
+    benchhistory.point(rows[-1][1], key, rows[-1][0])  # a hostile row: one error naming its line
+    return one_stream(rows[-1][1].get("runs", []))
 
 
 # -- the steps ----------------------------------------------------------------------------------------
@@ -221,7 +221,10 @@ def upgrade(
         f"upgrade: last-known-good is lock {old_n}: {kept} model file link(s) kept"
         + (f", image kept as {tag}" if tag else "")
     )
-    repin.adopt(project, staged, yes=True, confirm=None, echo=ops.echo, reason=f"upgrade from lock {old_n}")
+    with lockhistory.because(lockhistory.current_cause()[0], last_good=old_n):
+        repin.adopt(
+            project, staged, yes=True, confirm=None, echo=ops.echo, reason=f"upgrade from lock {old_n}"
+        )
     report.new = lockhistory.current_number(path)
 
     step = "fetch"

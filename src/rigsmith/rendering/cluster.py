@@ -38,9 +38,6 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "--data-parallel-start-rank": ("-dpr",),
     "--distributed-executor-backend": (),
 }
-#: The label that carries what rigsmith.lock pins for the deployment (``RunPlan.lock_sha256``) on every node:
-#: ``up`` refuses a node running from another lock.
-LOCK_LABEL = "io.rigsmith.lock-sha256"
 #: Variables rigsmith sets per node; the spec's env may not set them too.
 NODE_ENV = ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 #: Variables that select GPUs on one host; in a cluster each node's cdi_devices do that.
@@ -454,7 +451,6 @@ def node_plans(spec: specmod.Deployment, plan: RunPlan) -> list[NodePlan]:
                     env=(*plan.env, *_node_env(node)),
                     labels=(
                         *plan.labels,
-                        (LOCK_LABEL, plan.lock_sha256[:16]),
                         ("io.rigsmith.node", node.name),
                         ("io.rigsmith.role", role),
                     ),

@@ -15,7 +15,7 @@ from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
 from rigsmith.rendering.nextsteps import next_steps
 from rigsmith.rendering.targets import LxcOptions, RenderContext, find
-from rigsmith.resolving import engineroute
+from rigsmith.resolving import engineroute, lockhistory
 from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import Deployment
 
@@ -80,7 +80,13 @@ def artifacts(
         spec_rel, validate.problems(spec, lock, target, ctx, spec_path=spec_rel, image=image, memlock=memlock)
     )
     plan = planmod.make(
-        spec, lock, spec_path=spec_rel, image=image, memlock=memlock, home=options.get("home")
+        spec,
+        lock,
+        spec_path=spec_rel,
+        image=image,
+        memlock=memlock,
+        home=options.get("home"),
+        lock_entry=lock_entry(project.lock_path, spec, lock, image),
     )
     if spec.cluster is not None:
         from rigsmith.rendering.targets import nodes
@@ -164,3 +170,30 @@ def deploy(
         for line in steps:
             echo(line)
     return outcomes
+
+
+#: How many recent history entries :func:`lock_entry` reads at most.
+HISTORY_LOOKBACK = 200
+
+
+def lock_entry(lock_path: Path, spec: Deployment, lock: lockmod.Lock, image: str | None) -> int | None:
+    """The history entry the deployment's pins came in with: of the newest entries whose pins for ``spec``
+    are what ``lock`` pins, the oldest (so another deployment's later repin does not move it). None when
+    the history does not hold them, or cannot be read (the label is then left out; ``lock --history``
+    names what is wrong)."""
+    try:
+        want = planmod.lock_digest(spec, lock, planmod.resolve_image(spec, lock, image)[0])
+        found = None
+        for e in reversed(lockhistory.entries(lock_path)[-HISTORY_LOOKBACK:]):
+            old = lockmod.parse(e.text(lock_path), f"lock history entry {e.n}", hint="")
+            try:
+                same = planmod.lock_digest(spec, old, planmod.resolve_image(spec, old, image)[0]) == want
+            except RigsmithError:
+                same = False
+            if same:
+                found = e.n
+            elif found is not None:
+                break
+        return found
+    except RigsmithError:
+        return None

@@ -25,6 +25,12 @@ from rigsmith.rendering import decisions, optins
 from rigsmith.rendering.envpaths import EnvPath, env_paths, unprovided
 from rigsmith.resolving import lock as lockmod
 
+#: What rigsmith.lock pins for the deployment (``RunPlan.lock_sha256``, first 16 hex digits) and the history
+#: entry it came in with: every container rigsmith starts carries both, so ``status`` (and a user with
+#: ``podman inspect``) can tell which lock it runs; ``up`` refuses a cluster node running another lock.
+LOCK_LABEL = "io.rigsmith.lock-sha256"
+LOCK_ENTRY_LABEL = "io.rigsmith.lock-entry"
+
 
 @dataclass(frozen=True)
 class PlanMount:
@@ -344,14 +350,20 @@ def make(
     image: str | None = None,
     memlock: Literal["unlimited", "host"] | int | None = None,
     home: str | None = None,
+    lock_entry: int | None = None,
 ) -> RunPlan:
-    """Decide the run plan. Refuses every problem of :func:`problems` at once, then a missing image."""
+    """Decide the run plan. Refuses every problem of :func:`problems` at once, then a missing image.
+    ``lock_entry``: the history entry of the lock (``deploy.lock_entry``), labelled beside its sha256."""
     bad = problems(spec, image)
     if bad:
         raise SpecError(spec_path, bad)
     resolved = resolve_image(spec, lock, image)
     plan = build(spec, resolved, spec_path=spec_path, memlock=memlock, lock=lock, override=image, home=home)
-    return dataclasses.replace(plan, lock_sha256=lock_digest(spec, lock, resolved[0]))
+    digest = lock_digest(spec, lock, resolved[0])
+    entry = () if lock_entry is None else ((LOCK_ENTRY_LABEL, str(lock_entry)),)
+    return dataclasses.replace(
+        plan, lock_sha256=digest, labels=(*plan.labels, (LOCK_LABEL, digest[:16]), *entry)
+    )
 
 
 def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement], home: str) -> list[PlanMount]:

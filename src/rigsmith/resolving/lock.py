@@ -193,16 +193,18 @@ def read(path: Path) -> Lock:
             hint="rigsmith.lock must be a readable file; restore it from git, or delete it and re-run "
             "`invoke pin`",
         ) from None
+    return parse(text, str(path), hint="restore it from git, or delete it and re-run `invoke pin`")
+
+
+def parse(text: str, where: str, hint: str) -> Lock:
+    """A lock's text parsed, or a LockError naming ``where`` (the file or history entry) with ``hint``."""
     try:
         lock = Lock.model_validate_json(text)
     except ValidationError as err:
-        raise LockError(
-            f"{path} is not a valid rigsmith lock: {first_problem(err)}",
-            hint="restore it from git, or delete it and re-run `invoke pin`",
-        ) from None
+        raise LockError(f"{where} is not a valid rigsmith lock: {first_problem(err)}", hint=hint) from None
     if lock.version not in LOCK_VERSIONS:
         raise LockError(
-            f"{path} is a version {lock.version} rigsmith lock; this rigsmith reads versions "
+            f"{where} is a version {lock.version} rigsmith lock; this rigsmith reads versions "
             f"{', '.join(map(str, LOCK_VERSIONS))}",
             hint="update rigsmith, or restore the lock from git",
         )

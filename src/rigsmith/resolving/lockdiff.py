@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rigsmith.errors import shown
 from rigsmith.resolving import lockhistory
-from rigsmith.resolving.lock import Lock, LockedBuild, LockedModel, LockedSource, file_changes, read
+from rigsmith.resolving.lock import Lock, LockedBuild, LockedModel, LockedSource, file_changes, parse, read
 
 
 def human_size(n: int) -> str:
@@ -152,9 +153,10 @@ def history_lines(lock_path: Path) -> list[str]:
     prev = Lock()
     for e in have:
         this = recorded(lock_path, e.n)
-        what = e.reason or summary(prev, this)
+        what = shown(e.reason or "") or summary(prev, this)
         mark = "*" if e.n == now else " "
-        out.append(f"{mark}{e.n:>4}  {e.time}  {e.command}  — {what}")
+        back = " (rolled back)" if e.rolled_back and "rolled back" not in what else ""
+        out.append(f"{mark}{e.n:>4}  {shown(e.time)}  {shown(e.command)}  — {what}{back}")
         prev = this
     if now is None:
         out.append("  (rigsmith.lock now matches none of these: it was changed outside rigsmith)")
@@ -164,7 +166,10 @@ def history_lines(lock_path: Path) -> list[str]:
 def recorded(lock_path: Path, n: int) -> Lock:
     """Recorded lock number ``n``, parsed (LockError naming the entry when it is not a valid lock)."""
     e = lockhistory.entry(lock_path, n)
-    return read(lockhistory.history_dir(lock_path) / f"{e.n:04d}.lock")
+    where = f"lock history entry {n} ({lockhistory.history_dir(lock_path) / e.name})"
+    return parse(
+        e.text(lock_path), where, hint="restore .rigsmith/locks/ from a backup, or pick another entry"
+    )
 
 
 def diff_lines(lock_path: Path, n: int, m: int | None = None) -> list[str]:

@@ -39,17 +39,20 @@ def test_rollback_is_refused_naming_the_removed_image_and_the_missing_model_file
     project = write_project(tmp_path, data)
     repo = data["model"]["repo"]  # type: ignore[index]
 
-    def build(image_id: str, commit: str) -> None:
+    def build(image_id: str, commit: str, size: int = 1234) -> None:
         with lockmod.locked(project.lock_path) as lock:
             lock.builds["serving"] = lockmod.LockedBuild(ref="localhost/serving", image_id=image_id, base="x")
             lock.models["rb"] = lockmod.LockedModel(
                 repo=repo,
                 commit=commit,
-                files={"weights.bin": lockmod.LockedFile(size=1234, sha256="e" * 64)},
+                files={"weights.bin": lockmod.LockedFile(size=size, sha256="e" * 64)},
             )
 
     build(old_id, "1" * 40)
-    build(new_id, "2" * 40)
+    build(new_id, "2" * 40, 999)
+    # the file lock 2 pins is in the model dir: lock 2 could be rolled back to (a refusal names it)
+    (Path(str(data["model"]["local_dir"])) / "weights.bin").write_bytes(b"w" * 999)  # type: ignore[index]
+    build(new_id, "3" * 40, 999)
     podman.run("rmi", "--force", old_id)
     before = project.lock_path.read_bytes()
     out = invoke(project, podman, "rollback", "--to", "1", "--memlock", "host")
@@ -61,7 +64,8 @@ def test_rollback_is_refused_naming_the_removed_image_and_the_missing_model_file
         and "weights.bin (1.2 KiB) is neither in the model dir" in out.stderr
     )
     assert "Traceback" not in out.stderr
-    assert project.lock_path.read_bytes() == before and len(lockhistory.entries(project.lock_path)) == 2
+    assert "lock 2 has everything it needs here: `invoke rollback --to 2`" in out.stderr, out.stderr
+    assert project.lock_path.read_bytes() == before and len(lockhistory.entries(project.lock_path)) == 3
     podman.run("rmi", "--force", new_id, check=False)
 
 
