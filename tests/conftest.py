@@ -3,11 +3,15 @@ the Hub stand-in server. Helpers live in tests/support/.
 
 Settings that only this machine needs (runc, cgroupfs, nofile limits, memlock override) live here, never in
 what rigsmith generates. See shared/ENVIRONMENT.md.
+
+The suite never sees the real user's home: before anything is imported, ``tests.support.sandbox.isolate``
+points ``$HOME`` (what rigsmith's home rule, :func:`rigsmith.userhome.invoking_home`, reads; also
+``Path.home`` and ``expanduser``) and the XDG directories at a fresh home under the suite's temp root, and
+drops ``SUDO_USER``. See docs/testing.md.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,17 +21,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import huggingface_hub.constants
-import pytest
+from tests.support import sandbox
 
-from rigsmith import spec as specmod
-from rigsmith.project import Project
-from rigsmith.resolving.hub import HfHub
-from tests.support.common import REPO, STANDIN_IMAGE, make_seed_project, require
-from tests.support.hubserver import HubServer
-from tests.support.models import FAST
-from tests.support.ops import ENGINE, OPS_IMAGE
-from tests.support.podman import (
+# Before huggingface_hub and rigsmith are imported (huggingface_hub reads HOME and XDG_CACHE_HOME at import).
+_HOME_MADE = sandbox.isolate(sandbox.temp_root(Path(__file__).resolve().parents[1]))
+
+import huggingface_hub.constants  # noqa: E402
+import pytest  # noqa: E402
+
+from rigsmith import spec as specmod  # noqa: E402
+from rigsmith.project import Project  # noqa: E402
+from rigsmith.resolving.hub import HfHub  # noqa: E402
+from tests.support.common import REPO, STANDIN_IMAGE, make_seed_project, require  # noqa: E402
+from tests.support.hubserver import HubServer  # noqa: E402
+from tests.support.models import FAST  # noqa: E402
+from tests.support.ops import ENGINE, OPS_IMAGE  # noqa: E402
+from tests.support.podman import (  # noqa: E402
     CONTAINERS_CONF,
     FAKE_CDI_SPEC,
     RECORDER,
@@ -36,13 +45,10 @@ from tests.support.podman import (
     unmount_under,
 )
 
-# One temp root per checkout: concurrent pytest runs from several worktrees must not prune each other's
-# temp dirs (pytest keeps only the newest few under a shared root).
-os.environ.setdefault(
-    "PYTEST_DEBUG_TEMPROOT",
-    str(Path("/tmp") / f"rs-pytest-{hashlib.sha256(str(REPO).encode()).hexdigest()[:8]}"),
-)
-Path(os.environ["PYTEST_DEBUG_TEMPROOT"]).mkdir(parents=True, exist_ok=True)
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _HOME_MADE is not None:  # the process that made the home (the xdist controller, or the only one)
+        shutil.rmtree(_HOME_MADE, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,0 +1,58 @@
+"""Where the suite may write: its own temp root, and a home of its own in place of the real user's.
+
+``conftest`` calls :func:`isolate` before it imports huggingface_hub or rigsmith. Everything that reads ``~``
+then reads the suite's home: rigsmith's home rule (:func:`rigsmith.userhome.invoking_home`: ``$HOME``, or
+``SUDO_USER``'s home when root runs under sudo, so ``SUDO_USER`` is dropped), ``Path.home()``,
+``os.path.expanduser``, the XDG base directories, and the tools the tests spawn (podman, git, ray, invoke).
+xdist workers inherit the controller's environment, so every worker of one run shares one home. A test that
+needs a ``~/…`` path to exist makes it under ``Path.home()`` (or renders with ``home=`` a tmp dir of its own).
+
+Imports nothing from rigsmith: it runs before rigsmith is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+#: The environment variable carrying the suite's home to xdist workers and spawned processes.
+HOME_VAR = "RIGSMITH_TEST_HOME"
+#: XDG base directories, each put under the suite's home (a value from the real environment would point
+#: at the real user's dirs).
+XDG = {
+    "XDG_CACHE_HOME": ".cache",
+    "XDG_CONFIG_HOME": ".config",
+    "XDG_DATA_HOME": ".local/share",
+    "XDG_STATE_HOME": ".local/state",
+}
+
+
+def temp_root(repo: Path) -> Path:
+    """One temp root per checkout (``PYTEST_DEBUG_TEMPROOT``): concurrent pytest runs from several worktrees
+    must not prune each other's temp dirs (pytest keeps only the newest few under a shared root)."""
+    default = Path("/tmp") / f"rs-pytest-{hashlib.sha256(str(repo).encode()).hexdigest()[:8]}"
+    root = Path(os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(default)))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def isolate(root: Path) -> Path | None:
+    """Point this process's home at the suite's (made under ``root`` unless an xdist controller already
+    made one); return the home when this call made it (its maker removes it at the end of the run)."""
+    made = None
+    home = os.environ.get(HOME_VAR)
+    if not home:
+        real = os.environ.get("HOME")
+        # pyenv's shims find their root under $HOME when PYENV_ROOT is unset: keep them working.
+        if real and "PYENV_ROOT" not in os.environ and (Path(real) / ".pyenv").is_dir():
+            os.environ["PYENV_ROOT"] = str(Path(real) / ".pyenv")
+        home = tempfile.mkdtemp(prefix="home-", dir=root)
+        os.environ[HOME_VAR] = home
+        made = Path(home)
+    os.environ["HOME"] = home
+    for var, sub in XDG.items():
+        os.environ[var] = str(Path(home) / sub)
+    os.environ.pop("SUDO_USER", None)
+    return made
