@@ -45,6 +45,57 @@ from tests.support.podman import (  # noqa: E402
     unmount_under,
 )
 
+#: Fixtures that start or build something real: a container engine (podman, dockerd) or an image in it, a
+#: registry, liblxc, the systemd guest, network namespaces, the Hub stand-in server. A test that uses one,
+#: directly or through another fixture, is marked ``engine``: ``pytest -m "not engine"`` is the inner loop
+#: (docs/testing.md). A test that starts an engine without a fixture says ``pytest.mark.engine`` itself.
+ENGINE_FIXTURES = frozenset(
+    {
+        # podman, its images and the projects made with them (conftest files under tests/)
+        "podman", "standin_image", "ops_image", "serving_image", "listener_image", "source", "offline_podman",
+        # dockerd, the registry, the podman API service (tests/resolving/conftest.py)
+        "dockerd", "docker_client", "registry", "podman_api", "base_ref",
+        # liblxc, the systemd guest (tests/rendering/conftest.py)
+        "busybox_rootfs", "systemd_guest", "units",
+        # network namespaces, Ray and the ssh cluster (tests/operating, tests/rendering)
+        "nodes", "netns", "ns", "pair", "machine", "ray_tmp",
+        # the Hub stand-in server (tests/conftest.py)
+        "hub_server",
+    }
+)  # fmt: skip
+
+
+#: Fixtures whose tests share state beyond their worker (xdist, ``--dist loadgroup``), so each set runs on one
+#: worker, one test at a time: the namespace clusters (/tmp/ray as every node's mount point, Ray processes
+#: counted machine-wide by address) and the systemd guest (one boot serves every test that uses it).
+SHARED_GROUPS = {
+    "netns-cluster": frozenset({"nodes", "netns", "pair", "ray_tmp"}),
+    "systemd-guest": frozenset({"systemd_guest"}),
+}
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The group a test runs in: a shared set above, else its module when it uses a module- or class-scoped
+    fixture (built once per module on the worker that runs them all)."""
+    names = set(getattr(item, "fixturenames", ()))
+    for group, fixtures in SHARED_GROUPS.items():
+        if names & fixtures:
+            return group
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    if any(d.scope in ("module", "class", "package") for chain in defs for d in chain):
+        return item.nodeid.split("::", 1)[0]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before the mark plugin's -m selection and xdist's loadgroup read the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if ENGINE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.engine)
+        if item.get_closest_marker("xdist_group") is None and (group := _xdist_group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _HOME_MADE is not None:  # the process that made the home (the xdist controller, or the only one)

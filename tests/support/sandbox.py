@@ -4,6 +4,7 @@
 then reads the suite's home: rigsmith's home rule (:func:`rigsmith.userhome.invoking_home`: ``$HOME``, or
 ``SUDO_USER``'s home when root runs under sudo, so ``SUDO_USER`` is dropped), ``Path.home()``,
 ``os.path.expanduser``, the XDG base directories, and the tools the tests spawn (podman, git, ray, invoke).
+The runner's terminal size (``COLUMNS``, ``LINES``) is dropped as well.
 xdist workers inherit the controller's environment, so every worker of one run shares one home. A test that
 needs a ``~/…`` path to exist makes it under ``Path.home()`` (or renders with ``home=`` a tmp dir of its own).
 
@@ -55,4 +56,8 @@ def isolate(root: Path) -> Path | None:
     for var, sub in XDG.items():
         os.environ[var] = str(Path(home) / sub)
     os.environ.pop("SUDO_USER", None)
+    # Nor the runner's terminal: an xdist worker inherits COLUMNS=80, and a CLI test reads a table as a user
+    # without a terminal gets it (shutil.get_terminal_size's fallback width).
+    for var in ("COLUMNS", "LINES"):
+        os.environ.pop(var, None)
     return made
