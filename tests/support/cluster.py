@@ -229,19 +229,21 @@ def wait_for_descendant(pidfile: str, command: str, timeout: float = 60) -> bool
     return False
 
 
+def _proc(entry: str) -> Iterator[tuple[int, bytes]]:
+    """(pid, /proc/PID/ENTRY) of every process that still exists."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                yield int(proc.name), (proc / entry).read_bytes()
+
+
 def _descendant_names(root: int) -> set[str]:
     children: dict[int, list[int]] = {}
     names: dict[int, str] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            stat = (proc / "stat").read_text()
-        except OSError:
-            continue
-        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        names[int(proc.name)] = name
-        children.setdefault(int(rest[1]), []).append(int(proc.name))
+    for pid, raw in _proc("stat"):
+        stat = raw.decode(errors="replace")
+        names[pid] = stat[stat.index("(") + 1 : stat.rindex(")")]
+        children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(pid)
     found, todo = set(), list(children.get(root, []))
     while todo:
         pid = todo.pop()
@@ -252,14 +254,4 @@ def _descendant_names(root: int) -> set[str]:
 
 def node_pids(prefix: str) -> list[int]:
     """Processes whose command line names an address starting with ``prefix`` (a raylet, GCS, ray start)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if prefix.encode() in cmd:
-            pids.append(int(proc.name))
-    return pids
+    return [pid for pid, cmd in _proc("cmdline") if prefix.encode() in cmd]
