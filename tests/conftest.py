@@ -6,8 +6,8 @@ what rigsmith generates. See shared/ENVIRONMENT.md.
 
 The suite never sees the real user's home: before anything is imported, ``tests.support.sandbox.isolate``
 points ``$HOME`` (what rigsmith's home rule, :func:`rigsmith.userhome.invoking_home`, reads; also
-``Path.home`` and ``expanduser``) and the XDG directories at a fresh home under the suite's temp root, and
-drops ``SUDO_USER``. See docs/testing.md.
+``Path.home`` and ``expanduser``) and the XDG directories at a fresh home under the suite's temp root,
+``TMPDIR`` at a short temp dir of its own, and drops ``SUDO_USER``. See docs/testing.md.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from tests.support import sandbox
 
 # Before huggingface_hub and rigsmith are imported (huggingface_hub reads HOME and XDG_CACHE_HOME at import).
-_HOME_MADE = sandbox.isolate(sandbox.temp_root(Path(__file__).resolve().parents[1]))
+_SANDBOX_MADE = sandbox.isolate(sandbox.temp_root(Path(__file__).resolve().parents[1]))
 
 import huggingface_hub.constants  # noqa: E402
 import pytest  # noqa: E402
@@ -98,8 +98,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _HOME_MADE is not None:  # the process that made the home (the xdist controller, or the only one)
-        shutil.rmtree(_HOME_MADE, ignore_errors=True)
+    for made in _SANDBOX_MADE:  # in the process that made them (the xdist controller, or the only one)
+        shutil.rmtree(made, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -4,7 +4,8 @@
 then reads the suite's home: rigsmith's home rule (:func:`rigsmith.userhome.invoking_home`: ``$HOME``, or
 ``SUDO_USER``'s home when root runs under sudo, so ``SUDO_USER`` is dropped), ``Path.home()``,
 ``os.path.expanduser``, the XDG base directories, and the tools the tests spawn (podman, git, ray, invoke).
-The runner's terminal size (``COLUMNS``, ``LINES``) is dropped as well.
+``TMPDIR`` is a short directory of the suite's under /tmp, removed with the home at the end of the run. The
+runner's terminal size (``COLUMNS``, ``LINES``) is dropped as well.
 xdist workers inherit the controller's environment, so every worker of one run shares one home. A test that
 needs a ``~/…`` path to exist makes it under ``Path.home()`` (or renders with ``home=`` a tmp dir of its own).
 
@@ -18,8 +19,9 @@ import os
 import tempfile
 from pathlib import Path
 
-#: The environment variable carrying the suite's home to xdist workers and spawned processes.
+#: The environment variables carrying the suite's home and temp dir to xdist workers and spawned processes.
 HOME_VAR = "RIGSMITH_TEST_HOME"
+TMP_VAR = "RIGSMITH_TEST_TMPDIR"
 #: XDG base directories, each put under the suite's home (a value from the real environment would point
 #: at the real user's dirs).
 XDG = {
@@ -39,10 +41,10 @@ def temp_root(repo: Path) -> Path:
     return root
 
 
-def isolate(root: Path) -> Path | None:
-    """Point this process's home at the suite's (made under ``root`` unless an xdist controller already
-    made one); return the home when this call made it (its maker removes it at the end of the run)."""
-    made = None
+def isolate(root: Path) -> list[Path]:
+    """Point this process's home and temp dir at the suite's (made unless an xdist controller already made
+    them); return what this call made (its maker removes them at the end of the run)."""
+    made: list[Path] = []
     home = os.environ.get(HOME_VAR)
     if not home:
         real = os.environ.get("HOME")
@@ -50,9 +52,15 @@ def isolate(root: Path) -> Path | None:
         if real and "PYENV_ROOT" not in os.environ and (Path(real) / ".pyenv").is_dir():
             os.environ["PYENV_ROOT"] = str(Path(real) / ".pyenv")
         home = tempfile.mkdtemp(prefix="home-", dir=root)
-        os.environ[HOME_VAR] = home
-        made = Path(home)
+        # TMPDIR: short (a podman runroot must stay under 50 characters, a socket path under 108) and the
+        # suite's own, for what the tests and the tools they run put in "the" temp dir: Jinja's compiled
+        # templates, containers/image's big files (else /var/tmp), Python's tempfile.
+        tmp = tempfile.mkdtemp(prefix="rs-tmp-", dir="/tmp")
+        os.environ.update({HOME_VAR: home, TMP_VAR: tmp})
+        made += [Path(home), Path(tmp)]
     os.environ["HOME"] = home
+    os.environ["TMPDIR"] = os.environ[TMP_VAR]
+    tempfile.tempdir = None  # read TMPDIR again
     for var, sub in XDG.items():
         os.environ[var] = str(Path(home) / sub)
     os.environ.pop("SUDO_USER", None)
