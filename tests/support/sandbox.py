@@ -14,9 +14,12 @@ Imports nothing from rigsmith: it runs before rigsmith is imported.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 #: The environment variables carrying the suite's home and temp dir to xdist workers and spawned processes.
@@ -69,3 +72,18 @@ def isolate(root: Path) -> list[Path]:
     for var in ("COLUMNS", "LINES"):
         os.environ.pop(var, None)
     return made
+
+
+@contextlib.contextmanager
+def default_sigint() -> Iterator[None]:
+    """Spawn children as a shell does for a foreground command: SIGINT at its default and unblocked, whatever
+    this (test worker) process holds now; an ignored SIGINT and a blocked one are inherited across exec, and a
+    Python child then never raises KeyboardInterrupt. Main thread only."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if before is not None:
+            signal.signal(signal.SIGINT, before)
