@@ -3,11 +3,15 @@ the Hub stand-in server. Helpers live in tests/support/.
 
 Settings that only this machine needs (runc, cgroupfs, nofile limits, memlock override) live here, never in
 what rigsmith generates. See shared/ENVIRONMENT.md.
+
+The suite never sees the real user's home: before anything is imported, ``tests.support.sandbox.isolate``
+points ``$HOME`` (what rigsmith's home rule, :func:`rigsmith.userhome.invoking_home`, reads; also
+``Path.home`` and ``expanduser``) and the XDG directories at a fresh home under the suite's temp root,
+``TMPDIR`` at a short temp dir of its own, and drops ``SUDO_USER``. See docs/testing.md.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,17 +21,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import huggingface_hub.constants
-import pytest
+from tests.support import sandbox
 
-from rigsmith import spec as specmod
-from rigsmith.project import Project
-from rigsmith.resolving.hub import HfHub
-from tests.support.common import REPO, STANDIN_IMAGE, make_seed_project, require
-from tests.support.hubserver import HubServer
-from tests.support.models import FAST
-from tests.support.ops import ENGINE, OPS_IMAGE
-from tests.support.podman import (
+# Before huggingface_hub and rigsmith are imported (huggingface_hub reads HOME and XDG_CACHE_HOME at import).
+_SANDBOX_MADE = sandbox.isolate(sandbox.temp_root(Path(__file__).resolve().parents[1]))
+
+import huggingface_hub.constants  # noqa: E402
+import pytest  # noqa: E402
+
+from rigsmith import spec as specmod  # noqa: E402
+from rigsmith.project import Project  # noqa: E402
+from rigsmith.resolving.hub import HfHub  # noqa: E402
+from tests.support.common import REPO, STANDIN_IMAGE, make_seed_project, require  # noqa: E402
+from tests.support.hubserver import HubServer  # noqa: E402
+from tests.support.models import FAST  # noqa: E402
+from tests.support.ops import ENGINE, OPS_IMAGE  # noqa: E402
+from tests.support.podman import (  # noqa: E402
     CONTAINERS_CONF,
     FAKE_CDI_SPEC,
     RECORDER,
@@ -36,13 +45,61 @@ from tests.support.podman import (
     unmount_under,
 )
 
-# One temp root per checkout: concurrent pytest runs from several worktrees must not prune each other's
-# temp dirs (pytest keeps only the newest few under a shared root).
-os.environ.setdefault(
-    "PYTEST_DEBUG_TEMPROOT",
-    str(Path("/tmp") / f"rs-pytest-{hashlib.sha256(str(REPO).encode()).hexdigest()[:8]}"),
-)
-Path(os.environ["PYTEST_DEBUG_TEMPROOT"]).mkdir(parents=True, exist_ok=True)
+#: Fixtures that start or build something real: a container engine (podman, dockerd) or an image in it, a
+#: registry, liblxc, the systemd guest, network namespaces, the Hub stand-in server. A test that uses one,
+#: directly or through another fixture, is marked ``engine``: ``pytest -m "not engine"`` is the inner loop
+#: (docs/testing.md). A test that starts an engine without a fixture says ``pytest.mark.engine`` itself.
+ENGINE_FIXTURES = frozenset(
+    {
+        # podman, its images and the projects made with them (conftest files under tests/)
+        "podman", "standin_image", "ops_image", "serving_image", "listener_image", "source", "offline_podman",
+        # dockerd, the registry, the podman API service (tests/resolving/conftest.py)
+        "dockerd", "docker_client", "registry", "podman_api", "base_ref",
+        # liblxc, the systemd guest (tests/rendering/conftest.py)
+        "busybox_rootfs", "systemd_guest", "units",
+        # network namespaces, Ray and the ssh cluster (tests/operating, tests/rendering)
+        "nodes", "netns", "ns", "pair", "machine", "ray_tmp",
+        # the Hub stand-in server (tests/conftest.py)
+        "hub_server",
+    }
+)  # fmt: skip
+
+
+#: Fixtures whose tests share state beyond their worker (xdist, ``--dist loadgroup``), so each set runs on one
+#: worker, one test at a time: the namespace clusters (/tmp/ray as every node's mount point, Ray processes
+#: counted machine-wide by address) and the systemd guest (one boot serves every test that uses it).
+SHARED_GROUPS = {
+    "netns-cluster": frozenset({"nodes", "netns", "pair", "ray_tmp"}),
+    "systemd-guest": frozenset({"systemd_guest"}),
+}
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The group a test runs in: a shared set above, else its module when it uses a module- or class-scoped
+    fixture (built once per module on the worker that runs them all)."""
+    names = set(getattr(item, "fixturenames", ()))
+    for group, fixtures in SHARED_GROUPS.items():
+        if names & fixtures:
+            return group
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    if any(d.scope in ("module", "class", "package") for chain in defs for d in chain):
+        return item.nodeid.split("::", 1)[0]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before the mark plugin's -m selection and xdist's loadgroup read the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if ENGINE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.engine)
+        if item.get_closest_marker("xdist_group") is None and (group := _xdist_group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for made in _SANDBOX_MADE:  # in the process that made them (the xdist controller, or the only one)
+        shutil.rmtree(made, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

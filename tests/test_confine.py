@@ -155,3 +155,52 @@ def test_an_archive_unpacks_only_names_inside_its_tree(names: list[str]) -> None
         return
     for rel in out:
         _stays_inside(rel)
+
+
+def _name_of(nbytes: int, unit: str) -> str:
+    """A relative name of exactly ``nbytes`` UTF-8 bytes made of ``unit``, no part over 255 bytes."""
+    size = len(unit.encode())
+    full = unit * (254 // size)
+    name = full
+    while len(f"{name}/{full}".encode()) <= nbytes - 2:  # room left for "/" and a last part
+        name = f"{name}/{full}"
+    rest = nbytes - len(name.encode()) - 1  # 1..255
+    name = f"{name}/{unit * (rest // size)}{'a' * (rest % size)}"
+    assert len(name.encode()) == nbytes and all(len(p.encode()) <= confine.NAME_MAX for p in name.split("/"))
+    return name
+
+
+@pytest.mark.parametrize("unit", ["a", "é", "模"])  # 1, 2 and 3 UTF-8 bytes: the limits count bytes
+def test_the_byte_limits_hold_at_their_exact_boundary(unit: str) -> None:
+    part = unit * (confine.NAME_MAX // len(unit.encode()))
+    part += "a" * (confine.NAME_MAX - len(part.encode()))
+    assert len(part.encode()) == confine.NAME_MAX
+    assert confine.why_unsafe(f"d/{part}") is None
+    assert confine.why_unsafe(f"d/{part}a") == "a part of it is longer than 255 bytes"
+    whole = _name_of(confine.PATH_MAX, unit)
+    assert confine.why_unsafe(whole) is None
+    assert confine.why_unsafe("a" + whole) == "it is longer than 4096 bytes"
+
+
+@pytest.mark.parametrize(
+    "char",
+    [
+        "\u200b",  # ZERO WIDTH SPACE (Cf)
+        "\u200d",  # ZERO WIDTH JOINER (Cf)
+        "\u202e",  # RIGHT-TO-LEFT OVERRIDE (Cf): shows "txt.exe" as "exe.txt"
+        "\u2066",  # LEFT-TO-RIGHT ISOLATE (Cf)
+        "\ufeff",  # ZERO WIDTH NO-BREAK SPACE / BOM (Cf)
+        "\u2028",  # LINE SEPARATOR (Zl)
+        "\u2029",  # PARAGRAPH SEPARATOR (Zp)
+        "\x85",  # NEXT LINE (Cc)
+        "\x1b",  # ESCAPE (Cc): a terminal sequence
+    ],
+)
+@pytest.mark.parametrize("where", ["{c}x/y", "x/{c}y", "x/y{c}", "x{c}/y"])
+def test_a_unicode_format_or_line_character_anywhere_in_a_name_is_refused(char: str, where: str) -> None:
+    """Invisible or reordering characters make a name read as another one; every one is refused, named."""
+    name = where.format(c=char)
+    assert confine.why_unsafe(name) == "it contains a control character or line break"
+    with pytest.raises(confine.PathRefused) as err:
+        confine.check(name, "bundle member")
+    assert str(err.value).startswith(f"bundle member: {name!r} is not a path inside its directory")

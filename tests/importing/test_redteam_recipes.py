@@ -281,7 +281,10 @@ def test_a_recipe_with_hostile_words_imports_to_a_run_sh_bash_reads_back_as_the_
     project = Project(base)
     project.spec_path(dep.name).parent.mkdir()
     project.spec_path(dep.name).write_text(specmod.dump(dep), encoding="utf-8")
-    _plan, files = deploy.artifacts(project, "podman", deployment=dep.name)
+    home = base / "home"  # what ~/ means for this render; run.sh's preflight needs the model dir there
+    assert dep.model.local_dir.startswith("~/")
+    (home / dep.model.local_dir.removeprefix("~/")).mkdir(parents=True)
+    _plan, files = deploy.artifacts(project, "podman", deployment=dep.name, home=str(home))
     [run] = [a for a in files if a.path.name == "run.sh"]
     (base / "sh/cdi").mkdir(parents=True)
     (base / "sh/cdi/nvidia.yaml").write_text(

@@ -22,6 +22,10 @@ from tests.support.systemd_guest import (
     reap_stale,
 )
 
+# Every boot reaps the guests of dead sessions machine-wide: this file's guests and the systemd_guest
+# fixture's run on one xdist worker, one at a time (tests/conftest.py SHARED_GROUPS).
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("systemd-guest")]
+
 
 def _guest_processes(name: str) -> list[int]:
     """Host PIDs of processes whose cgroup names the guest."""

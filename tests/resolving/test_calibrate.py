@@ -3,6 +3,7 @@ correction, and `fit --propose` carrying it into every layout it sizes (issue 28
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from rigsmith.operating import fitpropose, fitreport
@@ -128,3 +129,32 @@ def test_propose_sizes_every_layout_with_the_calibrated_allowances_and_says_so(t
     for p in shared:
         assert p.params.kv_cache_memory is None
         assert min(r.kv for r in p.ranks) < min(r.kv for r in same[p.layout].ranks)
+
+
+
+def test_a_boot_that_reported_0_tokens_says_nothing_about_the_allowances() -> None:
+    """0 tokens (a log line of a pool that did not fit, or a parse of nothing) is no measurement: with it
+    counted, every rank's whole budget would read as allowance fit missed."""
+    est = _estimate(ARGV)
+    totals = [24 * GiB] * 3
+    assert allowance_delta(est, totals, 0) is None
+    assert allowance_delta(est, totals, -1) is None
+    assert allowance_delta(est, totals, 1) is not None  # the least count that is a measurement
+
+
+def test_a_rank_without_an_attention_layer_does_not_decide_and_none_at_all_says_nothing() -> None:
+    """A pipeline stage holding no attention layer keeps no KV cache: its budget bounds no token count. Its
+    card here is the smallest (its budget the least), so counting it would decide the correction."""
+    est = _estimate(ARGV)
+    totals = [24 * GiB] * 3
+    seen = reported(est, totals, SHORT)
+    want = allowance_delta(dataclasses.replace(est, ranks=est.ranks[1:]), totals[1:], seen)  # ranks 1, 2 only
+    no_kv = dataclasses.replace(est.ranks[0], kv_bytes_per_token=0)
+    mixed = dataclasses.replace(est, ranks=(no_kv, *est.ranks[1:]))
+    small_first = [8 * GiB, *totals[1:]]
+    assert mixed.kv_budget(no_kv, small_first[0]) < min(mixed.kv_budget(r, 24 * GiB) for r in est.ranks)
+    assert allowance_delta(mixed, small_first, seen) == want
+    none = dataclasses.replace(
+        est, ranks=tuple(dataclasses.replace(r, kv_bytes_per_token=0) for r in est.ranks)
+    )
+    assert allowance_delta(none, totals, seen) is None

@@ -23,6 +23,7 @@ from rigsmith.resolving.hub import HfHub, RetryPolicy, is_retryable
 from rigsmith.resolving.modelfetch import fetch_model
 from rigsmith.resolving.modelfiles import HASH_CHUNK, Stopped, hash_file
 from rigsmith.resolving.netfail import unreachable
+from tests.support import sandbox
 from tests.support.hubserver import Fault, random_bytes
 from tests.support.models import MiB, cli_env, invoke_argv, partial_name, run_cli, tiny_files
 
@@ -190,13 +191,14 @@ def test_ctrl_c_cancels_queued_files_stops_transfers_and_keeps_partials(hub, mak
     pdir = root / ".rigsmith/partial"
     # 256 KiB per 0.2 s: each 4 MiB file needs over 3 s; with one worker the rest wait in the queue.
     hub.fault(*(Fault("slow", name, delay=0.2, times=1) for name in BIG))
-    proc = subprocess.Popen(
-        invoke_argv("fetch-model", "--workers", "1"),
-        env=cli_env(hub, project),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with sandbox.default_sigint():  # as from a shell, whatever an earlier test left in this worker
+        proc = subprocess.Popen(
+            invoke_argv("fetch-model", "--workers", "1"),
+            env=cli_env(hub, project),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     # Ctrl-C once the first big file is under way. The event must be seen while the run is still going:
     # a signal sent after it ended is a silent no-op (Popen.send_signal), and the run would then exit 0
     # with every file, which is what a missed wait looked like on a loaded machine.

@@ -9,6 +9,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from tests.support.common import REPO
 
 RAY_NAME = "merlin-2x2-ray"
 DP_NAME = "kimi-k2-dp-2node"
-#: Addresses of the test's own network namespaces (tests/rendering/test_cluster_ray.py creates them).
+#: Addresses of the test's own network namespaces (two_netns's default).
 HEAD_IP, WORKER_IP = "10.231.0.1", "10.231.0.2"
 
 
@@ -216,16 +217,41 @@ class NsNodes:
         return ["sh", "-c", script, self.pidfile(node), *words]
 
 
+def wait_for_descendant(pidfile: str, command: str, timeout: float = 60) -> bool:
+    """Whether a process named ``command`` ran below the node of ``pidfile`` within ``timeout`` seconds
+    (e.g. the worker's ``sleep`` between two probes of the head: it found no head and waits on)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            if command in _descendant_names(int(Path(pidfile).read_text())):
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def _proc(entry: str) -> Iterator[tuple[int, bytes]]:
+    """(pid, /proc/PID/ENTRY) of every process that still exists."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                yield int(proc.name), (proc / entry).read_bytes()
+
+
+def _descendant_names(root: int) -> set[str]:
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for pid, raw in _proc("stat"):
+        stat = raw.decode(errors="replace")
+        names[pid] = stat[stat.index("(") + 1 : stat.rindex(")")]
+        children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(pid)
+    found, todo = set(), list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.add(names[pid])
+        todo += children.get(pid, [])
+    return found
+
+
 def node_pids(prefix: str) -> list[int]:
     """Processes whose command line names an address starting with ``prefix`` (a raylet, GCS, ray start)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if prefix.encode() in cmd:
-            pids.append(int(proc.name))
-    return pids
+    return [pid for pid, cmd in _proc("cmdline") if prefix.encode() in cmd]

@@ -176,9 +176,10 @@ def podman_service(base: Path, insecure: Sequence[str] = ()) -> Iterator[PodmanS
     """``podman system service --time=0`` on base/podman.sock with storage under base; reset on exit."""
     base.mkdir(parents=True, exist_ok=True)
     env = podman_env(base, insecure)
-    sock = base / "podman.sock"
-    # podman refuses a runroot path longer than 50 characters; pytest's temp paths are longer.
-    runroot = Path(tempfile.mkdtemp(prefix="rs-runroot-"))
+    # podman refuses a runroot path longer than 50 characters, and a socket path is at most 107 bytes:
+    # pytest's temp paths (an xdist worker's one level deeper) are longer.
+    runroot = Path(tempfile.mkdtemp(prefix="rs-runroot-", dir="/tmp"))
+    sock = runroot / "podman.sock"
     svc = PodmanService(f"unix://{sock}", base / "root", runroot, env)
     argv = [
         "podman",
@@ -234,8 +235,11 @@ def dockerd(base: Path) -> Iterator[Dockerd]:
     """Start dockerd per shared/ENVIRONMENT.md; stop it by its pid on exit."""
     base.mkdir(parents=True, exist_ok=True)
     (base / "daemon.json").write_text("{}")
-    sock = base / "docker.sock"
-    exec_root = base / "exec"
+    # Unix socket paths are at most 107 bytes (containerd's own limit is 104) and pytest's temp paths are
+    # long: the socket and the exec root (containerd's sockets) live in a short directory of their own.
+    short = Path(tempfile.mkdtemp(prefix="rs-dockerd-", dir="/tmp"))
+    sock = short / "docker.sock"
+    exec_root = short / "exec"
     argv = [
         "dockerd",
         "--config-file",
@@ -255,12 +259,16 @@ def dockerd(base: Path) -> Iterator[Dockerd]:
         "--default-ulimit",
         "nofile=1024:1024",
     ]
-    proc = _engine_api("dockerd", argv, sock, base / "dockerd.log", timeout=60)
     try:
-        yield Dockerd(f"unix://{sock}", base)
+        proc = _engine_api("dockerd", argv, sock, base / "dockerd.log", timeout=60)
+        try:
+            yield Dockerd(f"unix://{sock}", base)
+        finally:
+            _stop(proc, timeout=30)
     finally:
-        _stop(proc, timeout=30)
         _unmount_under(base)
+        _unmount_under(short)
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def _unmount_under(base: Path) -> None:
