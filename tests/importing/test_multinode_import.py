@@ -213,3 +213,37 @@ def test_a_serve_command_typed_in_the_heads_shell_keeps_its_env_and_gpu_selectio
     assert "opens a shell in the head's container" in notes
     assert "CUDA_VISIBLE_DEVICES=2,3 selects GPUs on the head's host" in notes
     assert cluster.problems(dep) == []
+
+
+_DP_PAIR = (
+    "vllm serve org/m --data-parallel-size 4 --data-parallel-size-local 2 "
+    "--data-parallel-address {addr} --data-parallel-rpc-port {port}\n"
+    "vllm serve org/m --headless --data-parallel-start-rank 2 --data-parallel-size 4 "
+    "--data-parallel-size-local 2 --data-parallel-address {addr} --data-parallel-rpc-port {port}\n"
+)
+
+
+@pytest.mark.parametrize(("port", "rpc_port"), [("$PORT", 13345), ("29550", 29550)])
+def test_a_data_parallel_pairs_address_and_rpc_port_are_the_clusters(
+    tmp_path: Path, port: str, rpc_port: int
+) -> None:
+    """What the commands give --data-parallel-address and --data-parallel-rpc-port is what every node gets
+    from the cluster: the unset $MASTER_IP is node 0's address (one value to fill), an unset $PORT is
+    cluster.dp_rpc_port and a written port becomes it; filled, every node runs with those values."""
+    text = _DP_PAIR.format(addr="$MASTER_IP", port=port)
+    dep = recipe.parse(text, source="t", sha256=hashlib.sha256(text.encode()).hexdigest(), name="dp")
+    assert dep.cluster is not None and dep.cluster.layout == "data-parallel"
+    assert [n.address for n in dep.cluster.nodes] == ["<MASTER_IP>", "<node1 address>"]
+    assert dep.cluster.dp_rpc_port == rpc_port
+    assert dep.unfilled_placeholders() == ["<MASTER_IP>", "<node1 address>"]
+    for argv in (dep.engine.args, dep.cluster.nodes[1].args or ()):
+        assert argv[list(argv).index("--data-parallel-rpc-port") + 1] == str(rpc_port)
+    data = specmod.to_data(dep)
+    data["placeholders"] = {"<MASTER_IP>": "10.9.0.1", "<node1 address>": "10.9.0.2"}
+    data["engine"]["image"] = "localhost/vllm:1"  # the commands run vLLM from a venv
+    _, files = deploy.artifacts(write_project(tmp_path, data), "podman", deployment="dp")
+    scripts = {a.path.parent.name: a.content for a in files if a.path.name == "run.sh"}
+    assert set(scripts) == {"dp-node0", "dp-node1"}
+    for script in scripts.values():
+        assert "--data-parallel-address 10.9.0.1" in script
+        assert f"--data-parallel-rpc-port {rpc_port}" in script and "<" + "PORT>" not in script
