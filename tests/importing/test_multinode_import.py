@@ -169,6 +169,28 @@ def test_the_expanded_docker_run_form_imports_addresses_interfaces_and_the_ray_p
     assert "ray start --head --port=6380 --node-ip-address=10.0.0.1 --num-gpus=4" in head
 
 
+def test_a_ray_nodes_unset_address_variable_is_its_address_filled_once(tmp_path: Path) -> None:
+    """$HEAD_IP and $WORKER_IP, never set, are the nodes' addresses as placeholders of those names: the
+    user fills each once and the head's scripts carry it."""
+    serve = "docker exec node-1 vllm serve org/model -tp 4 -pp 2 --distributed-executor-backend ray\n"
+    text = (
+        _run_cluster_text(serve)
+        .replace("VLLM_HOST_IP=10.0.0.1", "VLLM_HOST_IP=$HEAD_IP")
+        .replace("VLLM_HOST_IP=10.0.0.2", "VLLM_HOST_IP=$WORKER_IP")
+        .replace("10.0.0.1", "$HEAD_IP")
+    )
+    dep = _import({"id": "x", "source": "test"}, text)
+    assert dep.cluster is not None
+    assert [n.address for n in dep.cluster.nodes] == ["<HEAD_IP>", "<WORKER_IP>"]
+    assert dep.unfilled_placeholders() == ["<HEAD_IP>", "<WORKER_IP>"]
+    data = {**specmod.to_data(dep), "name": "ray2"}
+    data["placeholders"] = {"<HEAD_IP>": "10.9.0.1", "<WORKER_IP>": "10.9.0.2"}
+    _, files = deploy.artifacts(write_project(tmp_path, data), "podman", deployment="ray2")
+    run = {a.path.parent.name: a.content for a in files if a.path.name == "run.sh"}
+    assert "--node-ip-address=10.9.0.1" in run["ray2-node0"]
+    assert "10.9.0.1:6380" in run["ray2-node1"] and "--node-ip-address=10.9.0.2" in run["ray2-node1"]
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
