@@ -169,6 +169,28 @@ def test_the_expanded_docker_run_form_imports_addresses_interfaces_and_the_ray_p
     assert "ray start --head --port=6380 --node-ip-address=10.0.0.1 --num-gpus=4" in head
 
 
+def test_a_ray_nodes_unset_address_variable_is_its_address_filled_once(tmp_path: Path) -> None:
+    """$HEAD_IP and $WORKER_IP, never set, are the nodes' addresses as placeholders of those names: the
+    user fills each once and the head's scripts carry it."""
+    serve = "docker exec node-1 vllm serve org/model -tp 4 -pp 2 --distributed-executor-backend ray\n"
+    text = (
+        _run_cluster_text(serve)
+        .replace("VLLM_HOST_IP=10.0.0.1", "VLLM_HOST_IP=$HEAD_IP")
+        .replace("VLLM_HOST_IP=10.0.0.2", "VLLM_HOST_IP=$WORKER_IP")
+        .replace("10.0.0.1", "$HEAD_IP")
+    )
+    dep = _import({"id": "x", "source": "test"}, text)
+    assert dep.cluster is not None
+    assert [n.address for n in dep.cluster.nodes] == ["<HEAD_IP>", "<WORKER_IP>"]
+    assert dep.unfilled_placeholders() == ["<HEAD_IP>", "<WORKER_IP>"]
+    data = {**specmod.to_data(dep), "name": "ray2"}
+    data["placeholders"] = {"<HEAD_IP>": "10.9.0.1", "<WORKER_IP>": "10.9.0.2"}
+    _, files = deploy.artifacts(write_project(tmp_path, data), "podman", deployment="ray2")
+    run = {a.path.parent.name: a.content for a in files if a.path.name == "run.sh"}
+    assert "--node-ip-address=10.9.0.1" in run["ray2-node0"]
+    assert "10.9.0.1:6380" in run["ray2-node1"] and "--node-ip-address=10.9.0.2" in run["ray2-node1"]
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
@@ -213,3 +235,37 @@ def test_a_serve_command_typed_in_the_heads_shell_keeps_its_env_and_gpu_selectio
     assert "opens a shell in the head's container" in notes
     assert "CUDA_VISIBLE_DEVICES=2,3 selects GPUs on the head's host" in notes
     assert cluster.problems(dep) == []
+
+
+_DP_PAIR = (
+    "vllm serve org/m --data-parallel-size 4 --data-parallel-size-local 2 "
+    "--data-parallel-address {addr} --data-parallel-rpc-port {port}\n"
+    "vllm serve org/m --headless --data-parallel-start-rank 2 --data-parallel-size 4 "
+    "--data-parallel-size-local 2 --data-parallel-address {addr} --data-parallel-rpc-port {port}\n"
+)
+
+
+@pytest.mark.parametrize(("port", "rpc_port"), [("$PORT", 13345), ("29550", 29550)])
+def test_a_data_parallel_pairs_address_and_rpc_port_are_the_clusters(
+    tmp_path: Path, port: str, rpc_port: int
+) -> None:
+    """What the commands give --data-parallel-address and --data-parallel-rpc-port is what every node gets
+    from the cluster: the unset $MASTER_IP is node 0's address (one value to fill), an unset $PORT is
+    cluster.dp_rpc_port and a written port becomes it; filled, every node runs with those values."""
+    text = _DP_PAIR.format(addr="$MASTER_IP", port=port)
+    dep = recipe.parse(text, source="t", sha256=hashlib.sha256(text.encode()).hexdigest(), name="dp")
+    assert dep.cluster is not None and dep.cluster.layout == "data-parallel"
+    assert [n.address for n in dep.cluster.nodes] == ["<MASTER_IP>", "<node1 address>"]
+    assert dep.cluster.dp_rpc_port == rpc_port
+    assert dep.unfilled_placeholders() == ["<MASTER_IP>", "<node1 address>"]
+    for argv in (dep.engine.args, dep.cluster.nodes[1].args or ()):
+        assert argv[list(argv).index("--data-parallel-rpc-port") + 1] == str(rpc_port)
+    data = specmod.to_data(dep)
+    data["placeholders"] = {"<MASTER_IP>": "10.9.0.1", "<node1 address>": "10.9.0.2"}
+    data["engine"]["image"] = "localhost/vllm:1"  # the commands run vLLM from a venv
+    _, files = deploy.artifacts(write_project(tmp_path, data), "podman", deployment="dp")
+    scripts = {a.path.parent.name: a.content for a in files if a.path.name == "run.sh"}
+    assert set(scripts) == {"dp-node0", "dp-node1"}
+    for script in scripts.values():
+        assert "--data-parallel-address 10.9.0.1" in script
+        assert f"--data-parallel-rpc-port {rpc_port}" in script and "<" + "PORT>" not in script

@@ -221,7 +221,10 @@ def test_deploy_refuses_unfilled_node_addresses(tmp_path: Path) -> None:
     project = write_project(tmp_path, data)
     with pytest.raises(SpecError) as err:
         deploy.artifacts(project, "podman", deployment=fixtures.DP_NAME)
-    assert "'<node0 address>' has no value" in str(err.value)
+    # node 0's address is the placeholder the recipe gives --data-parallel-address ($MASTER_IP, never set)
+    assert [n["address"] for n in data["cluster"]["nodes"]] == ["<MASTER_IP>", "<node1 address>"]
+    assert "'<MASTER_IP>' has no value" in str(err.value)
+    assert "'<node1 address>' has no value" in str(err.value)
 
 
 # -- Kubernetes: LeaderWorkerSet ------------------------------------------------------------------
@@ -531,7 +534,8 @@ def test_data_parallel_nodes_without_their_own_argv_get_rank_flags_from_their_gp
     cmds[1:] = [tuple(shlex.split(c[1])[1 : shlex.split(c[1]).index("&")]) for c in cmds[1:]]
     # Node 0 runs engine.args with only the address and RPC port set from the cluster.
     want = list(base.command)
-    want[want.index("$MASTER_IP")], want[want.index("$PORT")] = "192.168.50.11", "13345"
+    want[want.index("--data-parallel-address") + 1] = "192.168.50.11"
+    want[want.index("--data-parallel-rpc-port") + 1] = "13345"
     assert list(cmds[0]) == want
     for cmd, local, start in ((cmds[1], "4", "8"), (cmds[2], "4", "12")):
         tail = ["--data-parallel-start-rank", start, "--headless"]

@@ -69,7 +69,9 @@ def dp_data() -> dict[str, Any]:
     )
     data = specmod.to_data(dep)
     data["engine"]["image"] = "localhost/vllm:1"
-    data["placeholders"] = {"<node0 address>": "192.168.50.11", "<node1 address>": "192.168.50.12"}
+    # Each node's address is a placeholder (node 0's the one the recipe gives --data-parallel-address).
+    addresses = ("192.168.50.11", "192.168.50.12")
+    data["placeholders"] = {n["address"]: a for n, a in zip(data["cluster"]["nodes"], addresses, strict=True)}
     data["resources"]["host_ram_gib"] = 1024  # the lxc target sizes each CT from it
     for node in data["cluster"]["nodes"]:
         node["interface"] = "enp65s0"

@@ -101,11 +101,12 @@ def filled_as_user(dep: specmod.Deployment) -> specmod.Deployment:
         for m in dep.mounts
     )
     local = dep.model.local_dir
+    addresses = {n.address for n in dep.cluster.nodes} if dep.cluster else set()
     return dep.model_copy(
         update={
-            # A node address gets a host name (it is checked as one once filled); the rest a path.
+            # A node's address gets a host name (it is checked as one once filled); the rest a path.
             "placeholders": {
-                t: f"node{i}.lan" if "address" in t else f"/filled/{i}"
+                t: f"node{i}.lan" if t in addresses else f"/filled/{i}"
                 for i, t in enumerate(dep.placeholders)
             },
             "engine": dep.engine.model_copy(update={"image": dep.engine.image or "localhost/vllm:1"}),

@@ -317,6 +317,9 @@ def _cluster(launch: Launch, vendor: str) -> tuple[dict[str, Any] | None, list[s
     """The ``cluster`` section of a multi-node block (data-parallel ranks or a Ray cluster), its placeholder
     tokens and notes; None for one command."""
     if launch.node_args:
+        # The RPC port every node is given is the cluster's: a placeholder there is written as it.
+        if token := multinode.port_token(launch.node_args):
+            launch.args = multinode.supply_port(launch.args, token, multinode.rpc_port(launch.node_args))
         return multinode.cluster_data(launch.node_args, vendor)
     if launch.ray_nodes:
         return raycluster.cluster_data(launch, vendor)

@@ -308,6 +308,14 @@ def _literal(value: str | None, pattern: re.Pattern[str]) -> str | None:
     return value if pattern.match(value) else None
 
 
+def _token(value: str | None) -> str | None:
+    """``value`` when it is one placeholder that can stand for an address (a variable the text never sets,
+    ``<HEAD_IP>``): the node's address is then that placeholder, filled once wherever the text uses it."""
+    if value and specmod.PLACEHOLDER_RE.fullmatch(value) and specmod.ADDRESS_RE.match(value):
+        return value
+    return None
+
+
 def _env(node: RayNode, name: str) -> str | None:
     return next((e.value for e in node.facts.env if e.name == name), None)
 
@@ -323,9 +331,16 @@ def _node_facts(group: RayGroup, launch: Launch) -> None:
         where = f"line {node.line}"
         named = _env(node, "VLLM_HOST_IP") or _flag(node.ray, "--node-ip-address")
         if i == 0 and not _literal(named, specmod.ADDRESS_RE):
-            named = next((h for h, _, _ in joined if _literal(h, specmod.ADDRESS_RE)), named)
-        address = _literal(named, specmod.ADDRESS_RE)
-        if address is None or address in seen:
+            named = next((h for h, _, _ in joined if _literal(h, specmod.ADDRESS_RE)), None) or (
+                named or next((h for h, _, _ in joined if _token(h)), None)
+            )
+        address = _literal(named, specmod.ADDRESS_RE) or _token(named)
+        if address is not None and address == _token(named) and address not in seen:
+            launch.notes.append(
+                f"{where}: the node's address is {address}, a value the text never sets; "
+                f"cluster.nodes[{i}].address is that placeholder: fill it"
+            )
+        elif address is None or address in seen:
             token = f"<node{i} address>"
             why = (
                 "not given (no VLLM_HOST_IP or ray start --node-ip-address)"

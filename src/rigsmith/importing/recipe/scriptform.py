@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from rigsmith.errors import RecipeError
-from rigsmith.importing import bashjail, shellwords
+from rigsmith.importing import bashjail, multinode, shellwords
 from rigsmith.importing.prompts import join_blank_continuations, quote_placeholders, strip_prompts
 from rigsmith.importing.recipe.envvars import env_var, merge_env
 from rigsmith.importing.recipe.launch import Launch
@@ -118,9 +118,15 @@ def handed_on(answer: bashjail.Answer, notes: list[str], text: str = "") -> Laun
             for line, argv in answer.outside
         ]
     launch.notes = [*notes, *answer.notes, *launch.notes]
+    port = multinode.port_token(launch.node_args) if launch.node_args else None
     launch.notes += [
-        f"line {line}: ${name}: {name} has no value (the text uses it but never sets it); it is the "
-        f"placeholder {placeholder(name)}, which you fill in before deploy"
+        f"line {line}: ${name}: {name} has no value (the text uses it but never sets it); "
+        + (
+            f"it stands as --data-parallel-rpc-port, which every node is given from cluster.dp_rpc_port "
+            f"(written as {multinode.rpc_port(launch.node_args)})"
+            if placeholder(name) == port
+            else f"it is the placeholder {placeholder(name)}, which you fill in before deploy"
+        )
         for name, line in answer.unknown.items()
         if not is_secret_name(name)  # a secret's placeholder is dropped: read from the host at run time
     ]
