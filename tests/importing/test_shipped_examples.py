@@ -273,9 +273,40 @@ def test_the_generated_spec_deploys_to_every_target(tmp_path: Path, target: str)
         echo=lambda _m: None,
     )
     text = "\n".join(p.read_text() for p in out.rglob("*") if p.is_file())
-    assert "/srv/flash-next/ngram_table.bin" in text and "127.0.0.1" in text
+    assert "/srv/flash-next/ngram_table.bin" in text
+    # "container on localhost": the engine's own argv binds loopback (every target runs it on the host's
+    # network, so that argv is the whole exposure), and nothing publishes a port wider
+    argv = _engine_argv(target, out)
+    assert argv.count("--host") == 1 and argv[argv.index("--host") + 1] == "127.0.0.1"
     if target in ("podman", "compose", "lxc"):  # the targets that check or create the file before a start
         assert "102400491520" in text
+
+
+def _engine_argv(target: str, out: Path) -> list[str]:
+    """The engine's argv as each target's artifact holds it (parsed as its consumer reads it)."""
+    import shlex
+
+    import yaml
+
+    name = "flash-next-int4-3x3090"
+    if target == "compose":
+        svc = yaml.safe_load((out / "compose" / name / "compose.yaml").read_text())["services"][name]
+        assert svc["network_mode"] == "host" and "ports" not in svc
+        return [str(w) for w in svc["command"]]
+    if target == "kube":
+        pod = next(d for d in yaml.safe_load_all((out / "kube" / f"{name}.yaml").read_text()) if d)
+        spec = pod["spec"]["template"]["spec"] if "template" in pod["spec"] else pod["spec"]
+        assert spec["hostNetwork"] is True and "ports" not in spec["containers"][0]
+        return [str(w) for w in spec["containers"][0]["args"]]
+    if target == "quadlet":
+        unit = (out / "quadlet" / f"{name}.container").read_text()
+        assert "Network=host" in unit and "PublishPort=" not in unit
+        return shlex.split(next(ln for ln in unit.splitlines() if ln.startswith("Exec=")).split("=", 1)[1])
+    script = out / "podman" / name / "run.sh" if target == "podman" else out / "lxc" / name / "provision.sh"
+    text = script.read_text().replace("\\\n", " ")
+    run = shlex.split(next(ln for ln in text.splitlines() if "--network host" in ln and "--host" in ln))
+    assert not {"-p", "--publish", "-P", "--publish-all"} & set(run)
+    return run
 
 
 def test_the_same_answers_typed_at_the_terminal_write_the_same_spec(tmp_path: Path) -> None:

@@ -237,6 +237,38 @@ def test_cdi_edits_list_nodes_and_env_per_device_with_common_edits() -> None:
     assert y.directory == "/etc/cdi"
 
 
+@pytest.mark.parametrize("held", [True, False])
+def test_doctor_cli_on_seed_000_names_the_256_mib_squatter(tmp_path: Path, held: bool) -> None:
+    """`invoke doctor` on seed 000's shipped spec (generated from the record), with an nvidia-smi stand-in
+    on PATH printing the 3×3090 rig's captures (ComfyUI holding 256 MiB on GPU0, seed 000 pitfall 3): the
+    VRAM-holders row is no-go and names the process; the same rig with the GPUs free is go there. Every
+    `invoke …` it prints parses against the real tasks."""
+    from tests.support.common import invoke_cli
+    from tests.support.replay import stand_in
+    from tests.test_hints import commands_in, problem
+
+    root = tmp_path / "rig"
+    (root / "deployments").mkdir(parents=True)
+    shutil.copy(REPO / "deployments" / f"{SEED000}.yaml", root / "deployments")
+    if held:
+        path = stand_in(tmp_path, "3x3090-squatter")
+    else:
+        path = stand_in(tmp_path, cards=[("NVIDIA GeForce RTX 3090", 24576)] * 3)
+    env = {"PATH": path, "COLUMNS": "300", "HOME": str(tmp_path / "home")}
+    r = invoke_cli(root, "doctor", "--deployment", SEED000, env=env)
+    said = r.stdout + r.stderr
+    assert r.returncode == 1 and "Traceback" not in said, said  # this machine: no CDI, little RAM
+    [row] = [ln for ln in r.stdout.splitlines() if ln.startswith("│ VRAM holders")]
+    cells = [c.strip() for c in row.split("│")]
+    if held:
+        assert cells[2] == "no-go" and cells[3] == "GPU0: PID 48213 /opt/ComfyUI/venv/bin/python 256 MiB"
+        assert "VRAM holders" in r.stderr.splitlines()[-1]  # the verdict names it
+    else:
+        assert cells[2] == "go"
+    for hint in commands_in(said):
+        assert problem(hint, root) is None, hint
+
+
 def test_doctor_tables_match_golden(update_golden: bool) -> None:
     out = {}
     for case, name in (("3x3090-squatter", SEED000), ("4x3090-idle", SEED003), ("no-driver", SEED003)):

@@ -19,10 +19,12 @@ import pytest
 import yaml
 
 from tests.support.cluster import HEAD_IP, two_netns
-from tests.support.common import FAKE_VENDOR, invoke_cli, run_script, write_project
+from tests.support.common import FAKE_VENDOR, REPO, invoke_cli, run_script, write_project
 from tests.support.podman import Podman, import_busybox_image
 
 LISTENER_IMAGE = "localhost/rigsmith-listener:1"
+#: Seed 000, as shipped (deployments/ generated from examples/records/ and its answers file).
+SEED_000 = "flash-next-int4-3x3090"
 #: Binds like vLLM's server: --host (every address when absent), --port (8000); readiness line after bind.
 LISTENER = """#!/bin/sh
 host=; port=8000
@@ -116,3 +118,57 @@ def test_a_loopback_only_recipe_answers_on_loopback_and_not_on_another_address(
     finally:
         for name in cases:
             podman.run("rm", "--force", "--time", "0", name, check=False)
+
+
+def _seed_000_here(tmp_path: Path) -> tuple[Path, Path]:
+    """Seed 000's shipped spec (generated from the record) on this machine: the model dir, the fake CDI
+    GPUs and the sparse file's directory under tmp_path; the listener image stands in for the patched
+    engine (``--image``), everything else as shipped (``--host 127.0.0.1 --port 8001``)."""
+    data = yaml.safe_load((REPO / "deployments" / "flash-next-int4-3x3090.yaml").read_text())
+    data["model"]["local_dir"] = str(tmp_path / "models" / "flash-next")
+    Path(data["model"]["local_dir"]).mkdir(parents=True)
+    data["resources"]["gpus"]["cdi_devices"] = [f"{FAKE_VENDOR}={i}" for i in range(3)]
+    [ple] = data["mounts"]
+    ple["host"] = str(tmp_path / "flash-next" / "ngram_table.bin")
+    root = write_project(tmp_path, data).root
+    proc = invoke_cli(
+        root,
+        *("deploy", "--target", "podman", "--deployment", SEED_000, "--image", LISTENER_IMAGE),
+        *("--memlock", "host", "--yes"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    return root / "podman" / SEED_000 / "run.sh", Path(ple["host"])
+
+
+def test_seed_000_answers_on_loopback_only_and_its_sparse_file_is_a_file(
+    tmp_path: Path, podman: Podman, fake_cdi: Path, listener_image: str, machine: tuple[str, str]
+) -> None:
+    """Seed 000 ("container on localhost"), as imported from the published record: its run.sh on real
+    podman answers on 127.0.0.1:8001 and not on the machine's other address, from it or from a second
+    namespace; the PLE file (pitfall 2) is created sparse at its exact size and mounted as a file; a
+    directory or a file of another size in its place is refused before anything starts."""
+    here, other = machine
+    script, ple = _seed_000_here(tmp_path)
+    in_ns = ("nsenter", f"--net=/run/netns/{here}")
+    try:
+        proc = run_script(script, podman.env, wrap=in_ns)
+        assert proc.returncode == 0, proc.stderr
+        podman.logs_until(SEED_000, "Application startup complete")
+        assert _answers(here, "http://127.0.0.1:8001/health")
+        assert not _answers(here, f"http://{HEAD_IP}:8001/health"), "seed 000's API answers on HEAD_IP"
+        assert not _answers(other, f"http://{HEAD_IP}:8001/health"), "another machine reaches seed 000"
+        st = ple.stat()
+        assert ple.is_file() and st.st_size == 102400491520 and st.st_blocks * 512 < 2**20  # sparse
+        inside = podman.run("exec", SEED_000, "sh", "-c", "test -f /workstation/ngram_table.bin", check=False)
+        assert inside.returncode == 0, "the PLE mount is not a file in the container"
+    finally:
+        podman.run("rm", "--force", "--time", "0", SEED_000, check=False)
+    for wrong in ("dir", "size"):
+        ple.unlink() if ple.is_file() else ple.rmdir()
+        if wrong == "dir":
+            ple.mkdir()
+        else:
+            ple.write_bytes(b"stale")
+        proc = run_script(script, podman.env, wrap=in_ns)
+        assert proc.returncode == 1 and str(ple) in proc.stderr, proc.stderr
+        assert podman.run("container", "exists", SEED_000, check=False).returncode == 1

@@ -26,6 +26,7 @@ from tests.support.common import REPO
 from tests.support.hubserver import HubServer
 from tests.support.models import run_cli
 from tests.support.recipes import import_cli, task_cli
+from tests.support.replay import stand_in
 
 GiB = fit.GiB
 DATA = REPO / "tests" / "operating" / "data"
@@ -37,47 +38,6 @@ RTX3090, RTX3060, A6000 = (
         49140,
     ),
 )
-
-SMI = """#!/bin/sh
-d='{d}'
-case "$1" in
-  -L) cat "$d/gpu_list.txt" ;;
-  --query-gpu=*) cat "$d/gpus.txt" ;;
-  --query-compute-apps=*) cat "$d/apps.txt" ;;
-  topo) if [ "$2" = -m ]; then f=topo.txt; else f=p2p.txt; fi; [ -f "$d/$f" ] || exit 3; cat "$d/$f" ;;
-  *) exit 2 ;;
-esac
-"""
-
-
-def stand_in(
-    tmp: Path, case: str | None = None, cards: list[tuple[str, int]] = (), held: dict[int, int] | None = None
-) -> str:
-    """A directory holding an `nvidia-smi` that prints ``case``'s captures, or ``cards`` (name, MiB) with
-    ``held`` MiB on some of them by a foreign process; the PATH to run under."""
-    held = held or {}
-    d = tmp / "smi"
-    d.mkdir()
-    if case is not None:
-        for f in (DATA / case / "cmd").glob("*.txt"):
-            shutil.copy(f, d / f.name)
-    else:
-        uuid = [f"GPU-{i:08d}-0000-0000-0000-000000000000" for i in range(len(cards))]
-        (d / "gpu_list.txt").write_text(
-            "".join(f"GPU {i}: {n} (UUID: {uuid[i]})\n" for i, (n, _) in enumerate(cards))
-        )
-        (d / "gpus.txt").write_text(
-            "".join(
-                f"{i}, {uuid[i]}, {n}, {mib}, {held.get(i, 0) + 1}, 575.64.05, 00000000:{i + 1:02X}:00.0\n"
-                for i, (n, mib) in enumerate(cards)
-            )
-        )
-        (d / "apps.txt").write_text(
-            "".join(f"{4000 + i}, /opt/ComfyUI/venv/bin/python, {uuid[i]}, {m}\n" for i, m in held.items())
-        )
-    (d / "nvidia-smi").write_text(SMI.format(d=d))
-    (d / "nvidia-smi").chmod(0o755)
-    return f"{d}:/usr/bin:/bin"
 
 
 def big_dense(layers: int, inter: int = 23552) -> ck.Arch:

@@ -27,9 +27,9 @@ def next_steps(
         else f"then see every node's state: invoke status --deployment {deployment}"
     )
     if target == "compose":
-        from rigsmith.rendering.targets.compose import up_argv
+        from rigsmith.rendering.targets.compose import start_command
 
-        return [f"start: {shlex.join(up_argv(plan, at(f'compose/{plan.name}/compose.yaml')))}", check]
+        return [f"start: {start_command(plan, at(f'compose/{plan.name}/compose.yaml'))}", check]
     if target == "quadlet":
         return [
             f"install: cp {shlex.quote(at(f'quadlet/{plan.name}.container'))} /etc/containers/systemd/ "

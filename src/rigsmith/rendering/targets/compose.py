@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+from pathlib import PurePosixPath
 from typing import Any
 
 from rigsmith import render as tpl
@@ -23,6 +25,7 @@ from rigsmith.rendering.targets.common import (
     HEALTH_TIMEOUT,
     Check,
     expressed,
+    file_checks,
     health_argv,
     refuse,
     runs_container,
@@ -87,7 +90,7 @@ def service(plan: RunPlan) -> dict[str, Any]:
 def _volume(m: PlanMount) -> str | dict[str, Any]:
     """A directory as ``host:container[:ro]``; a file in the long syntax with ``create_host_path: false``:
     podman-compose makes a directory for any missing bind source otherwise (seed 000's pitfall 2; 1.6.0
-    honours the flag and refuses, 1.0.6 ignores it: the file header says to create the file first)."""
+    honours the flag and refuses, 1.0.6 ignores it: files.sh, run by the start line, creates it first)."""
     if m.kind == "dir":
         return f"{m.host}:{m.container}{':ro' if m.readonly else ''}"
     bind = {"type": "bind", "source": m.host, "target": m.container, "read_only": m.readonly}
@@ -122,6 +125,18 @@ def up_argv(plan: RunPlan, compose_file: str) -> list[str]:
     ]
 
 
+def start_command(plan: RunPlan, compose_file: str) -> str:
+    """The start line: ``up_argv``, after ``files.sh`` beside the compose file when a file is mounted
+    (compose has no pre-start step of its own, and podman-compose makes a directory for a missing file)."""
+    up = shlex.join(up_argv(plan, compose_file))
+    if not file_checks(plan):
+        return up
+    return f"sh {shlex.quote(str(PurePosixPath(compose_file).parent / FILES))} && {up}"
+
+
+#: The pre-start script beside compose.yaml when the plan mounts a file.
+FILES = "files.sh"
+
 #: What the compose target cannot express.
 CHECKS: tuple[Check, ...] = (runs_container("compose"), expressed("compose", volume_problems))
 
@@ -142,14 +157,14 @@ def _check_lines(plan: RunPlan, deployment: str) -> dict[str, str]:
 
 
 def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
-    """``compose/NAME/compose.yaml``."""
+    """``compose/NAME/compose.yaml``, and ``files.sh`` beside it when the plan mounts a file."""
     refuse(plan, ctx, CHECKS)
     rel = f"compose/{plan.name}/compose.yaml"
     body = yaml_text(document(plan))
     text = tpl.render(
         "compose/compose.yaml.j2",
         banner=banner(ctx.command, plan.spec_path),
-        up=" ".join(up_argv(plan, rel)),
+        up=start_command(plan, rel),
         **_check_lines(plan, ctx.spec.name),
         # A comment line: a path with a line break is shown JSON-escaped, never as a second line.
         files=[
@@ -159,4 +174,13 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         ],
         body=body,
     )
-    return [Artifact(ctx.out / rel, text)]
+    out = [Artifact(ctx.out / rel, text)]
+    checks = file_checks(plan)
+    if checks:
+        script = tpl.render(
+            "compose/files.sh.j2",
+            banner=banner(ctx.command, plan.spec_path),
+            checks=[shlex.join(argv) for argv in checks],
+        )
+        out.append(Artifact(ctx.out / f"compose/{plan.name}/{FILES}", script, 0o755))
+    return out

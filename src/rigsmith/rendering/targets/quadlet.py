@@ -23,6 +23,7 @@ from rigsmith.rendering.targets.common import (
     cannot_express,
     entrypoint_problems,
     expressed,
+    file_checks,
     health_argv,
     line_value_problems,
     mount_fields,
@@ -167,32 +168,6 @@ def _container_keys(plan: RunPlan) -> list[_Key]:
     if plan.command:
         keys.append(_Key("Exec", systemd_words(plan.command), ""))
     return keys
-
-
-#: What run.sh does for a file mount before podman runs (seeds/000 pitfall 2), as one ``sh -c`` with the path
-#: and size as arguments (never in the script text): podman makes a directory for a missing path, and a
-#: file of another size is the stale file the patched loader rejects.
-_FILE_CHECK = " ".join(
-    [
-        'f=$1 n=$2; if [ -d "$f" ]; then echo "$f is a directory, but a file of $n bytes is mounted there:',
-        'remove the directory (podman makes one for a missing path)" >&2; exit 1; fi;',
-        'if [ ! -e "$f" ]; then if [ "$n" = 0 ]; then echo "$f does not exist: create the file the engine',
-        'reads" >&2; exit 1; fi; mkdir -p "$(dirname "$f")" && truncate -s "$n" "$f"',
-        '&& echo "created sparse file $f ($n bytes)"; exit; fi;',
-        'if [ "$n" != 0 ] && [ "$(stat -c %s "$f")" != "$n" ]; then echo "$f has the wrong size; the engine',
-        'needs exactly $n bytes: move it aside (it is then re-created sparse)" >&2; exit 1; fi',
-    ]
-)
-
-
-def file_checks(plan: RunPlan) -> list[list[str]]:
-    """One ``ExecStartPre=`` argv per file mount: a file of exactly ``sparse_size`` bytes (created sparse when
-    missing), or any existing file when the spec gives no size (0)."""
-    return [
-        ["/bin/sh", "-c", _FILE_CHECK, "rigsmith-file-check", m.host, str(m.sparse_size or 0)]
-        for m in plan.mounts
-        if m.kind == "file"
-    ]
 
 
 def entries(plan: RunPlan, version: Version) -> list[Entry]:
