@@ -306,13 +306,18 @@ def _hostile(tmp_path: Path, port: int) -> dict[str, str]:
         "read-shadow": 'vllm serve Qwen/Qwen3-0.6B --x "$(< /etc/shadow)"\n',
         "read-ssh": 'vllm serve Qwen/Qwen3-0.6B --x "$(< ~/.ssh/id_rsa)"\n',
         "read-file": f'vllm serve Qwen/Qwen3-0.6B --x "$(< {secret})"\n',
+        "fill-dev-shm": "printf x > /dev/shm/x\nvllm serve Qwen/Qwen3-0.6B\n",
+        "fill-dev": "printf x > /dev/x\nvllm serve Qwen/Qwen3-0.6B\n",
+        "kill-all": "kill -9 -1\nvllm serve Qwen/Qwen3-0.6B\n",
+        "dbus": "exec 3<>/run/dbus/system_bus_socket\nvllm serve Qwen/Qwen3-0.6B\n",
     }
 
 
 @pytest.mark.parametrize(
     "name",
     ["write", "write-home", "socket", "fork-bomb", "allocate", "double-26", "sleep-forever",
-     "background-forever", "read-shadow", "read-ssh", "read-file"],
+     "background-forever", "read-shadow", "read-ssh", "read-file", "fill-dev-shm", "fill-dev", "kill-all",
+     "dbus"],
 )  # fmt: skip
 def test_a_hostile_script_is_refused_and_leaves_nothing_behind(
     name: str, tmp_path: Path, listening: socket.socket
@@ -328,6 +333,57 @@ def test_a_hostile_script_is_refused_and_leaves_nothing_behind(
     with pytest.raises(BlockingIOError):
         listening.accept()  # no connection reached the host's loopback
     assert _left_behind(marker) == []
+
+
+def test_the_jail_holds_no_environment_of_the_importing_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    # bubblewrap is the jail's pid 1: the environment it was started with is readable there
+    monkeypatch.setenv("HF_TOKEN", "hf_rigsmith_jail_test_value")
+    text = (
+        "shopt -s nullglob\n"
+        'for p in /proc/[0-9]*/environ; do mapfile -t -d \'\' E < "$p"; ALL+=("${E[@]}"); done\n'
+        'vllm serve Qwen/Qwen3-0.6B --x "${ALL[*]}"\n'
+    )
+    seen = " ".join(jailed(text)[0])
+    assert "BASH_ENV=" in seen  # the text did read the jail's environments
+    assert "hf_rigsmith_jail_test_value" not in seen and os.environ["PATH"] not in seen
+
+
+def test_the_jails_shell_holds_only_its_own_descriptors_and_the_two_it_writes_records_on() -> None:
+    text = (
+        "shopt -s nullglob\nF=(/proc/self/fd/*)\n"
+        'vllm serve a/b --fds "${F[*]##*/}" --rec "$__RS_RFD $__RS_XFD"\n'
+    )
+    argv = jailed(text)[0]
+    fds = {int(n) for n in argv[4].split()}
+    records = {int(n) for n in argv[6].split()}
+    # 0-2 (stdin and stdout /dev/null, stderr read here) and the records; the glob's own directory descriptor
+    # takes the lowest free number
+    assert len(records) == 2 and {0, 1, 2} | records <= fds
+    assert len(fds - {0, 1, 2} - records) <= 1 and min(fds - {0, 1, 2}) == 3
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        ["3", "/rs/bin/vllm", "serve", "m/x", "NOEQUALS"],
+        ["3", "/rs/bin/curl", "serve", "m/x"],
+        ["9", "/rs/bin/vllm", "serve"],
+        ["x", "/rs/bin/vllm"],
+        ["3", "/rs/bin/vllm", "serve", "m/x", "A B=1"],
+    ],
+    ids=["env-without-value", "not-a-launcher", "short", "no-count", "env-name"],
+)
+def test_a_record_no_launcher_writes_is_refused(fields: list[str]) -> None:
+    # The record descriptor is in the text's own shell: a record it forges must not reach the spec (an env
+    # word without '=' reached the spec's validation as a traceback)
+    words = " ".join(shlex.quote(f) for f in ["L", "1", str(len(fields)), *fields])
+    message = refusal(f"printf '%s\\0' {words} >&\"$__RS_RFD\"\n")
+    assert "record descriptor" in message and "Traceback" not in message
+
+
+def test_a_wrappers_words_reach_the_notes_through_shown() -> None:
+    notes = "\n".join(_parse("sudo -$'\\n- forged line\\e[31m' vllm serve Qwen/Qwen3-0.6B\n").notes)
+    assert "\n- forged line" not in notes and "\x1b" not in notes
 
 
 @pytest.mark.parametrize(

@@ -147,6 +147,7 @@ def _probe(binary: str) -> str | None:
         proc = subprocess.run(
             [*_bwrap_argv(binary, [], ()), "-c", "exit 0"],
             preexec_fn=_limits,
+            env={},
             capture_output=True,
             timeout=10,
             check=False,
@@ -204,7 +205,9 @@ def _bwrap_argv(binary: str, env: Sequence[str], extra: Sequence[str]) -> list[s
     argv += _base_binds()
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(8 << 20), "--tmpfs", CWD]
     argv += list(extra)
-    argv += ["--remount-ro", "/", "--chdir", CWD]
+    # /dev is bubblewrap's own tmpfs, of no size limit (its device nodes are mounts of their own and stay
+    # writable): read-only, a text cannot fill the host's memory through /dev/shm
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", CWD]
     base = {"PATH": "/rs/bin", "HOME": "~", "BASH_ENV": "/rs/prelude.bash"}
     for name, value in base.items():
         argv += ["--setenv", name, value]
@@ -268,6 +271,7 @@ def _once(
         pass_fds=(rec_w, xt_w, info_w),
         preexec_fn=_limits,
         start_new_session=True,
+        env={},  # bubblewrap is the jail's pid 1: its environment is the text's to read in /proc/1/environ
     )
     for fd in (rec_w, xt_w, info_w):
         os.close(fd)
@@ -487,6 +491,23 @@ def _sourced(line: int, rest: Sequence[str], out: Answer) -> None:
         )
 
 
+_LAUNCHER_RE = re.compile(r"(vllm|docker|podman|ray|python([23](\.[0-9].*)?)?|run_cluster\.sh)")
+_ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
+
+
+def _launched(rest: Sequence[str]) -> bool:
+    """Whether a launch record has the shape the stub writes (the text can write to the record descriptor
+    too, it is in its own shell): the argv's length, a launcher's name (or ``bash run_cluster.sh``) and
+    NAME=value words that bash could export."""
+    if not rest or not rest[0].isdigit() or not 1 <= int(rest[0]) < len(rest):
+        return False
+    n = int(rest[0])
+    argv, env = rest[1 : 1 + n], rest[1 + n :]
+    name = PurePosixPath(argv[0]).name
+    cluster = name in ("bash", "sh", "dash", "zsh") and len(argv) > 1 and argv[1].endswith("run_cluster.sh")
+    return (cluster or _LAUNCHER_RE.fullmatch(name) is not None) and all(_ENV_RE.fullmatch(e) for e in env)
+
+
 def _read_records(got: _Run, out: Answer) -> list[tuple[str, int, list[str]]]:
     """Calls, notes and problems from the stubs' records; the outside commands (token, line, argv) and the
     values a ``case`` decided on are returned/recorded for the checks that follow."""
@@ -494,15 +515,20 @@ def _read_records(got: _Run, out: Answer) -> list[tuple[str, int, list[str]]]:
     processes = 0
     for kind, line_text, *rest in got.records:
         line = int(line_text) if line_text.isdigit() else 0
-        if kind == "L" and rest and rest[0].isdigit():
+        if kind == "L" and not _launched(rest):
+            out.problems.append(
+                f"line {line}: rigsmith's record of a launch holds what no launcher records (the text writes "
+                "to the jail's record descriptor itself); not a recipe"
+            )
+        elif kind == "L":
             n = int(rest[0])
             argv = [_exe(rest[1]), *(_local(a) for a in rest[2 : 1 + n])]
             env = tuple((k, _local(v)) for k, _, v in (e.partition("=") for e in rest[1 + n :]))
             out.calls.append(Call(line, tuple(argv), env))
         elif kind == "W" and rest:
             out.notes.append(
-                f"line {line}: '{rest[0]}' dropped (it runs the command it wraps; rigsmith's targets run the "
-                "engine themselves)"
+                f"line {line}: '{shown(rest[0])}' dropped (it runs the command it wraps; rigsmith's "
+                "targets run the engine themselves)"
             )
         elif kind == "C":
             where = shown(rest[1]) if len(rest) > 1 else "~"
