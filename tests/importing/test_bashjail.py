@@ -370,8 +370,9 @@ def test_the_jails_shell_holds_only_its_own_descriptors_and_the_two_it_writes_re
         ["9", "/rs/bin/vllm", "serve"],
         ["x", "/rs/bin/vllm"],
         ["3", "/rs/bin/vllm", "serve", "m/x", "A B=1"],
+        ["3", "/rs/bin/vllm", "serve", "m/x", "BASH_ENV=/x"],
     ],
-    ids=["env-without-value", "not-a-launcher", "short", "no-count", "env-name"],
+    ids=["env-without-value", "not-a-launcher", "short", "no-count", "env-name", "env-the-stub-leaves-out"],
 )
 def test_a_record_no_launcher_writes_is_refused(fields: list[str]) -> None:
     # The record descriptor is in the text's own shell: a record it forges must not reach the spec (an env

@@ -492,7 +492,8 @@ def _sourced(line: int, rest: Sequence[str], out: Answer) -> None:
 
 
 _LAUNCHER_RE = re.compile(r"(vllm|docker|podman|ray|python([23](\.[0-9].*)?)?|run_cluster\.sh)")
-_ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
+#: A word the stub records as exported: a name bash can export, not one of those the stub leaves out.
+_ENV_RE = re.compile(r"(?!(?:PATH|PWD|OLDPWD|SHLVL|_|BASH_ENV|__RS_\w*)=)[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 
 
 def _launched(rest: Sequence[str]) -> bool:
