@@ -89,7 +89,7 @@ _TOKEN_RE = re.compile(r"@@rigsmith-output-\d+@@")
 _ERR_RE = re.compile(r"^(?:\S*bash|sh): (?:line (\d+): )?(.*)$")
 _UNBOUND_RE = re.compile(r"^(\$?)([A-Za-z_][A-Za-z0-9_]*(?:\[[^]\s]*\])?|\d+): unbound variable$")
 _REQUIRED_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): ")
-_MISSING_RE = re.compile(r"^(\S*/\S*): No such file or directory$")
+_MISSING_RE = re.compile(r"^(\S*/\S*): (?:No such file or directory|Read-only file system)$")
 #: What bash traces before it decides: a test, a loop over words, arithmetic.
 _DECIDING = ("'[' ", "[ ", "[[ ", "test ", "(( ", "for ", "select ", "let ")
 
@@ -245,7 +245,7 @@ def _once(
     text: str,
     positional: int,
     gates: Sequence[str],
-    binds: Sequence[str],
+    mounts: Sequence[str],
     deadline: float,
     exit_status: int = 0,
 ) -> _Run:
@@ -254,9 +254,7 @@ def _once(
     rec_r, rec_w = os.pipe()
     xt_r, xt_w = os.pipe()
     info_r, info_w = os.pipe()
-    extra = ["--info-fd", str(info_w)]
-    for path in binds:
-        extra += ["--ro-bind", str(_FILES / "stub.bash"), path]
+    extra = ["--info-fd", str(info_w), *mounts]
     env = ["--setenv", "__RS_RFD", str(rec_w), "--setenv", "__RS_XFD", str(xt_w)]
     env += ["--setenv", "__RS_STATUS", str(exit_status)]
     if gates:
@@ -345,14 +343,14 @@ def run(text: str) -> Answer:
     deadline = time.monotonic() + TOTAL_SECONDS
     state = _State()
     for _ in range(MAX_RUNS):
-        got = _once(text, state.positional, state.gate_list(), state.binds, deadline)
+        got = _once(text, state.positional, state.gate_list(), state.mounts(), deadline)
         if got.status is None or got.overflow or not state.learn(got.errors, _trace(got.trace)):
             break
     answer = _answer(got, state)
     if answer.outside and not answer.problems:
         # The commands rigsmith does not run succeeded; run again with them failing: where that changes
         # what is launched, bash decided on their exit status.
-        other = _once(text, state.positional, state.gate_list(), state.binds, deadline, exit_status=1)
+        other = _once(text, state.positional, state.gate_list(), state.mounts(), deadline, exit_status=1)
         answer = _on_status(answer, _answer(other, state))
     return answer
 
@@ -395,29 +393,46 @@ class _State:
     gates: dict[str, int] = field(default_factory=dict)
     positional: int = 0
     binds: list[str] = field(default_factory=list)
+    #: Directories the text writes a file into (``> logs/server.log``): made in the jail, each a small tmpfs.
+    dirs: list[str] = field(default_factory=list)
 
     def gate_list(self) -> list[str]:
         return [f"{line}:{name}" for name, line in self.gates.items()]
 
+    def mounts(self) -> list[str]:
+        """bubblewrap's arguments for the directories made and the stubs bound at the text's paths."""
+        out: list[str] = []
+        for path in sorted(self.dirs, key=lambda p: p.count("/")):  # a directory before those inside it
+            out += ["--size", str(1 << 20), "--tmpfs", path]
+        for path in self.binds:
+            out += ["--ro-bind", str(_FILES / "stub.bash"), path]
+        return out
+
     def learn(self, errors: Sequence[tuple[int, str]], trace: Sequence[tuple[int, str]]) -> bool:
         """Whether ``errors`` teach something that a new run needs (bash stops at an unbound variable; a
-        command run by a path the jail does not hold, as bash's trace shows it, gets the stub there)."""
+        command run by a path the jail does not hold, as bash's trace shows it, gets the stub there; a file
+        written into a directory the jail does not hold, a log beside the script, gets the directory)."""
         for line, message in errors:
             if m := _UNBOUND_RE.match(message):
                 return self._unknown(m.group(2), line)
             if (m := _REQUIRED_RE.match(message)) and m.group(1) not in _BUILTINS:
                 return self._unknown(m.group(1), line)  # ${NAME:?message}: the text requires it
             ran = {cmd.split(" ", 1)[0] for at, cmd in trace if at == line}
-            if (m := _MISSING_RE.match(message)) and len(self.binds) < 16 and _ran(m.group(1), ran):
+            if (m := _MISSING_RE.match(message)) and len(self.binds) + len(self.dirs) < 16:
                 path = str(PurePosixPath(CWD, m.group(1)))
                 norm = os.path.normpath(path)
                 if (
-                    norm == path.rstrip("/")
-                    and norm not in self.binds
-                    and not norm.startswith(("/proc", "/dev", "/rs", _BASH))
-                    and norm not in ("/", CWD)
+                    norm != path.rstrip("/")
+                    or norm.startswith(("/proc", "/dev", "/rs", _BASH))
+                    or norm in ("/", CWD)
                 ):
-                    self.binds.append(norm)
+                    continue
+                if _ran(m.group(1), ran):
+                    if norm not in self.binds:
+                        self.binds.append(norm)
+                        return True
+                elif (parent := str(PurePosixPath(norm).parent)) not in (*self.dirs, "/", CWD):
+                    self.dirs.append(parent)
                     return True
         return False
 
@@ -600,7 +615,13 @@ def _answer(got: _Run, state: _State) -> Answer:
         for line, cmd in traced
         if cmd.startswith("exec ") and any(c.line == line for c in out.calls)
     ]
-    decided = [(line, cmd, cmd) for line, cmd in traced if cmd.startswith(_DECIDING)]
+    decided = [(line, cmd, _but_emptiness(cmd, marks)) for line, cmd in traced if cmd.startswith(_DECIDING)]
+    for line, cmd, value in decided:
+        if value != cmd and not unknown_in(value):
+            out.notes.append(
+                f"line {line}: {shown(cmd[:200])} tests whether a placeholder is empty; filled, it is not, "
+                "and the text goes on as imported"
+            )
     for line, cmd, value in [*out.decided, *decided]:
         if found := unknown_in(value):
             out.problems.append(
@@ -619,6 +640,17 @@ def _answer(got: _Run, state: _State) -> Answer:
             "before deploy"
         )
     return out
+
+
+def _but_emptiness(cmd: str, marks: Sequence[str]) -> str:
+    """A traced test without its tests of whether a word holding a placeholder is empty (``[ -z "$1" ]``,
+    ``[[ -n $M ]]``, ``[ "$1" ]``, a script's usage guard): a filled placeholder is never empty, so they are
+    decided the same for every value the user fills in, unlike a test of what the value is."""
+    for mark in marks:
+        word = rf"(?:'[^']*{re.escape(mark)}[^']*'|[^\s']*{re.escape(mark)}[^\s']*)"
+        cmd = re.sub(rf"-[zn] {word}(?=\s|$)", "", cmd)
+        cmd = re.sub(rf"^(?:'\[' |\[\[? |test )(?:'?!'? )?{word}(?: '?\]\]?'?)?$", "", cmd)
+    return cmd
 
 
 def _trace(trace: str) -> list[tuple[int, str]]:

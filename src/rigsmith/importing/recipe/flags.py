@@ -72,6 +72,11 @@ def _legacy_kv(val: str) -> dict[str, Any]:
     return out
 
 
+def value_problems(args: Sequence[str], notes: list[str]) -> list[str]:
+    """Every flag value vLLM would refuse: missing, not JSON where JSON is due, not a whole number."""
+    return _missing_values(args) + _json_problems(args, notes) + _number_problems(args)
+
+
 def _missing_values(args: Sequence[str]) -> list[str]:
     """A flag that takes a value followed by nothing or by an option (``--model --trust-remote-code``, what
     an empty variable leaves behind): vLLM's argparse stops there with "expected one argument", so the
