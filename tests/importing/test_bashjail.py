@@ -195,6 +195,32 @@ def test_a_decision_or_command_outside_the_launchers_is_refused_naming_the_line(
     assert fragment in refusal(text)
 
 
+@pytest.mark.parametrize(
+    "guard",
+    [
+        'if [ -z "$1" ]; then echo "usage: $0 MODEL"; exit 1; fi',
+        "[[ -n $1 ]] || exit 2",
+        'test -z "$1" && exit 1',
+        'if [ ! "$1" ]; then exit 1; fi',
+    ],
+)
+def test_a_usage_guard_on_an_argument_imports_with_the_placeholder(guard: str, tmp_path: Path) -> None:
+    # q1w2e3r4-1/TowerDefense-JiuKun start_vllm_server.sh: whether a filled placeholder is empty is known
+    text = f'{guard}\nvllm serve "$1" --port 8000\n'
+    dep = _parse(text)
+    assert list(dep.engine.args) == ["<1>", "--port", "8000"]
+    assert "tests whether a placeholder is empty" in "\n".join(dep.notes)
+    assert jailed(text) == [["vllm", "serve", "<1>", "--port", "8000"]]
+
+
+@pytest.mark.parametrize(
+    "test", ['[ "$1" = foo ]', '[ -d "$1" ]', "[[ -z $1 || $1 == x ]]", '[ -z "$1" ] || [ "$1" != a/b ]']
+)
+def test_a_test_of_what_a_placeholder_holds_is_still_refused(test: str) -> None:
+    message = refusal(f'if {test}; then exit 1; fi\nvllm serve "$1"\n')
+    assert "bash decides on the placeholder <1>" in message
+
+
 def test_a_command_whose_output_does_not_reach_the_launch_is_a_note() -> None:
     dep = _parse("nvidia-smi\npip install vllm\nvllm serve Qwen/Qwen3-0.6B --port 8000 2>&1 | tee log\n")
     notes = "\n".join(dep.notes)
@@ -295,8 +321,6 @@ def _hostile(tmp_path: Path, port: int) -> dict[str, str]:
     secret = tmp_path / "secret"
     secret.write_text("s3cr3t-value\n", encoding="utf-8")
     return {
-        "write": f"echo pwned > {tmp_path}/written\nvllm serve Qwen/Qwen3-0.6B\n",
-        "write-home": "echo pwned > ~/.rigsmith-jail-test\nvllm serve Qwen/Qwen3-0.6B\n",
         "socket": f"exec 3<>/dev/tcp/127.0.0.1/{port}\nvllm serve Qwen/Qwen3-0.6B\n",
         "fork-bomb": "b() { b | b & }; b\nvllm serve Qwen/Qwen3-0.6B\n",
         "allocate": 'A=x\nwhile :; do A="$A$A"; done\nvllm serve Qwen/Qwen3-0.6B\n',
@@ -306,13 +330,16 @@ def _hostile(tmp_path: Path, port: int) -> dict[str, str]:
         "read-shadow": 'vllm serve Qwen/Qwen3-0.6B --x "$(< /etc/shadow)"\n',
         "read-ssh": 'vllm serve Qwen/Qwen3-0.6B --x "$(< ~/.ssh/id_rsa)"\n',
         "read-file": f'vllm serve Qwen/Qwen3-0.6B --x "$(< {secret})"\n',
+        "fill-dev-shm": "printf x > /dev/shm/x\nvllm serve Qwen/Qwen3-0.6B\n",
+        "fill-dev": "printf x > /dev/x\nvllm serve Qwen/Qwen3-0.6B\n",
+        "kill-all": "kill -9 -1\nvllm serve Qwen/Qwen3-0.6B\n",
     }
 
 
 @pytest.mark.parametrize(
     "name",
-    ["write", "write-home", "socket", "fork-bomb", "allocate", "double-26", "sleep-forever",
-     "background-forever", "read-shadow", "read-ssh", "read-file"],
+    ["socket", "fork-bomb", "allocate", "double-26", "sleep-forever",
+     "background-forever", "read-shadow", "read-ssh", "read-file", "fill-dev-shm", "fill-dev", "kill-all"],
 )  # fmt: skip
 def test_a_hostile_script_is_refused_and_leaves_nothing_behind(
     name: str, tmp_path: Path, listening: socket.socket
@@ -328,6 +355,73 @@ def test_a_hostile_script_is_refused_and_leaves_nothing_behind(
     with pytest.raises(BlockingIOError):
         listening.accept()  # no connection reached the host's loopback
     assert _left_behind(marker) == []
+
+
+def test_a_file_the_text_writes_lands_in_the_jail_and_never_on_the_host(tmp_path: Path) -> None:
+    # A log beside the script or in a directory of the machine (jyngjeon/multiagentsdebate vllm-serve.sh:
+    # `> logs/vllm_server_qwen25.log`): bash stopped at the missing directory; the jail now makes it
+    text = (
+        f"echo pwned > {tmp_path}/sub/written\necho pwned > {tmp_path}/written\n"
+        "echo pwned > ~/.rigsmith-jail-test\nexec 3<>/run/dbus/system_bus_socket\n"
+        "nohup vllm serve Qwen/Qwen3-0.6B --port 8000 > logs/server.log 2>&1 &\n"
+    )
+    assert jailed(text) == [["vllm", "serve", "Qwen/Qwen3-0.6B", "--port", "8000"]]
+    assert list(tmp_path.iterdir()) == []
+    # reading a file the text does not hold is still bash's error, and refused
+    message = refusal('read -r M < conf/model.txt\nvllm serve "$M"\n')
+    assert "conf/model.txt: No such file or directory" in message
+
+
+def test_the_jail_holds_no_environment_of_the_importing_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    # bubblewrap is the jail's pid 1: the environment it was started with is readable there
+    monkeypatch.setenv("HF_TOKEN", "hf_rigsmith_jail_test_value")
+    text = (
+        "shopt -s nullglob\n"
+        'for p in /proc/[0-9]*/environ; do mapfile -t -d \'\' E < "$p"; ALL+=("${E[@]}"); done\n'
+        'vllm serve Qwen/Qwen3-0.6B --x "${ALL[*]}"\n'
+    )
+    seen = " ".join(jailed(text)[0])
+    assert "BASH_ENV=" in seen  # the text did read the jail's environments
+    assert "hf_rigsmith_jail_test_value" not in seen and os.environ["PATH"] not in seen
+
+
+def test_the_jails_shell_holds_only_its_own_descriptors_and_the_two_it_writes_records_on() -> None:
+    text = (
+        "shopt -s nullglob\nF=(/proc/self/fd/*)\n"
+        'vllm serve a/b --fds "${F[*]##*/}" --rec "$__RS_RFD $__RS_XFD"\n'
+    )
+    argv = jailed(text)[0]
+    fds = {int(n) for n in argv[4].split()}
+    records = {int(n) for n in argv[6].split()}
+    # 0-2 (stdin and stdout /dev/null, stderr read here) and the records; the glob's own directory descriptor
+    # takes the lowest free number
+    assert len(records) == 2 and {0, 1, 2} | records <= fds
+    assert len(fds - {0, 1, 2} - records) <= 1 and min(fds - {0, 1, 2}) == 3
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        ["3", "/rs/bin/vllm", "serve", "m/x", "NOEQUALS"],
+        ["3", "/rs/bin/curl", "serve", "m/x"],
+        ["9", "/rs/bin/vllm", "serve"],
+        ["x", "/rs/bin/vllm"],
+        ["3", "/rs/bin/vllm", "serve", "m/x", "A B=1"],
+        ["3", "/rs/bin/vllm", "serve", "m/x", "BASH_ENV=/x"],
+    ],
+    ids=["env-without-value", "not-a-launcher", "short", "no-count", "env-name", "env-the-stub-leaves-out"],
+)
+def test_a_record_no_launcher_writes_is_refused(fields: list[str]) -> None:
+    # The record descriptor is in the text's own shell: a record it forges must not reach the spec (an env
+    # word without '=' reached the spec's validation as a traceback)
+    words = " ".join(shlex.quote(f) for f in ["L", "1", str(len(fields)), *fields])
+    message = refusal(f"printf '%s\\0' {words} >&\"$__RS_RFD\"\n")
+    assert "record descriptor" in message and "Traceback" not in message
+
+
+def test_a_wrappers_words_reach_the_notes_through_shown() -> None:
+    notes = "\n".join(_parse("sudo -$'\\n- forged line\\e[31m' vllm serve Qwen/Qwen3-0.6B\n").notes)
+    assert "\n- forged line" not in notes and "\x1b" not in notes
 
 
 @pytest.mark.parametrize(

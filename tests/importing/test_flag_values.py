@@ -45,3 +45,24 @@ def test_a_whole_number_flag_given_something_else_is_refused_naming_the_flag(
 @pytest.mark.parametrize("words", ["-tp 2", "--port=8001", "--tensor-parallel-size <TP>", "--seed 0"])
 def test_a_whole_number_or_a_placeholder_imports(words: str) -> None:
     assert _parse(f"vllm serve Qwen/Qwen3-0.6B {words}").engine.args[1:] == tuple(words.split())
+
+
+@pytest.mark.parametrize(
+    ("words", "flag", "after"),
+    [
+        # tsinghua-fib-lab/AgentMove serving/vllm_serving.sh: MODEL_PATH="" left `--model` before an option
+        ("--model --trust-remote-code", "--model", "the option '--trust-remote-code' follows it"),
+        ("--port --enforce-eager", "--port", "the option '--enforce-eager' follows it"),
+        ("-tp", "-tp", "nothing follows it"),
+        ("--chat-template", "--chat-template", "nothing follows it"),
+    ],
+)
+def test_a_flag_left_without_its_value_is_refused_as_vllm_would(words: str, flag: str, after: str) -> None:
+    message = _refusal(f"vllm serve Qwen/Qwen3-0.6B {words}")
+    assert f"{flag} takes a value, but {after}" in message
+    assert message.count("takes a") == 1  # one problem for one missing value
+
+
+def test_a_negative_number_is_a_value_not_an_option() -> None:
+    message = _refusal("vllm serve Qwen/Qwen3-0.6B --port -8000")
+    assert "takes a value" not in message and "gives it '-8000'" in message

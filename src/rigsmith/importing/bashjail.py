@@ -89,7 +89,7 @@ _TOKEN_RE = re.compile(r"@@rigsmith-output-\d+@@")
 _ERR_RE = re.compile(r"^(?:\S*bash|sh): (?:line (\d+): )?(.*)$")
 _UNBOUND_RE = re.compile(r"^(\$?)([A-Za-z_][A-Za-z0-9_]*(?:\[[^]\s]*\])?|\d+): unbound variable$")
 _REQUIRED_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): ")
-_MISSING_RE = re.compile(r"^(\S*/\S*): No such file or directory$")
+_MISSING_RE = re.compile(r"^(\S*/\S*): (?:No such file or directory|Read-only file system)$")
 #: What bash traces before it decides: a test, a loop over words, arithmetic.
 _DECIDING = ("'[' ", "[ ", "[[ ", "test ", "(( ", "for ", "select ", "let ")
 
@@ -147,6 +147,7 @@ def _probe(binary: str) -> str | None:
         proc = subprocess.run(
             [*_bwrap_argv(binary, [], ()), "-c", "exit 0"],
             preexec_fn=_limits,
+            env={},
             capture_output=True,
             timeout=10,
             check=False,
@@ -204,7 +205,9 @@ def _bwrap_argv(binary: str, env: Sequence[str], extra: Sequence[str]) -> list[s
     argv += _base_binds()
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(8 << 20), "--tmpfs", CWD]
     argv += list(extra)
-    argv += ["--remount-ro", "/", "--chdir", CWD]
+    # /dev is bubblewrap's own tmpfs, of no size limit (its device nodes are mounts of their own and stay
+    # writable): read-only, a text cannot fill the host's memory through /dev/shm
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", CWD]
     base = {"PATH": "/rs/bin", "HOME": "~", "BASH_ENV": "/rs/prelude.bash"}
     for name, value in base.items():
         argv += ["--setenv", name, value]
@@ -242,7 +245,7 @@ def _once(
     text: str,
     positional: int,
     gates: Sequence[str],
-    binds: Sequence[str],
+    mounts: Sequence[str],
     deadline: float,
     exit_status: int = 0,
 ) -> _Run:
@@ -251,9 +254,7 @@ def _once(
     rec_r, rec_w = os.pipe()
     xt_r, xt_w = os.pipe()
     info_r, info_w = os.pipe()
-    extra = ["--info-fd", str(info_w)]
-    for path in binds:
-        extra += ["--ro-bind", str(_FILES / "stub.bash"), path]
+    extra = ["--info-fd", str(info_w), *mounts]
     env = ["--setenv", "__RS_RFD", str(rec_w), "--setenv", "__RS_XFD", str(xt_w)]
     env += ["--setenv", "__RS_STATUS", str(exit_status)]
     if gates:
@@ -268,6 +269,7 @@ def _once(
         pass_fds=(rec_w, xt_w, info_w),
         preexec_fn=_limits,
         start_new_session=True,
+        env={},  # bubblewrap is the jail's pid 1: its environment is the text's to read in /proc/1/environ
     )
     for fd in (rec_w, xt_w, info_w):
         os.close(fd)
@@ -341,14 +343,14 @@ def run(text: str) -> Answer:
     deadline = time.monotonic() + TOTAL_SECONDS
     state = _State()
     for _ in range(MAX_RUNS):
-        got = _once(text, state.positional, state.gate_list(), state.binds, deadline)
+        got = _once(text, state.positional, state.gate_list(), state.mounts(), deadline)
         if got.status is None or got.overflow or not state.learn(got.errors, _trace(got.trace)):
             break
     answer = _answer(got, state)
     if answer.outside and not answer.problems:
         # The commands rigsmith does not run succeeded; run again with them failing: where that changes
         # what is launched, bash decided on their exit status.
-        other = _once(text, state.positional, state.gate_list(), state.binds, deadline, exit_status=1)
+        other = _once(text, state.positional, state.gate_list(), state.mounts(), deadline, exit_status=1)
         answer = _on_status(answer, _answer(other, state))
     return answer
 
@@ -391,29 +393,46 @@ class _State:
     gates: dict[str, int] = field(default_factory=dict)
     positional: int = 0
     binds: list[str] = field(default_factory=list)
+    #: Directories the text writes a file into (``> logs/server.log``): made in the jail, each a small tmpfs.
+    dirs: list[str] = field(default_factory=list)
 
     def gate_list(self) -> list[str]:
         return [f"{line}:{name}" for name, line in self.gates.items()]
 
+    def mounts(self) -> list[str]:
+        """bubblewrap's arguments for the directories made and the stubs bound at the text's paths."""
+        out: list[str] = []
+        for path in sorted(self.dirs, key=lambda p: p.count("/")):  # a directory before those inside it
+            out += ["--size", str(1 << 20), "--tmpfs", path]
+        for path in self.binds:
+            out += ["--ro-bind", str(_FILES / "stub.bash"), path]
+        return out
+
     def learn(self, errors: Sequence[tuple[int, str]], trace: Sequence[tuple[int, str]]) -> bool:
         """Whether ``errors`` teach something that a new run needs (bash stops at an unbound variable; a
-        command run by a path the jail does not hold, as bash's trace shows it, gets the stub there)."""
+        command run by a path the jail does not hold, as bash's trace shows it, gets the stub there; a file
+        written into a directory the jail does not hold, a log beside the script, gets the directory)."""
         for line, message in errors:
             if m := _UNBOUND_RE.match(message):
                 return self._unknown(m.group(2), line)
             if (m := _REQUIRED_RE.match(message)) and m.group(1) not in _BUILTINS:
                 return self._unknown(m.group(1), line)  # ${NAME:?message}: the text requires it
             ran = {cmd.split(" ", 1)[0] for at, cmd in trace if at == line}
-            if (m := _MISSING_RE.match(message)) and len(self.binds) < 16 and _ran(m.group(1), ran):
+            if (m := _MISSING_RE.match(message)) and len(self.binds) + len(self.dirs) < 16:
                 path = str(PurePosixPath(CWD, m.group(1)))
                 norm = os.path.normpath(path)
                 if (
-                    norm == path.rstrip("/")
-                    and norm not in self.binds
-                    and not norm.startswith(("/proc", "/dev", "/rs", _BASH))
-                    and norm not in ("/", CWD)
+                    norm != path.rstrip("/")
+                    or norm.startswith(("/proc", "/dev", "/rs", _BASH))
+                    or norm in ("/", CWD)
                 ):
-                    self.binds.append(norm)
+                    continue
+                if _ran(m.group(1), ran):
+                    if norm not in self.binds:
+                        self.binds.append(norm)
+                        return True
+                elif (parent := str(PurePosixPath(norm).parent)) not in (*self.dirs, "/", CWD):
+                    self.dirs.append(parent)
                     return True
         return False
 
@@ -487,6 +506,24 @@ def _sourced(line: int, rest: Sequence[str], out: Answer) -> None:
         )
 
 
+_LAUNCHER_RE = re.compile(r"(vllm|docker|podman|ray|python([23](\.[0-9].*)?)?|run_cluster\.sh)")
+#: A word the stub records as exported: a name bash can export, not one of those the stub leaves out.
+_ENV_RE = re.compile(r"(?!(?:PATH|PWD|OLDPWD|SHLVL|_|BASH_ENV|__RS_\w*)=)[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
+
+
+def _launched(rest: Sequence[str]) -> bool:
+    """Whether a launch record has the shape the stub writes (the text can write to the record descriptor
+    too, it is in its own shell): the argv's length, a launcher's name (or ``bash run_cluster.sh``) and
+    NAME=value words that bash could export."""
+    if not rest or not rest[0].isdigit() or not 1 <= int(rest[0]) < len(rest):
+        return False
+    n = int(rest[0])
+    argv, env = rest[1 : 1 + n], rest[1 + n :]
+    name = PurePosixPath(argv[0]).name
+    cluster = name in ("bash", "sh", "dash", "zsh") and len(argv) > 1 and argv[1].endswith("run_cluster.sh")
+    return (cluster or _LAUNCHER_RE.fullmatch(name) is not None) and all(_ENV_RE.fullmatch(e) for e in env)
+
+
 def _read_records(got: _Run, out: Answer) -> list[tuple[str, int, list[str]]]:
     """Calls, notes and problems from the stubs' records; the outside commands (token, line, argv) and the
     values a ``case`` decided on are returned/recorded for the checks that follow."""
@@ -494,15 +531,20 @@ def _read_records(got: _Run, out: Answer) -> list[tuple[str, int, list[str]]]:
     processes = 0
     for kind, line_text, *rest in got.records:
         line = int(line_text) if line_text.isdigit() else 0
-        if kind == "L" and rest and rest[0].isdigit():
+        if kind == "L" and not _launched(rest):
+            out.problems.append(
+                f"line {line}: rigsmith's record of a launch holds what no launcher records (the text writes "
+                "to the jail's record descriptor itself); not a recipe"
+            )
+        elif kind == "L":
             n = int(rest[0])
             argv = [_exe(rest[1]), *(_local(a) for a in rest[2 : 1 + n])]
             env = tuple((k, _local(v)) for k, _, v in (e.partition("=") for e in rest[1 + n :]))
             out.calls.append(Call(line, tuple(argv), env))
         elif kind == "W" and rest:
             out.notes.append(
-                f"line {line}: '{rest[0]}' dropped (it runs the command it wraps; rigsmith's targets run the "
-                "engine themselves)"
+                f"line {line}: '{shown(rest[0])}' dropped (it runs the command it wraps; rigsmith's "
+                "targets run the engine themselves)"
             )
         elif kind == "C":
             where = shown(rest[1]) if len(rest) > 1 else "~"
@@ -573,7 +615,13 @@ def _answer(got: _Run, state: _State) -> Answer:
         for line, cmd in traced
         if cmd.startswith("exec ") and any(c.line == line for c in out.calls)
     ]
-    decided = [(line, cmd, cmd) for line, cmd in traced if cmd.startswith(_DECIDING)]
+    decided = [(line, cmd, _but_emptiness(cmd, marks)) for line, cmd in traced if cmd.startswith(_DECIDING)]
+    for line, cmd, value in decided:
+        if value != cmd and not unknown_in(value):
+            out.notes.append(
+                f"line {line}: {shown(cmd[:200])} tests whether a placeholder is empty; filled, it is not, "
+                "and the text goes on as imported"
+            )
     for line, cmd, value in [*out.decided, *decided]:
         if found := unknown_in(value):
             out.problems.append(
@@ -592,6 +640,17 @@ def _answer(got: _Run, state: _State) -> Answer:
             "before deploy"
         )
     return out
+
+
+def _but_emptiness(cmd: str, marks: Sequence[str]) -> str:
+    """A traced test without its tests of whether a word holding a placeholder is empty (``[ -z "$1" ]``,
+    ``[[ -n $M ]]``, ``[ "$1" ]``, a script's usage guard): a filled placeholder is never empty, so they are
+    decided the same for every value the user fills in, unlike a test of what the value is."""
+    for mark in marks:
+        word = rf"(?:'[^']*{re.escape(mark)}[^']*'|[^\s']*{re.escape(mark)}[^\s']*)"
+        cmd = re.sub(rf"-[zn] {word}(?=\s|$)", "", cmd)
+        cmd = re.sub(rf"^(?:'\[' |\[\[? |test )(?:'?!'? )?{word}(?: '?\]\]?'?)?$", "", cmd)
+    return cmd
 
 
 def _trace(trace: str) -> list[tuple[int, str]]:

@@ -17,7 +17,7 @@ from rigsmith.importing.recipe import raycluster
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
 from rigsmith.importing.recipe.envvars import env_var, merge_env, passthrough
 from rigsmith.importing.recipe.exposure import listen_address
-from rigsmith.importing.recipe.flags import _json_problems, _number_problems, flag_values
+from rigsmith.importing.recipe.flags import flag_values, value_problems
 from rigsmith.importing.recipe.gpus import (
     _gpus,
     _vendor,
@@ -342,7 +342,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     notes: list[str] = []
     env, env_notes = _environment(launch, meta, problems)
     facts = note_facts(meta.notes_text or "")
-    problems += _json_problems(launch.args, launch.notes) + _number_problems(launch.args)
+    problems += value_problems(launch.args, launch.notes)
     # Every problem at once: the model is checked even when the text had others, unless the launch
     # command itself was not understood (then its args are not vLLM's).
     model_problems: list[str] = []

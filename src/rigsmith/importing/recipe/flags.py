@@ -72,6 +72,30 @@ def _legacy_kv(val: str) -> dict[str, Any]:
     return out
 
 
+def value_problems(args: Sequence[str], notes: list[str]) -> list[str]:
+    """Every flag value vLLM would refuse: missing, not JSON where JSON is due, not a whole number."""
+    return _missing_values(args) + _json_problems(args, notes) + _number_problems(args)
+
+
+def _missing_values(args: Sequence[str]) -> list[str]:
+    """A flag that takes a value followed by nothing or by an option (``--model --trust-remote-code``, what
+    an empty variable leaves behind): vLLM's argparse stops there with "expected one argument", so the
+    import would hand on a command that never runs (and read the option as the value)."""
+    out = []
+    for i, a in enumerate(args):
+        flag = vllmflags.lookup(a)
+        if flag is None or flag.kind not in ("value", "json") or "=" in a:
+            continue
+        if i + 1 < len(args) and not vllmflags.is_option(args[i + 1]):
+            continue
+        after = f"the option {args[i + 1]!r} follows it" if i + 1 < len(args) else "nothing follows it"
+        out.append(
+            f"args[{i}]: {a} takes a value, but {after} (an empty variable in the text?), so vLLM stops "
+            "with 'expected one argument'; write its value"
+        )
+    return out
+
+
 _NUMBER_FLAGS = vllmflags.NUMBER_FLAGS
 
 
@@ -88,14 +112,15 @@ def _number_problems(args: Sequence[str]) -> list[str]:
             continue
         _, eq, value = a.partition("=")
         if not eq:
-            value = args[i + 1] if i + 1 < len(args) else ""
+            if i + 1 >= len(args) or vllmflags.is_option(args[i + 1]):
+                continue  # no value at all: _missing_values says so
+            value = args[i + 1]
         if specmod.ascii_int(value) is not None or specmod.PLACEHOLDER_RE.fullmatch(value):
             continue
         if "$" in value or "`" in value:
             continue
-        where = "" if eq or i + 1 < len(args) else " (nothing follows it)"
         out.append(
             f"args[{i}]: {flag} takes a whole number written in ASCII digits (0-9), and the recipe gives "
-            f"it {value!r}{where}; write the number you run"
+            f"it {value!r}; write the number you run"
         )
     return out
