@@ -131,7 +131,6 @@ def test_propose_sizes_every_layout_with_the_calibrated_allowances_and_says_so(t
         assert min(r.kv for r in p.ranks) < min(r.kv for r in same[p.layout].ranks)
 
 
-
 def test_a_boot_that_reported_0_tokens_says_nothing_about_the_allowances() -> None:
     """0 tokens (a log line of a pool that did not fit, or a parse of nothing) is no measurement: with it
     counted, every rank's whole budget would read as allowance fit missed."""
