@@ -18,7 +18,8 @@ from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 from tasks.deploy import _memlock
 
 if TYPE_CHECKING:
-    from rigsmith.operating.lifecycle import Ops, Status
+    from rigsmith.operating.lifecycle import Ops
+    from rigsmith.operating.status import Status
 
 _DEP = "deployments/NAME.yaml to act on" + DEFAULT_DEP
 _TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
@@ -170,6 +171,7 @@ def down(c: Context, deployment: str | None = None, target: str = "podman", out:
 def status(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Show the deployment's container state, whether it runs the current spec, and /health."""
     from rigsmith.operating import lifecycle
+    from rigsmith.operating import status as statusmod
     from rigsmith.operating import wait as waitmod
 
     ops = _ops(c, target, out)
@@ -187,7 +189,7 @@ def status(c: Context, deployment: str | None = None, target: str = "podman", ou
         if lost:
             raise Exit(f"status: node(s) {', '.join(lost)} cannot be reached (fix above)", code=1)
         return
-    st = lifecycle.status(ops, deployment=deployment, health=waitmod.http_health_url)
+    st = statusmod.status(ops, deployment=deployment, health=waitmod.http_health_url)
     spec = {
         True: "current spec",
         False: "STALE spec (run `invoke down` then `invoke up`)",

@@ -15,6 +15,7 @@ import pytest
 
 from rigsmith.errors import ConsentError, PreflightError, RigsmithError
 from rigsmith.operating import lifecycle, wait
+from rigsmith.operating import status as statusmod
 from rigsmith.operating.host import LocalHost
 from rigsmith.operating.lifecycle import Ops
 from rigsmith.spec import Deployment, loads
@@ -146,9 +147,9 @@ def test_down_lists_orphan_engine_worker_and_the_reap_command_works(
 
 def test_status_reports_state_spec_and_health(deployed, podman: Podman) -> None:
     ops, _data = deployed
-    assert lifecycle.status(ops).state == "absent"
+    assert statusmod.status(ops).state == "absent"
     plan = lifecycle.up(ops, memlock=HOST_MEMLOCK)
-    st = lifecycle.status(ops, health=wait.http_health_url)
+    st = statusmod.status(ops, health=wait.http_health_url)
     assert (st.state, st.spec_current, st.image) == ("running", True, OPS_IMAGE)
     # the container carries the lock it runs (no lock history here: no entry label)
     assert st.lock_sha256 == plan.lock_sha256[:16] and st.lock_current is True and st.lock_entry is None
