@@ -67,13 +67,13 @@ def from_script(text: str, source: str, accept: bool) -> Launch:
     answer = bashjail.run(ready)
     # Where bash ends a command its author continued (a comment or a space after the '\\', a '\\' glued to
     # the next line's word): refused, with the scanner's account of why
-    answer.problems[:0] = [p for p in shellwords.scan(stripped).problems if "'\\'" in p]
-    return handed_on(answer, [*prompt_notes, *quoted, *blanks, *_comments(stripped)], stripped)
+    script = shellwords.scan(stripped)  # the text's own lines: comments, assignment order, continuations
+    answer.problems[:0] = [p for p in script.problems if "'\\'" in p]
+    return handed_on(answer, [*prompt_notes, *quoted, *blanks, *_comments(script)], script)
 
 
-def _comments(text: str) -> list[str]:
+def _comments(script: shellwords.Script) -> list[str]:
     """The text's comments, as notes (they often say what a flag is for, or what to change)."""
-    script = shellwords.scan(text)
     found = [*script.comments, *((c.line, c.comment) for c in script.commands if c.comment)]
     return [
         f"comment (line {line}): {comment}"
@@ -87,11 +87,11 @@ def _is_server(argv: Sequence[str]) -> bool:
     return name == "vllm" or bool(_PYTHON_RE.match(name))
 
 
-def _assignments(text: str) -> dict[str, str | None]:
+def _assignments(script: shellwords.Script) -> dict[str, str | None]:
     """Each name the text assigns (``export NAME=…``, ``NAME=… cmd``), in the order it first does, with the
     comment on that line: the order and notes of the env bash hands the launcher (values are bash's)."""
     out: dict[str, str | None] = {}
-    for cmd in shellwords.scan(text).commands:
+    for cmd in script.commands:
         words = cmd.argv[1:] if cmd.argv[0] == "export" else cmd.argv
         names = [m.group(1) for w in words if (m := _ASSIGN_RE.match(w))]
         alone = len(names) == len(words)  # the line only sets variables: its comment is theirs
@@ -100,7 +100,7 @@ def _assignments(text: str) -> dict[str, str | None]:
     return out
 
 
-def handed_on(answer: bashjail.Answer, notes: list[str], text: str = "") -> Launch:
+def handed_on(answer: bashjail.Answer, notes: list[str], script: shellwords.Script) -> Launch:
     """The launch bash's answer describes: its launch commands (each on its own line, as the shell form
     reads them), the environment the first one was given, and what bash did on the way as notes."""
     lines: list[str] = []
@@ -133,7 +133,7 @@ def handed_on(answer: bashjail.Answer, notes: list[str], text: str = "") -> Laun
     if answer.calls:
         # the env of the command that serves (in a Ray block, not the nodes' containers)
         first = next((c for c in answer.calls if _is_server(c.argv)), answer.calls[0])
-        written = _assignments(text)
+        written = _assignments(script)
         order = {name: i for i, name in enumerate(written)}
         given = sorted(first.env, key=lambda kv: order.get(kv[0], len(order)))
         env = [env_var(k, v, written.get(k), launch, f"line {first.line}") for k, v in given]
