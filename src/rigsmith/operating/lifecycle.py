@@ -164,7 +164,7 @@ class Ops:
         return LocalHost(self.env, timeout=COMMAND_TIMEOUT).run
 
 
-def _plan(
+def rendered(
     ops: Ops, deployment: str | None, image: str | None, memlock: Literal["unlimited", "host"] | int | None
 ) -> tuple[planmod.RunPlan, list[writer.Artifact]]:
     """The plan and the target's files: quadlet units for the podman of this host, where they run."""
@@ -206,7 +206,7 @@ def up(
     Refuses (LockDriftError) when the model dir or the pinned image differ from rigsmith.lock, unless
     ``ignore_drift``: then it names the differences and starts anyway.
     """
-    plan, files = _plan(ops, deployment, image, memlock)
+    plan, files = rendered(ops, deployment, image, memlock)
     if ops.project.load(plan.name).cluster is not None:
         return ops_up(ops, plan, files, yes=yes, confirm=confirm, dry_run=dry_run, ignore_drift=ignore_drift)
     if ops.target == "quadlet":
@@ -322,7 +322,7 @@ def down(ops: Ops, *, deployment: str | None = None) -> list[Holder]:
     spec = ops.project.load(deployment)
     name = spec.name
     if spec.cluster is not None:
-        plan, _files = _plan(ops, deployment, None, None)
+        plan, _files = rendered(ops, deployment, None, None)
         clusterlife.down(from_ops(ops, plan), plan.stop_timeout)
         return []
     ctl = controller(ops.project, ops.target, name, ops.out)
@@ -463,4 +463,4 @@ def cluster_of(ops: Ops, deployment: str | None = None) -> clusterlife.Cluster |
     """A multi-node deployment's nodes and the means to act on them (status, logs, wait); None: one host."""
     if ops.project.load(deployment).cluster is None:
         return None
-    return from_ops(ops, _plan(ops, deployment, None, None)[0])
+    return from_ops(ops, rendered(ops, deployment, None, None)[0])

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating.lifecycle import Ops, _plan, controller, inspect, parse_systemctl_show
+from rigsmith.operating.lifecycle import Ops, controller, inspect, parse_systemctl_show, rendered
 from rigsmith.operating.verify import SPEC_LABEL
 from rigsmith.rendering import plan as planmod
 
@@ -47,7 +47,7 @@ def status(ops: Ops, *, deployment: str | None = None, health: Callable[[str], b
     lock_current: bool | None = None
     if info:
         try:
-            plan, _files = _plan(ops, deployment, None, None)
+            plan, _files = rendered(ops, deployment, None, None)
             current = labels.get(SPEC_LABEL) == dict(plan.labels)[SPEC_LABEL]
             lock_current = None if carried is None else carried == dict(plan.labels)[planmod.LOCK_LABEL]
         except RigsmithError:
