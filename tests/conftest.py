@@ -37,10 +37,10 @@ from tests.support.hubserver import HubServer  # noqa: E402
 from tests.support.models import FAST  # noqa: E402
 from tests.support.ops import ENGINE, OPS_IMAGE  # noqa: E402
 from tests.support.podman import (  # noqa: E402
-    CONTAINERS_CONF,
     FAKE_CDI_SPEC,
     RECORDER,
     Podman,
+    containers_conf,
     import_busybox_image,
     unmount_under,
 )
@@ -130,7 +130,7 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
     p = Podman(base / "root", runroot, base / "containers.conf", base / "bin")
     # Own libpod tmp dir: the default /run/libpod (its "alive" file) is shared by every podman on the machine,
     # and a concurrent session resetting it makes this one "refresh" its containers mid-test.
-    p.conf.write_text(CONTAINERS_CONF + f'tmp_dir = "{runroot}/libpod"\n')
+    p.conf.write_text(containers_conf(runroot))
     p.bin.mkdir()
     wrapper = p.bin / "podman"
     wrapper.write_text(

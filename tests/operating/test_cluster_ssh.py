@@ -34,7 +34,6 @@ from tests.support.common import (
     standin_deployment,
     write_project,
 )
-from tests.support.podman import CONTAINERS_CONF
 from tests.support.sshcluster import IFACE, SshCluster, ssh_cluster
 
 NAME = "ray-over-ssh"
@@ -51,9 +50,7 @@ pytestmark = [
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshCluster]:
     """Two nodes, each with sshd, its own podman storage holding the Ray image, and its own fake GPUs."""
     base = tmp_path_factory.mktemp("sshc")
-    conf = base / "containers.conf"
-    conf.write_text(CONTAINERS_CONF)
-    store = rayimage.image_store(conf)
+    store = rayimage.image_store()
     with ssh_cluster(base, f"rq{os.getpid() % 10000}", SUBNET, image_stores=(store,)) as c:
         yield c
 

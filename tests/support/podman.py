@@ -76,6 +76,13 @@ cgroup_manager = "cgroupfs"
 """
 
 
+def containers_conf(runroot: Path) -> str:
+    """The test containers.conf for a podman whose runroot is ``runroot``: its tmp_dir (the "alive" file,
+    locks) goes there too. The default /run/libpod is shared by every podman on the machine, and one
+    podman's ``system reset`` (a fixture's teardown) removes it from under the others."""
+    return CONTAINERS_CONF + f'tmp_dir = "{runroot}/libpod"\n'
+
+
 def unmount_under(base: Path) -> None:
     """podman leaves its overlay dir bind-mounted; unmount so pytest can prune old temp dirs."""
     mounts = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines()]

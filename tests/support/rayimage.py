@@ -28,6 +28,7 @@ from filelock import FileLock
 from packaging.requirements import Requirement
 
 from tests.support.common import REPO
+from tests.support.podman import containers_conf
 from tests.support.systemd_guest import CACHE
 
 RAY_IMAGE = "localhost/rigsmith-ray-standin:1"
@@ -185,10 +186,9 @@ def rootfs_tar() -> Path:
 IMAGE_CHANGES = (f"ENV=PATH=/usr/local/bin:{PREFIX}/bin:/usr/bin:/bin",)
 
 
-def image_store(conf: Path) -> Path:
+def image_store() -> Path:
     """A podman image store holding only the image, cached next to the tar: every node lists it as a
-    read-only ``additionalimagestores`` entry, so no node imports 400 MB and no teardown deletes it.
-    ``conf``: a containers.conf this machine's podman runs with."""
+    read-only ``additionalimagestores`` entry, so no node imports 400 MB and no teardown deletes it."""
     tar = rootfs_tar()
     store = tar.with_suffix(".store")
     with FileLock(str(store) + ".lock"):
@@ -199,6 +199,8 @@ def image_store(conf: Path) -> Path:
         try:
             argv = ["podman", "--root", str(store), "--runroot", str(runroot), "import"]
             argv += [w for ch in IMAGE_CHANGES for w in ("--change", ch)]
+            conf = runroot / "containers.conf"
+            conf.write_text(containers_conf(runroot))
             env = {**os.environ, "CONTAINERS_CONF": str(conf)}
             subprocess.run(
                 [*argv, str(tar), RAY_IMAGE], env=env, capture_output=True, check=True, timeout=600

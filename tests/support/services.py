@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.podman import CONTAINERS_CONF, Podman
+from tests.support.podman import Podman, containers_conf
 
 BASE_TAG = "tinybase:1"
 
@@ -141,10 +141,14 @@ class PodmanService:
         return proc
 
 
-def podman_env(base: Path, insecure: Sequence[str]) -> dict[str, str]:
-    """Test-only containers.conf and registries.conf (plain-http loopback registries marked insecure)."""
+def podman_env(base: Path, runroot: Path, insecure: Sequence[str]) -> dict[str, str]:
+    """Test-only containers.conf and registries.conf (plain-http loopback registries marked insecure).
+
+    podman's tmp_dir (its "alive" file, locks) goes under ``runroot``: the default /run/libpod is shared by
+    every podman on the machine, and one service's ``system reset`` removes it from under the others.
+    """
     conf = base / "containers.conf"
-    conf.write_text(CONTAINERS_CONF)
+    conf.write_text(containers_conf(runroot))
     regs = base / "registries.conf"
     regs.write_text("".join(f'[[registry]]\nlocation = "{h}"\ninsecure = true\n' for h in insecure))
     return {**os.environ, "CONTAINERS_CONF": str(conf), "CONTAINERS_REGISTRIES_CONF": str(regs)}
@@ -175,10 +179,10 @@ def _engine_api(
 def podman_service(base: Path, insecure: Sequence[str] = ()) -> Iterator[PodmanService]:
     """``podman system service --time=0`` on base/podman.sock with storage under base; reset on exit."""
     base.mkdir(parents=True, exist_ok=True)
-    env = podman_env(base, insecure)
     # podman refuses a runroot path longer than 50 characters, and a socket path is at most 107 bytes:
     # pytest's temp paths (an xdist worker's one level deeper) are longer.
     runroot = Path(tempfile.mkdtemp(prefix="rs-runroot-", dir="/tmp"))
+    env = podman_env(base, runroot, insecure)
     sock = runroot / "podman.sock"
     svc = PodmanService(f"unix://{sock}", base / "root", runroot, env)
     argv = [

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.common import FAKE_VENDOR, require
-from tests.support.podman import CONTAINERS_CONF, unmount_under
+from tests.support.podman import containers_conf, unmount_under
 
 IFACE = "rsn0"
 SSHD = "/usr/sbin/sshd"
@@ -212,7 +212,7 @@ def _start_sshd(node: SshNode) -> None:
 
 def _storage(node: SshNode, stores: tuple[Path, ...]) -> None:
     d = node.dir
-    (d / "containers.conf").write_text(CONTAINERS_CONF + f'tmp_dir = "{node.runroot}/libpod"\n')
+    (d / "containers.conf").write_text(containers_conf(node.runroot))
     extra = ", ".join(f'"{s}"' for s in stores)
     (d / "storage.conf").write_text(
         f'[storage]\ndriver = "overlay"\ngraphroot = "{d / "storage"}"\nrunroot = "{node.runroot}"\n'

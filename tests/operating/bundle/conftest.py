@@ -23,7 +23,7 @@ from tests.support.bundle import MODEL_REPO, NAME, Source, invoke, model_files, 
 from tests.support.common import prepare_host_dirs, require, write_project
 from tests.support.hubserver import HubServer
 from tests.support.ops import ops_data
-from tests.support.podman import CONTAINERS_CONF, Podman, unmount_under
+from tests.support.podman import Podman, containers_conf, unmount_under
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +65,7 @@ def offline_podman(tmp_path: Path) -> Iterator[Podman]:
     """Podman over fresh, empty storage: the offline machine's engine."""
     runroot = Path(tempfile.mkdtemp(prefix="rsob-", dir="/tmp"))
     p = Podman(tmp_path / "podman-root", runroot, tmp_path / "containers.conf", tmp_path / "podman-bin")
-    p.conf.write_text(CONTAINERS_CONF + f'tmp_dir = "{runroot}/libpod"\n')
+    p.conf.write_text(containers_conf(runroot))
     p.bin.mkdir()
     (p.bin / "podman").write_text(
         f"#!/bin/sh\nCONTAINERS_CONF={p.conf}; export CONTAINERS_CONF\n"
