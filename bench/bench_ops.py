@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src")]
 
-from rigsmith.operating import bench  # noqa: E402
+from rigsmith.operating.bench import bench  # noqa: E402
 
 CLIENT_CORE, SERVER_CORE = 0, 1
 TARGET_TPS = 5000.0
@@ -39,7 +39,7 @@ def start_server(rate: float, ttft: float) -> tuple[subprocess.Popen[bytes], str
     argv = [
         sys.executable,
         "-m",
-        "rigsmith.operating.standin",
+        "tests.support.standin",
         "--port",
         str(port),
         "--rate",
@@ -51,7 +51,8 @@ def start_server(rate: float, ttft: float) -> tuple[subprocess.Popen[bytes], str
     ]
     if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]
         argv = ["taskset", "-c", str(SERVER_CORE), *argv]
-    proc = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, stdout=subprocess.PIPE)
+    path = f"{ROOT / 'src'}:{ROOT}"  # the stand-in is tests.support.standin
+    proc = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": path}, stdout=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -52,8 +52,8 @@ def bundle(
     targets: str = "podman",
 ) -> None:
     """Bundle spec, lock, models (secondary too), image (digest kept), source tree and artifacts, offline."""
-    from rigsmith.operating import bundle as bundlemod
-    from rigsmith.operating.bundlefiles import Io
+    from rigsmith.operating.bundle import bundle as bundlemod
+    from rigsmith.operating.bundle.manifest import Io
 
     dest = Path(out).expanduser()
     say = _stderr if tar == "-" else echo  # stdout carries the tar stream
@@ -89,8 +89,8 @@ def unbundle(
 ) -> None:
     """Verify a bundle, then place spec, lock, image, source tree and models (no Hub, no registry)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    from rigsmith.operating import unbundle as unbundlemod
-    from rigsmith.operating.bundlefiles import Io
+    from rigsmith.operating.bundle import unbundle as unbundlemod
+    from rigsmith.operating.bundle.manifest import Io
 
     report = unbundlemod.unbundle(
         project(c),
@@ -102,7 +102,8 @@ def unbundle(
     )
     echo(report.summary())
     if prove_offline:
-        from rigsmith.operating import lifecycle, offline
+        from rigsmith.operating.bundle import offline
+        from rigsmith.operating.lifecycle import lifecycle
         from tasks.deploy import _memlock
 
         ops = lifecycle.Ops(project(c), env=dict(os.environ), echo=echo)

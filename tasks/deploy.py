@@ -95,7 +95,7 @@ def deploy(
 
     mem, uvm = _memlock(memlock), _int("--uvm-major", uvm_major)
     if not check:  # --memlock shapes the artifacts: the spec keeps it, so later commands render the same
-        from rigsmith.operating.specflags import keep_memlock
+        from rigsmith.operating.lifecycle.keptflags import keep_memlock
 
         keep_memlock(project(c), deployment, mem, echo)
     deploymod.deploy(
@@ -134,7 +134,7 @@ def check_container(
     c: Context, deployment: str | None = None, container: str | None = None, memlock: str | None = None
 ) -> None:
     """Fail loudly unless the running container got its CDI devices, shm and stop timeout."""
-    from rigsmith.operating import verify
+    from rigsmith.operating.lifecycle import verify
 
     verify.check_deployment(
         project(c),

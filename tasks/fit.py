@@ -14,8 +14,8 @@ from rigsmith.errors import RigsmithError
 from tasks._common import DEFAULT_DEP, echo, project, user_errors
 
 if TYPE_CHECKING:
+    from rigsmith.operating.fit.rigsource import Planned
     from rigsmith.operating.probes import HostFacts
-    from rigsmith.operating.rigsource import Planned
     from rigsmith.project import Project
     from rigsmith.spec import Deployment
 
@@ -68,7 +68,8 @@ def fit(
     apply: str | None = None,
 ) -> None:
     """Per-GPU memory verdict from the checkpoint's headers and config (range requests only)."""
-    from rigsmith.operating import fitreport, observed
+    from rigsmith.operating.fit import observed
+    from rigsmith.operating.fit import report as fitreport
     from rigsmith.operating.host import LocalHost, gather
     from rigsmith.resolving import lock
     from rigsmith.resolving.checkpoint import estimate_for, open_checkpoint
@@ -100,7 +101,7 @@ def _planned(
     """The rig named on the command line (None: this host's GPUs)."""
     from pathlib import Path
 
-    from rigsmith.operating import rigsource
+    from rigsmith.operating.fit import rigsource
 
     n = _number("--gpus", gpus, int)
     if rig is not None:
@@ -143,7 +144,10 @@ def _propose(
 ) -> None:
     """--propose / --apply N: the search on this rig, shown or written."""
     from rigsmith import spec as specmod
-    from rigsmith.operating import bench, fithistory, fitpropose, observed
+    from rigsmith.operating.bench import bench
+    from rigsmith.operating.fit import layoutmenu as fitpropose
+    from rigsmith.operating.fit import observed
+    from rigsmith.operating.fit import pastruns as fithistory
     from rigsmith.resolving import lock
     from rigsmith.resolving.checkpoint import open_checkpoint, rows
     from rigsmith.resolving.fit import GiB, ModelShape, engine_inputs, parse_bytes

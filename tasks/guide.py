@@ -21,8 +21,8 @@ from tasks._common import DEFAULT_DEP, echo, project, user_errors
 def next_step(c: Context, deployment: str | None = None, target: str = "podman") -> None:
     """Show where the deployment stands (imported to qualified) and the command for the next step."""
     from rigsmith.errors import RigsmithError
-    from rigsmith.operating import nextstep
     from rigsmith.operating.host import LocalHost
+    from rigsmith.operating.lifecycle import nextcommand as nextstep
     from rigsmith.project import TARGETS
 
     if target not in TARGETS:

@@ -72,7 +72,7 @@ def rollback(
     memlock: str | None = None,
 ) -> None:
     """Restore a recorded lock with its model files, artifacts and image, and restart on it."""
-    from rigsmith.operating import rollback as rollbackmod
+    from rigsmith.operating.upgrade import rollback as rollbackmod
 
     n = rollbackmod.rollback(
         _ops(c, target, out),
@@ -109,8 +109,8 @@ def upgrade(
     prompt_words: str | None = None,
 ) -> None:
     """Repin, fetch, build, restart and bench; roll back by itself when a gate or the bench fails."""
-    from rigsmith.operating import bench as benchmod
-    from rigsmith.operating import upgrade as upgrademod
+    from rigsmith.operating.bench import bench as benchmod
+    from rigsmith.operating.upgrade import upgrade as upgrademod
 
     pct = _seconds("--threshold", threshold)
     if not 0 < pct < 100:

@@ -18,8 +18,8 @@ from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
 from tasks.deploy import _memlock
 
 if TYPE_CHECKING:
-    from rigsmith.operating.lifecycle import Ops
-    from rigsmith.operating.status import Status
+    from rigsmith.operating.lifecycle.lifecycle import Ops
+    from rigsmith.operating.lifecycle.status import Status
 
 _DEP = "deployments/NAME.yaml to act on" + DEFAULT_DEP
 _TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
@@ -28,7 +28,7 @@ _MEMLOCK = "override memlock: unlimited, bytes, or host (set none; for hosts tha
 
 
 def _ops(c: Context, target: str, out: str | None) -> Ops:
-    from rigsmith.operating import lifecycle
+    from rigsmith.operating.lifecycle import lifecycle
 
     return lifecycle.Ops(
         project(c), target=target, out=Path(out) if out else None, env=dict(os.environ), echo=echo
@@ -68,7 +68,7 @@ def doctor(
     """Preflight: one go/no-go table of this host (each node, and the cluster) against the deployment."""
     import shutil
 
-    from rigsmith.operating import doctor as doctormod
+    from rigsmith.operating.doctor import doctor as doctormod
     from rigsmith.operating.host import LocalHost
     from rigsmith.project import TARGETS
 
@@ -78,7 +78,7 @@ def doctor(
     width = shutil.get_terminal_size((160, 24)).columns
     p = project(c)
     if p.load(deployment).cluster is not None:
-        from rigsmith.operating import clusterdoctor
+        from rigsmith.operating.cluster import doctor as clusterdoctor
 
         tables = clusterdoctor.diagnose_project(p, deployment, target=target, verify=verify, only=node)
     else:
@@ -122,13 +122,13 @@ def up(
     offline: bool = False,
 ) -> None:
     """Start the deployment (render-check, start if needed, verify devices and env arrived)."""
-    from rigsmith.operating import lifecycle
-    from rigsmith.operating.specflags import keep_memlock
+    from rigsmith.operating.lifecycle import lifecycle
+    from rigsmith.operating.lifecycle.keptflags import keep_memlock
 
     if not dry_run:  # --memlock shapes the artifacts: the spec keeps it, so later commands render the same
         keep_memlock(project(c), deployment, _memlock(memlock), echo)
     if offline:
-        from rigsmith.operating import offline as offlinemod
+        from rigsmith.operating.bundle import offline as offlinemod
 
         given = [
             f for f, v in (("--image", image), ("--dry-run", dry_run), ("--ignore-drift", ignore_drift)) if v
@@ -159,7 +159,8 @@ def up(
 @user_errors
 def down(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Stop the deployment with its grace, then confirm no process of it holds a GPU."""
-    from rigsmith.operating import lifecycle, offline
+    from rigsmith.operating.bundle import offline
+    from rigsmith.operating.lifecycle import lifecycle
 
     ops = _ops(c, target, out)
     lifecycle.down(ops, deployment=deployment)
@@ -170,14 +171,14 @@ def down(c: Context, deployment: str | None = None, target: str = "podman", out:
 @user_errors
 def status(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Show the deployment's container state, whether it runs the current spec, and /health."""
-    from rigsmith.operating import lifecycle
-    from rigsmith.operating import status as statusmod
-    from rigsmith.operating import wait as waitmod
+    from rigsmith.operating.lifecycle import lifecycle
+    from rigsmith.operating.lifecycle import status as statusmod
+    from rigsmith.operating.lifecycle import wait as waitmod
 
     ops = _ops(c, target, out)
     cluster = lifecycle.cluster_of(ops, deployment)
     if cluster is not None:
-        from rigsmith.operating import clusterlife
+        from rigsmith.operating.cluster import lifecycle as clusterlife
 
         ray = {True: "in the Ray cluster", False: "NOT in the Ray cluster", None: "-"}
         nodes = clusterlife.status(cluster)
@@ -228,8 +229,9 @@ def logs(
     node: str | None = None,
 ) -> None:
     """Show the deployment's engine log (podman logs / journalctl)."""
-    from rigsmith.operating import clusterlife, lifecycle, rootcause
+    from rigsmith.operating.cluster import lifecycle as clusterlife
     from rigsmith.operating.host import LocalHost
+    from rigsmith.operating.lifecycle import lifecycle, rootcause
 
     lines = _int("--tail", tail) if tail is not None else None
     ops = _ops(c, target, out)
@@ -271,16 +273,16 @@ def wait(
     url: str | None = None,
 ) -> None:
     """Wait until the recipe's readiness gates pass (log lines, KV-cache size, /health)."""
-    from rigsmith.operating import bench as benchmod
-    from rigsmith.operating import lifecycle, rootcause
-    from rigsmith.operating import wait as waitmod
+    from rigsmith.operating.bench import bench as benchmod
+    from rigsmith.operating.lifecycle import lifecycle, rootcause
+    from rigsmith.operating.lifecycle import wait as waitmod
 
     ops = _ops(c, target, out)
     spec = ops.project.load(deployment)
     secs = _seconds("--timeout", timeout) if timeout is not None else waitmod.timeout_for(spec)
     cluster = lifecycle.cluster_of(ops, spec.name) if not (log_file or url) else None
     if cluster is not None:  # every node's join, then the head's gates, each reached as `up` does
-        from rigsmith.operating import clusterlife
+        from rigsmith.operating.cluster import lifecycle as clusterlife
 
         res = clusterlife.wait(cluster, secs, echo)
         echo(f"wait: {spec.name} ready after {res.seconds:.0f}s (all {len(cluster.nodes)} nodes joined)")
@@ -305,7 +307,7 @@ def wait(
         + (f" (GPU KV cache {res.kv_seen:,} tokens)" if res.kv_seen is not None else "")
     )
     if res.kv_seen is not None:  # the engine's own number, for `invoke fit` to show beside its estimate
-        from rigsmith.operating import observed
+        from rigsmith.operating.fit import observed
         from rigsmith.resolving import lock
 
         observed.record(ops.project.root, spec, lock.read(ops.project.lock_path), res.kv_seen)
@@ -343,12 +345,12 @@ def bench(
     yes: bool = False,
 ) -> None:
     """Measure decode tok/s (1 and N streams), TTFT and prefill; append results keyed by the lock hash."""
-    from rigsmith.operating import bench as benchmod
-    from rigsmith.operating import benchgate
+    from rigsmith.operating.bench import bench as benchmod
+    from rigsmith.operating.bench import gate as benchgate
     from rigsmith.operating.host import LocalHost
 
     if history or out:
-        from rigsmith.operating import benchhistory
+        from rigsmith.operating.bench import history as benchhistory
 
         p = project(c)
         spec = p.load(deployment)
@@ -403,7 +405,7 @@ def proxy_entry(
 ) -> None:
     """Emit a llama-swap model entry and the proxy family record for the deployment."""
     from rigsmith import writer
-    from rigsmith.operating import proxy
+    from rigsmith.operating.lifecycle import proxy
 
     p = project(c)
     spec = p.load(deployment)

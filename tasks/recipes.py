@@ -76,7 +76,7 @@ def import_recipe(
         ask=prompt(),
     )
     if not dry_run:
-        from rigsmith.operating.nextstep import after_import
+        from rigsmith.operating.lifecycle.nextcommand import after_import
         from rigsmith.project import record_import
 
         configured = configured_default(c)

@@ -175,7 +175,7 @@ def _synthetic(**sources: str) -> dict[str, tuple[ast.Module, bool]]:
             "a pure module imports an adapter",
         ),
         ("rigsmith__rendering__extra", "from rigsmith.operating.host import LocalHost", "an adapter"),
-        ("rigsmith__rendering__targets__extra", "from ...operating import verify", "an adapter"),
+        ("rigsmith__rendering__targets__extra", "from ...operating.lifecycle import verify", "an adapter"),
         ("rigsmith__importing__extra", "from rigsmith.rendering import plan", "the later stage rendering"),
         ("rigsmith__resolving__lock", "def f():\n    import httpx\n", "a pure module imports an adapter"),
         ("rigsmith__spec", "from rigsmith.resolving.lock import Lock", "the core imports a stage"),

@@ -89,5 +89,5 @@ def test_the_fetch_model_default_matches_modelfetch() -> None:
 def test_bundle_and_unbundle_load_no_http_client() -> None:
     # A bundle re-run on an unchanged deployment touches nothing; it should not pay for a registry client
     # either (the OCI archive code needs the media-type names, which live in the pure imageref).
-    mods = _loaded_after("import rigsmith.operating.bundle, rigsmith.operating.unbundle")
+    mods = _loaded_after("import rigsmith.operating.bundle.bundle, rigsmith.operating.bundle.unbundle")
     assert [m for m in mods if m.split(".")[0] in ("httpx", "httpx2", "huggingface_hub")] == []

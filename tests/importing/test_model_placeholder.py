@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith import spec as specmod
-from rigsmith.operating import doctor
+from rigsmith.operating.doctor import doctor
 from rigsmith.operating.host import gather
 from rigsmith.project import Project
 from tests.support.common import REPO, invoke_cli

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rigsmith.operating.standin import Standin, StandinConfig
 from tests.support.common import FAKE_VENDOR, REPO, invoke_cli
 from tests.support.hubserver import HubServer
 from tests.support.journey import build_env, build_services, fill_image, recipe_site
 from tests.support.models import tiny_files
 from tests.support.ops import OPS_IMAGE, free_port, memlock_fixed
 from tests.support.podman import Podman
+from tests.support.standin import Standin, StandinConfig
 from tests.test_hints import commands_in, problem
 
 pytestmark = pytest.mark.engine

@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from rigsmith import spec as specmod
-from rigsmith.operating.standin import Standin, StandinConfig
 from rigsmith.resolving import lock as lockmod
 from tests.support.common import FAKE_VENDOR, invoke_cli
 from tests.support.hubserver import HubServer
@@ -26,6 +25,7 @@ from tests.support.journey import recipe_site
 from tests.support.models import tiny_files
 from tests.support.ops import OPS_IMAGE, free_port
 from tests.support.podman import Podman
+from tests.support.standin import Standin, StandinConfig
 
 RECIPE = "qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"
 HUB_REPO = "halt95/Qwen3.8-Flash-Next-W4A16-Merlin"

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from rigsmith.errors import AdapterError
-from rigsmith.operating import bench
-from rigsmith.operating.standin import Standin, StandinConfig
+from rigsmith.operating.bench import bench
 from rigsmith.project import Project
 from rigsmith.spec import loads
 from tests.support.common import REPO, standin_deployment, write_project
 from tests.support.ops import free_port
+from tests.support.standin import Standin, StandinConfig
 
 
 def test_summary_of_known_streams_is_exact() -> None:

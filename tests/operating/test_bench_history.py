@@ -12,8 +12,8 @@ import pytest
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import bench as benchmod
-from rigsmith.operating import benchhistory
+from rigsmith.operating.bench import bench as benchmod
+from rigsmith.operating.bench import history as benchhistory
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving import lockhistory
 from tests.support.common import standin_deployment, write_project

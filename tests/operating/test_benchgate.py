@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rigsmith.operating import bench, benchgate, lifecycle
+from rigsmith.operating.bench import bench
+from rigsmith.operating.bench import gate as benchgate
 from rigsmith.operating.host import LocalHost
-from rigsmith.operating.lifecycle import Ops
-from rigsmith.operating.standin import Standin, StandinConfig
+from rigsmith.operating.lifecycle import lifecycle
+from rigsmith.operating.lifecycle.lifecycle import Ops
 from rigsmith.resolving import lock as lockmod
 from tests.support.common import HOST_MEMLOCK, write_project
 from tests.support.ops import ops_data
 from tests.support.podman import Podman
+from tests.support.standin import Standin, StandinConfig
 
 
 def test_published_numbers_are_compared_only_with_the_running_locked_deployment(

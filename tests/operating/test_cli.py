@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rigsmith.operating.standin import Standin, StandinConfig
 from tests.support.common import REPO, invoke_cli, write_project
 from tests.support.ops import OPS_IMAGE, ops_data
 from tests.support.podman import Podman
+from tests.support.standin import Standin, StandinConfig
 
 
 def invoke(

@@ -16,10 +16,11 @@ import pytest
 
 from rigsmith import spec as specmod
 from rigsmith.errors import CommandError, RigsmithError, SpecError
-from rigsmith.operating import clusterdoctor, noderun
-from rigsmith.operating.clusterdoctor import Link, NodeReport
+from rigsmith.operating.cluster import doctor as clusterdoctor
+from rigsmith.operating.cluster import noderun
+from rigsmith.operating.cluster.doctor import Link, NodeReport
+from rigsmith.operating.cluster.noderun import RemoteHost, node_hosts, ssh_host
 from rigsmith.operating.host import LocalHost, gather
-from rigsmith.operating.noderun import RemoteHost, node_hosts, ssh_host
 from rigsmith.operating.probes import CmdResult, HostFacts, ImageFacts
 from rigsmith.project import Project
 from rigsmith.rendering import cluster
@@ -283,7 +284,7 @@ def test_cli_status_and_up_name_the_nodes_they_cannot_reach(tmp_path: Path) -> N
 
 
 def test_podman_nodes_run_each_node_s_own_scripts_and_reach_into_its_container(tmp_path: Path) -> None:
-    from rigsmith.operating.clusterlife import PodmanNodes
+    from rigsmith.operating.cluster.lifecycle import PodmanNodes
 
     spec = specmod.from_data(fixtures.ray_data())
     nodes = cluster.node_plans(spec, planmod.make(spec, lockmod.Lock(), spec_path="deployments/x.yaml"))

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from rigsmith import spec as specmod
 from rigsmith.errors import SpecError
+from rigsmith.operating.cluster.noderun import RemoteHost, ssh_host
 from rigsmith.operating.host import LocalHost
-from rigsmith.operating.noderun import RemoteHost, ssh_host
 from tests.support import cluster as fixtures
 from tests.support.common import invoke_cli, write_project
 

@@ -25,8 +25,9 @@ import pytest
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import clusterlife, lifecycle
-from rigsmith.operating.lifecycle import Ops
+from rigsmith.operating.cluster import lifecycle as clusterlife
+from rigsmith.operating.lifecycle import lifecycle
+from rigsmith.operating.lifecycle.lifecycle import Ops
 from rigsmith.rendering import cluster
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.targets.common import health_argv

@@ -23,8 +23,10 @@ from typing import Any
 import pytest
 
 from rigsmith.errors import PreflightError, RigsmithError
-from rigsmith.operating import clusterdoctor, clusterlife, lifecycle
-from rigsmith.operating.lifecycle import Ops
+from rigsmith.operating.cluster import doctor as clusterdoctor
+from rigsmith.operating.cluster import lifecycle as clusterlife
+from rigsmith.operating.lifecycle import lifecycle
+from rigsmith.operating.lifecycle.lifecycle import Ops
 from tests.support import cluster as fixtures
 from tests.support import rayimage
 from tests.support.common import (

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rigsmith.operating import doctor, probes
+from rigsmith.operating import probes
+from rigsmith.operating.doctor import doctor
 from rigsmith.operating.host import LocalHost, gather
 from rigsmith.project import Project
 from rigsmith.spec import Deployment, loads

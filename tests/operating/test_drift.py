@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from rigsmith.errors import LockDriftError
-from rigsmith.operating import doctor, drift, lifecycle
+from rigsmith.operating.doctor import doctor, drift
 from rigsmith.operating.host import LocalHost, image_facts
+from rigsmith.operating.lifecycle import lifecycle
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.hub import HfHub

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rigsmith.operating import doctor, fitreport, observed
+from rigsmith.operating.doctor import doctor
+from rigsmith.operating.fit import observed
+from rigsmith.operating.fit import report as fitreport
 from rigsmith.operating.host import gather
 from rigsmith.project import Project
 from rigsmith.resolving import checkpoint, fit

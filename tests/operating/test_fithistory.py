@@ -7,8 +7,10 @@ import dataclasses
 from pathlib import Path
 
 from rigsmith import spec as specmod
-from rigsmith.operating import bench as benchmod
-from rigsmith.operating import fithistory, fitpropose, fitreport
+from rigsmith.operating.bench import bench as benchmod
+from rigsmith.operating.fit import layoutmenu as fitpropose
+from rigsmith.operating.fit import pastruns as fithistory
+from rigsmith.operating.fit import report as fitreport
 from rigsmith.resolving import fit
 from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
 from rigsmith.resolving.layout import Layout, of_params

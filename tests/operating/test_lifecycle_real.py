@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from rigsmith.errors import ConsentError, PreflightError, RigsmithError
-from rigsmith.operating import lifecycle, wait
-from rigsmith.operating import status as statusmod
 from rigsmith.operating.host import LocalHost
-from rigsmith.operating.lifecycle import Ops
+from rigsmith.operating.lifecycle import lifecycle, wait
+from rigsmith.operating.lifecycle import status as statusmod
+from rigsmith.operating.lifecycle.lifecycle import Ops
 from rigsmith.spec import Deployment, loads
 from tests.support.common import HOST_MEMLOCK, standin_deployment, write_project
 from tests.support.ops import OPS_IMAGE, ops_data
@@ -176,7 +176,7 @@ def test_logs_command_shows_the_engine_log(deployed, podman: Podman) -> None:
 def test_wait_passes_on_the_container_log_and_health_of_the_server(
     tmp_path: Path, podman: Podman, fake_cdi: Path, ops_image: str
 ) -> None:
-    from rigsmith.operating.standin import Standin, StandinConfig
+    from tests.support.standin import Standin, StandinConfig
 
     data = ops_data(tmp_path, "ops-wait", env={"STANDIN_DELAY": "1.5"})
     spec = loads(json.dumps(data))
@@ -256,7 +256,7 @@ def test_wait_fails_when_the_engine_dies_with_the_matching_hint(
 
 
 def test_wait_on_a_log_file_times_out_with_the_last_lines(tmp_path: Path) -> None:
-    from rigsmith.operating.standin import Standin, StandinConfig
+    from tests.support.standin import Standin, StandinConfig
 
     log = tmp_path / "s.log"
     spec = loads(json.dumps(standin_deployment(tmp_path, name="ops-file")))
@@ -276,7 +276,7 @@ def test_wait_on_a_log_file_times_out_with_the_last_lines(tmp_path: Path) -> Non
 
 
 def test_wait_on_a_log_file_passes_once_the_server_is_ready(tmp_path: Path) -> None:
-    from rigsmith.operating.standin import Standin, StandinConfig
+    from tests.support.standin import Standin, StandinConfig
 
     log = tmp_path / "s.log"
     spec = loads(json.dumps(standin_deployment(tmp_path, name="ops-file")))

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from rigsmith.errors import PreflightError
-from rigsmith.operating import netwatch
+from rigsmith.operating.bundle import netwatch
 from rigsmith.operating.host import LocalHost
 from tests.support.common import require
 

@@ -7,16 +7,18 @@ from pathlib import Path
 
 import yaml
 
-from rigsmith.operating import bench, lifecycle, nextstep
+from rigsmith.operating.bench import bench
 from rigsmith.operating.host import LocalHost
-from rigsmith.operating.lifecycle import Ops
-from rigsmith.operating.standin import Standin, StandinConfig
+from rigsmith.operating.lifecycle import lifecycle
+from rigsmith.operating.lifecycle import nextcommand as nextstep
+from rigsmith.operating.lifecycle.lifecycle import Ops
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.spec import loads
 from tests.support.common import invoke_cli, standin_deployment, write_project
 from tests.support.ops import ops_data
 from tests.support.podman import Podman
+from tests.support.standin import Standin, StandinConfig
 
 
 def _where(project: Project, host: LocalHost) -> tuple[str, str | None]:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rigsmith.errors import PreflightError
-from rigsmith.operating import netwatch, offline
+from rigsmith.operating.bundle import netwatch, offline
 from rigsmith.operating.host import LocalHost
 from rigsmith.operating.probes import CmdResult
 from tests.support.common import require

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith import spec as specmod
-from rigsmith.operating import offline
+from rigsmith.operating.bundle import offline
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from tests.support.ops import ops_data

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import gpuholders, lifecycle, probes, wait
-from rigsmith.operating.lifecycle import Controller
+from rigsmith.operating import probes
+from rigsmith.operating.lifecycle import gpuholders, lifecycle, wait
+from rigsmith.operating.lifecycle.lifecycle import Controller
 from rigsmith.project import Project
 from rigsmith.rendering.plan import make
 from rigsmith.resolving.lock import Lock

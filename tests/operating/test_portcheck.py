@@ -8,7 +8,8 @@ import pytest
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import clusterlife, portcheck
+from rigsmith.operating.cluster import lifecycle as clusterlife
+from rigsmith.operating.cluster import portcheck
 from rigsmith.operating.host import LocalHost
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.cluster import NodePlan, node_plans

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from rigsmith import writer
-from rigsmith.operating import proxy
+from rigsmith.operating.lifecycle import proxy
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.spec import loads

@@ -7,7 +7,8 @@ taken).
 
 from __future__ import annotations
 
-from rigsmith.operating import doctor, probes
+from rigsmith.operating import probes
+from rigsmith.operating.doctor import doctor
 from rigsmith.operating.host import gather, probe
 from rigsmith.project import Project
 from rigsmith.spec import Deployment, from_data, to_data

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import lifecycle, wait
-from rigsmith.operating.lifecycle import Ops
+from rigsmith.operating.lifecycle import lifecycle, wait
+from rigsmith.operating.lifecycle.lifecycle import Ops
 from tests.support.common import HOST_MEMLOCK, invoke_cli, write_project
 from tests.support.ops import memlock_fixed, ops_data
 from tests.support.podman import Podman

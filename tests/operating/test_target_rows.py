@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from rigsmith.operating import doctor, targetrows
+from rigsmith.operating.doctor import doctor, targetrows
 from rigsmith.operating.host import LocalHost
 from rigsmith.project import Project
 from rigsmith.spec import loads

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import lifecycle
 from rigsmith.operating.host import LocalHost
+from rigsmith.operating.lifecycle import lifecycle
 from rigsmith.operating.probes import QUADLET_GENERATORS
 from tests.support.common import invoke_cli, standin_deployment, write_project
 

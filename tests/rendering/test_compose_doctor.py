@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rigsmith.operating import doctor
 from rigsmith.operating.checkrow import Check
+from rigsmith.operating.doctor import doctor
 from rigsmith.operating.host import LocalHost
 from rigsmith.project import Project
 from rigsmith.rendering import deploy

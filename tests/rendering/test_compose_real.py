@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from rigsmith.errors import PreflightError
-from rigsmith.operating import probes, verify
+from rigsmith.operating import probes
 from rigsmith.operating.host import LocalHost
+from rigsmith.operating.lifecycle import verify
 from rigsmith.operating.probes import CmdResult
 from rigsmith.rendering import deploy
 from rigsmith.rendering.plan import RunPlan

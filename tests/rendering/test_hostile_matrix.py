@@ -28,7 +28,7 @@ import yaml
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError, SpecError
-from rigsmith.operating import proxy
+from rigsmith.operating.lifecycle import proxy
 from rigsmith.render import LINE_BREAKS, line_breaks
 from rigsmith.rendering import deploy
 from rigsmith.rendering.plan import RunPlan

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import lifecycle
+from rigsmith.operating.lifecycle import lifecycle
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.rendering.plan import RunPlan

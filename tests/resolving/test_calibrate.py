@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from rigsmith.operating import fitpropose, fitreport
-from rigsmith.operating.observed import Observed
+from rigsmith.operating.fit import layoutmenu as fitpropose
+from rigsmith.operating.fit import report as fitreport
+from rigsmith.operating.fit.observed import Observed
 from rigsmith.project import Project
 from rigsmith.resolving import fit, fitengine, layout
 from rigsmith.resolving.calibrate import allowance_delta, calibrated

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rigsmith import spec as specmod
-from rigsmith.operating import fitreport
+from rigsmith.operating.fit import report as fitreport
 from rigsmith.resolving import checkpoint, fit, fitengine
 from rigsmith.resolving.checkpoint import HubCheckpoint, LocalCheckpoint, open_checkpoint, rows
 from rigsmith.resolving.lock import Lock, LockedFile, LockedModel

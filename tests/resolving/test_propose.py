@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rigsmith.operating import fitpropose, fitreport
+from rigsmith.operating.fit import layoutmenu as fitpropose
+from rigsmith.operating.fit import report as fitreport
 from rigsmith.operating.host import gather
 from rigsmith.operating.probes import HostFacts
 from rigsmith.project import Project

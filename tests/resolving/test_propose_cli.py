@@ -148,7 +148,8 @@ def test_propose_reads_the_last_boots_kv_size_and_the_bench_history_of_this_chec
     import dataclasses
     import json
 
-    from rigsmith.operating import bench, observed
+    from rigsmith.operating.bench import bench
+    from rigsmith.operating.fit import observed
     from rigsmith.project import Project
     from rigsmith.resolving import lock
     from rigsmith.resolving.checkpoint import LocalCheckpoint, rows

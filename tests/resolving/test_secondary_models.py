@@ -13,7 +13,7 @@ from rigsmith import secondary
 from rigsmith import spec as specmod
 from rigsmith.errors import LockDriftError, LockError, SpecError
 from rigsmith.importing import recipe
-from rigsmith.operating import drift
+from rigsmith.operating.doctor import drift
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.resolving import lock as lockmod

@@ -19,8 +19,8 @@ import yaml
 
 from rigsmith import spec as specmod
 from rigsmith.importing import recipe
+from rigsmith.operating.cluster.noderun import RemoteHost
 from rigsmith.operating.host import Host, LocalHost
-from rigsmith.operating.noderun import RemoteHost
 from rigsmith.rendering.cluster import NodePlan
 from tests.support.common import REPO
 

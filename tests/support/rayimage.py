@@ -6,7 +6,7 @@ own subprocesses find it), the stdlib, the site-packages of ``ray`` and its requ
 from their RECORD files), every shared library those ELF files need (``ldd``), bash (the generated
 per-node command is ``bash -c …``), busybox for the small tools, and ``vllm``: a stand-in that records its
 argv and the Ray cluster it runs in (``STANDIN-ARGV``/``STANDIN-RAY`` log lines), then serves the OpenAI API
-like vLLM (``rigsmith.operating.standin``, logging vLLM's readiness lines to stdout). Built once per machine
+like vLLM (``tests.support.standin``, logging vLLM's readiness lines to stdout). Built once per machine
 and cached as a tar (``CACHE/ray-node/KEY.tar``); each node imports it into its own podman storage.
 """
 
@@ -40,7 +40,7 @@ BUSYBOX_TOOLS = (
     "sh", "seq", "sleep", "cat", "env", "ls", "ps", "grep", "sed", "mkdir", "rm", "tr", "id", "uname",
     "hostname", "head", "tail", "od", "date", "dirname", "basename", "true", "false", "kill", "df", "wc",
 )  # fmt: skip
-STANDIN_SRC = REPO / "src" / "rigsmith" / "operating" / "standin.py"
+STANDIN_SRC = REPO / "tests" / "support" / "standin.py"
 
 #: /usr/local/bin/vllm in the image. Prints what it was given and the Ray cluster it sees (asked with
 #: Ray's own API, as vLLM's Ray executor does), then serves on the argv's --port.

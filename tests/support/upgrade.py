@@ -1,6 +1,6 @@
 """The serving stand-in image for the upgrade tests, and a rig built on it with the Hub stand-in.
 
-The image is busybox + the host's Python + rigsmith's OpenAI stand-in (src/rigsmith/operating/standin.py).
+The image is busybox + the host's Python + rigsmith's OpenAI stand-in (tests/support/standin.py).
 Its ``vllm`` reads how to behave from the model snapshot it is given (``vllm serve MODEL_DIR …``), so a
 new Hub commit is all an upgrade test changes: ``standin-rate`` (tokens/s per stream), ``standin-name``
 (the model id /v1/models answers: which snapshot is serving), ``standin-broken`` (the engine dies while
@@ -57,7 +57,7 @@ def build_image(podman: Podman, work: Path) -> str:
     """Import the serving stand-in image (once per session)."""
     root = services.python_rootfs(work / "rootfs")
     (root / "opt").mkdir(exist_ok=True)
-    shutil.copy2(REPO / "src/rigsmith/operating/standin.py", root / "opt/standin.py")
+    shutil.copy2(REPO / "tests/support/standin.py", root / "opt/standin.py")
     (root / "usr/local/bin").mkdir(parents=True, exist_ok=True)
     (root / "usr/local/bin/vllm").write_text(ENGINE)
     (root / "usr/local/bin/vllm").chmod(0o755)

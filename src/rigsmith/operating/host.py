@@ -164,7 +164,7 @@ def gather(
     """Run every probe on ``host`` and parse the outputs into HostFacts. Never raises for a missing tool.
 
     ``image`` is (reference, pinned by the lock) of the image the plan runs; ``sparse`` the plan's sparse
-    bind files (host path, size); ``model`` the model dir compared with the lock (rigsmith.operating.drift).
+    bind files (host path, size); ``model`` the model dir compared with the lock (operating.doctor.drift).
     """
     facts = HostFacts(model=model)
     cmd = probes.COMMANDS

@@ -475,7 +475,7 @@ def parse_image_inspect(code: int, stdout: str) -> str | None:
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """The model dir against the lock (``rigsmith.operating.drift.model_drift``)."""
+    """The model dir against the lock (``rigsmith.operating.doctor.drift.model_facts``)."""
 
     local_dir: str
     checked: int  # files compared

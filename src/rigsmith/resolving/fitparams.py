@@ -45,7 +45,7 @@ class EngineParams:
     cuda_graphs: bool = True
     language_model_only: bool = False
     pp_partition: tuple[int, ...] | None = None
-    #: the recipe offloads KV to host memory (``operating.fitreport.host_kv_offload``; not an argv flag
+    #: the recipe offloads KV to host memory (``operating.fit.report.host_kv_offload``; not an argv flag
     #: this parser reads): a pool shorter than one sequence is then not fit's to refuse
     host_kv_offload: bool = False
     #: the scheduler flags the recipe itself sets ("max_num_batched_tokens", "max_num_seqs"); the others take

@@ -14,10 +14,10 @@ import pytest
 from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
 from rigsmith.importing import recipe
-from rigsmith.operating import bundle as bundlemod
-from rigsmith.operating import drift
-from rigsmith.operating import unbundle as unbundlemod
-from rigsmith.operating.bundlefiles import MANIFEST, Io, Manifest
+from rigsmith.operating.bundle import bundle as bundlemod
+from rigsmith.operating.bundle import unbundle as unbundlemod
+from rigsmith.operating.bundle.manifest import MANIFEST, Io, Manifest
+from rigsmith.operating.doctor import drift
 from rigsmith.project import Project
 from rigsmith.resolving import build as buildmod
 from rigsmith.resolving import lock as lockmod

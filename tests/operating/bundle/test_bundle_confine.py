@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import unbundle as unbundlemod
-from rigsmith.operating.bundlefiles import MANIFEST, Io
+from rigsmith.operating.bundle import unbundle as unbundlemod
+from rigsmith.operating.bundle.manifest import MANIFEST, Io
 from tests.support import audit
 from tests.support.bundle import NAME, Source, invoke, offline_project
 from tests.support.podman import Podman

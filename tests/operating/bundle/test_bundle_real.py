@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith.operating import doctor
-from rigsmith.operating.bundlefiles import IMAGE_MEMBER, MANIFEST, Manifest
+from rigsmith.operating.bundle.manifest import IMAGE_MEMBER, MANIFEST, Manifest
+from rigsmith.operating.doctor import doctor
 from rigsmith.operating.host import LocalHost
-from rigsmith.operating.standin import Standin, StandinConfig
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import STATE_DIR
@@ -37,6 +36,7 @@ from tests.support.bundle import (
 from tests.support.common import HOST_MEMLOCK
 from tests.support.ops import OPS_IMAGE
 from tests.support.podman import Podman
+from tests.support.standin import Standin, StandinConfig
 
 SHARD = "model-00001-of-00002.safetensors"
 

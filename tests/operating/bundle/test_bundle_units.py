@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rigsmith.errors import LockError, PreflightError
-from rigsmith.operating import ociarchive
-from rigsmith.operating.bundlefiles import (
+from rigsmith.operating.bundle import ociarchive
+from rigsmith.operating.bundle.manifest import (
     BundleError,
     Manifest,
     Member,
@@ -22,7 +22,7 @@ from rigsmith.operating.bundlefiles import (
     place,
     read_manifest,
 )
-from rigsmith.operating.unbundle import check_against_lock
+from rigsmith.operating.bundle.unbundle import check_against_lock
 from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import Deployment, from_data, load, to_data
 

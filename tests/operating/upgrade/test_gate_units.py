@@ -6,7 +6,7 @@ import pytest
 from tasks.history import lock_numbers
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating.upgrade import regressions
+from rigsmith.operating.upgrade.upgrade import regressions
 
 
 def _run(tps: float, ttft: float) -> dict[str, float]:

@@ -4,7 +4,7 @@ GPUs go in the service's ``devices:`` list, which every front-end passes through
 ``deploy.resources.reservations.devices`` with ``driver: cdi``, which podman-compose 1.0.6 and 1.6.0 both drop
 without a word (shared/ENVIRONMENT.md; seeds/000 pitfall 1). podman-compose also never passes
 ``stop_grace_period`` to ``podman create/run`` (only to its own ``down``), so the up command rigsmith prints
-adds ``--stop-timeout`` through ``--podman-run-args``, and the post-start check (rigsmith.operating.verify)
+adds ``--stop-timeout`` through ``--podman-run-args``, and the post-start check (operating.lifecycle.verify)
 fails loudly when either the devices or the stop timeout did not arrive.
 """
 

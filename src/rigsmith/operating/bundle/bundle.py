@@ -21,8 +21,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rigsmith.operating import bundlefiles as bf
-from rigsmith.operating import ociarchive
+from rigsmith.operating.bundle import manifest as bf
+from rigsmith.operating.bundle import ociarchive
 from rigsmith.progress import bars
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod

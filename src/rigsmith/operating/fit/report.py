@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import rigsource
 from rigsmith.operating.checkrow import Check, Verdict, requested_gpus
+from rigsmith.operating.fit import rigsource
+from rigsmith.operating.fit.rigsource import Planned
 from rigsmith.operating.probes import HostFacts
-from rigsmith.operating.rigsource import Planned
 from rigsmith.resolving.fit import WARN_HEADROOM, Estimate, GiB, MiB, RankNeed
 from rigsmith.resolving.fitengine import torch_total
 from rigsmith.resolving.lock import Lock

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rigsmith.errors import shown
-from rigsmith.operating import doctor, drift
 from rigsmith.operating.checkrow import Check
+from rigsmith.operating.cluster.noderun import RemoteHost, describe, node_hosts, unreachable
+from rigsmith.operating.doctor import doctor, drift
 from rigsmith.operating.host import Host, LocalHost, gather, probe
-from rigsmith.operating.noderun import RemoteHost, describe, node_hosts, unreachable
 from rigsmith.operating.probes import HostFacts, ModelFacts
 from rigsmith.project import Project
 from rigsmith.rendering import cluster as clustermod

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rigsmith import writer
 from rigsmith.errors import shown
+from rigsmith.operating.lifecycle.verify import inspect_argv, parse_inspect
 from rigsmith.operating.probes import CmdResult
-from rigsmith.operating.verify import inspect_argv, parse_inspect
 
 
 def previous(path: Path) -> bytes | None:

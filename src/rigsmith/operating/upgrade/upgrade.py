@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rigsmith.errors import PreflightError, RigsmithError
-from rigsmith.operating import bench as benchmod
-from rigsmith.operating import benchhistory, lastgood, lifecycle, rollback
-from rigsmith.operating import wait as waitmod
+from rigsmith.operating.bench import bench as benchmod
+from rigsmith.operating.bench import history as benchhistory
+from rigsmith.operating.lifecycle import lifecycle
+from rigsmith.operating.lifecycle import wait as waitmod
+from rigsmith.operating.upgrade import lastgood, rollback
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving import lockdiff, lockhistory, repin
 from rigsmith.resolving.lockdiff import human_size

@@ -15,11 +15,11 @@ from rich.table import Table
 
 from rigsmith.errors import RigsmithError
 from rigsmith.importing.importer import merge_user_change
-from rigsmith.operating.fithistory import Measured, calibrate, faster, measured
-from rigsmith.operating.fitreport import facts_cards, host_cards, host_kv_offload, planned_for
-from rigsmith.operating.observed import Observed
+from rigsmith.operating.fit.observed import Observed
+from rigsmith.operating.fit.pastruns import Measured, calibrate, faster, measured
+from rigsmith.operating.fit.report import facts_cards, host_cards, host_kv_offload, planned_for
+from rigsmith.operating.fit.rigsource import Planned
 from rigsmith.operating.probes import P2P_LINKS, HostFacts
-from rigsmith.operating.rigsource import Planned
 from rigsmith.resolving.applylayout import with_gpus, with_layout, with_readiness
 from rigsmith.resolving.fit import WARN_HEADROOM, GiB, MiB, ModelShape, engine_inputs
 from rigsmith.resolving.fitparams import EngineParams

@@ -16,7 +16,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from rigsmith.operating.wait import timeout_for
+from rigsmith.operating.lifecycle.wait import timeout_for
 from rigsmith.render import banner, escape_line_breaks
 from rigsmith.rendering.plan import local_url
 from rigsmith.rendering.targets.common import yaml_text

@@ -7,7 +7,7 @@ so ``wait`` and ``bench`` can be exercised end to end. Token *i* of a stream is 
 ``first + i / rate``, ``first`` being when token 0 left (due at ``t0 + ttft``): an absolute schedule, so sleep
 jitter does not accumulate, and a late first token is not followed by a catch-up burst.
 
-Run it: ``python -m rigsmith.operating.standin --port 8000 --rate 67.4 --ttft 0.2 --log /tmp/standin.log``.
+Run it: ``python -m tests.support.standin --port 8000 --rate 67.4 --ttft 0.2 --log /tmp/standin.log``.
 """
 
 from __future__ import annotations

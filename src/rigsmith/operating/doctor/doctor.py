@@ -14,13 +14,11 @@ from rich.console import Console
 from rich.table import Table
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import drift, targetrows
 from rigsmith.operating.checkrow import Check as Check
 from rigsmith.operating.checkrow import Verdict as Verdict
 from rigsmith.operating.checkrow import requested_gpus
-from rigsmith.operating.fitreport import fit_check
-from rigsmith.operating.host import Host, gather
-from rigsmith.operating.podmanchecks import (
+from rigsmith.operating.doctor import drift, targetrows
+from rigsmith.operating.doctor.podmanchecks import (
     NVIDIA_CDI_HINT,
     check_helpers,
     check_image,
@@ -28,12 +26,10 @@ from rigsmith.operating.podmanchecks import (
     check_podman,
     vtuple,
 )
-from rigsmith.operating.podmanchecks import max_cdi_version as max_cdi_version
-from rigsmith.operating.probes import (
-    P2P_LINKS,
-    CdiSpec,
-    HostFacts,
-)
+from rigsmith.operating.doctor.podmanchecks import max_cdi_version as max_cdi_version
+from rigsmith.operating.fit.report import fit_check
+from rigsmith.operating.host import Host, gather
+from rigsmith.operating.probes import P2P_LINKS, CdiSpec, HostFacts
 from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
@@ -409,7 +405,7 @@ def evaluate(
     fit: Check | None = None,
     image_fix: str | None = None,
 ) -> list[Check]:
-    """Every check, in table order. Pure. ``fit``: the memory-fit row (operating.fitreport), when given;
+    """Every check, in table order. Pure. ``fit``: the memory-fit row (operating.fit.report), when given;
     ``image_fix``: what to do about a missing image (resolving.engineroute), when not the generic hint."""
     want = requested_gpus(spec, facts)
     optional = [

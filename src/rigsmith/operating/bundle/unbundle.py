@@ -21,8 +21,8 @@ from pydantic import ValidationError
 from rigsmith import confine, userhome, writer
 from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, ConsentError, RigsmithError
-from rigsmith.operating import bundlefiles as bf
-from rigsmith.operating import ociarchive
+from rigsmith.operating.bundle import manifest as bf
+from rigsmith.operating.bundle import ociarchive
 from rigsmith.progress import bars
 from rigsmith.project import Project
 from rigsmith.resolving import lock as lockmod

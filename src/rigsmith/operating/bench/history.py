@@ -28,7 +28,7 @@ from typing import Any
 
 from rigsmith import confine
 from rigsmith.errors import ConsentError, RigsmithError, shown
-from rigsmith.operating import bench as benchmod
+from rigsmith.operating.bench import bench as benchmod
 from rigsmith.resolving import lockhistory
 from rigsmith.spec import Deployment
 

@@ -27,13 +27,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rigsmith.errors import CommandError, PreflightError, RigsmithError
-from rigsmith.operating import drift
-from rigsmith.operating import wait as waitmod
-from rigsmith.operating.clusterdoctor import node_model_facts
+from rigsmith.operating.cluster.doctor import node_model_facts
+from rigsmith.operating.cluster.noderun import (
+    RemoteHost,
+    describe,
+    node_hosts,
+    require_reachable,
+    unreachable,
+)
+from rigsmith.operating.doctor import drift
 from rigsmith.operating.host import Host, LocalHost, image_facts, quadlet_lacks
-from rigsmith.operating.noderun import RemoteHost, describe, node_hosts, require_reachable, unreachable
+from rigsmith.operating.lifecycle import wait as waitmod
+from rigsmith.operating.lifecycle.verify import SPEC_LABEL, inspect_argv, parse_inspect
 from rigsmith.operating.probes import CmdResult
-from rigsmith.operating.verify import SPEC_LABEL, inspect_argv, parse_inspect
 from rigsmith.rendering.cluster import POLL_SECONDS, NodePlan
 from rigsmith.rendering.plan import LOCK_LABEL
 from rigsmith.rendering.targets.common import health_argv
@@ -257,7 +263,7 @@ def _refuse_foreign(c: Cluster, running: list[NodePlan]) -> None:
 def _head_ports_free(c: Cluster) -> None:
     """The head runs here: its API and Ray (or data-parallel RPC) ports must be free before it starts, or
     Ray's GCS or the API server dies late and obscurely after the image loads."""
-    from rigsmith.operating.portcheck import head_port_problems
+    from rigsmith.operating.cluster.portcheck import head_port_problems
 
     busy = head_port_problems(c.spec)
     if busy:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rigsmith.operating.benchhistory import Point, point
-from rigsmith.operating.observed import Observed
+from rigsmith.operating.bench.history import Point, point
+from rigsmith.operating.fit.observed import Observed
 from rigsmith.resolving import lockhistory
 from rigsmith.resolving.calibrate import allowance_delta
 from rigsmith.resolving.fit import GiB

@@ -29,9 +29,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rigsmith.errors import PreflightError, RigsmithError
-from rigsmith.operating import drift, lifecycle, netwatch
-from rigsmith.operating import wait as waitmod
+from rigsmith.operating.bundle import netwatch
+from rigsmith.operating.doctor import drift
 from rigsmith.operating.host import Host, LocalHost, image_facts
+from rigsmith.operating.lifecycle import lifecycle
+from rigsmith.operating.lifecycle import wait as waitmod
 from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.resolving import lock as lockmod

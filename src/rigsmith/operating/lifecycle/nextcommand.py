@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 from rigsmith import writer
 from rigsmith.errors import RigsmithError
-from rigsmith.operating import bench, drift
+from rigsmith.operating.bench import bench
+from rigsmith.operating.doctor import drift
 from rigsmith.operating.host import Host, image_facts
-from rigsmith.operating.verify import SPEC_LABEL, inspect_argv, parse_inspect
+from rigsmith.operating.lifecycle.verify import SPEC_LABEL, inspect_argv, parse_inspect
 from rigsmith.project import Project
 from rigsmith.rendering import deploy as deploymod
 from rigsmith.rendering import plan as planmod

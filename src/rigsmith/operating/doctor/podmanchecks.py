@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rigsmith.imageref import parse_ref
 from rigsmith.operating.checkrow import Check
-from rigsmith.operating.drift import image_fix
+from rigsmith.operating.doctor.drift import image_fix
 from rigsmith.operating.probes import (
     DEFAULT_INIT_PATH,
     HELPER_DIRS,

@@ -14,10 +14,10 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from rigsmith.errors import RigsmithError, shown
-from rigsmith.operating import doctor
 from rigsmith.operating.checkrow import Check
+from rigsmith.operating.doctor import doctor
 from rigsmith.operating.host import Host
-from rigsmith.operating.verify import inspect_argv, parse_inspect
+from rigsmith.operating.lifecycle.verify import inspect_argv, parse_inspect
 from rigsmith.project import Project
 
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating.bench import DEFAULT_PROMPT_WORDS, Comparison, comparison_lines
+from rigsmith.operating.bench.bench import DEFAULT_PROMPT_WORDS, Comparison, comparison_lines
 from rigsmith.operating.host import Host
-from rigsmith.operating.verify import SPEC_LABEL, inspect_argv, parse_inspect
+from rigsmith.operating.lifecycle.verify import SPEC_LABEL, inspect_argv, parse_inspect
 from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.resolving import lock as lockmod

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rigsmith.errors import RigsmithError
-from rigsmith.operating.lifecycle import Ops, controller, inspect, parse_systemctl_show, rendered
-from rigsmith.operating.verify import SPEC_LABEL
+from rigsmith.operating.lifecycle.lifecycle import Ops, controller, inspect, parse_systemctl_show, rendered
+from rigsmith.operating.lifecycle.verify import SPEC_LABEL
 from rigsmith.rendering import plan as planmod
 
 

@@ -24,9 +24,13 @@ from typing import Any, Literal
 
 from rigsmith import writer
 from rigsmith.errors import CommandError, LockDriftError, PreflightError, RigsmithError
-from rigsmith.operating import clusterlife, drift, probes, rootcause, undo
-from rigsmith.operating.clusterlife import NodeControl
-from rigsmith.operating.gpuholders import (
+from rigsmith.operating import probes
+from rigsmith.operating.cluster import lifecycle as clusterlife
+from rigsmith.operating.cluster.lifecycle import NodeControl
+from rigsmith.operating.doctor import drift
+from rigsmith.operating.host import Host, LocalHost, image_facts, probe, quadlet_lacks, quadlet_podman
+from rigsmith.operating.lifecycle import rootcause, undo
+from rigsmith.operating.lifecycle.gpuholders import (
     Holder,
     classify_holders,
     parse_top,
@@ -34,9 +38,14 @@ from rigsmith.operating.gpuholders import (
     survivors,
     top_argv,
 )
-from rigsmith.operating.host import Host, LocalHost, image_facts, probe, quadlet_lacks, quadlet_podman
+from rigsmith.operating.lifecycle.verify import (
+    SPEC_LABEL,
+    cdi_edits,
+    container_problems,
+    inspect_argv,
+    parse_inspect,
+)
 from rigsmith.operating.probes import CmdResult
-from rigsmith.operating.verify import SPEC_LABEL, cdi_edits, container_problems, inspect_argv, parse_inspect
 from rigsmith.project import Project
 from rigsmith.rendering import deploy as deploymod
 from rigsmith.rendering import plan as planmod

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Literal
 
 from rigsmith.errors import LockError, PreflightError
-from rigsmith.operating import lastgood, lifecycle
 from rigsmith.operating.host import image_facts
+from rigsmith.operating.lifecycle import lifecycle
+from rigsmith.operating.upgrade import lastgood
 from rigsmith.rendering import plan as planmod
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving import lockdiff, lockhistory, secondaryfetch

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rigsmith import confine
 from rigsmith.errors import LockError, PreflightError, RigsmithError
-from rigsmith.operating import ociarchive
+from rigsmith.operating.bundle import ociarchive
 from rigsmith.operating.host import LocalHost
 from rigsmith.progress import bars
 from rigsmith.resolving import lock as lockmod
