@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -70,8 +71,6 @@ class _Server(ThreadingHTTPServer):
     write_log: Callable[[str], None]
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
         # A client that goes away mid-stream (a benchmark's last read, a killed wait) is not an error here.
         if isinstance(sys.exc_info()[1], ConnectionError):
             return

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ from filelock import FileLock
 from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, RigsmithError
 from rigsmith.rendering.plan import local_url
+from rigsmith.resolving.fit import engine_inputs
+from rigsmith.resolving.layout import of_params
 from rigsmith.writer import write_one
 
 #: A prompt of plain words (the stand-in counts words as tokens; a real tokenizer gives ~1.3× as many).
@@ -228,9 +231,6 @@ def record(
 def layout_record(spec: specmod.Deployment) -> dict[str, Any] | None:
     """The layout the spec ran with (TP, PP, DP, EP, partition, KV dtype: ``resolving.layout.Layout``), so
     ``fit --propose`` can say which layout was measured faster; None where fit cannot read the flags."""
-    from rigsmith.resolving.fit import engine_inputs
-    from rigsmith.resolving.layout import of_params
-
     try:
         return asdict(of_params(engine_inputs(spec)))
     except RigsmithError:
@@ -388,8 +388,6 @@ def bench_deployment(
     echo: Any = print,
 ) -> tuple[list[Summary], list[Comparison]]:
     """Benchmark a running deployment, append the result keyed by the lock hash, compare."""
-    from datetime import UTC, datetime
-
     spec = project.load(deployment)
     lock_text = project.lock_path.read_text(encoding="utf-8") if project.lock_path.exists() else ""
     key = lock_key(lock_text, spec)

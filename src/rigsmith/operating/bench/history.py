@@ -31,6 +31,7 @@ from rigsmith.errors import ConsentError, RigsmithError, shown
 from rigsmith.operating.bench import bench as benchmod
 from rigsmith.resolving import lockhistory
 from rigsmith.spec import Deployment
+from rigsmith.writer import write_one
 
 BAR = 30
 #: The largest decode rate (tok/s) and TTFT (s) a row may carry: beyond these it is not a measurement.
@@ -228,6 +229,8 @@ def write_chart(
             )
         if not confirm(f"replace {out}?"):
             raise ConsentError(f"--out {out} exists and was kept; nothing was written")
+    # Here, not at the top: pygal costs ~45 ms to import and only the chart needs it, while fit --propose
+    # and upgrade import this module for its points.
     import pygal  # type: ignore[import-untyped]  # pygal ships no type information
 
     # js=[]: no <script> from pygal's site (its default tooltip script) — the file shows offline and runs
@@ -244,7 +247,6 @@ def write_chart(
         ]
         chart.add(f"{what} points", values, stroke=False, dots_size=8)
     out.parent.mkdir(parents=True, exist_ok=True)
-    from rigsmith.writer import write_one
 
     write_one(out, chart.render(is_unicode=True))
     return out

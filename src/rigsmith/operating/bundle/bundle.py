@@ -19,18 +19,16 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rigsmith.operating.bundle import manifest as bf
 from rigsmith.operating.bundle import ociarchive
 from rigsmith.progress import bars
 from rigsmith.project import Project
+from rigsmith.rendering import deploy as deploymod
 from rigsmith.resolving import lock as lockmod
 from rigsmith.resolving.modelfiles import Want, gib, hash_file, hash_stream
+from rigsmith.resolving.sources import Sources, cache_root
 from rigsmith.writer import write_one
-
-if TYPE_CHECKING:
-    from rigsmith.resolving.sources import Sources
 
 
 @dataclass
@@ -58,8 +56,6 @@ class BundleReport:
 
 def _small_members(project: Project, c: bf.Contents, targets: Sequence[str]) -> dict[str, bytes]:
     """Spec, lock, image definition and rendered artifacts: member name → bytes (all read or rendered now)."""
-    from rigsmith.rendering import deploy as deploymod  # the targets: loaded only by the commands that render
-
     name, build = c.spec.name, c.spec.engine.build
     out = {
         f"deployments/{name}.yaml": project.spec_path(name).read_bytes(),
@@ -116,8 +112,6 @@ def _made(c: bf.Contents, out: Path, rec: bf.Record, io: bf.Io) -> dict[str, Cal
         todo[bf.IMAGE_MEMBER] = partial(ociarchive.export, pin, run=io.run, echo=io.echo)
     if s is None:
         return todo
-    from rigsmith.resolving.sources import Sources, cache_root  # the git cache: only for a source build
-
     cache, where = Sources(cache_root()), f"images/{s.image}/image.yaml tree"
     if rec.digest(s.tree_member, out / s.tree_member) is None:
         todo[s.tree_member] = partial(cache.bundle_tree, s.entry.repo, s.entry.commit, where=where)

@@ -25,8 +25,12 @@ from rigsmith.operating.bundle import manifest as bf
 from rigsmith.operating.bundle import ociarchive
 from rigsmith.progress import bars
 from rigsmith.project import Project
+from rigsmith.rendering import deploy as deploymod
 from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving import modelfetch
 from rigsmith.resolving.modelfiles import HASH_CHUNK, STATE_DIR, Want, expand_dir, gib, hash_stream
+from rigsmith.resolving.secondaryfetch import fetch_models
+from rigsmith.resolving.sources import Sources, cache_root
 from rigsmith.spec import Deployment
 
 if TYPE_CHECKING:
@@ -208,8 +212,6 @@ def placements(
     the members of :meth:`Contents.carried`, spec and lock, images/BUILD/ (returned: path → bytes), and the
     artifacts that rendering the manifest's targets here from ``spec`` and the lock produces (returned: that
     render, for this checkout's paths, never an artifact member's bytes)."""
-    from rigsmith.rendering import deploy as deploymod
-
     where = f"{bundle_dir / bf.MANIFEST}"
     fixed = {f"deployments/{spec.name}.yaml", bf.LOCK_MEMBER} | c.carried()
     build = f"images/{spec.engine.build}/" if spec.engine.build else None
@@ -266,10 +268,6 @@ def unbundle(
     """Verify a bundle completely, then place spec, lock, image, source tree and models (no network).
     Raises BundleError (a member missing, tampered with or not the lock's), PreflightError (too little
     space), ImageMismatch (another image loaded) or ConsentError (a different spec or artifact here)."""
-    from rigsmith.resolving import modelfetch
-    from rigsmith.resolving.secondaryfetch import fetch_models
-    from rigsmith.resolving.sources import Sources, cache_root
-
     bundle_dir = unpacked(project, path.absolute(), io)
     manifest, here, spec_text, lock_bytes, lock = _open(bundle_dir)
     name = here.name

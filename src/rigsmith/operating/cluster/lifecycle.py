@@ -35,6 +35,7 @@ from rigsmith.operating.cluster.noderun import (
     require_reachable,
     unreachable,
 )
+from rigsmith.operating.cluster.portcheck import head_port_problems
 from rigsmith.operating.doctor import drift
 from rigsmith.operating.host import Host, LocalHost, image_facts, quadlet_lacks
 from rigsmith.operating.lifecycle import wait as waitmod
@@ -263,8 +264,6 @@ def _refuse_foreign(c: Cluster, running: list[NodePlan]) -> None:
 def _head_ports_free(c: Cluster) -> None:
     """The head runs here: its API and Ray (or data-parallel RPC) ports must be free before it starts, or
     Ray's GCS or the API server dies late and obscurely after the image loads."""
-    from rigsmith.operating.cluster.portcheck import head_port_problems
-
     busy = head_port_problems(c.spec)
     if busy:
         raise RigsmithError(

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from rigsmith.operating.bench.history import Point, point
 from rigsmith.operating.fit.observed import Observed
 from rigsmith.resolving import lockhistory
@@ -113,8 +115,6 @@ def faster(ms: Sequence[Measured], recipe: Layout | None, shown: Sequence[Propos
 def record_apply(lock_path: Path, reason: str) -> int | None:
     """Record ``fit --apply`` in the lock history (the lock's text as it is, the command, ``reason``), under
     the lock's file lock; the entry's number. None: there is no rigsmith.lock to keep a history beside."""
-    from filelock import FileLock
-
     if not lock_path.is_file():
         return None
     with FileLock(str(lock_path) + ".flock", timeout=600):

@@ -424,6 +424,8 @@ def doctor_row(fits: list[GpuFit], comps: list[Comparison]) -> Check:
 def fit_check(spec: Deployment, lock: Lock, facts: HostFacts, env: Mapping[str, str]) -> Check:
     """doctor's fit row, from the metadata of a checkpoint on this host (doctor makes no network request);
     an estimate that cannot be made is a warn."""
+    # Here, not at the top: checkpoint loads huggingface_hub (~330 ms measured), and doctor, up and down
+    # import this module; only doctor's fit row reads a checkpoint.
     from rigsmith.resolving.checkpoint import estimate_for, open_checkpoint
 
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rigsmith.errors import PreflightError, RigsmithError
@@ -23,9 +24,12 @@ from rigsmith.operating.bench import history as benchhistory
 from rigsmith.operating.lifecycle import lifecycle
 from rigsmith.operating.lifecycle import wait as waitmod
 from rigsmith.operating.upgrade import lastgood, rollback
+from rigsmith.resolving import build as buildmod
+from rigsmith.resolving import engine as enginemod
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import lockdiff, lockhistory, repin
+from rigsmith.resolving import lockdiff, lockhistory, repin, secondaryfetch
 from rigsmith.resolving.lockdiff import human_size
+from rigsmith.resolving.modelfetch import free_bytes
 from rigsmith.spec import Deployment
 
 DEFAULT_THRESHOLD = 0.10
@@ -120,16 +124,12 @@ def bench_once(ops: lifecycle.Ops, spec: Deployment, opt: Options) -> dict[str, 
 
 
 def _fetch(ops: lifecycle.Ops, spec: Deployment) -> None:
-    from rigsmith.resolving import secondaryfetch
-
     secondaryfetch.fetch_models(ops.project, spec, echo=ops.echo, confirm=None)
 
 
 def _build(ops: lifecycle.Ops, spec: Deployment) -> None:
     if not spec.engine.build:
         return
-    from rigsmith.resolving import build as buildmod
-    from rigsmith.resolving import engine as enginemod
 
     prepared = buildmod.prepare(ops.project, spec.engine.build)
     eng = enginemod.connect(None, ops.env or {})
@@ -159,8 +159,6 @@ class Report:
 
 
 def _room(spec: Deployment, old: lockmod.Lock, new: lockmod.Lock, free: Callable[[Any], int]) -> None:
-    from pathlib import Path
-
     short = []
     for root, need in lastgood.bytes_needed(lastgood.slots(spec, old), lastgood.slots(spec, new)).items():
         have = free(Path(root))
@@ -183,8 +181,6 @@ def upgrade(
 ) -> Report:
     """Upgrade the deployment to freshly pinned facts, or roll back to the last-known-good and raise
     UpgradeRolledBack saying why."""
-    from rigsmith.resolving.modelfetch import free_bytes
-
     project = ops.project
     spec = project.load(deployment)
     path = project.lock_path
