@@ -14,7 +14,7 @@ import hashlib
 import json
 import sys
 import tarfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -172,14 +172,7 @@ def bundle(
     stale = sorted(set(rec.state.files) - set(small) - c.carried())
     stale_small = [m for m, data in small.items() if not bf.same_bytes(out / m, data)]
 
-    copy_bytes = sum(w.size for src, w, _r in todo.values() if not bf.same_filesystem(src, out))
-    image_need = ociarchive.image_size(c.pin, io.run) if c.pin is not None and bf.IMAGE_MEMBER in made else 0
-    bf.check_space(
-        {out: copy_bytes + image_need},
-        io.disk_free,
-        "the bundle (model files that cannot be hard-linked across filesystems, and the image archive)",
-        "free space there, or bundle into a directory on the model's filesystem (hard links, no copy)",
-    )
+    copy_bytes = _check_space(c, out, todo, made, io)
     if todo or made or stale or stale_small:
         (out / bf.MANIFEST).unlink(missing_ok=True)
     if copy_bytes:
@@ -191,13 +184,7 @@ def bundle(
         (out / member).unlink(missing_ok=True)
         del rec.state.files[member]
         rec.save()
-    members = {}
-    for member, data in small.items():
-        if member in stale_small:
-            bf.write_bytes(out / member, data)
-            report.written.append(member)
-        members[member] = bf.Member(size=len(data), sha256=hashlib.sha256(data).hexdigest())
-        rec.put(member, out / member, "sha256", members[member].sha256)
+    members = _write_small(out, small, stale_small, rec, report)
 
     def placed(dst: Path, w: Want, linked: bool) -> None:
         if linked:  # the link changed the source's ctime: record it again (the same inode)
@@ -209,28 +196,78 @@ def bundle(
     for member, make in made.items():
         _make(out, member, make, rec, io.progress)
         report.written.append(member)
-    locked = c.locked()
-    for member in c.carried():
-        kind, digest, size = locked.get(member, ("sha256", rec.state.files[member].digest, -1))
-        sha = digest if kind == "sha256" else hash_file(out / member, "sha256", size)
-        members[member] = bf.Member(size=(out / member).stat().st_size, sha256=sha)
-    image = None
-    if (p := c.pin) is not None:
-        facts = ociarchive.archive_facts(out / bf.IMAGE_MEMBER, bf.IMAGE_MEMBER)
-        pinned = {k: v for k, v in asdict(p).items() if k != "sources"}
-        image = bf.ImageEntry(member=bf.IMAGE_MEMBER, config_digest=facts.config_digest, **pinned)
-    manifest = bf.Manifest(deployment=spec.name, lock_sha256=members[bf.LOCK_MEMBER].sha256, image=image,
-                           targets=list(targets), members=dict(sorted(members.items())))  # fmt: skip
-    text = json.dumps(manifest.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
-    if not bf.same_bytes(out / bf.MANIFEST, text.encode()):
-        write_one(out / bf.MANIFEST, text)
-        report.written.append(bf.MANIFEST)
+    members |= _carried_members(c, out, rec)
+    manifest = _write_manifest(out, spec.name, c, targets, members, report)
     report.members, report.lock_sha256 = len(members), manifest.lock_sha256
     report.total_bytes = sum(m.size for m in members.values())
     if tar is not None:
         written = write_tar(out, manifest, tar, progress=io.progress)
         report.tar = str(tar) + ("" if written else " (up to date, not rewritten)")
     return report
+
+
+def _check_space(
+    c: bf.Contents,
+    out: Path,
+    todo: Mapping[Path, tuple[Path, Want, bf.Record]],
+    made: Mapping[str, object],
+    io: bf.Io,
+) -> int:
+    """Refuse before the first byte when the copied model files and the image archive would not fit; the
+    bytes of model files that must be copied (not hard-linked)."""
+    copy_bytes = sum(w.size for src, w, _r in todo.values() if not bf.same_filesystem(src, out))
+    image_need = ociarchive.image_size(c.pin, io.run) if c.pin is not None and bf.IMAGE_MEMBER in made else 0
+    bf.check_space(
+        {out: copy_bytes + image_need},
+        io.disk_free,
+        "the bundle (model files that cannot be hard-linked across filesystems, and the image archive)",
+        "free space there, or bundle into a directory on the model's filesystem (hard links, no copy)",
+    )
+    return copy_bytes
+
+
+def _write_small(
+    out: Path, small: dict[str, bytes], stale: Sequence[str], rec: bf.Record, report: BundleReport
+) -> dict[str, bf.Member]:
+    """Write the small members that changed (spec, lock, image definition, artifacts); every one's entry."""
+    members = {}
+    for member, data in small.items():
+        if member in stale:
+            bf.write_bytes(out / member, data)
+            report.written.append(member)
+        members[member] = bf.Member(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        rec.put(member, out / member, "sha256", members[member].sha256)
+    return members
+
+
+def _carried_members(c: bf.Contents, out: Path, rec: bf.Record) -> dict[str, bf.Member]:
+    """The manifest entries of the carried members (models, source tree, assets, image): a locked sha256
+    as the lock has it, any other digest hashed again as sha256."""
+    locked, members = c.locked(), {}
+    for member in c.carried():
+        kind, digest, size = locked.get(member, ("sha256", rec.state.files[member].digest, -1))
+        sha = digest if kind == "sha256" else hash_file(out / member, "sha256", size)
+        members[member] = bf.Member(size=(out / member).stat().st_size, sha256=sha)
+    return members
+
+
+def _write_manifest(
+    out: Path, name: str, c: bf.Contents, targets: Sequence[str], members: dict[str, bf.Member],
+    report: BundleReport,
+) -> bf.Manifest:  # fmt: skip
+    """The manifest of every member (and the image's pinned facts), written last and only when it changed."""
+    image = None
+    if (p := c.pin) is not None:
+        facts = ociarchive.archive_facts(out / bf.IMAGE_MEMBER, bf.IMAGE_MEMBER)
+        pinned = {k: v for k, v in asdict(p).items() if k != "sources"}
+        image = bf.ImageEntry(member=bf.IMAGE_MEMBER, config_digest=facts.config_digest, **pinned)
+    manifest = bf.Manifest(deployment=name, lock_sha256=members[bf.LOCK_MEMBER].sha256, image=image,
+                           targets=list(targets), members=dict(sorted(members.items())))  # fmt: skip
+    text = json.dumps(manifest.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
+    if not bf.same_bytes(out / bf.MANIFEST, text.encode()):
+        write_one(out / bf.MANIFEST, text)
+        report.written.append(bf.MANIFEST)
+    return manifest
 
 
 def write_tar(out: Path, manifest: bf.Manifest, dest: Path, *, progress: bool | None = None) -> bool:

@@ -10,7 +10,7 @@ import hashlib
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -272,38 +272,16 @@ def unbundle(
     manifest, here, spec_text, lock_bytes, lock = _open(bundle_dir)
     name = here.name
     if into is not None and into.absolute() != expand_dir(here.model.local_dir):
-        data = specmod.to_data(here)
-        data["model"]["local_dir"] = str(into.absolute())
-        here = specmod.from_data(data)
-        spec_text = specmod.dump(here)
-        io.echo(f"unbundle: model.local_dir of deployments/{name}.yaml set to {into.absolute()} (--into)")
+        here, spec_text = _moved_to(here, into.absolute(), io)
     c = bf.contents(here, lock)  # the same members; the model dirs of this machine
     images, artifacts = placements(project, bundle_dir, manifest, here, lock_bytes, c)
-    dests = []  # (model, its dir's verified-file record, the files it still lacks)
-    for s in c.models:
-        for w in s.wanted:  # a link planted in the model dir must not carry a placed file elsewhere
-            confine.under(s.root, w.disk_path, f"model dir {s.root}", bf.BundleError)
-        rec = bf.Record(s.root)
-        todo = [w for w in s.wanted if not rec.vouches(w.disk_path, s.root / w.disk_path, w.kind, w.digest)]
-        dests.append((s, rec, todo))
+    dests = _models_to_place(c)
     report = UnbundleReport(name, str(c.models[0].root), lock_sha256=manifest.lock_sha256)
     cache, src = Sources(cache_root()), c.sources
     need_tree = src is not None and not cache.has_commit(src.entry.repo, src.entry.commit)
     assets = {m: (a, h) for m, (a, h) in src.assets.items() if cache.cached(a.sha256) is None} if src else {}
     image_present = c.pin is None or ociarchive.present(c.pin, io.run)
-    needs: dict[Path, int] = {}
-    for s, _rec, todo in dests:  # model files copied across filesystems
-        copied = sum(w.size for w in todo if not bf.same_filesystem(bundle_dir / s.member(w), s.root))
-        needs[s.root] = needs.get(s.root, 0) + copied
-    if not image_present and (store := ociarchive.storage_root(io.run)) is not None:
-        needs[store] = needs.get(store, 0) + manifest.members[bf.IMAGE_MEMBER].size
-    bf.check_space(
-        needs,
-        io.disk_free,
-        "unbundling (model files copied across filesystems, and the image in podman's storage)",
-        "free space there, or pass --into DIR on a bigger disk (on the bundle's filesystem the model is "
-        "hard-linked, not copied)",
-    )
+    _check_space(bundle_dir, manifest, dests, image_present, io)
     skip = {s.member(w) for s, _rec, todo in dests for w in s.wanted if w not in todo}
     skip |= (set(src.assets) - set(assets) | (set() if need_tree else {src.tree_member})) if src else set()
     skip |= {bf.IMAGE_MEMBER} if image_present else set()
@@ -320,17 +298,7 @@ def unbundle(
             "nothing was placed",
             hint="the bundle was changed or damaged in transit; copy it again from the connected machine",
         )
-    # The model dirs are the bundle's spec's (or --into): like fetch-model, never fill someone else's.
-    for s, _rec, _todo in dests:
-        where = "--into" if into and s.prefix == bf.MODEL_PREFIX else f"deployments/{name}.yaml {s.field}"
-        try:
-            modelfetch.guard_dir(s.root, where, userhome.invoking_home(), s.entry, s.wanted, confirm, yes)
-        except ConsentError as err:
-            raise ConsentError(
-                err.message + "; nothing was placed",
-                hint="pass --into DIR (an empty directory of its own), or --yes to place the model there "
-                "anyway (files not in the snapshot are never touched)",
-            ) from None
+    _guard_model_dirs(dests, name, into, yes, confirm)
 
     # Everything checks out: place the project files, the image, the source tree and assets, the models.
     _place_project(project, here, spec_text, images, artifacts, lock, c, yes, confirm, io)
@@ -342,7 +310,77 @@ def unbundle(
             report.image_loaded = True
     for m, (a, hexd) in assets.items():
         bf.place(bundle_dir / m, cache.asset_path(a.sha256), "sha256", hexd, a.size, lambda _n: None)
-    for s, rec, todo in dests:  # link or copy each verified member; record it as it lands
+    _place_models(bundle_dir, dests, report, io)
+    report.fetch_summary = _recheck(project, name, io)
+    if bundle_dir != path.absolute():
+        shutil.rmtree(bundle_dir)  # the models hold hard links to what was unpacked (or copies)
+    return report
+
+
+#: One model dir to fill: its slot, its verified-file record, and the files it still lacks.
+_Dest = tuple[bf.ModelSet, bf.Record, list[Want]]
+
+
+def _moved_to(here: Deployment, into: Path, io: bf.Io) -> tuple[Deployment, str]:
+    """``--into DIR``: the bundle's spec with ``model.local_dir`` set to DIR, and its new text."""
+    data = specmod.to_data(here)
+    data["model"]["local_dir"] = str(into)
+    moved = specmod.from_data(data)
+    io.echo(f"unbundle: model.local_dir of deployments/{here.name}.yaml set to {into} (--into)")
+    return moved, specmod.dump(moved)
+
+
+def _models_to_place(c: bf.Contents) -> list[_Dest]:
+    """Each model dir with the files its record does not already vouch for."""
+    dests = []
+    for s in c.models:
+        for w in s.wanted:  # a link planted in the model dir must not carry a placed file elsewhere
+            confine.under(s.root, w.disk_path, f"model dir {s.root}", bf.BundleError)
+        rec = bf.Record(s.root)
+        todo = [w for w in s.wanted if not rec.vouches(w.disk_path, s.root / w.disk_path, w.kind, w.digest)]
+        dests.append((s, rec, todo))
+    return dests
+
+
+def _check_space(
+    bundle_dir: Path, manifest: bf.Manifest, dests: Sequence[_Dest], image_present: bool, io: bf.Io
+) -> None:
+    """Refuse before anything is written when the model files copied across filesystems, or the image
+    loaded into podman's storage, would not fit."""
+    needs: dict[Path, int] = {}
+    for s, _rec, todo in dests:  # model files copied across filesystems
+        copied = sum(w.size for w in todo if not bf.same_filesystem(bundle_dir / s.member(w), s.root))
+        needs[s.root] = needs.get(s.root, 0) + copied
+    if not image_present and (store := ociarchive.storage_root(io.run)) is not None:
+        needs[store] = needs.get(store, 0) + manifest.members[bf.IMAGE_MEMBER].size
+    bf.check_space(
+        needs,
+        io.disk_free,
+        "unbundling (model files copied across filesystems, and the image in podman's storage)",
+        "free space there, or pass --into DIR on a bigger disk (on the bundle's filesystem the model is "
+        "hard-linked, not copied)",
+    )
+
+
+def _guard_model_dirs(
+    dests: Sequence[_Dest], name: str, into: Path | None, yes: bool, confirm: Callable[[str], bool] | None
+) -> None:
+    """The model dirs are the bundle's spec's (or --into): like fetch-model, never fill someone else's."""
+    for s, _rec, _todo in dests:
+        where = "--into" if into and s.prefix == bf.MODEL_PREFIX else f"deployments/{name}.yaml {s.field}"
+        try:
+            modelfetch.guard_dir(s.root, where, userhome.invoking_home(), s.entry, s.wanted, confirm, yes)
+        except ConsentError as err:
+            raise ConsentError(
+                err.message + "; nothing was placed",
+                hint="pass --into DIR (an empty directory of its own), or --yes to place the model there "
+                "anyway (files not in the snapshot are never touched)",
+            ) from None
+
+
+def _place_models(bundle_dir: Path, dests: Sequence[_Dest], report: UnbundleReport, io: bf.Io) -> None:
+    """Link or copy each verified member into its model dir; record each file as it lands."""
+    for s, rec, todo in dests:
         report.already_placed += len(s.wanted) - len(todo)
         s.root.mkdir(parents=True, exist_ok=True)
         where = f"model dir {s.root}"
@@ -352,7 +390,9 @@ def unbundle(
             jobs, report.moved, f"place {s.entry.repo}", io.progress, partial(_placed, s, rec, io.echo)
         )
 
-    # Re-check through fetch-model itself: offline, every file vouched for by its record.
+
+def _recheck(project: Project, name: str, io: bf.Io) -> str:
+    """Re-check through fetch-model itself: offline, every file vouched for by its record; its summary."""
     fetch = fetch_models(project, project.load(name), hub=no_hub, echo=io.echo, progress=False)
     for r in (fetch, *(sub for _repo, sub in fetch.secondary)):
         if r.downloaded or r.cached != r.files:
@@ -361,10 +401,7 @@ def unbundle(
                 "its record",
                 hint="run `invoke unbundle PATH` again",
             )
-    report.fetch_summary = fetch.summary()
-    if bundle_dir != path.absolute():
-        shutil.rmtree(bundle_dir)  # the models hold hard links to what was unpacked (or copies)
-    return report
+    return fetch.summary()
 
 
 def _verify(
