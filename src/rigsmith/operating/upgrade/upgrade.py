@@ -193,38 +193,67 @@ def upgrade(
     old_text = path.read_text(encoding="utf-8")
     old = lockmod.read(path)
     report = Report(old_n)
-
-    staged = repin.stage(project)
-    try:
-        repin.pin_all(staged, spec.name, repin=True, echo=ops.echo)
-        new = lockmod.read(staged.lock_path)
-        report.changes = lockdiff.diff(old, new)
-        if not report.changes:
-            ops.echo(f"upgrade {spec.name}: nothing to upgrade (every pinned fact resolved to lock {old_n})")
-            return report
-        _room(spec, old, new, free or free_bytes)
-    except BaseException:
-        staged.lock_path.unlink(missing_ok=True)
-        raise
+    staged = _repinned(ops, spec, old, report, free or free_bytes)
+    if staged is None:
+        return report
 
     running = _running(ops, spec.name)
     report.before = baseline(project, spec, old_text)
     if report.before is None and running:
         ops.echo(f"upgrade: no bench of lock {old_n} yet; measuring the last-known-good first")
         report.before = bench_once(ops, spec, options)
-    kept = lastgood.keep(lastgood.slots(spec, old))
-    plan = lifecycle.plan_for(project, spec.name, memlock=options.memlock)
-    tag = lastgood.keep_image(ops.host, plan.image, spec.name, old_n) if plan.runtime == "container" else None
-    ops.echo(
-        f"upgrade: last-known-good is lock {old_n}: {kept} model file link(s) kept"
-        + (f", image kept as {tag}" if tag else "")
-    )
+    _keep_last_good(ops, spec, old, old_n, options)
     with lockhistory.because(lockhistory.current_cause()[0], last_good=old_n):
         repin.adopt(
             project, staged, yes=True, confirm=None, echo=ops.echo, reason=f"upgrade from lock {old_n}"
         )
     report.new = lockhistory.current_number(path)
+    _switch(ops, spec, options, report)
+    if report.before is None:
+        ops.echo("upgrade: no bench of the last-known-good to compare with (it was not running)")
+    ops.echo(f"upgrade {spec.name}: lock {old_n} → {report.new} passed" + _numbers(report))
+    return report
 
+
+def _repinned(
+    ops: lifecycle.Ops, spec: Deployment, old: lockmod.Lock, report: Report, free: Callable[[Any], int]
+) -> repin.StagedProject | None:
+    """Pin everything again into a staged project, with the room the new files need checked; None when
+    every pinned fact resolved to the current lock. A refusal leaves no staged lock behind."""
+    staged = repin.stage(ops.project)
+    try:
+        repin.pin_all(staged, spec.name, repin=True, echo=ops.echo)
+        new = lockmod.read(staged.lock_path)
+        report.changes = lockdiff.diff(old, new)
+        if not report.changes:
+            ops.echo(
+                f"upgrade {spec.name}: nothing to upgrade (every pinned fact resolved to lock {report.old})"
+            )
+            return None
+        _room(spec, old, new, free)
+    except BaseException:
+        staged.lock_path.unlink(missing_ok=True)
+        raise
+    return staged
+
+
+def _keep_last_good(
+    ops: lifecycle.Ops, spec: Deployment, old: lockmod.Lock, old_n: int, opt: Options
+) -> None:
+    """Keep the last-known-good's model files (hard links) and image (a tag) until the new one passes."""
+    kept = lastgood.keep(lastgood.slots(spec, old))
+    plan = lifecycle.plan_for(ops.project, spec.name, memlock=opt.memlock)
+    tag = lastgood.keep_image(ops.host, plan.image, spec.name, old_n) if plan.runtime == "container" else None
+    ops.echo(
+        f"upgrade: last-known-good is lock {old_n}: {kept} model file link(s) kept"
+        + (f", image kept as {tag}" if tag else "")
+    )
+
+
+def _switch(ops: lifecycle.Ops, spec: Deployment, options: Options, report: Report) -> None:
+    """fetch → build → stop the old → up → wait → bench gate on the adopted lock; on any failure, roll back
+    to the last-known-good and raise UpgradeRolledBack naming the step and why."""
+    old_n, path = report.old, ops.project.lock_path
     step = "fetch"
     try:
         _fetch(ops, spec)
@@ -251,10 +280,6 @@ def upgrade(
             hint=f"`invoke lock --diff {old_n},{report.new}` shows what the upgrade changed; "
             f"`invoke rollback --to {report.new}` tries it again by hand",
         ) from None
-    if report.before is None:
-        ops.echo("upgrade: no bench of the last-known-good to compare with (it was not running)")
-    ops.echo(f"upgrade {spec.name}: lock {old_n} → {report.new} passed" + _numbers(report))
-    return report
 
 
 def _bench_gate(ops: lifecycle.Ops, spec: Deployment, opt: Options, report: Report) -> list[str]:
