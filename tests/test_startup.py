@@ -5,6 +5,7 @@ not timed: the modules are counted in a fresh interpreter."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,14 @@ def _loaded_after(code: str) -> list[str]:
     res = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=REPO,
-        env={"PYTHONPATH": f"{REPO / 'src'}:{REPO}", "PATH": "/usr/bin:/bin"},
+        # A bare environment, but the suite's home and temp dir (rendering writes Jinja's compiled templates
+        # to the temp dir: without TMPDIR that is the machine's /tmp).
+        env={
+            "PYTHONPATH": f"{REPO / 'src'}:{REPO}",
+            "PATH": "/usr/bin:/bin",
+            "HOME": os.environ["HOME"],
+            "TMPDIR": os.environ["TMPDIR"],
+        },
         capture_output=True,
         text=True,
         check=True,
