@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from rigsmith.project import TARGETS, Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
 from rigsmith.rendering.nextsteps import next_steps
-from rigsmith.rendering.targets import LxcOptions, RenderContext, find
+from rigsmith.rendering.targets import LxcOptions, RenderContext, find, nodes
 from rigsmith.resolving import engineroute, lockhistory
 from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import Deployment
@@ -89,8 +90,6 @@ def artifacts(
         lock_entry=lock_entry(project.lock_path, spec, lock, image),
     )
     if spec.cluster is not None:
-        from rigsmith.rendering.targets import nodes
-
         rendered = nodes.render(target, found[0], spec, plan, ctx)
     else:
         rendered = found[0](plan, ctx)
@@ -112,8 +111,6 @@ def _route_hints(spec: Deployment, found: engineroute.Proposed | None) -> tuple[
 
 def _show_merge(source: Path, merged: writer.Artifact, echo: Callable[[str], None]) -> None:
     """The diff from the user's pct.conf to the merged copy (the input itself is never written)."""
-    import difflib
-
     before = (_read(source) or "").splitlines(keepends=True)
     diff = "".join(
         difflib.unified_diff(before, merged.content.splitlines(keepends=True), str(source), str(merged.path))
@@ -162,8 +159,6 @@ def deploy(
     if not check:
         spec = project.load(project.resolve_name(deployment))
         if spec.cluster is not None:
-            from rigsmith.rendering.targets import nodes
-
             steps = nodes.next_steps(target, spec, plan, out)
         else:
             steps = next_steps(target, plan, out)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
+from filelock import FileLock
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from rigsmith import confine
@@ -228,8 +229,6 @@ def dumps(lock: Lock) -> str:
 @contextmanager
 def locked(path: Path) -> Iterator[Lock]:
     """Read-modify-write the lock under a cross-process file lock."""
-    from filelock import FileLock  # only for a command that writes the lock (deploy --check reads it)
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".flock", timeout=600):
         lock = read(path)

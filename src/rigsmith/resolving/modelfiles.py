@@ -16,6 +16,8 @@ from pathlib import Path
 from threading import Event
 from typing import Any, BinaryIO
 
+from huggingface_hub.utils._paths import filter_repo_objects
+
 from rigsmith import confine, userhome
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
 from rigsmith.resolving.lock import LockedFile, LockedModel, file_changes
@@ -95,8 +97,6 @@ def select(
     """The files a fetch wants: huggingface_hub's own allow/ignore pattern semantics."""
     if not allow and not ignore:
         return dict(sorted(files.items()))
-    from huggingface_hub.utils._paths import filter_repo_objects  # only with patterns: a warm run skips it
-
     keep = filter_repo_objects(
         list(files), allow_patterns=list(allow) or None, ignore_patterns=list(ignore) or None
     )
