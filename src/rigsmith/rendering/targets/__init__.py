@@ -1,4 +1,4 @@
-"""Deploy targets: each turns a RunPlan into artifacts; ``find`` imports the one asked for."""
+"""Deploy targets: each turns a RunPlan into artifacts; ``find`` gives one by name, with its checks."""
 
 from __future__ import annotations
 
