@@ -405,9 +405,10 @@ FUNCTION_IMPORTS: dict[str, int] = {
     "src/rigsmith/operating/upgrade.py": 5,
     "src/rigsmith/project.py": 1,  # the spec's pydantic models: 94 ms a task that reads no spec skips
     "src/rigsmith/resolving/build.py": 1,  # the importer: 206 ms a build that links no deployment skips
-    "src/rigsmith/resolving/download.py": 1,  # rich: 19 ms a warm fetch skips
+    "src/rigsmith/resolving/download.py": 2,  # rich (19 ms) and ctypes: a warm fetch loads neither
     "src/rigsmith/resolving/engine.py": 2,  # docker-py and requests: 54 ms a no-op build skips
     "src/rigsmith/resolving/modelfetch.py": 1,  # huggingface_hub: 212 ms a warm fetch skips
+    "src/rigsmith/resolving/modelfiles.py": 1,  # huggingface_hub: a warm fetch loads none of it
     "src/rigsmith/resolving/sources.py": 1,  # httpx: 66 ms a build with its assets cached skips
     "tasks/_common.py": 6,
     "tasks/bundle.py": 7,

@@ -9,7 +9,6 @@ block and keeps their partials (:func:`run_all`). No hand-written ranged downloa
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import threading
@@ -146,6 +145,8 @@ def _sync_file_range() -> Callable[[int, int, int, int], int]:
     """glibc's, to start (not wait for) writing a partial's dirty pages out: else a fresh download stays
     dirty in the page cache until the fsync before the rename, which then writes the whole file while
     nothing else happens (PostgreSQL's ``pg_flush_data`` does the same). Elsewhere a no-op."""
+    import ctypes  # only when bytes are written: a warm run loads none of it (test_fetch_warm.py)
+
     fn = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
     if fn is None:
         return lambda *_: 0

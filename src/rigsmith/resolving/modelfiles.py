@@ -16,8 +16,6 @@ from pathlib import Path
 from threading import Event
 from typing import Any, BinaryIO
 
-from huggingface_hub.utils._paths import filter_repo_objects
-
 from rigsmith import confine, userhome
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
 from rigsmith.resolving.lock import LockedFile, LockedModel, file_changes
@@ -97,6 +95,9 @@ def select(
     """The files a fetch wants: huggingface_hub's own allow/ignore pattern semantics."""
     if not allow and not ignore:
         return dict(sorted(files.items()))
+    # huggingface_hub only with patterns: a warm run loads none of it (tests/resolving/test_fetch_warm.py).
+    from huggingface_hub.utils._paths import filter_repo_objects
+
     keep = filter_repo_objects(
         list(files), allow_patterns=list(allow) or None, ignore_patterns=list(ignore) or None
     )
