@@ -403,10 +403,14 @@ FUNCTION_IMPORTS: dict[str, int] = {
     "src/rigsmith/operating/standin.py": 1,
     "src/rigsmith/operating/unbundle.py": 4,
     "src/rigsmith/operating/upgrade.py": 5,
+    "src/rigsmith/rendering/deploy.py": 2,  # a one-host deploy --check loads one target (test_startup.py)
+    "src/rigsmith/rendering/nextsteps.py": 1,  # likewise
+    "src/rigsmith/rendering/targets/__init__.py": 5,  # likewise: the other four targets cost 13 ms
     "src/rigsmith/project.py": 1,  # the spec's pydantic models: 94 ms a task that reads no spec skips
     "src/rigsmith/resolving/build.py": 1,  # the importer: 206 ms a build that links no deployment skips
     "src/rigsmith/resolving/download.py": 2,  # rich (19 ms) and ctypes: a warm fetch loads neither
     "src/rigsmith/resolving/engine.py": 2,  # docker-py and requests: 54 ms a no-op build skips
+    "src/rigsmith/resolving/lock.py": 1,  # filelock: 14 ms a command that only reads the lock skips
     "src/rigsmith/resolving/modelfetch.py": 1,  # huggingface_hub: 212 ms a warm fetch skips
     "src/rigsmith/resolving/modelfiles.py": 1,  # huggingface_hub: a warm fetch loads none of it
     "src/rigsmith/resolving/sources.py": 1,  # httpx: 66 ms a build with its assets cached skips

@@ -15,7 +15,7 @@ from rigsmith.project import TARGETS, Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
 from rigsmith.rendering.nextsteps import next_steps
-from rigsmith.rendering.targets import LxcOptions, RenderContext, find, nodes
+from rigsmith.rendering.targets import LxcOptions, RenderContext, find
 from rigsmith.resolving import engineroute, lockhistory
 from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import Deployment
@@ -90,6 +90,8 @@ def artifacts(
         lock_entry=lock_entry(project.lock_path, spec, lock, image),
     )
     if spec.cluster is not None:
+        from rigsmith.rendering.targets import nodes  # a one-host deploy loads no other target (test_startup)
+
         rendered = nodes.render(target, found[0], spec, plan, ctx)
     else:
         rendered = found[0](plan, ctx)
@@ -159,6 +161,8 @@ def deploy(
     if not check:
         spec = project.load(project.resolve_name(deployment))
         if spec.cluster is not None:
+            from rigsmith.rendering.targets import nodes  # as in artifacts
+
             steps = nodes.next_steps(target, spec, plan, out)
         else:
             steps = next_steps(target, plan, out)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from filelock import FileLock
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from rigsmith import confine
@@ -229,6 +228,8 @@ def dumps(lock: Lock) -> str:
 @contextmanager
 def locked(path: Path) -> Iterator[Lock]:
     """Read-modify-write the lock under a cross-process file lock."""
+    from filelock import FileLock  # 14 ms (-X importtime, asyncio with it) deploy --check, a reader, skips
+
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".flock", timeout=600):
         lock = read(path)
