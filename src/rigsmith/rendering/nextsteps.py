@@ -27,7 +27,7 @@ def next_steps(
         else f"then see every node's state: invoke status --deployment {deployment}"
     )
     if target == "compose":
-        from rigsmith.rendering.targets.compose import start_command
+        from rigsmith.rendering.targets.compose import start_command  # deploy loads no other target (startup)
 
         return [f"start: {start_command(plan, at(f'compose/{plan.name}/compose.yaml'))}", check]
     if target == "quadlet":

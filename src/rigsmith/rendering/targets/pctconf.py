@@ -150,8 +150,6 @@ def _rebuild_partial(key: str, value: str, merged: dict[str, str], ids: set[str]
     return ",".join(out)
 
 
-# Over 80 lines on purpose: the three-way merge reads top to bottom as the module doc states its rules
-# (identity, ours/theirs/base per setting, passthrough in another form, indexes); most of it is the docstring.
 def merge_conf(
     existing: str,
     ours: Sequence[tuple[str, str]],
@@ -183,6 +181,26 @@ def merge_conf(
     gpus = any("/dev/nvidia" in i or "dev/nvidia" in i for i in theirs)
     foreign = foreign_passthrough(main, ids) if gpus else []
     drop = set(foreign) if replace_passthrough else set()
+    kept, seen, used = _kept_lines(main, drop, merged, mine, ids)
+    added = _added_lines(merged, seen, used)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    body = [*kept, *added]
+    if rest:
+        body += ["", *rest]
+    return Merged(
+        text="\n".join(body) + "\n",
+        base=json.dumps(theirs, indent=1, sort_keys=True) + "\n",
+        conflicts=result.conflicts,
+        passthrough=tuple(foreign),
+    )
+
+
+def _kept_lines(
+    main: Sequence[str], drop: set[str], merged: dict[str, str], mine: dict[str, str], ids: set[str]
+) -> tuple[list[str], set[str], dict[str, set[int]]]:
+    """The user's lines in order, each owned one as merged (dropped when rigsmith no longer renders it, or
+    in ``drop``); the owned identities seen, and the ``mp``/``dev`` indexes in use."""
     kept: list[str] = []
     used: dict[str, set[int]] = {k: set() for k in INDEXED}
     seen: set[str] = set()
@@ -212,6 +230,12 @@ def merge_conf(
             continue  # rigsmith rendered it before and no longer does
         have = mine.get(ident)
         kept.append(ln if want == have else f"{key}: {want.split(': ', 1)[1]}")
+    return kept, seen, used
+
+
+def _added_lines(merged: dict[str, str], seen: set[str], used: dict[str, set[int]]) -> list[str]:
+    """The merged settings no line of the file holds yet: partial keys' missing parts, then each new setting
+    (``mp``/``dev`` at the next free index)."""
     added: list[str] = []
     for key in PARTIAL:
         missing_parts = {k: v for k, v in merged.items() if k.startswith(f"{key}.") and k not in seen}
@@ -232,14 +256,4 @@ def merge_conf(
             used[key].add(n)
             key = f"{key}{n}"
         added.append(f"{key}: {value}")
-    while kept and not kept[-1].strip():
-        kept.pop()
-    body = [*kept, *added]
-    if rest:
-        body += ["", *rest]
-    return Merged(
-        text="\n".join(body) + "\n",
-        base=json.dumps(theirs, indent=1, sort_keys=True) + "\n",
-        conflicts=result.conflicts,
-        passthrough=tuple(foreign),
-    )
+    return added
