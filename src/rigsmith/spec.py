@@ -455,6 +455,10 @@ class Benchmark(Frozen):
     tolerance: float = Field(0.1, ge=0, le=1)
 
 
+#: How a ``not_taken`` item that is the recipe's own image (a digest that cannot be pulled) begins.
+IMAGE_NOT_TAKEN = "pinned by image digest"
+
+
 class NotTaken(Frozen):
     """An item of the recipe that is in no field and no note on purpose, and why (import writes these)."""
 
@@ -766,6 +770,13 @@ class Deployment(Frozen):
     def active_env(self) -> list[EnvVar]:
         """Variables passed to the engine, in recipe order."""
         return [e for e in self.env if e.active]
+
+    def why_no_image(self) -> str:
+        """Why a spec with no engine.image and no engine.build has none: the recipe's image that import left
+        out (a ``not_taken`` entry under :data:`IMAGE_NOT_TAKEN`, with its reason), else a recipe run outside
+        a container."""
+        left = [n for n in self.not_taken if n.item.startswith(IMAGE_NOT_TAKEN)]
+        return f"{left[0].item}: {left[0].why}" if left else "the recipe ran vLLM outside a container"
 
     @property
     def model_placeholder(self) -> str | None:
