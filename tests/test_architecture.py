@@ -404,7 +404,7 @@ FUNCTION_IMPORTS: dict[str, int] = {
     "src/rigsmith/operating/unbundle.py": 4,
     "src/rigsmith/operating/upgrade.py": 5,
     "src/rigsmith/rendering/deploy.py": 2,  # a one-host deploy --check loads one target (test_startup.py)
-    "src/rigsmith/rendering/nextsteps.py": 1,  # likewise
+    "src/rigsmith/rendering/nextsteps.py": 2,  # likewise (compose, kube)
     "src/rigsmith/rendering/targets/__init__.py": 5,  # likewise: the other four targets cost 13 ms
     "src/rigsmith/project.py": 1,  # the spec's pydantic models: 94 ms a task that reads no spec skips
     "src/rigsmith/resolving/build.py": 1,  # the importer: 206 ms a build that links no deployment skips

@@ -189,7 +189,7 @@ def resolve_image(spec: specmod.Deployment, lock: lockmod.Lock, override: str | 
         return built.pinned_ref, True  # a registry digest after a push, else the local image ID: content
     raise RigsmithError(
         f"deployment {spec.name!r} names no container image (engine.image and engine.build are empty; "
-        "the recipe ran vLLM from a venv)",
+        f"{spec.why_no_image()})",
         hint="pass --image REF to deploy (or import-recipe), set engine.image in the spec, "
         "or set engine.build to an images/<name> definition and run `invoke build`",
     )

@@ -46,7 +46,7 @@ from rigsmith.spec.fields import (
 )
 from rigsmith.spec.loading import MODELINE, dump, from_data, json_schema, load, loads, problems_from, to_data
 from rigsmith.spec.model import ConfigPatch, ModelSpec, SecondaryModel
-from rigsmith.spec.provenance import NotTaken, Provenance
+from rigsmith.spec.provenance import IMAGE_NOT_TAKEN, NotTaken, Provenance
 from rigsmith.spec.resources import GpuSpec, Mount, Resources
 from rigsmith.spec.serving import Benchmark, Network, Proxy, Readiness
 
@@ -58,6 +58,7 @@ __all__ = [
     "HOST_REF_RE",
     "HUB_REPO_RE",
     "IFNAME_RE",
+    "IMAGE_NOT_TAKEN",
     "MAX_GPUS",
     "MODELINE",
     "NAME_RE",

@@ -23,7 +23,7 @@ from rigsmith.spec.fields import (
     repeated,
 )
 from rigsmith.spec.model import ModelSpec, SecondaryModel
-from rigsmith.spec.provenance import NotTaken, Provenance
+from rigsmith.spec.provenance import IMAGE_NOT_TAKEN, NotTaken, Provenance
 from rigsmith.spec.resources import Mount, Resources
 from rigsmith.spec.serving import Benchmark, Network, Proxy, Readiness
 
@@ -125,6 +125,13 @@ class Deployment(Frozen):
     def active_env(self) -> list[EnvVar]:
         """Variables passed to the engine, in recipe order."""
         return [e for e in self.env if e.active]
+
+    def why_no_image(self) -> str:
+        """Why a spec with no engine.image and no engine.build has none: the recipe's image that import left
+        out (a ``not_taken`` entry under :data:`IMAGE_NOT_TAKEN`, with its reason), else a recipe run outside
+        a container."""
+        left = [n for n in self.not_taken if n.item.startswith(IMAGE_NOT_TAKEN)]
+        return f"{left[0].item}: {left[0].why}" if left else "the recipe ran vLLM outside a container"
 
     @property
     def model_placeholder(self) -> str | None:

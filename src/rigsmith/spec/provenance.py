@@ -9,6 +9,9 @@ from pydantic import Field, field_validator
 
 from rigsmith.spec.fields import Frozen
 
+#: How a ``not_taken`` item that is the recipe's own image (a digest that cannot be pulled) begins.
+IMAGE_NOT_TAKEN = "pinned by image digest"
+
 
 class NotTaken(Frozen):
     """An item of the recipe that is in no field and no note on purpose, and why (import writes these)."""

@@ -3,6 +3,7 @@
 Ownership is data. rigsmith owns only what it renders for the deployment, each setting with an identity:
 GPU ``devN`` lines (by device path), the ``mpN`` it adds (by mount point), ``lxc.prlimit.memlock``, the
 ``lxc.mount.entry`` lines it adds (by target: the sized /dev/shm, sparse files, raw GPU nodes on PVE < 8.1),
+the ``lxc.hook.pre-start`` file check before each file mount (by path),
 ``lxc.environment`` (by variable), raw ``lxc.cgroup2.devices.allow`` lines, single ``features`` flags
 (``keyctl``, ``nesting``) and the ``up=``/``down=`` parts of ``startup``. Everything else — ``rootfs``,
 ``hostname``, ``cores``, ``memory``, ``swap``, ``net*``, ``ostype``, ``arch``, ``unprivileged``, idmap lines,
@@ -53,6 +54,9 @@ def identity(key: str, value: str) -> str | None:
         return f"{key} {fields[1] if len(fields) > 1 else value}"
     if key == "lxc.environment":
         return f"{key} {value.split('=', 1)[0]}"
+    hook = re.search(r"\srigsmith-file-check\s+(\S+)", value) if key == "lxc.hook.pre-start" else None
+    if hook:  # the file check of one file mount (a user's own hooks are theirs)
+        return f"{key} {hook.group(1)}"
     if key == "lxc.cgroup2.devices.allow":
         return f"{key} {value}"
     if key == "lxc.prlimit.memlock":
