@@ -13,6 +13,7 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 
 from rigsmith.errors import RigsmithError, shown_lines
+from tasks._pipe import BROKEN_PIPE, quiet_stdout, reader_gone
 
 if TYPE_CHECKING:
     from rigsmith.project import Project
@@ -154,6 +155,11 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise Exit(f"error: {shown_lines(str(err))}", code=1) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
+        except BrokenPipeError:
+            if not reader_gone():
+                raise
+            quiet_stdout()  # `rigsmith lock --history | head -1`: a normal end, clean-up included
+            raise Exit(code=BROKEN_PIPE) from None
 
     return wrapper
 

@@ -110,6 +110,26 @@ def invoke_cli(
     )
 
 
+def rigsmith_cli(
+    root: Path | None, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``rigsmith ARGS`` (the console script's entry, ``python -m tasks``) as :func:`invoke_cli` runs
+    ``invoke``: this checkout's tasks and sources, no terminal on stdin."""
+    full = {**(os.environ if env is None else env), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+    if root is not None:
+        full["RIGSMITH_ROOT"] = str(root)
+    return subprocess.run(
+        [sys.executable, "-m", "tasks", *args],
+        cwd=REPO,
+        env=full,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def run_script(
     script: Path,
     env: dict[str, str],
