@@ -18,11 +18,6 @@ from tasks._pipe import BROKEN_PIPE, quiet_stdout, reader_gone
 if TYPE_CHECKING:
     from rigsmith.project import Project
 
-#: The end of every --deployment help line.
-DEFAULT_DEP = (
-    " (default: RIGSMITH_DEPLOYMENT, the newest import, invoke.yaml's rigsmith.deployment, or the only one)"
-)
-
 P = ParamSpec("P")
 R = TypeVar("R")
 

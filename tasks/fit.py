@@ -11,7 +11,8 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
-from tasks._common import DEFAULT_DEP, echo, project, user_errors
+from tasks._common import echo, project, user_errors
+from tasks._flags import DEPLOYMENT, helps
 
 if TYPE_CHECKING:
     from rigsmith.operating.probes import HostFacts
@@ -36,7 +37,7 @@ def _number(flag: str, text: str | None, kind: type[float] | type[int]) -> float
 
 @task(
     help={
-        "deployment": "deployments/NAME.yaml to estimate" + DEFAULT_DEP,
+        **helps(DEPLOYMENT),
         "vram_gib": "estimate for idle cards of these sizes instead of this host's GPUs: one size per card "
         "(24,24,12), or one size for --gpus N cards (default: as many as the spec asks for)",
         "gpus": "with --vram-gib SIZE (or the spec's resources.gpus.vram_gib): a rig of N such idle cards",

@@ -8,7 +8,8 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
+from tasks._common import confirm, echo, project, user_errors
+from tasks._flags import DEPLOYMENT, helps
 
 #: rigsmith.resolving.modelfetch.WORKERS, spelled out so that importing tasks/ does not load modelfetch
 #: (tests/test_startup.py checks the two agree).
@@ -18,7 +19,7 @@ WORKERS = 8
 @task(
     name="fetch-model",
     help={
-        "deployment": "deployments/NAME.yaml whose model to fetch" + DEFAULT_DEP,
+        **helps(DEPLOYMENT),
         "dest": "download into DIR instead of the spec's model.local_dir",
         "verify": "hash every file again, even those verified on an earlier run",
         "repin": "resolve the spec's branch/tag again first and show what changed",
