@@ -3,6 +3,11 @@
 Each area lives in its own module; this collection puts their tasks at the top level so the CLI
 names are flat (`rigsmith deploy`, `invoke deploy`, `rigsmith fetch-model`, …). The ``rigsmith`` command is
 tasks/program.py; ``invoke`` in the checkout finds this package by itself.
+
+Every command, ``--list`` included, imports every task module, so the task modules import rigsmith's
+areas (importing, resolving, rendering, operating, the spec's models) inside the task bodies: at module
+level they took ``python3 -c 'import tasks'`` from 0.25 s to 1.26 s (medians of 7, a loaded 2-core box).
+tests/test_startup.py keeps it so.
 """
 
 import importlib.util

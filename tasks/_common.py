@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
+import yaml
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-from rigsmith.errors import RigsmithError, shown_lines
+from rigsmith.errors import RigsmithError, shown, shown_lines
 from tasks._pipe import BROKEN_PIPE, quiet_stdout, reader_gone
 
 if TYPE_CHECKING:
@@ -64,8 +66,6 @@ def _config_value(c: Context | None) -> str | None:
 
 
 def _invoke_yaml(root: Path) -> str | None:
-    import yaml
-
     try:
         data = yaml.safe_load((root / "invoke.yaml").read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -107,7 +107,6 @@ def prompt() -> Callable[[Any], str | None] | None:
     then keeps its defaults and leaves its guesses as placeholders). The question is foreign text."""
     if not interactive():
         return None
-    from rigsmith.errors import shown
 
     def ask(q: Any) -> str | None:
         default = f" [{shown(q.default)}]" if q.default else ""
@@ -122,8 +121,6 @@ def prompt() -> Callable[[Any], str | None] | None:
 def command_line(fn: Callable[..., Any], given: dict[str, Any]) -> str:
     """``invoke NAME --flag value …`` as the user typed it, near enough: the flags that differ from their
     defaults (what the lock history records as the command of a change)."""
-    import inspect
-
     words = ["invoke", fn.__name__.replace("_", "-")]
     for name, param in inspect.signature(fn).parameters.items():
         value = given.get(name, param.default)

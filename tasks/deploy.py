@@ -6,11 +6,14 @@ every task module for every command, ``--list`` included.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from invoke.context import Context
 from invoke.tasks import task
 
+from rigsmith import writer
+from rigsmith.userhome import invoking_home  # what ~ means is part of what is rendered
 from tasks._common import confirm, echo, project, side, user_errors
 from tasks._flags import DEPLOYMENT, IMAGE, MEMLOCK, OUT, TARGET, YES, helps, whole
 
@@ -59,8 +62,6 @@ def deploy(
     replace_gpu_passthrough: bool = False,
 ) -> None:
     """Render run artifacts for one target from the spec and the lock."""
-    from rigsmith.userhome import invoking_home  # what ~ means is part of what is rendered
-
     home = invoking_home()
     from rigsmith.rendering import deploy as deploymod
     from rigsmith.rendering.targets import LxcOptions
@@ -121,9 +122,7 @@ def check_container(
 @user_errors
 def schema(c: Context, check: bool = False) -> None:
     """Write schema/{deployment,image}.schema.json (JSON Schemas of the spec files, for editors)."""
-    import json
-
-    from rigsmith import spec, writer
+    from rigsmith import spec
     from rigsmith.resolving import imagedef
 
     root = project(c).root

@@ -1,5 +1,7 @@
 """invoke next: where a deployment stands and the command for the next step. Wiring only."""
 
+# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (tasks/__init__.py).
+
 from __future__ import annotations
 
 import os

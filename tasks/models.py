@@ -1,5 +1,7 @@
 """invoke fetch-model (and the model half of `invoke pin`, via rigsmith.resolving.modelfetch.pin_model)."""
 
+# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (tasks/__init__.py).
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -6,6 +6,7 @@ rigsmith.operating (httpx, jinja2) loads inside the tasks: invoke imports every 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
+from rigsmith import writer
 from rigsmith.errors import RigsmithError, shown
 from tasks._common import confirm, echo, project, user_errors
 from tasks._flags import DEPLOYMENT, IMAGE, MEMLOCK, OUT, RUN_TARGET, TARGET, YES, helps, seconds, whole
@@ -46,8 +48,6 @@ def doctor(
     node: str | None = None,
 ) -> None:
     """Preflight: one go/no-go table of this host (each node, and the cluster) against the deployment."""
-    import shutil
-
     from rigsmith.operating import doctor as doctormod
     from rigsmith.operating.host import LocalHost
 
@@ -371,7 +371,6 @@ def proxy_entry(
     c: Context, deployment: str | None = None, target: str = "podman", write: bool = False, yes: bool = False
 ) -> None:
     """Emit a llama-swap model entry and the proxy family record for the deployment."""
-    from rigsmith import writer
     from rigsmith.operating import proxy
 
     p = project(c)

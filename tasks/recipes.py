@@ -1,10 +1,13 @@
 """invoke import-recipe."""
 
+# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (tasks/__init__.py).
+
 from __future__ import annotations
 
 from invoke.context import Context
 from invoke.tasks import task
 
+from rigsmith.errors import shown_lines
 from tasks._common import configured_default, confirm, echo, project, prompt, side, user_errors
 
 
@@ -51,7 +54,6 @@ def import_recipe(
 ) -> None:
     """Import a published vLLM recipe into deployments/NAME.yaml (a re-import merges into your edits)."""
     resolve = side(ours, theirs)
-    from rigsmith.errors import shown_lines
     from rigsmith.importing import importer
 
     def say(msg: object) -> None:
