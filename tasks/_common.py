@@ -8,17 +8,15 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import yaml
 from invoke.context import Context
 from invoke.exceptions import Exit
 
 from rigsmith.errors import RigsmithError, shown, shown_lines
+from rigsmith.project import NEWEST_IMPORT, Project, find_root, newest_import
 from tasks._pipe import BROKEN_PIPE, quiet_stdout, reader_gone
-
-if TYPE_CHECKING:
-    from rigsmith.project import Project
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -27,12 +25,8 @@ R = TypeVar("R")
 def project(c: Context | None = None) -> Project:
     """The checkout the command runs in (RIGSMITH_ROOT overrides, for tests and scripts), with its default
     deployment: RIGSMITH_DEPLOYMENT, else the newest import (what ``import-recipe`` wrote last, while
-    invoke.yaml names what it named then), else Invoke's config value ``rigsmith.deployment`` (invoke.yaml).
-
-    rigsmith.project (the spec's pydantic models) loads here, not when tasks/ is imported: invoke imports
-    every task module for every command, `invoke --list` included."""
-    from rigsmith.project import NEWEST_IMPORT, Project, newest_import
-
+    invoke.yaml names what it named then), else Invoke's config value ``rigsmith.deployment``
+    (invoke.yaml)."""
     root = _root()
     named = os.environ.get("RIGSMITH_DEPLOYMENT", "").strip()
     if named:
@@ -45,8 +39,6 @@ def project(c: Context | None = None) -> Project:
 
 
 def _root() -> Path:
-    from rigsmith.project import find_root
-
     env = os.environ.get("RIGSMITH_ROOT")
     return Path(env).resolve() if env else find_root()
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from rigsmith.errors import RigsmithError
+from rigsmith.project import TARGETS
 
 T = TypeVar("T")
 
@@ -58,8 +59,6 @@ def memlock(flag: str, value: str) -> Memlock:
 
 def target(flag: str, value: str) -> str:
     """One of the five targets."""
-    from rigsmith.project import TARGETS  # the spec's models (pydantic): paid by a task, not by --list
-
     if value not in TARGETS:
         raise RigsmithError(f"unknown target {value!r}", hint=f"use one of: {', '.join(TARGETS)}")
     return value

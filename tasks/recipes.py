@@ -8,6 +8,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from rigsmith.errors import shown_lines
+from rigsmith.project import record_import
 from tasks._common import configured_default, confirm, echo, project, prompt, side, user_errors
 
 
@@ -79,7 +80,6 @@ def import_recipe(
     )
     if not dry_run:
         from rigsmith.operating.nextstep import after_import
-        from rigsmith.project import record_import
 
         configured = configured_default(c)
         record_import(project(c).root, dep.name, configured)
