@@ -1,16 +1,15 @@
 """The ``rigsmith`` command: Invoke's :class:`~invoke.program.Program` over these tasks, as Invoke documents
-for a distinct binary ("Reusing Invoke's CLI module as a distinct binary"), plus two things Invoke leaves to
-its users:
+for a distinct binary ("Reusing Invoke's CLI module as a distinct binary"), overriding three of Program's
+documented methods:
 
-- "did you mean": Invoke's parser stops at the first word it does not know with "No idea what '--tagret'
-  is!"; :meth:`RigsmithProgram.parse_tasks` adds the nearest flags of the task being parsed (or the nearest
-  task names) to that one-line error.
-- bytecode: Invoke writes none unless ``--write-pyc`` (right for a loose tasks.py); rigsmith is a package
-  whose every command would otherwise compile its modules again, so Python's own setting decides
-  (PYTHONDONTWRITEBYTECODE / -B still turn it off).
-
-- invoke.yaml: a Program with its own namespace loads no project config; this one loads the invoke.yaml
-  beside tasks/ (``rigsmith.deployment``), as ``invoke`` does in the checkout.
+- ``parse_tasks``, "did you mean": Invoke's parser stops at the first word it does not know with "No idea
+  what '--tagret' is!"; the nearest flags of the task being parsed (or the nearest task names) are added to
+  that one-line error.
+- ``core_args``, bytecode: Invoke writes none unless ``--write-pyc`` (right for a loose tasks.py); rigsmith
+  is a package whose every command would otherwise compile its modules again, so Python's own setting
+  decides (PYTHONDONTWRITEBYTECODE / -B still turn it off).
+- ``parse_collection``, invoke.yaml: a Program with its own namespace loads no project config; this one
+  loads the invoke.yaml beside tasks/ (``rigsmith.deployment``), as ``invoke`` does in the checkout.
 
 ``invoke …`` in the checkout runs the same tasks through Invoke's own program: the same commands, flags and
 errors, without the suggestions (Invoke has no hook between its parser and its error message). Both end
