@@ -317,26 +317,28 @@ def test_seed003_keeps_its_pins_unless_allowed_and_apply_moves_readiness_and_rec
         .stdout.rstrip()
         .endswith("fit: WARN on 4 GPU(s), not a GO (reasons in the table)")
     )
+    # no layout keeping the recipe's 4.1 GB pool is a GO (the search and plain fit judge each rank with one
+    # computation): --apply refuses, naming the --allow that gives one, and writes nothing
+    text = path.read_text(encoding="utf-8")
+    r = fit_cli(root, smi, *dep, "--propose")
+    assert r.returncode == 0 and "plain fit: WARN: below the asked headroom, not a GO" in flat(r.stdout)
+    assert "listed apart, with --allow kv-cache-memory:" in flat(r.stdout)
     r = fit_cli(root, smi, *dep, "--apply", "1")
-    assert r.returncode == 0, r.stderr
-    kept = specmod.load(path)
-    p = fit.engine_inputs(kept)
-    assert (p.kv_cache_memory, p.max_model_len, p.kv_cache_dtype) == (4_100_000_000, 262_144, "fp8_e4m3")
-    assert kept.readiness.kv_cache_tokens == 924_993 and kept.engine.args == before.engine.args
-    assert path.read_text(encoding="utf-8").startswith(specmod.MODELINE)
+    assert r.returncode == 1 and "with --allow kv-cache-memory one fits" in flat(r.stderr), r.stderr
+    assert path.read_text(encoding="utf-8") == text
 
-    # allowed, the pool is a proposal's, not listed apart; at the recipe's own headroom (the default where it
-    # runs closer than 512 MiB) the seed's pool is already the largest every rank holds: asking for none
-    # (--headroom-gib 0), it grows into the first stage's last 110 MiB
-    r = fit_cli(root, smi, *dep, "--propose", "--allow", "kv-cache-memory")
-    assert "--kv-cache-memory 4100000000 → " not in r.stdout and "--kv-cache-memory 4100000000" in r.stdout
-    r = fit_cli(root, smi, *dep, "--apply", "1", "--allow", "kv-cache-memory", "--headroom-gib", "0")
+    # allowed, the pool is the largest every rank holds with fit's 512 MiB left: smaller than the seed's
+    r = fit_cli(root, smi, *dep, "--apply", "1", "--allow", "kv-cache-memory")
     assert r.returncode == 0, r.stderr
     grown = specmod.load(path)
+    assert grown.engine.args != before.engine.args and path.read_text(encoding="utf-8").startswith(
+        specmod.MODELINE
+    )
     g = fit.engine_inputs(grown)
-    assert g.kv_cache_memory is not None and g.kv_cache_memory > 4_100_000_000
+    assert g.kv_cache_memory is not None and g.kv_cache_memory < 4_100_000_000
     assert (g.max_model_len, g.kv_cache_dtype) == (262_144, "fp8_e4m3")
     # readiness.kv_cache_tokens moves with the pool: the recipe's figure scaled by fit's exact count of both
+    p = fit.engine_inputs(before)
     shape = fit.ModelShape.from_config(archs["flash-next-merlin-4x3090"].config)
     heads = checkpoint.rows(LocalCheckpoint(Path(grown.model.local_dir)))
     rows_ = list(heads)
@@ -344,13 +346,35 @@ def test_seed003_keeps_its_pins_unless_allowed_and_apply_moves_readiness_and_rec
     new = fit.estimate(shape, g, rows_).kv_tokens([0] * 4)
     assert old and new and grown.readiness.kv_cache_tokens == round(924_993 * new / old)
     assert any("readiness.kv_cache_tokens 924,993 → " in n for n in grown.notes)
-    # the larger pool leaves no headroom beyond fit's count: a WARN as the recipe's, no rank short of memory
+    # --apply then plain fit: GO, every rank with fit's margin
     r = fit_cli(root, smi, *dep)
-    assert r.returncode == 0 and "within 512 MiB of the limit" in flat(r.stdout) and "no-go" not in r.stdout
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("fit: GO"), r.stdout
     index = (root / ".rigsmith" / "locks" / "index.jsonl").read_text().splitlines()
     last: dict[str, Any] = json.loads(index[-1])
     assert "fit" in last["command"] and "--allow kv-cache-memory" in last["command"]
     assert last["reason"].startswith("flash-next-merlin-4x3090.yaml: proposal 1, TP2×PP2 EP KV fp8_e4m3")
+
+
+def test_seed000_apply_then_plain_fit_is_go_on_the_rig_it_was_planned_for(tmp_path: Path) -> None:
+    root, _ = _seeds(tmp_path)
+    nopath = "/usr/bin:/bin"
+    dep = ("--deployment", "flash-next-int4-3x3090", "--vram-gib", "24")
+    path = root / "deployments" / "flash-next-int4-3x3090.yaml"
+    with lock.locked(root / "rigsmith.lock"):
+        pass
+    # its 550 MB pool holds less than one 262,144-token request: only the host KV offload (not modelled)
+    # admits it, so no layout keeping the pins is a GO, and --apply writes none
+    r = fit_cli(root, nopath, *dep, "--apply", "1")
+    assert r.returncode == 1 and "this rig has 0 proposal(s) that fit" in r.stderr
+    r = fit_cli(root, nopath, *dep, "--propose")
+    assert "WARN: pool < one request" in r.stdout and "listed apart, with --allow" in flat(r.stdout)
+    allow = ("--allow", "max-model-len,kv-cache-memory,kv-cache-dtype")
+    r = fit_cli(root, nopath, *dep, "--apply", "1", *allow)
+    assert r.returncode == 0, r.stderr
+    p = fit.engine_inputs(specmod.load(path))
+    assert p.max_model_len is not None and p.max_model_len < 262_144 and p.kv_cache_dtype == "fp8"
+    r = fit_cli(root, nopath, *dep)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("fit: GO"), r.stdout
 
 
 def test_fit_needs_only_the_model_on_a_build_route_with_nothing_pinned(
