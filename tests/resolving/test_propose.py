@@ -21,7 +21,7 @@ from rigsmith.operating import fitpropose, fitreport
 from rigsmith.operating.host import gather
 from rigsmith.operating.probes import HostFacts
 from rigsmith.project import Project
-from rigsmith.resolving import checkpoint, fit, fitverdict, layout, prescribe, propose, proposewhy
+from rigsmith.resolving import checkpoint, fit, fitengine, fitverdict, layout, prescribe, propose, proposewhy
 from rigsmith.resolving.applylayout import with_layout
 from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
 from rigsmith.spec import Deployment, from_data, to_data
@@ -220,7 +220,7 @@ def test_tp_stays_inside_p2p_pairs_and_a_pcie_only_rig_has_none(tmp_path: Path) 
     assert propose._cross(layout.Layout(2, 1, dp=2), mixed) == (0, 0)
 
 
-def test_on_two_nvlinked_gpus_one_tp_group_beats_two_replicas_of_a_model_that_fits_one(
+def test_on_two_nvlinked_gpus_one_copy_over_the_pair_beats_two_replicas_of_a_model_that_fits_one(
     tmp_path: Path,
 ) -> None:
     a = ck.moe(8, (1024, 8, 8, 128, 32000), experts=16, inter=1024, lazy=True)
@@ -237,10 +237,15 @@ def test_on_two_nvlinked_gpus_one_tp_group_beats_two_replicas_of_a_model_that_fi
     prop = fitpropose.propose(spec, fit.ModelShape.from_config(ckpt.config()), rows(ckpt), rig,
                               headroom=None, cap=None)  # fmt: skip
     best, *rest = prop.top()
-    # one copy of the weights over the NVLink pair leaves more room for KV than a copy on each card
-    assert (best.layout.tp, best.layout.dp, best.tp_cross, best.max_context) == (2, 1, 0, 32_768)
+    # one copy of the weights over the pair leaves more room for KV than a copy on each card; on this
+    # NVSwitch board a TP group also pays NCCL's NVLS buffers (fitengine.NVLS_BUFFERS) on each rank, so the
+    # copy split into stages holds the most
+    assert (best.layout.gpus, best.layout.dp, best.tp_cross, best.max_context) == (2, 1, 0, 32_768)
     replicas = next(p for p in rest if p.layout.dp == 2)
     assert replicas.layout.tp == 1 and replicas.sequences < best.sequences
+    tp2 = next(p for p in rest if p.layout.tp == 2)
+    assert {r.need.non_torch for r in tp2.ranks} == {512 * MiB + fitengine.NVLS_BUFFERS}
+    assert {r.need.non_torch for r in best.ranks} == {512 * MiB} and best.layout.pp == 2
     _check_against_independent_count(a, prop)
 
 

@@ -116,7 +116,9 @@ def test_a_one_card_recipe_is_spread_over_the_rigs_three_cards_then_fit_says_go(
     assert path.read_text(encoding="utf-8") == text  # a re-import keeps the applied layout
 
 
-def test_a_two_card_recipe_takes_all_four_cards_with_tp_inside_the_p2p_pairs(tmp_path: Path) -> None:
+def test_a_two_card_recipe_takes_all_four_cards_and_names_the_tp_pairs_that_cross_the_bridge(
+    tmp_path: Path,
+) -> None:
     a = big_dense(40)
     root, path, _ = imported(tmp_path, a, "-tp 2 --max-model-len 16384", prefix="CUDA_VISIBLE_DEVICES=0,1 ")
     smi = stand_in(tmp_path, "4x3090-idle")
@@ -125,18 +127,18 @@ def test_a_two_card_recipe_takes_all_four_cards_with_tp_inside_the_p2p_pairs(tmp
     assert column(r.stdout, "GPUs") == "GPU0,GPU1,GPU2,GPU3"
     recipe_kv = int(column(r.stdout, "KV tokens", 0).replace(",", ""))
     assert int(column(r.stdout, "KV tokens").replace(",", "")) > recipe_kv
-    # TP2×PP2 keeps TP inside the PIX pairs and holds the most sequences: under V1 every last-stage rank keeps
-    # the sampler's full-vocabulary buffers, which TP4 pays on all four cards; TP4 comes third and says that
-    # it crosses the host bridge between the pairs
+    # memory first (the objective): TP4 holds one sequence more than TP2×PP2 (no stage keeps the whole LM
+    # head and sampler), and says that its four TP pairs cross the host bridge between the P2P pairs; TP2×PP2
+    # keeps TP inside the PIX pairs and comes second
+    assert column(r.stdout, "layout") == "TP4×PP1 KV auto"
+    assert column(r.stdout, "cross-bridge") == "4 TP / 0 PP"
+    assert "4 TP pair(s) and 0 stage boundary(ies) cross a PCIe host bridge without P2P" in flat(r.stdout)
     assert (
-        column(r.stdout, "layout") == "TP2×PP2 KV auto" and column(r.stdout, "cross-bridge") == "0 TP / 1 PP"
+        column(r.stdout, "layout", 2) == "TP2×PP2 KV auto"
+        and column(r.stdout, "cross-bridge", 2) == "0 TP / 1 PP"
     )
-    assert "0 TP pair(s) and 1 stage boundary(ies) cross a PCIe host bridge without P2P" in flat(r.stdout)
-    assert (
-        column(r.stdout, "layout", 3) == "TP4×PP1 KV auto"
-        and column(r.stdout, "cross-bridge", 3) == "4 TP / 0 PP"
-    )
-    assert fit_cli(root, smi, "--apply", "1").returncode == 0
+    assert "TP2 inside P2P groups (GPU0+GPU1, GPU2+GPU3)" in flat(r.stdout)
+    assert fit_cli(root, smi, "--apply", "2").returncode == 0
     p, spec, _ = applied(path, a)
     assert (p.tp, p.pp) == (2, 2) and len(spec.resources.gpus.cdi_devices) == 4
     assert fit_cli(root, smi).stdout.rstrip().endswith("fit: GO")
