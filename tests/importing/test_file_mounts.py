@@ -126,6 +126,6 @@ def test_run_refuses_a_missing_file_mount_without_a_size_instead_of_making_a_dir
     proc = invoke_cli(root, "deploy", "--target", "podman", "--deployment", "jinja", "--memlock", "host")
     assert proc.returncode == 0, proc.stderr
     proc = run_script(root / "podman/jinja/run.sh", podman.env)
-    assert proc.returncode == 1 and "is not a file" in proc.stderr
+    assert proc.returncode == 1 and f"{cfg} does not exist: create the file the engine reads" in proc.stderr
     assert not cfg.exists(), "nothing was made in its place"
     assert podman.run("container", "exists", "jinja", check=False).returncode == 1

@@ -99,6 +99,10 @@ def test_seed_000_record_imports_the_proposal_only_when_confirmed() -> None:
     assert dep.model.revision == "1703ff595285561b141648609291377d3faf3b64"
     assert dep.resources.gpus.count == 3  # PP 3 × TP 1
     assert dep.notes[0].startswith("read as a record with no launch command (imported with --yes)")
+    # No image: the record's own (a truncated digest) was left out, and import's next steps say so and how.
+    [no_image] = [s for s in importer.next_steps(dep) if s.startswith("no container image")]
+    assert "pinned by image digest sha256:43f13b4c…47bb96: the digest is truncated" in no_image
+    assert "set engine.build" in no_image and "outside a container" not in no_image
 
 
 def test_a_record_without_a_model_says_so_in_one_paragraph() -> None:

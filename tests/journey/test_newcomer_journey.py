@@ -189,7 +189,7 @@ def test_seed_000_newcomer_from_the_published_record_to_a_running_deployment_and
     imp = user.run("import-recipe", str(record), "--yes")
     [name] = {h[h.index("--deployment") + 1] for h in commands_in(imp.stdout) if "--deployment" in h}
     assert f"now act on {name}, the newest import" in imp.stdout and len(name) <= 32
-    if "no container image" in imp.stdout:  # the record runs vLLM from a venv: the hint re-imports
+    if "no container image" in imp.stdout:  # the record's image cannot be pulled: the hint re-imports
         [again] = [h for h in commands_in(imp.stdout) if h[:1] == ["deploy"] and "--image" in h]
         assert again[again.index("--image") + 1] == "REF"
         user.run("import-recipe", str(record), "--yes", "--image", OPS_IMAGE)

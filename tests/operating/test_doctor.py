@@ -490,9 +490,12 @@ def test_sparse_files_must_be_at_their_size() -> None:
     wrong = check(doctor.evaluate(spec, f), "sparse files")
     assert wrong.verdict == "no-go" and wrong.detail == "/srv/ple.bin is 10 bytes, wants 4096"
     f.sparse = {"/srv/ple.bin": (4096, None)}
-    assert check(doctor.evaluate(spec, f), "sparse files").verdict == "go"  # run.sh creates it
-    quad = check(doctor.evaluate(spec, f, "quadlet"), "sparse files")
-    assert quad.verdict == "no-go" and quad.hint == "truncate -s 4096 /srv/ple.bin"
+    # Every target but kube creates it before the container starts (run.sh, ExecStartPre, files.sh, the hook).
+    for target in ("podman", "quadlet", "compose", "lxc"):
+        made = check(doctor.evaluate(spec, f, target), "sparse files")
+        assert made.verdict == "go" and "creates each sparse" in made.detail, target
+    kube = check(doctor.evaluate(spec, f, "kube"), "sparse files")
+    assert kube.verdict == "no-go" and kube.hint == "truncate -s 4096 /srv/ple.bin"
 
 
 def test_image_missing_from_local_storage_is_no_go_with_the_command_that_fixes_it() -> None:

@@ -68,8 +68,17 @@ def test_no_image_is_refused_with_how_to_set_one(tmp_path: Path) -> None:
     with pytest.raises(RigsmithError, match="names no container image") as err:
         deploy.artifacts(project, "podman")
     assert "--image REF" in str(err.value) and "invoke build" in str(err.value)
+    assert "the recipe ran vLLM outside a container" in str(err.value)
     _, files = deploy.artifacts(project, "podman", image="localhost/x@sha256:" + "a" * 64)
     assert "IMAGE=localhost/x@sha256:" in files[0].content
+    # A record whose image import left out (seed 000: a truncated digest) says that, not "a venv".
+    left = {"item": "pinned by image digest sha256:43f1…47bb96", "why": "the digest is truncated"}
+    data["not_taken"] = [left]
+    project = write_project(tmp_path / "record", data)
+    with pytest.raises(RigsmithError, match="names no container image") as err:
+        deploy.artifacts(project, "podman")
+    said = str(err.value)
+    assert "sha256:43f1…47bb96: the digest is truncated" in said and "vLLM outside" not in said
 
 
 def test_unfilled_placeholders_are_refused_naming_each(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,46 @@ def test_object_names_are_valid_kubernetes_names_for_any_deployment_name(tmp_pat
     for what, (value, rule) in names.items():
         assert rule.fullmatch(value) and len(value) <= 63, f"{what}: {value!r}"
     assert names["service"][0] == names["container"][0] == names["deployment"][0]
+
+
+def test_a_file_mount_is_refused_until_the_printed_step_makes_it_then_is_a_file_inside(
+    tmp_path: Path, podman: Podman, standin_image: str
+) -> None:
+    # Seed 000's pitfall 2 on kube: a hostPath of type File, which nothing on the kube side creates.
+    table = tmp_path / "host/ple/ngram_table.bin"
+    mount = {
+        "host": str(table),
+        "container": "/workstation/ngram_table.bin",
+        "kind": "file",
+        "sparse_size": 4096,
+    }
+    data = standin_deployment(tmp_path, name="standin-kfile")
+    data["mounts"] = [*data["mounts"], mount]  # type: ignore[misc]
+    prepare_host_dirs(data)
+    project = write_project(tmp_path, data)
+    out, said = tmp_path / "out", []
+    deploy.deploy(project, "kube", deployment="standin-kfile", out=out, echo=said.append)
+    manifest = out / "kube/standin-kfile.yaml"
+    steps = [ln for ln in "\n".join(said).splitlines() if "on each node first" in ln]
+    assert len(steps) == 1 and f"{table} must be a file of exactly 4096 bytes" in steps[0], said
+    assert "truncate -s 4096" in manifest.read_text()
+    try:
+        refused = podman.run("kube", "play", str(manifest), check=False, timeout=180)
+        assert refused.returncode != 0 and not table.exists()
+        podman.run("kube", "down", str(manifest), check=False)
+        subprocess.run(
+            ["bash", "-c", steps[0].split(" bytes (sparse; never a directory): ", 1)[1]], check=True
+        )
+        assert table.stat().st_size == 4096 and table.stat().st_blocks == 0
+        played = podman.run("kube", "play", str(manifest), check=False, timeout=180)
+        assert played.returncode == 0, played.stderr
+        name = next(
+            n
+            for n in podman.run("ps", "--format", "{{.Names}}").stdout.split()
+            if n.endswith("-standin-kfile")
+        )
+        inside = podman.run("exec", name, "sh", "-c", "test -f /workstation/ngram_table.bin", check=False)
+        assert inside.returncode == 0, inside.stderr
+    finally:
+        podman.run("kube", "down", str(manifest), check=False)
+        podman.run("volume", "rm", "--force", "standin-kfile-shm", check=False)

@@ -3,7 +3,6 @@ config, provision.sh executed with bash."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -16,6 +15,7 @@ from rigsmith.rendering import deploy
 from rigsmith.rendering.targets import LxcOptions, lxc, pvekeys
 from rigsmith.rendering.targets.common import timings
 from tests.support.common import prepare_host_dirs, require, standin_deployment, write_project
+from tests.support.liblxc import liblxc_config, lxc_execute
 from tests.support.targets import CT_VENV, SEEDS, as_venv, conf_pairs, fake_ct, render_seed
 
 PVE_VARIANTS = [LxcOptions(), LxcOptions(pve_version="7.4", uvm_major=509)]
@@ -62,66 +62,6 @@ def test_startup_down_outlasts_every_stop_timeout_inside(
 # -- liblxc -------------------------------------------------------------------------------------------
 
 
-def _liblxc_config(conf: str, rootfs: Path, fake: Path, memlock: str | None) -> tuple[str, dict[str, Path]]:
-    """Proxmox `lxc.key: value` (and mpN/devN, as PVE expands them) → liblxc `lxc.key = value`, host paths
-    pointed at test stand-ins (device nodes made with mknod, files and dirs under ``fake``)."""
-    lines = [
-        f"lxc.rootfs.path = dir:{rootfs}",
-        "lxc.net.0.type = empty",
-        "lxc.autodev = 1",
-        "lxc.mount.auto = proc:mixed sys:ro",
-    ]
-    targets: dict[str, Path] = {}
-
-    def stand_in(host: str, kind: str) -> Path:
-        p = fake / host.lstrip("/")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "dev" and not p.exists():
-            os.mknod(p, 0o666 | 0o020000, os.makedev(1, 3))  # a char device like /dev/null
-        elif kind == "file":
-            p.touch()
-        elif kind == "dir":
-            p.mkdir(exist_ok=True)
-        targets[host] = p
-        return p
-
-    for key, value in conf_pairs(conf):
-        if key == "lxc.prlimit.memlock":
-            lines.append(f"{key} = {memlock or value}")
-        elif key == "lxc.mount.entry":
-            src, dst, *rest = value.split()
-            if src.startswith("/"):
-                src = str(stand_in(src, "dev" if src.startswith("/dev/") else "file"))
-            lines.append(f"{key} = {' '.join([src, dst, *rest])}")
-        elif key.startswith("lxc."):
-            lines.append(f"{key} = {value}")
-        elif re.fullmatch(r"mp\d+", key):
-            host, *opts = value.split(",")
-            mp = next(o[3:] for o in opts if o.startswith("mp="))
-            ro = ",ro" if "ro=1" in opts else ""
-            lines.append(
-                f"lxc.mount.entry = {stand_in(host, 'dir')} {mp.lstrip('/')} none bind,create=dir{ro} 0 0"
-            )
-        elif re.fullmatch(r"dev\d+", key):
-            host = value.split(",")[0]
-            lines.append(
-                f"lxc.mount.entry = {stand_in(host, 'dev')} {host.lstrip('/')} none bind,create=file 0 0"
-            )
-    return "\n".join(lines) + "\n", targets
-
-
-def _lxc_execute(lxcpath: Path, name: str, config: str, script: str) -> subprocess.CompletedProcess[str]:
-    (lxcpath / name).mkdir(parents=True, exist_ok=True)
-    (lxcpath / name / "config").write_text(config)
-    return subprocess.run(
-        ["lxc-execute", "-P", str(lxcpath), "-n", name, "--", "sh", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 @pytest.mark.parametrize(
     ("seed", "opts"),
     [(SEEDS[0], PVE_VARIANTS[1]), (SEEDS[1], PVE_VARIANTS[0])],
@@ -134,11 +74,11 @@ def test_liblxc_applies_shm_env_devices_mounts_and_memlock(
     conf = _conf(seed_project, seed, tmp_path / "out", opts)
     plan, _ = deploy.artifacts(seed_project, "lxc", deployment=seed, out=tmp_path / "out", lxc=opts)
     # This machine cannot raise RLIMIT_MEMLOCK; lowering it proves liblxc applies the key we write.
-    config, targets = _liblxc_config(conf, busybox_rootfs, tmp_path / "fake", memlock="4096")
+    config, targets = liblxc_config(conf, busybox_rootfs, tmp_path / "fake", memlock="4096")
     probe = "df -k /dev/shm | tail -n 1; ulimit -l; env; ls -l /dev; ls -ld " + " ".join(
         "/" + h.lstrip("/") for h in targets if not h.startswith("/dev/")
     )
-    proc = _lxc_execute(tmp_path / "lxcpath", "rs-" + seed[:20], config, probe)
+    proc = lxc_execute(tmp_path / "lxcpath", "rs-" + seed[:20], config, probe)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert re.search(r"tmpfs\s+8388608\s", out), out  # 8g /dev/shm
@@ -158,12 +98,12 @@ def test_liblxc_rejects_an_unknown_key_and_parses_unlimited_memlock(
     tmp_path: Path, busybox_rootfs: Path, seed_project: Project
 ) -> None:
     conf = _conf(seed_project, SEEDS[1], tmp_path / "out", LxcOptions())
-    config, _ = _liblxc_config(conf, busybox_rootfs, tmp_path / "fake", memlock=None)
-    proc = _lxc_execute(tmp_path / "lxcpath", "rs-unlimited", config, "true")
+    config, _ = liblxc_config(conf, busybox_rootfs, tmp_path / "fake", memlock=None)
+    proc = lxc_execute(tmp_path / "lxcpath", "rs-unlimited", config, "true")
     # Parsed (no parse error); only applying fails, because this machine cannot raise the hard limit.
     assert "Failed to parse config" not in proc.stderr
     assert proc.returncode == 0 or "Failed to setup resource limits" in proc.stderr, proc.stderr
-    bad = _lxc_execute(tmp_path / "lxcpath", "rs-bogus", config + "lxc.bogus.key = 1\n", "true")
+    bad = lxc_execute(tmp_path / "lxcpath", "rs-bogus", config + "lxc.bogus.key = 1\n", "true")
     assert bad.returncode != 0 and "Failed to parse config" in bad.stderr
 
 
@@ -274,10 +214,8 @@ def test_merge_changes_only_rigsmiths_settings_and_keeps_every_user_line(
     assert "c 195:* rwm" not in main
     assert pvekeys.check([(k, v) for k, v in conf_pairs(main)], (8, 2), user_keys=True) == []
     assert any(str(conf) in m and "-lxc.cgroup2.devices.allow: c 195:* rwm" in m for m in messages)
-    config, _ = _liblxc_config(merged, busybox_rootfs, tmp_path / "fake", memlock="4096")
-    proc = _lxc_execute(
-        tmp_path / "lxcpath", "rs-users-conf", config, "df -k /dev/shm | tail -n 1; ulimit -l"
-    )
+    config, _ = liblxc_config(merged, busybox_rootfs, tmp_path / "fake", memlock="4096")
+    proc = lxc_execute(tmp_path / "lxcpath", "rs-users-conf", config, "df -k /dev/shm | tail -n 1; ulimit -l")
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"tmpfs\s+8388608\s", proc.stdout) and "\n4\n" in proc.stdout + "\n"
     again, _ = _merge_users(seed_project, tmp_path, conf, replace_passthrough=True)

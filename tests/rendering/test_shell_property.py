@@ -119,7 +119,7 @@ def _field(v: str) -> dict[str, tuple[Callable[[dict[str, Any], Path], None], tu
         "env value": (_set("env", [{"name": "ANY", "value": v}]), ("env",)),
         "mount host": (
             _set("mounts", lambda b: [{"host": f"{b}/h/{v}", "container": "/data"}]),
-            ("mounts[0].host",),
+            ("mounts[0].host", "mounts[0].consent"),
         ),
         "mount container": (
             _set("mounts", lambda b: [{"host": f"{b}/h", "container": f"/d/{v}"}]),

@@ -785,8 +785,8 @@ def next_steps(dep: specmod.Deployment) -> list[str]:
         )
     if dep.engine.image is None and dep.engine.build is None:
         out.append(
-            "no container image: the recipe runs vLLM outside a container; re-import with --image REF, pass "
-            "`invoke deploy --target podman --image REF`, or set engine.image / engine.build in "
-            f"deployments/{dep.name}.yaml"
+            f"no container image ({dep.why_no_image()}); set engine.build to an images/NAME definition "
+            f"(then `invoke build --deployment {dep.name}`) or engine.image in deployments/{dep.name}.yaml, "
+            "re-import with --image REF, or pass `invoke deploy --target podman --image REF`"
         )
     return out

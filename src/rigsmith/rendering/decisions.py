@@ -8,11 +8,13 @@ applies them, so every target carries the same argv.
 - the served name: vLLM serves a model under its model argument; rewritten to the mounted copy, clients
   that call the recipe's id would get 404, so ``--served-model-name <the recipe's word>`` is added when the
   args set none (import notes it).
+
+``served`` (the spec with its rewritten args) and ``command`` (the argv the container runs) apply them.
 """
 
 from __future__ import annotations
 
-from rigsmith import secondary
+from rigsmith import secondary, userhome
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError
 from rigsmith.rendering import optins
@@ -85,3 +87,34 @@ def gguf_path(spec: specmod.Deployment, lock: lockmod.Lock | None, base: str) ->
             "first, e.g. with llama-gguf-split --merge)",
         )
     return base.rstrip("/") + "/" + files[0]
+
+
+def served(
+    spec: specmod.Deployment, placed: list[secondary.Placement], home: str
+) -> tuple[specmod.Deployment, optins.Applied, str]:
+    """The spec with the argv it serves (each secondary model's word naming its mounted copy, the listen
+    address set, the opt-ins applied), what the opt-ins did, and the address vLLM listens on."""
+    venv = spec.engine.runtime == "venv"
+    # Each secondary model's word names its mounted copy (host path for a venv), like the model word.
+    where = {p.repo: userhome.expand(p.local_dir, home) if venv else p.container_path for p in placed}
+    args = listen_args(spec, secondary.rewrite_args(spec, spec.engine.args, where))
+    opted = optins.apply(spec, args)
+    listen = spec.network.host
+    if opted.args != spec.engine.args:
+        engine = spec.engine.model_copy(update={"args": opted.args})
+        listen = engine.flag_value("--host") or listen
+        spec = spec.model_copy(update={"engine": engine})
+    return spec, opted, listen
+
+
+def command(
+    spec: specmod.Deployment, written: specmod.Deployment, lock: lockmod.Lock | None, home: str
+) -> tuple[str, ...]:
+    """``spec``'s served argv (subcommand + args), placeholders filled, its model word naming the model as it
+    runs (its mounted dir, a venv's host dir, or the GGUF file in it), the recipe's served name kept
+    (``written``: the spec as the user wrote it)."""
+    venv = spec.engine.runtime == "venv"
+    model_dir = userhome.expand(spec.model.local_dir, home) if venv else spec.model.container_path
+    model_path = gguf_path(written, lock, model_dir)
+    argv = tuple(spec.fill(a) for a in spec.engine.argv_with_model(model_path))
+    return keep_served_name(written, argv)

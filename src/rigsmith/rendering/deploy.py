@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -89,7 +90,7 @@ def artifacts(
         lock_entry=lock_entry(project.lock_path, spec, lock, image),
     )
     if spec.cluster is not None:
-        from rigsmith.rendering.targets import nodes
+        from rigsmith.rendering.targets import nodes  # a one-host deploy loads no other target (test_startup)
 
         rendered = nodes.render(target, found[0], spec, plan, ctx)
     else:
@@ -112,8 +113,6 @@ def _route_hints(spec: Deployment, found: engineroute.Proposed | None) -> tuple[
 
 def _show_merge(source: Path, merged: writer.Artifact, echo: Callable[[str], None]) -> None:
     """The diff from the user's pct.conf to the merged copy (the input itself is never written)."""
-    import difflib
-
     before = (_read(source) or "").splitlines(keepends=True)
     diff = "".join(
         difflib.unified_diff(before, merged.content.splitlines(keepends=True), str(source), str(merged.path))
@@ -162,7 +161,7 @@ def deploy(
     if not check:
         spec = project.load(project.resolve_name(deployment))
         if spec.cluster is not None:
-            from rigsmith.rendering.targets import nodes
+            from rigsmith.rendering.targets import nodes  # as in artifacts
 
             steps = nodes.next_steps(target, spec, plan, out)
         else:

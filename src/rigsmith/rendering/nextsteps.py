@@ -27,7 +27,7 @@ def next_steps(
         else f"then see every node's state: invoke status --deployment {deployment}"
     )
     if target == "compose":
-        from rigsmith.rendering.targets.compose import start_command
+        from rigsmith.rendering.targets.compose import start_command  # deploy loads no other target (startup)
 
         return [f"start: {start_command(plan, at(f'compose/{plan.name}/compose.yaml'))}", check]
     if target == "quadlet":
@@ -48,6 +48,11 @@ def next_steps(
     if target == "lxc":
         return [merge, check]
     if target == "kube":
+        from rigsmith.rendering.targets.kube import file_steps  # as above: deploy loads no other target
+
         kube = shlex.quote(at(f"kube/{plan.name}.yaml"))
-        return [f"kubectl apply -f {kube} (or podman kube play {kube})"]
+        return [
+            *(f"on each node first, {what}" + (f": {how}" if how else "") for what, how in file_steps(plan)),
+            f"kubectl apply -f {kube} (or podman kube play {kube})",
+        ]
     return [f"start: {shlex.quote(at(f'podman/{plan.name}/run.sh'))}"]

@@ -189,7 +189,7 @@ def resolve_image(spec: specmod.Deployment, lock: lockmod.Lock, override: str | 
         return built.pinned_ref, True  # a registry digest after a push, else the local image ID: content
     raise RigsmithError(
         f"deployment {spec.name!r} names no container image (engine.image and engine.build are empty; "
-        "the recipe ran vLLM from a venv)",
+        f"{spec.why_no_image()})",
         hint="pass --image REF to deploy (or import-recipe), set engine.image in the spec, "
         "or set engine.build to an images/<name> definition and run `invoke build`",
     )
@@ -431,31 +431,13 @@ def build(
     home = home or userhome.invoking_home()
     ref, pinned = image
     written = spec  # the spec as the user wrote it (the opt-ins rewrite a copy's argv)
-    venv = spec.engine.runtime == "venv"
     placed = secondary.placements(spec)
-    # Each secondary model's word names its mounted copy (host path for a venv), like the model word.
-    where = {p.repo: userhome.expand(p.local_dir, home) if venv else p.container_path for p in placed}
-    args = decisions.listen_args(spec, secondary.rewrite_args(spec, spec.engine.args, where))
-    opted = optins.apply(spec, args)
-    listen = spec.network.host
-    if opted.args != spec.engine.args:
-        engine = spec.engine.model_copy(update={"args": opted.args})
-        listen = engine.flag_value("--host") or listen
-        spec = spec.model_copy(update={"engine": engine})
-    model_dir = userhome.expand(spec.model.local_dir, home) if venv else spec.model.container_path
-    model_path = decisions.gguf_path(written, lock, model_dir)
-    argv = tuple(spec.fill(a) for a in spec.engine.argv_with_model(model_path))
-    command = decisions.keep_served_name(written, argv)
-    model_word = None
-    if venv and spec.engine.model_arg is not None:
-        model_word = len(spec.engine.subcommand) + spec.engine.model_arg
+    spec, opted, listen = decisions.served(spec, placed, home)
+    command = decisions.command(spec, written, lock, home)
+    venv, model_arg = spec.engine.runtime == "venv", spec.engine.model_arg
+    model_word = len(spec.engine.subcommand) + model_arg if venv and model_arg is not None else None
     mounts = _mounts(spec, placed, home)
-    paths: tuple[EnvPath, ...] = ()
-    if spec.engine.runtime == "container":
-        builds = lock.builds if lock is not None else {}
-        built = None if override or spec.engine.image else builds.get(spec.engine.build or "")
-        provided = tuple(built.provides or ()) if built else ()
-        paths = env_paths(spec, (m.container for m in mounts), provided, image_known=built is not None)
+    paths = _env_paths(spec, lock, override, mounts)
     gpus = spec.resources.gpus
     indices = tuple(d.split("=", 1)[1] for d in gpus.cdi_devices)
     grace = spec.resources.stop_grace_seconds
@@ -500,3 +482,15 @@ def build(
         secondary_words=tuple(len(spec.engine.subcommand) + sm.arg for sm in spec.secondary_models),
         env_paths=paths,
     )
+
+
+def _env_paths(
+    spec: specmod.Deployment, lock: lockmod.Lock | None, override: str | None, mounts: list[PlanMount]
+) -> tuple[EnvPath, ...]:
+    """The env values that name container paths, for a container runtime (a venv's are host paths)."""
+    if spec.engine.runtime != "container":
+        return ()
+    builds = lock.builds if lock is not None else {}
+    built = None if override or spec.engine.image else builds.get(spec.engine.build or "")
+    provided = tuple(built.provides or ()) if built else ()
+    return env_paths(spec, (m.container for m in mounts), provided, image_known=built is not None)

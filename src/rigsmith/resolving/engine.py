@@ -20,6 +20,7 @@ import socket
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -240,16 +241,12 @@ class DockerPyEngine:
     def client(self) -> docker.DockerClient:
         """docker-py's client at the API version the handshake found (no second handshake)."""
         if self._client is None:
-            import docker
-
-            self._client = docker.DockerClient(base_url=self.url, version=self.version, timeout=60)
+            self._client = _docker_py()[0].DockerClient(base_url=self.url, version=self.version, timeout=60)
         return self._client
 
     def build(self, context: bytes, *, tag: str, epoch: int, log: Log) -> BuildResult:
         """Build and stream the log live. Podman: /libpod/build with a fixed timestamp, OCI format."""
-        import docker.errors  # type: ignore[import-untyped]
-        import requests
-
+        dk, request_error = _docker_py()
         out = BuildLog(log)
         try:
             events = (
@@ -260,7 +257,7 @@ class DockerPyEngine:
             for ev in events:
                 out.feed(ev)
             out.close()
-        except (docker.errors.APIError, requests.RequestException) as err:
+        except (dk.errors.APIError, request_error) as err:
             raise AdapterError(f"{self.kind} build via {self.url} failed: {err}") from None
         if out.errors:
             raise AdapterError(
@@ -301,12 +298,11 @@ class DockerPyEngine:
             "forcerm": "true",
             "networkmode": "host",
         }
-        import docker.auth  # type: ignore[import-untyped]
-
+        auth = _docker_py()[0].auth
         headers = {"Content-Type": "application/x-tar"}
-        creds = docker.auth.load_config().get_all_credentials()
+        creds = auth.load_config().get_all_credentials()
         if creds:
-            headers["X-Registry-Config"] = docker.auth.encode_header(creds).decode()
+            headers["X-Registry-Config"] = auth.encode_header(creds).decode()
         resp = api.post(url, params=params, data=context, headers=headers, stream=True, timeout=BUILD_TIMEOUT)
         if resp.status_code != 200:
             raise AdapterError(f"podman build via {self.url}: HTTP {resp.status_code}: {resp.text.strip()}")
@@ -316,24 +312,21 @@ class DockerPyEngine:
 
     def tag(self, image: str, ref: str) -> None:
         """Add a name (repository:tag) to an image."""
-        import docker.errors
-
+        dk, _ = _docker_py()
         repo, _, tag = ref.rpartition(":")
         try:
             self.client.api.tag(image, repo, tag, force=True)
-        except docker.errors.APIError as err:
+        except dk.errors.APIError as err:
             raise AdapterError(f"{self.kind}: cannot tag {image} as {ref}: {err.explanation}") from None
 
     def push(self, ref: str, *, log: Log) -> str | None:
         """Push ``repository:tag``; errors in the stream raise."""
-        import docker.errors
-        import requests
-
+        dk, request_error = _docker_py()
         repo, _, tag = ref.rpartition(":")
         try:
             events = self.client.api.push(repo, tag=tag, stream=True, decode=True)
             return push_digest(events, log)
-        except (docker.errors.APIError, requests.RequestException) as err:
+        except (dk.errors.APIError, request_error) as err:
             raise AdapterError(f"{self.kind}: push of {ref} failed: {err}") from None
 
     def inspect(self, ref: str) -> dict[str, Any]:
@@ -357,13 +350,12 @@ class DockerPyEngine:
         return data
 
     def _inspect_docker_py(self, ref: str) -> dict[str, Any]:
-        import docker.errors
-
+        dk, _ = _docker_py()
         try:
             return dict(self.client.api.inspect_image(ref))
-        except docker.errors.ImageNotFound:
+        except dk.errors.ImageNotFound:
             raise AdapterError(f"{self.kind}: image {ref} not found after the build") from None
-        except docker.errors.APIError as err:
+        except dk.errors.APIError as err:
             raise AdapterError(f"{self.kind}: cannot inspect {ref}: {err.explanation}") from None
 
     def close(self) -> None:
@@ -407,15 +399,21 @@ def _ping(api: _Api) -> tuple[str, EngineKind]:
     return version, kind
 
 
+@cache
+def _docker_py() -> tuple[Any, type[Exception]]:
+    """docker-py (``import docker`` loads its errors, auth, constants and utils) and requests' base error."""
+    # At the first build, tag, push or non-stdlib handshake: 54 ms (-X importtime) a no-op build skips.
+    import docker
+    import requests
+
+    return docker, requests.RequestException
+
+
 def _handshake(url: str) -> tuple[docker.DockerClient, EngineKind]:
     """docker-py's own handshake, for URLs the stdlib does not speak (ssh://, TLS): as :func:`_ping`."""
-    import docker
-    import docker.constants  # type: ignore[import-untyped]
-    import docker.errors
-    import docker.utils  # type: ignore[import-untyped]
-
-    floor = docker.constants.MINIMUM_DOCKER_API_VERSION
-    client = docker.DockerClient(base_url=url, version=floor, timeout=60)
+    dk, _ = _docker_py()
+    floor = dk.constants.MINIMUM_DOCKER_API_VERSION
+    client = dk.DockerClient(base_url=url, version=floor, timeout=60)
     try:
         api = client.api
         resp = api._get(api._url("/_ping", versioned_api=False))
@@ -427,9 +425,9 @@ def _handshake(url: str) -> tuple[docker.DockerClient, EngineKind]:
             api_version = info.get("ApiVersion") if isinstance(info, dict) else None
             kind = engine_kind(info if isinstance(info, dict) else {})
         if not isinstance(api_version, str):
-            raise docker.errors.DockerException('Invalid response from the engine: no "ApiVersion"')
-        if docker.utils.version_lt(api_version, floor):
-            raise docker.errors.InvalidVersion(f"API version {api_version} is below what docker-py supports")
+            raise dk.errors.DockerException('Invalid response from the engine: no "ApiVersion"')
+        if dk.utils.version_lt(api_version, floor):
+            raise dk.errors.InvalidVersion(f"API version {api_version} is below what docker-py supports")
         api._version = api_version  # what version="auto" sets from /version's answer
         return client, kind
     except BaseException:
@@ -447,12 +445,10 @@ def _open(url: str) -> DockerPyEngine:
             api.close()
             raise _Refused(str(err) if isinstance(err, _Refused) else type(err).__name__) from None
         return DockerPyEngine(url, kind, version, api=api)
-    import docker.errors
-    import requests
-
+    dk, request_error = _docker_py()
     try:
         client, kind = _handshake(url)
-    except (docker.errors.DockerException, requests.RequestException) as err:
+    except (dk.errors.DockerException, request_error) as err:
         raise _Refused(type(err).__name__) from None
     return DockerPyEngine(url, kind, str(client.api.api_version), client=client)
 

@@ -228,7 +228,7 @@ def dumps(lock: Lock) -> str:
 @contextmanager
 def locked(path: Path) -> Iterator[Lock]:
     """Read-modify-write the lock under a cross-process file lock."""
-    from filelock import FileLock  # only for a command that writes the lock (deploy --check reads it)
+    from filelock import FileLock  # 14 ms (-X importtime, asyncio with it) deploy --check, a reader, skips
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".flock", timeout=600):

@@ -46,7 +46,7 @@ from rigsmith.resolving.modelfiles import (
     wants,
 )
 from rigsmith.resolving.verified import STATE_DIR, STATE_FILE, read_state, seen_at, vouches
-from rigsmith.spec import ConfigPatch, Deployment
+from rigsmith.spec import ConfigPatch, Deployment, ModelSpec
 from rigsmith.writer import write_one
 
 if TYPE_CHECKING:
@@ -72,7 +72,9 @@ def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
     @cache
     def get() -> Hub:
         if hub is None:
-            from rigsmith.resolving.hub import HfHub  # huggingface_hub: imported only when needed
+            from rigsmith.resolving.hub import (
+                HfHub,  # huggingface_hub: 212 ms (-X importtime) a warm run skips
+            )
 
             return HfHub.from_env()
         return hub() if callable(hub) and not hasattr(hub, "download") else hub  # type: ignore[return-value]
@@ -193,7 +195,6 @@ def _patch(
     return sorted(applied, key=lambda p: p.file)
 
 
-# Over 80 lines: fetch-model's order (resolve, plan, disk space, download, verify, lock) is the function.
 def fetch_model(
     project: Project,
     spec: Deployment,
@@ -215,7 +216,10 @@ def fetch_model(
 ) -> FetchReport:
     """Download the locked revision into the model dir (or ``dest``), verify every file (all of them again
     with ``verify``), apply config patches. ``confirm`` asks yes/no (None: no terminal, the answer is no);
-    ``adopt_dir`` / ``overwrite_edited`` consent in advance; ``home`` is for the model-dir check."""
+    ``adopt_dir`` / ``overwrite_edited`` consent in advance; ``home`` is for the model-dir check.
+
+    In order: resolve (pin), plan the files, guard the dir, then under the dir's lock check what is there,
+    download the rest (disk space first), patch, and record the patches in the lock."""
     parse_workers(workers)
     home = home if home is not None else userhome.invoking_home()
     if spec.model.repo is None:
@@ -228,55 +232,96 @@ def fetch_model(
     assert entry is not None
     m = spec.model
     root = dest.absolute() if dest is not None else expand_dir(m.local_dir, {"HOME": home})
-    files = select(entry.files, m.allow_patterns, m.ignore_patterns)
-    if not files:
-        why = f"no file of {entry.repo}@{entry.commit[:12]} matches the allow/ignore patterns"
-        raise SpecError(where, [(f"{where}.allow_patterns", why)])
-    check_patch_files(m.config_patches, files.__contains__, "among the files fetched from the repo")
-    wanted = wants(files, patches_by_file(m.config_patches))
+    wanted = _wanted(entry, m, where)
     guard_dir(root, field, home, entry, wanted, confirm, adopt_dir)
-    try:
-        (root / STATE_DIR).mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise RigsmithError(
-            f"cannot create {root}: {err.strerror}", hint="pass --dest DIR you can write to"
-        ) from None
+    _make_state_dir(root)
     report = FetchReport(commit=entry.commit, local_dir=str(root), files=len(wanted))
     with dir_lock(root / STATE_DIR / "fetch.lock", echo):
         state = read_state(root / STATE_DIR / STATE_FILE)
         state.repo, state.commit = entry.repo, entry.commit
         ctx = FetchContext(entry, root, state, report, get_hub)
         report.cleaned = _clean(root, wanted)
-        to_check = [
-            w
-            for w in wanted
-            if verify
-            or not vouches(state.files.get(w.disk_path), seen_at(root / w.disk_path), w.kind, w.digest)
-        ]
-        report.cached = len(wanted) - len(to_check)
-        stopped = (
-            "stopped while verifying the files on disk (those verified so far are remembered); run "
-            "`invoke fetch-model` again to continue"
-        )
-        checked = run_all(lambda w: check_file(ctx, w), to_check, workers, ctx.stop, stopped)
-        if errors := [r for r in checked if isinstance(r, BaseException)]:
-            raise errors[0]
-        if todo := [w for w, ok in zip(to_check, checked, strict=True) if ok is not True]:
-            pdir = root / STATE_DIR / PARTIAL_DIR
-            have = {p.name: p.stat().st_size for p in pdir.iterdir() if p.is_file()} if pdir.is_dir() else {}
-            check_disk(sum(max(w.size - have.get(w.partial_name, 0), 0) for w in todo), disk_free(root), root)
-            for w in todo:
-                if verify and (root / w.disk_path).exists():
-                    echo(f"{w.repo_path}: does not match the lock; downloading it again")
-            download_all(ctx, todo, workers, progress)
+        todo = _not_on_disk(ctx, wanted, verify, workers)
+        if todo:
+            _download(
+                ctx, todo, verify=verify, workers=workers, progress=progress, disk_free=disk_free, echo=echo
+            )
         patches = _patch(ctx, m.config_patches, verify, confirm, overwrite_edited)
         ctx.save()
     if patches != entry.patches:
-        with lockmod.locked(project.lock_path) as lock:
-            cur = slot.get(lock)
-            if cur is not None and cur.commit == entry.commit:
-                slot.put(lock, cur.model_copy(update={"patches": patches}))
+        _record_patches(project, slot, entry, patches)
     return report
+
+
+def _wanted(entry: LockedModel, m: ModelSpec, where: str) -> list[Want]:
+    """The locked files the model's allow/ignore patterns select, each where it lands and what vouches for
+    it; refused when the patterns select nothing or a config patch names a file not fetched."""
+    files = select(entry.files, m.allow_patterns, m.ignore_patterns)
+    if not files:
+        why = f"no file of {entry.repo}@{entry.commit[:12]} matches the allow/ignore patterns"
+        raise SpecError(where, [(f"{where}.allow_patterns", why)])
+    check_patch_files(m.config_patches, files.__contains__, "among the files fetched from the repo")
+    return wants(files, patches_by_file(m.config_patches))
+
+
+def _make_state_dir(root: Path) -> None:
+    try:
+        (root / STATE_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RigsmithError(
+            f"cannot create {root}: {err.strerror}", hint="pass --dest DIR you can write to"
+        ) from None
+
+
+def _not_on_disk(ctx: FetchContext, wanted: Sequence[Want], verify: bool, workers: int) -> list[Want]:
+    """The wanted files not on disk as the lock says: those the dir's state does not vouch for (every one
+    with ``verify``) are hashed, and those that do not match are returned."""
+    to_check = [
+        w
+        for w in wanted
+        if verify
+        or not vouches(ctx.state.files.get(w.disk_path), seen_at(ctx.root / w.disk_path), w.kind, w.digest)
+    ]
+    ctx.report.cached = len(wanted) - len(to_check)
+    stopped = (
+        "stopped while verifying the files on disk (those verified so far are remembered); run "
+        "`invoke fetch-model` again to continue"
+    )
+    checked = run_all(lambda w: check_file(ctx, w), to_check, workers, ctx.stop, stopped)
+    if errors := [r for r in checked if isinstance(r, BaseException)]:
+        raise errors[0]
+    return [w for w, ok in zip(to_check, checked, strict=True) if ok is not True]
+
+
+def _download(
+    ctx: FetchContext,
+    todo: Sequence[Want],
+    *,
+    verify: bool,
+    workers: int,
+    progress: bool | None,
+    disk_free: Callable[[Path], int],
+    echo: Echo,
+) -> None:
+    """Download ``todo`` once the disk has room for what its partial downloads still lack."""
+    root = ctx.root
+    pdir = root / STATE_DIR / PARTIAL_DIR
+    have = {p.name: p.stat().st_size for p in pdir.iterdir() if p.is_file()} if pdir.is_dir() else {}
+    check_disk(sum(max(w.size - have.get(w.partial_name, 0), 0) for w in todo), disk_free(root), root)
+    for w in todo:
+        if verify and (root / w.disk_path).exists():
+            echo(f"{w.repo_path}: does not match the lock; downloading it again")
+    download_all(ctx, todo, workers, progress)
+
+
+def _record_patches(
+    project: Project, slot: lockmod.Slot, entry: LockedModel, patches: list[LockedPatch]
+) -> None:
+    """The patches applied, into the lock entry fetched (unless a pin moved it to another commit since)."""
+    with lockmod.locked(project.lock_path) as lock:
+        cur = slot.get(lock)
+        if cur is not None and cur.commit == entry.commit:
+            slot.put(lock, cur.model_copy(update={"patches": patches}))
 
 
 def _check_real(root: Path, field: str, home: str) -> None:

@@ -95,7 +95,8 @@ def select(
     """The files a fetch wants: huggingface_hub's own allow/ignore pattern semantics."""
     if not allow and not ignore:
         return dict(sorted(files.items()))
-    from huggingface_hub.utils._paths import filter_repo_objects  # only with patterns: a warm run skips it
+    # huggingface_hub only with patterns: a warm run loads none of it (tests/resolving/test_fetch_warm.py).
+    from huggingface_hub.utils import filter_repo_objects
 
     keep = filter_repo_objects(
         list(files), allow_patterns=list(allow) or None, ignore_patterns=list(ignore) or None

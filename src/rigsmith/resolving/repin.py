@@ -14,8 +14,12 @@ from pathlib import Path
 
 from rigsmith.errors import ConsentError, RigsmithError
 from rigsmith.project import Project
+from rigsmith.resolving import build as buildmod
+from rigsmith.resolving import engineroute, lockdiff, lockhistory
 from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import lockdiff, lockhistory
+from rigsmith.resolving import registry as registrymod
+from rigsmith.resolving import sources as sourcesmod
+from rigsmith.resolving.secondaryfetch import pin_models
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 
@@ -102,12 +106,6 @@ def _unfilled(name: str, spec: Deployment) -> RigsmithError:
 def pin_all(project: Project, deployment: str | None, *, repin: bool, echo: Callable[[str], None]) -> None:
     """Every pin step, in order, on ``project``'s lock (a staged copy for --repin): image tags, source
     trees, then each deployment's model and secondary models."""
-    from rigsmith.resolving import build as buildmod
-    from rigsmith.resolving import engineroute
-    from rigsmith.resolving import registry as registrymod
-    from rigsmith.resolving import sources as sourcesmod
-    from rigsmith.resolving.secondaryfetch import pin_models
-
     # An image.yaml or a named deployment's model still to fill stops pin before any network; a proposed
     # build no spec runs yet waits.
     names = [project.resolve_name(deployment)] if deployment else project.deployment_names()

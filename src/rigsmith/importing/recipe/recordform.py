@@ -228,7 +228,7 @@ def _stack(r: Reading, body: str, _front: list[str]) -> list[str]:
         )
     truncated = "…" in value or "..." in value
     r.skip(
-        f"pinned by image digest {value}",
+        f"{specmod.IMAGE_NOT_TAKEN} {value}",
         ("the digest is truncated in the record, so it can be neither pulled nor checked"
          if truncated else "a digest names no repository to pull it from")
         + f"; the image is {what}: engine.build builds it and `invoke build` locks the real digest",

@@ -370,6 +370,15 @@ def _check_filled(spec: Deployment) -> Check | None:
     )
 
 
+#: What creates a missing sparse file before the container starts, per target (kube: nothing, the user).
+_SPARSE_CREATOR = {
+    "podman": "run.sh",
+    "quadlet": "the unit's ExecStartPre",
+    "compose": "files.sh",
+    "lxc": "the CT's lxc.hook.pre-start",
+}
+
+
 def _check_sparse(facts: HostFacts, target: str) -> Check | None:
     if not facts.sparse:
         return None
@@ -379,21 +388,22 @@ def _check_sparse(facts: HostFacts, target: str) -> Check | None:
         if have not in (None, want)
     ]
     missing = [p for p, (_w, have) in facts.sparse.items() if have is None]
+    creator = _SPARSE_CREATOR.get(target)
     if wrong:
         return Check(
             "sparse files",
             "no-go",
             "; ".join(wrong),
-            "move each aside; `truncate -s SIZE PATH` (run.sh recreates it sparse at its size)",
+            "move each aside; "
+            + (f"{creator} recreates it sparse at its size" if creator else "`truncate -s SIZE PATH`"),
         )
     if missing:
-        creates = target == "podman"
         return Check(
             "sparse files",
-            "go" if creates else "no-go",
+            "go" if creator else "no-go",
             f"missing: {', '.join(missing)}"
-            + ("; run.sh creates each sparse at its size" if creates else ""),
-            None if creates else "; ".join(f"truncate -s {facts.sparse[p][0]} {p}" for p in missing),
+            + (f"; {creator} creates each sparse at its size" if creator else ""),
+            None if creator else "; ".join(f"truncate -s {facts.sparse[p][0]} {p}" for p in missing),
         )
     return Check("sparse files", "go", f"{len(facts.sparse)} file(s) at their exact size")
 

@@ -15,6 +15,7 @@ def find(name: str) -> tuple[Renderer, tuple[Checker, ...]] | None:
     Only that target's module is imported (a check or render of one target pays for no other), and an
     import error names that target.
     """
+    # deploy --check loads only the target it renders: the other four cost 13 ms (tests/test_startup.py).
     if name == "podman":
         from rigsmith.rendering.targets import podman
 

@@ -10,6 +10,8 @@ default (containerd's unit sets LimitMEMLOCK=infinity), and a byte count is refu
 from __future__ import annotations
 
 import re
+import shlex
+from pathlib import PurePosixPath
 from typing import Any
 
 from rigsmith import render as tpl
@@ -121,6 +123,24 @@ def _volume_name(i: int, role: str) -> str:
     return "model" if role == "model" else f"mount-{i}"
 
 
+def file_steps(plan: RunPlan) -> list[tuple[str, str | None]]:
+    """(what, the command that makes it or None) each node needs before the manifest is applied, one per
+    file mount: a ``hostPath`` of type File refuses a missing path (the pod does not start), and nothing on
+    the kube side makes the file the other targets create before their container starts (seeds/000 pitfall
+    2: sparse, at its exact size)."""
+    return [
+        (
+            f"{m.host} must be a file of exactly {m.sparse_size} bytes (sparse; never a directory)",
+            f"mkdir -p {shlex.quote(str(PurePosixPath(m.host).parent))} && truncate -s {m.sparse_size} "
+            + shlex.quote(m.host),
+        )
+        if m.sparse_size
+        else (f"{m.host} must be the file the engine reads (never a directory): create it", None)
+        for m in plan.mounts
+        if m.kind == "file"
+    ]
+
+
 def k8s_literal(text: str) -> str:
     """Text that Kubernetes' ``$(VAR)`` expansion (command, args, env values) gives back unchanged.
 
@@ -217,5 +237,6 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         banner=banner(ctx.command, plan.spec_path),
         name=plan.name,
         body=body,
+        files=file_steps(plan),
     )
     return [Artifact(ctx.out / "kube" / f"{plan.name}.yaml", text)]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from rigsmith.render import banner, breaks_line
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.rendering.targets import pctconf
 from rigsmith.rendering.targets.common import (
+    FILE_CHECK,
     Check,
     cannot_express,
     entrypoint_problems,
@@ -238,8 +240,30 @@ def _mount_lines(plan: RunPlan, problems: list[tuple[str, str]]) -> list[Line]:
         else:
             src = _fstab_path(path, fld, problems)
             opt = "bind,create=file" + (",ro" if m.readonly else "")
+            out.append(Line("lxc.hook.pre-start", file_hook(src, m.sparse_size)))
             out.append(Line("lxc.mount.entry", f"{src} {src.lstrip('/')} none {opt} 0 0"))
     return out
+
+
+#: The CT's root as the host sees it, ``uid:gid`` from the ``lxc.idmap`` lines of the config liblxc started
+#: (PVE writes ``u 0 100000 65536`` for an unprivileged CT), empty for a privileged one: expanded by the
+#: shell liblxc runs a hook in (``$LXC_CONFIG_FILE`` is set for hooks).
+_CT_ROOT = (
+    """"$(awk -F'[ =]+' '$1=="lxc.idmap" && $3==0 {o[$2]=$4} END {if ("u" in o) print o["u"] ":" o["g"]}' """
+    '"$LXC_CONFIG_FILE")"'
+)
+
+
+def file_hook(path: str, size: int | None) -> str:
+    """The ``lxc.hook.pre-start`` command for a file mount: the check the other targets run before their
+    container starts (:data:`~rigsmith.rendering.targets.common.FILE_CHECK`), run on the PVE host before
+    liblxc applies the CT's mounts (without it a missing file is liblxc's "Failed to mount" and no start).
+    liblxc runs the value with ``sh -c``, appending the CT name, section and hook type (ignored)."""
+    return (
+        shlex.join(["/bin/sh", "-c", FILE_CHECK, "rigsmith-file-check", path, str(size or 0)])
+        + " "
+        + _CT_ROOT
+    )
 
 
 def _passthrough_lines(
@@ -430,6 +454,12 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         )
         + f" < systemd {t.systemd_stop}s < startup down={t.pve_down}s.",
     ]
+    if any(m.kind == "file" for m in plan.mounts):
+        head.append(
+            "# rigsmith: each lxc.hook.pre-start checks a file mount on the host before the CT's mounts (a "
+            "missing sized one is created sparse); a start refused there says `Failed to run "
+            f"lxc.hook.pre-start`: `pct start {opts.vmid} --debug` prints why."
+        )
     ours = lines(plan, ctx)
     if opts.config is not None:
         confs = _users_conf(plan, ctx, ours, conf)
@@ -449,7 +479,7 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         venv_program=venv_program(plan).removeprefix(plan.venv or ""),
         secrets_dir=SECRETS_DIR,
         dirs=[tpl.shpath(m.host) for m in plan.mounts if m.kind == "dir"],
-        files=[(tpl.shpath(m.host), m.sparse_size) for m in plan.mounts if m.kind == "file"],
+        files=[(tpl.shpath(m.host), m.sparse_size, m.readonly) for m in plan.mounts if m.kind == "file"],
         secrets=plan.secret_env,
         secret_from=dict(plan.secret_from),
     )

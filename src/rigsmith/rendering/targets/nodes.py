@@ -16,6 +16,7 @@ from rigsmith.errors import RigsmithError
 from rigsmith.rendering import cluster
 from rigsmith.rendering.nextsteps import next_steps as one_node
 from rigsmith.rendering.plan import RunPlan
+from rigsmith.rendering.targets import kube_lws
 from rigsmith.rendering.targets.context import RenderContext, Renderer
 from rigsmith.writer import Artifact
 
@@ -26,8 +27,6 @@ def render(
     """Artifacts of ``target`` (rendered by ``render_one``) for every node of ``spec.cluster``, head first."""
     nodes = cluster.node_plans(spec, plan)
     if target == "kube":
-        from rigsmith.rendering.targets import kube_lws
-
         return kube_lws.render(spec, plan, ctx)
     if target == "lxc" and ctx.lxc.config is not None:
         raise RigsmithError(

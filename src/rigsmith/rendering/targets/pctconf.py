@@ -3,6 +3,7 @@
 Ownership is data. rigsmith owns only what it renders for the deployment, each setting with an identity:
 GPU ``devN`` lines (by device path), the ``mpN`` it adds (by mount point), ``lxc.prlimit.memlock``, the
 ``lxc.mount.entry`` lines it adds (by target: the sized /dev/shm, sparse files, raw GPU nodes on PVE < 8.1),
+the ``lxc.hook.pre-start`` file check before each file mount (by path),
 ``lxc.environment`` (by variable), raw ``lxc.cgroup2.devices.allow`` lines, single ``features`` flags
 (``keyctl``, ``nesting``) and the ``up=``/``down=`` parts of ``startup``. Everything else — ``rootfs``,
 ``hostname``, ``cores``, ``memory``, ``swap``, ``net*``, ``ostype``, ``arch``, ``unprivileged``, idmap lines,
@@ -53,6 +54,9 @@ def identity(key: str, value: str) -> str | None:
         return f"{key} {fields[1] if len(fields) > 1 else value}"
     if key == "lxc.environment":
         return f"{key} {value.split('=', 1)[0]}"
+    hook = re.search(r"\srigsmith-file-check\s+(\S+)", value) if key == "lxc.hook.pre-start" else None
+    if hook:  # the file check of one file mount (a user's own hooks are theirs)
+        return f"{key} {hook.group(1)}"
     if key == "lxc.cgroup2.devices.allow":
         return f"{key} {value}"
     if key == "lxc.prlimit.memlock":
@@ -150,8 +154,6 @@ def _rebuild_partial(key: str, value: str, merged: dict[str, str], ids: set[str]
     return ",".join(out)
 
 
-# Over 80 lines on purpose: the three-way merge reads top to bottom as the module doc states its rules
-# (identity, ours/theirs/base per setting, passthrough in another form, indexes); most of it is the docstring.
 def merge_conf(
     existing: str,
     ours: Sequence[tuple[str, str]],
@@ -183,6 +185,26 @@ def merge_conf(
     gpus = any("/dev/nvidia" in i or "dev/nvidia" in i for i in theirs)
     foreign = foreign_passthrough(main, ids) if gpus else []
     drop = set(foreign) if replace_passthrough else set()
+    kept, seen, used = _kept_lines(main, drop, merged, mine, ids)
+    added = _added_lines(merged, seen, used)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    body = [*kept, *added]
+    if rest:
+        body += ["", *rest]
+    return Merged(
+        text="\n".join(body) + "\n",
+        base=json.dumps(theirs, indent=1, sort_keys=True) + "\n",
+        conflicts=result.conflicts,
+        passthrough=tuple(foreign),
+    )
+
+
+def _kept_lines(
+    main: Sequence[str], drop: set[str], merged: dict[str, str], mine: dict[str, str], ids: set[str]
+) -> tuple[list[str], set[str], dict[str, set[int]]]:
+    """The user's lines in order, each owned one as merged (dropped when rigsmith no longer renders it, or
+    in ``drop``); the owned identities seen, and the ``mp``/``dev`` indexes in use."""
     kept: list[str] = []
     used: dict[str, set[int]] = {k: set() for k in INDEXED}
     seen: set[str] = set()
@@ -212,6 +234,12 @@ def merge_conf(
             continue  # rigsmith rendered it before and no longer does
         have = mine.get(ident)
         kept.append(ln if want == have else f"{key}: {want.split(': ', 1)[1]}")
+    return kept, seen, used
+
+
+def _added_lines(merged: dict[str, str], seen: set[str], used: dict[str, set[int]]) -> list[str]:
+    """The merged settings no line of the file holds yet: partial keys' missing parts, then each new setting
+    (``mp``/``dev`` at the next free index)."""
     added: list[str] = []
     for key in PARTIAL:
         missing_parts = {k: v for k, v in merged.items() if k.startswith(f"{key}.") and k not in seen}
@@ -232,14 +260,4 @@ def merge_conf(
             used[key].add(n)
             key = f"{key}{n}"
         added.append(f"{key}: {value}")
-    while kept and not kept[-1].strip():
-        kept.pop()
-    body = [*kept, *added]
-    if rest:
-        body += ["", *rest]
-    return Merged(
-        text="\n".join(body) + "\n",
-        base=json.dumps(theirs, indent=1, sort_keys=True) + "\n",
-        conflicts=result.conflicts,
-        passthrough=tuple(foreign),
-    )
+    return added

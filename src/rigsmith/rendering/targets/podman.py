@@ -9,6 +9,7 @@ from rigsmith import render as tpl
 from rigsmith.render import banner, shpath, shquote
 from rigsmith.rendering.plan import PlanMount, RunPlan
 from rigsmith.rendering.targets.common import (
+    FILE_CHECK,
     Check,
     entrypoint_problems,
     expressed,
@@ -86,8 +87,8 @@ def render_files(plan: RunPlan, ctx: RenderContext) -> dict[str, str]:
         run_lines=run_lines(plan),
         cdi=cdi_checks(plan),
         gpu_ids=shquote(",".join(plan.gpu_indices)) if "all" not in plan.gpu_indices else "",
-        sparse=[(shpath(m.host), m.sparse_size) for m in plan.mounts if m.sparse_size],
-        files=[shpath(m.host) for m in plan.mounts if m.kind == "file" and not m.sparse_size],
+        file_check=shquote(FILE_CHECK),
+        files=[(shpath(m.host), m.sparse_size or 0) for m in plan.mounts if m.kind == "file"],
         dirs=[
             (shpath(m.host), m.role, ctx.dir_hints.get(m.container)) for m in plan.mounts if m.kind == "dir"
         ],

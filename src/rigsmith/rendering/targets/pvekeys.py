@@ -73,7 +73,9 @@ unusedN       \S+
 )
 
 #: Raw keys PVE passes to liblxc (Config.pm whitelist plus the lxc.cgroup2.*/lxc.prlimit.* families).
-RAW_ALLOWED = re.compile(r"^lxc\.(mount\.entry|environment|cgroup2\.[a-z0-9_.]+|prlimit\.[a-z]+)$")
+RAW_ALLOWED = re.compile(
+    r"^lxc\.(mount\.entry|environment|hook\.pre-start|cgroup2\.[a-z0-9_.]+|prlimit\.[a-z]+)$"
+)
 _IDMAP_KEYS = re.compile(r"^lxc\.(idmap|apparmor\.profile|cap\.(drop|keep)|autodev|mount\.auto|hook\.\w+)$")
 
 
