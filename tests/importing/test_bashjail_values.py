@@ -42,7 +42,7 @@ def test_a_python_program_before_the_server_is_a_note_and_its_secret_is_written_
     notes = "\n".join(dep.notes)
     name = python.rsplit("/", 1)[-1]
     assert f"line 3: '{name} -c …' (a Python program calling huggingface_hub.login) is not a launch" in notes
-    assert f"line 4: '{name} -u prefetch.py --token $HF_TOKEN' is not a launch" in notes  # the value hidden
+    assert f"line 4: '{python} -u prefetch.py --token $HF_TOKEN' is not a launch" in notes  # the value hidden
     assert _SECRET not in specmod.dump(dep)
 
 

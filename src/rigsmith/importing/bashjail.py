@@ -806,7 +806,7 @@ def named(argv: Sequence[str]) -> str:
         calls = list(dict.fromkeys(_CALL_RE.findall(argv[at + 1]) if at + 1 < len(argv) else []))
         called = f" (a Python program calling {', '.join(calls[:4])})" if calls else " (a Python program)"
         return f"'{shown(' '.join([name, *argv[1:at], '-c', '…']))}'{called}"
-    return f"'{shown(' '.join([name, *argv[1:]]))}'"
+    return f"'{shown(' '.join(argv))}'"
 
 
 def _outputs_named(
