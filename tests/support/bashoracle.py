@@ -59,6 +59,21 @@ _STUBS = {
 }
 
 
+def recording(tmp: Path, bodies: Mapping[str, str]) -> tuple[Path, Path, dict[str, str]]:
+    """Stubs under ``tmp`` (name → script), the directory a text runs in, the file the recorders append to
+    (emptied) and the environment that puts the stubs first on PATH."""
+    stubs = tmp / "stubs"
+    stubs.mkdir(exist_ok=True)
+    for name, body in bodies.items():
+        (stubs / name).write_text(body, encoding="utf-8")
+        (stubs / name).chmod(0o755)
+    work = tmp / "work"
+    work.mkdir(exist_ok=True)
+    out = tmp / "argv"
+    out.unlink(missing_ok=True)
+    return work, out, {"PATH": f"{stubs}:/usr/bin:/bin", "ARGV_OUT": str(out), "HOME": "~"}
+
+
 def script_launches(
     text: str, tmp: Path, placeholders: Sequence[str] = (), outputs: Mapping[str, str] | None = None
 ) -> list[list[str]]:
@@ -68,20 +83,11 @@ def script_launches(
     made a placeholder). The directory it runs in is written ``.``, ``$HOME`` is ``~``, as rigsmith writes
     them."""
     bash = require("bash")
-    stubs = tmp / "stubs"
-    stubs.mkdir(exist_ok=True)
     bodies = {
         **_STUBS,
         **{n: f"#!/bin/bash\nprintf '%s' {shlex.quote(v)}\n" for n, v in (outputs or {}).items()},
     }
-    for name, body in bodies.items():
-        (stubs / name).write_text(body, encoding="utf-8")
-        (stubs / name).chmod(0o755)
-    work = tmp / "work"
-    work.mkdir(exist_ok=True)
-    out = tmp / "argv"
-    out.unlink(missing_ok=True)
-    env = {"PATH": f"{stubs}:/usr/bin:/bin", "ARGV_OUT": str(out), "HOME": "~"}
+    work, out, env = recording(tmp, bodies)
     names = [p[1:-1] for p in placeholders]
     env.update({n: f"<{n}>" for n in names if not n.isdigit()})
     count = max((int(n) for n in names if n.isdigit()), default=0)
