@@ -24,6 +24,7 @@ from rigsmith.errors import RecipeError
 from rigsmith.importing import bashjail, recipe
 from rigsmith.importing.recipe import scriptform
 from rigsmith.spec import Deployment
+from tests.support.bashoracle import recording
 from tests.support.common import require
 from tests.support.recipes import HERE, corpus, refusal
 
@@ -47,21 +48,8 @@ _complaints: list[str] = []
 def oracle(text: str, tmp: Path) -> list[list[str]]:
     """Every launcher argv plain bash (outside any jail) runs for ``text``, stubs on PATH."""
     bash = require("bash")
-    stubs = tmp / "stubs"
-    stubs.mkdir(exist_ok=True)
-    for name, body in (
-        ("vllm", _RECORDER),
-        ("docker", _RECORDER),
-        ("python3", _RECORDER),
-        ("nohup", _WRAPPER),
-    ):
-        (stubs / name).write_text(body, encoding="utf-8")
-        (stubs / name).chmod(0o755)
-    out = tmp / "argv"
-    out.unlink(missing_ok=True)
-    work = tmp / "work"
-    work.mkdir(exist_ok=True)
-    env = {"PATH": f"{stubs}:/usr/bin:/bin", "ARGV_OUT": str(out), "HOME": "~"}
+    bodies = {"vllm": _RECORDER, "docker": _RECORDER, "python3": _RECORDER, "nohup": _WRAPPER}
+    work, out, env = recording(tmp, bodies)
     proc = subprocess.run(
         [bash, "--norc", "--noprofile", "-c", text], env=env, cwd=work, capture_output=True, check=False
     )

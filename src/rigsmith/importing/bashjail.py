@@ -49,12 +49,13 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from rigsmith.errors import shown
 from rigsmith.importing.unknown import placeholder
+from rigsmith.secretenv import is_secret_name
 
 _FILES = Path(__file__).with_name("jail")
 #: Names the stub is bound under on the jail's PATH.
@@ -86,6 +87,16 @@ MAX_PROCESSES = 200
 #: Stands for a NUL of the text while bash runs it (a private-use character).
 _NUL = "\ue000"
 _TOKEN_RE = re.compile(r"@@rigsmith-output-\d+@@")
+#: A name assigned a command's output whole (``GPU_COUNT=$(… | awk …)``), as bash traces it.
+_OUTPUT_SET_RE = re.compile(
+    r"^(?:(?:export|local|declare|readonly|typeset) )?([A-Za-z_][A-Za-z0-9_]*)=(@@rigsmith-output-\d+@@)$"
+)
+#: A name read only through an empty default (``${1:-}``, ``${MODEL-}``, ``${X:-""}``): bash reports no
+#: unbound variable for it, and the empty word would stand where the user fills a value.
+_EMPTY_DEFAULT_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[1-9][0-9]?):?-(?:\"\"|'')?\}")
+#: How the run that looks for decisions on values made from a placeholder spells it, longer at both ends
+#: (``<~1~>``): a length, a prefix or a suffix of it differs from the first run's.
+VARIED = "~"
 _ERR_RE = re.compile(r"^(?:\S*bash|sh): (?:line (\d+): )?(.*)$")
 _UNBOUND_RE = re.compile(r"^(\$?)([A-Za-z_][A-Za-z0-9_]*(?:\[[^]\s]*\])?|\d+): unbound variable$")
 _REQUIRED_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): ")
@@ -248,6 +259,7 @@ def _once(
     mounts: Sequence[str],
     deadline: float,
     exit_status: int = 0,
+    varied: Sequence[str] = (),
 ) -> _Run:
     binary = bwrap()
     assert binary is not None
@@ -259,8 +271,10 @@ def _once(
     env += ["--setenv", "__RS_STATUS", str(exit_status)]
     if gates:
         env += ["--setenv", "__RS_PH", " ".join(gates)]
+    if varied:
+        env += ["--setenv", "__RS_ALT", " ".join(varied), "--setenv", "__RS_VARIED", VARIED]
     argv = [*_bwrap_argv(binary, env, extra), "-c", text, "bash"]
-    argv += [placeholder(str(i)) for i in range(1, positional + 1)]
+    argv += [_spelled(str(i), varied) for i in range(1, positional + 1)]
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -342,11 +356,14 @@ def run(text: str) -> Answer:
     text = text.replace("\0", _NUL)  # bash's words cannot hold NUL: carried through, restored after
     deadline = time.monotonic() + TOTAL_SECONDS
     state = _State()
+    state.empty_defaults(text)
     for _ in range(MAX_RUNS):
         got = _once(text, state.positional, state.gate_list(), state.mounts(), deadline)
         if got.status is None or got.overflow or not state.learn(got.errors, _trace(got.trace)):
             break
     answer = _answer(got, state)
+    if not answer.problems and state.names():
+        answer.problems += _derived(text, state, got, deadline)
     if answer.outside and not answer.problems:
         # The commands rigsmith does not run succeeded; run again with them failing: where that changes
         # what is launched, bash decided on their exit status.
@@ -355,9 +372,73 @@ def run(text: str) -> Answer:
     return answer
 
 
+def _spelled(name: str, varied: Sequence[str]) -> str:
+    """The placeholder of ``name`` as a run spells it (``<1>``, or ``<~1~>`` where it is varied)."""
+    return placeholder(f"{VARIED}{name}{VARIED}" if name in varied else name)
+
+
+def _signature(got: _Run, varied: Sequence[str]) -> list[tuple[int, str, str]]:
+    """What bash decided and launched in a run, in order (line, kind, words): each placeholder spelled back
+    as ``<NAME>``, each command's output as one token."""
+
+    def back(text: str) -> str:
+        for name in varied:
+            text = text.replace(_spelled(name, varied), placeholder(name))
+        return _TOKEN_RE.sub("@@output@@", text)
+
+    out = [(line, "T", back(cmd)) for line, cmd in _trace(got.trace) if cmd.startswith(_DECIDING)]
+    for kind, line, *rest in got.records:
+        if kind == "L" and _launched(rest):
+            out.append((int(line) if line.isdigit() else 0, "L", back(" ".join([_exe(rest[1]), *rest[2:]]))))
+        elif kind == "D":  # a case word: its value, then the command
+            out.append((int(line) if line.isdigit() else 0, "T", back(" ".join([*rest[1:2], *rest[:1]]))))
+    return out + [(line, "E", back(message)) for line, message in got.errors]
+
+
+def _derived(text: str, state: _State, got: _Run, deadline: float) -> list[str]:
+    """Refusals where bash decided on (or launched) a value made from a placeholder — its length, a part of
+    it, arithmetic on it (``${#1}``, ``${1:0:3}``): bash's own account of the run differs when the
+    placeholder is spelled otherwise. Each such placeholder is named, with the line of the first
+    difference."""
+    names = sorted(state.names())
+    want = _signature(got, ())
+
+    def differs(varied: Sequence[str]) -> tuple[int, str, str] | None:
+        other = _once(text, state.positional, state.gate_list(), state.mounts(), deadline, varied=varied)
+        seen = _signature(other, varied)
+        if other.status is None:
+            return None  # out of time: the runs before decided what is imported
+        for a, b in zip(want, seen, strict=False):
+            if a != b:
+                return a
+        if len(want) != len(seen):
+            return max(want, seen, key=len)[min(len(want), len(seen))]
+        return None
+
+    if differs(names) is None:
+        return []
+    out = []
+    for name in names:
+        found = differs(names if len(names) == 1 else [name])
+        if found is None:
+            continue
+        line, kind, cmd = found
+        verb = "launches with" if kind == "L" else "decides on"
+        out.append(
+            f"line {line}: bash {verb} a value made from the placeholder {placeholder(name)} (its length, "
+            f"a part of it or arithmetic on it: {shown(cmd[:200])}), which the text does not give; write "
+            "the value out (or remove the test)"
+        )
+    return out or [
+        f"bash decides on a value made from the placeholders {', '.join(placeholder(n) for n in names)} "
+        "(their length, a part of one or arithmetic on one), which the text does not give; write the "
+        "values out"
+    ]
+
+
 def _on_status(succeeded: Answer, failed: Answer) -> Answer:
     """One answer from the runs where the outside commands succeeded and failed."""
-    ran = "; ".join(f"line {line}: '{shown(' '.join(argv))}'" for line, argv in succeeded.outside)
+    ran = "; ".join(f"line {line}: {named(argv)}" for line, argv in succeeded.outside)
     if failed.problems or [c.argv for c in succeeded.calls] == [c.argv for c in failed.calls]:
         return succeeded
     if succeeded.calls and failed.calls:
@@ -383,6 +464,12 @@ _BUILTIN_WORDS = (
     "times trap true type typeset ulimit umask unalias unset wait"
 )
 _BUILTINS = frozenset(_BUILTIN_WORDS.split())
+#: Names bash or the jail sets: never placeholders.
+_RESERVED_WORDS = (
+    "HOME PWD OLDPWD PATH IFS BASH_ENV BASHPID BASH_SOURCE BASH_REMATCH LINENO RANDOM SECONDS PPID UID EUID "
+    "HOSTNAME OSTYPE SHELL SHLVL PS4 OPTIND OPTARG"
+)
+_RESERVED = frozenset(_RESERVED_WORDS.split())
 
 
 @dataclass
@@ -395,9 +482,22 @@ class _State:
     binds: list[str] = field(default_factory=list)
     #: Directories the text writes a file into (``> logs/server.log``): made in the jail, each a small tmpfs.
     dirs: list[str] = field(default_factory=list)
+    #: Names read only through an empty default: placeholders from the text's first command on.
+    early: set[str] = field(default_factory=set)
 
     def gate_list(self) -> list[str]:
-        return [f"{line}:{name}" for name, line in self.gates.items()]
+        return [f"{0 if name in self.early else line}:{name}" for name, line in self.gates.items()]
+
+    def empty_defaults(self, text: str) -> None:
+        """``${1:-}`` and ``${MODEL:-}`` (of a name the text never sets, which the jail's run tells): an empty
+        default stands where the user fills a value, so it is a placeholder as ``$1`` and ``$MODEL`` are."""
+        for m in _EMPTY_DEFAULT_RE.finditer(text):
+            name, line = m.group(1), text.count("\n", 0, m.start()) + 1
+            if name.isdigit():
+                self.positional = max(self.positional, int(name))
+            elif name not in self.gates and name not in _RESERVED:
+                self.gates[name] = line
+                self.early.add(name)
 
     def mounts(self) -> list[str]:
         """bubblewrap's arguments for the directories made and the stubs bound at the text's paths."""
@@ -555,7 +655,7 @@ def _read_records(got: _Run, out: Answer) -> list[tuple[str, int, list[str]]]:
         elif kind == "S":
             _sourced(line, rest, out)
         elif kind == "O" and len(rest) > 1:
-            outside.append((rest[0], line, [_local(a) for a in rest[1:]]))
+            outside.append((rest[0], line, [_exe(rest[1]), *(_local(a) for a in rest[2:])]))
         elif kind == "D" and len(rest) > 1:
             out.decided.append((line, rest[1], rest[0]))
         elif kind == "P":
@@ -572,8 +672,10 @@ def _answer(got: _Run, state: _State) -> Answer:
     out = Answer(problems=_limits_hit(got))
     outside = _read_records(got, out)
     marks = [placeholder(n) for n in state.names()]
-    said = {token: f"the output of '{shown(' '.join(argv))}' (line {line})" for token, line, argv in outside}
-    short = {token: f"<output of {shown(argv[0])}>" for token, _, argv in outside}
+    said = {token: f"the output of {named(argv)} (line {line})" for token, line, argv in outside}
+    short = {token: f"<output of {shown(PurePosixPath(argv[0]).name)}>" for token, _, argv in outside}
+    traced = _trace(got.trace)
+    made = _outputs_named(out, outside, traced)
 
     def untoken(text: str) -> str:
         return _TOKEN_RE.sub(lambda m: short.get(m.group(0), "<output>"), text)
@@ -585,30 +687,7 @@ def _answer(got: _Run, state: _State) -> Answer:
         ]
 
     launched = "\0".join("\0".join([*c.argv, *(v for _, v in c.env)]) for c in out.calls)
-    starts_option = [(line, argv[0]) for _, line, argv in outside if argv[0].startswith("-")]
-    if starts_option:
-        (line, opt), *more = starts_option
-        also = "; so do " + ", ".join(f"line {n} ({shown(o)})" for n, o in more) if more else ""
-        out.problems.append(
-            f"line {line} starts with the option {shown(opt)!r}, but the line before it does not continue "
-            f"with '\\', so a shell runs it as a separate command{also}; add the missing '\\' line "
-            "continuations"
-        )
-    for token, line, argv in outside:
-        if argv[0].startswith("-"):
-            continue
-        out.outside.append((line, argv))
-        if token in launched:
-            out.problems.append(
-                f"line {line}: '{shown(' '.join(argv))}' runs on the machine, and rigsmith does not run it; "
-                "its output reaches the launch command — write the value out"
-            )
-        else:
-            out.notes.append(
-                f"line {line}: '{shown(' '.join(argv))}' is not a launch command; rigsmith does not run it "
-                "(its output does not reach the launch command)"
-            )
-    traced = _trace(got.trace)
+    _outside(out, outside, made, launched)
     out.notes += [
         f"line {line}: 'exec' dropped (the script replaces itself with the command; rigsmith's targets run "
         "the engine themselves)"
@@ -629,9 +708,17 @@ def _answer(got: _Run, state: _State) -> Answer:
                 f"({shown(untoken(cmd)[:200])}), a value the text does not give; write the value out (or "
                 "remove the test)"
             )
-    out.problems = list(dict.fromkeys(out.problems))
-    out.notes = [untoken(n) for n in out.notes]
-    out.placeholders = [m for m in sorted(marks) if m in launched]
+    hidden = _secret_values(traced)
+    out.problems = [hidden(untoken(p)) for p in dict.fromkeys(out.problems)]
+    out.notes = [hidden(untoken(n)) for n in out.notes]
+    # what is handed on holds no token of rigsmith's own: a refusal that quotes the command says
+    # '<output of awk>'
+    out.calls = [
+        Call(c.line, tuple(untoken(a) for a in c.argv), tuple((k, untoken(v)) for k, v in c.env))
+        for c in out.calls
+    ]
+    marks += [placeholder(name) for name in made.values()]
+    out.placeholders = [m for m in sorted(set(marks)) if m in launched]
     out.unknown = {name: line for name, line in state.gates.items() if placeholder(name) in launched}
     if state.positional:
         out.notes.append(
@@ -640,6 +727,111 @@ def _answer(got: _Run, state: _State) -> Answer:
             "before deploy"
         )
     return out
+
+
+def _outside(
+    out: Answer, outside: Sequence[tuple[str, int, list[str]]], made: dict[str, str], launched: str
+) -> None:
+    """The commands outside the launchers on ``out``: an option alone on its line (a lost ``\\``) and a
+    command whose output reaches the launch are refused, an output a variable holds whole is its
+    placeholder, anything else is a note."""
+    starts_option = [(line, argv[0]) for _, line, argv in outside if argv[0].startswith("-")]
+    if starts_option:
+        (line, opt), *more = starts_option
+        also = "; so do " + ", ".join(f"line {n} ({shown(o)})" for n, o in more) if more else ""
+        out.problems.append(
+            f"line {line} starts with the option {shown(opt)!r}, but the line before it does not continue "
+            f"with '\\', so a shell runs it as a separate command{also}; add the missing '\\' line "
+            "continuations"
+        )
+    for token, line, argv in outside:
+        if argv[0].startswith("-"):
+            continue
+        out.outside.append((line, argv))
+        if token in made:
+            out.notes.append(
+                f"line {line}: {made[token]} is the output of {named(argv)}, which runs on the machine and "
+                f"rigsmith does not run; it is the placeholder {placeholder(made[token])}, which you fill in "
+                "before deploy"
+            )
+        elif token in launched:
+            out.problems.append(
+                f"line {line}: {named(argv)} runs on the machine, and rigsmith does not run it; its output "
+                "reaches the launch command — write the value out"
+            )
+        else:
+            out.notes.append(
+                f"line {line}: {named(argv)} is not a launch command; rigsmith does not run it (its output "
+                "does not reach the launch command)"
+            )
+
+
+def _secret_values(traced: Sequence[tuple[int, str]]) -> Callable[[str], str]:
+    """What writes a message without the values the text gives its secrets (``export HF_TOKEN=hf_…``, as
+    bash's trace shows each assignment): each is written ``$NAME`` (a command outside the launchers, a
+    ``python -c`` login, may be quoted with it)."""
+    values: dict[str, str] = {}
+    for _, cmd in traced:
+        try:
+            words = shlex.split(cmd)
+        except ValueError:
+            continue
+        for word in words:
+            name, eq, value = word.partition("=")
+            if (
+                eq
+                and len(value) >= 4
+                and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
+                and is_secret_name(name)
+            ):
+                values.setdefault(value, name)
+
+    def hide(text: str) -> str:
+        for value in sorted(values, key=len, reverse=True):
+            text = text.replace(value, f"${values[value]}")
+        return text
+
+    return hide
+
+
+_CALL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*(?=\()")
+
+
+def named(argv: Sequence[str]) -> str:
+    """A command outside the launchers as a note quotes it: ``'awk -F, {print NF}'``; a Python program given
+    with ``-c`` by the functions it calls (its code can hold a token: it is never quoted)."""
+    name = PurePosixPath(argv[0]).name
+    if name.startswith("python") and "-c" in argv[1:]:
+        at = argv.index("-c")
+        calls = list(dict.fromkeys(_CALL_RE.findall(argv[at + 1]) if at + 1 < len(argv) else []))
+        called = f" (a Python program calling {', '.join(calls[:4])})" if calls else " (a Python program)"
+        return f"'{shown(' '.join([name, *argv[1:at], '-c', '…']))}'{called}"
+    return f"'{shown(' '.join(argv))}'"
+
+
+def _outputs_named(
+    out: Answer, outside: Sequence[tuple[str, int, list[str]]], traced: Sequence[tuple[int, str]]
+) -> dict[str, str]:
+    """The outputs of commands rigsmith does not run that a variable holds whole (``GPU_COUNT=$(… | awk
+    …)``, as bash's trace shows the assignment) and that reach a launcher: each is the placeholder
+    ``<NAME>`` there, for the user to fill, as a variable the text never sets is. Returns token → name."""
+    tokens = {token for token, _, _ in outside}
+    named_as: dict[str, str] = {}
+    for _, cmd in traced:
+        if (m := _OUTPUT_SET_RE.match(cmd)) and m.group(2) in tokens and m.group(1) not in _RESERVED:
+            named_as.setdefault(m.group(2), m.group(1))
+
+    def fill(word: str) -> str:
+        return _TOKEN_RE.sub(
+            lambda m: placeholder(named_as[m.group(0)]) if m.group(0) in named_as else m.group(0), word
+        )
+
+    launched = "\0".join("\0".join([*c.argv, *(v for _, v in c.env)]) for c in out.calls)
+    named_as = {token: name for token, name in named_as.items() if token in launched}
+    out.calls = [
+        Call(c.line, tuple(fill(a) for a in c.argv), tuple((k, fill(v)) for k, v in c.env)) for c in out.calls
+    ]
+    return named_as
 
 
 def _but_emptiness(cmd: str, marks: Sequence[str]) -> str:

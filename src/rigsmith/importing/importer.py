@@ -326,8 +326,6 @@ def compose_env(source: str, env_file: str | None, environ: Mapping[str, str]) -
     return recipemod.ComposeEnv(process=dict(environ), file_text=text, file_name=name or None)
 
 
-# Over 80 lines: the import's one write path in order (answers, parse, re-import merge, consent, write); the
-# docstring names every option.
 def import_recipe(
     project: Project,
     source: str,
@@ -379,22 +377,13 @@ def import_recipe(
     given = _answers(answers_file)
     name, image = name or (given.name if given else None), image or (given.image if given else None)
     text = decode(fetched := load_source(source, http=http))
-    env = compose_env(source, env_file, os.environ if environ is None else environ)
-    asked: list[str] = []
     how: dict[str, Any] = {
         "accept": yes,
-        "compose_env": env,
+        "compose_env": compose_env(source, env_file, os.environ if environ is None else environ),
         "service": service,
         "variant": variant,
-        # The terminal asks only once the user confirmed the import (--yes); the file answers either way.
-        "answer": _answerer(given, ask if yes else None, asked),
     }
-    upstream = recipemod.parse(
-        text, source=fetched.source, sha256=fetched.sha256, name=name, image=image, **how
-    )
-    if given is not None:
-        answersmod.unused(given, asked, upstream, f"--answers {answers_file}")
-        upstream = answersmod.apply(given, upstream, asked)
+    upstream = _parsed(text, fetched, name, image, how, given, answers_file, ask if yes else None)
     upstream = upstream if name else _own_name(project, upstream, fetched.source, echo)
     path = project.spec_path(upstream.name)
     base_path = base_path_of(path)
@@ -415,16 +404,68 @@ def import_recipe(
     upstream = _consent(upstream, allow_mount, path, dry_run, confirm, echo)
     merge = {"flags": flags, "resolve": resolve, "confirm": confirm, "echo": echo}
     dep, unchanged = _user_side(path, base_path, own, upstream, in_image, **merge)
+    out = _Written(path, base_path, own, flags_record, image_file)
+    return _write(out, dep, unchanged, project.root, dry_run, yes, confirm, echo)
+
+
+def _parsed(
+    text: str,
+    fetched: Fetched,
+    name: str | None,
+    image: str | None,
+    how: dict[str, Any],
+    given: answersmod.Answers | None,
+    answers_file: str | None,
+    ask: Callable[[recipemod.Ask], str | None] | None,
+) -> specmod.Deployment:
+    """The recipe parsed, its questions answered by the answers file and the terminal (``how`` gets the
+    answerer, for the re-import's parse of the recipe alone); an answer no question took is an error."""
+    asked: list[str] = []
+    # The terminal asks only once the user confirmed the import (--yes); the file answers either way.
+    how["answer"] = _answerer(given, ask, asked)
+    upstream = recipemod.parse(
+        text, source=fetched.source, sha256=fetched.sha256, name=name, image=image, **how
+    )
+    if given is not None:
+        answersmod.unused(given, asked, upstream, f"--answers {answers_file}")
+        upstream = answersmod.apply(given, upstream, asked)
+    return upstream
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What an import writes: the spec at ``path``, the base beside it (``own``, with its flag record)
+    and the proposed image's file."""
+
+    path: Path
+    base_path: Path
+    own: specmod.Deployment
+    flags_record: str | None
+    image_file: Sequence[writer.Artifact]
+
+
+def _write(
+    out: _Written,
+    dep: specmod.Deployment,
+    unchanged: bool,
+    root: Path,
+    dry_run: bool,
+    yes: bool,
+    confirm: Callable[[str], bool] | None,
+    echo: Callable[[str], None],
+) -> specmod.Deployment:
+    """The spec (and the proposed image's file) written, or shown for --dry-run; then the base and the next
+    steps. The base is rigsmith's record of what the import said (not the user's file): written after the
+    spec, so an interrupted run leaves an older base, which only makes the next merge ask more."""
     # nothing to take: the user's file stays byte for byte (comments and all)
+    path = out.path
     content = path.read_text(encoding="utf-8") if unchanged else specmod.MODELINE + specmod.dump(dep)
-    artifacts = [writer.Artifact(path, content), *image_file]
+    artifacts = [writer.Artifact(path, content), *out.image_file]
     if dry_run:
-        _show_dry_run(artifacts, project.root, echo)
+        _show_dry_run(artifacts, root, echo)
         return dep
-    writer.write(artifacts, yes=yes, confirm=confirm, echo=echo, root=project.root)
-    # The base is rigsmith's record of what the import said (not the user's file): written after the
-    # spec, so an interrupted run leaves an older base, which only makes the next merge ask more.
-    reimport.write_base(base_path, own, flags_record)
+    writer.write(artifacts, yes=yes, confirm=confirm, echo=echo, root=root)
+    reimport.write_base(out.base_path, out.own, out.flags_record)
     for line in next_steps(dep):
         echo(line)
     return dep

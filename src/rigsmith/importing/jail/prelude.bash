@@ -12,8 +12,14 @@ __rs_placeholders() {
   local entry name
   for entry in ${__RS_PH-}; do
     name=${entry#*:}
-    if [[ ${entry%%:*} == "$1" ]] && ! [[ -v $name ]]; then
-      printf -v "$name" '<%s>' "$name"
+    # line 0: from the text's first command on (a name the text reads only through an empty default)
+    if [[ ${entry%%:*} == "$1" || ${entry%%:*} == 0 ]] && ! [[ -v $name ]]; then
+      # spelled otherwise in the run that looks for decisions on values made from a placeholder
+      if [[ " ${__RS_ALT-} " == *" $name "* ]]; then
+        printf -v "$name" '<%s%s%s>' "$__RS_VARIED" "$name" "$__RS_VARIED"
+      else
+        printf -v "$name" '<%s>' "$name"
+      fi
     fi
   done
 }

@@ -22,8 +22,26 @@ launched() {
   __rs_rec L "$line" "$#" "$@" "${envs[@]}"
   exit 0
 }
+# A Python that runs a vLLM module launches; one that runs anything else (``-c CODE``, a script, another
+# module: a Hub login before the server) is a command outside the launchers, like any other.
+vllm_module() {
+  while [[ $# -gt 0 ]]; do
+    case $1 in
+    -m) [[ ${2-} == vllm || ${2-} == vllm.* ]]; return ;;
+    -[WX]) shift 2 ;;
+    -[bBdEiIOPqsSuvx]* | -[WX]?*) shift ;;
+    *) return 1 ;;
+    esac
+  done
+  return 1
+}
 case $name in
-vllm | docker | podman | ray | python | python[23] | python[23].[0-9]* | run_cluster.sh) launched "$0" "$@" ;;
+python | python[23] | python[23].[0-9]*)
+  if vllm_module "$@"; then launched "$0" "$@"; fi
+  set -- "$0" "$@"
+  name=
+  ;;
+vllm | docker | podman | ray | run_cluster.sh) launched "$0" "$@" ;;
 sudo)
   all=("$@")
   while [[ ${1-} == -* ]]; do

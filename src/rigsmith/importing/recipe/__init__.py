@@ -75,8 +75,6 @@ from rigsmith.importing.recipe.tables import _KUBE_RE
 # -- entry point -------------------------------------------------------------------------------------
 
 
-# Over 80 lines: one dispatch over the recipe forms (JSON, API, card, compose, recipes YAML, record, script),
-# with the docstring naming every option.
 def parse(
     text: str,
     *,
@@ -107,16 +105,7 @@ def parse(
         answer: answers the questions a record leaves open (``--answers FILE``, the terminal); see
             :mod:`.recordask`.
     """
-    if "\x00" in text:
-        at = text.index("\x00")
-        line = text.count("\n", 0, at) + 1
-        raise _refuse(
-            source,
-            [
-                f"line {line} column {at - (text.rfind(chr(10), 0, at) + 1) + 1}: a NUL character, which "
-                "no shell, unit file or YAML reader carries; remove it"
-            ],
-        )
+    _refuse_nul(text, source)
     stripped = text.lstrip("\ufeff \t\r\n")
     recipe: dict[str, Any] | None = None
     reading: Reading | None = None
@@ -132,17 +121,7 @@ def parse(
         launch, meta = _from_json(json.dumps(fields), source, accept)
         launch.notes = [*card_notes, *launch.notes]
     else:
-        manifest = _KUBE_RE.search(text)
-        if manifest is not None:
-            raise _refuse(
-                source,
-                [
-                    f"line {text.count(chr(10), 0, manifest.start()) + 1}: this is not a serving command but "
-                    f"a Kubernetes manifest or a {manifest.group('tool') or 'kubectl'} call "
-                    "(rigsmith renders those itself: `--target kube`); import the vllm serve, python -m "
-                    "vllm.entrypoints.openai.api_server, docker run or compose text that its container runs"
-                ],
-            )
+        _refuse_kube(text, source)
         data = _compose_data(text, source)
         recipe = vllmrecipe.load(text, source) if data is None and vllmrecipe.looks_like(text) else None
         if recipe is not None:
@@ -166,6 +145,35 @@ def parse(
     meta = dataclasses.replace(meta, provenance=_provenance(source, sha256, meta))
     dep = build(launch, meta, source=source, asked=Asked(name, image))
     return dep if reading is None else recordspec.apply(dep, reading, source)
+
+
+def _refuse_nul(text: str, source: str) -> None:
+    """A NUL in the text: refused naming its line and column."""
+    if "\x00" in text:
+        at = text.index("\x00")
+        line = text.count("\n", 0, at) + 1
+        raise _refuse(
+            source,
+            [
+                f"line {line} column {at - (text.rfind(chr(10), 0, at) + 1) + 1}: a NUL character, which "
+                "no shell, unit file or YAML reader carries; remove it"
+            ],
+        )
+
+
+def _refuse_kube(text: str, source: str) -> None:
+    """A Kubernetes manifest or a kubectl/helm call: refused as not a serving command."""
+    manifest = _KUBE_RE.search(text)
+    if manifest is not None:
+        raise _refuse(
+            source,
+            [
+                f"line {text.count(chr(10), 0, manifest.start()) + 1}: this is not a serving command but "
+                f"a Kubernetes manifest or a {manifest.group('tool') or 'kubectl'} call "
+                "(rigsmith renders those itself: `--target kube`); import the vllm serve, python -m "
+                "vllm.entrypoints.openai.api_server, docker run or compose text that its container runs"
+            ],
+        )
 
 
 _MODELSCOPE_RE = re.compile(r"(?:^|\s)VLLM_USE_MODELSCOPE=['\"]?(?:1|[Tt]rue|TRUE|yes)\b")

@@ -409,6 +409,11 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
         "notes": all_notes,
         **({"cluster": cluster} if cluster else {}),
     }
+    return _validated(data, launch, meta, source)
+
+
+def _validated(data: dict[str, Any], launch: Launch, meta: Meta, source: str) -> specmod.Deployment:
+    """The assembled spec with no secret value in it, checked for NULs and validated."""
     _scrub_secrets(data, launch, meta)
     nul = yamldoc.nul_paths(data)
     if nul:

@@ -68,6 +68,11 @@ def _model_arg(launch: Launch, problems: list[str]) -> tuple[int, str] | None:
             if guessed and launch.first_arg_positional_ok
             else ""
         )
+        if "--config" in args[:-1] and not why:
+            why = (
+                f" (vLLM may read it from --config {args[args.index('--config') + 1]}, a file the text does "
+                "not hold: rigsmith cannot see what it sets — write the model and the flags into the command)"
+            )
         problems.append(f"the command names no model (no positional MODEL and no --model){why}; add one")
         return None
     return idx, value

@@ -41,9 +41,11 @@ def script_argv(
         return None
     launch.notes += [f"{where}: in the {argv[0]} -c script: {n}" for n in answer.notes]
     if len(answer.calls) != 1:
+        ran = [bashjail.named(a) for _, a in answer.outside]
+        what = f" (it runs {', '.join(ran[:4])}, which the text does not hold or is not vLLM)" if ran else ""
         launch.problems.append(
-            f"{where}: the {argv[0]} -c script launches {len(answer.calls)} commands; rigsmith imports the "
-            "one vLLM command a container runs — keep that one"
+            f"{where}: the {argv[0]} -c script launches {len(answer.calls)} vLLM commands{what}; rigsmith "
+            "imports the one vLLM command a container runs — keep that one"
         )
         return None
     call = answer.calls[0]
