@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -124,9 +125,9 @@ def sites(module: str, source: bytes) -> list[Mutant]:
                 and isinstance(r.value, ast.Constant)
                 and isinstance(r.value.value, str)
             ]
-            words = sorted({c.value for c in returned})
+            words = sorted({str(c.value) for c in returned})
             for c in returned if len(words) > 1 else []:
-                other = words[(words.index(c.value) + 1) % len(words)]
+                other = words[(words.index(str(c.value)) + 1) % len(words)]
                 out.append(Mutant(module, function, "swap-words", *span(c), repr(other)))
         if id(node) not in skip and hasattr(node, "end_col_offset"):
             out.extend(_at(node, module, function, span))
@@ -143,8 +144,10 @@ def sites(module: str, source: bytes) -> list[Mutant]:
     return numbered
 
 
-def _at(node: ast.AST, module: str, function: str, span: object) -> list[Mutant]:
-    s, e = span(node)  # type: ignore[operator]
+def _at(
+    node: ast.AST, module: str, function: str, span: Callable[[ast.AST], tuple[int, int]]
+) -> list[Mutant]:
+    s, e = span(node)
     unparse = ast.unparse
     if isinstance(node, ast.Compare):
         out = []
@@ -169,7 +172,7 @@ def _at(node: ast.AST, module: str, function: str, span: object) -> list[Mutant]
     if isinstance(node, ast.Raise):
         return [Mutant(module, function, "drop-raise", s, e, "pass")]
     if isinstance(node, ast.If):
-        ts, te = span(node.test)  # type: ignore[operator]
+        ts, te = span(node.test)
         return [Mutant(module, function, "drop-branch", ts, te, "False")]
     return []
 
@@ -190,9 +193,13 @@ def sample(mutants: dict[str, list[Mutant]], n: int, seed: int) -> list[Mutant]:
 
 def copy_tree(dest: Path) -> None:
     """The files git tracks or would track (no caches, no .git) under ``dest``."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True
-    ).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, listed):
         src = ROOT / rel
         if src.is_file() and not src.is_symlink():
@@ -213,7 +220,9 @@ def run_tests(tree: Path, tests: list[str], timeout: float) -> tuple[int | None,
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("targets", nargs="+", metavar="MODULE=TEST[,TEST...]")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("-n", type=int, default=35, help="mutants in the sample")
@@ -232,7 +241,7 @@ def main() -> int:
         return 0
     equivalent: dict[str, str] = json.loads(EQUIVALENTS.read_text()) if EQUIVALENTS.exists() else {}
     chosen = sample(every, args.n, args.seed)
-    results = []
+    results: list[dict[str, str | int | None]] = []
     with tempfile.TemporaryDirectory(prefix="rigsmith-mutants-") as tmp:
         tree = Path(tmp)
         tree.chmod(0o755)  # the bash jail drops root: its binds must be readable by another user
@@ -264,23 +273,37 @@ def main() -> int:
             else:
                 outcome = "killed" if code else "SURVIVED"
             line = source[: mutant.start].count(b"\n") + 1
-            print(f"[{i:2}/{len(chosen)}] {outcome:16} {mutant.module}:{line} {mutant.function} {mutant.kind}: "
-                  f"{mutant.original(source)[:60]!r} -> {mutant.replacement[:60]!r}  ({took:.1f} s)")
-            results.append({"key": key, "line": line, "outcome": outcome, "diff": mutant.diff(source),
-                            "why_equivalent": equivalent.get(key)})
+            print(
+                f"[{i:2}/{len(chosen)}] {outcome:16} {mutant.module}:{line} {mutant.function} {mutant.kind}: "
+                f"{mutant.original(source)[:60]!r} -> {mutant.replacement[:60]!r}  ({took:.1f} s)"
+            )
+            results.append(
+                {
+                    "key": key,
+                    "line": line,
+                    "outcome": outcome,
+                    "diff": mutant.diff(source),
+                    "why_equivalent": equivalent.get(key),
+                }
+            )
     counted = [r for r in results if r["outcome"] != "equivalent"]
-    killed = sum(1 for r in counted if r["outcome"].startswith("killed"))
+    killed = sum(1 for r in counted if str(r["outcome"]).startswith("killed"))
     for r in results:
         if r["outcome"] == "SURVIVED":
             print(f"\nsurvivor {r['key']}\n{r['diff']}")
         elif r["outcome"] == "equivalent":
             print(f"\nequivalent {r['key']}: {r['why_equivalent']}\n{r['diff']}")
     rate = 100 * killed / len(counted) if counted else 100.0
-    print(f"\nseed {args.seed}: {killed} of {len(counted)} killed ({rate:.0f} %), "
-          f"{len(results) - len(counted)} equivalent left out")
+    print(
+        f"\nseed {args.seed}: {killed} of {len(counted)} killed ({rate:.0f} %), "
+        f"{len(results) - len(counted)} equivalent left out"
+    )
     if args.json:
-        args.json.write_text(json.dumps({"seed": args.seed, "killed": killed, "counted": len(counted),
-                                         "results": results}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {"seed": args.seed, "killed": killed, "counted": len(counted), "results": results}, indent=1
+            )
+        )
     return 0
 
 

@@ -21,6 +21,8 @@ GiB = fit.GiB
         ("docker.io/vllm/vllm-openai:v0.11.2", (0, 11)),
         ("vllm/vllm-openai:cu128-0.10.1", (0, 10)),
         ("vllm/vllm-openai:v0.9.2@sha256:" + "a" * 64, (0, 9)),
+        ("localhost:5000/vllm/vllm-openai:v0.9.2", (0, 9)),  # a registry's port is not the tag
+        ("registry.example:443/vllm-openai:0.10.1", (0, 10)),
         ("vllm/vllm-openai:latest", None),
         ("vllm/vllm-openai:gptoss", None),
         ("localhost/llama-3.1-server", None),  # a version in the name, none in the tag
@@ -42,6 +44,25 @@ def test_each_version_gets_its_engines_rules_and_no_version_the_newest() -> None
     assert fitengine.era((0, 10)).window_kv and not fitengine.era((0, 20)).graphs_in_pool
     assert fitengine.era((0, 21)).graphs_in_pool and fitengine.era(None) is fitengine.LATEST
     assert fitengine.era((2, 5)) is fitengine.LATEST
+
+
+@pytest.mark.parametrize("version", [(0, 6), (0, 8), (0, 9), (0, 10), (0, 20)])
+def test_cuda_graphs_are_captured_after_the_pool_until_v0_21(version: tuple[int, int]) -> None:
+    assert not fitengine.era(version).graphs_in_pool
+    assert fitengine.era((0, 21)).graphs_in_pool and fitengine.era((1, 0)).graphs_in_pool
+
+
+@pytest.mark.parametrize("version", [(0, 8), (0, 9), (0, 10), (0, 21), None])
+def test_every_v1_engine_profiles_2048_tokens_or_8192_on_a_big_card(version: tuple[int, int] | None) -> None:
+    v1 = fitengine.era(version)
+    assert fitengine.profile_shape(v1, 4096, None, None, False) == (2048, 256)
+    assert fitengine.profile_shape(v1, 4096, None, None, True) == (8192, 1024)
+
+
+def test_v0_profiles_the_recipes_own_batch_when_it_sets_one() -> None:
+    v0 = fitengine.era((0, 6))
+    assert fitengine.profile_shape(v0, 131072, 4096, None, False) == (4096, 256)
+    assert fitengine.profile_shape(v0, 8192, 16384, 8, True) == (16384, 8)
 
 
 def test_the_profile_run_takes_the_tokens_each_engine_picks() -> None:
