@@ -250,3 +250,25 @@ def test_a_file_where_a_directory_should_be_is_refused_naming_the_name(tmp_path:
     with pytest.raises(confine.PathRefused) as err:
         confine.make_dirs(tmp_path, "a/b/c.txt", "bundle member")
     assert "is a link or a file, not a directory" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("a\0b", "it contains a NUL byte"),
+        ("a\\b", "it contains a backslash"),
+        ("/etc/passwd", "it is absolute"),
+        ("a/../b", "it has a '..' part"),
+        ("./a", "it has a '.' part"),
+        ("a\x07b", "it contains a control character or line break"),
+        ("a\uff3cb", "it holds characters that fold into '/', '\\' or '.' (Unicode look-alikes)"),  # ＼
+        ("a\ufe68b", "it holds characters that fold into '/', '\\' or '.' (Unicode look-alikes)"),  # ﹨
+        ("\uff0fetc", "it holds characters that fold into '/', '\\' or '.' (Unicode look-alikes)"),  # ／
+        ("a/\u2024", "it holds characters that fold into '/', '\\' or '.' (Unicode look-alikes)"),  # ․
+    ],
+)
+def test_each_refusal_says_what_is_wrong_with_the_name(name: str, why: str) -> None:
+    assert confine.why_unsafe(name) == why
+    with pytest.raises(confine.PathRefused) as err:
+        confine.check(name, "bundle member")
+    assert f"({why}); refused, nothing was written" in str(err.value)

@@ -55,3 +55,9 @@ def test_a_value_held_by_two_names_is_named_by_the_first_and_a_text_lists_each_n
     text = f"--x {value} --y {value} other-long-one"
     assert secretenv.carried(text, secrets) == ["A_KEY", "B_SECRET"]
     assert secretenv.carried("nothing here", secrets) == []
+
+
+def test_a_value_that_cannot_be_a_path_on_this_host_is_still_a_secret() -> None:
+    """A NUL makes the host's path check fail (ValueError): no file to mount, so the value is kept."""
+    value = "/not-a-path\0really-a-token"
+    assert secretenv.values({"HF_TOKEN": value}) == {value: "HF_TOKEN"}

@@ -96,6 +96,9 @@ def test_mxfp4_experts_are_counted_as_marlin_repacks_them() -> None:
     assert fitengine.mxfp4_loaded("down_proj_bias", 32 * 2880 * 2, 2880, 2880) == 32 * 3072 * 2
     assert fitengine.mxfp4_loaded("router_weight", 1000, 2880, 2880) == 1000
     assert fitengine.mxfp4_loaded("gate_up_proj_blocks", 1000, 0, 0) == 1000
+    # a config that gives only one of the two sizes: the experts are counted as stored
+    assert fitengine.mxfp4_loaded("gate_up_proj_blocks", 1000, 0, 2880) == 1000
+    assert fitengine.mxfp4_loaded("down_proj_scales", 1000, 2880, 0) == 1000
 
 
 def test_a_sliding_window_layer_holds_its_window_from_the_hybrid_kv_engines_on() -> None:
