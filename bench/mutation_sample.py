@@ -19,9 +19,9 @@ kills it. The report lists every mutant and the diff of each survivor.
 
 A mutant that cannot change behaviour is equivalent: read it, then record it in
 ``bench/mutation_equivalents.json`` (key → why); it is then reported as equivalent and left out of the
-rate. mutmut (the maintained tool) was not used: it mutates every function of a module and runs the whole
-selection through its own ``mutants/`` copy and trampolines, with no seeded subset of a few dozen mutants —
-more than two shared cores allow per run here.
+rate. mutmut 3 (the maintained tool, in the package lists) was not installed or tried: by its documentation it
+mutates every function of the configured paths through its own ``mutants/`` copy and trampolines and has no
+seeded subset of a few dozen mutants, which is more than two shared cores allow per run here.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -212,11 +213,17 @@ def run_tests(tree: Path, tests: list[str], timeout: float) -> tuple[int | None,
     env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}:{tree}", "PYTHONDONTWRITEBYTECODE": "1"}
     argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-n", "0", *tests]
     began = time.monotonic()
-    try:
-        done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, time.monotonic() - began, ""
-    return done.returncode, time.monotonic() - began, (done.stdout + done.stderr)[-2000:]
+    # a session of its own, so a mutant that hangs is ended with every process its tests started
+    with subprocess.Popen(
+        argv, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    ) as proc:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return None, time.monotonic() - began, ""
+    return proc.returncode, time.monotonic() - began, out.decode(errors="replace")[-2000:]
 
 
 def main() -> int:
