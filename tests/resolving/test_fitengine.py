@@ -52,6 +52,15 @@ def test_cuda_graphs_are_captured_after_the_pool_until_v0_21(version: tuple[int,
     assert fitengine.era((0, 21)).graphs_in_pool and fitengine.era((1, 0)).graphs_in_pool
 
 
+def test_each_engine_era_changes_only_the_rules_the_docstring_names_for_it() -> None:
+    """0.8 brings V1 (points 2 and 3), 0.10 the hybrid KV manager (point 6), 0.21 graphs profiled inside the
+    pool (point 5): every other number is carried over from the era before."""
+    v0, v1, hybrid, graphs = fitengine.ERAS
+    assert (v0.since, v1.since, hybrid.since, graphs.since) == ((0, 0), (0, 8), (0, 10), (0, 21))
+    assert replace(v1, since=(0, 10), name=hybrid.name, window_kv=True) == hybrid
+    assert replace(hybrid, since=(0, 21), name=graphs.name, graphs_in_pool=True) == graphs
+
+
 @pytest.mark.parametrize("version", [(0, 8), (0, 9), (0, 10), (0, 21), None])
 def test_every_v1_engine_profiles_2048_tokens_or_8192_on_a_big_card(version: tuple[int, int] | None) -> None:
     v1 = fitengine.era(version)
