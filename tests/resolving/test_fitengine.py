@@ -59,6 +59,9 @@ def test_each_engine_era_changes_only_the_rules_the_docstring_names_for_it() -> 
     assert (v0.since, v1.since, hybrid.since, graphs.since) == ((0, 0), (0, 8), (0, 10), (0, 21))
     assert replace(v1, since=(0, 10), name=hybrid.name, window_kv=True) == hybrid
     assert replace(hybrid, since=(0, 21), name=graphs.name, graphs_in_pool=True) == graphs
+    # fit's report names the era whose rules it used: each has a name of its own
+    names = [e.name for e in fitengine.ERAS]
+    assert all(names) and len(set(names)) == len(names)
 
 
 @pytest.mark.parametrize("version", [(0, 8), (0, 9), (0, 10), (0, 21), None])
@@ -94,6 +97,16 @@ def test_pytorch_sees_the_card_less_what_the_driver_keeps() -> None:
     # an RTX 3090's 24,576 MiB are 23.58 GiB to PyTorch (the V0 boot log's total_gpu_memory)
     assert round(fitengine.torch_total(24576 * fit.MiB) / GiB, 2) == 23.58
     assert fitengine.torch_total(512 * fit.MiB) == 512 * fit.MiB  # a tiny card keeps its size
+    # the exact boundary: a card of up to four times what the driver keeps is counted whole
+    edge = 4 * fitengine.DRIVER_RESERVE
+    assert fitengine.torch_total(edge) == edge
+    assert fitengine.torch_total(edge + 1) == edge + 1 - fitengine.DRIVER_RESERVE
+
+
+def test_a_big_card_starts_at_exactly_70_gib() -> None:
+    assert fitengine.big_card(70 * GiB, "NVIDIA H100 NVL")
+    assert not fitengine.big_card(70 * GiB - 1, "NVIDIA H100 NVL")
+    assert not fitengine.big_card(80 * GiB, "NVIDIA A100 80GB PCIe")
 
 
 def test_mxfp4_experts_are_counted_as_marlin_repacks_them() -> None:
