@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
+import yaml
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-from rigsmith.errors import RigsmithError, shown_lines
-
-if TYPE_CHECKING:
-    from rigsmith.project import Project
-
-#: The end of every --deployment help line.
-DEFAULT_DEP = (
-    " (default: RIGSMITH_DEPLOYMENT, the newest import, invoke.yaml's rigsmith.deployment, or the only one)"
-)
+from rigsmith.errors import RigsmithError, shown, shown_lines
+from rigsmith.project import NEWEST_IMPORT, Project, find_root, newest_import
+from tasks._pipe import BROKEN_PIPE, quiet_stdout, reader_gone
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -29,12 +25,8 @@ R = TypeVar("R")
 def project(c: Context | None = None) -> Project:
     """The checkout the command runs in (RIGSMITH_ROOT overrides, for tests and scripts), with its default
     deployment: RIGSMITH_DEPLOYMENT, else the newest import (what ``import-recipe`` wrote last, while
-    invoke.yaml names what it named then), else Invoke's config value ``rigsmith.deployment`` (invoke.yaml).
-
-    rigsmith.project (the spec's pydantic models) loads here, not when tasks/ is imported: invoke imports
-    every task module for every command, `invoke --list` included."""
-    from rigsmith.project import NEWEST_IMPORT, Project, newest_import
-
+    invoke.yaml names what it named then), else Invoke's config value ``rigsmith.deployment``
+    (invoke.yaml)."""
     root = _root()
     named = os.environ.get("RIGSMITH_DEPLOYMENT", "").strip()
     if named:
@@ -47,8 +39,6 @@ def project(c: Context | None = None) -> Project:
 
 
 def _root() -> Path:
-    from rigsmith.project import find_root
-
     env = os.environ.get("RIGSMITH_ROOT")
     return Path(env).resolve() if env else find_root()
 
@@ -68,8 +58,6 @@ def _config_value(c: Context | None) -> str | None:
 
 
 def _invoke_yaml(root: Path) -> str | None:
-    import yaml
-
     try:
         data = yaml.safe_load((root / "invoke.yaml").read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -111,7 +99,6 @@ def prompt() -> Callable[[Any], str | None] | None:
     then keeps its defaults and leaves its guesses as placeholders). The question is foreign text."""
     if not interactive():
         return None
-    from rigsmith.errors import shown
 
     def ask(q: Any) -> str | None:
         default = f" [{shown(q.default)}]" if q.default else ""
@@ -126,8 +113,6 @@ def prompt() -> Callable[[Any], str | None] | None:
 def command_line(fn: Callable[..., Any], given: dict[str, Any]) -> str:
     """``invoke NAME --flag value …`` as the user typed it, near enough: the flags that differ from their
     defaults (what the lock history records as the command of a change)."""
-    import inspect
-
     words = ["invoke", fn.__name__.replace("_", "-")]
     for name, param in inspect.signature(fn).parameters.items():
         value = given.get(name, param.default)
@@ -154,6 +139,11 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise Exit(f"error: {shown_lines(str(err))}", code=1) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
+        except BrokenPipeError:
+            if not reader_gone():
+                raise
+            quiet_stdout()  # `rigsmith lock --history | head -1`: a normal end, clean-up included
+            raise Exit(code=BROKEN_PIPE) from None
 
     return wrapper
 

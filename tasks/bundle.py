@@ -13,20 +13,8 @@ from pathlib import Path
 from invoke.context import Context
 from invoke.tasks import task
 
-from rigsmith.errors import RigsmithError
-from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
-
-
-def _targets(text: str) -> list[str]:
-    from rigsmith.project import TARGETS
-
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [t for t in names if t not in TARGETS]
-    if unknown:
-        raise RigsmithError(
-            f"--targets: unknown target(s) {', '.join(unknown)}", hint=f"use some of: {', '.join(TARGETS)}"
-        )
-    return names
+from tasks._common import confirm, echo, project, user_errors
+from tasks._flags import DEPLOYMENT, MEMLOCK, helps, target
 
 
 def _stderr(msg: str) -> None:
@@ -36,7 +24,7 @@ def _stderr(msg: str) -> None:
 @task(
     optional=["tar"],
     help={
-        "deployment": "deployments/NAME.yaml to bundle" + DEFAULT_DEP,
+        **helps(DEPLOYMENT),
         "out": "bundle directory (created; on the model's filesystem the model files are hard-linked)",
         "tar": "also write the bundle as one tar: --tar alone writes OUT.tar; --tar FILE; --tar - streams it "
         "to stdout",
@@ -62,9 +50,8 @@ def bundle(
         tar_path = dest.with_name(dest.name + ".tar")
     elif isinstance(tar, str) and tar:
         tar_path = Path(tar) if tar == "-" else Path(tar).expanduser()
-    report = bundlemod.bundle(
-        project(c), deployment, dest, targets=_targets(targets), tar=tar_path, io=Io(echo=say)
-    )
+    names = [target("--targets", t.strip()) for t in targets.split(",") if t.strip()]
+    report = bundlemod.bundle(project(c), deployment, dest, targets=names, tar=tar_path, io=Io(echo=say))
     say(report.summary())
 
 
@@ -75,7 +62,7 @@ def bundle(
         "yes": "replace a different spec or artifact already in this checkout without asking",
         "prove_offline": "then start the deployment in a network namespace with no route out (as `up "
         "--offline`), wait for its gates from inside, name any host:port it tried to reach, and stop it",
-        "memlock": "with --prove-offline: override memlock (unlimited, bytes, or host)",
+        "memlock": "with --prove-offline: " + MEMLOCK.help,
     }
 )
 @user_errors
@@ -103,11 +90,10 @@ def unbundle(
     echo(report.summary())
     if prove_offline:
         from rigsmith.operating import lifecycle, offline
-        from tasks.deploy import _memlock
 
         ops = lifecycle.Ops(project(c), env=dict(os.environ), echo=echo)
         proof = offline.up_offline(
-            ops, deployment=report.deployment, memlock=_memlock(memlock), yes=yes, confirm=confirm(),
+            ops, deployment=report.deployment, memlock=MEMLOCK.value(memlock), yes=yes, confirm=confirm(),
             keep_running=False,
         )  # fmt: skip
         echo(proof.summary())

@@ -6,55 +6,30 @@ every task module for every command, ``--list`` included.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Literal
 
 from invoke.context import Context
 from invoke.tasks import task
 
-from rigsmith.errors import RigsmithError
-from tasks._common import DEFAULT_DEP, confirm, echo, project, side, user_errors
-
-
-def _memlock(value: str | None) -> Literal["unlimited", "host"] | int | None:
-    if value is None:
-        return None
-    if value in ("unlimited", "-1", "host"):
-        return "host" if value == "host" else "unlimited"
-    n = int(value) if value.isascii() and value.isdigit() else None
-    if n is None or n <= 0:
-        raise RigsmithError(
-            f"--memlock {value!r} is not unlimited, host or a byte count", hint="e.g. --memlock unlimited"
-        )
-    return n
-
-
-def _int(flag: str, value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise RigsmithError(f"{flag} {value!r} is not a whole number", hint=f"e.g. {flag} 509") from None
+from rigsmith import writer
+from rigsmith.userhome import invoking_home  # what ~ means is part of what is rendered
+from tasks._common import confirm, echo, project, side, user_errors
+from tasks._flags import DEPLOYMENT, IMAGE, MEMLOCK, OUT, TARGET, YES, helps, whole
 
 
 def _vmid(value: str | None, lxc_config: str | None) -> int:
     """--vmid, else the CT id a PVE config is named by (/etc/pve/lxc/101.conf → 101), else 100."""
     if value is not None:
-        return _int("--vmid", value) or 100
+        return whole("--vmid", value) or 100
     stem = Path(lxc_config).stem if lxc_config else ""
     return int(stem) if stem.isascii() and stem.isdigit() else 100
 
 
 @task(
     help={
-        "target": "podman | quadlet | compose | lxc | kube",
-        "deployment": "deployments/NAME.yaml to render" + DEFAULT_DEP,
-        "image": "container image reference, overriding the spec and the lock",
-        "out": "write under DIR/<target>/… instead of the checkout",
-        "yes": "change existing files without asking",
+        **helps(TARGET, DEPLOYMENT, IMAGE, OUT, YES, MEMLOCK),
         "check": "write nothing; fail if the files on disk differ from what would be rendered",
-        "memlock": "override memlock: unlimited, bytes, or host (set none; hosts that cannot raise it)",
         "podman_version": "target host's podman version (quadlet keys depend on it)",
         "vmid": "lxc: Proxmox CT id (names lxc/NAME/VMID.conf; default 100)",
         "pve_version": "lxc: Proxmox VE version (devN passthrough needs 8.1; default 8.2)",
@@ -87,13 +62,11 @@ def deploy(
     replace_gpu_passthrough: bool = False,
 ) -> None:
     """Render run artifacts for one target from the spec and the lock."""
-    from rigsmith.userhome import invoking_home  # what ~ means is part of what is rendered
-
     home = invoking_home()
     from rigsmith.rendering import deploy as deploymod
     from rigsmith.rendering.targets import LxcOptions
 
-    mem, uvm = _memlock(memlock), _int("--uvm-major", uvm_major)
+    mem, uvm = MEMLOCK.value(memlock), None if uvm_major is None else whole("--uvm-major", uvm_major)
     if not check:  # --memlock shapes the artifacts: the spec keeps it, so later commands render the same
         from rigsmith.operating.specflags import keep_memlock
 
@@ -124,7 +97,7 @@ def deploy(
 
 @task(
     help={
-        "deployment": "deployments/NAME.yaml the container runs" + DEFAULT_DEP,
+        **helps(DEPLOYMENT),
         "container": "container name, when it differs from the deployment name",
         "memlock": "the --memlock the artifacts were rendered with, if any",
     }
@@ -140,7 +113,7 @@ def check_container(
         project(c),
         deployment=deployment,
         container=container,
-        memlock=_memlock(memlock),
+        memlock=MEMLOCK.value(memlock),
     )
     echo("ok: devices, shm and stop timeout are as the deployment asks")
 
@@ -149,9 +122,7 @@ def check_container(
 @user_errors
 def schema(c: Context, check: bool = False) -> None:
     """Write schema/{deployment,image}.schema.json (JSON Schemas of the spec files, for editors)."""
-    import json
-
-    from rigsmith import spec, writer
+    from rigsmith import spec
     from rigsmith.resolving import imagedef
 
     root = project(c).root

@@ -1,17 +1,22 @@
 """invoke fit: will the recipe fit each GPU? Estimated from checkpoint metadata, before any download."""
 
+# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (tasks/__init__.py).
+
 from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
+from rigsmith import writer
 from rigsmith.errors import RigsmithError
-from tasks._common import DEFAULT_DEP, echo, project, user_errors
+from tasks._common import echo, project, user_errors
+from tasks._flags import DEPLOYMENT, helps
 
 if TYPE_CHECKING:
     from rigsmith.operating.probes import HostFacts
@@ -36,7 +41,7 @@ def _number(flag: str, text: str | None, kind: type[float] | type[int]) -> float
 
 @task(
     help={
-        "deployment": "deployments/NAME.yaml to estimate" + DEFAULT_DEP,
+        **helps(DEPLOYMENT),
         "vram_gib": "estimate for idle cards of these sizes instead of this host's GPUs: one size per card "
         "(24,24,12), or one size for --gpus N cards (default: as many as the spec asks for)",
         "gpus": "with --vram-gib SIZE (or the spec's resources.gpus.vram_gib): a rig of N such idle cards",
@@ -98,8 +103,6 @@ def _planned(
     spec: Deployment, vram_gib: str | None, gpus: str | None, rig: str | None, world: int
 ) -> Planned | None:
     """The rig named on the command line (None: this host's GPUs)."""
-    from pathlib import Path
-
     from rigsmith.operating import rigsource
 
     n = _number("--gpus", gpus, int)
@@ -173,8 +176,6 @@ def _propose(
     if n is None:
         echo(fitpropose.render(prop, f"fit --propose: {spec.name}").rstrip())
         return
-    from rigsmith import writer
-
     new, what = fitpropose.apply(path, read, spec, prop, int(n))
     # the spec's own header lines (the schema modeline, the user's comments) stay on top
     current = path.read_text(encoding="utf-8")

@@ -1,5 +1,7 @@
 """invoke next: where a deployment stands and the command for the next step. Wiring only."""
 
+# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (tasks/__init__.py).
+
 from __future__ import annotations
 
 import os
@@ -7,26 +9,21 @@ import os
 from invoke.context import Context
 from invoke.tasks import task
 
-from tasks._common import DEFAULT_DEP, echo, project, user_errors
+from tasks._common import echo, project, user_errors
+from tasks._flags import DEPLOYMENT, TARGET, helps
 
 
 @task(
     name="next",
-    help={
-        "deployment": "deployments/NAME.yaml to look at" + DEFAULT_DEP,
-        "target": "podman | quadlet | compose | lxc | kube: the artifacts the deploy stage looks for",
-    },
+    help=helps(DEPLOYMENT, TARGET),
 )
 @user_errors
 def next_step(c: Context, deployment: str | None = None, target: str = "podman") -> None:
     """Show where the deployment stands (imported to qualified) and the command for the next step."""
-    from rigsmith.errors import RigsmithError
     from rigsmith.operating import nextstep
     from rigsmith.operating.host import LocalHost
-    from rigsmith.project import TARGETS
 
-    if target not in TARGETS:
-        raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
+    target = TARGET.of(target)
     p = project(c)
     name = p.resolve_name(deployment)
     found = nextstep.stages(p, name, target, LocalHost(dict(os.environ)))

@@ -12,8 +12,8 @@ from invoke.tasks import task
 
 from rigsmith.errors import RigsmithError
 from tasks._common import echo, project, user_errors
-from tasks.deploy import _memlock
-from tasks.ops import _DEP, _MEMLOCK, _OUT, _TARGET, _int, _ops, _seconds
+from tasks._flags import DEPLOYMENT, MEMLOCK, OUT, RUN_TARGET, helps, seconds, whole
+from tasks.ops import _ops
 
 
 def lock_numbers(text: str) -> tuple[int, int | None]:
@@ -54,12 +54,9 @@ def lock(c: Context, history: bool = False, diff: str | None = None) -> None:
 
 @task(
     help={
-        "deployment": _DEP,
+        **helps(DEPLOYMENT, RUN_TARGET, OUT, MEMLOCK),
         "to": "the recorded lock to restore (default: the last-known-good the running upgrade kept, else the "
         "newest earlier entry that ran; `invoke lock --history` lists them)",
-        "target": _TARGET,
-        "out": _OUT,
-        "memlock": _MEMLOCK,
     }
 )
 @user_errors
@@ -77,19 +74,16 @@ def rollback(
     n = rollbackmod.rollback(
         _ops(c, target, out),
         deployment=deployment,
-        to=_int("--to", to) if to is not None else None,
-        memlock=_memlock(memlock),
+        to=whole("--to", to) if to is not None else None,
+        memlock=MEMLOCK.value(memlock),
     )
     echo(f"rollback: running on lock {n}")
 
 
 @task(
     help={
-        "deployment": _DEP,
+        **helps(DEPLOYMENT, RUN_TARGET, OUT, MEMLOCK),
         "threshold": "bench regression (decode tok/s down or TTFT up, in %) that rolls back (default 10)",
-        "target": _TARGET,
-        "out": _OUT,
-        "memlock": _MEMLOCK,
         "wait_timeout": "seconds the new engine gets to pass the readiness gates (default: 2x the recipe's "
         "first-boot time)",
         "max_tokens": "tokens per bench request (default 128)",
@@ -112,15 +106,15 @@ def upgrade(
     from rigsmith.operating import bench as benchmod
     from rigsmith.operating import upgrade as upgrademod
 
-    pct = _seconds("--threshold", threshold)
+    pct = seconds("--threshold", threshold)
     if not 0 < pct < 100:
         raise RigsmithError(f"--threshold {threshold} is not a percentage between 0 and 100", hint="e.g. 10")
     opts = upgrademod.Options(
         threshold=pct / 100,
-        memlock=_memlock(memlock),
-        wait_timeout=_seconds("--wait-timeout", wait_timeout) if wait_timeout is not None else None,
-        max_tokens=_int("--max-tokens", max_tokens),
-        prompt_words=_int("--prompt-words", prompt_words)
+        memlock=MEMLOCK.value(memlock),
+        wait_timeout=seconds("--wait-timeout", wait_timeout) if wait_timeout is not None else None,
+        max_tokens=whole("--max-tokens", max_tokens),
+        prompt_words=whole("--prompt-words", prompt_words)
         if prompt_words is not None
         else benchmod.DEFAULT_PROMPT_WORDS,
     )

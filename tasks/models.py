@@ -1,5 +1,7 @@
 """invoke fetch-model (and the model half of `invoke pin`, via rigsmith.resolving.modelfetch.pin_model)."""
 
+# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (tasks/__init__.py).
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +10,8 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
+from tasks._common import confirm, echo, project, user_errors
+from tasks._flags import DEPLOYMENT, helps
 
 #: rigsmith.resolving.modelfetch.WORKERS, spelled out so that importing tasks/ does not load modelfetch
 #: (tests/test_startup.py checks the two agree).
@@ -18,7 +21,7 @@ WORKERS = 8
 @task(
     name="fetch-model",
     help={
-        "deployment": "deployments/NAME.yaml whose model to fetch" + DEFAULT_DEP,
+        **helps(DEPLOYMENT),
         "dest": "download into DIR instead of the spec's model.local_dir",
         "verify": "hash every file again, even those verified on an earlier run",
         "repin": "resolve the spec's branch/tag again first and show what changed",

@@ -6,6 +6,7 @@ rigsmith.operating (httpx, jinja2) loads inside the tasks: invoke imports every 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,18 +14,14 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
+from rigsmith import writer
 from rigsmith.errors import RigsmithError, shown
-from tasks._common import DEFAULT_DEP, confirm, echo, project, user_errors
-from tasks.deploy import _memlock
+from tasks._common import confirm, echo, project, user_errors
+from tasks._flags import DEPLOYMENT, IMAGE, MEMLOCK, OUT, RUN_TARGET, TARGET, YES, helps, seconds, whole
 
 if TYPE_CHECKING:
     from rigsmith.operating.lifecycle import Ops
     from rigsmith.operating.status import Status
-
-_DEP = "deployments/NAME.yaml to act on" + DEFAULT_DEP
-_TARGET = "podman (plain podman run scripts) or quadlet (systemd unit)"
-_OUT = "where the target's artifacts live: DIR/<target>/… (default: the checkout)"
-_MEMLOCK = "override memlock: unlimited, bytes, or host (set none; for hosts that cannot raise it)"
 
 
 def _ops(c: Context, target: str, out: str | None) -> Ops:
@@ -35,24 +32,9 @@ def _ops(c: Context, target: str, out: str | None) -> Ops:
     )
 
 
-def _int(flag: str, value: object) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        raise RigsmithError(f"{flag} {value!r} is not a whole number", hint=f"e.g. {flag} 2") from None
-
-
-def _seconds(flag: str, value: object) -> float:
-    try:
-        return float(str(value))
-    except ValueError:
-        raise RigsmithError(f"{flag} {value!r} is not a number of seconds", hint=f"e.g. {flag} 900") from None
-
-
 @task(
     help={
-        "deployment": _DEP,
-        "target": "podman | quadlet | compose | lxc | kube: the artifacts whose needs are checked",
+        **helps(DEPLOYMENT, TARGET),
         "verify": "hash every model file against rigsmith.lock (default: sizes + fetch-model's cache)",
         "node": "multi-node: check only this node, as this machine (run it on each node)",
     }
@@ -66,14 +48,10 @@ def doctor(
     node: str | None = None,
 ) -> None:
     """Preflight: one go/no-go table of this host (each node, and the cluster) against the deployment."""
-    import shutil
-
     from rigsmith.operating import doctor as doctormod
     from rigsmith.operating.host import LocalHost
-    from rigsmith.project import TARGETS
 
-    if target not in TARGETS:
-        raise RigsmithError(f"unknown target {target!r}", hint=f"use one of: {', '.join(TARGETS)}")
+    target = TARGET.of(target)
     # The text the golden doctor tables hold, at the terminal's width.
     width = shutil.get_terminal_size((160, 24)).columns
     p = project(c)
@@ -95,12 +73,7 @@ def doctor(
 
 @task(
     help={
-        "deployment": _DEP,
-        "target": _TARGET,
-        "image": "container image reference, overriding the spec and the lock",
-        "memlock": _MEMLOCK,
-        "out": _OUT,
-        "yes": "change existing generated files without asking",
+        **helps(DEPLOYMENT, RUN_TARGET, IMAGE, MEMLOCK, OUT, YES),
         "dry_run": "print what would change and be started; do nothing",
         "ignore_drift": "start even when the model dir or the image differ from rigsmith.lock",
         "offline": "start inside a network namespace with only loopback (no route out), after checking that "
@@ -125,8 +98,9 @@ def up(
     from rigsmith.operating import lifecycle
     from rigsmith.operating.specflags import keep_memlock
 
+    mem = MEMLOCK.value(memlock)
     if not dry_run:  # --memlock shapes the artifacts: the spec keeps it, so later commands render the same
-        keep_memlock(project(c), deployment, _memlock(memlock), echo)
+        keep_memlock(project(c), deployment, mem, echo)
     if offline:
         from rigsmith.operating import offline as offlinemod
 
@@ -139,7 +113,7 @@ def up(
                 hint="leave those out, or run `invoke up` without --offline",
             )
         report = offlinemod.up_offline(
-            _ops(c, target, out), deployment=deployment, memlock=_memlock(memlock), yes=yes, confirm=confirm()
+            _ops(c, target, out), deployment=deployment, memlock=mem, yes=yes, confirm=confirm()
         )
         echo(report.summary())
         return
@@ -147,7 +121,7 @@ def up(
         _ops(c, target, out),
         deployment=deployment,
         image=image,
-        memlock=_memlock(memlock),
+        memlock=mem,
         yes=yes,
         confirm=confirm(),
         dry_run=dry_run,
@@ -155,7 +129,7 @@ def up(
     )
 
 
-@task(help={"deployment": _DEP, "target": _TARGET, "out": _OUT})
+@task(help=helps(DEPLOYMENT, RUN_TARGET, OUT))
 @user_errors
 def down(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Stop the deployment with its grace, then confirm no process of it holds a GPU."""
@@ -166,7 +140,7 @@ def down(c: Context, deployment: str | None = None, target: str = "podman", out:
     offline.release(ops, deployment)
 
 
-@task(help={"deployment": _DEP, "target": _TARGET, "out": _OUT})
+@task(help=helps(DEPLOYMENT, RUN_TARGET, OUT))
 @user_errors
 def status(c: Context, deployment: str | None = None, target: str = "podman", out: str | None = None) -> None:
     """Show the deployment's container state, whether it runs the current spec, and /health."""
@@ -209,9 +183,7 @@ def status(c: Context, deployment: str | None = None, target: str = "podman", ou
 
 @task(
     help={
-        "deployment": _DEP,
-        "target": _TARGET,
-        "out": _OUT,
+        **helps(DEPLOYMENT, RUN_TARGET, OUT),
         "follow": "keep following new lines",
         "tail": "show only the last N lines",
         "node": "multi-node: the node whose engine log to show (default: the head), reached as `up` does",
@@ -231,7 +203,7 @@ def logs(
     from rigsmith.operating import clusterlife, lifecycle, rootcause
     from rigsmith.operating.host import LocalHost
 
-    lines = _int("--tail", tail) if tail is not None else None
+    lines = whole("--tail", tail) if tail is not None else None
     ops = _ops(c, target, out)
     name = ops.project.resolve_name(deployment)
     cluster = lifecycle.cluster_of(ops, name)
@@ -252,9 +224,7 @@ def logs(
 
 @task(
     help={
-        "deployment": _DEP,
-        "target": _TARGET,
-        "out": _OUT,
+        **helps(DEPLOYMENT, RUN_TARGET, OUT),
         "timeout": "seconds before giving up (default: 2x the recipe's first-boot time)",
         "log_file": "follow this log file instead of the container's log",
         "url": "health URL (default: the deployment's host, port and readiness.health_path)",
@@ -277,7 +247,7 @@ def wait(
 
     ops = _ops(c, target, out)
     spec = ops.project.load(deployment)
-    secs = _seconds("--timeout", timeout) if timeout is not None else waitmod.timeout_for(spec)
+    secs = seconds("--timeout", timeout) if timeout is not None else waitmod.timeout_for(spec)
     cluster = lifecycle.cluster_of(ops, spec.name) if not (log_file or url) else None
     if cluster is not None:  # every node's join, then the head's gates, each reached as `up` does
         from rigsmith.operating import clusterlife
@@ -313,7 +283,7 @@ def wait(
 
 @task(
     help={
-        "deployment": _DEP,
+        **helps(DEPLOYMENT),
         "url": "OpenAI API base URL (default: the deployment's host and port)",
         "model": "model name to request (default: the first one /v1/models lists)",
         "streams": "comma-separated extra stream counts (1 and the recipe's published counts always run)",
@@ -365,9 +335,9 @@ def bench(
             echo(f"bench: chart written to {shown(str(wrote))}")
         return
 
-    counts = [_int("--streams", s) for s in str(streams).split(",") if s.strip()]
-    tokens = benchgate.PUBLISHED_MAX_TOKENS if max_tokens is None else _int("--max-tokens", max_tokens)
-    words = benchmod.DEFAULT_PROMPT_WORDS if prompt_words is None else _int("--prompt-words", prompt_words)
+    counts = [whole("--streams", s) for s in str(streams).split(",") if s.strip()]
+    tokens = benchgate.PUBLISHED_MAX_TOKENS if max_tokens is None else whole("--max-tokens", max_tokens)
+    words = benchmod.DEFAULT_PROMPT_WORDS if prompt_words is None else whole("--prompt-words", prompt_words)
     p = project(c)
     name = p.resolve_name(deployment)
     _summaries, comparisons = benchmod.bench_deployment(
@@ -391,8 +361,7 @@ def bench(
 
 @task(
     help={
-        "deployment": _DEP,
-        "target": _TARGET,
+        **helps(DEPLOYMENT, RUN_TARGET),
         "write": "write proxy/NAME/llama-swap.yaml and family.json instead of printing them",
         "yes": "change existing files without asking (with --write)",
     }
@@ -402,7 +371,6 @@ def proxy_entry(
     c: Context, deployment: str | None = None, target: str = "podman", write: bool = False, yes: bool = False
 ) -> None:
     """Emit a llama-swap model entry and the proxy family record for the deployment."""
-    from rigsmith import writer
     from rigsmith.operating import proxy
 
     p = project(c)

@@ -1,10 +1,14 @@
 """invoke import-recipe."""
 
+# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (tasks/__init__.py).
+
 from __future__ import annotations
 
 from invoke.context import Context
 from invoke.tasks import task
 
+from rigsmith.errors import shown_lines
+from rigsmith.project import record_import
 from tasks._common import configured_default, confirm, echo, project, prompt, side, user_errors
 
 
@@ -51,7 +55,6 @@ def import_recipe(
 ) -> None:
     """Import a published vLLM recipe into deployments/NAME.yaml (a re-import merges into your edits)."""
     resolve = side(ours, theirs)
-    from rigsmith.errors import shown_lines
     from rigsmith.importing import importer
 
     def say(msg: object) -> None:
@@ -77,7 +80,6 @@ def import_recipe(
     )
     if not dry_run:
         from rigsmith.operating.nextstep import after_import
-        from rigsmith.project import record_import
 
         configured = configured_default(c)
         record_import(project(c).root, dep.name, configured)

@@ -414,16 +414,18 @@ FUNCTION_IMPORTS: dict[str, int] = {
     "src/rigsmith/resolving/modelfetch.py": 1,  # huggingface_hub: 212 ms a warm fetch skips
     "src/rigsmith/resolving/modelfiles.py": 1,  # huggingface_hub: a warm fetch loads none of it
     "src/rigsmith/resolving/sources.py": 1,  # httpx: 66 ms a build with its assets cached skips
-    "tasks/_common.py": 6,
-    "tasks/bundle.py": 7,
-    "tasks/deploy.py": 8,
-    "tasks/fit.py": 14,
-    "tasks/guide.py": 4,
+    # tasks/: each of rigsmith's stage modules costs 130-760 ms over `import tasks`, which every command,
+    # --list included, pays (tasks/__init__.py); lockhistory, engine and probes 7-10 ms each.
+    "tasks/_common.py": 1,
+    "tasks/bundle.py": 5,
+    "tasks/deploy.py": 6,
+    "tasks/fit.py": 12,
+    "tasks/guide.py": 2,
     "tasks/history.py": 4,
     "tasks/images.py": 4,
     "tasks/models.py": 2,
-    "tasks/ops.py": 28,
-    "tasks/recipes.py": 4,
+    "tasks/ops.py": 25,
+    "tasks/recipes.py": 2,
 }
 
 

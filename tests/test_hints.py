@@ -20,10 +20,11 @@ import pytest
 from invoke.exceptions import Exit, ParseError
 from invoke.parser import Parser
 from tasks import ns
-from tasks.deploy import _memlock, _vmid
+from tasks._flags import MEMLOCK, TARGET, whole
+from tasks.deploy import _vmid
 
 from rigsmith.errors import RigsmithError
-from rigsmith.project import TARGETS, Project
+from rigsmith.project import Project
 from tests.support.common import REPO
 
 FIXTURE = "flash-next-merlin-4x3090"
@@ -135,12 +136,12 @@ MENTIONS = ("by `",)
 
 #: Flags whose value the task converts: the converter it applies (a rejected example raises).
 CONVERTERS: dict[str, Callable[[str], object]] = {
-    "--memlock": _memlock,
+    "--memlock": MEMLOCK.of,
     "--vmid": lambda v: _vmid(v, None),
-    "--target": lambda v: TARGETS.index(v),
-    "--tail": int,
-    "--max-tokens": int,
-    "--prompt-words": int,
+    "--target": TARGET.of,
+    "--tail": lambda v: whole("--tail", v),
+    "--max-tokens": lambda v: whole("--max-tokens", v),
+    "--prompt-words": lambda v: whole("--prompt-words", v),
     "--timeout": float,
 }
 

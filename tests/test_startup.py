@@ -23,8 +23,7 @@ HEAVY = (
     "pydantic",
     "tenacity",
     "filelock",
-    "rigsmith.spec",
-    "rigsmith.project",
+    "rigsmith.spec",  # rigsmith.project (0.6 ms) loads it only when a spec is read
     "rigsmith.importing",
     "rigsmith.resolving",
     "rigsmith.rendering",
@@ -99,3 +98,23 @@ def test_bundle_and_unbundle_load_no_http_client() -> None:
     # either (the OCI archive code needs the media-type names, which live in the pure imageref).
     mods = _loaded_after("import rigsmith.operating.bundle, rigsmith.operating.unbundle")
     assert [m for m in mods if m.split(".")[0] in ("httpx", "httpx2", "huggingface_hub")] == []
+
+
+def test_rigsmith_writes_bytecode_as_python_does(tmp_path: Path) -> None:
+    # Invoke turns bytecode off unless --write-pyc; the rigsmith command follows Python's own setting, so a
+    # command does not compile rigsmith's modules again every time (tasks/program.py, core_args).
+    def written(**env: str) -> list[Path]:
+        cache = tmp_path / str(len(env))
+        full = {
+            "PYTHONPATH": f"{REPO / 'src'}:{REPO}",
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPYCACHEPREFIX": str(cache),
+        }
+        subprocess.run(
+            [sys.executable, "-m", "tasks", "--list"], cwd=REPO, env={**full, **env}, capture_output=True,
+            check=True, timeout=60,
+        )  # fmt: skip
+        return sorted(cache.rglob("*.pyc"))
+
+    assert any(p.name.startswith("_flags.") for p in written())
+    assert written(PYTHONDONTWRITEBYTECODE="1") == []

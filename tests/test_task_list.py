@@ -1,6 +1,6 @@
 """What every command shows before it does anything: `invoke --list` lines that end at a full stop, a
-word when the tasks would run another checkout's (or an installed) rigsmith, and "did you mean" for a
-mistyped flag or task (issue 27)."""
+word when the tasks would run another checkout's (or an installed) rigsmith, "did you mean" for a
+mistyped flag or task (issue 27), and a quiet end when the reader of the output goes away (issue 36)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from invoke.util import helpline
 from tasks import ns
-from tasks._program import SuggestingProgram
+from tasks.program import program
 
-from tests.support.common import REPO, invoke_cli
+from tests.support.common import REPO, invoke_cli, rigsmith_cli
 
 #: invoke --list prints a task's name in an ~18-column field: a help line this long fits 120 columns.
 HELP_WIDTH = 100
@@ -69,7 +70,7 @@ def test_tasks_say_when_they_would_run_another_rigsmith(tmp_path: Path) -> None:
         (["deploy", "--target", "podman", "--chek"], "Did you mean --check?"),
         (["up", "--memlok", "host"], "Did you mean --memlock?"),
         (["up", "--dep", "x"], "Did you mean --deployment?"),  # the start of a flag
-        (["fetch-model", "--dest=/tmp/m", "--dry_run"], "`invoke --help fetch-model` lists its flags."),
+        (["fetch-model", "--dest=/tmp/m", "--dry_run"], "`rigsmith --help fetch-model` lists its flags."),
         (
             ["deploy", "--tagret", "podman"],
             "'--tagret' was taken as the target (not a flag): did you mean --target?",
@@ -80,26 +81,48 @@ def test_tasks_say_when_they_would_run_another_rigsmith(tmp_path: Path) -> None:
     ],
 )
 def test_a_mistyped_flag_or_task_gets_the_one_meant(argv: list[str], meant: str) -> None:
-    out = invoke_cli(None, *argv)
+    out = rigsmith_cli(None, *argv)
     assert out.returncode == 1 and out.stdout == ""
     assert meant in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.count("\n") == 1, out.stderr  # one line: invoke's own words, then ours
 
 
+def test_invoke_keeps_its_own_parse_error() -> None:
+    # `invoke` is Invoke's own program (no suggestions), and still one line, no traceback, status 1
+    out = invoke_cli(None, "deploy", "--target", "podman", "--chek")
+    assert out.returncode == 1 and out.stdout == "" and out.stderr == "No idea what '--chek' is!\n"
+
+
 def test_no_suggestion_that_is_not_near() -> None:
     # build has no --target, and none of its flags is near it: no guess, only where the flags are listed
-    out = invoke_cli(None, "build", "--target", "podman")
+    out = rigsmith_cli(None, "build", "--target", "podman")
     assert out.returncode == 1 and "Did you mean" not in out.stderr
-    assert "`invoke --help build` lists its flags." in out.stderr
+    assert "`rigsmith --help build` lists its flags." in out.stderr
 
 
 def test_the_suggested_flag_is_one_the_task_takes(capsys: pytest.CaptureFixture[str]) -> None:
-    prog = SuggestingProgram(namespace=ns, binary="invoke")
+    prog = program()
     with pytest.raises(SystemExit) as ended:
-        prog.run(["invoke", "bench", "--prompt-word", "20"])
+        prog.run(["rigsmith", "bench", "--prompt-word", "20"])
     assert ended.value.code == 1
     assert "Did you mean --prompt-words?" in capsys.readouterr().err
     assert "--prompt-words" in prog.parser.contexts["bench"].flags
+
+
+def test_rigsmith_and_invoke_run_the_same_tasks_with_the_same_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Both commands list the same tasks, and rigsmith reads the checkout's invoke.yaml as invoke does (a
+    Program with its own namespace loads no project config by itself): the same rigsmith.deployment."""
+    ours, theirs = rigsmith_cli(None, "--list"), invoke_cli(None, "--list")
+    assert ours.returncode == theirs.returncode == 0
+    assert ours.stdout.splitlines()[1:] == theirs.stdout.splitlines()[1:]  # after "Subcommands:"/"Available…"
+    assert rigsmith_cli(None, "--version").stdout == "rigsmith 0.1.0\n"
+    prog = program()
+    prog.run(["rigsmith", "--list"], exit=False)
+    capsys.readouterr()
+    shipped = yaml.safe_load((REPO / "invoke.yaml").read_text(encoding="utf-8"))["rigsmith"]["deployment"]
+    assert prog.config.rigsmith.deployment == shipped
 
 
 @pytest.mark.parametrize(
@@ -121,30 +144,81 @@ def test_odd_characters_in_a_mistyped_word_or_value_are_one_message(
 ) -> None:
     """Line breaks, lone surrogates, escapes, quotes and huge words (issue 25 red team): the parse error
     and its suggestion, never a traceback."""
-    prog = SuggestingProgram(namespace=ns, binary="invoke")
     with pytest.raises(SystemExit) as ended:
-        prog.run(["invoke", *argv])
+        program().run(["rigsmith", *argv])
     assert ended.value.code == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip()
 
 
-@pytest.mark.parametrize(
-    "argv", [["--list"], ["--help", "deploy"], ["next", "--deployment", "flash-next-merlin-4x3090"]]
-)
-def test_a_reader_that_went_away_ends_the_command_quietly(argv: list[str]) -> None:
-    """`invoke --list | head -1`: the reader is gone before the tasks write (its end of the pipe is closed
-    before invoke starts), so the first write fails; the command ends with 141, as one killed by SIGPIPE
-    would, and no traceback."""
+#: The two commands as a user runs them: Invoke's own, and the rigsmith console script's entry.
+COMMANDS = {
+    "invoke": [sys.executable, "-m", "invoke", "-r", str(REPO)],
+    "rigsmith": [sys.executable, "-c", "from tasks.program import main; main()"],
+}
+
+
+def _gone_reader(cmd: str, argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    """The command writing into a pipe whose reader is already gone (its end closed before the command
+    starts): the first write fails, whenever it comes."""
     read_end, write_end = os.pipe()
     os.close(read_end)
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}", "RIGSMITH_ROOT": str(REPO)}
+    full = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}", "RIGSMITH_ROOT": str(REPO), **env}
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "invoke", "-r", str(REPO), *argv],
-            cwd=REPO, env=env, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+        return subprocess.run(
+            [*COMMANDS[cmd], *argv],
+            cwd=REPO, env=full, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
         )  # fmt: skip
     finally:
         os.close(write_end)
-    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
-    assert proc.returncode == 141
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize(
+    ("cmd", "argv"),
+    [
+        ("invoke", ["--list"]),
+        ("invoke", ["--help", "deploy"]),
+        ("rigsmith", ["--help"]),
+        ("rigsmith", ["--list"]),
+        ("rigsmith", ["--help", "deploy"]),
+        ("invoke", ["next", "--deployment", "flash-next-merlin-4x3090"]),  # a task's own output
+        ("rigsmith", ["next", "--deployment", "flash-next-merlin-4x3090"]),
+    ],
+)
+def test_a_reader_that_went_away_ends_the_command_quietly(cmd: str, argv: list[str], buffered: bool) -> None:
+    """`… | head -1` whose head is gone before the command writes: status 141, as a command SIGPIPE ended
+    reports to a shell, and nothing on stderr. Buffered, the write fails at the interpreter's last flush;
+    unbuffered (PYTHONUNBUFFERED, as in many containers) at the first print."""
+    proc = _gone_reader(cmd, argv, PYTHONUNBUFFERED="" if buffered else "1")
+    assert proc.stderr == "" and proc.returncode == 141, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "invoke --list | head -1",
+        "invoke --help deploy | head -1",
+        "rigsmith --help | head -1",
+        "rigsmith --list | head -1",
+    ],
+)
+def test_piped_into_head_in_a_shell(line: str, tmp_path: Path) -> None:
+    """The pipeline itself, in bash: head prints the first line and leaves; the command ends with nothing
+    on stderr and a status a shell expects (0 when its output was all in the pipe before head left, 141
+    when a write came after: which one depends on how far the command got before head left)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "rigsmith").write_text(f'#!/bin/sh\nexec {sys.executable} -m tasks "$@"\n')
+    (bin_dir / "rigsmith").chmod(0o755)
+    (bin_dir / "invoke").write_text(f'#!/bin/sh\nexec {sys.executable} -m invoke "$@"\n')
+    (bin_dir / "invoke").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+    env["PYTHONUNBUFFERED"] = "1"
+    script = f'{line}; echo "status=${{PIPESTATUS[0]}}"'
+    out = subprocess.run(
+        ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    first, status = out.stdout.splitlines()
+    assert first.startswith(("Available tasks:", "Usage: ", "Subcommands:")), out.stdout
+    assert status in ("status=0", "status=141") and out.stderr == "", out.stderr

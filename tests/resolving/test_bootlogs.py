@@ -20,13 +20,17 @@ BOOTS = bl.boots()
 
 
 def test_the_collection_covers_the_rigs_the_issue_asks_for() -> None:
-    assert len(BOOTS) >= 16
+    assert len(BOOTS) >= 20
     kinds = {b.checkpoint for b in BOOTS}
-    assert {"bf16", "gptq", "bnb4", "fp8-block", "mxfp4"} <= kinds
+    assert {"bf16", "gptq", "awq", "bnb4", "fp8-block", "mxfp4"} <= kinds
+    cards = {n for b in BOOTS for n, _ in b.gpus}
+    assert {"NVIDIA GeForce RTX 3060", "NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 4090"} <= cards
     failed = [b for b in BOOTS if b.logged.get("outcome") not in (None, "starts")]
     assert len(failed) >= 7  # refusals and failures to hold fit's verdict to
     mixed = [b for b in BOOTS if len({n for n, _ in b.gpus}) > 1]
     assert mixed, "a boot on two different cards"
+    equal_pp = [b for b in BOOTS if "--pipeline-parallel-size" in b.argv and len({n for n, _ in b.gpus}) == 1]
+    assert equal_pp, "a pipeline-parallel boot on equal cards"
     for b in BOOTS:
         assert b.source.startswith("https://") and b.excerpt.strip() and b.vllm
         assert set(b.unmatched) <= {"weights", "kv", "tokens", "used", "outcome"}

@@ -116,7 +116,9 @@ def test_a_one_card_recipe_is_spread_over_the_rigs_three_cards_then_fit_says_go(
     assert path.read_text(encoding="utf-8") == text  # a re-import keeps the applied layout
 
 
-def test_a_two_card_recipe_takes_all_four_cards_with_tp_inside_the_p2p_pairs(tmp_path: Path) -> None:
+def test_a_two_card_recipe_takes_all_four_cards_and_names_the_tp_pairs_that_cross_the_bridge(
+    tmp_path: Path,
+) -> None:
     a = big_dense(40)
     root, path, _ = imported(tmp_path, a, "-tp 2 --max-model-len 16384", prefix="CUDA_VISIBLE_DEVICES=0,1 ")
     smi = stand_in(tmp_path, "4x3090-idle")
@@ -125,18 +127,18 @@ def test_a_two_card_recipe_takes_all_four_cards_with_tp_inside_the_p2p_pairs(tmp
     assert column(r.stdout, "GPUs") == "GPU0,GPU1,GPU2,GPU3"
     recipe_kv = int(column(r.stdout, "KV tokens", 0).replace(",", ""))
     assert int(column(r.stdout, "KV tokens").replace(",", "")) > recipe_kv
-    # TP2×PP2 keeps TP inside the PIX pairs and holds the most sequences: under V1 every last-stage rank keeps
-    # the sampler's full-vocabulary buffers, which TP4 pays on all four cards; TP4 comes third and says that
-    # it crosses the host bridge between the pairs
+    # memory first (the objective): TP4 holds one sequence more than TP2×PP2 (no stage keeps the whole LM
+    # head and sampler), and says that its four TP pairs cross the host bridge between the P2P pairs; TP2×PP2
+    # keeps TP inside the PIX pairs and comes second
+    assert column(r.stdout, "layout") == "TP4×PP1 KV auto"
+    assert column(r.stdout, "cross-bridge") == "4 TP / 0 PP"
+    assert "4 TP pair(s) and 0 stage boundary(ies) cross a PCIe host bridge without P2P" in flat(r.stdout)
     assert (
-        column(r.stdout, "layout") == "TP2×PP2 KV auto" and column(r.stdout, "cross-bridge") == "0 TP / 1 PP"
+        column(r.stdout, "layout", 2) == "TP2×PP2 KV auto"
+        and column(r.stdout, "cross-bridge", 2) == "0 TP / 1 PP"
     )
-    assert "0 TP pair(s) and 1 stage boundary(ies) cross a PCIe host bridge without P2P" in flat(r.stdout)
-    assert (
-        column(r.stdout, "layout", 3) == "TP4×PP1 KV auto"
-        and column(r.stdout, "cross-bridge", 3) == "4 TP / 0 PP"
-    )
-    assert fit_cli(root, smi, "--apply", "1").returncode == 0
+    assert "TP2 inside P2P groups (GPU0+GPU1, GPU2+GPU3)" in flat(r.stdout)
+    assert fit_cli(root, smi, "--apply", "2").returncode == 0
     p, spec, _ = applied(path, a)
     assert (p.tp, p.pp) == (2, 2) and len(spec.resources.gpus.cdi_devices) == 4
     assert fit_cli(root, smi).stdout.rstrip().endswith("fit: GO")
@@ -317,26 +319,28 @@ def test_seed003_keeps_its_pins_unless_allowed_and_apply_moves_readiness_and_rec
         .stdout.rstrip()
         .endswith("fit: WARN on 4 GPU(s), not a GO (reasons in the table)")
     )
+    # no layout keeping the recipe's 4.1 GB pool is a GO (the search and plain fit judge each rank with one
+    # computation): --apply refuses, naming the --allow that gives one, and writes nothing
+    text = path.read_text(encoding="utf-8")
+    r = fit_cli(root, smi, *dep, "--propose")
+    assert r.returncode == 0 and "plain fit: WARN: below the asked headroom, not a GO" in flat(r.stdout)
+    assert "listed apart, with --allow kv-cache-memory:" in flat(r.stdout)
     r = fit_cli(root, smi, *dep, "--apply", "1")
-    assert r.returncode == 0, r.stderr
-    kept = specmod.load(path)
-    p = fit.engine_inputs(kept)
-    assert (p.kv_cache_memory, p.max_model_len, p.kv_cache_dtype) == (4_100_000_000, 262_144, "fp8_e4m3")
-    assert kept.readiness.kv_cache_tokens == 924_993 and kept.engine.args == before.engine.args
-    assert path.read_text(encoding="utf-8").startswith(specmod.MODELINE)
+    assert r.returncode == 1 and "with --allow kv-cache-memory one fits" in flat(r.stderr), r.stderr
+    assert path.read_text(encoding="utf-8") == text
 
-    # allowed, the pool is a proposal's, not listed apart; at the recipe's own headroom (the default where it
-    # runs closer than 512 MiB) the seed's pool is already the largest every rank holds: asking for none
-    # (--headroom-gib 0), it grows into the first stage's last 110 MiB
-    r = fit_cli(root, smi, *dep, "--propose", "--allow", "kv-cache-memory")
-    assert "--kv-cache-memory 4100000000 → " not in r.stdout and "--kv-cache-memory 4100000000" in r.stdout
-    r = fit_cli(root, smi, *dep, "--apply", "1", "--allow", "kv-cache-memory", "--headroom-gib", "0")
+    # allowed, the pool is the largest every rank holds with fit's 512 MiB left: smaller than the seed's
+    r = fit_cli(root, smi, *dep, "--apply", "1", "--allow", "kv-cache-memory")
     assert r.returncode == 0, r.stderr
     grown = specmod.load(path)
+    assert grown.engine.args != before.engine.args and path.read_text(encoding="utf-8").startswith(
+        specmod.MODELINE
+    )
     g = fit.engine_inputs(grown)
-    assert g.kv_cache_memory is not None and g.kv_cache_memory > 4_100_000_000
+    assert g.kv_cache_memory is not None and g.kv_cache_memory < 4_100_000_000
     assert (g.max_model_len, g.kv_cache_dtype) == (262_144, "fp8_e4m3")
     # readiness.kv_cache_tokens moves with the pool: the recipe's figure scaled by fit's exact count of both
+    p = fit.engine_inputs(before)
     shape = fit.ModelShape.from_config(archs["flash-next-merlin-4x3090"].config)
     heads = checkpoint.rows(LocalCheckpoint(Path(grown.model.local_dir)))
     rows_ = list(heads)
@@ -344,13 +348,35 @@ def test_seed003_keeps_its_pins_unless_allowed_and_apply_moves_readiness_and_rec
     new = fit.estimate(shape, g, rows_).kv_tokens([0] * 4)
     assert old and new and grown.readiness.kv_cache_tokens == round(924_993 * new / old)
     assert any("readiness.kv_cache_tokens 924,993 → " in n for n in grown.notes)
-    # the larger pool leaves no headroom beyond fit's count: a WARN as the recipe's, no rank short of memory
+    # --apply then plain fit: GO, every rank with fit's margin
     r = fit_cli(root, smi, *dep)
-    assert r.returncode == 0 and "within 512 MiB of the limit" in flat(r.stdout) and "no-go" not in r.stdout
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("fit: GO"), r.stdout
     index = (root / ".rigsmith" / "locks" / "index.jsonl").read_text().splitlines()
     last: dict[str, Any] = json.loads(index[-1])
     assert "fit" in last["command"] and "--allow kv-cache-memory" in last["command"]
     assert last["reason"].startswith("flash-next-merlin-4x3090.yaml: proposal 1, TP2×PP2 EP KV fp8_e4m3")
+
+
+def test_seed000_apply_then_plain_fit_is_go_on_the_rig_it_was_planned_for(tmp_path: Path) -> None:
+    root, _ = _seeds(tmp_path)
+    nopath = "/usr/bin:/bin"
+    dep = ("--deployment", "flash-next-int4-3x3090", "--vram-gib", "24")
+    path = root / "deployments" / "flash-next-int4-3x3090.yaml"
+    with lock.locked(root / "rigsmith.lock"):
+        pass
+    # its 550 MB pool holds less than one 262,144-token request: only the host KV offload (not modelled)
+    # admits it, so no layout keeping the pins is a GO, and --apply writes none
+    r = fit_cli(root, nopath, *dep, "--apply", "1")
+    assert r.returncode == 1 and "this rig has 0 proposal(s) that fit" in r.stderr
+    r = fit_cli(root, nopath, *dep, "--propose")
+    assert "WARN: pool < one request" in r.stdout and "listed apart, with --allow" in flat(r.stdout)
+    allow = ("--allow", "max-model-len,kv-cache-memory,kv-cache-dtype")
+    r = fit_cli(root, nopath, *dep, "--apply", "1", *allow)
+    assert r.returncode == 0, r.stderr
+    p = fit.engine_inputs(specmod.load(path))
+    assert p.max_model_len is not None and p.max_model_len < 262_144 and p.kv_cache_dtype == "fp8"
+    r = fit_cli(root, nopath, *dep)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("fit: GO"), r.stdout
 
 
 def test_fit_needs_only_the_model_on_a_build_route_with_nothing_pinned(

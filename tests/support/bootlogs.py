@@ -2,7 +2,7 @@
 
 Each log names a model whose config.json is kept next to it (``configs/``); its checkpoint is rebuilt from
 that config as header-only safetensors shards (``checkpoints.header_only``: names, dtypes and shapes of the
-published checkpoint, no weight byte written), in the layout of its format: plain 16-bit, GPTQ int4,
+published checkpoint, no weight byte written), in the layout of its format: plain 16-bit, GPTQ int4, AWQ int4,
 bitsandbytes nf4 with double quantisation, FP8 with 128×128 block scales, or gpt-oss's MXFP4 experts. fit
 reads them through ``LocalCheckpoint`` as it reads a real download.
 """
@@ -28,6 +28,8 @@ GiB = fit.GiB
 MiB = fit.MiB
 
 Tensor = tuple[str, str, tuple[int, ...]]  # name, safetensors dtype, shape
+#: formats whose unquantised tensors (norms, biases, embeddings, LM head) are float16
+SIXTEEN = ("f16", "gptq", "awq")
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class Boot:
     source: str
     model: str
     config: str
-    checkpoint: str  # bf16 | f16 | gptq | bnb4 | fp8-block | mxfp4
+    checkpoint: str  # bf16 | f16 | gptq | awq | bnb4 | fp8-block | mxfp4
     vllm: str
     gpus: tuple[tuple[str, int], ...]  # (name, nvidia-smi MiB) per rank, in rank order
     argv: tuple[str, ...]
@@ -88,6 +90,10 @@ def _linear(kind: str, name: str, out: int, inp: int, bias: bool) -> Iterator[Te
         yield name + ".qzeros", "I32", (inp // 128, out // 8)
         yield name + ".scales", "F16", (inp // 128, out)
         yield name + ".g_idx", "I32", (inp,)
+    elif kind == "awq":  # 4-bit GEMM, group 128, zero point: AutoAWQ's packing (in, out / 8)
+        yield name + ".qweight", "I32", (inp, out // 8)
+        yield name + ".qzeros", "I32", (inp // 128, out // 8)
+        yield name + ".scales", "F16", (inp // 128, out)
     elif kind == "bnb4":  # nf4, blocks of 64, double quantisation (blocks of 256 absmax)
         n = out * inp
         yield name + ".weight", "U8", (n // 2, 1)
@@ -102,16 +108,19 @@ def _linear(kind: str, name: str, out: int, inp: int, bias: bool) -> Iterator[Te
     else:
         raise AssertionError(kind)
     if bias:
-        yield name + ".bias", "F16" if kind in ("f16", "gptq") else "BF16", (out,)
+        yield name + ".bias", "F16" if kind in SIXTEEN else "BF16", (out,)
 
 
 def _dense_layer(kind: str, c: dict[str, Any], i: int, qkv_bias: bool) -> Iterator[Tensor]:
     h, heads, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or h // heads
-    norm = "F16" if kind in ("f16", "gptq") else "BF16"
+    norm = "F16" if kind in SIXTEEN else "BF16"
     p = f"model.layers.{i}."
     yield p + "input_layernorm.weight", norm, (h,)
     yield p + "post_attention_layernorm.weight", norm, (h,)
+    if c["model_type"] == "qwen3":  # per-head RMS norms on Q and K
+        yield p + "self_attn.q_norm.weight", norm, (hd,)
+        yield p + "self_attn.k_norm.weight", norm, (hd,)
     for proj, out in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
         yield from _linear(kind, p + "self_attn." + proj, out, h, qkv_bias)
     yield from _linear(kind, p + "self_attn.o_proj", h, heads * hd, False)
@@ -161,7 +170,7 @@ def _gpt_oss_layer(c: dict[str, Any], i: int) -> Iterator[Tensor]:
 def tensors(kind: str, c: dict[str, Any]) -> Iterator[Tensor]:
     """Every tensor of the checkpoint of config ``c`` in format ``kind``."""
     h, vocab = c["hidden_size"], c["vocab_size"]
-    edt = "F16" if kind in ("f16", "gptq") else "BF16"  # embeddings and LM head stay 16-bit
+    edt = "F16" if kind in SIXTEEN else "BF16"  # embeddings and LM head stay 16-bit
     yield "model.embed_tokens.weight", edt, (vocab, h)
     for i in range(c["num_hidden_layers"]):
         if c["model_type"] == "gpt_oss":

@@ -95,11 +95,25 @@ def invoke_cli(
     """``invoke ARGS`` on the project at ``root`` as a user runs it: this checkout's tasks and sources, no
     terminal on stdin, the environment ``env`` (default: this process's). ``root`` None: no RIGSMITH_ROOT,
     run in this checkout, so the project is the one Invoke finds there (with its invoke.yaml)."""
+    return _cli(["-m", "invoke", "-r", str(REPO), *args], root, env, timeout)
+
+
+def rigsmith_cli(
+    root: Path | None, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``rigsmith ARGS`` (the console script's entry, ``python -m tasks``) as :func:`invoke_cli` runs
+    ``invoke``."""
+    return _cli(["-m", "tasks", *args], root, env, timeout)
+
+
+def _cli(
+    argv: list[str], root: Path | None, env: Mapping[str, str] | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
     full = {**(os.environ if env is None else env), "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
     if root is not None:
         full["RIGSMITH_ROOT"] = str(root)
     return subprocess.run(
-        [sys.executable, "-m", "invoke", "-r", str(REPO), *args],
+        [sys.executable, *argv],
         cwd=REPO,
         env=full,
         capture_output=True,

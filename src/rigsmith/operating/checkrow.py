@@ -4,13 +4,13 @@ go/no-go table, and the GPUs a spec asks for on this host."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
+
+from rigsmith.resolving.fitverdict import Verdict as Verdict  # one verdict word set: doctor's and fit's
 
 if TYPE_CHECKING:
     from rigsmith.operating.probes import HostFacts
     from rigsmith.spec import Deployment
-
-Verdict = Literal["go", "warn", "no-go"]
 
 
 @dataclass(frozen=True)

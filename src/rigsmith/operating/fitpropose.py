@@ -32,7 +32,6 @@ from rigsmith.resolving.propose import (
     Rig,
     arch_of,
     changed_pins,
-    default_headroom,
     recipe_row,
     search,
 )
@@ -121,16 +120,17 @@ def propose(
     allow: frozenset[str] = frozenset(),
 ) -> Proposed:
     """Read the headers once into a summary and rank every layout on every choice of ``rig``'s cards
-    (``headroom`` None: the default, ``propose.default_headroom``). ``own``: the cards the spec selects
-    (default: the rig's first); ``allow``: the recipe's pins a proposal may change (``propose.PINS``; a
-    ``cap`` allows max-model-len). ``seen``: the engine's KV size at the last boot of these exact inputs,
-    which calibrates every layout's allowances; ``bench_rows``: this deployment's bench results."""
+    (``headroom`` None: plain fit's warn margin, so that what fits here is GO there). ``own``: the cards
+    the spec selects (default: the rig's first); ``allow``: the recipe's pins a proposal may change
+    (``propose.PINS``; a ``cap`` allows max-model-len). ``seen``: the engine's KV size at the last boot of
+    these exact inputs, which calibrates every layout's allowances; ``bench_rows``: this deployment's bench
+    results."""
     base = replace(engine_inputs(spec), host_kv_offload=host_kv_offload(spec) is not None)
     own = own or Rig(rig.cards[: base.world], None, rig.arch)
     summary = Summary(shape, base, summary_keys(shape, len(rig.cards), base), headers)
     line = calibrate(summary, base, own, seen)
     if headroom is None:
-        headroom = default_headroom(summary, base, own)
+        headroom = WARN_HEADROOM  # plain fit's margin: a proposal that fits is a GO there
     ranked, seen_n = search(summary, base, rig, headroom=headroom, user_cap=cap, allow=allow, own=own)
     apart = _apart(summary, base, rig, own, headroom, cap, allow, ranked)
     runs_here = base.world <= len(own.cards)
@@ -210,8 +210,18 @@ def _column(p: Proposal | None, rig: Rig, s: Summary) -> list[str]:
         str(p.sequences),
         str(lay.pp),
         f"{p.tp_cross} TP / {p.pp_cross} PP",
-        "yes" if p.fits else ("below the asked headroom" if p.runs else "NO"),
+        _fits(p),
     ]
+
+
+def _fits(p: Proposal) -> str:
+    """The proposal's plain-fit verdict in a word or three (the same count ``invoke fit`` makes)."""
+    if p.fits:
+        return "yes (GO)"
+    if not p.runs:
+        return "NO"
+    warn = next(r for r in p.ranks if r.verdict == "warn")
+    return "WARN: pool < one request" if "less than one" in warn.why else "WARN: below the asked headroom"
 
 
 def render(prop: Proposed, title: str, width: int = 220) -> str:
@@ -241,8 +251,8 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
         "W/KV/allow: weights, KV pool, allowances (activations + CUDA graphs + runtime + memory outside "
         f"PyTorch, est.); headroom after all of it; asked headroom {prop.headroom // MiB} MiB"
         + (
-            f" (the recipe's own, closer than fit's {WARN_HEADROOM // MiB} MiB margin: plain fit warns on "
-            "these as on the recipe; --headroom-gib 0.5 asks for the margin)"
+            f" (closer than plain fit's {WARN_HEADROOM // MiB} MiB margin: plain fit warns on these; without "
+            "--headroom-gib the proposals keep that margin)"
             if prop.headroom < WARN_HEADROOM
             else ""
         )
@@ -256,8 +266,8 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
     lines.append(kept(prop))
     if prop.base.host_kv_offload:
         lines.append(
-            "the recipe offloads KV to host memory, which fit does not model: a GPU pool shorter than the "
-            "context is taken as the recipe runs it"
+            "the recipe offloads KV to host memory, which fit does not model: a GPU pool shorter than one "
+            "request of the context is a WARN in plain fit, so such a layout is not proposed"
         )
     lines += [
         f"listed apart, with --allow {','.join(_needs(p, prop))}: {p.layout.label()} on "
@@ -273,7 +283,10 @@ def render(prop: Proposed, title: str, width: int = 220) -> str:
             "the recipe's layout does not run as it stands; cheapest fix: " + "; then ".join(prop.fix)
         )
     elif prop.recipe is not None:
-        lines.append("the recipe's layout runs as it stands")
+        lines.append(
+            "the recipe's layout runs as it stands"
+            + ("" if prop.recipe.fits else f" (plain fit: {_fits(prop.recipe)}, not a GO)")
+        )
     if not top and prop.apart:
         lines.append(
             "no layout fits this rig while keeping the recipe's pinned values; those listed apart fit with "
@@ -363,7 +376,8 @@ def chosen(prop: Proposed, n: int) -> Proposal:
     if not 1 <= n <= len(top):
         raise RigsmithError(
             f"--apply {n}: this rig has {len(top)} proposal(s) that fit" + ("" if top else " (none)"),
-            hint="`invoke fit --propose` lists them; --apply takes the number of one",
+            hint="`invoke fit --propose` lists them; --apply takes the number of one"
+            + "".join(f"; with --allow {','.join(_needs(p, prop))} one fits" for p in prop.apart[:1]),
         )
     return top[n - 1]
 

@@ -20,8 +20,8 @@ from rigsmith.operating import rigsource
 from rigsmith.operating.checkrow import Check, Verdict, requested_gpus
 from rigsmith.operating.probes import HostFacts
 from rigsmith.operating.rigsource import Planned
-from rigsmith.resolving.fit import WARN_HEADROOM, Estimate, GiB, MiB, RankNeed
-from rigsmith.resolving.fitengine import torch_total
+from rigsmith.resolving.fit import Estimate, GiB, MiB, RankNeed
+from rigsmith.resolving.fitverdict import rank_verdict
 from rigsmith.resolving.lock import Lock
 from rigsmith.resolving.propose import Card
 from rigsmith.spec import Deployment
@@ -203,63 +203,10 @@ def host_kv_offload(spec: Deployment) -> str | None:
 
 
 def _one(est: Estimate, r: RankNeed, card: Card, offload: str | None) -> GpuFit:
-    p = est.params
     total, others, squat = card.total, card.others, list(card.squatters)
-    kv, inside, needs = est.usage(r, total)
-    pt_total = torch_total(total)  # what vLLM multiplies by the utilisation: PyTorch's, not nvidia-smi's
-    budget = int(pt_total * p.gpu_memory_utilization)
-    has = total - others
-    headroom = has - needs
+    v = rank_verdict(est, r, total, others, offload=offload)  # the count --propose ranks by, too
+    headroom, verdict, why = v.headroom, v.verdict, v.why
     squat_bytes = sum(b for _, b in squat)
-    verdict: Verdict = "go"
-    why = ""
-    if p.kv_cache_memory is None and kv == 0:
-        verdict, why = (
-            "no-go",
-            (
-                f"weights + activations + graphs + memory outside PyTorch "
-                f"({_gib(r.weights + r.activation + r.cuda_graphs + r.non_torch)}) leave no KV cache inside "
-                f"--gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(pt_total)} (PyTorch's total)"
-            ),
-        )
-    elif headroom < 0:
-        verdict = "no-go"
-        if inside <= budget:
-            why = (
-                f"vLLM refuses to start: after its runtime ({_mib(r.runtime)}, est.) it wants "
-                f"--gpu-memory-utilization {p.gpu_memory_utilization:g} × {_gib(pt_total)} = {_gib(budget)} "
-                "free"
-            )
-        else:
-            why = (
-                f"the rank's peak ({_gib(inside)}: weights, KV, graphs, activations) does not fit next to "
-                "what the card holds"
-            )
-    elif headroom < WARN_HEADROOM:
-        # with --kv-cache-memory the pool is fixed and the utilisation only the start check's ceiling:
-        # a rank using more than utilisation × total is what vLLM does, not a warning
-        verdict, why = (
-            "warn",
-            f"within {_mib(WARN_HEADROOM)} of the limit: the estimates are not finer than that",
-        )
-    block = r.kv_bytes_per_token * p.block_size
-    tokens = kv // block * p.block_size if block else None
-    ctx = est.context  # --max-model-len, else the model config's maximum: vLLM checks that one too
-    if verdict != "no-go" and tokens is not None and ctx and kv < est.request_bytes(r, ctx):
-        one = (
-            f"--max-model-len {ctx:,} sequence"
-            if p.max_model_len
-            else f"{ctx:,}-token sequence (no --max-model-len: the model config's maximum)"
-        )
-        short = f"the KV pool holds {tokens:,} tokens, less than one {one}: vLLM refuses to start"
-        verdict = "no-go"
-        if offload:
-            verdict = "warn"
-            short = (
-                f"{short} unless the recipe's host KV offload ({offload}) admits it; fit does not model "
-                "that offload"
-            )
-        why = f"{why}; {short}" if why else short
     if squat:
         names = "; ".join(s for s, _ in squat)
         if verdict == "no-go" and headroom < 0 <= headroom + squat_bytes:
@@ -270,9 +217,8 @@ def _one(est: Estimate, r: RankNeed, card: Card, offload: str | None) -> GpuFit:
         else:
             why = f"{names} of the headroom" + (f"; {why}" if why else "")
     names_t = tuple(s for s, _ in squat)
-    return GpuFit(
-        r, card.index, card.name, total, others, names_t, squat_bytes, kv, needs, has, headroom, verdict, why
-    )
+    gpu = (card.index, card.name, total, others, names_t, squat_bytes)
+    return GpuFit(r, *gpu, v.kv, v.needs, v.has, headroom, verdict, why)
 
 
 _PER_RANK = re.compile(r"[Ww]eights?[^.;]*?(\d+(?:\.\d+)?)\s*GiB\s*/\s*rank")

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Protocol
 
 from huggingface_hub import HfApi
 from huggingface_hub.errors import SafetensorsParsingError
-from huggingface_hub.utils._safetensors import SafetensorsFileMetadata
+from huggingface_hub.utils import SafetensorsFileMetadata
 
 from rigsmith import confine
 from rigsmith.errors import AdapterError

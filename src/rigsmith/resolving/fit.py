@@ -398,15 +398,17 @@ class Estimate:
     def for_card(self, total: int, name: str = "") -> Estimate:
         """This estimate on cards like the first of a rig (``total`` bytes, nvidia-smi ``name``): V1 gives
         cards of 70 GiB and more (A100s apart) 8,192 batched tokens and 1,024 sequences where the recipe
-        sets neither, and the profile's activation peak grows with them (fitengine.profile_shape)."""
-        big = fitengine.big_card(total, name)
-        if big == self.params.big_card:
+        sets neither, and the profile's activation peak grows with them (fitengine.profile_shape); on an
+        NVSwitch board a TP group's NCCL buffers come off the pool too (``_non_torch``)."""
+        big, nvs = fitengine.big_card(total, name), fitengine.nvswitch_card(name)
+        if (big, nvs) == (self.params.big_card, self.params.nvswitch):
             return self
-        params = replace(self.params, big_card=big)
+        params = replace(self.params, big_card=big, nvswitch=nvs)
         ranks = tuple(
-            replace(r, activation=_activation(self.shape, params, r.pp_rank == params.pp - 1))
+            replace(r, activation=_activation(self.shape, params, r.pp_rank == params.pp - 1),
+                    non_torch=_non_torch(params))
             for r in self.ranks
-        )
+        )  # fmt: skip
         return replace(self, params=params, ranks=ranks)
 
     def _graphs_in_pool(self, r: RankNeed) -> int:
@@ -495,6 +497,14 @@ def _kv_per_token(shape: ModelShape, params: EngineParams, layers: Iterable[int]
         return n * (shape.kv_lora_rank + shape.rope_head_dim) * b  # MLA: one latent, not split over TP
     heads = max(1, shape.num_kv_heads // params.tp)
     return n * 2 * heads * shape.head_dim * b
+
+
+def _non_torch(params: EngineParams) -> int:
+    """Memory outside PyTorch the profile takes off the pool: the engine's (fitengine.EngineEra), and in V1
+    NCCL's NVLS buffers for a TP group on an NVSwitch board (fitengine.NVLS_BUFFERS)."""
+    era = fitengine.era(params.vllm_version)
+    nvls = fitengine.NVLS_BUFFERS if era.v1 and params.tp > 1 and params.nvswitch else 0
+    return era.non_torch + nvls
 
 
 def _activation(shape: ModelShape, params: EngineParams, last_stage: bool) -> int:
@@ -587,7 +597,7 @@ def from_placed(shape: ModelShape, params: EngineParams, placed: Placed) -> Esti
                 activation=_activation(shape, params, last),
                 cuda_graphs=CUDA_GRAPHS if params.cuda_graphs else 0,
                 runtime=CUDA_CONTEXT + (NCCL_BUFFERS if params.world > 1 else 0),
-                non_torch=era.non_torch,
+                non_torch=_non_torch(params),
                 window_bytes_per_token=_kv_per_token(shape, params, window, 0),
             )
         )

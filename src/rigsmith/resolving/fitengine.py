@@ -10,8 +10,9 @@ Held against published boot logs (tests/resolving/data/bootlogs/, docs/fit.md). 
    (V0 without chunked prefill: the whole context, at least 2,048; V0 turns chunked prefill on by itself
    above 32K and then profiles 512; V1 always chunks: 2,048, or 8,192 with 1,024 sequences on cards of
    70 GiB and more that are not A100s) plus the sampler's fp32 ``[max_num_seqs, vocab]`` buffers on the last
-   pipeline stage.
-3. **Memory outside PyTorch** (cuBLAS workspaces, NCCL) measured in the profile comes off the pool.
+   pipeline stage (nine of them in V1 until v0.19 sampled lighter: three).
+3. **Memory outside PyTorch** (cuBLAS workspaces, NCCL) measured in the profile comes off the pool; in V1
+   that includes NCCL's NVLS buffers for a TP group on an NVSwitch board.
 4. **The total** vLLM multiplies by the utilisation is PyTorch's (``cudaMemGetInfo``), which is less than
    nvidia-smi's by what the driver keeps (23.58 GiB on a 24 GiB RTX 3090).
 5. **CUDA graphs** are captured after the pool is allocated until v0.21, so they must fit in what the
@@ -59,7 +60,8 @@ ERAS: tuple[EngineEra, ...] = (
     EngineEra((0, 0), "V0", False, 512, 512, 256, 2, 300 * MiB, False, False, True),
     EngineEra((0, 8), "V1", True, 2048, 8192, 1024, 9, 512 * MiB, False, False, False),
     EngineEra((0, 10), "V1, hybrid KV", True, 2048, 8192, 1024, 9, 512 * MiB, False, True, False),
-    EngineEra((0, 21), "V1, graphs profiled", True, 2048, 8192, 1024, 9, 512 * MiB, True, True, False),
+    EngineEra((0, 19), "V1, lighter sampler", True, 2048, 8192, 1024, 3, 512 * MiB, False, True, False),
+    EngineEra((0, 21), "V1, graphs profiled", True, 2048, 8192, 1024, 3, 512 * MiB, True, True, False),
 )
 #: The rules fit applies when the engine's version is not known: the newest.
 LATEST = ERAS[-1]
@@ -95,6 +97,19 @@ def era(version: tuple[int, int] | None) -> EngineEra:
 def torch_total(total: int) -> int:
     """What PyTorch reports as the total of a card whose nvidia-smi total is ``total`` bytes (point 4)."""
     return total - DRIVER_RESERVE if total > 4 * DRIVER_RESERVE else total
+
+
+#: NCCL's NVLink SHARP (NVLS) buffers on an NVSwitch board (SXM H100/H200/B200): a TP group's communicator
+#: allocates them outside PyTorch once vLLM has taken its start-up snapshot, so a V1 engine takes them off the
+#: pool. The H100 boot logs put them at 1.2-1.7 GiB more than TP1 leaves (TP2 and TP4, v0.9.2 and v0.19.0;
+#: docs/fit.md); PCIe cards have no NVSwitch and no such buffers.
+NVLS_BUFFERS = 1536 * MiB
+_NVSWITCH = re.compile(r"H100 80GB HBM3|H100 SXM|H800|H200(?! NVL)|B200|GB200|B300", re.IGNORECASE)
+
+
+def nvswitch_card(name: str) -> bool:
+    """An SXM card on an NVSwitch board (nvidia-smi's name), where NCCL sets up NVLS for a TP group."""
+    return bool(_NVSWITCH.search(name))
 
 
 def big_card(total: int, name: str = "") -> bool:

@@ -53,6 +53,7 @@ class EngineParams:
     given: frozenset[str] = frozenset()
     vllm_version: tuple[int, int] | None = None  # the engine's (major, minor); None: the newest rules
     big_card: bool = False  # cards of 70 GiB and more, not A100s: V1's larger scheduler defaults
+    nvswitch: bool = False  # SXM cards on an NVSwitch board: NCCL NVLS buffers for TP (fitengine)
 
     @property
     def world(self) -> int:

@@ -11,6 +11,7 @@ huggingface_hub's own exception tree decides what is transient (see research/lib
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import threading
@@ -35,10 +36,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url, http_get, xet_get
-from huggingface_hub.utils._headers import build_hf_headers
-from huggingface_hub.utils._http import hf_raise_for_status, http_backoff
-from huggingface_hub.utils._runtime import is_xet_available
-from huggingface_hub.utils._xet import XetFileData
+from huggingface_hub.utils import XetFileData, build_hf_headers, hf_raise_for_status, http_backoff
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -295,7 +293,7 @@ class HfHub:
     def xet_file(self, repo: str, commit: str, path: str) -> XetFileData | None:
         """Where the Hub keeps the file on Xet (its ``HEAD`` answer), or None: not on Xet, or hf_xet is
         not installed or turned off (``HF_HUB_DISABLE_XET``); then no request is made."""
-        if not is_xet_available():
+        if not xet_available():
             return None
         url = hf_hub_url(repo, path, revision=commit, endpoint=self.endpoint)
         token = self._token if self._token else False
@@ -365,6 +363,12 @@ class HfHub:
                 "HF_HUB_OFFLINE=1 works once the lock pins the model and its local dir is complete",
             )
         return AdapterError(f"{what}: {where}: {type(err).__name__}: {err}")
+
+
+def xet_available() -> bool:
+    """Whether huggingface_hub would download through hf_xet: installed and not turned off by
+    ``HF_HUB_DISABLE_XET``. (huggingface_hub's own test, ``is_xet_available``, has no public name.)"""
+    return not constants.HF_HUB_DISABLE_XET and importlib.util.find_spec("hf_xet") is not None
 
 
 def origin(url: str) -> str:

@@ -175,7 +175,7 @@ class Summary:
         v0_context = None if fitengine.era(p.vllm_version).v1 else p.max_model_len
         key = (p.tp, p.pp, p.pp_partition, p.expert_parallel, p.kv_cache_dtype, p.mtp, p.draft_model,
                p.language_model_only, p.cuda_graphs, p.max_num_batched_tokens, p.max_num_seqs, p.block_size,
-               p.given, p.vllm_version, p.big_card, v0_context, self.allowance)  # fmt: skip
+               p.given, p.vllm_version, p.big_card, p.nvswitch, v0_context, self.allowance)  # fmt: skip
         hit = self._estimates.get(key)
         if hit is None:
             hit = self._estimates[key] = self._estimate(params)

@@ -96,7 +96,7 @@ def select(
     if not allow and not ignore:
         return dict(sorted(files.items()))
     # huggingface_hub only with patterns: a warm run loads none of it (tests/resolving/test_fetch_warm.py).
-    from huggingface_hub.utils._paths import filter_repo_objects
+    from huggingface_hub.utils import filter_repo_objects
 
     keep = filter_repo_objects(
         list(files), allow_patterns=list(allow) or None, ignore_patterns=list(ignore) or None

@@ -18,8 +18,9 @@ proposal counted.
 
 The objective, in order (``Proposal.key``; larger is better):
 
-1. it fits: every rank keeps the headroom asked for (by default fit's warn margin, 512 MiB, or the recipe's
-   own least headroom where that is less), and the KV pool holds at least one block;
+1. it fits: plain ``invoke fit`` says GO on every rank (``resolving.fitverdict``, the one computation
+   both use): each keeps the headroom asked for (by default fit's own warn margin, 512 MiB) and its pool
+   holds one request of the served context (a recipe's host KV offload is not modelled: not a GO);
 2. the longest context: the recipe's (pinned), or where allowed the smaller of the cap (the user's, else
    the recipe's, else the model's limit; never past the model's limit) and the pool;
 3. the most concurrent sequences of that context (KV tokens = context × sequences, per DP replica);
@@ -28,7 +29,7 @@ The objective, in order (``Proposal.key``; larger is better):
 6. the most KV tokens, then the fewest GPUs, then the fewest changes from the recipe, then the most
    headroom on the tightest rank.
 
-Only layouts that fit are proposed; where the recipe's own layout runs, none holds fewer KV tokens than it.
+Only layouts that fit are proposed; where the recipe's own layout fits, none holds fewer KV tokens than it.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rigsmith.resolving.fit import KV_DTYPE_BYTES, WARN_HEADROOM, Estimate, RankNeed
+from rigsmith.resolving.fit import KV_DTYPE_BYTES, Estimate, RankNeed
 from rigsmith.resolving.fitengine import torch_total
 from rigsmith.resolving.fitparams import EngineParams
+from rigsmith.resolving.fitverdict import Verdict, rank_verdict
 from rigsmith.resolving.layout import Layout, Summary, layouts, of_params
 from rigsmith.resolving.split import weighted_split
 
@@ -126,6 +128,8 @@ class RankFit:
     kv: int
     needs: int
     headroom: int
+    verdict: Verdict = "go"  # plain fit's verdict on this rank (resolving.fitverdict), at the asked margin
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ class Proposal:
     sequences: int
     tp_cross: int
     pp_cross: int
-    fits: bool  # runs, with the asked headroom on every rank
+    fits: bool  # plain fit's GO on every rank (resolving.fitverdict), with the asked headroom
     changes: int
     runs: bool = True  # fit's own line: no rank short of memory, a pool of at least one sequence
 
@@ -172,6 +176,21 @@ def _place(s: Summary, lay: Layout, params: EngineParams, rig: Rig) -> tuple[Ran
             card = rig.cards[d * lay.group + r.rank]
             kv, _, needs = est.usage(r, card.total)
             out.append(RankFit(card, r, kv, needs, card.has - needs))
+    return tuple(out)
+
+
+def _judged(
+    s: Summary, params: EngineParams, rig: Rig, ranks: Sequence[RankFit], margin: int, context: int | None
+) -> tuple[RankFit, ...]:
+    """Each rank with plain fit's verdict on it (``fitverdict.rank_verdict``, the one computation both
+    use), a pool of ``context`` tokens asked for and ``margin`` kept free."""
+    est = on_cards(s, params, rig.cards)
+    offload = "host memory" if params.host_kv_offload else None
+    out = []
+    for rf in ranks:
+        v = rank_verdict(est, rf.need, rf.card.total, rf.card.others, margin=margin, offload=offload,
+                         context=context)  # fmt: skip
+        out.append(RankFit(rf.card, rf.need, v.kv, v.needs, v.headroom, v.verdict, v.why))
     return tuple(out)
 
 
@@ -293,18 +312,15 @@ def evaluate(
     per = [_tokens(ranks[d * lay.group : (d + 1) * lay.group], block) for d in range(lay.dp)]
     tokens = min(per)
     ctx = tokens if cap is None else min(cap, tokens)
-    runs = tokens >= block and all(r.headroom >= 0 and r.kv > 0 for r in ranks)
-    need = context or params.max_model_len
-    est = on_cards(s, params, rig.cards)
-    short = bool(need) and any(
-        r.need.kv_bytes_per_token and r.kv < est.request_bytes(r.need, need or 0) for r in ranks
-    )
-    if short and not params.host_kv_offload:
-        runs = False  # stock vLLM refuses a pool shorter than one request of the context (fit's check)
-    elif context is not None:
+    # plain fit's verdict on every rank: it checks one request of the served context (pinned, else what
+    # the pool gives) and the margin; stock vLLM refuses a pool shorter than one request (no-go), a recipe
+    # offloading KV to host memory is not modelled (warn, not a GO)
+    ranks = _judged(s, params, rig, ranks, headroom, context or params.max_model_len or ctx)
+    runs = tokens >= block and all(r.verdict != "no-go" and r.kv > 0 for r in ranks)
+    if context is not None and runs:
         ctx = context  # (with a host KV offload, the recipe's context whatever the GPU pool holds)
     seqs = sum(t // ctx for t in per) if ctx else 0
-    fits = runs and all(r.headroom >= headroom for r in ranks)
+    fits = runs and all(r.verdict == "go" for r in ranks)
     tp_x, pp_x = _cross(lay, rig)
     changes = 0 if recipe is None else sum(
         getattr(lay, f) != getattr(recipe, f) for f in ("tp", "pp", "dp", "ep", "partition", "kv_dtype")
@@ -324,15 +340,6 @@ def recipe_row(s: Summary, base: EngineParams, rig: Rig, headroom: int, dp: int 
     lay = of_params(base, dp)
     ctx = base.max_model_len or model_cap(s, base, None)  # none given: vLLM serves the model's maximum
     return evaluate(s, lay, base, rig, cap=ctx, headroom=headroom, context=ctx)
-
-
-def default_headroom(s: Summary, base: EngineParams, rig: Rig) -> int:
-    """fit's warn margin (512 MiB), or the recipe's own least headroom where its layout runs closer."""
-    if base.world > len(rig.cards):
-        return WARN_HEADROOM
-    own = recipe_row(s, base, rig, 0)
-    least = min(r.headroom for r in own.ranks)
-    return min(WARN_HEADROOM, least) if own.runs else WARN_HEADROOM
 
 
 def _subsets(rig: Rig, k: int) -> list[Rig]:
@@ -376,7 +383,7 @@ def search(
 ) -> tuple[list[Proposal], int]:
     """Every layout on every choice of the rig's cards, sized and ranked by the objective: the best split
     and cards of each (TP, PP, DP, KV dtype), best first. The recipe's pins (``sizing``) hold unless
-    ``allow``ed. Where the recipe's own layout runs (on ``own``, the cards the spec selects; default: the
+    ``allow``ed. Where the recipe's own layout fits (on ``own``, the cards the spec selects; default: the
     rig's first), layouts with fewer KV tokens are left out. Returns the ranking and the number of
     candidates evaluated."""
     recipe = of_params(base)
@@ -384,7 +391,7 @@ def search(
     known = set(s.keys)
     own = own or Rig(rig.cards[: base.world], _relabel(rig, base.world), rig.arch)
     row = recipe_row(s, base, own, headroom) if base.world <= len(own.cards) else None
-    floor = row.kv_tokens if row is not None and row.runs else 0
+    floor = row.kv_tokens if row is not None and row.fits else 0  # a GO recipe: nothing smaller
     seen = 0
     best: dict[tuple[int, int, int, str], Proposal] = {}
     every = list(layouts(s.shape, base, len(rig.cards), how.kv_dtypes))
