@@ -53,12 +53,15 @@ def test_cuda_graphs_are_captured_after_the_pool_until_v0_21(version: tuple[int,
 
 
 def test_each_engine_era_changes_only_the_rules_the_docstring_names_for_it() -> None:
-    """0.8 brings V1 (points 2 and 3), 0.10 the hybrid KV manager (point 6), 0.21 graphs profiled inside the
-    pool (point 5): every other number is carried over from the era before."""
-    v0, v1, hybrid, graphs = fitengine.ERAS
-    assert (v0.since, v1.since, hybrid.since, graphs.since) == ((0, 0), (0, 8), (0, 10), (0, 21))
+    """0.8 brings V1 (points 2 and 3), 0.10 the hybrid KV manager (point 6), 0.19 the lighter sampler (three
+    buffers where there were nine, point 2), 0.21 graphs profiled inside the pool (point 5): every other
+    number is carried over from the era before."""
+    _v0, v1, hybrid, lighter, graphs = fitengine.ERAS
+    assert [e.since for e in fitengine.ERAS] == [(0, 0), (0, 8), (0, 10), (0, 19), (0, 21)]
     assert replace(v1, since=(0, 10), name=hybrid.name, window_kv=True) == hybrid
-    assert replace(hybrid, since=(0, 21), name=graphs.name, graphs_in_pool=True) == graphs
+    assert replace(hybrid, since=(0, 19), name=lighter.name, sampler_copies=3) == lighter
+    assert replace(lighter, since=(0, 21), name=graphs.name, graphs_in_pool=True) == graphs
+    assert hybrid.sampler_copies == 9
     # fit's report names the era whose rules it used: each has a name of its own
     names = [e.name for e in fitengine.ERAS]
     assert all(names) and len(set(names)) == len(names)
