@@ -204,3 +204,71 @@ def test_a_unicode_format_or_line_character_anywhere_in_a_name_is_refused(char: 
     with pytest.raises(confine.PathRefused) as err:
         confine.check(name, "bundle member")
     assert str(err.value).startswith(f"bundle member: {name!r} is not a path inside its directory")
+
+
+@pytest.mark.parametrize("name", [None, 5, b"a.txt", ["a"], ""])
+def test_a_name_that_is_not_text_is_refused_naming_the_field(name: object) -> None:
+    """A JSON listing or index can hold a number, null or a list where a file name belongs."""
+    assert confine.why_unsafe(name) == "it is empty or not text"
+    with pytest.raises(confine.PathRefused) as err:
+        confine.check(name, "lock files[3].name")
+    assert str(err.value).startswith(f"lock files[3].name: {name!r} is not a path inside its directory")
+
+
+@pytest.mark.parametrize("name", ["a//b", "a/", "a/b//", "x"])
+def test_an_empty_part_is_refused_as_such_and_a_one_letter_name_is_a_name(name: str) -> None:
+    if name == "x":
+        assert confine.why_unsafe(name) is None
+    else:
+        assert confine.why_unsafe(name) == "it has an empty part (// or a trailing /)"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "model.safetensors",
+        "x",
+        "a/b/c.json",
+        "e\u0301t\u00e9/caf\u00e9.txt",  # a combining accent: NFKC composes it, nothing folds into '/' or '.'
+        "\ufb01le/x\u00b2.bin",  # the ligature "fi" and a superscript two: NFKC spells them out
+        "\u6a21\u578b/\u6743\u91cd.bin",
+    ],
+)
+def test_a_plain_name_and_one_that_nfkc_changes_harmlessly_are_accepted(name: str, tmp_path: Path) -> None:
+    assert confine.check(name, "test") == name
+    path = confine.make_dirs(tmp_path, name, "test")
+    path.write_bytes(b"ok")
+    assert confine.read_regular(tmp_path, name, "test") == b"ok"
+
+
+def test_a_file_where_a_directory_should_be_is_refused_naming_the_name(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"a file")
+    for call in (confine.under, confine.open_regular):
+        with pytest.raises(confine.PathRefused) as err:
+            call(tmp_path, "a/b.txt", "bundle member")
+        assert "bundle member: 'a/b.txt'" in str(err.value) and "Traceback" not in str(err.value)
+    with pytest.raises(confine.PathRefused) as err:
+        confine.make_dirs(tmp_path, "a/b/c.txt", "bundle member")
+    assert "is a link or a file, not a directory" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("a\0b", "it contains a NUL byte"),
+        ("a\\b", "it contains a backslash"),
+        ("/etc/passwd", "it is absolute"),
+        ("a/../b", "it has a '..' part"),
+        ("./a", "it has a '.' part"),
+        ("a\x07b", "it contains a control character or line break"),
+        ("a\uff3cb", "it holds characters that fold into '/', '\\' or '.' (Unicode look-alikes)"),  # ＼
+        ("a\ufe68b", "it holds characters that fold into '/', '\\' or '.' (Unicode look-alikes)"),  # ﹨
+        ("\uff0fetc", "it holds characters that fold into '/', '\\' or '.' (Unicode look-alikes)"),  # ／
+        ("a/\u2024", "it holds characters that fold into '/', '\\' or '.' (Unicode look-alikes)"),  # ․
+    ],
+)
+def test_each_refusal_says_what_is_wrong_with_the_name(name: str, why: str) -> None:
+    assert confine.why_unsafe(name) == why
+    with pytest.raises(confine.PathRefused) as err:
+        confine.check(name, "bundle member")
+    assert f"({why}); refused, nothing was written" in str(err.value)

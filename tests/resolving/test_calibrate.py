@@ -161,3 +161,11 @@ def test_a_rank_without_an_attention_layer_does_not_decide_and_none_at_all_says_
         est, ranks=tuple(dataclasses.replace(r, kv_bytes_per_token=0) for r in est.ranks)
     )
     assert allowance_delta(none, totals, seen) is None
+
+
+def test_a_rig_with_a_card_the_layout_does_not_use_calibrates_from_the_cards_it_used() -> None:
+    """fit's history passes every card of the rig: a layout of 3 ranks on 4 cards is measured on its 3."""
+    est = _estimate(ARGV)
+    totals = [24 * GiB] * 3
+    seen = reported(est, totals, SHORT)
+    assert allowance_delta(est, [*totals, 8 * GiB], seen) == allowance_delta(est, totals, seen)

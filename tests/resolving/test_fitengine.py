@@ -21,6 +21,8 @@ GiB = fit.GiB
         ("docker.io/vllm/vllm-openai:v0.11.2", (0, 11)),
         ("vllm/vllm-openai:cu128-0.10.1", (0, 10)),
         ("vllm/vllm-openai:v0.9.2@sha256:" + "a" * 64, (0, 9)),
+        ("localhost:5000/vllm/vllm-openai:v0.9.2", (0, 9)),  # a registry's port is not the tag
+        ("registry.example:443/vllm-openai:0.10.1", (0, 10)),
         ("vllm/vllm-openai:latest", None),
         ("vllm/vllm-openai:gptoss", None),
         ("localhost/llama-3.1-server", None),  # a version in the name, none in the tag
@@ -44,6 +46,40 @@ def test_each_version_gets_its_engines_rules_and_no_version_the_newest() -> None
     assert fitengine.era((2, 5)) is fitengine.LATEST
 
 
+@pytest.mark.parametrize("version", [(0, 6), (0, 8), (0, 9), (0, 10), (0, 20)])
+def test_cuda_graphs_are_captured_after_the_pool_until_v0_21(version: tuple[int, int]) -> None:
+    assert not fitengine.era(version).graphs_in_pool
+    assert fitengine.era((0, 21)).graphs_in_pool and fitengine.era((1, 0)).graphs_in_pool
+
+
+def test_each_engine_era_changes_only_the_rules_the_docstring_names_for_it() -> None:
+    """0.8 brings V1 (points 2 and 3), 0.10 the hybrid KV manager (point 6), 0.19 the lighter sampler (three
+    buffers where there were nine, point 2), 0.21 graphs profiled inside the pool (point 5): every other
+    number is carried over from the era before."""
+    _v0, v1, hybrid, lighter, graphs = fitengine.ERAS
+    assert [e.since for e in fitengine.ERAS] == [(0, 0), (0, 8), (0, 10), (0, 19), (0, 21)]
+    assert replace(v1, since=(0, 10), name=hybrid.name, window_kv=True) == hybrid
+    assert replace(hybrid, since=(0, 19), name=lighter.name, sampler_copies=3) == lighter
+    assert replace(lighter, since=(0, 21), name=graphs.name, graphs_in_pool=True) == graphs
+    assert hybrid.sampler_copies == 9
+    # fit's report names the era whose rules it used: each has a name of its own
+    names = [e.name for e in fitengine.ERAS]
+    assert all(names) and len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("version", [(0, 8), (0, 9), (0, 10), (0, 21), None])
+def test_every_v1_engine_profiles_2048_tokens_or_8192_on_a_big_card(version: tuple[int, int] | None) -> None:
+    v1 = fitengine.era(version)
+    assert fitengine.profile_shape(v1, 4096, None, None, False) == (2048, 256)
+    assert fitengine.profile_shape(v1, 4096, None, None, True) == (8192, 1024)
+
+
+def test_v0_profiles_the_recipes_own_batch_when_it_sets_one() -> None:
+    v0 = fitengine.era((0, 6))
+    assert fitengine.profile_shape(v0, 131072, 4096, None, False) == (4096, 256)
+    assert fitengine.profile_shape(v0, 8192, 16384, 8, True) == (16384, 8)
+
+
 def test_the_profile_run_takes_the_tokens_each_engine_picks() -> None:
     v0, v1 = fitengine.era((0, 6)), fitengine.era((0, 10))
     # V0 without chunked prefill profiles one prefill of the whole context, at least 2,048 tokens
@@ -64,6 +100,16 @@ def test_pytorch_sees_the_card_less_what_the_driver_keeps() -> None:
     # an RTX 3090's 24,576 MiB are 23.58 GiB to PyTorch (the V0 boot log's total_gpu_memory)
     assert round(fitengine.torch_total(24576 * fit.MiB) / GiB, 2) == 23.58
     assert fitengine.torch_total(512 * fit.MiB) == 512 * fit.MiB  # a tiny card keeps its size
+    # the exact boundary: a card of up to four times what the driver keeps is counted whole
+    edge = 4 * fitengine.DRIVER_RESERVE
+    assert fitengine.torch_total(edge) == edge
+    assert fitengine.torch_total(edge + 1) == edge + 1 - fitengine.DRIVER_RESERVE
+
+
+def test_a_big_card_starts_at_exactly_70_gib() -> None:
+    assert fitengine.big_card(70 * GiB, "NVIDIA H100 NVL")
+    assert not fitengine.big_card(70 * GiB - 1, "NVIDIA H100 NVL")
+    assert not fitengine.big_card(80 * GiB, "NVIDIA A100 80GB PCIe")
 
 
 def test_mxfp4_experts_are_counted_as_marlin_repacks_them() -> None:
@@ -75,6 +121,9 @@ def test_mxfp4_experts_are_counted_as_marlin_repacks_them() -> None:
     assert fitengine.mxfp4_loaded("down_proj_bias", 32 * 2880 * 2, 2880, 2880) == 32 * 3072 * 2
     assert fitengine.mxfp4_loaded("router_weight", 1000, 2880, 2880) == 1000
     assert fitengine.mxfp4_loaded("gate_up_proj_blocks", 1000, 0, 0) == 1000
+    # a config that gives only one of the two sizes: the experts are counted as stored
+    assert fitengine.mxfp4_loaded("gate_up_proj_blocks", 1000, 0, 2880) == 1000
+    assert fitengine.mxfp4_loaded("down_proj_scales", 1000, 2880, 0) == 1000
 
 
 def test_a_sliding_window_layer_holds_its_window_from_the_hybrid_kv_engines_on() -> None:
