@@ -315,15 +315,6 @@ LONG_MODULES: set[str] = {
     "src/rigsmith/resolving/fit.py",
 }
 
-#: Functions over FUNCTION_LINES today, (file, name), each still to be split into named parts. This list must
-#: only shrink: drop an entry once the function fits; never add one — split the function instead.
-LONG_FUNCTIONS: set[tuple[str, str]] = {
-    ("src/rigsmith/importing/importer.py", "import_recipe"),
-    ("src/rigsmith/importing/recipe/__init__.py", "parse"),
-    ("src/rigsmith/importing/recipe/assemble.py", "build"),
-    ("src/rigsmith/importing/shellwords.py", "scan"),
-}
-
 
 def _functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
     return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
@@ -342,7 +333,7 @@ def size_problems(path: str, text: str) -> list[str]:
         out.append(f"{path}: {lines} lines (at most {MODULE_LINES}): cut it into modules along its parts")
     for node in _functions(ast.parse(text)):
         length = function_lines(node)
-        if length > FUNCTION_LINES and (path, node.name) not in LONG_FUNCTIONS:
+        if length > FUNCTION_LINES:  # no exceptions: split the function into named parts
             out.append(f"{path}:{node.lineno} {node.name}: {length} lines (at most {FUNCTION_LINES})")
     return out
 
@@ -361,11 +352,6 @@ def test_the_size_allow_lists_only_shrink() -> None:
         file = ROOT / path
         if not file.is_file() or len(file.read_text().splitlines()) <= MODULE_LINES:
             stale.append(f"LONG_MODULES: drop {path!r} (it fits now, or is gone)")
-    for path, name in sorted(LONG_FUNCTIONS):
-        file = ROOT / path
-        found = _functions(ast.parse(file.read_text())) if file.is_file() else []
-        if not any(n.name == name and function_lines(n) > FUNCTION_LINES for n in found):
-            stale.append(f"LONG_FUNCTIONS: drop {(path, name)!r} (it fits now, or is gone)")
     assert stale == []
 
 
@@ -380,8 +366,6 @@ def test_the_size_check_catches_a_long_module_and_function() -> None:
         f"m.py: {MODULE_LINES + 1} lines (at most {MODULE_LINES}): cut it into modules along its parts"
     ]
     assert size_problems("m.py", long_module[: long_module.rindex("x")]) == []
-    listed = next(iter(sorted(LONG_FUNCTIONS)))
-    assert size_problems(listed[0], f"def {listed[1]}():\n{body}") == []
 
 
 # -- imports at the top: a module says what it needs in its first lines ---------------------------------
