@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
+from rigsmith.digits import ascii_digits
 from rigsmith.errors import RigsmithError
 from rigsmith.project import TARGETS
 
@@ -49,7 +50,7 @@ def memlock(flag: str, value: str) -> Memlock:
     """unlimited (or -1), host, or a byte count above 0."""
     if value in ("unlimited", "-1", "host"):
         return "host" if value == "host" else "unlimited"
-    n = int(value) if value.isascii() and value.isdigit() else 0
+    n = int(value) if ascii_digits(value) else 0
     if n <= 0:
         raise RigsmithError(
             f"{flag} {value!r} is not unlimited, host or a byte count", hint=f"e.g. {flag} unlimited"

@@ -13,6 +13,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from rigsmith import writer
+from rigsmith.digits import ascii_digits
 from rigsmith.userhome import invoking_home  # what ~ means is part of what is rendered
 from tasks._common import confirm, echo, project, side, user_errors
 from tasks._flags import DEPLOYMENT, IMAGE, MEMLOCK, OUT, TARGET, YES, helps, whole
@@ -23,7 +24,7 @@ def _vmid(value: str | None, lxc_config: str | None) -> int:
     if value is not None:
         return whole("--vmid", value) or 100
     stem = Path(lxc_config).stem if lxc_config else ""
-    return int(stem) if stem.isascii() and stem.isdigit() else 100
+    return int(stem) if ascii_digits(stem) else 100
 
 
 @task(
@@ -67,10 +68,10 @@ def deploy(
     from rigsmith.rendering.targets import LxcOptions
 
     mem, uvm = MEMLOCK.value(memlock), None if uvm_major is None else whole("--uvm-major", uvm_major)
-    if not check:  # --memlock shapes the artifacts: the spec keeps it, so later commands render the same
-        from rigsmith.operating.lifecycle.keptflags import keep_memlock
+    if not check:  # --memlock and --image shape the artifacts: the spec keeps them, so later commands agree
+        from rigsmith.operating.lifecycle.keptflags import keep_flags
 
-        keep_memlock(project(c), deployment, mem, echo)
+        keep_flags(project(c), deployment, echo, memlock=mem, image=image)
     deploymod.deploy(
         project(c),
         target,

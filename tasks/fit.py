@@ -14,6 +14,7 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from rigsmith import writer
+from rigsmith.digits import ascii_digits
 from rigsmith.errors import RigsmithError
 from tasks._common import echo, project, user_errors
 from tasks._flags import DEPLOYMENT, helps
@@ -112,7 +113,7 @@ def _planned(
             raise RigsmithError("--rig describes the whole rig: leave out --vram-gib and --gpus")
         return rigsource.load(Path(rig))
     g = spec.resources.gpus
-    idx = [int(x) + 1 for d in g.cdi_devices if (x := d.split("=", 1)[1]).isdigit()]
+    idx = [int(x) + 1 for d in g.cdi_devices if ascii_digits(x := d.split("=", 1)[1])]
     return rigsource.from_flags(
         vram_gib, None if n is None else int(n), g.vram_gib, max(world, g.count, *idx), g.model
     )

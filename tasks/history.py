@@ -10,6 +10,7 @@ import re
 from invoke.context import Context
 from invoke.tasks import task
 
+from rigsmith.digits import ascii_digits
 from rigsmith.errors import RigsmithError
 from tasks._common import echo, project, user_errors
 from tasks._flags import DEPLOYMENT, MEMLOCK, OUT, RUN_TARGET, helps, seconds, whole
@@ -19,7 +20,7 @@ from tasks.ops import _ops
 def lock_numbers(text: str) -> tuple[int, int | None]:
     """``--diff`` value: ``N`` (against the current lock) or ``N M`` / ``N,M`` / ``N..M``."""
     words = [w for w in re.split(r"[\s,]+|\.\.", text.strip()) if w]
-    if not 1 <= len(words) <= 2 or not all(w.isdigit() for w in words):
+    if not 1 <= len(words) <= 2 or not all(ascii_digits(w) for w in words):
         raise RigsmithError(
             f"--diff {text!r} is not one or two lock numbers",
             hint="e.g. --diff 3 (entry 3 against the current lock) or --diff '2 5'; "

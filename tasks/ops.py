@@ -96,11 +96,11 @@ def up(
 ) -> None:
     """Start the deployment (render-check, start if needed, verify devices and env arrived)."""
     from rigsmith.operating.lifecycle import lifecycle
-    from rigsmith.operating.lifecycle.keptflags import keep_memlock
+    from rigsmith.operating.lifecycle.keptflags import keep_flags
 
     mem = MEMLOCK.value(memlock)
-    if not dry_run:  # --memlock shapes the artifacts: the spec keeps it, so later commands render the same
-        keep_memlock(project(c), deployment, mem, echo)
+    if not dry_run:  # --memlock and --image shape the artifacts: the spec keeps them, so later commands agree
+        keep_flags(project(c), deployment, echo, memlock=mem, image=None if offline else image)
     if offline:
         from rigsmith.operating.bundle import offline as offlinemod
 

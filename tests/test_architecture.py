@@ -452,3 +452,17 @@ def test_the_import_count_catches_a_new_function_level_import() -> None:
     assert import_problems({**today, path: [1] * (allowed - 1)}) == [
         f"{path}: FUNCTION_IMPORTS says {allowed}, now {allowed - 1}: lower it to {allowed - 1}"
     ]
+
+
+def test_digits_are_read_as_ascii_digits() -> None:
+    """``str.isdigit()`` holds for ``²``, which ``int()`` then refuses (a ValueError from a recipe's
+    ``-p ²``): every digit test on foreign text goes through ``rigsmith.digits.ascii_digits``."""
+    fields = SRC / "rigsmith" / "digits.py"
+    found = [
+        f"{f.relative_to(ROOT)}:{n}"
+        for f in _checked_files()
+        if f != fields
+        for n, line in enumerate(f.read_text().splitlines(), 1)
+        if ".isdigit()" in line
+    ]
+    assert found == []

@@ -17,7 +17,7 @@ import os
 import re
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rigsmith import spec as specmod
@@ -161,6 +161,9 @@ def mutated(draw: st.DrawFn) -> str:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(mutated())
+# A superscript two passes str.isdigit() and fails int() (exposure read it as a port range): rigsmith.digits.
+@example("docker run -tp ² --gpus all -p 8000:8000 --ipc=host vllm/vllm-openai Qwen/Qwen3-8B -tp 8")
+@example("docker run -p ²:8000 --gpus all vllm/vllm-openai Qwen/Qwen3-8B")
 def test_mutated_corpus_raises_nothing_but_rigsmith_errors(text: str) -> None:
     sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     try:

@@ -102,7 +102,7 @@ def test_a_start_podman_refuses_shows_its_words_leaves_nothing_and_its_hint_keep
         assert f"`{hint}`" in up.stderr
         again = invoke_cli(project.root, *hint.split()[1:], env=env)
         assert again.returncode == 0, again.stderr + again.stdout
-        assert "resources.memlock: host written into deployments/pinned.yaml" in again.stdout
+        assert "resources.memlock: host (--memlock) written into deployments/pinned.yaml" in again.stdout
         assert "verified pinned: running" in again.stdout
         nxt = invoke_cli(project.root, "next", env=env)
         assert "done  deployed" in nxt.stdout and "done  up" in nxt.stdout, nxt.stdout

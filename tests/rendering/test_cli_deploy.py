@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from rigsmith import spec as specmod
 from rigsmith.project import Project
-from tests.support.common import REPO, invoke_cli
+from tests.support.common import REPO, invoke_cli, standin_deployment, write_project
 from tests.support.targets import SEEDS
 
 
@@ -152,3 +153,28 @@ def test_check_computes_its_answer_from_the_files_and_the_flags_every_time(seed_
     assert _invoke(seed_project, *args, "--check").returncode == 0
     flagged = _invoke(seed_project, *args, "--check", "--memlock", "host")
     assert flagged.returncode == 1, flagged.stdout
+
+
+def test_an_image_given_to_deploy_is_kept_in_the_spec_so_later_commands_agree(tmp_path: Path) -> None:
+    """A spec with no image (a recipe run outside a container, a record's truncated digest): `deploy --image
+    REF` renders with REF and writes it into engine.image, so `deploy --check` (which renders from the spec
+    alone) finds the same files and no command says "no image" again. A bad reference writes nothing."""
+    data = standin_deployment(tmp_path, name="noimage")
+    data["engine"].pop("image")  # type: ignore[attr-defined]
+    project = write_project(tmp_path / "p", data)
+    spec_path = project.spec_path("noimage")
+    before = spec_path.read_text()
+    bad = invoke_cli(
+        project.root, "deploy", "--target", "podman", "--deployment", "noimage", "--image", "bad ref", "--yes"
+    )
+    assert bad.returncode == 1 and "--image" in bad.stderr and "Traceback" not in bad.stderr
+    assert spec_path.read_text() == before
+    ref = "localhost/mine:2"
+    done = invoke_cli(
+        project.root, "deploy", "--target", "podman", "--deployment", "noimage", "--image", ref, "--yes"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "engine.image: localhost/mine:2 (--image) written into deployments/noimage.yaml" in done.stdout
+    assert specmod.load(spec_path).engine.image == ref
+    check = invoke_cli(project.root, "deploy", "--target", "podman", "--deployment", "noimage", "--check")
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -53,6 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from rigsmith.digits import ascii_digits
 from rigsmith.errors import shown
 from rigsmith.importing.unknown import placeholder
 from rigsmith.secretenv import is_secret_name
@@ -389,9 +390,11 @@ def _signature(got: _Run, varied: Sequence[str]) -> list[tuple[int, str, str]]:
     out = [(line, "T", back(cmd)) for line, cmd in _trace(got.trace) if cmd.startswith(_DECIDING)]
     for kind, line, *rest in got.records:
         if kind == "L" and _launched(rest):
-            out.append((int(line) if line.isdigit() else 0, "L", back(" ".join([_exe(rest[1]), *rest[2:]]))))
+            out.append(
+                (int(line) if ascii_digits(line) else 0, "L", back(" ".join([_exe(rest[1]), *rest[2:]])))
+            )
         elif kind == "D":  # a case word: its value, then the command
-            out.append((int(line) if line.isdigit() else 0, "T", back(" ".join([*rest[1:2], *rest[:1]]))))
+            out.append((int(line) if ascii_digits(line) else 0, "T", back(" ".join([*rest[1:2], *rest[:1]]))))
     return out + [(line, "E", back(message)) for line, message in got.errors]
 
 
@@ -493,7 +496,7 @@ class _State:
         default stands where the user fills a value, so it is a placeholder as ``$1`` and ``$MODEL`` are."""
         for m in _EMPTY_DEFAULT_RE.finditer(text):
             name, line = m.group(1), text.count("\n", 0, m.start()) + 1
-            if name.isdigit():
+            if ascii_digits(name):
                 self.positional = max(self.positional, int(name))
             elif name not in self.gates and name not in _RESERVED:
                 self.gates[name] = line
@@ -537,7 +540,7 @@ class _State:
         return False
 
     def _unknown(self, name: str, line: int) -> bool:
-        if name.isdigit():
+        if ascii_digits(name):
             if int(name) <= self.positional or int(name) > 99:
                 return False
             self.positional = int(name)
@@ -615,7 +618,7 @@ def _launched(rest: Sequence[str]) -> bool:
     """Whether a launch record has the shape the stub writes (the text can write to the record descriptor
     too, it is in its own shell): the argv's length, a launcher's name (or ``bash run_cluster.sh``) and
     NAME=value words that bash could export."""
-    if not rest or not rest[0].isdigit() or not 1 <= int(rest[0]) < len(rest):
+    if not rest or not ascii_digits(rest[0]) or not 1 <= int(rest[0]) < len(rest):
         return False
     n = int(rest[0])
     argv, env = rest[1 : 1 + n], rest[1 + n :]
@@ -630,7 +633,7 @@ def _read_records(got: _Run, out: Answer) -> list[tuple[str, int, list[str]]]:
     outside: list[tuple[str, int, list[str]]] = []
     processes = 0
     for kind, line_text, *rest in got.records:
-        line = int(line_text) if line_text.isdigit() else 0
+        line = int(line_text) if ascii_digits(line_text) else 0
         if kind == "L" and not _launched(rest):
             out.problems.append(
                 f"line {line}: rigsmith's record of a launch holds what no launcher records (the text writes "

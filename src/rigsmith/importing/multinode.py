@@ -21,6 +21,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from rigsmith import spec as specmod
+from rigsmith.digits import ascii_digits
 
 #: The flags a node's command may carry its rank facts in (vLLM's long names and short aliases).
 _HEADLESS = "--headless"
@@ -104,10 +105,8 @@ def cluster_data(args: Sequence[Sequence[str]], vendor: str) -> tuple[dict[str, 
         local = _value(a, _LOCAL)
         tp = _value(a, ("--tensor-parallel-size", "-tp")) or "1"
         pp = _value(a, ("--pipeline-parallel-size", "-pp")) or "1"
-        ranks = int(local) if local and local.isascii() and local.isdigit() else 1
-        per_rank = (int(tp) if tp.isascii() and tp.isdigit() else 1) * (
-            int(pp) if pp.isascii() and pp.isdigit() else 1
-        )
+        ranks = int(local) if local and ascii_digits(local) else 1
+        per_rank = (int(tp) if ascii_digits(tp) else 1) * (int(pp) if ascii_digits(pp) else 1)
         token = head if i == 0 and head else f"<node{i} address>"
         tokens.append(token)
         nodes.append(

@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from rigsmith.digits import ascii_digits
+
 Kind = Literal["value", "bool", "multi", "json"]
 ModelRef = Literal["model", "tokenizer", "speculative", "lora"]
 #: How a flag's value names local paths (``importing/recipe/pathflags``): ``model`` a model directory or a
@@ -154,7 +156,7 @@ def lookup(token: str) -> Flag | None:
 
 def is_option(word: str) -> bool:
     """An option word as argparse sees it (a negative number is a value)."""
-    return word.startswith("-") and len(word) > 1 and not word[1:2].isdigit()
+    return word.startswith("-") and len(word) > 1 and not ascii_digits(word[1:2])
 
 
 def span(args: Sequence[str], i: int) -> int:

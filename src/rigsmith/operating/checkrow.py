@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rigsmith.digits import ascii_digits
 from rigsmith.resolving.fitverdict import Verdict as Verdict  # one verdict word set: doctor's and fit's
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def requested_gpus(spec: Deployment, facts: HostFacts) -> list[int]:
     out = []
     by_uuid = {g.uuid: g.index for g in facts.gpus}
     for n in names:
-        if n.isdigit():
+        if ascii_digits(n):
             out.append(int(n))
         elif n in by_uuid:
             out.append(by_uuid[n])

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from rigsmith.digits import ascii_digits
+
 # -- commands -----------------------------------------------------------------------------------------
 
 NVSMI = "nvidia-smi"
@@ -134,7 +136,7 @@ def _csv(text: str) -> list[list[str]]:
 
 def _int(text: str) -> int | None:
     text = text.strip().removesuffix("MiB").strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if ascii_digits(text) else None
 
 
 def parse_gpu_list(text: str) -> list[tuple[int, str, str]]:
@@ -149,7 +151,7 @@ def parse_gpus(text: str) -> list[Gpu]:
     """``--query-gpu=index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id`` (csv, nounits)."""
     out = []
     for row in _csv(text):
-        if len(row) != len(GPU_FIELDS) or not row[0].isdigit():
+        if len(row) != len(GPU_FIELDS) or not ascii_digits(row[0]):
             continue
         out.append(Gpu(int(row[0]), row[1], row[2], _int(row[3]) or 0, _int(row[4]) or 0, row[5], row[6]))
     return out
@@ -165,7 +167,7 @@ def parse_apps(text: str) -> list[GpuApp]:
         if not line.strip() or line.startswith("No running"):
             continue
         head, _, rest = line.partition(",")
-        if not head.strip().isdigit():
+        if not ascii_digits(head.strip()):
             continue
         name, uuid, used = (p.strip() for p in rest.rsplit(",", 2))
         out.append(GpuApp(int(head.strip()), name, uuid, _int(used)))

@@ -60,6 +60,8 @@ def artifacts(
         raise RigsmithError(f"target {target!r} is not implemented yet", hint="use --target podman")
     name = project.resolve_name(deployment)
     spec = project.load(name)
+    if image == spec.engine.image:  # the spec says so already (deploy --image keeps it): no override
+        image = None
     spec_rel = f"deployments/{name}.yaml"
     argv = ["invoke", "deploy", "--target", target, "--deployment", name]
     if image:

@@ -17,6 +17,7 @@ from threading import Event
 from typing import Any, BinaryIO
 
 from rigsmith import confine, userhome
+from rigsmith.digits import ascii_digits
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
 from rigsmith.resolving.lock import LockedFile, LockedModel, file_changes
 from rigsmith.resolving.verified import STATE_DIR as STATE_DIR
@@ -334,7 +335,7 @@ def expand_dir(text: str, env: Mapping[str, str] = os.environ) -> Path:
 def parse_workers(text: object) -> int:
     """``--workers`` as given on the command line: a whole number from 1 to :data:`MAX_WORKERS`."""
     raw = str(text).strip()
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_WORKERS:
+    if not (ascii_digits(raw)) or not 1 <= int(raw) <= MAX_WORKERS:
         shown = raw if len(raw) <= 20 else raw[:20] + "…"
         raise RigsmithError(
             f"--workers {shown!r}: must be a whole number from 1 to {MAX_WORKERS}",

@@ -53,7 +53,7 @@ def repeated(values: Iterable[str]) -> list[str]:
 def ascii_int(text: str) -> int | None:
     """``text`` as a non-negative whole number written in ASCII digits, else None.
 
-    ``int()`` and ``str.isdigit()`` accept other scripts' digits (``²``, ``٣``), which vLLM, podman and
+    ``int()`` accepts other scripts' digits (``²``, ``٣``), which vLLM, podman and
     shells do not; every count or port read from a recipe or spec goes through here.
     """
     return int(text) if _ASCII_INT_RE.match(text) else None

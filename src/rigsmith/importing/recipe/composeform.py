@@ -12,6 +12,7 @@ import yaml
 
 from rigsmith import spec as specmod
 from rigsmith import yamldoc
+from rigsmith.digits import ascii_digits
 from rigsmith.errors import RecipeError
 from rigsmith.importing import shellwords
 from rigsmith.importing.recipe import composeenv
@@ -80,7 +81,7 @@ def _compose_env_ref(env: Any, path: str, where: str) -> bool:
     key = path.removeprefix(f"{where}.environment")
     if isinstance(env, dict) and key.startswith("."):
         value = env.get(key[1:])
-    elif isinstance(env, list) and key.startswith("[") and key.endswith("]") and key[1:-1].isdigit():
+    elif isinstance(env, list) and key.startswith("[") and key.endswith("]") and ascii_digits(key[1:-1]):
         value = str(env[int(key[1:-1])]).partition("=")[2]
     else:
         return False

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from rigsmith.digits import ascii_digits
 from rigsmith.importing.recipe.flags import flag_values
 from rigsmith.importing.recipe.launch import Launch
 
@@ -47,7 +48,7 @@ def _split(value: str) -> tuple[str, str, str]:
 def _covers(ports: str, port: int) -> bool:
     """Whether the container side ``ports`` (``8000`` or a range ``8000-8010``) holds ``port``."""
     low, _, high = ports.partition("-")
-    if not low.isdigit() or (high and not high.isdigit()):
+    if not ascii_digits(low) or (high and not ascii_digits(high)):
         return False
     return int(low) <= port <= int(high or low)
 
@@ -70,7 +71,7 @@ def listen_address(launch: Launch, notes: list[str], problems: list[str]) -> str
     if launch.image is None or launch.published is None or launch.network == "host":
         return None
     given = flag_values(launch.args, "--port")
-    port = int(given[-1][1]) if given and given[-1][1].isascii() and given[-1][1].isdigit() else _VLLM_PORT
+    port = int(given[-1][1]) if given and ascii_digits(given[-1][1]) else _VLLM_PORT
     mine = [(raw, *_split(raw)) for raw in launch.published if raw == "" or _covers(_split(raw)[2], port)]
     hosts = sorted({h for _, _, h, _ in mine if h and h != str(port)})
     if hosts:

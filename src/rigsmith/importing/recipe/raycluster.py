@@ -30,6 +30,7 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from rigsmith import spec as specmod
+from rigsmith.digits import ascii_digits
 from rigsmith.importing import shellwords
 from rigsmith.importing.recipe.dockerrun import docker_options, docker_run
 from rigsmith.importing.recipe.envvars import env_var
@@ -397,7 +398,7 @@ def _node_facts(group: RayGroup, launch: Launch) -> None:
 def _visible(node: RayNode) -> list[str] | None:
     value = next((_env(node, n) for n in GPU_SELECT_ENV if _env(node, n)), None)
     ids = [x.strip() for x in (value or "").split(",") if x.strip()]
-    return ids if ids and all(x.isascii() and x.isdigit() for x in ids) else None
+    return ids if ids and all(ascii_digits(x) for x in ids) else None
 
 
 def _per_node_gpus(launch: Launch, nodes: int) -> int:

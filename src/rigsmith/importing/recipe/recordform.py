@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from rigsmith import spec as specmod
+from rigsmith.digits import ascii_digits
 from rigsmith.importing import vllmflags
 from rigsmith.importing.recipe import recordenv
 from rigsmith.importing.recipe import recordtables as t
@@ -313,7 +314,7 @@ def _proxy(r: Reading, body: str) -> str | None:
 def _result(r: Reading, body: str, _front: list[str]) -> list[str]:
     benches: list[dict[str, str | int | float]] = []
     for m in t.BENCH_RE.finditer(body):
-        n = 1 if not m.group("n").isdigit() else int(m.group("n"))
+        n = 1 if not ascii_digits(m.group("n")) else int(m.group("n"))
         name = f"decode_{n}stream" + ("_aggregate" if m.group("agg") else "")
         streams = {"streams": n} if n > 1 else {}
         benches.append({"name": name, **streams, "tokens_per_second": float(m.group("tps"))})

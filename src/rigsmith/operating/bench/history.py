@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rigsmith import confine
+from rigsmith.digits import ascii_digits
 from rigsmith.errors import ConsentError, RigsmithError, shown
 from rigsmith.operating.bench import bench as benchmod
 from rigsmith.resolving import lockhistory
@@ -184,7 +185,7 @@ def terminal(pts: list[Point], mks: list[Mark]) -> list[str]:
     for p in pts:
         bar = _bar(p.decode_tps, top_d)
         line = f"{shown(p.time):<20} {shown(p.lock):>6}  {p.decode_tps:12.1f} {bar:<{BAR}}  "
-        n = int(p.lock[1:]) if p.lock.startswith("#") and p.lock[1:].isdigit() else 1 << 30
+        n = int(p.lock[1:]) if p.lock.startswith("#") and ascii_digits(p.lock[1:]) else 1 << 30
         events.append((p.time, n, 1, line + f"{p.ttft_ms:8.0f} {_bar(p.ttft_ms, top_t)}"))
     out += [text for *_key, text in sorted(events)]
     return out

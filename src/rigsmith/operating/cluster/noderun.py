@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rigsmith.digits import ascii_digits
 from rigsmith.errors import RigsmithError, shown
 from rigsmith.operating.host import Host, LocalHost
 from rigsmith.operating.probes import CmdResult
@@ -87,7 +88,7 @@ class RemoteHost:
     def statvfs(self, path: str) -> tuple[int, int] | None:
         res = self.run(["sh", "-c", _STATVFS, "sh", path])
         words = res.stdout.split()
-        if res.code or len(words) != 3 or not all(w.isdigit() for w in words):
+        if res.code or len(words) != 3 or not all(ascii_digits(w) for w in words):
             return None
         blocks, avail, frsize = map(int, words)
         return blocks * frsize, avail * frsize
@@ -98,7 +99,7 @@ class RemoteHost:
     def size(self, path: str) -> int | None:
         res = self.run(["stat", "-L", "-c", "%s %F", "--", path])
         size, _, kind = res.stdout.strip().partition(" ")
-        return int(size) if res.code == 0 and size.isdigit() and kind.startswith("regular") else None
+        return int(size) if res.code == 0 and ascii_digits(size) and kind.startswith("regular") else None
 
     def files(self, path: str) -> dict[str, Seen]:
         """Every file under ``path``: relative path → (size, mtime ns, ctime ns, inode, device), as
@@ -108,7 +109,7 @@ class RemoteHost:
         out: dict[str, Seen] = {}
         for line in res.stdout.splitlines():
             rel, *rest = line.split("\t")
-            if len(rest) == 5 and all(x.isdigit() for x in (rest[0], *rest[3:])):
+            if len(rest) == 5 and all(ascii_digits(x) for x in (rest[0], *rest[3:])):
                 mtime, ctime = _ns(rest[1]), _ns(rest[2])
                 if mtime is not None and ctime is not None:
                     out[rel] = (int(rest[0]), mtime, ctime, int(rest[3]), int(rest[4]))
@@ -118,7 +119,7 @@ class RemoteHost:
 def _ns(text: str) -> int | None:
     """``find -printf %T@`` (seconds with a fraction) in nanoseconds."""
     secs, _, frac = text.partition(".")
-    if not secs.isdigit() or not (frac.isdigit() or not frac):
+    if not ascii_digits(secs) or not (ascii_digits(frac) or not frac):
         return None
     return int(secs) * 10**9 + int((frac + "0" * 9)[:9])
 

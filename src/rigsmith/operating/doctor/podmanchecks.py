@@ -4,6 +4,7 @@ versions it reads, its init binary, OCI runtime and conmon, and the plan's image
 
 from __future__ import annotations
 
+from rigsmith.digits import ascii_digits
 from rigsmith.imageref import parse_ref
 from rigsmith.operating.checkrow import Check
 from rigsmith.operating.doctor.drift import image_fix
@@ -52,7 +53,7 @@ NVIDIA_CDI_HINT = "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml, t
 
 def vtuple(v: str) -> tuple[int, ...]:
     """'4.3.1' → (4, 3, 1); junk parts count as 0."""
-    return tuple(int(p) if p.isdigit() else 0 for p in v.split("-")[0].split("."))
+    return tuple(int(p) if ascii_digits(p) else 0 for p in v.split("-")[0].split("."))
 
 
 def max_cdi_version(podman_version: str) -> str | None:

@@ -16,6 +16,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from rigsmith.digits import ascii_digits
 from rigsmith.operating.checkrow import Check
 from rigsmith.operating.host import Host
 from rigsmith.operating.probes import COMMANDS
@@ -67,7 +68,7 @@ def parse_proc_devices(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in text.split("Block devices:")[0].splitlines():
         major, _, name = line.strip().partition(" ")
-        if major.isdigit() and name:
+        if ascii_digits(major) and name:
             out.setdefault(name.strip(), int(major))
     return out
 
@@ -172,7 +173,7 @@ def _nvidia_nodes(spec: Deployment, tf: TargetFacts) -> Check:
         return Check("device nodes", "go", "no NVIDIA GPU in the spec; no /dev/nvidia* node to pass")
     nv = tf.majors.get("nvidia-frontend") or tf.majors.get("nvidia")
     uvm = tf.majors.get("nvidia-uvm")
-    gpus = sorted(n for n in tf.dev_nodes if n.removeprefix("nvidia").isdigit())
+    gpus = sorted(n for n in tf.dev_nodes if ascii_digits(n.removeprefix("nvidia")))
     missing = [n for n in NVIDIA_NODES if n not in tf.dev_nodes]
     problems = []
     if nv is None:

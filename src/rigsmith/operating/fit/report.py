@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from rigsmith.digits import ascii_digits
 from rigsmith.errors import RigsmithError
 from rigsmith.operating.checkrow import Check, Verdict, requested_gpus
 from rigsmith.operating.fit import rigsource
@@ -93,7 +94,7 @@ def _planned_selected(spec: Deployment, planned: Planned) -> list[Card]:
     """The cards of a planned rig the spec's CDI list names by index ('all' or none by index: every card)."""
     names = [d.split("=", 1)[1] for d in spec.resources.gpus.cdi_devices]
     by_index = {c.index: c for c in planned.cards}
-    picked = [by_index[int(n)] for n in names if n.isdigit() and int(n) in by_index]
+    picked = [by_index[int(n)] for n in names if ascii_digits(n) and int(n) in by_index]
     return list(planned.cards) if "all" in names or not picked else picked
 
 
@@ -103,7 +104,7 @@ def planned_for(spec: Deployment, vram_gib: float | None, world: int) -> Planned
     size = vram_gib if vram_gib is not None else spec.resources.gpus.vram_gib
     if size is None:
         return None
-    idx = [int(x) + 1 for d in spec.resources.gpus.cdi_devices if (x := d.split("=", 1)[1]).isdigit()]
+    idx = [int(x) + 1 for d in spec.resources.gpus.cdi_devices if ascii_digits(x := d.split("=", 1)[1])]
     n = max(world, spec.resources.gpus.count, *idx)
     return rigsource.idle(spec.resources.gpus.model, [size] * n, f"{n} × {size:g} GiB")
 

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from rigsmith.digits import ascii_digits
 from rigsmith.operating import probes
 
 #: Process names (nvidia-smi / cmdline) of vLLM engine processes: setproctitle names + the CLI.
@@ -23,7 +24,7 @@ def parse_top(text: str) -> dict[int, str]:
     out = {}
     for line in text.splitlines():
         pid, _, args = line.strip().partition(" ")
-        if pid.isdigit():
+        if ascii_digits(pid):
             out[int(pid)] = args.strip()
     return out
 

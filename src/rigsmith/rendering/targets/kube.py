@@ -15,6 +15,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from rigsmith import render as tpl
+from rigsmith.digits import ascii_digits
 from rigsmith.render import banner
 from rigsmith.rendering.plan import RunPlan, reach_host
 from rigsmith.rendering.targets.common import (
@@ -40,7 +41,7 @@ def _gpu_limits(plan: RunPlan, count: int) -> dict[str, int]:
         kind, name = d.split("=", 1)
         if name == "all":
             limits[kind] = max(limits.get(kind, 0), count)
-        elif name.isdigit():
+        elif ascii_digits(name):
             limits[kind] = limits.get(kind, 0) + 1
     return limits
 
@@ -50,9 +51,9 @@ def _gpu_problems(plan: RunPlan) -> list[tuple[str, str]]:
         ("resources.gpus.cdi_devices", f"{d}: only whole GPUs (index or all) map to a {kind} count")
         for d in plan.devices
         for kind, name in [d.split("=", 1)]
-        if not (name == "all" or name.isdigit())
+        if not (name == "all" or ascii_digits(name))
     ]
-    indices = sorted(int(n) for n in plan.gpu_indices if n.isdigit())
+    indices = sorted(int(n) for n in plan.gpu_indices if ascii_digits(n))
     if indices and indices != list(range(len(indices))):
         problems.append(
             (

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rigsmith import render as tpl
+from rigsmith.digits import ascii_digits
 from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.render import banner, breaks_line
 from rigsmith.rendering.plan import RunPlan
@@ -87,7 +88,9 @@ def _gpu_nodes(plan: RunPlan, count: int, problems: list[tuple[str, str]]) -> li
     if not plan.devices:
         return []
     indices = (
-        list(range(count)) if "all" in plan.gpu_indices else [int(i) for i in plan.gpu_indices if i.isdigit()]
+        list(range(count))
+        if "all" in plan.gpu_indices
+        else [int(i) for i in plan.gpu_indices if ascii_digits(i)]
     )
     return [(f"/dev/nvidia{i}", False) for i in indices] + [
         (f"/dev/{n}", n in NVIDIA_OPTIONAL) for n in NVIDIA_SHARED
@@ -408,7 +411,7 @@ def _warn_below_need(plan: RunPlan, ctx: RenderContext, ours: Sequence[Line], ex
             have.setdefault(m.group(1), m.group(2))
     for key, want in need.items():
         got = have.get(key)
-        if got is not None and got.isdigit() and int(got) < int(want):
+        if got is not None and ascii_digits(got) and int(got) < int(want):
             ctx.warn(
                 f"warning: {ctx.lxc.config} has {key}: {got}; {plan.name} needs {want} "
                 f"(kept as you wrote it: set it with `pct set {ctx.lxc.vmid} --{key} {want}`)"
