@@ -71,8 +71,8 @@ PURE = (
 #: Issue 35: bash itself reads a pasted script (a shell subset written here kept differing from bash); the
 #: forms that hold a script hand it to the jail where they read it.
 ALLOWED: set[tuple[str, str]] = {
-    ("rigsmith.importing.recipe.scriptform", "rigsmith.importing.bashjail"),
-    ("rigsmith.importing.recipe.shellscript", "rigsmith.importing.bashjail"),
+    ("rigsmith.importing.recipe.command.script", "rigsmith.importing.bashjail"),
+    ("rigsmith.importing.recipe.command.bashc", "rigsmith.importing.bashjail"),
 }
 
 

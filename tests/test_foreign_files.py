@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith.errors import RecipeError, SpecError
-from rigsmith.importing.recipe import composeform
+from rigsmith.importing.recipe.compose import form as composeform
 from rigsmith.project import Project
 from rigsmith.spec import loads
 from tests.support.common import invoke_cli

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from rigsmith.errors import RecipeError
 from rigsmith.importing import bashjail, recipe
-from rigsmith.importing.recipe import scriptform
+from rigsmith.importing.recipe.command import script as scriptform
 from rigsmith.spec import Deployment
 from tests.support.bashoracle import recording
 from tests.support.common import require

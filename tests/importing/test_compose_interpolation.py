@@ -15,7 +15,7 @@ import yaml
 
 from rigsmith.errors import RecipeError
 from rigsmith.importing import importer, recipe
-from rigsmith.importing.recipe import composeenv
+from rigsmith.importing.recipe.compose import env as composeenv
 from rigsmith.project import Project
 from tests.support.common import require
 from tests.support.recipes import HERE

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from rigsmith import spec as specmod
 from rigsmith.errors import ConsentError, RecipeError, RigsmithError
 from rigsmith.importing import importer, recipe
-from rigsmith.importing.recipe.composeform import SERVICE_KEYS
+from rigsmith.importing.recipe.compose.form import SERVICE_KEYS
 from rigsmith.project import Project
 from tests.support.common import GOLDEN, REPO, compare_tree
 from tests.support.recipes import SEED_RECIPE, corpus, task_cli

@@ -16,7 +16,7 @@ import pytest
 from rigsmith.errors import RecipeError
 from rigsmith.importing import recipe
 from rigsmith.importing.prompts import strip_prompts
-from rigsmith.importing.recipe import scriptform
+from rigsmith.importing.recipe.command import script as scriptform
 from tests.support.bashoracle import script_launches
 from tests.support.recipes import HERE
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError, SpecError, shown
 from rigsmith.importing import recipe
-from rigsmith.importing.recipe.vllmsynth import js_str
+from rigsmith.importing.recipe.vllmrecipes.synth import js_str
 from rigsmith.project import Project
 from rigsmith.rendering import deploy, plan
 from tests.rendering.test_hostile_matrix import _fake_run

@@ -15,7 +15,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
 from rigsmith.importing import answers as answersmod
 from rigsmith.importing import importer, recipe
-from rigsmith.importing.recipe import recordform
+from rigsmith.importing.recipe.record import form as recordform
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from tests.support.common import REPO, invoke_cli

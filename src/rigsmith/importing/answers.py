@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
-from rigsmith.importing.recipe.recordask import Ask
+from rigsmith.importing.recipe.record.ask import Ask
 
 _HINT = "fix the answers file (see docs/guide.md § Answers files) and import again"
 

@@ -59,18 +59,21 @@ from typing import Any
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
-from rigsmith.importing.recipe import cardform, recordspec, vllmapi, vllmrecipe
+from rigsmith.importing.recipe import cardform
 from rigsmith.importing.recipe.assemble import build, slug
-from rigsmith.importing.recipe.composeenv import ComposeEnv
-from rigsmith.importing.recipe.composeform import _compose_data, _from_compose
+from rigsmith.importing.recipe.command.script import from_script
+from rigsmith.importing.recipe.compose.env import ComposeEnv
+from rigsmith.importing.recipe.compose.form import _compose_data, _from_compose
 from rigsmith.importing.recipe.envtext import parse_env_text
 from rigsmith.importing.recipe.flags import canonical_flag, flag_values
 from rigsmith.importing.recipe.jsonform import _from_json, load_json
 from rigsmith.importing.recipe.launch import Asked, Launch, Meta, _provenance, _refuse
 from rigsmith.importing.recipe.notes import NoteFacts, note_facts
-from rigsmith.importing.recipe.recordask import Answer, Ask, Reading, no_answer
-from rigsmith.importing.recipe.scriptform import from_script
+from rigsmith.importing.recipe.record import spec as recordspec
+from rigsmith.importing.recipe.record.ask import Answer, Ask, Reading, no_answer
 from rigsmith.importing.recipe.tables import _KUBE_RE
+from rigsmith.importing.recipe.vllmrecipes import apiform as vllmapi
+from rigsmith.importing.recipe.vllmrecipes import yamlform as vllmrecipe
 
 # -- entry point -------------------------------------------------------------------------------------
 
@@ -103,7 +106,7 @@ def parse(
         service: the compose service to import (``--service``), when the file has several.
         variant: a vLLM recipes YAML's variant, ``NAME[@HARDWARE]`` (``--variant``).
         answer: answers the questions a record leaves open (``--answers FILE``, the terminal); see
-            :mod:`.recordask`.
+            :mod:`.record.ask`.
     """
     _refuse_nul(text, source)
     stripped = text.lstrip("\ufeff \t\r\n")

@@ -4,7 +4,7 @@
   ``notes: "…"`` lines (YAML scalars), maybe followed by the reader's own text. It is the recipe JSON's
   fields laid out as text, so it is read into those fields and imported exactly like the JSON form.
 - **A record without a command** (seed 000: an experiment write-up): :func:`is_record` tells it apart;
-  :mod:`.recordform` reads it item by item.
+  :mod:`.record.form` reads it item by item.
 
 Pure: text in, fields out.
 """

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from rigsmith.errors import RecipeError
+from rigsmith.importing.recipe.command.script import from_script
 from rigsmith.importing.recipe.launch import Launch, Meta, _refuse, read_tree
-from rigsmith.importing.recipe.scriptform import from_script
 
 # -- format (a): recipe JSON -------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from typing import Literal
 from rigsmith import spec as specmod
 from rigsmith.digits import ascii_digits
 from rigsmith.importing import shellwords
-from rigsmith.importing.recipe.dockerrun import docker_options, docker_run
+from rigsmith.importing.recipe.command.dockerrun import docker_options, docker_run
 from rigsmith.importing.recipe.envvars import env_var
 from rigsmith.importing.recipe.flags import flag_values
 from rigsmith.importing.recipe.launch import Launch

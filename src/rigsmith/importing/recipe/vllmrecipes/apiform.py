@@ -12,9 +12,9 @@ import shlex
 from typing import Any
 
 from rigsmith import spec as specmod
+from rigsmith.importing.recipe.command.text import _from_shell
 from rigsmith.importing.recipe.launch import Launch, Meta, _refuse
-from rigsmith.importing.recipe.shellform import _from_shell
-from rigsmith.importing.recipe.vllmsynth import js_str
+from rigsmith.importing.recipe.vllmrecipes.synth import js_str
 
 
 def is_api(data: Any) -> bool:

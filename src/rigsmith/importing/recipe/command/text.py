@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 from rigsmith import spec as specmod
 from rigsmith.importing import multinode, shellwords
 from rigsmith.importing.recipe import raycluster
-from rigsmith.importing.recipe.dockerrun import docker_run
+from rigsmith.importing.recipe.command.dockerrun import docker_run
 from rigsmith.importing.recipe.envvars import env_var, merge_env
 from rigsmith.importing.recipe.launch import Launch
 from rigsmith.importing.recipe.tables import (

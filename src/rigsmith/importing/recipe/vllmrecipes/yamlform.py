@@ -2,7 +2,7 @@
 the source of https://recipes.vllm.ai and its JSON API).
 
 The YAML holds no command: the site synthesises ``vllm serve`` from the recipe, one of its ``variants``
-(checkpoint/precision) and a hardware profile (:mod:`.vllmsynth`). ``--variant NAME[@HARDWARE]`` picks
+(checkpoint/precision) and a hardware profile (:mod:`.synth`). ``--variant NAME[@HARDWARE]`` picks
 both; without ``@HARDWARE`` the profile is the one the site opens on for that variant (its JSON API's
 ``recommended_command``). With several variants and no ``--variant`` the import is refused, listing them.
 The fields are checked against the schema its CONTRIBUTING.md documents (plus the keys its recipes use):
@@ -18,10 +18,11 @@ from typing import Any
 
 from rigsmith import yamldoc
 from rigsmith.errors import RecipeError
-from rigsmith.importing.recipe import vllmschema, vllmsynth
+from rigsmith.importing.recipe.command.text import _from_shell
 from rigsmith.importing.recipe.launch import Launch, Meta, _refuse, read_tree
-from rigsmith.importing.recipe.shellform import _from_shell
-from rigsmith.importing.recipe.vllmtaxonomy import GPU_BRANDS, HARDWARE
+from rigsmith.importing.recipe.vllmrecipes import schema as vllmschema
+from rigsmith.importing.recipe.vllmrecipes import synth as vllmsynth
+from rigsmith.importing.recipe.vllmrecipes.taxonomy import GPU_BRANDS, HARDWARE
 
 #: The keys as YAML may write them: plain, or quoted ('model', "model") by a writer that quotes every string.
 _RECIPE_RE = re.compile(r"""^(["']?)model\1:\s*$.*^(["']?)variants\2:\s*$""", re.M | re.S)

@@ -6,7 +6,7 @@ A port of the single-node path of ``src/lib/command-synthesis.js`` (``resolveCom
 (``buildVariantRendering``), https://github.com/vllm-project/recipes at commit
 8959cf64189c71d36e11c6a30335f923f261b1f7 (Apache-2.0). Each function names the JS function it follows;
 the order of the argument sources is theirs, because their last-wins dedupe makes order meaningful.
-The input is already shape-checked (:mod:`rigsmith.importing.recipe.vllmrecipe`); this module is pure.
+The input is already shape-checked (:mod:`.yamlform`); this module is pure.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rigsmith.importing.recipe.vllmtaxonomy import (
+from rigsmith.importing.recipe.vllmrecipes.taxonomy import (
     DEFAULT_IMAGES,
     HARDWARE,
     PRECISION_CONSTRAINTS,

@@ -1,4 +1,4 @@
-"""A record's reading (:mod:`.recordform`) as the launch the spec is built from, and the fields laid over
+"""A record's reading (:mod:`.form`) as the launch the spec is built from, and the fields laid over
 the built spec. Pure."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pydantic import ValidationError
 
 from rigsmith import spec as specmod
 from rigsmith.errors import RecipeError
-from rigsmith.importing.recipe import recordform
+from rigsmith.importing.recipe.command.text import _from_shell
 from rigsmith.importing.recipe.launch import Launch, Meta, _refuse
-from rigsmith.importing.recipe.recordask import Answer, Reading
-from rigsmith.importing.recipe.shellform import _from_shell
+from rigsmith.importing.recipe.record import form as recordform
+from rigsmith.importing.recipe.record.ask import Answer, Reading
 
 
 def launch_of(text: str, source: str, accept: bool, answer: Answer) -> tuple[Launch, Meta, Reading]:

@@ -15,11 +15,11 @@ from rigsmith import yamldoc
 from rigsmith.digits import ascii_digits
 from rigsmith.errors import RecipeError
 from rigsmith.importing import shellwords
-from rigsmith.importing.recipe import composeenv
-from rigsmith.importing.recipe.containeropts import device_node, set_shm, volume, whole_number
+from rigsmith.importing.recipe.command.bashc import is_shell_c, script_argv
+from rigsmith.importing.recipe.command.containeropts import device_node, set_shm, volume, whole_number
+from rigsmith.importing.recipe.compose import env as composeenv
 from rigsmith.importing.recipe.envvars import env_var, merge_env, passthrough
 from rigsmith.importing.recipe.launch import Launch
-from rigsmith.importing.recipe.shellscript import is_shell_c, script_argv
 from rigsmith.importing.recipe.tables import _COMPOSE_VAR_RE, _SELF_REF_RE, _SERVICES_RE
 from rigsmith.secretenv import is_secret_name
 

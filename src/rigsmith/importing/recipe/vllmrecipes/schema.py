@@ -1,5 +1,5 @@
 """The shape of a vLLM recipes YAML: the fields each level may hold and the type of each value the command
-synthesis reads (:mod:`.vllmsynth` trusts it). Every unknown field and every value of the wrong type is one
+synthesis reads (:mod:`.synth` trusts it). Every unknown field and every value of the wrong type is one
 problem naming its path, so a recipe is refused whole, never half-read.
 
 The fields are CONTRIBUTING.md's "YAML schema (authoritative)" and CLAUDE.md's schema notes of

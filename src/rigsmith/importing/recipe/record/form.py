@@ -4,10 +4,10 @@ The record's form: a title line; sections under short headings; bullets ``• La
 rev, Stack, Serving, Result, and ops lines Start, Stop, Bench, Proxy); a Config paragraph of flag
 shorthand (``PP=3 / TP=1, max-model-len 262144, prefix caching OFF, cudagraph_mode=FULL_DECODE_ONLY sizes
 [1,2,4]``) ending in an ``Env:`` list; numbered pitfalls with fixes; paragraphs of context. Each item is
-read by the rules of :mod:`.recordtables` into a spec field, and every item is also kept: in ``notes``
+read by the rules of :mod:`.tables` into a spec field, and every item is also kept: in ``notes``
 (the item verbatim, with where it went) or in ``not_taken`` (the item and why). Nothing disappears.
 
-What the record leaves open is asked (:mod:`.recordask`): the answers file or the terminal answers, a
+What the record leaves open is asked (:mod:`.ask`): the answers file or the terminal answers, a
 guess unanswered stays a placeholder.
 """
 
@@ -22,10 +22,10 @@ from pathlib import PurePosixPath
 from rigsmith import spec as specmod
 from rigsmith.digits import ascii_digits
 from rigsmith.importing import vllmflags
-from rigsmith.importing.recipe import recordenv
-from rigsmith.importing.recipe import recordtables as t
 from rigsmith.importing.recipe.notes import NoteFacts, file_facts
-from rigsmith.importing.recipe.recordask import Answer, Ask, Reading, no_answer, top_split
+from rigsmith.importing.recipe.record import env as recordenv
+from rigsmith.importing.recipe.record import tables as t
+from rigsmith.importing.recipe.record.ask import Answer, Ask, Reading, no_answer, top_split
 from rigsmith.importing.recipe.tables import GPUS
 
 _BULLET_RE = re.compile(r"^[•\-*▪◦]\s+(?:(?P<label>[A-Z][\w /-]{0,30}?):\s+)?(?P<body>.*)$")

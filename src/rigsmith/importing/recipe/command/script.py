@@ -1,6 +1,6 @@
 """Recipe form (b) as pasted: a script run by bash in the jail (:mod:`rigsmith.importing.bashjail`) to the
 command it launches, which the shell form then reads (a record with no command at all is
-:mod:`.recordspec`'s).
+:mod:`..record.spec`'s).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import PurePosixPath
 from rigsmith.errors import RecipeError
 from rigsmith.importing import bashjail, multinode, shellwords
 from rigsmith.importing.prompts import join_blank_continuations, quote_placeholders, strip_prompts
+from rigsmith.importing.recipe.command.text import _from_shell
 from rigsmith.importing.recipe.envvars import env_var, merge_env
 from rigsmith.importing.recipe.launch import Launch
-from rigsmith.importing.recipe.shellform import _from_shell
 from rigsmith.importing.recipe.tables import _ASSIGN_RE, _PYTHON_RE
 from rigsmith.importing.unknown import placeholder
 from rigsmith.secretenv import is_secret_name

@@ -1,4 +1,4 @@
-"""What a prose record's words mean, as data (read by :mod:`.recordform`): section headings, the labels of
+"""What a prose record's words mean, as data (read by :mod:`.form`): section headings, the labels of
 its bullets, exposure words, the shorthand a record uses for environment variables and compilation settings.
 
 Every entry names its source: a rule is applied with a note saying which rule; a guess is asked at the

@@ -15,8 +15,8 @@ import re
 import shlex
 
 from rigsmith import spec as specmod
-from rigsmith.importing.recipe import recordtables as t
-from rigsmith.importing.recipe.recordask import Ask, Reading, top_split
+from rigsmith.importing.recipe.record import tables as t
+from rigsmith.importing.recipe.record.ask import Ask, Reading, top_split
 
 _ASSIGN_RE = re.compile(r"(?P<name>[A-Za-z_]\w*)=(?P<value>\S+)(?:\s*\((?P<subs>[^)]*)\))?")
 _SUB_RE = re.compile(r"(?P<key>[A-Za-z_]\w*)\s*[= ]\s*(?P<value>\S+)")

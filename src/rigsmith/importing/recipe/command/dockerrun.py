@@ -10,10 +10,16 @@ from pathlib import PurePosixPath
 
 from rigsmith import spec as specmod
 from rigsmith.importing import shellwords
-from rigsmith.importing.recipe.containeropts import device_node, gpus_request, set_shm, volume, whole_number
+from rigsmith.importing.recipe.command.bashc import is_shell_c, script_argv
+from rigsmith.importing.recipe.command.containeropts import (
+    device_node,
+    gpus_request,
+    set_shm,
+    volume,
+    whole_number,
+)
 from rigsmith.importing.recipe.envvars import env_var, passthrough
 from rigsmith.importing.recipe.launch import Launch
-from rigsmith.importing.recipe.shellscript import is_shell_c, script_argv
 from rigsmith.importing.recipe.tables import (
     _ASSIGN_RE,
     _PYTHON_RE,
