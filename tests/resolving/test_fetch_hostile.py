@@ -149,8 +149,9 @@ def test_an_unreachable_hub_fails_fast_and_quietly_through_the_cli(hub, make_pro
     elapsed = time.monotonic() - t0
     lines = (res.stdout + res.stderr).strip().splitlines()
     assert res.returncode == 1, res
-    # A behaviour bound, not a benchmark: no retry loop (it took ~110 s with 4 x 5 nested retries).
-    assert elapsed < 15, (elapsed, lines)
+    # A behaviour bound, not a benchmark: no retry loop (it took ~110 s with 4 x 5 nested retries). The
+    # bound sits halfway, so a loaded machine's slow start-up cannot cross it and a retry loop cannot hide.
+    assert elapsed < 55, (elapsed, lines)
     assert len(lines) <= 5, lines
     text = "\n".join(lines)
     assert endpoint in text and "HF_HUB_OFFLINE=1" in text and "Traceback" not in text
