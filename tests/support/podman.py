@@ -114,7 +114,9 @@ RECORDER = textwrap.dedent(
     for a in "$@"; do printf '%s' "$a" | hex; echo; done
     echo ARGV-END
     echo "ENV $(env -0 | hex)"
-    echo "SHM $(df -k /dev/shm | tail -n 1 | tr -s ' ' | cut -d ' ' -f 2)"
+    # the size counted from the line's end: a mount source may hold spaces (or a recipe's words)
+    shm() { set -- $(df -Pk /dev/shm | tail -n 1); shift $(($# - 5)); echo "$1"; }
+    echo "SHM $(shm)"
     echo "MEMLOCK $(ulimit -l)"
     echo "DEVICES $(ls /dev | tr '\\n' ' ')"
     echo "INFO: Application startup complete."
