@@ -55,6 +55,7 @@ from pathlib import Path, PurePosixPath
 
 from rigsmith.digits import ascii_digits
 from rigsmith.errors import shown
+from rigsmith.importing import blanks
 from rigsmith.importing.unknown import placeholder
 from rigsmith.secretenv import is_secret_name
 
@@ -363,6 +364,8 @@ def run(text: str) -> Answer:
         if got.status is None or got.overflow or not state.learn(got.errors, _trace(got.trace)):
             break
     answer = _answer(got, state)
+    if answer.calls and not answer.problems:
+        got, answer = _blanks(text, state, got, answer, deadline)
     if not answer.problems and state.names():
         answer.problems += _derived(text, state, got, deadline)
     if answer.outside and not answer.problems:
@@ -371,6 +374,27 @@ def run(text: str) -> Answer:
         other = _once(text, state.positional, state.gate_list(), state.mounts(), deadline, exit_status=1)
         answer = _on_status(answer, _answer(other, state))
     return answer
+
+
+def _blanks(text: str, state: _State, got: _Run, answer: Answer, deadline: float) -> tuple[_Run, Answer]:
+    """The text run again with each name it assigns only the empty string filled, after that, with its
+    placeholder (:mod:`rigsmith.importing.blanks`): those that then stand as a flag's value bash left
+    without one are the text's blanks, and the run with only them filled is the answer."""
+    candidates = blanks.empty_assigned(_trace(got.trace), [*_RESERVED, *state.names()])
+    if not candidates:
+        return got, answer
+    state.blanks = list(candidates)
+    trial = _once(text, state.positional, state.gate_list(), state.mounts(), deadline)
+    found = blanks.blanks(candidates, [c.argv for c in answer.calls], [c.argv for c in _answer(trial, state).calls])
+    state.blanks = list(found)
+    if not found or trial.status is None:
+        state.blanks = []
+        return got, answer
+    if len(found) < len(candidates):
+        trial = _once(text, state.positional, state.gate_list(), state.mounts(), deadline)
+    out = _answer(trial, state)
+    out.notes += [blanks.note(n, line, flag, is_secret_name(n)) for n, (line, flag) in found.items()]
+    return trial, out
 
 
 def _spelled(name: str, varied: Sequence[str]) -> str:
@@ -487,9 +511,12 @@ class _State:
     dirs: list[str] = field(default_factory=list)
     #: Names read only through an empty default: placeholders from the text's first command on.
     early: set[str] = field(default_factory=set)
+    #: Blanks the text leaves to fill (``MODEL_PATH=""``): placeholders once the text has made them empty.
+    blanks: list[str] = field(default_factory=list)
 
     def gate_list(self) -> list[str]:
-        return [f"{0 if name in self.early else line}:{name}" for name, line in self.gates.items()]
+        gates = [f"{0 if name in self.early else line}:{name}" for name, line in self.gates.items()]
+        return gates + [f"b:{name}" for name in self.blanks]
 
     def empty_defaults(self, text: str) -> None:
         """``${1:-}`` and ``${MODEL:-}`` (of a name the text never sets, which the jail's run tells): an empty
@@ -551,7 +578,7 @@ class _State:
         return True
 
     def names(self) -> set[str]:
-        return {*self.gates, *(str(i) for i in range(1, self.positional + 1))}
+        return {*self.gates, *self.blanks, *(str(i) for i in range(1, self.positional + 1))}
 
 
 def _ran(path: str, first_words: set[str]) -> bool:

@@ -13,7 +13,7 @@ from rigsmith import policy, yamldoc
 from rigsmith import spec as specmod
 from rigsmith.imageref import image_problem
 from rigsmith.importing import multinode
-from rigsmith.importing.recipe import raycluster
+from rigsmith.importing.recipe import docwords, raycluster
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
 from rigsmith.importing.recipe.envvars import env_var, merge_env, passthrough
 from rigsmith.importing.recipe.exposure import listen_address
@@ -338,6 +338,7 @@ def _runs_image(launch: Launch, asked: Asked, problems: list[str]) -> str | None
 def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.Deployment:
     """Assemble and validate the Deployment; every problem found so far (and here) in one RecipeError."""
     name, image = asked.name, asked.image
+    docwords.fill(launch)
     problems = list(launch.problems)
     notes: list[str] = []
     env, env_notes = _environment(launch, meta, problems)
