@@ -135,6 +135,9 @@ class Answer:
     outside: list[tuple[int, list[str]]] = field(default_factory=list)
     #: (line, command, value) of each ``case`` bash decided on.
     decided: list[tuple[int, str, str]] = field(default_factory=list)
+    #: Each blank the text leaves to fill (``NAME=""``, :mod:`rigsmith.importing.blanks`): the line of its
+    #: empty assignment and the flag bash left without a value.
+    blanks: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -394,6 +397,7 @@ def _blanks(text: str, state: _State, got: _Run, answer: Answer, deadline: float
         trial = _once(text, state.positional, state.gate_list(), state.mounts(), deadline)
     out = _answer(trial, state)
     out.notes += [blanks.note(n, line, flag, is_secret_name(n)) for n, (line, flag) in found.items()]
+    out.blanks = found
     return trial, out
 
 
