@@ -55,7 +55,11 @@ def oracle(text: str, tmp: Path, blanks: Sequence[str] = ()) -> list[list[str]]:
     work, out, env = recording(tmp, bodies)
     filled = "".join(f"readonly {n}='<{n}>'\n" for n in blanks)
     proc = subprocess.run(
-        [bash, "--norc", "--noprofile", "-c", filled + text], env=env, cwd=work, capture_output=True, check=False
+        [bash, "--norc", "--noprofile", "-c", filled + text],
+        env=env,
+        cwd=work,
+        capture_output=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     _complaints[:] = [

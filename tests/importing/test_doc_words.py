@@ -99,7 +99,11 @@ def test_pin_and_deploy_refuse_until_the_placeholders_are_filled(tmp_path: Path)
     imported = invoke_cli(tmp_path, "import-recipe", str(src), "--name", "doc", "--image", "localhost/vllm:1")
     assert imported.returncode == 0, imported.stderr
     path = tmp_path / "deployments" / "doc.yaml"
-    assert specmod.load(path).placeholders == {"<MODEL>": None, "<CHAT_TEMPLATE>": None, "<LORA_MODULES>": None}
+    assert specmod.load(path).placeholders == {
+        "<MODEL>": None,
+        "<CHAT_TEMPLATE>": None,
+        "<LORA_MODULES>": None,
+    }
     pin = invoke_cli(tmp_path, "pin", "--deployment", "doc")
     assert pin.returncode != 0 and "Traceback" not in pin.stderr
     assert "model.repo is the placeholder <MODEL>" in pin.stderr

@@ -1,8 +1,8 @@
-"""A blank a script leaves to fill (``MODEL_PATH=""`` then ``--model $MODEL_PATH``): bash word-splits the empty
-value away and leaves the flag without its value, so the import makes it the placeholder ``<MODEL_PATH>``
-— found by bash's own runs, and the argv is bash's with the blank filled (the oracle: plain bash outside
-the jail, ``readonly NAME='<NAME>'`` before the text). An empty accumulator, or an empty variable that is
-no flag's value, stays exactly as bash runs it."""
+"""A blank a script leaves to fill (``MODEL_PATH=""`` then ``--model $MODEL_PATH``): bash word-splits the
+empty value away and leaves the flag without its value, so the import makes it the placeholder
+``<MODEL_PATH>`` — found by bash's own runs, and the argv is bash's with the blank filled (the oracle:
+plain bash outside the jail, ``readonly NAME='<NAME>'`` before the text). An empty accumulator, or an
+empty variable that is no flag's value, stays exactly as bash runs it."""
 
 from __future__ import annotations
 
@@ -19,12 +19,18 @@ BLANKS = {
         'MODEL_PATH=""\nvllm serve --model $MODEL_PATH --trust-remote-code --port 8000\n',
         {"MODEL_PATH": "--model"},
     ),
-    "quoted (the empty word)": ('MODEL_PATH=\nvllm serve --model "$MODEL_PATH" --port 8000\n', {"MODEL_PATH": "--model"}),
+    "quoted (the empty word)": (
+        'MODEL_PATH=\nvllm serve --model "$MODEL_PATH" --port 8000\n',
+        {"MODEL_PATH": "--model"},
+    ),
     "last on the line": (
         'NAME=""\nvllm serve Qwen/Qwen3-0.6B --port 8000 --served-model-name $NAME\n',
         {"NAME": "--served-model-name"},
     ),
-    "--flag=": ('LEN=""\nvllm serve Qwen/Qwen3-0.6B --max-model-len=$LEN --port 8000\n', {"LEN": "--max-model-len"}),
+    "--flag=": (
+        'LEN=""\nvllm serve Qwen/Qwen3-0.6B --max-model-len=$LEN --port 8000\n',
+        {"LEN": "--max-model-len"},
+    ),
     "exported, in python -m": (
         'export MODEL_PATH=""\nTP=""\npython3 -m vllm.entrypoints.openai.api_server --model $MODEL_PATH \\\n'
         "  --tensor-parallel-size $TP --port 8000\n",
@@ -33,10 +39,10 @@ BLANKS = {
 }
 
 AS_BASH_RUNS = {
-    "an accumulator": ('ARGS=""\nARGS+=" --enforce-eager"\nvllm serve Qwen/Qwen3-0.6B --port 8000 $ARGS\n'),
-    "empty at the end, no flag's value": 'EXTRA=""\nvllm serve Qwen/Qwen3-0.6B --port 8000 $EXTRA\n',
-    "empty after a flag that has its value": 'EXTRA=""\nvllm serve Qwen/Qwen3-0.6B --port 8000 $EXTRA --seed 1\n',
-    "empty after a boolean flag": 'EXTRA=""\nvllm serve Qwen/Qwen3-0.6B --trust-remote-code $EXTRA --port 8000\n',
+    "an accumulator": 'ARGS=""\nARGS+=" --enforce-eager"\nvllm serve Qwen/Q3 --port 8000 $ARGS\n',
+    "empty at the end, no flag's value": 'EXTRA=""\nvllm serve Qwen/Q3 --port 8000 $EXTRA\n',
+    "empty after a flag that has its value": 'EXTRA=""\nvllm serve Qwen/Q3 --port 8000 $EXTRA --seed 1\n',
+    "empty after a boolean flag": 'EXTRA=""\nvllm serve Qwen/Q3 --trust-remote-code $EXTRA --port 8000\n',
     "assigned a value later": 'M=""\nM=Qwen/Qwen3-0.6B\nvllm serve --model $M --port 8000\n',
     "an empty guard that sets a default": (
         'PORT=""\nif [ -z "$PORT" ]; then PORT=8001; fi\nvllm serve Qwen/Qwen3-0.6B --port $PORT\n'
@@ -64,8 +70,14 @@ def test_a_blank_left_to_fill_is_its_placeholder_and_the_argv_is_bashs_with_it_f
     dep = recipe.parse(text, source="t", sha256="0" * 64)
     assert sorted(dep.placeholders) == sorted(f"<{n}>" for n in flags)
     for name, flag in flags.items():
-        (note,) = [n for n in dep.notes if n.endswith(f"it is the placeholder <{name}>, which you fill in before deploy")]
-        assert f"{name} is assigned only the empty string, and bash then leaves {flag} without its value" in note
+        (note,) = [
+            n
+            for n in dep.notes
+            if n.endswith(f"it is the placeholder <{name}>, which you fill in before deploy")
+        ]
+        assert (
+            f"{name} is assigned only the empty string, and bash then leaves {flag} without its value" in note
+        )
 
 
 @pytest.mark.parametrize("case", AS_BASH_RUNS)

@@ -388,7 +388,9 @@ def _blanks(text: str, state: _State, got: _Run, answer: Answer, deadline: float
         return got, answer
     state.blanks = list(candidates)
     trial = _once(text, state.positional, state.gate_list(), state.mounts(), deadline)
-    found = blanks.blanks(candidates, [c.argv for c in answer.calls], [c.argv for c in _answer(trial, state).calls])
+    found = blanks.blanks(
+        candidates, [c.argv for c in answer.calls], [c.argv for c in _answer(trial, state).calls]
+    )
     state.blanks = list(found)
     if not found or trial.status is None:
         state.blanks = []
@@ -622,16 +624,27 @@ def _limits_hit(got: _Run) -> list[str]:
 
 
 _VENV = (("bin", "activate"), ("etc", "profile.d", "conda.sh"))
+#: A shell's own startup files (``source ~/.bashrc`` before ``conda activate``): the host's interactive setup.
+_STARTUP = frozenset(
+    {".bashrc", ".bash_profile", ".profile", ".zshrc", ".zprofile", ".zshenv", "bash.bashrc"}
+)
 
 
 def _sourced(line: int, rest: Sequence[str], out: Answer) -> None:
-    """``source FILE`` of a file the text does not hold: a venv's activation is a note, else refused."""
+    """``source FILE`` of a file the text does not hold: a venv's activation or a shell's startup file is a
+    note, else refused."""
     said = shown(" ".join(rest[:2]))
-    parts = PurePosixPath(rest[1] if len(rest) > 1 else "").parts
+    path = rest[1] if len(rest) > 1 else ""
+    parts = PurePosixPath(path).parts
     if any(parts[-len(v) :] == v for v in _VENV):
         out.notes.append(
             f"line {line}: '{said}' activates a Python environment on the host; in a container the image's "
             "environment runs vLLM (for an LXC venv, set engine.venv)"
+        )
+    elif PurePosixPath(path).name in _STARTUP or path == "/etc/profile":
+        out.notes.append(
+            f"line {line}: '{said}' reads the shell's own startup file on the host (its PATH, conda's "
+            "setup); rigsmith's targets start vLLM without it — a variable vLLM needs from it goes into env"
         )
     else:
         out.problems.append(

@@ -402,7 +402,9 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
         },
         "env": [e.model_dump() for e in env],
         "env_notes": env_notes,
-        "placeholders": _placeholders([*launch.args, *(e.value for e in env), *node_tokens]),
+        "placeholders": _placeholders(
+            [*launch.args, *(e.value for e in env), *node_tokens, *(m.host for m in mounts)]
+        ),
         "resources": _resources(launch, facts, gpus),
         "readiness": _readiness(facts),
         "network": network,

@@ -1,17 +1,20 @@
 """Words a published recipe leaves for its reader to replace — a documentation path (``/path/to/…``) as the
-model or as any path a vLLM flag names, and the model word ``...`` / ``…`` — made into placeholders the
-user fills (issue 35). One rule for every form (script, plain command, compose, recipe JSON/YAML): it is
-applied to the launch before the model and the flags' paths are read (:func:`.assemble.build`).
+model, as any path a vLLM flag names or as a volume's host side, and the model word ``...`` / ``…`` — made
+into placeholders the user fills (issue 35). One rule for every form (script, plain command, compose,
+recipe JSON/YAML): it is applied to the launch before the model and the flags' paths are read
+(:func:`.assemble.build`).
 
 The model becomes ``<MODEL>``; a flag's path the placeholder named after the flag (``--chat-template`` →
 ``<CHAT_TEMPLATE>``), in place inside its word (``--lora-modules sql=<LORA_MODULES>``, a JSON value's
-string). Each is a made placeholder (``Launch.made_placeholders``): the spec lists it, and pin and deploy
-refuse until it is filled. One note each quotes the word and says what to fill. Pure.
+string); a volume's host side the placeholder named after its container directory. Each is a made
+placeholder (``Launch.made_placeholders``): the spec lists it, and pin and deploy refuse until it is
+filled. One note each quotes the word and says what to fill. Pure.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 
 from rigsmith import spec as specmod
 from rigsmith.errors import shown
@@ -41,7 +44,9 @@ def _fresh(name: str, taken: set[str]) -> str:
 
 def fill(launch: Launch) -> None:
     """Each documentation word of ``launch.args`` replaced by a made placeholder, with its note."""
-    taken = {t for a in launch.args for t in specmod.PLACEHOLDER_RE.findall(a)} | set(launch.made_placeholders)
+    taken = {t for a in launch.args for t in specmod.PLACEHOLDER_RE.findall(a)} | set(
+        launch.made_placeholders
+    )
     found = _model_arg(launch, [])
     model_at = found[0] if found else None
     if found is not None and (is_documentation(found[1]) or _ELIDED_RE.fullmatch(found[1])):
@@ -53,6 +58,18 @@ def fill(launch: Launch) -> None:
             f"it is the placeholder {token}: fill it before pin (placeholders: {{'{token}': OWNER/NAME}} in "
             "the spec, the Hub repo id, or the absolute directory of a checkpoint on disk)"
         )
+    for i, mount in enumerate(launch.mounts):
+        if is_documentation(mount.host):
+            stem = re.sub(r"[^A-Za-z0-9]+", "_", PurePosixPath(mount.container).name).strip("_").upper()
+            token = _fresh(stem or "VOLUME", taken)
+            launch.mounts[i] = mount.model_copy(update={"host": token})
+            launch.made_placeholders.append(token)
+            launch.documentation[token] = mount.host
+            launch.notes.append(
+                f"the volume '{shown(mount.host)}':{shown(mount.container)} has a documentation path the "
+                f"published text leaves for you to replace as its host side; it is the placeholder {token}: "
+                "fill it with the host directory before deploy"
+            )
     for fp in list(flag_paths(launch.args)):
         if fp.arg == model_at or not is_documentation(fp.value):
             continue

@@ -113,10 +113,9 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
             f"~/models/{value}",
             idx,
             f"the model is the placeholder {value} (the text gives the model no value: a variable it never "
-            f"sets, or leaves blank); fill it before pin: placeholders: {{'{value}': OWNER/NAME}} in the spec "
-            "(the Hub repo id, or "
-            "the absolute directory of a checkpoint on disk; model.local_dir and model.container_path then "
-            "use its name)",
+            f"sets, or leaves blank); fill it before pin: placeholders: {{'{value}': OWNER/NAME}} in the "
+            "spec (the Hub repo id, or the absolute directory of a checkpoint on disk; model.local_dir and "
+            "model.container_path then use its name)",
         )
     gguf = _GGUF_REF_RE.match(value)
     if gguf and not value.startswith(("/", "~", ".")):
