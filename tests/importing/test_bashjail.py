@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigsmith.errors import RecipeError
-from rigsmith.importing import bashjail, recipe
+from rigsmith.importing import bashjail, jailrun, recipe
 from rigsmith.importing.recipe.command import script as scriptform
 from rigsmith.spec import Deployment
 from tests.support.bashoracle import recording
@@ -461,7 +461,7 @@ def test_the_refusal_quotes_the_recipes_text_through_shown() -> None:
 def test_without_bubblewrap_one_plain_command_imports_and_a_script_is_refused(
     binary: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bashjail, "bwrap", lambda: binary)
+    monkeypatch.setattr(jailrun, "bwrap", lambda: binary)
     dep = _parse("vllm serve Qwen/Qwen3-0.6B \\\n  --port 8000 -tp 2\n")
     assert list(dep.engine.args) == ["Qwen/Qwen3-0.6B", "--port", "8000", "-tp", "2"]
     message = refusal("MODEL=Qwen/Qwen3-0.6B\nvllm serve $MODEL\n")
