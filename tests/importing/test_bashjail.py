@@ -454,6 +454,16 @@ def test_the_refusal_quotes_the_recipes_text_through_shown() -> None:
     assert "\x1b" not in message and "\x07" not in message
 
 
+@pytest.mark.parametrize("startup", ["~/.bashrc", "~/.zshrc", "$HOME/.bash_profile", "/etc/profile"])
+def test_sourcing_the_shells_startup_file_is_a_note_and_another_file_is_refused(startup: str) -> None:
+    dep = _parse(f"source {startup}\nconda activate vllm\nvllm serve Qwen/Qwen3-0.6B --port 8000\n")
+    assert dep.engine.args == ("Qwen/Qwen3-0.6B", "--port", "8000")
+    assert any("reads the shell's own startup file on the host" in n for n in dep.notes)
+    assert "reads a file the text does not contain" in refusal(
+        "source ~/env.sh\nvllm serve Qwen/Qwen3-0.6B\n"
+    )
+
+
 # -- no bubblewrap ---------------------------------------------------------------------------------------
 
 

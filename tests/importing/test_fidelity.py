@@ -301,6 +301,14 @@ def test_standalone_comment_ending_in_backslash_after_the_command() -> None:
     assert dep.engine.args == ("Qwen/Qwen3-0.6B",)
     # On the command itself it still swallows the continuation.
     assert "swallows the line continuation" in _refusal("vllm serve Qwen/Qwen3-0.6B \\\n  # x \\\n  --port 1")
+    # where a command follows the comment too (bash runs it on its own)
+    assert "swallows the line continuation" in _refusal("vllm serve Qwen/Qwen3-0.6B \\\n  # x \\\necho up\n")
+
+
+def test_a_comment_ending_in_backslash_that_ends_the_last_command_breaks_nothing() -> None:
+    """Only comments follow it: the command ends there, as its author left it (bash's argv, no refusal)."""
+    text = "vllm serve Qwen/Qwen3-0.6B \\\n  --port 8000 \\\n  # --max-model-len 131072 \\\n  # --seed 1\n\n"
+    assert _parse(text).engine.args == ("Qwen/Qwen3-0.6B", "--port", "8000")
 
 
 @pytest.mark.parametrize(
