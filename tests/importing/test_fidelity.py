@@ -417,5 +417,5 @@ def test_lxc_without_host_ram_derives_it_from_the_model_size(tmp_path: Path) -> 
 
 
 def test_every_problem_is_reported_at_once() -> None:
-    message = _refusal("vllm serve ... --port 8000\n  --enable-auto-tool-choice\n")
-    assert "line 2 starts with the option" in message and "a placeholder" in message
+    message = _refusal("vllm serve '<model dir>' --port 8000\n  --enable-auto-tool-choice\n")
+    assert "line 2 starts with the option" in message and "the model is the placeholder" in message
