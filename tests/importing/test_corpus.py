@@ -144,7 +144,7 @@ def test_imported_case_renders_the_podman_target_once_filled(case: dict[str, Any
     if served is not None and filled.engine.model_arg is not None:
         word = want[len(filled.engine.subcommand) + filled.engine.model_arg]
         if word.split("=", 1)[-1] != served:  # the model word was rewritten: the recipe's name is kept
-            want = (*want, "--served-model-name", served)
+            want = (*want, "--served-model-name", filled.fill(served))
     assert plan.command == want
     mounted = {(m.host, m.container, m.readonly) for m in plan.mounts}
     for p in secondary.placements(filled):

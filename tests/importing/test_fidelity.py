@@ -301,6 +301,14 @@ def test_standalone_comment_ending_in_backslash_after_the_command() -> None:
     assert dep.engine.args == ("Qwen/Qwen3-0.6B",)
     # On the command itself it still swallows the continuation.
     assert "swallows the line continuation" in _refusal("vllm serve Qwen/Qwen3-0.6B \\\n  # x \\\n  --port 1")
+    # where a command follows the comment too (bash runs it on its own)
+    assert "swallows the line continuation" in _refusal("vllm serve Qwen/Qwen3-0.6B \\\n  # x \\\necho up\n")
+
+
+def test_a_comment_ending_in_backslash_that_ends_the_last_command_breaks_nothing() -> None:
+    """Only comments follow it: the command ends there, as its author left it (bash's argv, no refusal)."""
+    text = "vllm serve Qwen/Qwen3-0.6B \\\n  --port 8000 \\\n  # --max-model-len 131072 \\\n  # --seed 1\n\n"
+    assert _parse(text).engine.args == ("Qwen/Qwen3-0.6B", "--port", "8000")
 
 
 @pytest.mark.parametrize(
@@ -409,5 +417,5 @@ def test_lxc_without_host_ram_derives_it_from_the_model_size(tmp_path: Path) -> 
 
 
 def test_every_problem_is_reported_at_once() -> None:
-    message = _refusal("vllm serve ... --port 8000\n  --enable-auto-tool-choice\n")
-    assert "line 2 starts with the option" in message and "a placeholder" in message
+    message = _refusal("vllm serve '<model dir>' --port 8000\n  --enable-auto-tool-choice\n")
+    assert "line 2 starts with the option" in message and "the model is the placeholder" in message

@@ -77,7 +77,10 @@ def test_published_multinode_case(case: dict[str, Any], tmp_path: Path) -> None:
     # Filled in, the spec renders per node (or deploy names why not, with the field).
     data = specmod.to_data(dep)
     data["name"] = "mn"
-    data["placeholders"] = {t: f"10.9.0.{i + 1}" for i, t in enumerate(tokens)}
+    paths = {dep.model_placeholder, *(m.host for m in dep.mounts)}  # a model or a host directory: a path
+    data["placeholders"] = {
+        t: f"/srv/filled/{i}" if t in paths else f"10.9.0.{i + 1}" for i, t in enumerate(tokens)
+    }
     project = write_project(tmp_path, data)
     if "deploy_refused" in want:
         with pytest.raises(SpecError) as serr:

@@ -75,13 +75,19 @@ def recording(tmp: Path, bodies: Mapping[str, str]) -> tuple[Path, Path, dict[st
 
 
 def script_launches(
-    text: str, tmp: Path, placeholders: Sequence[str] = (), outputs: Mapping[str, str] | None = None
+    text: str,
+    tmp: Path,
+    placeholders: Sequence[str] = (),
+    outputs: Mapping[str, str] | None = None,
+    blanks: Sequence[str] = (),
 ) -> list[list[str]]:
     """Every launcher argv plain bash (outside any jail, the real tools on PATH after the recorders) runs
     for ``text``, given the values rigsmith made placeholders: ``<NAME>`` in the environment, ``<N>`` as the
     positional parameters; ``outputs`` names commands that print a given value instead (the output rigsmith
-    made a placeholder). The directory it runs in is written ``.``, ``$HOME`` is ``~``, as rigsmith writes
-    them."""
+    made a placeholder); ``blanks`` names variables the text assigns only the empty string, filled here
+    with their placeholder by bash itself (``readonly NAME='<NAME>'`` before the text: the text's own empty
+    assignments then fail and the value stays). The directory it runs in is written ``.``, ``$HOME`` is
+    ``~``, as rigsmith writes them."""
     bash = require("bash")
     bodies = {
         **_STUBS,
@@ -92,6 +98,7 @@ def script_launches(
     env.update({n: f"<{n}>" for n in names if not n.isdigit()})
     count = max((int(n) for n in names if n.isdigit()), default=0)
     args = [f"<{i}>" for i in range(1, count + 1)]
+    text = "".join(f"readonly {n}={shlex.quote(f'<{n}>')}\n" for n in blanks) + text
     for _ in range(4):  # a log the text writes into a directory of its machine: made, and run again
         out.unlink(missing_ok=True)
         proc = subprocess.run(

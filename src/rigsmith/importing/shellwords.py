@@ -55,6 +55,11 @@ class Script:
     notes: list[str] = field(default_factory=list)
 
 
+def _only_comments(rest: str) -> bool:
+    """Whether ``rest`` of a text holds no command: only blank lines and comment lines."""
+    return all(not ln.strip() or ln.lstrip().startswith("#") for ln in rest.splitlines())
+
+
 def _line_end(text: str, i: int) -> int:
     j = text.find("\n", i)
     return len(text) if j < 0 else j
@@ -163,8 +168,9 @@ class _Scanner:
         text, i, line = self.text, self.i, self.line
         j = _line_end(text, i)
         comment = text[i + 1 : j].rstrip("\r").strip()
-        if comment.endswith("\\") and self.words:
-            # On a standalone comment line (the command already ended) the '\\' continues nothing.
+        if comment.endswith("\\") and self.words and not _only_comments(text[j:]):
+            # On a standalone comment line (the command already ended) the '\\' continues nothing; nor does
+            # it where only comments follow to the end (the command ends there, as its author left it).
             self.out.problems.append(
                 f"line {line}: the comment '#{text[i + 1 : j].rstrip()}' ends with '\\', but a comment "
                 "swallows the line continuation: a shell ends the command here and runs the next line "

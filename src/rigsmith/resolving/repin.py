@@ -95,8 +95,8 @@ def adopt(
 def _unfilled(name: str, spec: Deployment) -> RigsmithError:
     tok = spec.model_placeholder
     return RigsmithError(
-        f"deployments/{name}.yaml: model.repo is the placeholder {tok} (the recipe runs a model from a "
-        "variable it never sets); there is nothing to pin until you fill it",
+        f"deployments/{name}.yaml: model.repo is the placeholder {tok} (the recipe leaves the model for you "
+        "to give); there is nothing to pin until you fill it",
         hint=f"set `placeholders: {{'{tok}': OWNER/NAME}}` (the model's Hub repo id, or a checkpoint's "
         f"absolute directory) in "
         f"deployments/{name}.yaml, then run invoke pin --deployment {name}",

@@ -147,7 +147,7 @@ class Deployment(Frozen):
                 out.append(
                     (
                         "model.repo",
-                        f"is the placeholder {tok} (the recipe runs a model from a variable it never sets); "
+                        f"is the placeholder {tok} (the recipe leaves the model for you to give); "
                         f"set `placeholders: {{{tok!r}: OWNER/NAME}}` in the spec (the model's Hub repo id, "
                         "or the absolute directory of a checkpoint on disk)",
                     )

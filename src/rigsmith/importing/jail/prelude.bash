@@ -8,12 +8,15 @@ __rs_rec() {
   printf '%s\0' "$kind" "$line" "$#" "$@" >&"$__RS_RFD"
 } 2>/dev/null
 # A variable the text never sets, from the line where bash first found it unbound: the placeholder <NAME>.
+# A blank (entry b:NAME, a name the text assigns only the empty string): the placeholder once it is empty.
 __rs_placeholders() {
-  local entry name
+  local entry name at
   for entry in ${__RS_PH-}; do
     name=${entry#*:}
+    at=${entry%%:*}
     # line 0: from the text's first command on (a name the text reads only through an empty default)
-    if [[ ${entry%%:*} == "$1" || ${entry%%:*} == 0 ]] && ! [[ -v $name ]]; then
+    if { [[ $at == b && -v $name && -z ${!name} ]]; } ||
+      { [[ $at == "$1" || $at == 0 ]] && ! [[ -v $name ]]; }; then
       # spelled otherwise in the run that looks for decisions on values made from a placeholder
       if [[ " ${__RS_ALT-} " == *" $name "* ]]; then
         printf -v "$name" '<%s%s%s>' "$__RS_VARIED" "$name" "$__RS_VARIED"

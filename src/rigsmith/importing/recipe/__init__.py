@@ -31,7 +31,8 @@ Decisions (each is a corpus case in tests/importing/corpus_expected.yaml):
   ``deploy``/``fetch-model`` refuse it until the user writes the absolute path. In a ``docker run`` /
   compose recipe the path is inside the container: the bind mount that holds it gives the host directory
   (``$(pwd)``/``$PWD`` as ``.``); no such mount, or a mount whose host side is ``$VAR``, is refused.
-  ``...``, ``<placeholder>``, ``/path/to/…`` documentation paths, ``~user/…`` and ``$VAR`` are refused.
+  ``<placeholder>``, ``~user/…`` and ``$VAR`` are refused; a documentation word (``/path/to/…`` as the
+  model, a flag's path or a volume's host side; the model ``...``) is a placeholder to fill (``docwords``).
 - Compose ``${VAR:-default}`` interpolation is refused (rigsmith would have to guess the value); ``$$``
   is compose's escape for a literal ``$``.
 - GPUs: explicit device ids win (``--gpus device=2,3``, CDI ``--device``, or ``CUDA_VISIBLE_DEVICES`` /

@@ -13,7 +13,7 @@ from rigsmith import policy, yamldoc
 from rigsmith import spec as specmod
 from rigsmith.imageref import image_problem
 from rigsmith.importing import multinode
-from rigsmith.importing.recipe import raycluster
+from rigsmith.importing.recipe import docwords, raycluster
 from rigsmith.importing.recipe.envtext import _ENV_TOKEN_RE, parse_env_text
 from rigsmith.importing.recipe.envvars import env_var, merge_env, passthrough
 from rigsmith.importing.recipe.exposure import listen_address
@@ -335,9 +335,17 @@ def _runs_image(launch: Launch, asked: Asked, problems: list[str]) -> str | None
     return runs
 
 
+def _default_name(launch: Launch, meta: Meta, repo: str | None, basename: str) -> str:
+    """The deployment's name when the user gives none: the recipe's id or title, else the model's name (a
+    documentation word's last part names the model the text means: /path/to/Qwen2.5-3B-Instruct)."""
+    word = PurePosixPath(launch.documentation.get(repo or "", "")).name.strip(".…")  # not the word '...'
+    return slug(meta.recipe_id or meta.title or word or PurePosixPath(repo or basename).name)
+
+
 def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.Deployment:
     """Assemble and validate the Deployment; every problem found so far (and here) in one RecipeError."""
     name, image = asked.name, asked.image
+    docwords.fill(launch)
     problems = list(launch.problems)
     notes: list[str] = []
     env, env_notes = _environment(launch, meta, problems)
@@ -376,10 +384,10 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
     cluster, node_tokens, cluster_notes = _cluster(launch, vendor)
     notes += cluster_notes
     mounts = file_mounts(launch.mounts, facts, notes)
+    hosts = [m.host for m in mounts]  # a volume's host side may be a placeholder (docwords, compose)
     all_notes = [*([meta.notes_text] if meta.notes_text else []), *launch.notes, *notes]
     data: dict[str, Any] = {
-        "name": name
-        or slug(meta.recipe_id or meta.title or (PurePosixPath(repo).name if repo else basename)),
+        "name": name or _default_name(launch, meta, repo, basename),
         "description": meta.title,
         "model": {
             "repo": repo,
@@ -401,7 +409,7 @@ def build(launch: Launch, meta: Meta, *, source: str, asked: Asked) -> specmod.D
         },
         "env": [e.model_dump() for e in env],
         "env_notes": env_notes,
-        "placeholders": _placeholders([*launch.args, *(e.value for e in env), *node_tokens]),
+        "placeholders": _placeholders([*launch.args, *(e.value for e in env), *node_tokens, *hosts]),
         "resources": _resources(launch, facts, gpus),
         "readiness": _readiness(facts),
         "network": network,

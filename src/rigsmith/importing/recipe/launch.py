@@ -58,6 +58,9 @@ class Launch:
     #: Placeholder tokens the import wrote for variables the text uses with no value (``$MODEL`` unset →
     #: ``<MODEL>``): the user fills each; the model may be one (the spec's model.repo is then the token).
     made_placeholders: list[str] = field(default_factory=list)
+    #: The made placeholders that stand for a word the published text left to replace (``/path/to/m``,
+    #: ``...``): token → that word (importing/recipe/docwords.py, which notes each).
+    documentation: dict[str, str] = field(default_factory=dict)
     #: One argv per node (after ``vllm serve``, head first) when the block is a multi-node group.
     node_args: list[list[str]] = field(default_factory=list)
     #: One entry per node of a Ray cluster recipe (importing/recipe/raycluster.py), head first.

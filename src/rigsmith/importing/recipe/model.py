@@ -36,8 +36,6 @@ class _Model:
     container_path: str | None = None
 
 
-#: Documentation placeholders written as paths (``/path/to/model``); refused like ``<placeholder>``.
-_DOC_PATH_RE = re.compile(r"(^|/)path/to(/|$)")
 #: A bind mount's host side that is the directory the recipe ran in.
 _GGUF_REF_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*):([A-Za-z0-9_.-]+)$")
 _CWD_RE = re.compile(r"^(\$\(pwd\)|`pwd`|\$PWD|\$\{PWD\}|\.)(?=/|$)")
@@ -79,12 +77,9 @@ def _model_arg(launch: Launch, problems: list[str]) -> tuple[int, str] | None:
 
 
 def _unusable(launch: Launch, idx: int, value: str) -> str | None:
-    """Why the model argument cannot be imported as written (a placeholder, a shell expansion), or None."""
-    if value in ("...", "…") or re.fullmatch(r"\.{3,}", value):
-        return (
-            f"the model is {value!r}, a placeholder in the published text; replace it with the Hub repo id "
-            "(owner/name) or the checkpoint's directory and import again"
-        )
+    """Why the model argument cannot be imported as written (a placeholder the text wrote, a shell
+    expansion), or None. A documentation word (``/path/to/…``, ``...``) is already a made placeholder
+    (:mod:`.docwords`)."""
     if specmod.PLACEHOLDER_RE.fullmatch(value) and value not in launch.made_placeholders:
         return (
             f"the model is the placeholder {value!r}; replace it with a Hub repo id (owner/name) or the "
@@ -94,11 +89,6 @@ def _unusable(launch: Launch, idx: int, value: str) -> str | None:
         return (
             f"the model is {value!r}, which a shell would expand from a variable; rigsmith cannot know the "
             "value — write the Hub repo id (owner/name) or the checkpoint's directory instead"
-        )
-    if _DOC_PATH_RE.search(value):
-        return (
-            f"the model is {value!r}, a documentation placeholder path (/path/to/…); write the checkpoint's "
-            "real directory or the Hub repo id (owner/name)"
         )
     return None
 
@@ -113,6 +103,8 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
     if unusable:
         problems.append(unusable)
         return None
+    if value in launch.documentation:
+        return _Model(value, f"~/models/{value}", idx)  # docwords' note says what the word was and to fill
     if value in launch.made_placeholders:
         # A variable the text never sets ($MODEL, ${MODEL:?set MODEL}): the spec's model is the token until
         # the user fills it (spec.Deployment: placeholders gives the repo; pin and deploy refuse until then).
@@ -120,10 +112,10 @@ def _model(launch: Launch, facts: NoteFacts, problems: list[str]) -> _Model | No
             value,
             f"~/models/{value}",
             idx,
-            f"the model is the placeholder {value} (the text runs the model from a variable it never sets); "
-            f"fill it before pin: placeholders: {{'{value}': OWNER/NAME}} in the spec (the Hub repo id, or "
-            "the absolute directory of a checkpoint on disk; model.local_dir and model.container_path then "
-            "use its name)",
+            f"the model is the placeholder {value} (the text gives the model no value: a variable it never "
+            f"sets, or leaves blank); fill it before pin: placeholders: {{'{value}': OWNER/NAME}} in the "
+            "spec (the Hub repo id, or the absolute directory of a checkpoint on disk; model.local_dir and "
+            "model.container_path then use its name)",
         )
     gguf = _GGUF_REF_RE.match(value)
     if gguf and not value.startswith(("/", "~", ".")):

@@ -144,8 +144,8 @@ def place(launch: Launch, model_arg: int, notes: list[str], problems: list[str])
     a mount, a note (a container recipe's own path, a value still to fill) or a refusal in ``problems``."""
     out = Placed([], [])
     for fp in flag_paths(launch.args):
-        if fp.arg == model_arg:
-            continue
+        if fp.arg == model_arg or fp.value in launch.documentation:
+            continue  # the model is read elsewhere; a documentation word's note is docwords'
         if fp.flag == "--config":
             notes.append(
                 f"args[{fp.arg}] --config {fp.value}: vLLM reads more flags from that file, which rigsmith "

@@ -1,0 +1,93 @@
+"""Words a published recipe leaves for its reader to replace — a documentation path (``/path/to/…``) as the
+model, as any path a vLLM flag names or as a volume's host side, and the model word ``...`` / ``…`` — made
+into placeholders the user fills (issue 35). One rule for every form (script, plain command, compose,
+recipe JSON/YAML): it is applied to the launch before the model and the flags' paths are read
+(:func:`.assemble.build`).
+
+The model becomes ``<MODEL>``; a flag's path the placeholder named after the flag (``--chat-template`` →
+``<CHAT_TEMPLATE>``), in place inside its word (``--lora-modules sql=<LORA_MODULES>``, a JSON value's
+string); a volume's host side the placeholder named after its container directory. Each is a made
+placeholder (``Launch.made_placeholders``): the spec lists it, and pin and deploy refuse until it is
+filled. One note each quotes the word and says what to fill. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+from rigsmith import spec as specmod
+from rigsmith.errors import shown
+from rigsmith.importing.recipe.launch import Launch
+from rigsmith.importing.recipe.model import _model_arg
+from rigsmith.importing.recipe.pathflags import flag_paths
+
+#: A documentation path: a ``path/to`` component pair (``/path/to/model``, ``path/to/your/model``).
+DOC_PATH_RE = re.compile(r"(^|/)path/to(/|$)")
+#: The model word of a text that elides it.
+_ELIDED_RE = re.compile(r"\.{3,}|…")
+
+
+def is_documentation(word: str) -> bool:
+    """Whether ``word`` is a documentation path, never a real one."""
+    return DOC_PATH_RE.search(word) is not None
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    token, n = f"<{name}>", 1
+    while token in taken:
+        n += 1
+        token = f"<{name}_{n}>"
+    taken.add(token)
+    return token
+
+
+def fill(launch: Launch) -> None:
+    """Each documentation word of ``launch.args`` replaced by a made placeholder, with its note."""
+    taken = {t for a in launch.args for t in specmod.PLACEHOLDER_RE.findall(a)} | set(
+        launch.made_placeholders
+    )
+    found = _model_arg(launch, [])
+    model_at = found[0] if found else None
+    if found is not None and (is_documentation(found[1]) or _ELIDED_RE.fullmatch(found[1])):
+        idx, word = found
+        token = _fresh("MODEL", taken)
+        _replace(launch, idx, word, token)
+        launch.notes.append(
+            f"args[{idx}]: the model '{shown(word)}' is a word the published text leaves for you to replace; "
+            f"it is the placeholder {token}: fill it before pin (placeholders: {{'{token}': OWNER/NAME}} in "
+            "the spec, the Hub repo id, or the absolute directory of a checkpoint on disk)"
+        )
+    for i, mount in enumerate(launch.mounts):
+        if is_documentation(mount.host):
+            stem = re.sub(r"[^A-Za-z0-9]+", "_", PurePosixPath(mount.container).name).strip("_").upper()
+            token = _fresh(stem or "VOLUME", taken)
+            launch.mounts[i] = mount.model_copy(update={"host": token})
+            launch.made_placeholders.append(token)
+            launch.documentation[token] = mount.host
+            launch.notes.append(
+                f"the volume '{shown(mount.host)}':{shown(mount.container)} has a documentation path the "
+                f"published text leaves for you to replace as its host side; it is the placeholder {token}: "
+                "fill it with the host directory before deploy"
+            )
+    for fp in list(flag_paths(launch.args)):
+        if fp.arg == model_at or not is_documentation(fp.value):
+            continue
+        token = _fresh(fp.flag.lstrip("-").upper().replace("-", "_"), taken)
+        _replace(launch, fp.arg, fp.value, token)
+        launch.notes.append(
+            f"args[{fp.arg}]: {fp.label} names '{shown(fp.value)}', a documentation path the published text "
+            f"leaves for you to replace; it is the placeholder {token}: fill it before deploy with the real "
+            "path (absolute: add it to mounts, host and container the same path, readonly: true)"
+            + (" or the Hub repo id (owner/name)" if fp.role else "")
+        )
+
+
+def _replace(launch: Launch, idx: int, word: str, token: str) -> None:
+    """``word`` inside ``launch.args[idx]`` (all of it, a ``--flag=`` value, a ``NAME=`` or a JSON string)
+    written as ``token``, which becomes one of the launch's made placeholders."""
+    arg = launch.args[idx]
+    at = arg.rfind(word) if arg.endswith(word) else arg.find(word)
+    launch.args[idx] = arg[:at] + token + arg[at + len(word) :]
+    launch.made_placeholders.append(token)
+    launch.documentation[token] = word
