@@ -193,3 +193,36 @@ def test_v1s_profile_peak_is_the_larger_of_the_forward_pass_and_the_sampler(
         assert est.ranks[0].activation == want
         if version == (0, 19):  # as the v0.19 boots logged it: CodeLlama's forward pass, else the sampler
             assert (want == forward) is not sampler_wins
+
+
+def test_quantization_fp8_of_a_16_bit_checkpoint_stores_its_linear_layers_at_a_byte_an_element() -> None:
+    """vLLM's online fp8 (``--quantization fp8`` on a 16-bit checkpoint) quantises the linear layers as they
+    load; the embedding, the LM head and the norms stay 16-bit (the v0.19 H100 boot: 8.49 GiB where the
+    checkpoint holds 14.96). A checkpoint that is quantised already is counted as stored."""
+    cfg = {
+        "num_hidden_layers": 1, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 1000, "intermediate_size": 512,
+    }  # fmt: skip
+    heads = [
+        ("model.embed_tokens.weight", 1000 * 256 * 2, (1000, 256)),
+        ("model.layers.0.input_layernorm.weight", 256 * 2, (256,)),
+        ("model.layers.0.self_attn.q_proj.weight", 256 * 256 * 2, (256, 256)),
+        ("model.layers.0.mlp.down_proj.weight", 256 * 512 * 2, (256, 512)),
+        ("lm_head.weight", 1000 * 256 * 2, (1000, 256)),
+    ]
+    stored = fit.estimate(fit.ModelShape.from_config(cfg), fit.engine_params([], {}), heads).ranks[0]
+    assert stored.by_category["layers"] == 256 * 2 + (256 * 256 + 256 * 512) * 2
+    for flag in (["--quantization", "fp8"], ["-q", "fp8"]):
+        params = fit.engine_params(flag, {})
+        assert params.quantization == "fp8"
+        r = fit.estimate(fit.ModelShape.from_config(cfg), params, heads).ranks[0]
+        assert r.by_category["layers"] == 256 * 2 + 256 * 256 + 256 * 512  # the norm stays 16-bit
+        assert (r.by_category["embed"], r.by_category["head"]) == (
+            stored.by_category["embed"], stored.by_category["head"]
+        )  # fmt: skip
+    quantised = {**cfg, "quantization_config": {"quant_method": "fp8"}}
+    already = fit.estimate(fit.ModelShape.from_config(quantised), fit.engine_params(["-q", "fp8"], {}), heads)
+    assert already.ranks[0].by_category == stored.by_category
+    # another method names the checkpoint's own format: nothing is re-counted
+    awq = fit.estimate(fit.ModelShape.from_config(cfg), fit.engine_params(["-q", "awq_marlin"], {}), heads)
+    assert awq.ranks[0].by_category == stored.by_category

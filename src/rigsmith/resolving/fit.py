@@ -91,6 +91,8 @@ COLUMN = frozenset(
     | {"conv1d", "fc"}  # fc: Qwen3-Next MTP's ColumnParallelLinear(2h → h, gather_output=True)
 )
 ROW = frozenset(["o_proj", "down_proj", "out_proj", "w2", "dense", "c_proj", "fc2"])
+#: What vLLM's online fp8 quantises (``--quantization fp8``); the embedding and the LM head stay 16-bit.
+LINEAR = (COLUMN | ROW) - {"conv1d"}
 HEAD_PARAMS = frozenset({"A_log", "dt_bias"})  # per-head parameters of linear attention: split by heads
 EMBED = frozenset({"embed_tokens", "wte", "word_embeddings", "tok_embeddings"})
 _VISION = re.compile(
@@ -267,6 +269,8 @@ class Placement:
         if s.quantization == "mxfp4" and module == "experts":
             inter = s.moe_intermediate_size or s.intermediate_size
             nbytes = fitengine.mxfp4_loaded(param, nbytes, s.hidden_size, inter)
+        elif p.quantization == "fp8" and s.quantization is None and param == "weight" and module in LINEAR:
+            nbytes = math.prod(shape)  # --quantization fp8 of a 16-bit checkpoint: e4m3, a byte an element
         if _VISION.search(name):
             if p.language_model_only:
                 why = SKIP_VISION
