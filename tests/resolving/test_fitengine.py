@@ -53,15 +53,15 @@ def test_cuda_graphs_are_captured_after_the_pool_until_v0_21(version: tuple[int,
 
 
 def test_each_engine_era_changes_only_the_rules_the_docstring_names_for_it() -> None:
-    """0.8 brings V1 (points 2 and 3), 0.10 the hybrid KV manager (point 6), 0.19 the lighter sampler (three
-    buffers where there were nine, point 2), 0.21 graphs profiled inside the pool (point 5): every other
+    """0.8 brings V1 (points 2 and 3), 0.10 the hybrid KV manager (point 6), 0.19 the sampler without a sort
+    (3.75 buffers where there were 9.5, point 2), 0.21 graphs profiled inside the pool (point 5): every other
     number is carried over from the era before."""
     _v0, v1, hybrid, lighter, graphs = fitengine.ERAS
     assert [e.since for e in fitengine.ERAS] == [(0, 0), (0, 8), (0, 10), (0, 19), (0, 21)]
     assert replace(v1, since=(0, 10), name=hybrid.name, window_kv=True) == hybrid
-    assert replace(hybrid, since=(0, 19), name=lighter.name, sampler_copies=3) == lighter
+    assert replace(hybrid, since=(0, 19), name=lighter.name, sampler_buffers=3.75) == lighter
     assert replace(lighter, since=(0, 21), name=graphs.name, graphs_in_pool=True) == graphs
-    assert hybrid.sampler_copies == 9
+    assert hybrid.sampler_buffers == 9.5 and v1.sampler_after_forward and not _v0.sampler_after_forward
     # fit's report names the era whose rules it used: each has a name of its own
     names = [e.name for e in fitengine.ERAS]
     assert all(names) and len(set(names)) == len(names)
@@ -157,7 +157,7 @@ def test_a_big_card_gets_v1s_larger_profile_unless_the_recipe_sets_its_own() -> 
     a100 = est.for_card(81920 * fit.MiB, "NVIDIA A100-SXM4-80GB")
     assert a100 is est and h100.params.big_card
     # 1,024 sequences' sampler buffers where 256 were: four times the vocabulary term
-    sampler = 9 * 151936 * 4
+    sampler = fitengine.era((0, 10)).sampler_buffers * 151936 * 4
     assert h100.ranks[0].activation - est.ranks[0].activation >= (1024 - 256) * sampler
     own = fit.estimate(
         shape,
@@ -166,3 +166,63 @@ def test_a_big_card_gets_v1s_larger_profile_unless_the_recipe_sets_its_own() -> 
         heads,
     )  # fmt: skip
     assert own.for_card(81559 * fit.MiB, "H100").ranks[0].activation == own.ranks[0].activation
+
+
+@pytest.mark.parametrize(("vocab", "sampler_wins"), [(32016, False), (128256, True)])
+def test_v1s_profile_peak_is_the_larger_of_the_forward_pass_and_the_sampler(
+    vocab: int, sampler_wins: bool
+) -> None:
+    """V1 samples after the forward pass gave its activations back (the v0.19 H100 boots: CodeLlama's 0.77 GiB
+    torch peak is its 8,192-token forward pass, Llama 3.1's 1.89 GiB its sampler over 1,024 × 128,256); V0
+    counts the two together."""
+    cfg = {
+        "num_hidden_layers": 2, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "vocab_size": vocab, "max_position_embeddings": 8192, "intermediate_size": 14336,
+    }  # fmt: skip
+    shape = fit.ModelShape.from_config(cfg)
+    heads = [("model.layers.0.mlp.down_proj.weight", 1024, (256, 2))]
+    forward = 8192 * (4 * 4096 + (32 + 16) * 128 + 2 * 14336) * 2
+    for version in ((0, 10), (0, 19), (0, 6)):
+        era = fitengine.era(version)
+        params = replace(fit.engine_params(["--max-model-len", "8192"], {}), vllm_version=version)
+        est = fit.estimate(shape, params, heads).for_card(81559 * fit.MiB, "NVIDIA H100 80GB HBM3")
+        t, seqs = fitengine.profile_shape(era, 8192, None, None, True)
+        sampler = int(era.sampler_buffers * min(seqs, t) * vocab * 4)
+        fwd = t * (4 * 4096 + (32 + 16) * 128 + 2 * 14336) * 2
+        want = max(fwd, sampler + t * 4096 * 2) if era.v1 else fwd + sampler
+        assert est.ranks[0].activation == want
+        if version == (0, 19):  # as the v0.19 boots logged it: CodeLlama's forward pass, else the sampler
+            assert (want == forward) is not sampler_wins
+
+
+def test_quantization_fp8_of_a_16_bit_checkpoint_stores_its_linear_layers_at_a_byte_an_element() -> None:
+    """vLLM's online fp8 (``--quantization fp8`` on a 16-bit checkpoint) quantises the linear layers as they
+    load; the embedding, the LM head and the norms stay 16-bit (the v0.19 H100 boot: 8.49 GiB where the
+    checkpoint holds 14.96). A checkpoint that is quantised already is counted as stored."""
+    cfg = {
+        "num_hidden_layers": 1, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 1000, "intermediate_size": 512,
+    }  # fmt: skip
+    heads = [
+        ("model.embed_tokens.weight", 1000 * 256 * 2, (1000, 256)),
+        ("model.layers.0.input_layernorm.weight", 256 * 2, (256,)),
+        ("model.layers.0.self_attn.q_proj.weight", 256 * 256 * 2, (256, 256)),
+        ("model.layers.0.mlp.down_proj.weight", 256 * 512 * 2, (256, 512)),
+        ("lm_head.weight", 1000 * 256 * 2, (1000, 256)),
+    ]
+    stored = fit.estimate(fit.ModelShape.from_config(cfg), fit.engine_params([], {}), heads).ranks[0]
+    assert stored.by_category["layers"] == 256 * 2 + (256 * 256 + 256 * 512) * 2
+    for flag in (["--quantization", "fp8"], ["-q", "fp8"]):
+        params = fit.engine_params(flag, {})
+        assert params.quantization == "fp8"
+        r = fit.estimate(fit.ModelShape.from_config(cfg), params, heads).ranks[0]
+        assert r.by_category["layers"] == 256 * 2 + 256 * 256 + 256 * 512  # the norm stays 16-bit
+        assert (r.by_category["embed"], r.by_category["head"]) == (
+            stored.by_category["embed"], stored.by_category["head"]
+        )  # fmt: skip
+    quantised = {**cfg, "quantization_config": {"quant_method": "fp8"}}
+    already = fit.estimate(fit.ModelShape.from_config(quantised), fit.engine_params(["-q", "fp8"], {}), heads)
+    assert already.ranks[0].by_category == stored.by_category
+    # another method names the checkpoint's own format: nothing is re-counted
+    awq = fit.estimate(fit.ModelShape.from_config(cfg), fit.engine_params(["-q", "awq_marlin"], {}), heads)
+    assert awq.ranks[0].by_category == stored.by_category

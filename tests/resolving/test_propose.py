@@ -183,11 +183,15 @@ def test_the_squatter_card_holds_fewer_layers_where_a_layer_is_lighter_than_what
 
 def test_seed003_rig_gets_tp2_pp2_with_the_seeds_uneven_split(tmp_path: Path) -> None:
     a = ck.seed003_like()
-    # the recipe's pins kept, its own layout runs 110 MiB from the limit on its first stage: plain fit's WARN,
-    # and no layout keeping its 4.1 GB pool does better, so none is proposed; shrinking the pool is listed
+    # the recipe's pins kept, its own layout runs 366 MiB from the limit on its first stage: plain fit's WARN;
+    # TP4 with the experts over all four cards keeps its 4.1 GB pool with fit's 512 MiB on every rank (TP over
+    # the bridges: four crossings), and shrinking the pool is listed apart
     kept, spec = _propose(a, "flash-next-merlin-4x3090", _facts("4x3090-idle"), tmp_path / "kept")
-    assert kept.recipe is not None and kept.recipe.runs and not kept.recipe.fits and not kept.top()
-    assert min(r.headroom for r in kept.recipe.ranks) == pytest.approx(110 * MiB, abs=MiB)
+    assert kept.recipe is not None and kept.recipe.runs and not kept.recipe.fits
+    assert min(r.headroom for r in kept.recipe.ranks) == pytest.approx(366 * MiB, abs=MiB)
+    (only,) = kept.top()
+    assert (only.layout.tp, only.layout.pp, only.layout.ep, only.tp_cross) == (4, 1, True, 4) and only.fits
+    assert only.params.kv_cache_memory == 4_100_000_000 and not fitpropose._needs(only, kept)
     assert [fitpropose._needs(p, kept) for p in kept.apart] == [["kv-cache-memory"]]
     prop, spec = _propose(
         a, "flash-next-merlin-4x3090", _facts("4x3090-idle"), tmp_path, allow=frozenset({"kv-cache-memory"})
@@ -245,8 +249,9 @@ def test_on_two_nvlinked_gpus_one_copy_over_the_pair_beats_two_replicas_of_a_mod
     replicas = next(p for p in rest if p.layout.dp == 2)
     assert replicas.layout.tp == 1 and replicas.sequences < best.sequences
     tp2 = next(p for p in rest if p.layout.tp == 2)
-    assert {r.need.non_torch for r in tp2.ranks} == {512 * MiB + fitengine.NVLS_BUFFERS}
-    assert {r.need.non_torch for r in best.ranks} == {512 * MiB} and best.layout.pp == 2
+    v1 = fitengine.LATEST.non_torch
+    assert {r.need.non_torch for r in tp2.ranks} == {v1 + fitengine.NVLS_BUFFERS}
+    assert {r.need.non_torch for r in best.ranks} == {v1} and best.layout.pp == 2
     _check_against_independent_count(a, prop)
 
 

@@ -127,20 +127,21 @@ def test_a_two_card_recipe_takes_all_four_cards_and_names_the_tp_pairs_that_cros
     assert column(r.stdout, "GPUs") == "GPU0,GPU1,GPU2,GPU3"
     recipe_kv = int(column(r.stdout, "KV tokens", 0).replace(",", ""))
     assert int(column(r.stdout, "KV tokens").replace(",", "")) > recipe_kv
-    # memory first (the objective): TP4 holds one sequence more than TP2×PP2 (no stage keeps the whole LM
-    # head and sampler), and says that its four TP pairs cross the host bridge between the P2P pairs; TP2×PP2
-    # keeps TP inside the PIX pairs and comes second
-    assert column(r.stdout, "layout") == "TP4×PP1 KV auto"
-    assert column(r.stdout, "cross-bridge") == "4 TP / 0 PP"
-    assert "4 TP pair(s) and 0 stage boundary(ies) cross a PCIe host bridge without P2P" in flat(r.stdout)
-    assert (
-        column(r.stdout, "layout", 2) == "TP2×PP2 KV auto"
-        and column(r.stdout, "cross-bridge", 2) == "0 TP / 1 PP"
-    )
+    # memory first (the objective): TP2×PP2 holds as much KV as TP4 (a V1 engine samples on every TP rank, so
+    # TP4's four samplers cost what the TP2×PP2 last stage's LM head does) and keeps TP inside the PIX pairs;
+    # TP4 comes second and says that its four TP pairs cross the host bridge between the P2P pairs
+    assert column(r.stdout, "layout") == "TP2×PP2 KV auto"
+    assert column(r.stdout, "cross-bridge") == "0 TP / 1 PP"
+    assert "0 TP pair(s) and 1 stage boundary(ies) cross a PCIe host bridge without P2P" in flat(r.stdout)
     assert "TP2 inside P2P groups (GPU0+GPU1, GPU2+GPU3)" in flat(r.stdout)
+    assert (
+        column(r.stdout, "layout", 2) == "TP4×PP1 KV auto"
+        and column(r.stdout, "cross-bridge", 2) == "4 TP / 0 PP"
+    )
+    assert "TP4 with 4 GPU pair(s) without P2P (GPU0+GPU1+GPU2+GPU3)" in flat(r.stdout)
     assert fit_cli(root, smi, "--apply", "2").returncode == 0
     p, spec, _ = applied(path, a)
-    assert (p.tp, p.pp) == (2, 2) and len(spec.resources.gpus.cdi_devices) == 4
+    assert (p.tp, p.pp) == (4, 1) and len(spec.resources.gpus.cdi_devices) == 4
     assert fit_cli(root, smi).stdout.rstrip().endswith("fit: GO")
 
 
@@ -312,20 +313,23 @@ def test_seed003_keeps_its_pins_unless_allowed_and_apply_moves_readiness_and_rec
     before = specmod.load(path)
     with lock.locked(root / "rigsmith.lock"):
         pass  # a lock, so the history has somewhere to be
-    # the recipe runs 110 MiB from the limit on its first stage (fit's warn margin is 512 MiB; the driver's
+    # the recipe runs 366 MiB from the limit on its first stage (fit's warn margin is 512 MiB; the driver's
     # reserve and the memory outside PyTorch counted): its own verdict is WARN
     assert (
         fit_cli(root, smi, *dep)
         .stdout.rstrip()
         .endswith("fit: WARN on 4 GPU(s), not a GO (reasons in the table)")
     )
-    # no layout keeping the recipe's 4.1 GB pool is a GO (the search and plain fit judge each rank with one
-    # computation): --apply refuses, naming the --allow that gives one, and writes nothing
+    # on these four idle cards TP4 keeps the recipe's 4.1 GB pool with the margin on every rank (the search
+    # and plain fit judge each rank with one computation); shrinking the pool is listed apart
     text = path.read_text(encoding="utf-8")
     r = fit_cli(root, smi, *dep, "--propose")
     assert r.returncode == 0 and "plain fit: WARN: below the asked headroom, not a GO" in flat(r.stdout)
+    assert column(r.stdout, "layout", 1) == "TP4×PP1 EP KV fp8_e4m3"
     assert "listed apart, with --allow kv-cache-memory:" in flat(r.stdout)
-    r = fit_cli(root, smi, *dep, "--apply", "1")
+    # a rig with one card 256 MiB smaller has no layout keeping the pool that is a GO: --apply refuses, naming
+    # the --allow that gives one, and writes nothing
+    r = fit_cli(root, "/usr/bin:/bin", *dep, "--vram-gib", "24,24,24,23.75", "--apply", "1")
     assert r.returncode == 1 and "with --allow kv-cache-memory one fits" in flat(r.stderr), r.stderr
     assert path.read_text(encoding="utf-8") == text
 

@@ -91,6 +91,8 @@ COLUMN = frozenset(
     | {"conv1d", "fc"}  # fc: Qwen3-Next MTP's ColumnParallelLinear(2h → h, gather_output=True)
 )
 ROW = frozenset(["o_proj", "down_proj", "out_proj", "w2", "dense", "c_proj", "fc2"])
+#: What vLLM's online fp8 quantises (``--quantization fp8``); the embedding and the LM head stay 16-bit.
+LINEAR = (COLUMN | ROW) - {"conv1d"}
 HEAD_PARAMS = frozenset({"A_log", "dt_bias"})  # per-head parameters of linear attention: split by heads
 EMBED = frozenset({"embed_tokens", "wte", "word_embeddings", "tok_embeddings"})
 _VISION = re.compile(
@@ -267,6 +269,8 @@ class Placement:
         if s.quantization == "mxfp4" and module == "experts":
             inter = s.moe_intermediate_size or s.intermediate_size
             nbytes = fitengine.mxfp4_loaded(param, nbytes, s.hidden_size, inter)
+        elif p.quantization == "fp8" and s.quantization is None and param == "weight" and module in LINEAR:
+            nbytes = math.prod(shape)  # --quantization fp8 of a 16-bit checkpoint: e4m3, a byte an element
         if _VISION.search(name):
             if p.language_model_only:
                 why = SKIP_VISION
@@ -509,8 +513,9 @@ def _non_torch(params: EngineParams) -> int:
 
 def _activation(shape: ModelShape, params: EngineParams, last_stage: bool) -> int:
     """Estimate of vLLM's profile-run peak: T tokens through one layer (hidden states, residual, QKV, the MLP
-    or the routed experts' intermediate) at 16 bits, plus the sampler's fp32 [sequences, vocab] buffers on the
-    last stage; T and the sequences as the engine of ``params.vllm_version`` picks them (fitengine)."""
+    or the routed experts' intermediate) at 16 bits, and on the last stage the sampler's fp32 [sequences,
+    vocab] buffers: added to the forward pass (V0), or after it, next to its output hidden states, the larger
+    of the two (V1); T and the sequences as the engine of ``params.vllm_version`` picks them (fitengine)."""
     era = fitengine.era(params.vllm_version)
     batched = params.max_num_batched_tokens if "max_num_batched_tokens" in params.given else None
     seqs = params.max_num_seqs if "max_num_seqs" in params.given else None
@@ -521,11 +526,14 @@ def _activation(shape: ModelShape, params: EngineParams, last_stage: bool) -> in
     per_token = 4 * shape.hidden_size + (qkv + 2 * ffn) // params.tp
     if shape.num_experts:
         per_token += shape.experts_per_token * shape.hidden_size  # the fused MoE's [T, top-k, hidden] output
-    act = t * per_token * 2
-    if last_stage:
-        vocab = shape.vocab_size if era.v1 else shape.vocab_size // params.tp  # V0 gathers to one rank
-        act += era.sampler_copies * min(seqs, t) * vocab * 4
-    return act
+    forward = t * per_token * 2
+    if not last_stage:
+        return forward
+    vocab = shape.vocab_size if era.v1 else shape.vocab_size // params.tp  # V0 gathers to one rank
+    sampler = int(era.sampler_buffers * min(seqs, t) * vocab * 4)
+    if era.sampler_after_forward:
+        return max(forward, sampler + t * shape.hidden_size * 2)
+    return forward + sampler
 
 
 def estimate(

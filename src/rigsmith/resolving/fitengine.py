@@ -9,8 +9,14 @@ Held against published boot logs (tests/resolving/data/bootlogs/, docs/fit.md). 
 2. **The profile run.** The activation peak vLLM subtracts is that of ``max_num_batched_tokens`` tokens
    (V0 without chunked prefill: the whole context, at least 2,048; V0 turns chunked prefill on by itself
    above 32K and then profiles 512; V1 always chunks: 2,048, or 8,192 with 1,024 sequences on cards of
-   70 GiB and more that are not A100s) plus the sampler's fp32 ``[max_num_seqs, vocab]`` buffers on the last
-   pipeline stage (nine of them in V1 until v0.19 sampled lighter: three).
+   70 GiB and more that are not A100s) and the sampler's fp32 ``[max_num_seqs, vocab]`` buffers on the last
+   pipeline stage. V1 runs the sampler after the forward pass has given its activations back, so its peak
+   is the larger of the two, the sampler's next to the forward's output hidden states (the v0.19 boots log
+   the torch peak: CodeLlama's 0.77 GiB is its forward pass, Llama 3.1's 1.89 GiB its sampler). How large
+   the sampler's is depends on its top-k/top-p filter: PyTorch's sort of the whole vocabulary until the
+   Triton filter (vllm#33538) is the default, 9.5 buffers (the bf16 logits, their fp32 copy, the sorted
+   values, int64 indices, the radix sort's index input and its double buffer); from v0.19 3.75 (the logs'
+   1.89 and 2.21 GiB over 1,024 × 128,256 and 1,024 × 152,064).
 3. **Memory outside PyTorch** (cuBLAS workspaces, NCCL) measured in the profile comes off the pool; in V1
    that includes NCCL's NVLS buffers for a TP group on an NVSwitch board.
 4. **The total** vLLM multiplies by the utilisation is PyTorch's (``cudaMemGetInfo``), which is less than
@@ -47,7 +53,8 @@ class EngineEra:
     chunk_tokens: int  # default max_num_batched_tokens with chunked prefill
     big_tokens: int  # ... on a card of BIG_CARD or more that is not an A100
     big_seqs: int  # default max_num_seqs there (256 elsewhere)
-    sampler_copies: int  # fp32 [max_num_seqs, vocab] buffers at the profile's peak (logits, probs, sort)
+    sampler_buffers: float  # fp32 [max_num_seqs, vocab] buffers at the sampler's peak (logits, filter, probs)
+    sampler_after_forward: bool  # the sampler runs once the forward pass gave its activations back (V1)
     non_torch: int  # memory outside PyTorch that the profile measures and takes off the pool
     graphs_in_pool: bool  # CUDA-graph memory estimated before the pool is sized (else captured after it)
     window_kv: bool  # sliding-window layers hold a window, not the whole context
@@ -55,13 +62,15 @@ class EngineEra:
 
 
 #: Memory outside PyTorch: V0 logs it with the CUDA context in (0.03–0.35 GiB on consumer cards, 1.79 GiB
-#: on an H100); V1 measures the increase after its start-up snapshot (the boot logs put it near 0.5 GiB).
+#: on an H100); V1 measures the increase after its start-up snapshot ("non-torch forward increase memory:
+#: 0.25GiB" in the v0.19 H100 logs at TP1, 0.07 GiB at PP2).
+_V0_NT, _V1_NT = 300 * MiB, 256 * MiB  # memory outside PyTorch, as above
 ERAS: tuple[EngineEra, ...] = (
-    EngineEra((0, 0), "V0", False, 512, 512, 256, 2, 300 * MiB, False, False, True),
-    EngineEra((0, 8), "V1", True, 2048, 8192, 1024, 9, 512 * MiB, False, False, False),
-    EngineEra((0, 10), "V1, hybrid KV", True, 2048, 8192, 1024, 9, 512 * MiB, False, True, False),
-    EngineEra((0, 19), "V1, lighter sampler", True, 2048, 8192, 1024, 3, 512 * MiB, False, True, False),
-    EngineEra((0, 21), "V1, graphs profiled", True, 2048, 8192, 1024, 3, 512 * MiB, True, True, False),
+    EngineEra((0, 0), "V0", False, 512, 512, 256, 2, False, _V0_NT, False, False, True),
+    EngineEra((0, 8), "V1", True, 2048, 8192, 1024, 9.5, True, _V1_NT, False, False, False),
+    EngineEra((0, 10), "V1, hybrid KV", True, 2048, 8192, 1024, 9.5, True, _V1_NT, False, True, False),
+    EngineEra((0, 19), "V1, no-sort sampler", True, 2048, 8192, 1024, 3.75, True, _V1_NT, False, True, False),
+    EngineEra((0, 21), "V1, graphs profiled", True, 2048, 8192, 1024, 3.75, True, _V1_NT, True, True, False),
 )
 #: The rules fit applies when the engine's version is not known: the newest.
 LATEST = ERAS[-1]
@@ -101,9 +110,10 @@ def torch_total(total: int) -> int:
 
 #: NCCL's NVLink SHARP (NVLS) buffers on an NVSwitch board (SXM H100/H200/B200): a TP group's communicator
 #: allocates them outside PyTorch once vLLM has taken its start-up snapshot, so a V1 engine takes them off the
-#: pool. The H100 boot logs put them at 1.2-1.7 GiB more than TP1 leaves (TP2 and TP4, v0.9.2 and v0.19.0;
-#: docs/fit.md); PCIe cards have no NVSwitch and no such buffers.
-NVLS_BUFFERS = 1536 * MiB
+#: pool. llm-d's v0.19.0 sweep on SXM H100s logs 2.06-2.13 GiB of memory outside PyTorch for TP2 and TP4
+#: where TP1 has 0.24-0.25 (Llama 3.1 8B, Qwen2.5 7B; docs/fit.md): 1.85 GiB more. PCIe cards have no
+#: NVSwitch and no such buffers.
+NVLS_BUFFERS = 1894 * MiB
 _NVSWITCH = re.compile(r"H100 80GB HBM3|H100 SXM|H800|H200(?! NVL)|B200|GB200|B300", re.IGNORECASE)
 
 

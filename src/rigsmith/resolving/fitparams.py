@@ -45,6 +45,9 @@ class EngineParams:
     cuda_graphs: bool = True
     language_model_only: bool = False
     pp_partition: tuple[int, ...] | None = None
+    #: ``--quantization``: ``fp8`` on a 16-bit checkpoint quantises its linear layers as they load (one byte
+    #: an element, ``Placement.add``); other methods name the checkpoint's own format
+    quantization: str | None = None
     #: the recipe offloads KV to host memory (``operating.fit.report.host_kv_offload``; not an argv flag
     #: this parser reads): a pool shorter than one sequence is then not fit's to refuse
     host_kv_offload: bool = False
@@ -165,6 +168,7 @@ def engine_params(args: Sequence[str], env: Mapping[str, str]) -> EngineParams:
         draft_model=str(spec["model"]) if spec.get("model") and "mtp" not in method else None,
         cuda_graphs=graphs,
         language_model_only=_switch(args, "--language-model-only"),
+        quantization=_flag(args, "--quantization", "-q"),
         pp_partition=partition,
         given=frozenset(k for k, flag in _SCHEDULER if _flag(args, flag) is not None),
     )
