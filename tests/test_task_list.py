@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 from invoke.util import helpline
-from tasks import ns
-from tasks.program import program
 
+from rigsmith.cli import ns
+from rigsmith.cli.program import program
 from tests.support.common import REPO, invoke_cli, rigsmith_cli
 
 #: invoke --list prints a task's name in an ~18-column field: a help line this long fits 120 columns.
@@ -154,7 +154,7 @@ def test_odd_characters_in_a_mistyped_word_or_value_are_one_message(
 #: The two commands as a user runs them: Invoke's own, and the rigsmith console script's entry.
 COMMANDS = {
     "invoke": [sys.executable, "-m", "invoke", "-r", str(REPO)],
-    "rigsmith": [sys.executable, "-c", "from tasks.program import main; main()"],
+    "rigsmith": [sys.executable, "-c", "from rigsmith.cli.program import main; main()"],
 }
 
 
@@ -209,7 +209,7 @@ def test_piped_into_head_in_a_shell(line: str, tmp_path: Path) -> None:
     when a write came after: which one depends on how far the command got before head left)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "rigsmith").write_text(f'#!/bin/sh\nexec {sys.executable} -m tasks "$@"\n')
+    (bin_dir / "rigsmith").write_text(f'#!/bin/sh\nexec {sys.executable} -m rigsmith "$@"\n')
     (bin_dir / "rigsmith").chmod(0o755)
     (bin_dir / "invoke").write_text(f'#!/bin/sh\nexec {sys.executable} -m invoke "$@"\n')
     (bin_dir / "invoke").chmod(0o755)

@@ -1,4 +1,5 @@
-"""Shared wiring for tasks: project root, consent prompt, error translation."""
+"""What every task shares: the project it acts on and its default deployment, consent prompts, and
+RigsmithError turned into Invoke's Exit (one message, exit 1)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import yaml
 from invoke.context import Context
 from invoke.exceptions import Exit
 
+from rigsmith.cli.pipe import BROKEN_PIPE, quiet_stdout, reader_gone
 from rigsmith.errors import RigsmithError, shown, shown_lines
 from rigsmith.project import NEWEST_IMPORT, Project, find_root, newest_import
-from tasks._pipe import BROKEN_PIPE, quiet_stdout, reader_gone
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -27,7 +28,7 @@ def project(c: Context | None = None) -> Project:
     deployment: RIGSMITH_DEPLOYMENT, else the newest import (what ``import-recipe`` wrote last, while
     invoke.yaml names what it named then), else Invoke's config value ``rigsmith.deployment``
     (invoke.yaml)."""
-    root = _root()
+    root = project_root()
     named = os.environ.get("RIGSMITH_DEPLOYMENT", "").strip()
     if named:
         return Project(root, named, "RIGSMITH_DEPLOYMENT")
@@ -38,15 +39,18 @@ def project(c: Context | None = None) -> Project:
     return Project(root, value, f"rigsmith.deployment in {root / 'invoke.yaml'}" if value else None)
 
 
-def _root() -> Path:
+def project_root() -> Path:
+    """The project the command acts on: RIGSMITH_ROOT, else the nearest project upward from the working
+    directory (:func:`rigsmith.project.find_root`). Its invoke.yaml is the ``rigsmith`` command's project
+    config (rigsmith/cli/program.py)."""
     env = os.environ.get("RIGSMITH_ROOT")
     return Path(env).resolve() if env else find_root()
 
 
 def configured_default(c: Context | None) -> str | None:
-    """The default deployment invoke.yaml names (Invoke loaded the one of the checkout holding tasks/;
-    another RIGSMITH_ROOT has its own), None when none."""
-    return _invoke_yaml(_root()) if os.environ.get("RIGSMITH_ROOT") else _config_value(c)
+    """The default deployment invoke.yaml names (Invoke loaded the one beside the tasks.py it found, the
+    ``rigsmith`` command the project's; another RIGSMITH_ROOT has its own), None when none."""
+    return _invoke_yaml(project_root()) if os.environ.get("RIGSMITH_ROOT") else _config_value(c)
 
 
 def _config_value(c: Context | None) -> str | None:

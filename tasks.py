@@ -1,0 +1,54 @@
+"""``invoke …`` in this checkout: rigsmith's tasks (``rigsmith.cli``, the same as the ``rigsmith`` command)
+run with this checkout's ``src/``. Invoke finds this file in the working directory or above it.
+
+It says when the rigsmith these tasks would import is not this checkout's (:func:`which_rigsmith`), and
+puts ``src/`` on the path when no rigsmith is importable at all (a checkout nobody ran ``pip install -e``
+in). Nothing else lives here: the tasks, their flags and the ``rigsmith`` program are in src/rigsmith/cli/.
+"""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+#: Set (to anything) to run these tasks with a rigsmith other than this checkout's src/, on purpose.
+USE_INSTALLED = "RIGSMITH_USE_INSTALLED"
+
+#: This checkout's sources.
+SRC = Path(__file__).resolve().parent / "src"
+
+
+def _origin() -> Path | None:
+    """Where ``import rigsmith`` would load it from, found without importing it (``find_spec``): every
+    command, ``--list`` included, pays for this."""
+    spec = importlib.util.find_spec("rigsmith")
+    return Path(spec.origin).resolve() if spec is not None and spec.origin else None
+
+
+def which_rigsmith() -> str | None:
+    """A warning when the ``rigsmith`` these tasks would import is not this checkout's (a venv made with
+    --system-site-packages, another checkout's ``pip install -e``), None when it is or the user chose it."""
+    origin = _origin()
+    if origin is None or origin.is_relative_to(SRC) or os.environ.get(USE_INSTALLED):
+        return None
+    return (
+        f"warning: these tasks ({SRC.parent}) would run rigsmith from {origin.parent}, not this checkout's "
+        f"{SRC}; `pip install -e {SRC.parent}` in this environment makes it this checkout's, or set "
+        f"{USE_INSTALLED}=1 to keep that one"
+    )
+
+
+if _origin() is None:  # no rigsmith installed: this checkout's is the one to run
+    sys.path.insert(0, str(SRC))
+_warning = which_rigsmith()  # before anything imports rigsmith
+if _warning:
+    sys.stderr.write(_warning + "\n")
+
+from rigsmith.cli import ns  # noqa: E402 (after the check)
+from rigsmith.cli.pipe import end_quietly_when_the_reader_goes  # noqa: E402
+
+# Invoke's own `invoke` command prints --list and --help TASK with no hook: `| head` ends quietly anyway.
+if "invoke.main" in sys.modules:
+    end_quietly_when_the_reader_goes()
+
+__all__ = ["ns"]
