@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from invoke.util import helpline
 
 from rigsmith.cli import ns
 from rigsmith.cli.program import program
-from tests.support.common import REPO, invoke_cli, rigsmith_cli
+from tests.support.common import REPO, invoke_cli, make_seed_project, rigsmith_cli
 
 #: invoke --list prints a task's name in an ~18-column field: a help line this long fits 120 columns.
 HELP_WIDTH = 100
@@ -62,6 +63,45 @@ def test_tasks_say_when_they_would_run_another_rigsmith(tmp_path: Path) -> None:
     assert chosen.returncode == 0 and chosen.stderr == ""
     own = _list_with(f"{REPO / 'src'}{os.pathsep}{REPO}")
     assert own.returncode == 0 and own.stderr == ""
+
+
+def test_a_checkout_with_no_rigsmith_installed_runs_its_own() -> None:
+    """No rigsmith importable at all (a checkout nobody ran `pip install -e` in): `python -S` leaves out the
+    .pth files that hold the editable install, the libraries stay on PYTHONPATH. tasks.py puts the
+    checkout's src/ on the path, without a word; the tasks are the same."""
+    libs = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    env = {k: v for k, v in os.environ.items() if k != "RIGSMITH_USE_INSTALLED"}
+    env["PYTHONPATH"] = os.pathsep.join(libs)
+    found = "import importlib.util; print(importlib.util.find_spec('rigsmith'))"
+    bare = subprocess.run(
+        [sys.executable, "-S", "-c", found], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    assert bare.stdout == "None\n"  # the premise: nothing to import without tasks.py's help
+    out = subprocess.run(
+        [sys.executable, "-S", "-m", "invoke", "-r", str(REPO), "--list"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout == invoke_cli(None, "--list").stdout
+
+
+def test_rigsmith_reads_the_invoke_yaml_of_the_project_it_acts_on(tmp_path: Path) -> None:
+    """Installed from a wheel, the rigsmith command has no checkout beside its code: it reads the invoke.yaml
+    of the project found upward from the working directory (as `invoke` reads the one beside the tasks.py it
+    finds), here one naming another default than this checkout's."""
+    project = make_seed_project(tmp_path).root  # two deployments: a bare command needs the default
+    (project / "invoke.yaml").write_text("rigsmith:\n  deployment: flash-next-int4-3x3090\n")
+    below = project / "deployments" / "notes"
+    below.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RIGSMITH_")}
+    env["PYTHONPATH"] = str(REPO / "src")
+    out = subprocess.run(
+        [sys.executable, "-m", "rigsmith", "next"],
+        cwd=below, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "flash-next-int4-3x3090:"
 
 
 @pytest.mark.parametrize(
