@@ -1,9 +1,10 @@
 """``invoke …`` in this checkout: rigsmith's tasks (``rigsmith.cli``, the same as the ``rigsmith`` command)
 run with this checkout's ``src/``. Invoke finds this file in the working directory or above it.
 
-It says when the rigsmith these tasks would import is not this checkout's (:func:`which_rigsmith`), and
-puts ``src/`` on the path when no rigsmith is importable at all (a checkout nobody ran ``pip install -e``
-in). Nothing else lives here: the tasks, their flags and the ``rigsmith`` program are in src/rigsmith/cli/.
+It says when the rigsmith these tasks would import is not this checkout's (:func:`which_rigsmith`), puts
+``src/`` on the path when no rigsmith is importable at all (a checkout nobody ran ``pip install -e`` in),
+and refuses in one message an invoke.yaml beside it that Invoke would fail on. Nothing else lives here: the
+tasks, their flags and the ``rigsmith`` program are in src/rigsmith/cli/.
 """
 
 import importlib.util
@@ -46,6 +47,10 @@ if _warning:
 
 from rigsmith.cli import ns  # noqa: E402 (after the check)
 from rigsmith.cli.pipe import end_quietly_when_the_reader_goes  # noqa: E402
+from rigsmith.cli.wiring import check_invoke_yaml  # noqa: E402
+
+# Invoke loads the invoke.yaml beside this file next, and ends in a traceback on one that is no YAML mapping.
+check_invoke_yaml(SRC.parent)
 
 # Invoke's own `invoke` command prints --list and --help TASK with no hook: `| head` ends quietly anyway.
 if "invoke.main" in sys.modules:

@@ -105,6 +105,33 @@ def test_rigsmith_reads_the_invoke_yaml_of_the_project_it_acts_on(tmp_path: Path
 
 
 @pytest.mark.parametrize(
+    "text",
+    ["rigsmith: [\n", "- flash-next-int4-3x3090\n", "rigsmith: {deployment: x}\n\xff\n".encode("latin-1")],
+    ids=["not-yaml", "a-list", "not-utf8"],
+)
+@pytest.mark.parametrize("cmd", ["rigsmith", "invoke"])
+def test_a_broken_invoke_yaml_is_one_message(cmd: str, text: str | bytes, tmp_path: Path) -> None:
+    """The project's invoke.yaml is the user's file: one that is no YAML mapping is one message naming it,
+    exit 1, from both commands (Invoke's own loader ends in a traceback on it)."""
+    project = make_seed_project(tmp_path).root
+    yml = project / "invoke.yaml"
+    yml.write_bytes(text if isinstance(text, bytes) else text.encode())
+    shutil.copy(REPO / "tasks.py", project / "tasks.py")  # a checkout of its own, for `invoke`
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RIGSMITH_")}
+    env.update(PYTHONPATH=str(REPO / "src"), RIGSMITH_USE_INSTALLED="1")  # its own src/ is not there
+    argv = ["-m", "rigsmith"] if cmd == "rigsmith" else ["-m", "invoke", "-r", str(project)]
+    out = subprocess.run(
+        [sys.executable, *argv, "next"], cwd=project, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+        text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 1 and out.stdout == "", out.stderr
+    assert out.stderr.startswith(f"error: cannot read {yml}: ") or out.stderr.startswith(
+        f"error: {yml} holds a YAML list, not a mapping of settings"
+    ), out.stderr
+    assert "Traceback" not in out.stderr and "hint: " in out.stderr
+
+
+@pytest.mark.parametrize(
     ("argv", "meant"),
     [
         (["deploy", "--target", "podman", "--chek"], "Did you mean --check?"),

@@ -34,7 +34,7 @@ from invoke.program import Program
 import rigsmith
 import rigsmith.cli
 from rigsmith.cli.pipe import end_quietly_when_the_reader_goes
-from rigsmith.cli.wiring import project_root
+from rigsmith.cli.wiring import check_invoke_yaml, project_root
 
 #: The unknown word in invoke's parse error (invoke/parser/parser.py, ParseMachine.handle).
 _UNKNOWN = re.compile(r"^No idea what '(?P<word>.*)' is!$")
@@ -96,7 +96,9 @@ class RigsmithProgram(Program):
 
     def parse_collection(self) -> None:
         super().parse_collection()
-        self.config.set_project_location(str(project_root()))
+        root = project_root()
+        check_invoke_yaml(root)  # the user's file: one message, not Invoke's traceback
+        self.config.set_project_location(str(root))
         self.config.load_project()
 
     def parse_tasks(self) -> None:

@@ -62,17 +62,43 @@ def _config_value(c: Context | None) -> str | None:
 
 
 def _invoke_yaml(root: Path) -> str | None:
-    try:
-        data = yaml.safe_load((root / "invoke.yaml").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, yaml.YAMLError) as err:
-        raise RigsmithError(
-            f"cannot read {root / 'invoke.yaml'}: {err}", hint="fix or remove the file"
-        ) from None
-    section = data.get("rigsmith") if isinstance(data, dict) else None
+    section = read_invoke_yaml(root).get("rigsmith")
     value = section.get("deployment") if isinstance(section, dict) else None
     return str(value) if value else None
+
+
+def read_invoke_yaml(root: Path) -> dict[str, Any]:
+    """``root``'s invoke.yaml, the project config Invoke loads: {} when there is none (or it is empty); a
+    RigsmithError naming the file when it is not a YAML mapping, where Invoke's own loader would end in a
+    traceback."""
+    path = root / "invoke.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, yaml.YAMLError) as err:  # ValueError: not UTF-8
+        raise RigsmithError(f"cannot read {path}: {err}", hint="fix or remove the file") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise RigsmithError(
+            f"{path} holds a YAML {type(data).__name__}, not a mapping of settings",
+            hint="write it as `rigsmith: {deployment: NAME}`, or remove the file",
+        )
+    return data
+
+
+def check_invoke_yaml(root: Path) -> None:
+    """Before Invoke loads ``root``'s invoke.yaml: one error message (exit 1) for a file it would fail on."""
+    try:
+        read_invoke_yaml(root)
+    except RigsmithError as err:
+        raise as_exit(err) from None
+
+
+def as_exit(err: RigsmithError) -> Exit:
+    """The one way an error reaches the terminal (exit 1): whatever foreign words it quotes, printable."""
+    return Exit(f"error: {shown_lines(str(err))}", code=1)
 
 
 def interactive() -> bool:
@@ -139,8 +165,7 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
             with lockhistory.because(command_line(fn, dict(kwargs))):
                 return fn(*args, **kwargs)
         except RigsmithError as err:
-            # The one way an error reaches the terminal: whatever foreign words it quotes, printable.
-            raise Exit(f"error: {shown_lines(str(err))}", code=1) from None
+            raise as_exit(err) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
         except BrokenPipeError:
