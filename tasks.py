@@ -3,14 +3,17 @@ run with this checkout's ``src/``. Invoke finds this file in the working directo
 
 It says when the rigsmith these tasks would import is not this checkout's (:func:`which_rigsmith`), puts
 ``src/`` on the path when no rigsmith is importable at all (a checkout nobody ran ``pip install -e`` in),
-and refuses in one message an invoke.yaml beside it that Invoke would fail on. Nothing else lives here: the
-tasks, their flags and the ``rigsmith`` program are in src/rigsmith/cli/.
+and refuses in one message a rigsmith too old to hold the tasks and an invoke.yaml beside it that Invoke
+would fail on. Nothing else lives here: the tasks, their flags and the ``rigsmith`` program are in
+src/rigsmith/cli/.
 """
 
 import importlib.util
 import os
 import sys
 from pathlib import Path
+
+from invoke.exceptions import Exit
 
 #: Set (to anything) to run these tasks with a rigsmith other than this checkout's src/, on purpose.
 USE_INSTALLED = "RIGSMITH_USE_INSTALLED"
@@ -39,13 +42,30 @@ def which_rigsmith() -> str | None:
     )
 
 
+def _older_rigsmith() -> Exit:
+    """The error for a rigsmith found first that has no ``rigsmith.cli`` (older than this checkout)."""
+    origin = _origin()
+    where = origin.parent if origin else "?"
+    return Exit(
+        f"error: these tasks ({SRC.parent}) import rigsmith from {where}, which has "
+        f"no command line (rigsmith.cli): a rigsmith older than this checkout\n  hint: `pip install -e "
+        f"{SRC.parent}` in this environment, or put {SRC} first on PYTHONPATH",
+        code=1,
+    )
+
+
 if _origin() is None:  # no rigsmith installed: this checkout's is the one to run
     sys.path.insert(0, str(SRC))
 _warning = which_rigsmith()  # before anything imports rigsmith
 if _warning:
     sys.stderr.write(_warning + "\n")
 
-from rigsmith.cli import ns  # noqa: E402 (after the check)
+try:
+    from rigsmith.cli import ns
+except ModuleNotFoundError as err:
+    if err.name != "rigsmith.cli":
+        raise
+    raise _older_rigsmith() from None
 from rigsmith.cli.pipe import end_quietly_when_the_reader_goes  # noqa: E402
 from rigsmith.cli.wiring import check_invoke_yaml  # noqa: E402
 

@@ -65,6 +65,16 @@ def test_tasks_say_when_they_would_run_another_rigsmith(tmp_path: Path) -> None:
     assert own.returncode == 0 and own.stderr == ""
 
 
+def test_an_older_rigsmith_first_on_the_path_is_one_message(tmp_path: Path) -> None:
+    """A rigsmith from before the CLI moved into it (no rigsmith.cli) found first: what to do, exit 1."""
+    other = tmp_path / "older" / "rigsmith"
+    shutil.copytree(REPO / "src" / "rigsmith", other, ignore=shutil.ignore_patterns("__pycache__", "cli"))
+    out = _list_with(f"{other.parent}{os.pathsep}{REPO}", RIGSMITH_USE_INSTALLED="1")
+    assert out.returncode == 1 and out.stdout == "" and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith(f"error: these tasks ({REPO}) import rigsmith from {other}, which has no ")
+    assert f"pip install -e {REPO}" in out.stderr
+
+
 def test_a_checkout_with_no_rigsmith_installed_runs_its_own() -> None:
     """No rigsmith importable at all (a checkout nobody ran `pip install -e` in): `python -S` leaves out the
     .pth files that hold the editable install, the libraries stay on PYTHONPATH. tasks.py puts the
