@@ -155,7 +155,7 @@ def main() -> int:
                     argv, env={**env, "PYTHONPATH": paths}, check=True, capture_output=True
                 )
 
-            # The image and the lock are current. Invoke turns bytecode writing off before it loads tasks/:
+            # The image and the lock are current. Invoke turns bytecode writing off before it loads tasks.py:
             # the warm-up writes it (--write-pyc), so no timed run compiles rigsmith or its libraries.
             cli_build(args.checkout, "--write-pyc")()
             plain()()

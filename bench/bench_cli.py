@@ -44,7 +44,7 @@ def _once(argv: list[str], env: dict[str, str]) -> float:
 
 def _writing_pyc(argv: list[str]) -> list[str]:
     """The warm-up run of an invoke command, with bytecode written: Invoke turns writing off before it loads
-    tasks/, so without this every timed run compiled rigsmith, pydantic, jinja2… anew (the
+    tasks.py, so without this every timed run compiled rigsmith, pydantic, jinja2… anew (the
     PYTHONPYCACHEPREFIX cache starts empty)."""
     return [argv[0], "--write-pyc", *argv[1:]] if Path(argv[0]).name == "invoke" else argv
 

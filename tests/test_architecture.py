@@ -3,7 +3,9 @@
 Stages, in the order the flow runs: importing → resolving → rendering → operating. The core (spec, errors,
 project, writer, render, merge) is imported by every stage and imports none. A stage may import the core
 and the stages before it, never a later one. Pure modules never import an adapter: no network, engine or
-subprocess library, and none of rigsmith's own adapter modules.
+subprocess library, and none of rigsmith's own adapter modules. The CLI (rigsmith.cli, Invoke's tasks and
+the ``rigsmith`` program) sits on top: it may import every stage, and none of the library imports it
+(``python -m rigsmith``, rigsmith/__main__.py, runs it).
 
 No import cycle, function-level imports counted too. And a newcomer reads a module or a function whole: no
 module over ~500 lines, no function over 80, no function-level import a module-level one would do; what
@@ -56,6 +58,9 @@ ADAPTERS = (
     "subprocess",
     "tenacity",
 )
+
+#: The command line, and the one library module that may import it (``python -m rigsmith``).
+CLI, CLI_ENTRY = "rigsmith.cli", "rigsmith.__main__"
 
 #: Modules that must stay pure (a prefix covers a package; the adapters above are carved out).
 PURE = (
@@ -119,7 +124,9 @@ def violations(modules: Mapping[str, tuple[ast.Module, bool]]) -> list[str]:
             if (name, imported) in ALLOWED or imported == name:
                 continue
             why = None
-            if _within(name, PURE) and not _within(name, ADAPTERS) and _within(imported, ADAPTERS):
+            if _within(imported, (CLI,)) and not _within(name, (CLI, CLI_ENTRY)):
+                why = "the library imports the CLI"
+            elif _within(name, PURE) and not _within(name, ADAPTERS) and _within(imported, ADAPTERS):
                 why = "a pure module imports an adapter"
             elif _within(name, CORE) and _stage(imported) is not None:
                 why = "the core imports a stage"
@@ -186,6 +193,8 @@ def _synthetic(**sources: str) -> dict[str, tuple[ast.Module, bool]]:
         ("rigsmith__resolving__lock", "def f():\n    import httpx\n", "a pure module imports an adapter"),
         ("rigsmith__spec", "from rigsmith.resolving.lock import Lock", "the core imports a stage"),
         ("rigsmith__resolving__extra", "from rigsmith.operating import probes", "the later stage operating"),
+        ("rigsmith__operating__extra", "from rigsmith.cli.flags import YES", "the library imports the CLI"),
+        ("rigsmith__project", "def f():\n    import rigsmith.cli\n", "the library imports the CLI"),
     ],
 )
 def test_the_checker_catches_a_forbidden_import(module: str, source: str, expected: str) -> None:
@@ -204,6 +213,7 @@ def test_the_checker_catches_a_forbidden_import(module: str, source: str, expect
         ),
         ("rigsmith__operating__extra", "import subprocess\nfrom rigsmith.rendering import deploy"),
         ("rigsmith__resolving__extra", "import httpx\nfrom rigsmith.importing import recipe"),
+        ("rigsmith__cli__extra", "from rigsmith.operating import probes\nfrom rigsmith.cli import flags"),
     ],
 )
 def test_the_checker_lets_an_allowed_import_through(module: str, source: str) -> None:
@@ -340,7 +350,7 @@ def size_problems(path: str, text: str) -> list[str]:
 
 
 def _checked_files() -> list[Path]:
-    return [*sorted(SRC.rglob("*.py")), *sorted((ROOT / "tasks").rglob("*.py"))]
+    return [*sorted(SRC.rglob("*.py")), ROOT / "tasks.py"]
 
 
 def test_no_module_or_function_over_its_size() -> None:
@@ -389,20 +399,20 @@ FUNCTION_IMPORTS: dict[str, int] = {
     "src/rigsmith/resolving/modelfetch.py": 1,  # huggingface_hub: 212 ms a warm fetch skips
     "src/rigsmith/resolving/modelfiles.py": 1,  # huggingface_hub: a warm fetch loads none of it
     "src/rigsmith/resolving/sources.py": 1,  # httpx: 66 ms a build with its assets cached skips
-    # tasks/: each of rigsmith's stage modules costs 130-760 ms over `import tasks`, which every command,
-    # --list included, pays (tasks/__init__.py); lockhistory, engine and probes 7-10 ms each. bundle, fit
-    # and ops gained 1, 4 and 2 statements, not imports: one `from rigsmith.operating import a, b` became
+    # cli/: each of rigsmith's stage modules costs 130-760 ms over `import rigsmith.cli`, which every
+    # command, --list included, pays (cli/__init__.py); lockhistory, engine and probes 7-10 ms each. bundle,
+    # fit and ops gained 1, 4 and 2 statements, not imports: one `from rigsmith.operating import a, b` became
     # one statement per package when operating/ was split (issue 39), the same modules loaded.
-    "tasks/_common.py": 1,
-    "tasks/bundle.py": 6,
-    "tasks/deploy.py": 6,
-    "tasks/fit.py": 16,
-    "tasks/guide.py": 2,
-    "tasks/history.py": 4,
-    "tasks/images.py": 4,
-    "tasks/models.py": 2,
-    "tasks/ops.py": 27,
-    "tasks/recipes.py": 2,
+    "src/rigsmith/cli/wiring.py": 1,
+    "src/rigsmith/cli/bundle.py": 6,
+    "src/rigsmith/cli/deploy.py": 6,
+    "src/rigsmith/cli/fit.py": 16,
+    "src/rigsmith/cli/guide.py": 2,
+    "src/rigsmith/cli/history.py": 4,
+    "src/rigsmith/cli/images.py": 4,
+    "src/rigsmith/cli/models.py": 2,
+    "src/rigsmith/cli/ops.py": 27,
+    "src/rigsmith/cli/recipes.py": 2,
 }
 
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from invoke.exceptions import Exit, ParseError
 from invoke.parser import Parser
-from tasks import ns
-from tasks._flags import MEMLOCK, TARGET, whole
-from tasks.deploy import _vmid
 
+from rigsmith.cli import ns
+from rigsmith.cli.deploy import _vmid
+from rigsmith.cli.flags import MEMLOCK, TARGET, whole
 from rigsmith.errors import RigsmithError
 from rigsmith.project import Project
 from tests.support.common import REPO
@@ -63,7 +63,7 @@ def _skipped(tree: ast.Module) -> set[int]:
 
 
 def _strings() -> Iterator[tuple[str, str]]:
-    for root in (REPO / "src" / "rigsmith", REPO / "tasks"):
+    for root in (REPO / "src" / "rigsmith",):
         for path in sorted(root.rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"))
             skip = _skipped(tree)

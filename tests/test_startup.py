@@ -1,6 +1,6 @@
-"""Start-up stays light: importing tasks/ (what every `invoke` command, `--list` included, pays) loads no
-heavy library and none of rigsmith's areas; each task loads what it needs inside its body. Structural,
-not timed: the modules are counted in a fresh interpreter."""
+"""Start-up stays light: importing the CLI (rigsmith.cli, and the checkout's tasks.py that `invoke` loads:
+what every command, `--list` included, pays) loads no heavy library and none of rigsmith's areas; each task
+loads what it needs inside its body. Structural, not timed: the modules are counted in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,16 +58,25 @@ def _heavy(mods: list[str]) -> list[str]:
     return [m for m in mods if any(m == h or m.startswith(h + ".") for h in HEAVY)]
 
 
-def test_importing_tasks_loads_nothing_heavy() -> None:
-    assert _heavy(_loaded_after("import tasks")) == []
+@pytest.mark.parametrize("module", ["rigsmith.cli", "tasks", "rigsmith.cli.program"])
+def test_importing_the_cli_loads_nothing_heavy(module: str) -> None:
+    assert _heavy(_loaded_after(f"import {module}")) == []
 
 
-def test_listing_the_tasks_loads_nothing_heavy() -> None:
-    # What `invoke --list` does: load the collection and print every task's name and help.
-    code = "import io, contextlib\nimport tasks\nfrom invoke.main import program\n"
-    code += "with contextlib.redirect_stdout(io.StringIO()):\n"
-    code += "    program.run(['invoke', '--list'], exit=False)\n"
-    assert _heavy(_loaded_after(code)) == []
+@pytest.mark.parametrize(
+    "run",
+    [
+        "from invoke.main import program\nprogram.run(['invoke', '--list'], exit=False)",  # loads ./tasks.py
+        "from rigsmith.cli.program import program\nprogram().run(['rigsmith', '--list'], exit=False)",
+    ],
+    ids=["invoke", "rigsmith"],
+)
+def test_listing_the_tasks_loads_nothing_heavy(run: str) -> None:
+    # What `invoke --list` and `rigsmith --list` do: load the collection and print every task's name and help.
+    code = "import io, contextlib\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+    code += "".join(f"    {line}\n" for line in run.splitlines())
+    loaded = _loaded_after(code)
+    assert "rigsmith.cli" in loaded and _heavy(loaded) == []
 
 
 def test_deploy_check_of_one_target_loads_no_other_target(tmp_path: Path) -> None:
@@ -86,8 +97,7 @@ def test_deploy_check_of_one_target_loads_no_other_target(tmp_path: Path) -> Non
 
 
 def test_the_fetch_model_default_matches_modelfetch() -> None:
-    from tasks import models
-
+    from rigsmith.cli import models
     from rigsmith.resolving import modelfetch
 
     assert models.WORKERS == modelfetch.WORKERS
@@ -102,7 +112,7 @@ def test_bundle_and_unbundle_load_no_http_client() -> None:
 
 def test_rigsmith_writes_bytecode_as_python_does(tmp_path: Path) -> None:
     # Invoke turns bytecode off unless --write-pyc; the rigsmith command follows Python's own setting, so a
-    # command does not compile rigsmith's modules again every time (tasks/program.py, core_args).
+    # command does not compile rigsmith's modules again every time (rigsmith/cli/program.py, core_args).
     def written(**env: str) -> list[Path]:
         cache = tmp_path / str(len(env))
         full = {
@@ -111,10 +121,10 @@ def test_rigsmith_writes_bytecode_as_python_does(tmp_path: Path) -> None:
             "PYTHONPYCACHEPREFIX": str(cache),
         }
         subprocess.run(
-            [sys.executable, "-m", "tasks", "--list"], cwd=REPO, env={**full, **env}, capture_output=True,
+            [sys.executable, "-m", "rigsmith", "--list"], cwd=REPO, env={**full, **env}, capture_output=True,
             check=True, timeout=60,
         )  # fmt: skip
         return sorted(cache.rglob("*.pyc"))
 
-    assert any(p.name.startswith("_flags.") for p in written())
+    assert any(p.name.startswith("flags.") for p in written())
     assert written(PYTHONDONTWRITEBYTECODE="1") == []

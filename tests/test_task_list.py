@@ -8,15 +8,16 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 import yaml
 from invoke.util import helpline
-from tasks import ns
-from tasks.program import program
 
-from tests.support.common import REPO, invoke_cli, rigsmith_cli
+from rigsmith.cli import ns
+from rigsmith.cli.program import program
+from tests.support.common import REPO, invoke_cli, make_seed_project, rigsmith_cli
 
 #: invoke --list prints a task's name in an ~18-column field: a help line this long fits 120 columns.
 HELP_WIDTH = 100
@@ -62,6 +63,82 @@ def test_tasks_say_when_they_would_run_another_rigsmith(tmp_path: Path) -> None:
     assert chosen.returncode == 0 and chosen.stderr == ""
     own = _list_with(f"{REPO / 'src'}{os.pathsep}{REPO}")
     assert own.returncode == 0 and own.stderr == ""
+
+
+def test_an_older_rigsmith_first_on_the_path_is_one_message(tmp_path: Path) -> None:
+    """A rigsmith from before the CLI moved into it (no rigsmith.cli) found first: what to do, exit 1."""
+    other = tmp_path / "older" / "rigsmith"
+    shutil.copytree(REPO / "src" / "rigsmith", other, ignore=shutil.ignore_patterns("__pycache__", "cli"))
+    out = _list_with(f"{other.parent}{os.pathsep}{REPO}", RIGSMITH_USE_INSTALLED="1")
+    assert out.returncode == 1 and out.stdout == "" and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith(f"error: these tasks ({REPO}) import rigsmith from {other}, which has no ")
+    assert f"pip install -e {REPO}" in out.stderr
+
+
+def test_a_checkout_with_no_rigsmith_installed_runs_its_own() -> None:
+    """No rigsmith importable at all (a checkout nobody ran `pip install -e` in): `python -S` leaves out the
+    .pth files that hold the editable install, the libraries stay on PYTHONPATH. tasks.py puts the
+    checkout's src/ on the path, without a word; the tasks are the same."""
+    libs = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    env = {k: v for k, v in os.environ.items() if k != "RIGSMITH_USE_INSTALLED"}
+    env["PYTHONPATH"] = os.pathsep.join(libs)
+    found = "import importlib.util; print(importlib.util.find_spec('rigsmith'))"
+    bare = subprocess.run(
+        [sys.executable, "-S", "-c", found], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    assert bare.stdout == "None\n"  # the premise: nothing to import without tasks.py's help
+    out = subprocess.run(
+        [sys.executable, "-S", "-m", "invoke", "-r", str(REPO), "--list"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout == invoke_cli(None, "--list").stdout
+
+
+def test_rigsmith_reads_the_invoke_yaml_of_the_project_it_acts_on(tmp_path: Path) -> None:
+    """Installed from a wheel, the rigsmith command has no checkout beside its code: it reads the invoke.yaml
+    of the project found upward from the working directory (as `invoke` reads the one beside the tasks.py it
+    finds), here one naming another default than this checkout's."""
+    project = make_seed_project(tmp_path).root  # two deployments: a bare command needs the default
+    (project / "invoke.yaml").write_text("rigsmith:\n  deployment: flash-next-int4-3x3090\n")
+    below = project / "deployments" / "notes"
+    below.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RIGSMITH_")}
+    env["PYTHONPATH"] = str(REPO / "src")
+    out = subprocess.run(
+        [sys.executable, "-m", "rigsmith", "next"],
+        cwd=below, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "flash-next-int4-3x3090:"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["rigsmith: [\n", "- flash-next-int4-3x3090\n", "rigsmith: {deployment: x}\n\xff\n".encode("latin-1")],
+    ids=["not-yaml", "a-list", "not-utf8"],
+)
+@pytest.mark.parametrize("cmd", ["rigsmith", "invoke"])
+def test_a_broken_invoke_yaml_is_one_message(cmd: str, text: str | bytes, tmp_path: Path) -> None:
+    """The project's invoke.yaml is the user's file: one that is no YAML mapping is one message naming it,
+    exit 1, from both commands (Invoke's own loader ends in a traceback on it)."""
+    project = make_seed_project(tmp_path).root
+    yml = project / "invoke.yaml"
+    yml.write_bytes(text if isinstance(text, bytes) else text.encode())
+    shutil.copy(REPO / "tasks.py", project / "tasks.py")  # a checkout of its own, for `invoke`
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RIGSMITH_")}
+    env.update(PYTHONPATH=str(REPO / "src"), RIGSMITH_USE_INSTALLED="1")  # its own src/ is not there
+    argv = ["-m", "rigsmith"] if cmd == "rigsmith" else ["-m", "invoke", "-r", str(project)]
+    out = subprocess.run(
+        [sys.executable, *argv, "next"], cwd=project, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+        text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 1 and out.stdout == "", out.stderr
+    assert out.stderr.startswith(f"error: cannot read {yml}: ") or out.stderr.startswith(
+        f"error: {yml} holds a YAML list, not a mapping of settings"
+    ), out.stderr
+    assert "Traceback" not in out.stderr and "hint: " in out.stderr
 
 
 @pytest.mark.parametrize(
@@ -154,7 +231,7 @@ def test_odd_characters_in_a_mistyped_word_or_value_are_one_message(
 #: The two commands as a user runs them: Invoke's own, and the rigsmith console script's entry.
 COMMANDS = {
     "invoke": [sys.executable, "-m", "invoke", "-r", str(REPO)],
-    "rigsmith": [sys.executable, "-c", "from tasks.program import main; main()"],
+    "rigsmith": [sys.executable, "-c", "from rigsmith.cli.program import main; main()"],
 }
 
 
@@ -209,7 +286,7 @@ def test_piped_into_head_in_a_shell(line: str, tmp_path: Path) -> None:
     when a write came after: which one depends on how far the command got before head left)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "rigsmith").write_text(f'#!/bin/sh\nexec {sys.executable} -m tasks "$@"\n')
+    (bin_dir / "rigsmith").write_text(f'#!/bin/sh\nexec {sys.executable} -m rigsmith "$@"\n')
     (bin_dir / "rigsmith").chmod(0o755)
     (bin_dir / "invoke").write_text(f'#!/bin/sh\nexec {sys.executable} -m invoke "$@"\n')
     (bin_dir / "invoke").chmod(0o755)

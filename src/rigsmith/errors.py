@@ -1,4 +1,4 @@
-"""The one error hierarchy. Only tasks/ turns these into exit codes."""
+"""The one error hierarchy. Only the CLI (rigsmith.cli) turns these into exit codes."""
 
 from __future__ import annotations
 

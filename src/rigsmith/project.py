@@ -120,10 +120,15 @@ def newest_import(root: Path, configured: str | None) -> str | None:
     return name if (root / "deployments" / f"{name}.yaml").is_file() else None
 
 
+#: The files that, beside deployments/, mark a project's root (:func:`find_root`).
+PROJECT_FILES = ("tasks.py", "pyproject.toml", "invoke.yaml")
+
+
 def find_root(start: Path | None = None) -> Path:
-    """The nearest directory upward holding tasks/ or deployments/ (the checkout), else ``start``."""
+    """The nearest directory upward holding deployments/ and a project file beside it (a checkout's
+    tasks.py or pyproject.toml, a project's invoke.yaml), else ``start``."""
     here = (start or Path.cwd()).resolve()
     for d in (here, *here.parents):
-        if (d / "deployments").is_dir() and ((d / "tasks").is_dir() or (d / "pyproject.toml").is_file()):
+        if (d / "deployments").is_dir() and any((d / f).is_file() for f in PROJECT_FILES):
             return d
     return here

@@ -92,7 +92,7 @@ def make_seed_project(base: Path) -> Project:
 def invoke_cli(
     root: Path | None, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """``invoke ARGS`` on the project at ``root`` as a user runs it: this checkout's tasks and sources, no
+    """``invoke ARGS`` on the project at ``root`` as a user runs it: this checkout's tasks.py and sources, no
     terminal on stdin, the environment ``env`` (default: this process's). ``root`` None: no RIGSMITH_ROOT,
     run in this checkout, so the project is the one Invoke finds there (with its invoke.yaml)."""
     return _cli(["-m", "invoke", "-r", str(REPO), *args], root, env, timeout)
@@ -101,9 +101,9 @@ def invoke_cli(
 def rigsmith_cli(
     root: Path | None, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """``rigsmith ARGS`` (the console script's entry, ``python -m tasks``) as :func:`invoke_cli` runs
+    """``rigsmith ARGS`` (the console script's entry, ``python -m rigsmith``) as :func:`invoke_cli` runs
     ``invoke``."""
-    return _cli(["-m", "tasks", *args], root, env, timeout)
+    return _cli(["-m", "rigsmith", *args], root, env, timeout)
 
 
 def _cli(

@@ -67,7 +67,7 @@ def cli_env(hub: HubServer, project: Project, **extra: str) -> dict[str, str]:
 
 
 def invoke_argv(*args: str) -> list[str]:
-    """``invoke`` from this checkout's tasks/ (the worktree under test, not an installed copy)."""
+    """``invoke`` from this checkout's tasks.py (the worktree under test, not an installed copy)."""
     inv = shutil.which("invoke")
     assert inv, "invoke is not installed"
     return [sys.executable, inv, "-r", str(REPO), *args]

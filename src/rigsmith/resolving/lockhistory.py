@@ -7,10 +7,10 @@ last-known-good it kept, ``last_good``, and a change its own command undid again
 lock, so rows never interleave. The first change a checkout records also keeps the lock as it was before
 (number 1, command ``(before history)``), so the very first change can be shown as a diff.
 
-One entry per user action: every command runs inside :func:`because` (``tasks._common.user_errors``), and
-the writes one command makes (``pin``: its images, then its model; ``upgrade``: the repin, then the config
-patches fetch applies) amend the entry its first write made. A command that puts the lock back where it
-found it (an upgrade that rolls back) keeps its entry as the record of what it tried, marked rolled back,
+One entry per user action: every command runs inside :func:`because` (``rigsmith.cli.wiring.user_errors``),
+and the writes one command makes (``pin``: its images, then its model; ``upgrade``: the repin, then the
+config patches fetch applies) amend the entry its first write made. A command that puts the lock back where
+it found it (an upgrade that rolls back) keeps its entry as the record of what it tried, marked rolled back,
 and the lock is again the entry it started from.
 
 Every file here is read through the confinement rule (``rigsmith.confine``): a regular file inside the

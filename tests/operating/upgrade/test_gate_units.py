@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tasks.history import lock_numbers
 
+from rigsmith.cli.history import lock_numbers
 from rigsmith.errors import RigsmithError
 from rigsmith.operating.upgrade.upgrade import regressions
 

@@ -10,11 +10,11 @@ import re
 from invoke.context import Context
 from invoke.tasks import task
 
+from rigsmith.cli.flags import DEPLOYMENT, MEMLOCK, OUT, RUN_TARGET, helps, seconds, whole
+from rigsmith.cli.ops import _ops
+from rigsmith.cli.wiring import echo, project, user_errors
 from rigsmith.digits import ascii_digits
 from rigsmith.errors import RigsmithError
-from tasks._common import echo, project, user_errors
-from tasks._flags import DEPLOYMENT, MEMLOCK, OUT, RUN_TARGET, helps, seconds, whole
-from tasks.ops import _ops
 
 
 def lock_numbers(text: str) -> tuple[int, int | None]:

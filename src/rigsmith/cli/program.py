@@ -9,11 +9,14 @@ documented methods:
   is a package whose every command would otherwise compile its modules again, so Python's own setting
   decides (PYTHONDONTWRITEBYTECODE / -B still turn it off).
 - ``parse_collection``, invoke.yaml: a Program with its own namespace loads no project config; this one
-  loads the invoke.yaml beside tasks/ (``rigsmith.deployment``), as ``invoke`` does in the checkout.
+  loads the invoke.yaml of the project the tasks act on (``rigsmith.deployment``): RIGSMITH_ROOT, else the
+  nearest project upward from the working directory (:func:`rigsmith.project.find_root`), as ``invoke``
+  reads the one beside the tasks.py it finds upward. In a checkout that is the checkout's invoke.yaml; with
+  rigsmith installed from a wheel, the user's project's.
 
-``invoke …`` in the checkout runs the same tasks through Invoke's own program: the same commands, flags and
-errors, without the suggestions (Invoke has no hook between its parser and its error message). Both end
-quietly when the reader of their output goes away (``| head``): tasks/_pipe.py.
+``invoke …`` in the checkout runs the same tasks through Invoke's own program (the checkout's tasks.py):
+the same commands, flags and errors, without the suggestions (Invoke has no hook between its parser and its
+error message). Both end quietly when the reader of their output goes away (``| head``): rigsmith/cli/pipe.py.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from pathlib import Path
 
 from invoke.collection import Collection
 from invoke.exceptions import ParseError
@@ -30,14 +32,12 @@ from invoke.parser.context import ParserContext
 from invoke.program import Program
 
 import rigsmith
-import tasks
-from tasks._pipe import end_quietly_when_the_reader_goes
+import rigsmith.cli
+from rigsmith.cli.pipe import end_quietly_when_the_reader_goes
+from rigsmith.cli.wiring import check_invoke_yaml, project_root
 
 #: The unknown word in invoke's parse error (invoke/parser/parser.py, ParseMachine.handle).
 _UNKNOWN = re.compile(r"^No idea what '(?P<word>.*)' is!$")
-
-#: The checkout whose tasks these are: its invoke.yaml is the project config.
-CHECKOUT = Path(tasks.__file__).resolve().parents[1]
 
 
 def _near(word: str, names: list[str]) -> list[str]:
@@ -96,7 +96,9 @@ class RigsmithProgram(Program):
 
     def parse_collection(self) -> None:
         super().parse_collection()
-        self.config.set_project_location(str(CHECKOUT))
+        root = project_root()
+        check_invoke_yaml(root)  # the user's file: one message, not Invoke's traceback
+        self.config.set_project_location(str(root))
         self.config.load_project()
 
     def parse_tasks(self) -> None:
@@ -115,7 +117,7 @@ class RigsmithProgram(Program):
 
 def program() -> RigsmithProgram:
     return RigsmithProgram(
-        namespace=Collection.from_module(tasks),
+        namespace=Collection.from_module(rigsmith.cli),
         version=rigsmith.__version__,
         name="rigsmith",
         binary="rigsmith",

@@ -1,6 +1,6 @@
 """invoke fetch-model (and the model half of `invoke pin`, via rigsmith.resolving.modelfetch.pin_model)."""
 
-# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (tasks/__init__.py).
+# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (cli/__init__.py).
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from tasks._common import confirm, echo, project, user_errors
-from tasks._flags import DEPLOYMENT, helps
+from rigsmith.cli.flags import DEPLOYMENT, helps
+from rigsmith.cli.wiring import confirm, echo, project, user_errors
 
-#: rigsmith.resolving.modelfetch.WORKERS, spelled out so that importing tasks/ does not load modelfetch
+#: rigsmith.resolving.modelfetch.WORKERS, spelled out so that importing the CLI does not load modelfetch
 #: (tests/test_startup.py checks the two agree).
 WORKERS = 8
 

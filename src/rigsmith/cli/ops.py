@@ -15,9 +15,9 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from rigsmith import writer
+from rigsmith.cli.flags import DEPLOYMENT, IMAGE, MEMLOCK, OUT, RUN_TARGET, TARGET, YES, helps, seconds, whole
+from rigsmith.cli.wiring import confirm, echo, project, user_errors
 from rigsmith.errors import RigsmithError, shown
-from tasks._common import confirm, echo, project, user_errors
-from tasks._flags import DEPLOYMENT, IMAGE, MEMLOCK, OUT, RUN_TARGET, TARGET, YES, helps, seconds, whole
 
 if TYPE_CHECKING:
     from rigsmith.operating.lifecycle.lifecycle import Ops

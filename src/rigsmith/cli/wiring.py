@@ -1,4 +1,5 @@
-"""Shared wiring for tasks: project root, consent prompt, error translation."""
+"""What every task shares: the project it acts on and its default deployment, consent prompts, and
+RigsmithError turned into Invoke's Exit (one message, exit 1)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import yaml
 from invoke.context import Context
 from invoke.exceptions import Exit
 
+from rigsmith.cli.pipe import BROKEN_PIPE, quiet_stdout, reader_gone
 from rigsmith.errors import RigsmithError, shown, shown_lines
 from rigsmith.project import NEWEST_IMPORT, Project, find_root, newest_import
-from tasks._pipe import BROKEN_PIPE, quiet_stdout, reader_gone
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -27,7 +28,7 @@ def project(c: Context | None = None) -> Project:
     deployment: RIGSMITH_DEPLOYMENT, else the newest import (what ``import-recipe`` wrote last, while
     invoke.yaml names what it named then), else Invoke's config value ``rigsmith.deployment``
     (invoke.yaml)."""
-    root = _root()
+    root = project_root()
     named = os.environ.get("RIGSMITH_DEPLOYMENT", "").strip()
     if named:
         return Project(root, named, "RIGSMITH_DEPLOYMENT")
@@ -38,15 +39,18 @@ def project(c: Context | None = None) -> Project:
     return Project(root, value, f"rigsmith.deployment in {root / 'invoke.yaml'}" if value else None)
 
 
-def _root() -> Path:
+def project_root() -> Path:
+    """The project the command acts on: RIGSMITH_ROOT, else the nearest project upward from the working
+    directory (:func:`rigsmith.project.find_root`). Its invoke.yaml is the ``rigsmith`` command's project
+    config (rigsmith/cli/program.py)."""
     env = os.environ.get("RIGSMITH_ROOT")
     return Path(env).resolve() if env else find_root()
 
 
 def configured_default(c: Context | None) -> str | None:
-    """The default deployment invoke.yaml names (Invoke loaded the one of the checkout holding tasks/;
-    another RIGSMITH_ROOT has its own), None when none."""
-    return _invoke_yaml(_root()) if os.environ.get("RIGSMITH_ROOT") else _config_value(c)
+    """The default deployment invoke.yaml names (Invoke loaded the one beside the tasks.py it found, the
+    ``rigsmith`` command the project's; another RIGSMITH_ROOT has its own), None when none."""
+    return _invoke_yaml(project_root()) if os.environ.get("RIGSMITH_ROOT") else _config_value(c)
 
 
 def _config_value(c: Context | None) -> str | None:
@@ -58,17 +62,43 @@ def _config_value(c: Context | None) -> str | None:
 
 
 def _invoke_yaml(root: Path) -> str | None:
-    try:
-        data = yaml.safe_load((root / "invoke.yaml").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, yaml.YAMLError) as err:
-        raise RigsmithError(
-            f"cannot read {root / 'invoke.yaml'}: {err}", hint="fix or remove the file"
-        ) from None
-    section = data.get("rigsmith") if isinstance(data, dict) else None
+    section = read_invoke_yaml(root).get("rigsmith")
     value = section.get("deployment") if isinstance(section, dict) else None
     return str(value) if value else None
+
+
+def read_invoke_yaml(root: Path) -> dict[str, Any]:
+    """``root``'s invoke.yaml, the project config Invoke loads: {} when there is none (or it is empty); a
+    RigsmithError naming the file when it is not a YAML mapping, where Invoke's own loader would end in a
+    traceback."""
+    path = root / "invoke.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, yaml.YAMLError) as err:  # ValueError: not UTF-8
+        raise RigsmithError(f"cannot read {path}: {err}", hint="fix or remove the file") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise RigsmithError(
+            f"{path} holds a YAML {type(data).__name__}, not a mapping of settings",
+            hint="write it as `rigsmith: {deployment: NAME}`, or remove the file",
+        )
+    return data
+
+
+def check_invoke_yaml(root: Path) -> None:
+    """Before Invoke loads ``root``'s invoke.yaml: one error message (exit 1) for a file it would fail on."""
+    try:
+        read_invoke_yaml(root)
+    except RigsmithError as err:
+        raise as_exit(err) from None
+
+
+def as_exit(err: RigsmithError) -> Exit:
+    """The one way an error reaches the terminal (exit 1): whatever foreign words it quotes, printable."""
+    return Exit(f"error: {shown_lines(str(err))}", code=1)
 
 
 def interactive() -> bool:
@@ -135,8 +165,7 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
             with lockhistory.because(command_line(fn, dict(kwargs))):
                 return fn(*args, **kwargs)
         except RigsmithError as err:
-            # The one way an error reaches the terminal: whatever foreign words it quotes, printable.
-            raise Exit(f"error: {shown_lines(str(err))}", code=1) from None
+            raise as_exit(err) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
         except BrokenPipeError:

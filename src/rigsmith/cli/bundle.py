@@ -13,8 +13,8 @@ from pathlib import Path
 from invoke.context import Context
 from invoke.tasks import task
 
-from tasks._common import confirm, echo, project, user_errors
-from tasks._flags import DEPLOYMENT, MEMLOCK, helps, target
+from rigsmith.cli.flags import DEPLOYMENT, MEMLOCK, helps, target
+from rigsmith.cli.wiring import confirm, echo, project, user_errors
 
 
 def _stderr(msg: str) -> None:

@@ -3,7 +3,7 @@ quietly with status 141 (128 + SIGPIPE, what a shell reports for a command SIGPI
 
 Invoke prints --list and --help itself, with no hook of its own, so two of Python's documented hooks catch
 the failed write: the excepthook (a write that failed while printing) and atexit (the last flush of buffered
-output). A task's own output is caught where tasks catch errors (tasks._common.user_errors).
+output). A task's own output is caught where tasks catch errors (rigsmith.cli.wiring.user_errors).
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from rigsmith import writer
+from rigsmith.cli.flags import DEPLOYMENT, IMAGE, MEMLOCK, OUT, TARGET, YES, helps, whole
+from rigsmith.cli.wiring import confirm, echo, project, side, user_errors
 from rigsmith.digits import ascii_digits
 from rigsmith.userhome import invoking_home  # what ~ means is part of what is rendered
-from tasks._common import confirm, echo, project, side, user_errors
-from tasks._flags import DEPLOYMENT, IMAGE, MEMLOCK, OUT, TARGET, YES, helps, whole
 
 
 def _vmid(value: str | None, lxc_config: str | None) -> int:

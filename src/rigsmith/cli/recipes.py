@@ -1,15 +1,15 @@
 """invoke import-recipe."""
 
-# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (tasks/__init__.py).
+# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (cli/__init__.py).
 
 from __future__ import annotations
 
 from invoke.context import Context
 from invoke.tasks import task
 
+from rigsmith.cli.wiring import configured_default, confirm, echo, project, prompt, side, user_errors
 from rigsmith.errors import shown_lines
 from rigsmith.project import record_import
-from tasks._common import configured_default, confirm, echo, project, prompt, side, user_errors
 
 
 @task(

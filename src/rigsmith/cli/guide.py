@@ -1,6 +1,6 @@
 """invoke next: where a deployment stands and the command for the next step. Wiring only."""
 
-# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (tasks/__init__.py).
+# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (cli/__init__.py).
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import os
 from invoke.context import Context
 from invoke.tasks import task
 
-from tasks._common import echo, project, user_errors
-from tasks._flags import DEPLOYMENT, TARGET, helps
+from rigsmith.cli.flags import DEPLOYMENT, TARGET, helps
+from rigsmith.cli.wiring import echo, project, user_errors
 
 
 @task(

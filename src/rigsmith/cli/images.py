@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from invoke.context import Context
 from invoke.tasks import task
 
+from rigsmith.cli.wiring import confirm, echo, project, user_errors
 from rigsmith.errors import RigsmithError
-from tasks._common import confirm, echo, project, user_errors
 
 if TYPE_CHECKING:
     from rigsmith.resolving.registry import Registry

@@ -1,6 +1,6 @@
 """invoke fit: will the recipe fit each GPU? Estimated from checkpoint metadata, before any download."""
 
-# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (tasks/__init__.py).
+# rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (cli/__init__.py).
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from rigsmith import writer
+from rigsmith.cli.flags import DEPLOYMENT, helps
+from rigsmith.cli.wiring import echo, project, user_errors
 from rigsmith.digits import ascii_digits
 from rigsmith.errors import RigsmithError
-from tasks._common import echo, project, user_errors
-from tasks._flags import DEPLOYMENT, helps
 
 if TYPE_CHECKING:
     from rigsmith.operating.fit.rigsource import Planned
