@@ -84,10 +84,22 @@ def test_an_absolute_path_in_a_flag_is_mounted_at_the_same_path_and_the_argv_kep
 
 @pytest.mark.parametrize("flag", list(MOUNTED))
 @pytest.mark.parametrize("path", ["./adapters/a", "adapters/a/b", "~/adapters/a", "bare"])
-def test_a_relative_path_in_a_flag_is_refused_naming_the_flag(flag: str, path: str) -> None:
+def test_a_relative_path_in_a_flag_is_a_placeholder_to_fill_and_configs_file_is_refused(
+    flag: str, path: str
+) -> None:
+    """A directory only the recipe's author knew: the user names it (``--config``'s file holds flags
+    rigsmith does not read, so it stays a refusal)."""
     template, _, _ = MOUNTED[flag]
-    message = _refusal(["vllm", "serve", "Qwen/Qwen3-0.6B", *_words(template, path)])
-    assert flag in message and repr(path) in message and "write its absolute path" in message
+    argv = ["vllm", "serve", "Qwen/Qwen3-0.6B", *_words(template, path)]
+    if flag == "--config":
+        message = _refusal(argv)
+        assert flag in message and repr(path) in message and "write its absolute path" in message
+        return
+    dep = _parse(argv)
+    token = "<" + flag.lstrip("-").upper().replace("-", "_") + ">"
+    assert dep.unfilled_placeholders() == [token]
+    assert not any(path in a for a in dep.engine.args)
+    assert any(f"names {path!r}" in n and f"placeholder {token}" in n for n in dep.notes), dep.notes
 
 
 @pytest.mark.parametrize(

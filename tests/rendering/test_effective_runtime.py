@@ -86,8 +86,9 @@ def _declared_argv(dep: specmod.Deployment) -> list[str]:
     argv = [dep.engine.executable, *(dep.fill(a) for a in engine.container_argv(dep.model))]
     if dep.engine.model_arg is not None:
         word = dep.engine.args[dep.engine.model_arg].split("=", 1)[-1]
+        filled = dep.fill(word)
         if f"every target adds --served-model-name {word}:" in notes:
-            argv += ["--served-model-name", word]
+            argv += ["--served-model-name", filled]
     return argv
 
 

@@ -1,8 +1,8 @@
 """Words a published recipe leaves for its reader to replace — a documentation path (``/path/to/…``) as the
-model, as any path a vLLM flag names or as a volume's host side, and the model word ``...`` / ``…`` — made
-into placeholders the user fills (issue 35). One rule for every form (script, plain command, compose,
-recipe JSON/YAML): it is applied to the launch before the model and the flags' paths are read
-(:func:`.assemble.build`).
+model, as any path a vLLM flag names or as a volume's host side, the model word ``...`` / ``…``, and a flag's
+path relative to where the recipe ran (``--chat-template tool_chat.jinja``) — made into placeholders the user
+fills (issue 35). One rule for every form (script, plain command, compose, recipe JSON/YAML): it is applied
+to the launch before the model and the flags' paths are read (:func:`.assemble.build`).
 
 The model becomes ``<MODEL>``; a flag's path the placeholder named after the flag (``--chat-template`` →
 ``<CHAT_TEMPLATE>``), in place inside its word (``--lora-modules sql=<LORA_MODULES>``, a JSON value's
@@ -20,7 +20,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import shown
 from rigsmith.importing.recipe.launch import Launch
 from rigsmith.importing.recipe.model import _model_arg
-from rigsmith.importing.recipe.pathflags import flag_paths
+from rigsmith.importing.recipe.pathflags import RULE, FlagPath, flag_paths, is_local
 
 #: A documentation path: a ``path/to`` component pair (``/path/to/model``, ``path/to/your/model``).
 DOC_PATH_RE = re.compile(r"(^|/)path/to(/|$)")
@@ -71,16 +71,37 @@ def fill(launch: Launch) -> None:
                 "fill it with the host directory before deploy"
             )
     for fp in list(flag_paths(launch.args)):
-        if fp.arg == model_at or not is_documentation(fp.value):
+        if fp.arg == model_at:
+            continue
+        if is_documentation(fp.value):
+            what = "a documentation path the published text leaves for you to replace"
+        elif _relative_on_host(launch, fp):
+            what = f"a path relative to {'a home' if fp.value.startswith('~') else 'where the recipe ran'}"
+        else:
             continue
         token = _fresh(fp.flag.lstrip("-").upper().replace("-", "_"), taken)
         _replace(launch, fp.arg, fp.value, token)
         launch.notes.append(
-            f"args[{fp.arg}]: {fp.label} names '{shown(fp.value)}', a documentation path the published text "
-            f"leaves for you to replace; it is the placeholder {token}: fill it before deploy with the real "
-            "path (absolute: add it to mounts, host and container the same path, readonly: true)"
-            + (" or the Hub repo id (owner/name)" if fp.role else "")
+            f"args[{fp.arg}]: {fp.label} names '{shown(fp.value)}', {what}; it is the placeholder {token}: "
+            "fill it before deploy with the real path (absolute: add it to mounts, host and container the "
+            "same path, readonly: true)" + (f" or the Hub repo id (owner/name; {RULE})" if fp.role else "")
         )
+
+
+def _relative_on_host(launch: Launch, fp: FlagPath) -> bool:
+    """Whether ``fp`` is a local path relative to a directory only the recipe's author knew (``x.jinja``,
+    ``./adapters/sql``, ``~/loras``) in a recipe that runs vLLM on its host: rigsmith mounts a flag's path at
+    the same absolute path, so the user names it. ``--config``'s file is left to :func:`.pathflags.place`
+    (it holds flags rigsmith does not read); a recipe's own container resolves its paths itself."""
+    expands = fp.arg < len(launch.arg_expands) and launch.arg_expands[fp.arg]
+    return (
+        launch.image is None
+        and fp.flag != "--config"
+        and not expands
+        and not specmod.PLACEHOLDER_RE.search(fp.value)
+        and not fp.value.startswith("/")
+        and (fp.role is None or is_local(fp.value))  # a flag that takes only a path, or not owner/name
+    )
 
 
 def _replace(launch: Launch, idx: int, word: str, token: str) -> None:
