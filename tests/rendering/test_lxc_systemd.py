@@ -136,7 +136,8 @@ def test_provision_installs_enables_and_systemd_runs_the_venv_service(
         assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and secret.stat().st_uid == 0
         assert secret.read_text() == "HF_TOKEN='hf_guest_secret'\n"
         assert "hf_guest_secret" not in guest.path(f"/etc/systemd/system/{name}.service").read_text()
-        logs = _journal_until(guest, name, "Application startup complete")
+        # the venv's vllm says where it runs after its readiness line: wait for that last line
+        logs = _journal_until(guest, name, "TREE ./vllm-v2.5 resolves")
         rec = parse_recording(logs)
         unit = guest.run("systemctl", "cat", f"{name}.service").stdout
         exec_start = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
