@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 from rigsmith import spec as specmod
 from rigsmith.errors import shown
 from rigsmith.importing.recipe.launch import Launch
-from rigsmith.importing.recipe.model import _model_arg
+from rigsmith.importing.recipe.model import _expands, _model_arg
 from rigsmith.importing.recipe.pathflags import RULE, FlagPath, flag_paths, is_local
 
 #: A documentation path: a ``path/to`` component pair (``/path/to/model``, ``path/to/your/model``).
@@ -93,11 +93,10 @@ def _relative_on_host(launch: Launch, fp: FlagPath) -> bool:
     ``./adapters/sql``, ``~/loras``) in a recipe that runs vLLM on its host: rigsmith mounts a flag's path at
     the same absolute path, so the user names it. ``--config``'s file is left to :func:`.pathflags.place`
     (it holds flags rigsmith does not read); a recipe's own container resolves its paths itself."""
-    expands = fp.arg < len(launch.arg_expands) and launch.arg_expands[fp.arg]
     return (
         launch.image is None
         and fp.flag != "--config"
-        and not expands
+        and not _expands(launch, fp.arg)
         and not specmod.PLACEHOLDER_RE.search(fp.value)
         and not fp.value.startswith("/")
         and (fp.role is None or is_local(fp.value))  # a flag that takes only a path, or not owner/name
