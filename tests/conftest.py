@@ -39,6 +39,7 @@ from tests.support.ops import ENGINE, OPS_IMAGE  # noqa: E402
 from tests.support.podman import (  # noqa: E402
     FAKE_CDI_SPEC,
     RECORDER,
+    RECORDER_TOOLS,
     Podman,
     containers_conf,
     import_busybox_image,
@@ -177,9 +178,8 @@ def fake_cdi() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def standin_image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A busybox image whose `vllm` records what it was given (imported; nothing is pulled)."""
-    tools = ("sh", "od", "tr", "env", "printf", "echo", "df", "tail", "cut", "ls", "sleep", "cat", "wc")
     return import_busybox_image(
-        podman, tmp_path_factory.mktemp("standin-rootfs"), STANDIN_IMAGE, tools, RECORDER
+        podman, tmp_path_factory.mktemp("standin-rootfs"), STANDIN_IMAGE, RECORDER_TOOLS, RECORDER
     )
 
 

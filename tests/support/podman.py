@@ -104,6 +104,8 @@ FAKE_CDI_SPEC = {
         for n in (*FAKE_GPUS, "all")
     ],
 }
+#: The busybox applets of a stand-in image: what RECORDER runs, and cat for tests reading a mounted file.
+RECORDER_TOOLS = ("sh", "od", "tr", "env", "printf", "echo", "stat", "ls", "sleep", "cat")
 #: The stand-in engine: records argv (hex, one per line), env (hex of `env -0`), /dev/shm, memlock and
 #: devices, logs vLLM's readiness line, then idles until SIGTERM.
 RECORDER = textwrap.dedent(
@@ -114,9 +116,8 @@ RECORDER = textwrap.dedent(
     for a in "$@"; do printf '%s' "$a" | hex; echo; done
     echo ARGV-END
     echo "ENV $(env -0 | hex)"
-    # the size counted from the line's end: a mount source may hold spaces (or a recipe's words)
-    shm() { set -- $(df -Pk /dev/shm | tail -n 1); shift $(($# - 5)); echo "$1"; }
-    echo "SHM $(shm)"
+    # statfs(2) of /dev/shm itself, in KiB: df reads the mount table, whose sources hold a recipe's words
+    echo "SHM $(($(stat -f -c '%b * %S' /dev/shm) / 1024))"
     echo "MEMLOCK $(ulimit -l)"
     echo "DEVICES $(ls /dev | tr '\\n' ' ')"
     echo "INFO: Application startup complete."

@@ -26,6 +26,7 @@ from filelock import FileLock
 
 from rigsmith.operating.probes import CmdResult
 from tests.support.common import REPO
+from tests.support.podman import RECORDER_TOOLS
 
 CACHE = Path(os.environ.get("RIGSMITH_TEST_CACHE", "/var/cache/rigsmith-test"))
 #: Bump when .ci/build-systemd-guest changes what goes into the rootfs: a new name makes a new build.
@@ -460,7 +461,7 @@ url=$(printf '%s' "$2" | sed -n "s/.*urlopen('\\([^']*\\)'.*/\\1/p")
 exec wget -q -O /dev/null "$url"
 """
 GUEST_TOOLS = (
-    *("sh", "od", "tr", "env", "printf", "echo", "df", "tail", "cut", "ls", "sleep", "cat", "wc"),
+    *RECORDER_TOOLS,
     *("httpd", "wget", "sed", "mkdir"),
 )
 
