@@ -15,6 +15,18 @@ class RigsmithError(Exception):
         super().__init__(message if hint is None else f"{message}\n  hint: {hint}")
 
 
+#: The problems an error lists before it counts the rest: a text that repeats one mistake thousands of
+#: times (a doubled variable) gets a screen, not half a megabyte.
+LISTED = 20
+
+
+def listed(lines: Sequence[str]) -> list[str]:
+    """``lines`` up to :data:`LISTED`, and one line counting the ones left out."""
+    if len(lines) <= LISTED:
+        return list(lines)
+    return [*lines[:LISTED], f"  … and {len(lines) - LISTED} more"]
+
+
 class SpecError(RigsmithError):
     """A deployment spec is invalid. Carries every problem, each with its field path."""
 
@@ -24,7 +36,7 @@ class SpecError(RigsmithError):
         self.source = source
         self.problems = list(problems)
         lines = [f"{source}: {len(self.problems)} problem(s) in the {what}"]
-        lines += [f"  {path}: {msg}" for path, msg in self.problems]
+        lines += listed([f"  {path}: {msg}" for path, msg in self.problems])
         super().__init__("\n".join(lines))
 
 

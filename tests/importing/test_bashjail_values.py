@@ -5,12 +5,16 @@ placeholder, no token of rigsmith's own reaches the user, and a decision on a va
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rigsmith import spec as specmod
 from rigsmith.importing import recipe
+from rigsmith.importing.tracewords import trace_words
 from rigsmith.spec import Deployment
 from tests.support.bashoracle import script_launches
 from tests.support.recipes import refusal
@@ -143,3 +147,13 @@ def test_a_placeholder_carried_whole_or_trimmed_of_a_prefix_imports(tmp_path: Pa
     dep = _parse(text)
     assert list(dep.engine.args) == ["<1>", "--served-model-name", "<1>", "--port", "8000"]
     assert _served(text, tmp_path, dep) == list(dep.engine.args)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=12)))
+def test_the_words_of_a_traced_command_are_the_words_bash_ran(words: list[str]) -> None:
+    # bash's own `set -x` quoting (bare, '…', $'…') read back: what blanks and the secret filter see
+    run = subprocess.run(["bash", "-xc", 'true "$@"', "_", *words], capture_output=True, check=True)
+    err = run.stderr.decode(errors="replace")  # as the jail reads it: bytes, no newline translation
+    assert err.startswith("+ ") and err.endswith("\n")
+    assert trace_words(err[2:-1]) == ["true", *words]

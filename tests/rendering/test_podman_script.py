@@ -48,7 +48,10 @@ sys.exit(3)
 """
 
 # Any text a recipe can carry (no NUL: argv cannot hold it; no surrogates: not text).
-WORD = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=24)
+#: Any word but a placeholder (``<1>``): that is a value the user fills, and an unfilled one is refused.
+WORD = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=24).filter(
+    lambda w: not specmod.PLACEHOLDER_RE.search(w)
+)
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ Pure: the jail's runs are ``bashjail``'s.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 from rigsmith.importing import vllmflags
+from rigsmith.importing.tracewords import trace_words
 from rigsmith.importing.unknown import placeholder
 
 _DECLARE = ("export", "local", "declare", "readonly", "typeset")
@@ -29,10 +29,7 @@ def empty_assigned(trace: Iterable[tuple[int, str]], reserved: Iterable[str]) ->
     empty: dict[str, int] = {}
     valued: set[str] = set()
     for line, cmd in trace:
-        try:
-            words = shlex.split(cmd)
-        except ValueError:
-            continue
+        words = trace_words(cmd)
         if words and words[0] in _DECLARE:
             words = [w for w in words[1:] if not w.startswith("-")]
         for word in words:

@@ -17,6 +17,7 @@ from pathlib import PurePosixPath
 from rigsmith.digits import ascii_digits
 from rigsmith.errors import shown
 from rigsmith.importing.jailrun import _BASH, _FILES, CWD, MAX_OUTPUT, RUN_SECONDS, _Run
+from rigsmith.importing.tracewords import trace_words
 from rigsmith.importing.unknown import placeholder
 from rigsmith.secretenv import is_secret_name
 
@@ -184,7 +185,7 @@ def _exe(path: str) -> str:
 def _limits_hit(got: _Run) -> list[str]:
     """Refusals for a run that did not end by itself, or that bash stopped with an error."""
     out = []
-    if got.status is None:
+    if got.status is None and not got.overflow:  # an overflow ends the run early
         out.append(
             f"bash did not finish the text within {RUN_SECONDS:g} seconds (a loop that never ends, a command "
             "waited on forever, or a fork bomb); rigsmith imports what a script launches, not what it does "
@@ -398,11 +399,7 @@ def _secret_values(traced: Sequence[tuple[int, str]]) -> Callable[[str], str]:
     ``python -c`` login, may be quoted with it)."""
     values: dict[str, str] = {}
     for _, cmd in traced:
-        try:
-            words = shlex.split(cmd)
-        except ValueError:
-            continue
-        for word in words:
+        for word in trace_words(cmd):
             name, eq, value = word.partition("=")
             if (
                 eq

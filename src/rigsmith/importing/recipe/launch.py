@@ -11,7 +11,7 @@ import yaml
 
 from rigsmith import spec as specmod
 from rigsmith import yamldoc
-from rigsmith.errors import RecipeError, shown
+from rigsmith.errors import RecipeError, listed, shown
 
 # -- intermediate ------------------------------------------------------------------------------------
 
@@ -96,7 +96,7 @@ def _provenance(source: str, sha256: str, meta: Meta) -> specmod.Provenance:
 def _refuse(source: str, problems: Sequence[str]) -> RecipeError:
     lines = [f"{source}: cannot import this recipe ({len(problems)} problem(s))"]
     # One line per problem: a recipe's line break inside a quoted value is escaped with the rest.
-    lines += [f"  - {shown(p)}" for p in problems]
+    lines += listed([f"  - {shown(p)}" for p in problems])
     return RecipeError(
         "\n".join(lines),
         hint="fix the recipe text (a local copy is fine: `invoke import-recipe PATH`) and import again",
