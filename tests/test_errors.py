@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rigsmith.errors import CommandError, RecipeError, RigsmithError, shown, shown_lines
+from rigsmith.errors import LISTED, CommandError, RecipeError, RigsmithError, SpecError, shown, shown_lines
 
 
 @pytest.mark.parametrize(
@@ -55,3 +55,14 @@ def test_a_failed_commands_stderr_is_escaped_and_an_empty_one_adds_no_line() -> 
     ]
     assert str(CommandError(["x"], 1, " \n\n")) == "command failed (exit 1): x"
     assert isinstance(err, RigsmithError)
+
+
+@pytest.mark.parametrize("count", [LISTED, LISTED + 1, 4096])
+def test_an_error_lists_twenty_problems_and_counts_the_rest(count: int) -> None:
+    # a text repeating one mistake (a doubled `--port x`) got a 528 KB message of 4,096 lines
+    err = SpecError("x.yaml", [(f"args[{i}]", "bad") for i in range(count)])
+    lines = err.message.splitlines()
+    assert lines[0] == f"x.yaml: {count} problem(s) in the deployment spec"
+    assert lines[1 : LISTED + 1] == [f"  args[{i}]: bad" for i in range(LISTED)]
+    assert lines[LISTED + 1 :] == ([] if count == LISTED else [f"  … and {count - LISTED} more"])
+    assert LISTED == 20

@@ -157,3 +157,12 @@ def test_the_words_of_a_traced_command_are_the_words_bash_ran(words: list[str]) 
     err = run.stderr.decode(errors="replace")  # as the jail reads it: bytes, no newline translation
     assert err.startswith("+ ") and err.endswith("\n")
     assert trace_words(err[2:-1]) == ["true", *words]
+
+
+def test_bytes_that_are_no_utf_8_are_read_as_the_jail_reads_the_trace() -> None:
+    words = [b"\xff", b"a\x80b", b"\xc3\xa9", b"\x1b[1m\x01"]
+    run = subprocess.run([b"bash", b"-xc", b'true "$@"', b"_", *words], capture_output=True, check=True)
+    assert trace_words(run.stderr.decode(errors="replace")[2:-1]) == [
+        "true",
+        *(w.decode(errors="replace") for w in words),
+    ]

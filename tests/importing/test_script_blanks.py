@@ -13,6 +13,7 @@ import pytest
 from rigsmith.importing import bashjail, recipe
 from rigsmith.importing.recipe.command import script as scriptform
 from tests.support.bashoracle import script_launches
+from tests.support.recipes import refusal
 
 BLANKS = {
     "unquoted, an option follows": (
@@ -36,6 +37,18 @@ BLANKS = {
         "  --tensor-parallel-size $TP --port 8000\n",
         {"MODEL_PATH": "--model", "TP": "--tensor-parallel-size"},
     ),
+    "local, in a function": (
+        'serve() {\n  local M=""\n  vllm serve --model $M --port 8000\n}\nserve\n',
+        {"M": "--model"},
+    ),
+    "the second of a repeated --flag=": (
+        'A=""\nvllm serve Qwen/Q3 --served-model-name=qwen --served-model-name=$A --port 8000\n',
+        {"A": "--served-model-name"},
+    ),
+    "declared with typeset -x": (
+        'typeset -x M=""\nvllm serve --model $M --port 8000\n',
+        {"M": "--model"},
+    ),
 }
 
 AS_BASH_RUNS = {
@@ -44,6 +57,9 @@ AS_BASH_RUNS = {
     "empty after a flag that has its value": 'EXTRA=""\nvllm serve Qwen/Q3 --port 8000 $EXTRA --seed 1\n',
     "empty after a boolean flag": 'EXTRA=""\nvllm serve Qwen/Q3 --trust-remote-code $EXTRA --port 8000\n',
     "assigned a value later": 'M=""\nM=Qwen/Qwen3-0.6B\nvllm serve --model $M --port 8000\n',
+    "an empty value's fallback": 'M=""\nvllm serve Qwen/Q3 --served-model-name ${M:-qwen} --port 8000\n',
+    "a fallback after --flag=": 'M=""\nvllm serve Qwen/Q3 --served-model-name=${M:-q} --port 8\n',
+    "appended to": 'M=""\nM+=""\nvllm serve Qwen/Q3 --served-model-name $M --port 8000\n',
     "an empty guard that sets a default": (
         'PORT=""\nif [ -z "$PORT" ]; then PORT=8001; fi\nvllm serve Qwen/Qwen3-0.6B --port $PORT\n'
     ),
@@ -90,6 +106,13 @@ def test_an_empty_variable_that_is_no_blank_stays_as_bash_runs_it(case: str, tmp
     dep = recipe.parse(text, source="t", sha256="0" * 64)
     assert dep.placeholders == {}
     assert not any("assigned only the empty string" in n for n in dep.notes)
+
+
+def test_a_variable_emptied_after_a_value_is_no_blank_and_its_bare_flag_is_refused() -> None:
+    # the author gave it a value and took it away: not a blank to fill, and vLLM would stop on the bare flag
+    text = 'M=Qwen/Qwen3-0.6B\nM=""\nvllm serve --model $M --port 8000\n'
+    assert bashjail.run(text).blanks == {}
+    assert "--model takes a value, but the option '--port' follows it" in refusal(text)
 
 
 def test_a_secret_left_blank_never_reaches_the_spec() -> None:

@@ -6,17 +6,13 @@ from __future__ import annotations
 import re
 
 #: One word of bash's trace as ``set -x`` quotes it (one space between words): bare, '…' (``'\''`` for a
-#: quote), $'…' (control characters), "…" or a backslashed character. Possessive and at C speed: a trace
-#: line can be megabytes (``A="$A$A"``), and shlex, which reads a character at a time in Python, took
-#: minutes on one.
-_TRACE_WORD_RE = re.compile(
-    r"""(?:[^ '"\\$]++|\$'(?:[^'\\]|\\.)*+'|'[^']*+'|"(?:[^"\\]|\\.)*+"|\\.|\$)++""", re.S
-)
-_TRACE_PART_RE = re.compile(
-    r"""\$'((?:[^'\\]|\\.)*)'|'([^']*)'|"((?:[^"\\]|\\.)*)"|\\(.)|([^'"\\$]+|\$)""", re.S
-)
+#: quote), $'…' (control characters) or a backslashed character. Possessive and at C speed: a trace line
+#: can be megabytes (``A="$A$A"``), and shlex, which reads a character at a time in Python, took minutes
+#: on one.
+_TRACE_WORD_RE = re.compile(r"(?:[^ '\\$]++|\$'(?:[^'\\]|\\.)*+'|'[^']*+'|\\.|\$)++", re.S)
+_TRACE_PART_RE = re.compile(r"\$'((?:[^'\\]|\\.)*)'|'([^']*)'|\\(.)|([^'\\$]+|\$)", re.S)
 _ANSI_C = dict(zip("abeEfnrtv", "\a\b\x1b\x1b\f\n\r\t\v", strict=True))
-_ANSI_C_RE = re.compile(r"(\\(?:[0-7]{1,3}|x[0-9A-Fa-f]{1,2}|.))", re.S)
+_ANSI_C_RE = re.compile(r"(\\(?:[0-7]{1,3}|.))", re.S)
 
 
 def trace_words(cmd: str) -> list[str]:
@@ -25,21 +21,18 @@ def trace_words(cmd: str) -> list[str]:
 
 
 def _unquoted(m: re.Match[str]) -> str:
-    ansi, single, double, escaped, plain = m.groups()
-    if ansi is not None:  # its octal and hex escapes are bytes (U+0080 is $'\302\200')
+    ansi, single, escaped, plain = m.groups()
+    if ansi is not None:  # its octal escapes are bytes (U+0080 is $'\302\200')
         return b"".join(map(_ansi_c, _ANSI_C_RE.split(ansi))).decode(errors="replace")
-    if double is not None:
-        return re.sub(r'\\([\\"$`])', r"\1", double)
     return next(part for part in (single, escaped, plain) if part is not None)
 
 
 def _ansi_c(piece: str) -> bytes:
-    """A piece of a $'…' word split at its escapes: an escape's bytes, or the text between them."""
+    """A piece of a $'…' word split at its escapes: an escape's bytes, or the text between them (bash
+    writes a byte it cannot print as three octal digits, never as \\x)."""
     if not piece.startswith("\\") or len(piece) < 2:
         return piece.encode()
     code = piece[1:]
-    if code[0] in "01234567":
+    if re.fullmatch(r"[0-7]+", code):
         return bytes([int(code, 8) & 0xFF])
-    if code[0] == "x" and len(code) > 1:
-        return bytes([int(code[1:], 16)])
     return _ANSI_C.get(code, code).encode()
