@@ -166,3 +166,20 @@ def test_bytes_that_are_no_utf_8_are_read_as_the_jail_reads_the_trace() -> None:
         "true",
         *(w.decode(errors="replace") for w in words),
     ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'vllm serve "${MODEL:?set MODEL first}" --port 8000\n',
+        ': "${MODEL:?give the model}"\nvllm serve "$MODEL" --port 8000\n',
+    ],
+)
+def test_a_variable_the_text_requires_with_colon_question_is_its_placeholder(
+    text: str, tmp_path: Path
+) -> None:
+    # `${NAME:?message}` is the author's "you must set this": bash stops there, rigsmith asks for it
+    dep = _parse(text)
+    assert list(dep.placeholders) == ["<MODEL>"]
+    assert any(n.startswith("line 1: $MODEL: MODEL has no value") for n in dep.notes), dep.notes
+    assert _served(text, tmp_path, dep)[:3] == ["<MODEL>", "--port", "8000"]
