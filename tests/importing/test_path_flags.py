@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -207,9 +208,8 @@ def test_a_dangerous_flag_path_needs_consent_like_any_mount(tmp_path: Path) -> N
 # -- on real podman --------------------------------------------------------------------------------
 
 
-def test_lora_draft_and_template_paths_are_read_inside_the_container_through_import_and_deploy(
-    tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str
-) -> None:
+def _data(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """A model, a LoRA adapter, a draft model (each a directory with a marker) and a chat template."""
     data = tmp_path / "data"
     model, lora, draft = data / "models" / "Qwen3-0.6B", data / "loras" / "sql", data / "drafts" / "eagle"
     for d, marker in ((model, "config.json"), (lora, "adapter_config.json"), (draft, "config.json")):
@@ -218,62 +218,90 @@ def test_lora_draft_and_template_paths_are_read_inside_the_container_through_imp
     template = data / "templates" / "chat.jinja"
     template.parent.mkdir()
     template.write_text("{{ messages }}", encoding="utf-8")
-    spec_conf = json.dumps({"model": str(draft), "num_speculative_tokens": 3})
-    argv = [
-        "vllm",
-        "serve",
-        str(model),
-        "--enable-lora",
-        "--lora-modules",
-        f"sql={lora}",
-        "--speculative-config",
-        spec_conf,
-        "--chat-template",
-        str(template),
-    ]
+    return model, lora, draft, template
+
+
+def _import(tmp_path: Path, text: str, image: str) -> tuple[Path, dict]:
+    """``text`` imported through the CLI as deployment ``paths``: the project root and the spec."""
     root = tmp_path / "project"
     (root / "deployments").mkdir(parents=True)
     source = tmp_path / "serve.sh"
-    source.write_text(shlex.join(argv) + "\n", encoding="utf-8")
-    name = "paths"
-
-    proc = invoke_cli(root, "import-recipe", str(source), "--name", name, "--image", standin_image)
+    source.write_text(text, encoding="utf-8")
+    proc = invoke_cli(root, "import-recipe", str(source), "--name", "paths", "--image", image)
     assert proc.returncode == 0, proc.stderr
-    spec_path = root / "deployments" / f"{name}.yaml"
-    spec = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    return root, yaml.safe_load((root / "deployments" / "paths.yaml").read_text(encoding="utf-8"))
+
+
+def _deployed_run(
+    tmp_path: Path, podman: Podman, root: Path, spec: dict, check: Callable[[], None]
+) -> list[str]:
+    """``spec`` (on this machine's fake GPU) deployed to podman and run; ``check`` runs while it does.
+    The argv the engine got."""
+    spec["resources"]["gpus"]["cdi_devices"] = [f"{FAKE_VENDOR}=0"]
+    (root / "deployments" / "paths.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["deploy", "--target", "podman", "--deployment", "paths", "--out", str(out)]
+    proc = invoke_cli(root, *argv, "--memlock", HOST_MEMLOCK)
+    assert proc.returncode == 0, proc.stderr
+    run = run_script(out / "podman" / "paths" / "run.sh", podman.env)
+    try:
+        assert run.returncode == 0, run.stderr
+        rec = parse_recording(podman.logs_until("paths", "Application startup complete"))
+        check()
+        return rec.argv
+    finally:
+        podman.run("rm", "--force", "--time", "0", "paths", check=False)
+
+
+def _readable_read_only(podman: Podman, lora: Path, draft: Path, template: Path) -> None:
+    for path, marker in ((lora, "adapter_config.json"), (draft, "config.json")):
+        seen = podman.run("exec", "paths", "cat", str(path / marker))
+        assert json.loads(seen.stdout) == {"which": path.name}
+    assert podman.run("exec", "paths", "cat", str(template)).stdout == "{{ messages }}"
+    wrote = podman.run("exec", "paths", "sh", "-c", f"echo x > {lora}/new", check=False)
+    assert wrote.returncode != 0 and not (lora / "new").exists()  # mounted read-only
+
+
+def test_lora_draft_and_template_paths_are_read_inside_the_container_through_import_and_deploy(
+    tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str
+) -> None:
+    model, lora, draft, template = _data(tmp_path)
+    spec_conf = json.dumps({"model": str(draft), "num_speculative_tokens": 3})
+    argv = ["vllm", "serve", str(model), "--enable-lora", "--lora-modules", f"sql={lora}"]
+    argv += ["--speculative-config", spec_conf, "--chat-template", str(template)]
+    root, spec = _import(tmp_path, shlex.join(argv) + "\n", standin_image)
     assert {(m["host"], m["container"], m.get("readonly"), m.get("kind", "dir")) for m in spec["mounts"]} == {
         (str(lora), str(lora), True, "dir"),
         (str(draft), str(draft), True, "dir"),
         (str(template), str(template), True, "file"),
     }
-    spec["resources"]["gpus"]["cdi_devices"] = [f"{FAKE_VENDOR}=0"]  # this machine's (fake) GPU
-    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-
-    out = tmp_path / "out"
-    proc = invoke_cli(
-        root,
-        "deploy",
-        "--target",
-        "podman",
-        "--deployment",
-        name,
-        "--out",
-        str(out),
-        "--memlock",
-        HOST_MEMLOCK,
+    got = _deployed_run(
+        tmp_path, podman, root, spec, lambda: _readable_read_only(podman, lora, draft, template)
     )
-    assert proc.returncode == 0, proc.stderr
-    run = run_script(out / "podman" / name / "run.sh", podman.env)
-    try:
-        assert run.returncode == 0, run.stderr
-        rec = parse_recording(podman.logs_until(name, "Application startup complete"))
-        # the recipe's argv, byte for byte, but the model word mapped to its mount (and served by its name)
-        assert rec.argv == ["serve", "/models/Qwen3-0.6B", *argv[3:], "--served-model-name", str(model)]
-        for path, marker in ((lora, "adapter_config.json"), (draft, "config.json")):
-            seen = podman.run("exec", name, "cat", str(path / marker))
-            assert json.loads(seen.stdout) == {"which": path.name}
-        assert podman.run("exec", name, "cat", str(template)).stdout == "{{ messages }}"
-        wrote = podman.run("exec", name, "sh", "-c", f"echo x > {lora}/new", check=False)
-        assert wrote.returncode != 0 and not (lora / "new").exists()  # mounted read-only
-    finally:
-        podman.run("rm", "--force", "--time", "0", name, check=False)
+    # the recipe's argv, byte for byte, but the model word mapped to its mount (and served by its name)
+    assert got == ["serve", "/models/Qwen3-0.6B", *argv[3:], "--served-model-name", str(model)]
+
+
+def test_relative_paths_filled_with_absolute_ones_are_mounted_at_them_by_deploy(
+    tmp_path: Path, podman: Podman, fake_cdi: Path, standin_image: str
+) -> None:
+    # a published script names its files where it ran, and a draft through a variable it never sets
+    model, lora, draft, template = _data(tmp_path)
+    text = (
+        f"vllm serve {model} --enable-lora --lora-modules sql=./loras/sql --chat-template chat.jinja \\\n"
+        '  --speculative-config "{\\"model\\": \\"$DRAFT\\", \\"num_speculative_tokens\\": 3}"\n'
+    )
+    root, spec = _import(tmp_path, text, standin_image)
+    assert spec.get("mounts", []) == []
+    assert spec["placeholders"] == {"<LORA_MODULES>": None, "<CHAT_TEMPLATE>": None, "<DRAFT>": None}
+    spec["placeholders"] = {
+        "<LORA_MODULES>": str(lora),
+        "<CHAT_TEMPLATE>": str(template),
+        "<DRAFT>": str(draft),
+    }
+    got = _deployed_run(
+        tmp_path, podman, root, spec, lambda: _readable_read_only(podman, lora, draft, template)
+    )
+    assert got[got.index("--lora-modules") + 1] == f"sql={lora}"
+    assert got[got.index("--chat-template") + 1] == str(template)
+    assert json.loads(got[got.index("--speculative-config") + 1])["model"] == str(draft)

@@ -23,6 +23,7 @@ from rigsmith.policy import dangerous_mounts, secret_flag, secret_flag_span
 from rigsmith.render import breaks_line
 from rigsmith.rendering import decisions, optins
 from rigsmith.rendering.envpaths import EnvPath, env_paths, unprovided
+from rigsmith.rendering.pathmounts import filled_paths
 from rigsmith.resolving import lock as lockmod
 
 #: What rigsmith.lock pins for the deployment (``RunPlan.lock_sha256``, first 16 hex digits) and the history
@@ -367,9 +368,10 @@ def make(
 
 
 def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement], home: str) -> list[PlanMount]:
-    """The model dir, the spec's mounts, then each secondary model's dir (read-only); ``~/`` is ``home``."""
+    """The model dir, the spec's mounts, each secondary model's dir (read-only), then each absolute path a
+    filled placeholder gives a flag (:mod:`.pathmounts`); ``~/`` is ``home``."""
     at = functools.partial(userhome.expand, home=home)
-    return [
+    mounts = [
         PlanMount(at(spec.model.local_dir), spec.model.container_path, True, "dir", None, "model"),
         *(
             PlanMount(at(spec.fill(m.host)), m.container, m.readonly, m.kind, m.sparse_size)
@@ -380,6 +382,8 @@ def _mounts(spec: specmod.Deployment, placed: list[secondary.Placement], home: s
             for p in placed
         ),
     ]
+    filled = filled_paths(spec, [m.container for m in mounts])
+    return [*mounts, *(PlanMount(f.path, f.path, f.readonly, f.kind) for f in filled)]
 
 
 #: The last few specs' digests: validation and the plan each build one from the same spec object, and

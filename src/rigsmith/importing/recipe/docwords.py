@@ -83,8 +83,8 @@ def fill(launch: Launch) -> None:
         _replace(launch, fp.arg, fp.value, token)
         launch.notes.append(
             f"args[{fp.arg}]: {fp.label} names '{shown(fp.value)}', {what}; it is the placeholder {token}: "
-            "fill it before deploy with the real path (absolute: add it to mounts, host and container the "
-            "same path, readonly: true)" + (f" or the Hub repo id (owner/name; {RULE})" if fp.role else "")
+            "fill it before deploy with the real absolute path, which every target mounts at that same path"
+            + (f", or the Hub repo id (owner/name; {RULE})" if fp.role else "")
         )
 
 

@@ -156,8 +156,8 @@ def place(launch: Launch, model_arg: int, notes: list[str], problems: list[str])
         if expands or specmod.PLACEHOLDER_RE.search(fp.value):
             what = "a Hub repo id or a path" if fp.role else "a path"
             notes.append(
-                f"args[{fp.arg}] {fp.label} {fp.value!r} is a value you fill ({what}); a path must be "
-                "mounted too: add it to mounts (host and container the same path, readonly: true)"
+                f"args[{fp.arg}] {fp.label} {fp.value!r} is a value you fill ({what}); filled with an "
+                "absolute path, every target mounts it at that same path"
             )
         elif fp.role is not None and not is_local(fp.value):
             out.secondary.append({"role": fp.role, "repo": fp.value, "name": fp.name, "arg": fp.arg})
