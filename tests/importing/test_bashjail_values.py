@@ -149,20 +149,25 @@ def test_a_placeholder_carried_whole_or_trimmed_of_a_prefix_imports(tmp_path: Pa
     assert _served(text, tmp_path, dep) == list(dep.engine.args)
 
 
+def _traced(words: list[bytes]) -> str:
+    """The command ``true WORDS…`` as bash's ``set -x`` writes it, read as the jail reads it (bytes
+    decoded, no newline translation)."""
+    run = subprocess.run([b"bash", b"-xc", b'true "$@"', b"_", *words], capture_output=True, check=True)
+    err = run.stderr.decode(errors="replace")
+    assert err.startswith("+ ") and err.endswith("\n")
+    return err[2:-1]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=12)))
 def test_the_words_of_a_traced_command_are_the_words_bash_ran(words: list[str]) -> None:
     # bash's own `set -x` quoting (bare, '…', $'…') read back: what blanks and the secret filter see
-    run = subprocess.run(["bash", "-xc", 'true "$@"', "_", *words], capture_output=True, check=True)
-    err = run.stderr.decode(errors="replace")  # as the jail reads it: bytes, no newline translation
-    assert err.startswith("+ ") and err.endswith("\n")
-    assert trace_words(err[2:-1]) == ["true", *words]
+    assert trace_words(_traced([w.encode() for w in words])) == ["true", *words]
 
 
 def test_bytes_that_are_no_utf_8_are_read_as_the_jail_reads_the_trace() -> None:
     words = [b"\xff", b"a\x80b", b"\xc3\xa9", b"\x1b[1m\x01"]
-    run = subprocess.run([b"bash", b"-xc", b'true "$@"', b"_", *words], capture_output=True, check=True)
-    assert trace_words(run.stderr.decode(errors="replace")[2:-1]) == [
+    assert trace_words(_traced(words)) == [
         "true",
         *(w.decode(errors="replace") for w in words),
     ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -233,10 +232,10 @@ def _import(tmp_path: Path, text: str, image: str) -> tuple[Path, dict]:
 
 
 def _deployed_run(
-    tmp_path: Path, podman: Podman, root: Path, spec: dict, check: Callable[[], None]
+    tmp_path: Path, podman: Podman, root: Path, spec: dict, paths: tuple[Path, ...]
 ) -> list[str]:
-    """``spec`` (on this machine's fake GPU) deployed to podman and run; ``check`` runs while it does.
-    The argv the engine got."""
+    """``spec`` (on this machine's fake GPU) deployed to podman and run, its LoRA, draft and template
+    ``paths`` checked readable and read-only inside while it runs. The argv the engine got."""
     spec["resources"]["gpus"]["cdi_devices"] = [f"{FAKE_VENDOR}=0"]
     (root / "deployments" / "paths.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     out = tmp_path / "out"
@@ -247,7 +246,7 @@ def _deployed_run(
     try:
         assert run.returncode == 0, run.stderr
         rec = parse_recording(podman.logs_until("paths", "Application startup complete"))
-        check()
+        _readable_read_only(podman, *paths)
         return rec.argv
     finally:
         podman.run("rm", "--force", "--time", "0", "paths", check=False)
@@ -275,9 +274,7 @@ def test_lora_draft_and_template_paths_are_read_inside_the_container_through_imp
         (str(draft), str(draft), True, "dir"),
         (str(template), str(template), True, "file"),
     }
-    got = _deployed_run(
-        tmp_path, podman, root, spec, lambda: _readable_read_only(podman, lora, draft, template)
-    )
+    got = _deployed_run(tmp_path, podman, root, spec, (lora, draft, template))
     # the recipe's argv, byte for byte, but the model word mapped to its mount (and served by its name)
     assert got == ["serve", "/models/Qwen3-0.6B", *argv[3:], "--served-model-name", str(model)]
 
@@ -299,9 +296,7 @@ def test_relative_paths_filled_with_absolute_ones_are_mounted_at_them_by_deploy(
         "<CHAT_TEMPLATE>": str(template),
         "<DRAFT>": str(draft),
     }
-    got = _deployed_run(
-        tmp_path, podman, root, spec, lambda: _readable_read_only(podman, lora, draft, template)
-    )
+    got = _deployed_run(tmp_path, podman, root, spec, (lora, draft, template))
     assert got[got.index("--lora-modules") + 1] == f"sql={lora}"
     assert got[got.index("--chat-template") + 1] == str(template)
     assert json.loads(got[got.index("--speculative-config") + 1])["model"] == str(draft)

@@ -30,7 +30,7 @@ def _unquoted(m: re.Match[str]) -> str:
 def _ansi_c(piece: str) -> bytes:
     """A piece of a $'…' word split at its escapes: an escape's bytes, or the text between them (bash
     writes a byte it cannot print as three octal digits, never as \\x)."""
-    if not piece.startswith("\\") or len(piece) < 2:
+    if not piece.startswith("\\"):  # a text piece: the split leaves no backslash outside an escape
         return piece.encode()
     code = piece[1:]
     if re.fullmatch(r"[0-7]+", code):
