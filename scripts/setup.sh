@@ -18,6 +18,10 @@ fi
 
 python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
 
+# podman makes its machine-wide lock file (/dev/shm/libpod_lock) on its first use; make it here, as the engine's
+# own state, so that .ci/leftovers on a brand-new machine sees only what the tests leave.
+podman info >/dev/null
+
 # Tools the tests check generated artifacts with (quadlet generator, podman-compose 1.0.6), cached.
 bash .ci/fetch-test-tools
 
