@@ -1,10 +1,12 @@
-"""The one Jinja environment and the quoting filters. Templates hold layout; decisions live in Python."""
+"""The one Jinja environment, the quoting filters and the YAML writer of generated files. Templates hold
+layout; decisions live in Python."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from functools import cache
@@ -13,6 +15,7 @@ from typing import Any
 
 import jinja2
 import jinja2.bccache
+import yaml
 
 from rigsmith.writer import BANNER_MARK
 
@@ -132,3 +135,51 @@ def render_in(template: str, overlay: Path | None, context: Mapping[str, Any]) -
     """Render ``template`` found in templates/ or else in ``overlay`` (a per-image override that
     ``{% extends %}`` a shipped template)."""
     return environment(TEMPLATES, overlay).get_template(template).render(**context)
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+#: Plain scalars that some YAML reader types as non-string: YAML 1.2 core (``1e5``, ``0o17``, ``.inf``),
+#: YAML 1.1 (``yes``/``on``/``y``, ``1_000``, sexagesimal ``12:30:00``, ``0b101``, ``017``) and Go's
+#: yaml/strconv (podman kube play, Kubernetes: ``0x1F``, underscores, ``+1``). PyYAML's own resolver (YAML
+#: 1.1) misses the 1.2 and Go forms, so a string matching this is emitted quoted. ``\Z``: ``$`` would
+#: accept a trailing newline.
+_TYPED_PLAIN = re.compile(
+    r"""(?:
+      ~|null|Null|NULL
+    | y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF
+    | [-+]?(?:0[bB][01_]*|0[oO][0-7_]*|0[xX][0-9a-fA-F_]*)
+    | [-+]?[0-9][0-9_]*(?::[0-5]?[0-9])*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?
+    | [-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    | [-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)
+    )\Z""",
+    re.VERBOSE,
+)
+_TYPED_TAG = "tag:rigsmith,2026:typed-plain"
+_NoAliasDumper.add_implicit_resolver(_TYPED_TAG, _TYPED_PLAIN, None)
+
+
+def _str_scalar(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    # Double quotes whenever a character would be folded or dropped in any other style: a line break of
+    # any class (single quotes fold NEL/U+2028/U+2029 into a space) or anything unprintable; the
+    # double-quoted style escapes them (\N, \L, \P, \x00).
+    literal = not line_breaks(value) and value.isprintable() and "\ufeff" not in value
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=None if literal else '"')
+
+
+_NoAliasDumper.add_representer(str, _str_scalar)
+
+
+def yaml_text(*docs: Any, explicit_start: bool = False) -> str:
+    """YAML for generated files: key order kept, no anchors/aliases, unicode kept, no line folding."""
+    return yaml.dump_all(
+        docs,
+        Dumper=_NoAliasDumper,
+        sort_keys=False,
+        allow_unicode=True,
+        width=10_000,
+        explicit_start=explicit_start,
+    )

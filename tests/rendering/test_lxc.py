@@ -13,7 +13,7 @@ from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.rendering.targets import LxcOptions, lxc, pvekeys
-from rigsmith.rendering.targets.common import timings
+from rigsmith.rendering.targets.timing import timings
 from tests.support.common import prepare_host_dirs, require, standin_deployment, write_project
 from tests.support.liblxc import liblxc_config, lxc_execute
 from tests.support.targets import CT_VENV, SEEDS, as_venv, conf_pairs, fake_ct, render_seed

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from rigsmith.rendering import deploy
-from rigsmith.rendering.targets.common import timings
 from rigsmith.rendering.targets.lxcservice import venv_workdir
+from rigsmith.rendering.targets.timing import timings
 from tests.support.common import HOST_MEMLOCK, standin_deployment, write_project
 from tests.support.facts import split_systemd
 from tests.support.podman import RECORDER, parse_recording

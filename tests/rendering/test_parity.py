@@ -22,7 +22,7 @@ import yaml
 
 from rigsmith.rendering import deploy
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets.common import timings
+from rigsmith.rendering.targets.timing import timings
 from tests.support.common import prepare_host_dirs, standin_deployment, write_project
 from tests.support.facts import exec_start, ini_values, podman_facts, split_systemd
 from tests.support.podman import Podman

@@ -19,7 +19,7 @@ from rigsmith.operating.lifecycle import lifecycle
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets.common import timings
+from rigsmith.rendering.targets.timing import timings
 from rigsmith.spec import loads
 from tests.support.common import HOST_MEMLOCK, standin_deployment, write_project
 from tests.support.podman import parse_recording

@@ -7,9 +7,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rigsmith.render import yaml_text
 from rigsmith.rendering.targets import lxc
-from rigsmith.rendering.targets.common import duration, k8s_quantity, yaml_text
 from rigsmith.rendering.targets.ini import sections, systemd_words
+from rigsmith.rendering.targets.kube import k8s_quantity
 from tests.support.facts import split_systemd
 
 _word = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1).filter(
@@ -35,8 +36,7 @@ def test_sections_keep_first_appearance_order_and_repeated_keys() -> None:
     ]
 
 
-def test_durations_and_quantities() -> None:
-    assert [duration(s) for s in (45, 60, 70, 720, 3600, 5400)] == ["45s", "1m", "70s", "12m", "1h", "1h30m"]
+def test_kubernetes_quantities() -> None:
     assert [k8s_quantity(n) for n in (8 * 2**30, 512 * 2**20, 1000)] == ["8Gi", "512Mi", "1000"]
 
 

@@ -12,7 +12,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError, SpecError
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.targets import RenderContext, find
-from rigsmith.rendering.targets.common import problems as target_problems
+from rigsmith.rendering.targets.refusals import problems as target_problems
 from rigsmith.resolving import lock as lockmod
 
 

@@ -43,7 +43,7 @@ from rigsmith.operating.lifecycle.verify import SPEC_LABEL, inspect_argv, parse_
 from rigsmith.operating.probes import CmdResult
 from rigsmith.rendering.cluster import POLL_SECONDS, NodePlan
 from rigsmith.rendering.plan import LOCK_LABEL
-from rigsmith.rendering.targets.common import health_argv
+from rigsmith.rendering.targets.timing import health_argv
 from rigsmith.resolving import lock as lockmod
 from rigsmith.spec import DEFAULT_NODE_DIR, Deployment
 

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from rigsmith.operating.lifecycle.wait import timeout_for
-from rigsmith.render import banner, escape_line_breaks
+from rigsmith.render import banner, escape_line_breaks, yaml_text
 from rigsmith.rendering.plan import local_url
-from rigsmith.rendering.targets.common import yaml_text
 from rigsmith.spec import Deployment
 from rigsmith.writer import BANNER_MARK, Artifact
 

@@ -17,23 +17,18 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from rigsmith import render as tpl
-from rigsmith.render import banner, breaks_line, shquote
+from rigsmith.render import banner, breaks_line, shquote, yaml_text
 from rigsmith.rendering.plan import PlanMount, RunPlan
-from rigsmith.rendering.targets.common import (
+from rigsmith.rendering.targets.context import RenderContext
+from rigsmith.rendering.targets.filecheck import file_checks
+from rigsmith.rendering.targets.refusals import Check, expressed, refuse, runs_container, volume_problems
+from rigsmith.rendering.targets.timing import (
     HEALTH_INTERVAL,
     HEALTH_RETRIES,
     HEALTH_TIMEOUT,
-    Check,
-    expressed,
-    file_checks,
     health_argv,
-    refuse,
-    runs_container,
     timings,
-    volume_problems,
-    yaml_text,
 )
-from rigsmith.rendering.targets.context import RenderContext
 from rigsmith.writer import Artifact
 
 

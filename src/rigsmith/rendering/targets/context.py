@@ -60,5 +60,5 @@ class RenderContext:
 
 
 Renderer = Callable[[RunPlan, RenderContext], list[Artifact]]
-#: (field path, message) problems a target finds in a plan; see ``common.Check``.
+#: (field path, message) problems a target finds in a plan; see ``refusals.Check``.
 Checker = Callable[[RunPlan, RenderContext], list[tuple[str, str]]]

@@ -16,21 +16,11 @@ from typing import Any
 
 from rigsmith import render as tpl
 from rigsmith.digits import ascii_digits
-from rigsmith.render import banner
+from rigsmith.render import banner, yaml_text
 from rigsmith.rendering.plan import RunPlan, reach_host
-from rigsmith.rendering.targets.common import (
-    HEALTH_INTERVAL,
-    HEALTH_TIMEOUT,
-    Check,
-    expressed,
-    k8s_quantity,
-    refuse,
-    runs_container,
-    timings,
-    volume_problems,
-    yaml_text,
-)
 from rigsmith.rendering.targets.context import RenderContext
+from rigsmith.rendering.targets.refusals import Check, expressed, refuse, runs_container, volume_problems
+from rigsmith.rendering.targets.timing import HEALTH_INTERVAL, HEALTH_TIMEOUT, timings
 from rigsmith.writer import Artifact
 
 
@@ -241,3 +231,11 @@ def render(plan: RunPlan, ctx: RenderContext) -> list[Artifact]:
         files=file_steps(plan),
     )
     return [Artifact(ctx.out / "kube" / f"{plan.name}.yaml", text)]
+
+
+def k8s_quantity(n: int) -> str:
+    """Bytes as a Kubernetes quantity (``8Gi`` when exact)."""
+    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)

@@ -24,18 +24,12 @@ from typing import Any
 from rigsmith import render as tpl
 from rigsmith import spec as specmod
 from rigsmith.errors import SpecError
-from rigsmith.render import banner
+from rigsmith.render import banner, yaml_text
 from rigsmith.rendering import cluster
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets.common import (
-    cannot_express,
-    refuse,
-    runs_container,
-    volume_problems,
-    yaml_text,
-)
 from rigsmith.rendering.targets.context import RenderContext
 from rigsmith.rendering.targets.kube import manifests, object_name
+from rigsmith.rendering.targets.refusals import cannot_express, refuse, runs_container, volume_problems
 from rigsmith.writer import Artifact
 
 #: Stand-in node addresses (valid host names) swapped for the shell words each pod uses.

@@ -32,19 +32,19 @@ from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.render import banner, breaks_line
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.rendering.targets import pctconf
-from rigsmith.rendering.targets.common import (
-    FILE_CHECK,
+from rigsmith.rendering.targets.context import LxcOptions, RenderContext
+from rigsmith.rendering.targets.filecheck import FILE_CHECK
+from rigsmith.rendering.targets.lxcservice import SECRETS_DIR, unit_text, venv_program
+from rigsmith.rendering.targets.podman import run_lines
+from rigsmith.rendering.targets.pvekeys import PVE_KEYS, Version, check
+from rigsmith.rendering.targets.refusals import (
     Check,
     cannot_express,
     entrypoint_problems,
     mount_fields,
-    timings,
     volume_problems,
 )
-from rigsmith.rendering.targets.context import LxcOptions, RenderContext
-from rigsmith.rendering.targets.lxcservice import SECRETS_DIR, unit_text, venv_program
-from rigsmith.rendering.targets.podman import run_lines
-from rigsmith.rendering.targets.pvekeys import PVE_KEYS, Version, check
+from rigsmith.rendering.targets.timing import timings
 from rigsmith.writer import BANNER_MARK, Artifact
 
 #: Device nodes per CDI vendor/class: per-GPU node pattern, shared nodes, and which may be absent.
@@ -259,7 +259,7 @@ _CT_ROOT = (
 
 def file_hook(path: str, size: int | None) -> str:
     """The ``lxc.hook.pre-start`` command for a file mount: the check the other targets run before their
-    container starts (:data:`~rigsmith.rendering.targets.common.FILE_CHECK`), run on the PVE host before
+    container starts (:data:`~rigsmith.rendering.targets.filecheck.FILE_CHECK`), run on the PVE host before
     liblxc applies the CT's mounts (without it a missing file is liblxc's "Failed to mount" and no start).
     liblxc runs the value with ``sh -c``, appending the CT name, section and hook type (ignored)."""
     return (

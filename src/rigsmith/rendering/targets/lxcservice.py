@@ -11,8 +11,8 @@ from rigsmith import render as tpl
 from rigsmith.render import banner
 from rigsmith.rendering.plan import RunPlan
 from rigsmith.rendering.targets import ini
-from rigsmith.rendering.targets.common import RESTART_SEC, timings
 from rigsmith.rendering.targets.context import RenderContext
+from rigsmith.rendering.targets.timing import RESTART_SEC, timings
 
 #: Where provision.sh writes a venv service's secret env file (0600), read by its EnvironmentFile=.
 SECRETS_DIR = "/etc/rigsmith"

@@ -8,8 +8,9 @@ import re
 from rigsmith import render as tpl
 from rigsmith.render import banner, shpath, shquote
 from rigsmith.rendering.plan import PlanMount, RunPlan
-from rigsmith.rendering.targets.common import (
-    FILE_CHECK,
+from rigsmith.rendering.targets.context import RenderContext
+from rigsmith.rendering.targets.filecheck import FILE_CHECK
+from rigsmith.rendering.targets.refusals import (
     Check,
     entrypoint_problems,
     expressed,
@@ -17,7 +18,6 @@ from rigsmith.rendering.targets.common import (
     runs_container,
     volume_problems,
 )
-from rigsmith.rendering.targets.context import RenderContext
 from rigsmith.writer import Artifact
 
 

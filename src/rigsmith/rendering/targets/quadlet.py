@@ -14,26 +14,28 @@ from dataclasses import dataclass
 from rigsmith import render as tpl
 from rigsmith.render import banner
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.rendering.targets.common import (
-    HEALTH_INTERVAL,
-    HEALTH_RETRIES,
-    HEALTH_TIMEOUT,
-    RESTART_SEC,
+from rigsmith.rendering.targets.context import RenderContext
+from rigsmith.rendering.targets.filecheck import file_checks
+from rigsmith.rendering.targets.ini import Entry, sections, specifiers, systemd_word, systemd_words
+from rigsmith.rendering.targets.refusals import (
     Check,
     cannot_express,
     entrypoint_problems,
     expressed,
-    file_checks,
-    health_argv,
     line_value_problems,
     mount_fields,
     refuse,
     runs_container,
-    timings,
     volume_problems,
 )
-from rigsmith.rendering.targets.context import RenderContext
-from rigsmith.rendering.targets.ini import Entry, sections, specifiers, systemd_word, systemd_words
+from rigsmith.rendering.targets.timing import (
+    HEALTH_INTERVAL,
+    HEALTH_RETRIES,
+    HEALTH_TIMEOUT,
+    RESTART_SEC,
+    health_argv,
+    timings,
+)
 from rigsmith.writer import Artifact
 
 Version = tuple[int, int, int]
