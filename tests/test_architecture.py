@@ -32,7 +32,6 @@ CORE = (
     "rigsmith.render",
     "rigsmith.merge",
     "rigsmith.yamldoc",  # a document from the internet as a plain tree
-    "rigsmith.placement",  # where secondary models live (the spec validates with it)
     "rigsmith.imageref",  # image references: import refuses what deploy would (issue 25)
 )
 

@@ -16,14 +16,14 @@ import json
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 
-from rigsmith.placement import CONTAINER_ROOT as CONTAINER_ROOT
-from rigsmith.placement import TOKENIZER_PATTERNS as TOKENIZER_PATTERNS
-from rigsmith.placement import Placement as Placement
-from rigsmith.placement import json_value, split_word
-from rigsmith.placement import named_repo as named_repo
-from rigsmith.placement import placement_problem as placement_problem
-from rigsmith.placement import placements as placements
 from rigsmith.spec import Deployment, ModelSpec
+from rigsmith.spec.placement import CONTAINER_ROOT as CONTAINER_ROOT
+from rigsmith.spec.placement import TOKENIZER_PATTERNS as TOKENIZER_PATTERNS
+from rigsmith.spec.placement import Placement as Placement
+from rigsmith.spec.placement import json_value, split_word
+from rigsmith.spec.placement import named_repo as named_repo
+from rigsmith.spec.placement import placement_problem as placement_problem
+from rigsmith.spec.placement import placements as placements
 
 
 def view(spec: Deployment, p: Placement) -> Deployment:

@@ -6,8 +6,10 @@ collect every validation problem with its field path, and round-trip: ``load(dum
 One module a section of the YAML: ``model`` (model, secondary_models), ``engine`` (engine, env),
 ``resources`` (resources, mounts), ``serving`` (readiness, network, benchmarks, proxy), ``provenance``
 (provenance, not_taken), ``cluster``; ``deployment`` holds them together, ``fields`` is what they are built
-from, and ``loading`` reads and writes a spec file (``load``, ``loads``, ``from_data``, ``dump``,
-``to_data``, ``json_schema``). Import the names from here: ``from rigsmith import spec``, ``spec.load(path)``.
+from, ``placement`` is where secondary models live (the rules the spec refuses a layout by;
+``rigsmith.secondary`` builds on them), and ``loading`` reads and writes a spec file (``load``, ``loads``,
+``from_data``, ``dump``, ``to_data``, ``json_schema``). Import the names from here: ``from rigsmith import
+spec``, ``spec.load(path)``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from pydantic import Field, model_validator
 
 from rigsmith.modeldir import HINT as MODEL_DIR_HINT
 from rigsmith.modeldir import model_dir_problem
-from rigsmith.placement import placement_problem
 from rigsmith.spec.cluster import Cluster
 from rigsmith.spec.engine import EngineSpec, EnvVar
 from rigsmith.spec.fields import (
@@ -23,6 +22,7 @@ from rigsmith.spec.fields import (
     repeated,
 )
 from rigsmith.spec.model import ModelSpec, SecondaryModel
+from rigsmith.spec.placement import placement_problem
 from rigsmith.spec.provenance import IMAGE_NOT_TAKEN, NotTaken, Provenance
 from rigsmith.spec.resources import Mount, Resources
 from rigsmith.spec.serving import Benchmark, Network, Proxy, Readiness
