@@ -91,8 +91,9 @@ def test_deploy_check_of_one_target_loads_no_other_target(tmp_path: Path) -> Non
     code += "from rigsmith.rendering import deploy\n"
     code += f"deploy.deploy(Project(Path({str(project.root)!r})), 'podman', deployment={seed!r}, check=True)"
     targets = [m for m in _loaded_after(code) if m.startswith("rigsmith.rendering.targets.")]
-    # common, ini and context are shared; every other module there is one target (or one form of it).
-    shared = {"common", "context", "ini"}
+    # timing, refusals, filecheck, ini and context are shared; every other module there is one target (or one
+    # form of it).
+    shared = {"timing", "refusals", "filecheck", "context", "ini"}
     assert sorted(m.rpartition(".")[2] for m in targets if m.rpartition(".")[2] not in shared) == ["podman"]
 
 
