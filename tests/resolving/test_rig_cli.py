@@ -191,6 +191,8 @@ def test_a_3090_beside_a_3060_splits_the_layers_by_free_memory_and_never_tp(tmp_
     assert column(r.stdout, "layout") == "TP1×PP2 KV auto" and "TP2" not in r.stdout
     parts = [int(n) for n in column(r.stdout, "layers per stage").split(",")]
     assert parts[0] > 2 * parts[1], parts  # the 24 GiB card takes the larger share
+    # and the words say so: the smaller card is why, not the LM head its stage also holds
+    assert "GPU1 has 12.00 GiB free where the largest card has 24.00" in flat(r.stdout)
     assert fit_cli(root, smi, "--apply", "1").returncode == 0
     p, spec, weights = applied(path, a)
     assert p.pp_partition == tuple(parts) and weights[0] > 2 * weights[1]

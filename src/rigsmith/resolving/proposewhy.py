@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rigsmith.resolving.fit import KV_DTYPE_BYTES, MiB
+from rigsmith.resolving.fit import KV_DTYPE_BYTES, GiB, MiB
 from rigsmith.resolving.fitparams import pp_partition
 from rigsmith.resolving.layout import Layout, Summary
 from rigsmith.resolving.propose import Card, Proposal
@@ -29,14 +29,21 @@ def _split_reasons(p: Proposal, s: Summary) -> list[str]:
     lay, n = p.layout, s.shape.num_layers
     even = tuple(b - a for a, b in pp_partition(n, lay.pp))
     parts = lay.parts(n)
+    most = max(r.card.has for r in p.ranks)
     out = []
     for st, (got, want) in enumerate(zip(parts, even, strict=True)):
         cards = [r.card for r in p.ranks[st * lay.tp : (st + 1) * lay.tp]]
         if got < want:
             squat = [(c, sum(b for _, b in c.squatters)) for c in cards if c.squatters]
+            smallest = min(cards, key=lambda c: c.has)
             if squat:
                 c, b = squat[0]
                 out.append(f"GPU {c.index} holds a {b // MiB} MiB process: {_layers(want - got)} fewer there")
+            elif smallest.has < most:  # a smaller card (a 3060 beside 3090s) before the stage's own extras
+                out.append(
+                    f"{_gpus(cards)} has {smallest.has / GiB:.2f} GiB free where the largest card has "
+                    f"{most / GiB:.2f}: {_layers(want - got)} fewer there"
+                )
             elif st == lay.pp - 1:
                 extra = "the LM head" + (" and the MTP module" if p.params.mtp else "")
                 out.append(
