@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigsmith.errors import RecipeError
-from rigsmith.importing import bashjail, jailrun, recipe
+from rigsmith.importing import bashjail, jailread, jailrun, recipe
 from rigsmith.importing.recipe.command import script as scriptform
 from rigsmith.spec import Deployment
 from tests.support.bashoracle import recording
@@ -454,7 +454,19 @@ def test_the_refusal_quotes_the_recipes_text_through_shown() -> None:
     assert "\x1b" not in message and "\x07" not in message
 
 
-@pytest.mark.parametrize("startup", ["~/.bashrc", "~/.zshrc", "$HOME/.bash_profile", "/etc/profile"])
+@pytest.mark.parametrize(
+    "startup",
+    [
+        "~/.bashrc",
+        "~/.zshrc",
+        "$HOME/.bash_profile",
+        "/etc/profile",
+        "~/.profile",
+        "~/.zprofile",
+        "~/.zshenv",
+        "/etc/bash.bashrc",
+    ],
+)
 def test_sourcing_the_shells_startup_file_is_a_note_and_another_file_is_refused(startup: str) -> None:
     dep = _parse(f"source {startup}\nconda activate vllm\nvllm serve Qwen/Qwen3-0.6B --port 8000\n")
     assert dep.engine.args == ("Qwen/Qwen3-0.6B", "--port", "8000")
@@ -485,3 +497,66 @@ def test_a_plain_command_is_told_apart_without_a_parser() -> None:
     for text in ("vllm serve $M", "vllm serve m > log", "A=1; vllm serve m", "vllm serve m\nvllm serve n",
                  "vllm serve m &", "vllm serve `cat x`", "vllm serve ~/m", "vllm serve 'x"):  # fmt: skip
         assert not scriptform.plain_command(text)
+
+
+def test_a_text_bash_cannot_hold_in_memory_is_refused_naming_the_jails_limit() -> None:
+    message = refusal("printf -v A '%*s' 200000000 ''\nvllm serve Qwen/Qwen3-0.6B\n")
+    assert "cannot allocate" in message and "(the jail allows 128 MiB of memory a process)" in message
+    # another of bash's errors is not put down to a limit of the jail
+    other = refusal('read -r M < conf/model.txt\nvllm serve "$M"\n')
+    assert "128 MiB" not in other and "32 processes" not in other
+
+
+@pytest.mark.parametrize("subshells", [199, 200])
+def test_processes_count_to_the_limit_with_the_texts_own_shell_among_them(subshells: int) -> None:
+    answer = bashjail.run(f"for i in {{1..{subshells}}}; do (:); done\nvllm serve Qwen/Qwen3-0.6B\n")
+    assert [list(c.argv) for c in answer.calls] == [["vllm", "serve", "Qwen/Qwen3-0.6B"]]
+    started = subshells + 1
+    if started <= jailread.MAX_PROCESSES:
+        assert answer.problems == []
+    else:
+        assert [p.split(" (")[0] for p in answer.problems] == [f"the text starts {started} processes"]
+
+
+def test_a_positional_parameter_past_99_is_bashs_refusal_not_a_placeholder() -> None:
+    assert "line 1: bash stops with 100: unbound variable" in refusal('vllm serve a/b --x "${100}"\n')
+    assert _parse('vllm serve a/b --x "${99}"\n').engine.args == ("a/b", "--x", "<99>")
+
+
+def test_a_variable_unset_after_its_placeholder_is_refused_after_two_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs: list[object] = []
+    once = bashjail._once
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        runs.append(args)
+        return once(*args, **kwargs)
+
+    monkeypatch.setattr(bashjail, "_once", counted)
+    answer = bashjail.run('echo "$M"\nunset M\nvllm serve "$M"\n')
+    assert answer.problems == ["line 3: bash stops with M: unbound variable"]
+    assert len(runs) == 2  # M learned once, not again on every run up to the limit
+
+
+@pytest.mark.parametrize("kind", ["D", "O"])
+def test_a_forged_record_with_too_few_fields_changes_nothing(kind: str) -> None:
+    # the record descriptor is the text's to write to: a decision or an outside command's record needs two
+    # fields (a value or token, and a command); one is no decision and no command
+    launch = "vllm serve Qwen/Qwen3-0.6B --port 8000\n"
+    forged = _parse(f"printf '%s\\0' {kind} 1 1 x >&\"$__RS_RFD\"\n{launch}")
+    plain = _parse(launch)
+    assert (forged.engine.args, forged.notes) == (plain.engine.args, plain.notes)
+
+
+def test_an_empty_defaults_note_names_its_line_counted_from_the_texts_first() -> None:
+    notes = _parse("\n\nvllm serve ${MODEL:-} --port 8000\n").notes
+    assert any(n.startswith("line 3: $MODEL: MODEL has no value") for n in notes), notes
+
+
+def test_bashs_errors_are_listed_up_to_eight() -> None:
+    text = "".join(f"read -r M{i} < conf/m{i}.txt\n" for i in range(10)) + "vllm serve Qwen/Qwen3-0.6B\n"
+    problems = bashjail.run(text).problems
+    assert problems == [
+        f"line {i + 1}: bash stops with conf/m{i}.txt: No such file or directory" for i in range(8)
+    ]
