@@ -221,11 +221,50 @@ def test_a_usage_guard_on_an_argument_imports_with_the_placeholder(guard: str, t
 
 
 @pytest.mark.parametrize(
-    "test", ['[ "$1" = foo ]', '[ -d "$1" ]', "[[ -z $1 || $1 == x ]]", '[ -z "$1" ] || [ "$1" != a/b ]']
+    "test",
+    [
+        '[ "$1" = foo ]',
+        '[ -d "$1" ]',
+        "[[ -z $1 || $1 == x ]]",
+        '[ -z "$1" ] || [ "$1" != a/b ]',
+        # a case word is expanded where the command runs: "$1" is the text's argument, not the trap's own
+        'case "$1" in foo) true;; *) false;; esac',
+        "case ${1%/*} in Qwen) true;; *) false;; esac",
+    ],
 )
 def test_a_test_of_what_a_placeholder_holds_is_still_refused(test: str) -> None:
     message = refusal(f'if {test}; then exit 1; fi\nvllm serve "$1"\n')
     assert "bash decides on the placeholder <1>" in message
+
+
+def test_a_case_on_a_placeholder_is_refused_quoting_the_case() -> None:
+    message = refusal('case "$1" in a*) T=2;; *) T=1;; esac\nvllm serve Qwen/Qwen3-0.6B -tp $T\n')
+    assert (
+        'line 1: bash decides on the placeholder <1> (case "$1" in), a value the text does not give'
+        in message
+    )
+
+
+def test_a_case_on_a_functions_own_argument_is_the_functions() -> None:
+    dep = _parse(
+        'tp() { case "$1" in big) T=4;; *) T=1;; esac; }\ntp big\nvllm serve Qwen/Qwen3-0.6B -tp $T\n'
+    )
+    assert dep.engine.args == ("Qwen/Qwen3-0.6B", "-tp", "4")
+
+
+@pytest.mark.parametrize(
+    ("uses", "note"),
+    [
+        ('"$1"', "the text uses its argument $1, which nobody passes here; it is the placeholder <1>,"),
+        (
+            '"$1" --x "$2"',
+            "the text uses its arguments $1..$2, which nobody passes here; they are the placeholders "
+            "<1>..<2>",
+        ),
+    ],
+)
+def test_the_arguments_note_counts_them(uses: str, note: str) -> None:
+    assert any(n.startswith(note) for n in _parse(f"vllm serve {uses}\n").notes)
 
 
 def test_a_command_whose_output_does_not_reach_the_launch_is_a_note() -> None:
@@ -523,20 +562,27 @@ def test_a_positional_parameter_past_99_is_bashs_refusal_not_a_placeholder() -> 
     assert _parse('vllm serve a/b --x "${99}"\n').engine.args == ("a/b", "--x", "<99>")
 
 
-def test_a_variable_unset_after_its_placeholder_is_refused_after_two_runs(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("text", "problem", "runs"),
+    [
+        ('echo "$M"\nunset M\nvllm serve "$M"\n', "line 3: bash stops with M: unbound variable", 2),
+        ('vllm serve a/b --x "${100}"\n', "line 1: bash stops with 100: unbound variable", 1),
+    ],
+    ids=["unset-after-its-placeholder", "argument-past-99"],
+)
+def test_what_bash_cannot_be_taught_is_refused_without_running_it_again_and_again(
+    text: str, problem: str, runs: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runs: list[object] = []
+    ran: list[object] = []
     once = bashjail._once
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        runs.append(args)
+        ran.append(args)
         return once(*args, **kwargs)
 
     monkeypatch.setattr(bashjail, "_once", counted)
-    answer = bashjail.run('echo "$M"\nunset M\nvllm serve "$M"\n')
-    assert answer.problems == ["line 3: bash stops with M: unbound variable"]
-    assert len(runs) == 2  # M learned once, not again on every run up to the limit
+    assert bashjail.run(text).problems == [problem]
+    assert len(ran) == runs  # a name learned once, not again on every run up to the limit
 
 
 @pytest.mark.parametrize("kind", ["D", "O"])
@@ -560,3 +606,19 @@ def test_bashs_errors_are_listed_up_to_eight() -> None:
     assert problems == [
         f"line {i + 1}: bash stops with conf/m{i}.txt: No such file or directory" for i in range(8)
     ]
+
+
+def test_exec_is_a_note_only_where_it_runs_the_launch() -> None:
+    said = "'exec' dropped"
+    assert any(said in n for n in _parse("exec vllm serve Qwen/Qwen3-0.6B\n").notes)
+    assert not any(said in n for n in _parse("exec 3>&1\nvllm serve Qwen/Qwen3-0.6B\n").notes)
+
+
+def test_a_file_written_at_the_root_is_refused_and_the_jails_root_stays() -> None:
+    message = refusal("vllm serve Qwen/Qwen3-0.6B > /server.log 2>&1\n")
+    assert "line 1: bash stops with /server.log: Read-only file system" in message
+
+
+def test_a_forged_records_line_that_is_no_number_is_no_line_of_the_text() -> None:
+    notes = _parse("printf '%s\\0' C x 2 cd /srv >&\"$__RS_RFD\"\nvllm serve Qwen/Qwen3-0.6B\n").notes
+    assert any(n.startswith("line 0: 'cd /srv': the recipe runs from /srv") for n in notes), notes

@@ -188,3 +188,14 @@ def test_a_variable_the_text_requires_with_colon_question_is_its_placeholder(
     assert list(dep.placeholders) == ["<MODEL>"]
     assert any(n.startswith("line 1: $MODEL: MODEL has no value") for n in dep.notes), dep.notes
     assert _served(text, tmp_path, dep)[:3] == ["<MODEL>", "--port", "8000"]
+
+
+@pytest.mark.parametrize(("value", "hidden"), [("t0k3", True), ("t0k", False)])
+def test_a_secret_value_is_hidden_from_four_characters_on(value: str, hidden: bool) -> None:
+    # shorter values would hide ordinary words of the message; four and more are the secret's
+    text = (
+        f"export HF_TOKEN={value}\n"
+        'vllm serve Qwen/Qwen3-0.6B --x "$(curl -s -H "Authorization: Bearer $HF_TOKEN" https://h/a)"\n'
+    )
+    message = refusal(text)
+    assert ("Bearer $HF_TOKEN" in message) is hidden and (f"Bearer {value}" in message) is not hidden

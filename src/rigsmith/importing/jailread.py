@@ -347,7 +347,12 @@ def _answer(got: _Run, state: _State) -> Answer:
     marks += [placeholder(name) for name in made.values()]
     out.placeholders = [m for m in sorted(set(marks)) if m in launched]
     out.unknown = {name: line for name, line in state.gates.items() if placeholder(name) in launched}
-    if state.positional:
+    if state.positional == 1:
+        out.notes.append(
+            f"the text uses its argument $1, which nobody passes here; it is the placeholder "
+            f"{placeholder('1')}, which you fill in before deploy"
+        )
+    elif state.positional:
         out.notes.append(
             f"the text uses its arguments $1..${state.positional}, which nobody passes here; they are "
             f"the placeholders {placeholder('1')}..{placeholder(str(state.positional))}, which you fill in "

@@ -26,19 +26,23 @@ __rs_placeholders() {
     fi
   done
 }
+# $1: the line; the rest: the positional parameters where the command runs (the text's, or its function's),
+# so that a case word like "$1" expands to the text's own
 __rs_dbg() {
   local -
   set +ux
   [[ ${BASH_SOURCE[1]-} == /rs/* ]] && return 1
-  __RS_LINE=$1
+  local line=$1
+  shift
+  __RS_LINE=$line
   if [[ ${__RS_PID-} != "$BASHPID" ]]; then # a new process (a subshell, a background job): counted
     __RS_PID=$BASHPID
-    __rs_rec P "$1"
+    __rs_rec P "$line"
   fi
-  __rs_placeholders "$1"
+  __rs_placeholders "$line"
   if [[ -n ${__RS_FORVAR-} ]]; then
     # the first command of a loop's body: the loop variable holds a word of the loop's list
-    [[ -v $__RS_FORVAR ]] && __rs_rec D "$1" "${!__RS_FORVAR}" "for $__RS_FORVAR in …"
+    [[ -v $__RS_FORVAR ]] && __rs_rec D "$line" "${!__RS_FORVAR}" "for $__RS_FORVAR in …"
     __RS_FORVAR=
   fi
   if [[ $BASH_COMMAND =~ ^for\ ([A-Za-z_][A-Za-z0-9_]*)\ in ]]; then
@@ -50,7 +54,7 @@ __rs_dbg() {
     local word=${BASH_COMMAND#case } value
     word=${word% in*}
     if [[ $word != *'$('* && $word != *'`'* && $word != *'(('* ]]; then
-      eval "value=$word" 2>/dev/null && __rs_rec D "$1" "$value" "case $word in"
+      eval "value=$word" 2>/dev/null && __rs_rec D "$line" "$value" "case $word in"
     fi
   fi
 }
@@ -87,7 +91,7 @@ source() { __rs_source source "$@"; }
 PS4=$'\x1d${LINENO}\x1f'
 BASH_XTRACEFD=$__RS_XFD
 set -uT
-trap '__rs_dbg "$LINENO" && set -ux' DEBUG
+trap '__rs_dbg "$LINENO" "$@" && set -ux' DEBUG
 # At the end, bash waits for what the text started in the background, children and their children alike
 # (pid 1 is bubblewrap's init, the other is this shell): a process that runs on is the wall clock's.
 __rs_drain() {
