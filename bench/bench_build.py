@@ -37,10 +37,10 @@ from tests.support import services  # noqa: E402
 from tests.support.sources import asset_server, git_daemon, serve_release, source_image  # noqa: E402
 
 from rigsmith.project import Project  # noqa: E402
-from rigsmith.resolving import build as buildmod  # noqa: E402
-from rigsmith.resolving import engine as enginemod  # noqa: E402
-from rigsmith.resolving import registry as registrymod  # noqa: E402
-from rigsmith.resolving import sources as sourcesmod  # noqa: E402
+from rigsmith.resolving.image import build as buildmod  # noqa: E402
+from rigsmith.resolving.image import engine as enginemod  # noqa: E402
+from rigsmith.resolving.image import registry as registrymod  # noqa: E402
+from rigsmith.resolving.image import sources as sourcesmod  # noqa: E402
 
 #: A build with real work in it: a patch, an extra file, and a step that writes and hashes 64 MiB.
 IMAGE_YAML = """\

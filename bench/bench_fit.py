@@ -5,7 +5,7 @@ Run on demand from the repository root:  python3 bench/bench_fit.py [--shards N]
 
 It serves a header-only synthetic checkpoint (N shards × 1,500 tensors of 8 MiB declared: hundreds of GiB, no
 weight bytes) from the Hub stand-in on 127.0.0.1 and times, alternating:
-  fit       — resolving.checkpoint.estimate_for: config + headers (ranged GETs, 4 in flight), estimated
+  fit       — resolving.fit.checkpoint.estimate_for: config + headers (ranged GETs, 4 in flight), estimated
   hf-meta   — HfApi.get_safetensors_metadata on the same commit (HEAD probes, the index, threaded header GETs)
 Prints medians (timed without tracemalloc), bytes the server sent, the peak Python memory of each (one more
 run under tracemalloc) and the ratios fit / hf-meta measured in this run. Not a test: nothing is asserted.
@@ -30,8 +30,8 @@ from huggingface_hub import HfApi  # noqa: E402
 from tests.support.checkpoints import large_header_only, make_spec  # noqa: E402
 from tests.support.hubserver import HubServer  # noqa: E402
 
-from rigsmith.resolving.checkpoint import estimate_for, open_checkpoint  # noqa: E402
-from rigsmith.resolving.lock import Lock  # noqa: E402
+from rigsmith.resolving.fit.checkpoint import estimate_for, open_checkpoint  # noqa: E402
+from rigsmith.resolving.lock.lock import Lock  # noqa: E402
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ import pytest  # noqa: E402
 
 from rigsmith import spec as specmod  # noqa: E402
 from rigsmith.project import Project  # noqa: E402
-from rigsmith.resolving.hub import HfHub  # noqa: E402
+from rigsmith.resolving.model.hub import HfHub  # noqa: E402
 from tests.support.common import REPO, STANDIN_IMAGE, make_seed_project, require  # noqa: E402
 from tests.support.hubserver import HubServer  # noqa: E402
 from tests.support.models import FAST  # noqa: E402

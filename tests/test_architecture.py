@@ -41,14 +41,14 @@ ADAPTERS = (
     "rigsmith.importing.bashjail",  # a pasted script run by bash in bubblewrap (issue 35)
     "rigsmith.importing.jailrun",  # one run of it: bubblewrap's argv, limits, descriptors read back
     "rigsmith.importing.jailread",  # bash's answers read (the jail's protocol with jailrun)
-    "rigsmith.resolving.hub",
-    "rigsmith.resolving.registry",
-    "rigsmith.resolving.engine",
-    "rigsmith.resolving.modelfetch",
-    "rigsmith.resolving.download",  # a model's files checked on disk or moved by huggingface_hub, hf_xet
-    "rigsmith.resolving.build",
-    "rigsmith.resolving.checkpoint",  # safetensors headers by range requests
-    "rigsmith.resolving.sources",  # git and release assets of source trees
+    "rigsmith.resolving.model.hub",
+    "rigsmith.resolving.image.registry",
+    "rigsmith.resolving.image.engine",
+    "rigsmith.resolving.model.modelfetch",
+    "rigsmith.resolving.model.download",  # a model's files checked on disk or moved by huggingface_hub
+    "rigsmith.resolving.image.build",
+    "rigsmith.resolving.fit.checkpoint",  # safetensors headers by range requests
+    "rigsmith.resolving.image.sources",  # git and release assets of source trees
     "rigsmith.operating",
     "httpx",
     "requests",
@@ -65,11 +65,12 @@ CLI, CLI_ENTRY = "rigsmith.cli", "rigsmith.__main__"
 PURE = (
     *CORE,
     "rigsmith.importing",
-    "rigsmith.resolving.lock",
-    "rigsmith.resolving.imagedef",  # the image.yaml schema
-    "rigsmith.resolving.image",  # the build context rendered from it
-    "rigsmith.resolving.fit",  # the memory estimate: config + headers + argv in, bytes out
-    "rigsmith.resolving.fitparams",  # the parallel layout and memory flags the estimate reads
+    "rigsmith.resolving.lock.lock",
+    "rigsmith.resolving.lock.lockhistory",
+    "rigsmith.resolving.lock.lockdiff",  # (repin runs pin's steps: it calls the adapters)
+    "rigsmith.resolving.image.imagedef",  # the image.yaml schema
+    "rigsmith.resolving.image.image",  # the build context rendered from it
+    "rigsmith.resolving.fit",  # the estimate and the layouts (checkpoint reads the headers)
     "rigsmith.rendering",
 )
 
@@ -183,14 +184,18 @@ def _synthetic(**sources: str) -> dict[str, tuple[ast.Module, bool]]:
         ("rigsmith__rendering__extra", "import subprocess", "a pure module imports an adapter"),
         (
             "rigsmith__rendering__extra",
-            "from rigsmith.resolving import registry",
+            "from rigsmith.resolving.image import registry",
             "a pure module imports an adapter",
         ),
         ("rigsmith__rendering__extra", "from rigsmith.operating.host import LocalHost", "an adapter"),
         ("rigsmith__rendering__targets__extra", "from ...operating.lifecycle import verify", "an adapter"),
         ("rigsmith__importing__extra", "from rigsmith.rendering import plan", "the later stage rendering"),
-        ("rigsmith__resolving__lock", "def f():\n    import httpx\n", "a pure module imports an adapter"),
-        ("rigsmith__spec", "from rigsmith.resolving.lock import Lock", "the core imports a stage"),
+        (
+            "rigsmith__resolving__lock__lock",
+            "def f():\n    import httpx\n",
+            "a pure module imports an adapter",
+        ),
+        ("rigsmith__spec", "from rigsmith.resolving.lock.lock import Lock", "the core imports a stage"),
         ("rigsmith__resolving__extra", "from rigsmith.operating import probes", "the later stage operating"),
         ("rigsmith__operating__extra", "from rigsmith.cli.flags import YES", "the library imports the CLI"),
         ("rigsmith__project", "def f():\n    import rigsmith.cli\n", "the library imports the CLI"),
@@ -208,7 +213,7 @@ def test_the_checker_catches_a_forbidden_import(module: str, source: str, expect
     [
         (
             "rigsmith__rendering__extra",
-            "from rigsmith.resolving import imageref, lock\nfrom rigsmith import spec",
+            "from rigsmith.resolving.lock import lock\nfrom rigsmith import spec, imageref",
         ),
         ("rigsmith__operating__extra", "import subprocess\nfrom rigsmith.rendering import deploy"),
         ("rigsmith__resolving__extra", "import httpx\nfrom rigsmith.importing import recipe"),
@@ -322,7 +327,7 @@ MODULE_LINES, FUNCTION_LINES = 520, 80
 #: module once it fits (the test below says when); never add one — split the module instead.
 LONG_MODULES: set[str] = {
     "src/rigsmith/importing/importer.py",
-    "src/rigsmith/resolving/fit.py",
+    "src/rigsmith/resolving/fit/fit.py",
 }
 
 
@@ -391,13 +396,13 @@ FUNCTION_IMPORTS: dict[str, int] = {
     "src/rigsmith/rendering/nextsteps.py": 2,  # likewise (compose, kube)
     "src/rigsmith/rendering/targets/__init__.py": 5,  # likewise: the other four targets cost 13 ms
     "src/rigsmith/project.py": 1,  # the spec's pydantic models: 94 ms a task that reads no spec skips
-    "src/rigsmith/resolving/build.py": 1,  # the importer: 206 ms a build that links no deployment skips
-    "src/rigsmith/resolving/download.py": 2,  # rich (19 ms) and ctypes: a warm fetch loads neither
-    "src/rigsmith/resolving/engine.py": 2,  # docker-py and requests: 54 ms a no-op build skips
-    "src/rigsmith/resolving/lock.py": 1,  # filelock: 14 ms a command that only reads the lock skips
-    "src/rigsmith/resolving/modelfetch.py": 1,  # huggingface_hub: 212 ms a warm fetch skips
-    "src/rigsmith/resolving/modelfiles.py": 1,  # huggingface_hub: a warm fetch loads none of it
-    "src/rigsmith/resolving/sources.py": 1,  # httpx: 66 ms a build with its assets cached skips
+    "src/rigsmith/resolving/image/build.py": 1,  # the importer: 206 ms a build that links no deployment skips
+    "src/rigsmith/resolving/model/download.py": 2,  # rich (19 ms) and ctypes: a warm fetch loads neither
+    "src/rigsmith/resolving/image/engine.py": 2,  # docker-py and requests: 54 ms a no-op build skips
+    "src/rigsmith/resolving/lock/lock.py": 1,  # filelock: 14 ms a command that only reads the lock skips
+    "src/rigsmith/resolving/model/modelfetch.py": 1,  # huggingface_hub: 212 ms a warm fetch skips
+    "src/rigsmith/resolving/model/modelfiles.py": 1,  # huggingface_hub: a warm fetch loads none of it
+    "src/rigsmith/resolving/image/sources.py": 1,  # httpx: 66 ms a build with its assets cached skips
     # cli/: each of rigsmith's stage modules costs 130-760 ms over `import rigsmith.cli`, which every
     # command, --list included, pays (cli/__init__.py); lockhistory, engine and probes 7-10 ms each. bundle,
     # fit and ops gained 1, 4 and 2 statements, not imports: one `from rigsmith.operating import a, b` became

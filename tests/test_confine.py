@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from rigsmith import confine
 from rigsmith.errors import RigsmithError
-from rigsmith.resolving import checkpoint
-from rigsmith.resolving.archive import unpack_tar
-from rigsmith.resolving.fit import FitError
-from rigsmith.resolving.modelfiles import remote_files
+from rigsmith.resolving.fit import checkpoint
+from rigsmith.resolving.fit.fit import FitError
+from rigsmith.resolving.image.archive import unpack_tar
+from rigsmith.resolving.model.modelfiles import remote_files
 from tests.support import audit
 
 PIECES = [

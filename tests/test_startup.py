@@ -99,7 +99,7 @@ def test_deploy_check_of_one_target_loads_no_other_target(tmp_path: Path) -> Non
 
 def test_the_fetch_model_default_matches_modelfetch() -> None:
     from rigsmith.cli import models
-    from rigsmith.resolving import modelfetch
+    from rigsmith.resolving.model import modelfetch
 
     assert models.WORKERS == modelfetch.WORKERS
 

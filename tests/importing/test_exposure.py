@@ -10,7 +10,7 @@ from rigsmith.errors import RecipeError
 from rigsmith.importing import recipe
 from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 
 IMAGE = "vllm/vllm-openai:v0.11.0"
 

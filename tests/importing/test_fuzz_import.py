@@ -24,7 +24,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
 from rigsmith.importing import recipe
 from rigsmith.rendering import plan
-from rigsmith.resolving.lock import Lock
+from rigsmith.resolving.lock.lock import Lock
 from tests.support.recipes import HERE, corpus
 
 CASES = [

@@ -23,7 +23,7 @@ from rigsmith.importing import importer, recipe
 from rigsmith.importing.importer import HttpOptions
 from rigsmith.project import Project
 from rigsmith.rendering import plan
-from rigsmith.resolving.lock import Lock
+from rigsmith.resolving.lock.lock import Lock
 from tests.support.recipes import SEED_RECIPE, refusal
 from tests.support.recipes import import_cli as _cli
 

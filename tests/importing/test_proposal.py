@@ -12,7 +12,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import ConsentError, RecipeError
 from rigsmith.importing import importer
 from rigsmith.project import Project
-from rigsmith.resolving import imagedef
+from rigsmith.resolving.image import imagedef
 from tests.support.common import GOLDEN, REPO, compare_tree
 
 RECIPE = REPO / "examples/recipes/qwen3-8-flash-next-w4a16-merlin-on-4x-rtx-3090-tp2xpp2-ep-mtp3-f.json"

@@ -16,7 +16,7 @@ from rigsmith.importing.importer import HttpOptions
 from rigsmith.importing.proposal import mark_script_switches
 from rigsmith.project import Project
 from rigsmith.rendering.plan import make
-from rigsmith.resolving.lock import Lock
+from rigsmith.resolving.lock.lock import Lock
 from rigsmith.spec import Mount
 from tests.support.common import REPO
 from tests.support.recipes import SEED_RECIPE, RecipeServer

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from rigsmith import spec as specmod
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support.common import FAKE_VENDOR, invoke_cli
 from tests.support.hubserver import HubServer
 from tests.support.journey import recipe_site

@@ -14,8 +14,8 @@ from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
 from rigsmith.operating.bench import bench as benchmod
 from rigsmith.operating.bench import history as benchhistory
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import lockhistory
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.lock import lockhistory
 from tests.support.common import standin_deployment, write_project
 from tests.support.recipes import task_cli
 

@@ -11,7 +11,7 @@ from rigsmith.operating.bench import gate as benchgate
 from rigsmith.operating.host import LocalHost
 from rigsmith.operating.lifecycle import lifecycle
 from rigsmith.operating.lifecycle.lifecycle import Ops
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support.common import HOST_MEMLOCK, write_project
 from tests.support.ops import ops_data
 from tests.support.podman import Podman

@@ -129,7 +129,7 @@ def test_the_checkout_ships_the_main_job_as_its_default(tmp_path: Path) -> None:
     import yaml
 
     from rigsmith.project import Project
-    from rigsmith.resolving import build as buildmod
+    from rigsmith.resolving.image import build as buildmod
 
     data = yaml.safe_load((REPO / "invoke.yaml").read_text())
     assert data == {"rigsmith": {"deployment": "flash-next-merlin-4x3090"}}

@@ -25,9 +25,9 @@ from rigsmith.operating.probes import CmdResult, HostFacts, ImageFacts
 from rigsmith.project import Project
 from rigsmith.rendering import cluster
 from rigsmith.rendering import plan as planmod
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.hub import HfHub
-from rigsmith.resolving.modelfetch import fetch_model
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.hub import HfHub
+from rigsmith.resolving.model.modelfetch import fetch_model
 from rigsmith.spec import Deployment
 from tests.support import cluster as fixtures
 from tests.support.common import invoke_cli, write_project

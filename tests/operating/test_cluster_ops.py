@@ -31,7 +31,7 @@ from rigsmith.operating.lifecycle.lifecycle import Ops
 from rigsmith.rendering import cluster
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.targets.timing import health_argv
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support import cluster as fixtures
 from tests.support.common import write_project
 from tests.support.ops import free_port

@@ -15,9 +15,9 @@ from rigsmith.operating.doctor import doctor, drift
 from rigsmith.operating.host import LocalHost, image_facts
 from rigsmith.operating.lifecycle import lifecycle
 from rigsmith.project import Project
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.hub import HfHub
-from rigsmith.resolving.modelfetch import fetch_model
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.hub import HfHub
+from rigsmith.resolving.model.modelfetch import fetch_model
 from rigsmith.spec import Deployment
 from tests.support.hubserver import HubServer
 from tests.support.models import overwrite_in_place, tiny_files

@@ -17,9 +17,9 @@ from rigsmith.operating.fit import observed
 from rigsmith.operating.fit import report as fitreport
 from rigsmith.operating.host import gather
 from rigsmith.project import Project
-from rigsmith.resolving import checkpoint, fit
-from rigsmith.resolving.checkpoint import open_checkpoint
-from rigsmith.resolving.lock import Lock
+from rigsmith.resolving.fit import checkpoint, fit
+from rigsmith.resolving.fit.checkpoint import open_checkpoint
+from rigsmith.resolving.lock.lock import Lock
 from rigsmith.spec import Deployment, dump, from_data, to_data
 from tests.support.checkpoints import header_only
 from tests.support.common import REPO

@@ -11,10 +11,10 @@ from rigsmith.operating.bench import bench as benchmod
 from rigsmith.operating.fit import layoutmenu as fitpropose
 from rigsmith.operating.fit import pastruns as fithistory
 from rigsmith.operating.fit import report as fitreport
-from rigsmith.resolving import fit
-from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
-from rigsmith.resolving.layout import Layout, of_params
-from rigsmith.resolving.propose import PINS
+from rigsmith.resolving.fit import fit
+from rigsmith.resolving.fit.checkpoint import LocalCheckpoint, rows
+from rigsmith.resolving.fit.layout import Layout, of_params
+from rigsmith.resolving.fit.propose import PINS
 from tests.support import checkpoints as ck
 from tests.support.common import standin_deployment
 

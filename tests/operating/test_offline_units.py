@@ -10,7 +10,7 @@ import pytest
 from rigsmith import spec as specmod
 from rigsmith.operating.bundle import offline
 from rigsmith.project import Project
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support.ops import ops_data
 
 TREE = lockmod.LockedSource(

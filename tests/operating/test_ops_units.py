@@ -12,7 +12,7 @@ from rigsmith.operating.lifecycle import gpuholders, lifecycle, wait
 from rigsmith.operating.lifecycle.lifecycle import Controller
 from rigsmith.project import Project
 from rigsmith.rendering.plan import make
-from rigsmith.resolving.lock import Lock
+from rigsmith.resolving.lock.lock import Lock
 from tests.support.common import REPO
 
 

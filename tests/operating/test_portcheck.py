@@ -13,7 +13,7 @@ from rigsmith.operating.cluster import portcheck
 from rigsmith.operating.host import LocalHost
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.cluster import NodePlan, node_plans
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support import cluster as fixtures
 
 

@@ -480,7 +480,7 @@ def test_quadlet_reads_every_node_unit_and_execstart_is_that_nodes_podman_argv(
     project: Project, quadlet_bin: Path, tmp_path: Path
 ) -> None:
     from rigsmith.rendering import plan as planmod
-    from rigsmith.resolving import lock as lockmod
+    from rigsmith.resolving.lock import lock as lockmod
     from tests.support.facts import exec_start, plan_facts, podman_facts, split_systemd
     from tests.support.targets import run_quadlet
 
@@ -519,7 +519,7 @@ def test_lxc_refuses_one_users_pct_conf_for_several_nodes(project: Project, tmp_
 def test_data_parallel_nodes_without_their_own_argv_get_rank_flags_from_their_gpus(tmp_path: Path) -> None:
     from rigsmith import spec as specmod
     from rigsmith.rendering import plan as planmod
-    from rigsmith.resolving import lock as lockmod
+    from rigsmith.resolving.lock import lock as lockmod
 
     data = fixtures.dp_data()
     del data["cluster"]["nodes"][1]["args"]
@@ -556,7 +556,7 @@ def test_a_headless_rank_answers_health_while_it_runs_and_forwards_sigterm(tmp_p
 
     from rigsmith import spec as specmod
     from rigsmith.rendering import plan as planmod
-    from rigsmith.resolving import lock as lockmod
+    from rigsmith.resolving.lock import lock as lockmod
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -264,7 +264,7 @@ def test_a_local_build_is_pinned_by_its_image_id_and_kube_refuses_it(seed_projec
     """A build never pushed runs by the image ID the lock records (content-addressed: pinned) on this
     host's targets; a kube manifest would name an image no cluster node can pull, so kube refuses with the
     push step."""
-    from rigsmith.resolving import lock as lockmod
+    from rigsmith.resolving.lock import lock as lockmod
 
     lock = lockmod.read(seed_project.lock_path)
     local = lock.builds["vllm-3x3090"].model_copy(update={"digest": None})

@@ -7,7 +7,7 @@ import pytest
 from rigsmith import spec as specmod
 from rigsmith.errors import SpecError
 from rigsmith.rendering.plan import make
-from rigsmith.resolving.lock import Lock, LockedBuild
+from rigsmith.resolving.lock.lock import Lock, LockedBuild
 from tests.support.common import REPO
 
 SHIPPED = REPO / "deployments" / "flash-next-merlin-4x3090.yaml"

@@ -60,7 +60,7 @@ def test_every_target_writes_the_sudo_users_home_out_explicitly(seed_project: Pr
 
 
 def test_fetch_model_and_deploy_agree_on_the_home(tmp_path: Path) -> None:
-    from rigsmith.resolving.modelfiles import expand_dir
+    from rigsmith.resolving.model.modelfiles import expand_dir
 
     env = {"HOME": "/root", "SUDO_USER": "nobody"}
     if os.geteuid() != 0:

@@ -13,7 +13,7 @@ from rigsmith.errors import SpecError
 from rigsmith.importing import importer
 from rigsmith.project import Project
 from rigsmith.rendering.plan import make
-from rigsmith.resolving.lock import Lock
+from rigsmith.resolving.lock.lock import Lock
 from tests.support.common import REPO
 from tests.support.recipes import SEED_RECIPE
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from rigsmith import spec as specmod
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.targets import RenderContext, podman
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support.common import REPO, golden_files, require, run_script
 
 SCRIPTS = golden_files("*/podman/*/*.sh")

@@ -11,7 +11,7 @@ import pytest
 
 from rigsmith.importing import recipe
 from rigsmith.rendering import plan as planmod
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support.common import FAKE_VENDOR, STANDIN_IMAGE, invoke_cli, run_script, write_project
 from tests.support.podman import Podman, parse_recording
 

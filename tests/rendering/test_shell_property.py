@@ -23,7 +23,7 @@ from rigsmith import spec as specmod
 from rigsmith.errors import RigsmithError
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.targets import LxcOptions, RenderContext, lxc, lxcservice, podman
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support.common import REPO
 from tests.support.facts import split_systemd
 

@@ -14,10 +14,10 @@ import pytest
 
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError
 from rigsmith.project import Project
-from rigsmith.resolving import build as buildmod
-from rigsmith.resolving import engine as enginemod
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import registry as registrymod
+from rigsmith.resolving.image import build as buildmod
+from rigsmith.resolving.image import engine as enginemod
+from rigsmith.resolving.image import registry as registrymod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support import services
 from tests.support.common import REPO
 from tests.support.images import TINY_PATCH, cli_env, invoke_bin, tiny_project

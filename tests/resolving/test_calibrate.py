@@ -10,9 +10,9 @@ from rigsmith.operating.fit import layoutmenu as fitpropose
 from rigsmith.operating.fit import report as fitreport
 from rigsmith.operating.fit.observed import Observed
 from rigsmith.project import Project
-from rigsmith.resolving import fit, fitengine, layout
-from rigsmith.resolving.calibrate import allowance_delta, calibrated
-from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
+from rigsmith.resolving.fit import fit, fitengine, layout
+from rigsmith.resolving.fit.calibrate import allowance_delta, calibrated
+from rigsmith.resolving.fit.checkpoint import LocalCheckpoint, rows
 from rigsmith.spec import Deployment, from_data, to_data
 from tests.support import checkpoints as ck
 from tests.support.common import REPO

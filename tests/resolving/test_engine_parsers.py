@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from rigsmith.errors import AdapterError
-from rigsmith.resolving import engine as enginemod
+from rigsmith.resolving.image import engine as enginemod
 
 #: Captured from Podman 4.3.1's /libpod/build (a no-op rebuild), chunked as the service sends it.
 PODMAN_STREAM: list[dict[str, Any]] = [

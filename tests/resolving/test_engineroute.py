@@ -1,5 +1,5 @@
-"""A deployment's proposed engine build (resolving.engineroute): which definition it is, what pin does with
-it while it is still to fill, and the spec change a build for the deployment makes."""
+"""A deployment's proposed engine build (resolving.image.engineroute): which definition it is, what pin does
+with it while it is still to fill, and the spec change a build for the deployment makes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import yaml
 
 from rigsmith import spec as specmod
 from rigsmith.project import Project
-from rigsmith.resolving import build as buildmod
-from rigsmith.resolving import engineroute
+from rigsmith.resolving.image import build as buildmod
+from rigsmith.resolving.image import engineroute
 from tests.support.common import REPO
 
 NAME = "flash-next-merlin-4x3090"

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support.hubserver import Fault, random_bytes
 from tests.support.models import MiB, cli_env, invoke_argv, partial_name, run_cli, tiny_files
 

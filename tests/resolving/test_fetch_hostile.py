@@ -17,11 +17,11 @@ import httpx2
 import pytest
 
 from rigsmith.errors import AdapterError, LockError
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.download import PartialFile
-from rigsmith.resolving.hub import HfHub, RetryPolicy, is_retryable
-from rigsmith.resolving.modelfetch import fetch_model
-from rigsmith.resolving.modelfiles import HASH_CHUNK, Stopped, hash_file
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.download import PartialFile
+from rigsmith.resolving.model.hub import HfHub, RetryPolicy, is_retryable
+from rigsmith.resolving.model.modelfetch import fetch_model
+from rigsmith.resolving.model.modelfiles import HASH_CHUNK, Stopped, hash_file
 from rigsmith.resolving.netfail import unreachable
 from tests.support import sandbox
 from tests.support.hubserver import Fault, random_bytes

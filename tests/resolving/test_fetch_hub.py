@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.hub import HfHub
-from rigsmith.resolving.modelfetch import fetch_model, pin_model
-from rigsmith.resolving.modelfiles import HashMismatch
-from rigsmith.resolving.verified import read_state
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.hub import HfHub
+from rigsmith.resolving.model.modelfetch import fetch_model, pin_model
+from rigsmith.resolving.model.modelfiles import HashMismatch
+from rigsmith.resolving.model.verified import read_state
 from tests.support.hubserver import Fault, HubServer, random_bytes
 from tests.support.models import FAST, MiB, digest, overwrite_in_place, partial_name, tiny_files
 

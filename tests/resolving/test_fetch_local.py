@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from rigsmith.errors import RigsmithError, SpecError
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.lock import LockedModel
-from rigsmith.resolving.modelfetch import fetch_model, pin_model
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.lock.lock import LockedModel
+from rigsmith.resolving.model.modelfetch import fetch_model, pin_model
 from tests.support.models import run_cli, tiny_files
 
 PATCH = {"file": "config.json", "key": "text_config.ple_embedding_dtype", "value": "float8_e4m3fn"}

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from rigsmith import spec as specmod
-from rigsmith.resolving.verified import read_state
+from rigsmith.resolving.model.verified import read_state
 from tests.support.models import REPO, cli_env, overwrite_in_place, tiny_files
 
 #: What a warm run must not load: the Hub client and everything under it, the byte-moving code, the
 #: progress display.
 HEAVY = (
     *("huggingface_hub", "httpx", "httpx2", "hf_xet", "rich", "tenacity", "http.client"),
-    *("rigsmith.resolving.hub", "ctypes"),
+    *("rigsmith.resolving.model.hub", "ctypes"),
 )
 PATCH = [{"key": "text_config.ple_embedding_dtype", "value": "float8_e4m3fn"}]
 

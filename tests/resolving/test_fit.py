@@ -17,9 +17,9 @@ import pytest
 
 from rigsmith import spec as specmod
 from rigsmith.operating.fit import report as fitreport
-from rigsmith.resolving import checkpoint, fit, fitengine
-from rigsmith.resolving.checkpoint import HubCheckpoint, LocalCheckpoint, open_checkpoint, rows
-from rigsmith.resolving.lock import Lock, LockedFile, LockedModel
+from rigsmith.resolving.fit import checkpoint, fit, fitengine
+from rigsmith.resolving.fit.checkpoint import HubCheckpoint, LocalCheckpoint, open_checkpoint, rows
+from rigsmith.resolving.lock.lock import Lock, LockedFile, LockedModel
 from rigsmith.spec import Deployment
 from tests.support import checkpoints as ck
 from tests.support.hubserver import HubServer

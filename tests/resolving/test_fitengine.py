@@ -1,5 +1,5 @@
-"""vLLM's memory rules by engine version (rigsmith.resolving.fitengine): which version an image names, which
-rules it gets, and what its profile run and MXFP4 repack come to."""
+"""vLLM's memory rules by engine version (rigsmith.resolving.fit.fitengine): which version an image names,
+which rules it gets, and what its profile run and MXFP4 repack come to."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from rigsmith.resolving import fit, fitengine
+from rigsmith.resolving.fit import fit, fitengine
 
 GiB = fit.GiB
 

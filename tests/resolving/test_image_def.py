@@ -13,10 +13,10 @@ import yaml
 
 from rigsmith.errors import LockError, RigsmithError, SpecError
 from rigsmith.project import Project
-from rigsmith.resolving import build as buildmod
-from rigsmith.resolving import image as imagemod
-from rigsmith.resolving import imagedef
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.image import build as buildmod
+from rigsmith.resolving.image import image as imagemod
+from rigsmith.resolving.image import imagedef
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support.common import GOLDEN, REPO, compare_tree
 from tests.support.images import tiny_image
 

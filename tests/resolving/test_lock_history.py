@@ -8,8 +8,8 @@ import json
 import pytest
 
 from rigsmith.errors import ConsentError, LockError
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import lockdiff, lockhistory, repin
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.lock import lockdiff, lockhistory, repin
 from tests.support.models import run_cli, tiny_files
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from rigsmith.errors import ConsentError, PreflightError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir, model_dir_problem
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfetch import fetch_model
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.modelfetch import fetch_model
 from tests.support.models import cli_env, invoke_argv, run_cli, tiny_files
 
 HOME = "/home/u"

@@ -21,9 +21,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from rigsmith.errors import PreflightError, RigsmithError, SpecError
-from rigsmith.resolving.hub import ShortBody, is_retryable
-from rigsmith.resolving.lock import LockedFile
-from rigsmith.resolving.modelfiles import (
+from rigsmith.resolving.lock.lock import LockedFile
+from rigsmith.resolving.model.hub import ShortBody, is_retryable
+from rigsmith.resolving.model.modelfiles import (
     Hasher,
     Want,
     check_disk,
@@ -37,7 +37,7 @@ from rigsmith.resolving.modelfiles import (
     token_from,
     wants,
 )
-from rigsmith.resolving.verified import read_state, seen, seen_at, verified, vouches
+from rigsmith.resolving.model.verified import read_state, seen, seen_at, verified, vouches
 from rigsmith.spec import ConfigPatch
 from tests.support.models import overwrite_in_place
 

@@ -22,9 +22,18 @@ from rigsmith.operating.fit import report as fitreport
 from rigsmith.operating.host import gather
 from rigsmith.operating.probes import HostFacts
 from rigsmith.project import Project
-from rigsmith.resolving import checkpoint, fit, fitengine, fitverdict, layout, prescribe, propose, proposewhy
-from rigsmith.resolving.applylayout import with_layout
-from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
+from rigsmith.resolving.fit import (
+    checkpoint,
+    fit,
+    fitengine,
+    fitverdict,
+    layout,
+    prescribe,
+    propose,
+    proposewhy,
+)
+from rigsmith.resolving.fit.applylayout import with_layout
+from rigsmith.resolving.fit.checkpoint import LocalCheckpoint, rows
 from rigsmith.spec import Deployment, from_data, to_data
 from tests.support import checkpoints as ck
 from tests.support.common import REPO

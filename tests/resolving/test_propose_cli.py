@@ -15,9 +15,9 @@ import pytest
 from rigsmith import spec as specmod
 from rigsmith.errors import ConsentError
 from rigsmith.importing.importer import merge_user_change
-from rigsmith.resolving import fit
-from rigsmith.resolving.applylayout import NOTE_PREFIX, layout_args, set_flag, set_switch
-from rigsmith.resolving.layout import Layout
+from rigsmith.resolving.fit import fit
+from rigsmith.resolving.fit.applylayout import NOTE_PREFIX, layout_args, set_flag, set_switch
+from rigsmith.resolving.fit.layout import Layout
 from tests.support import checkpoints as ck
 from tests.support.recipes import import_cli, task_cli
 
@@ -151,9 +151,9 @@ def test_propose_reads_the_last_boots_kv_size_and_the_bench_history_of_this_chec
     from rigsmith.operating.bench import bench
     from rigsmith.operating.fit import observed
     from rigsmith.project import Project
-    from rigsmith.resolving import lock
-    from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
-    from rigsmith.resolving.layout import of_params
+    from rigsmith.resolving.fit.checkpoint import LocalCheckpoint, rows
+    from rigsmith.resolving.fit.layout import of_params
+    from rigsmith.resolving.lock import lock
 
     # experts 1650 wide: ~20.2 GiB on the heaviest of three stages, room beside it for the sampler's buffers
     # of vLLM's default 256 sequences but not for the recipe's 2 GiB pool

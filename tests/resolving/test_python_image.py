@@ -22,10 +22,10 @@ import yaml
 
 from rigsmith.errors import AdapterError
 from rigsmith.project import Project
-from rigsmith.resolving import build as buildmod
-from rigsmith.resolving import engine as enginemod
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import registry as registrymod
+from rigsmith.resolving.image import build as buildmod
+from rigsmith.resolving.image import engine as enginemod
+from rigsmith.resolving.image import registry as registrymod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support import services
 
 pytestmark = pytest.mark.engine

@@ -14,7 +14,7 @@ import pytest
 
 from rigsmith import imageref
 from rigsmith.errors import AdapterError, RigsmithError
-from rigsmith.resolving import registry as registrymod
+from rigsmith.resolving.image import registry as registrymod
 from tests.support import services
 
 pytestmark = pytest.mark.engine

@@ -16,7 +16,7 @@ import pytest
 
 from rigsmith import imageref
 from rigsmith.errors import AdapterError
-from rigsmith.resolving import registry as registrymod
+from rigsmith.resolving.image import registry as registrymod
 from tests.support import services
 
 GOOD = "sha256:" + "ab" * 32

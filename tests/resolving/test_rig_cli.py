@@ -19,8 +19,9 @@ import pytest
 
 from rigsmith import spec as specmod
 from rigsmith.project import Project
-from rigsmith.resolving import checkpoint, fit, lock
-from rigsmith.resolving.checkpoint import LocalCheckpoint
+from rigsmith.resolving.fit import checkpoint, fit
+from rigsmith.resolving.fit.checkpoint import LocalCheckpoint
+from rigsmith.resolving.lock import lock
 from tests.support import checkpoints as ck
 from tests.support.common import REPO
 from tests.support.hubserver import HubServer
@@ -423,7 +424,7 @@ def test_gpus_n_plans_that_many_cards_of_the_size(tmp_path: Path, flags: tuple[s
 def test_the_fields_the_layout_decides_move_with_it(tmp_path: Path) -> None:
     """with_gpus / with_readiness, as --apply uses them: the CDI list, the visible devices renumbered, the
     device order on mixed cards; the published KV size set or dropped with words; start-up grown only."""
-    from rigsmith.resolving.applylayout import with_gpus, with_readiness
+    from rigsmith.resolving.fit.applylayout import with_gpus, with_readiness
 
     spec = ck.make_spec(tmp_path, [], {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     assert spec.readiness.kv_cache_tokens == 924_993 and spec.readiness.startup_seconds == 360

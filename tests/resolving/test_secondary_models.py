@@ -16,8 +16,8 @@ from rigsmith.importing import recipe
 from rigsmith.operating.doctor import drift
 from rigsmith.project import Project
 from rigsmith.rendering import deploy
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.secondaryfetch import fetch_models, pin_models
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.secondaryfetch import fetch_models, pin_models
 from tests.support.models import digest, tiny_files
 
 RECIPE = (

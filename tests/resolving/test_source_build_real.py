@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from rigsmith.project import Project
-from rigsmith.resolving import build as buildmod
-from rigsmith.resolving import engine as enginemod
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import registry as registrymod
-from rigsmith.resolving import sources as sourcesmod
+from rigsmith.resolving.image import build as buildmod
+from rigsmith.resolving.image import engine as enginemod
+from rigsmith.resolving.image import registry as registrymod
+from rigsmith.resolving.image import sources as sourcesmod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support import services
 from tests.support.sources import OPS, SCALES, asset_server, git, git_daemon, serve_release, source_image
 

@@ -11,10 +11,10 @@ import pytest
 
 from rigsmith.errors import LockError, RigsmithError, SpecError
 from rigsmith.project import Project
-from rigsmith.resolving import build as buildmod
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import sources as sourcesmod
-from rigsmith.resolving.sources import AssetHashError, Sources
+from rigsmith.resolving.image import build as buildmod
+from rigsmith.resolving.image import sources as sourcesmod
+from rigsmith.resolving.image.sources import AssetHashError, Sources
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support.common import REPO
 from tests.support.images import cli_env, invoke_bin
 from tests.support.sources import (

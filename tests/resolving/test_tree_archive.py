@@ -8,10 +8,10 @@ import tarfile
 import pytest
 from pydantic import ValidationError
 
-from rigsmith.resolving import image as imagemod
-from rigsmith.resolving import imagedef
-from rigsmith.resolving.archive import ArchiveError, merge_tree, unpack_tar
-from rigsmith.resolving.image import ContextFile
+from rigsmith.resolving.image import image as imagemod
+from rigsmith.resolving.image import imagedef
+from rigsmith.resolving.image.archive import ArchiveError, merge_tree, unpack_tar
+from rigsmith.resolving.image.image import ContextFile
 
 
 def _tar(*members: tuple[str, str, bytes | str]) -> bytes:
@@ -122,7 +122,7 @@ def test_refs_that_are_not_git_refs_are_refused(ref: str) -> None:
 
 
 def test_pip_install_of_the_tree_renders_after_the_copy() -> None:
-    from rigsmith.resolving import lock as lockmod
+    from rigsmith.resolving.lock import lock as lockmod
 
     d = imagedef.ImageDef.model_validate(
         {
@@ -143,7 +143,7 @@ def test_pip_install_of_the_tree_renders_after_the_copy() -> None:
 
 def test_source_image_context_matches_golden(update_golden: bool) -> None:
     """The Dockerfile of a source image and its context's file list (the tree under tree/)."""
-    from rigsmith.resolving import lock as lockmod
+    from rigsmith.resolving.lock import lock as lockmod
     from tests.support.common import GOLDEN, compare_tree
 
     d = imagedef.ImageDef.model_validate(

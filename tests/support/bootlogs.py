@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from rigsmith.resolving import fit, fitengine
-from rigsmith.resolving.checkpoint import LocalCheckpoint, rows
+from rigsmith.resolving.fit import fit, fitengine
+from rigsmith.resolving.fit.checkpoint import LocalCheckpoint, rows
 from tests.support.checkpoints import header_only
 from tests.support.common import REPO
 

@@ -3,7 +3,8 @@ the tensor names and shapes of three architectures, and header-only synthetic on
 
 Every tensor carries how vLLM loads it, as the test author states it (``split``: rep, col, row, vocab, kv,
 expert-col, expert-row; ``where``: first/last stage, a decoder layer, the MTP module, the vision tower), so
-the expected per-rank bytes are computed by slicing the real arrays, independently of rigsmith.resolving.fit.
+the expected per-rank bytes are computed by slicing the real arrays, independently of
+rigsmith.resolving.fit.fit.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rigsmith.project import Project
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"

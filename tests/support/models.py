@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from rigsmith.project import Project
-from rigsmith.resolving.hub import RetryPolicy
+from rigsmith.resolving.model.hub import RetryPolicy
 from tests.support.common import REPO
 from tests.support.hubserver import HubServer, random_bytes
 
@@ -92,6 +92,6 @@ def overwrite_in_place(path: Path, offset: int, data: bytes) -> None:
 
 def partial_name(path: str, data: bytes) -> str:
     """Where fetch-model keeps the partial download of an LFS file ``path`` holding ``data``."""
-    from rigsmith.resolving.modelfiles import Want
+    from rigsmith.resolving.model.modelfiles import Want
 
     return Want(path, path, len(data), "sha256", hashlib.sha256(data).hexdigest()).partial_name

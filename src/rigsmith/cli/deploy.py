@@ -124,7 +124,7 @@ def check_container(
 def schema(c: Context, check: bool = False) -> None:
     """Write schema/{deployment,image}.schema.json (JSON Schemas of the spec files, for editors)."""
     from rigsmith import spec
-    from rigsmith.resolving import imagedef
+    from rigsmith.resolving.image import imagedef
 
     root = project(c).root
     schemas = {"deployment": spec.json_schema(), "image": imagedef.schema()}

@@ -77,9 +77,9 @@ def fit(
     from rigsmith.operating.fit import observed
     from rigsmith.operating.fit import report as fitreport
     from rigsmith.operating.host import LocalHost, gather
-    from rigsmith.resolving import lock
-    from rigsmith.resolving.checkpoint import estimate_for, open_checkpoint
-    from rigsmith.resolving.fit import engine_inputs
+    from rigsmith.resolving.fit.checkpoint import estimate_for, open_checkpoint
+    from rigsmith.resolving.fit.fit import engine_inputs
+    from rigsmith.resolving.lock import lock
 
     p = project(c)
     spec = p.load(deployment)
@@ -120,7 +120,7 @@ def _planned(
 
 
 def _allowed(allow: str | None) -> frozenset[str]:
-    from rigsmith.resolving.propose import PINS
+    from rigsmith.resolving.fit.propose import PINS
 
     if allow is None:
         return frozenset()
@@ -152,9 +152,9 @@ def _propose(
     from rigsmith.operating.fit import layoutmenu as fitpropose
     from rigsmith.operating.fit import observed
     from rigsmith.operating.fit import pastruns as fithistory
-    from rigsmith.resolving import lock
-    from rigsmith.resolving.checkpoint import open_checkpoint, rows
-    from rigsmith.resolving.fit import GiB, ModelShape, engine_inputs, parse_bytes
+    from rigsmith.resolving.fit.checkpoint import open_checkpoint, rows
+    from rigsmith.resolving.fit.fit import GiB, ModelShape, engine_inputs, parse_bytes
+    from rigsmith.resolving.lock import lock
 
     cap = parse_bytes("--max-model-len", max_model_len) if max_model_len else None
     room = _number("--headroom-gib", headroom_gib, float)

@@ -39,7 +39,7 @@ def lock_numbers(text: str) -> tuple[int, int | None]:
 @user_errors
 def lock(c: Context, history: bool = False, diff: str | None = None) -> None:
     """Show rigsmith.lock's recorded history, or a readable diff between two recorded locks."""
-    from rigsmith.resolving import lockdiff
+    from rigsmith.resolving.lock import lockdiff
 
     if not history and diff is None:
         raise RigsmithError("lock: nothing asked", hint="use --history, or --diff N [M]")

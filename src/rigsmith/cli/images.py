@@ -16,11 +16,11 @@ from rigsmith.cli.wiring import confirm, echo, project, user_errors
 from rigsmith.errors import RigsmithError
 
 if TYPE_CHECKING:
-    from rigsmith.resolving.registry import Registry
+    from rigsmith.resolving.image.registry import Registry
 
 
 def _registry() -> Registry:
-    from rigsmith.resolving import registry as registrymod
+    from rigsmith.resolving.image import registry as registrymod
 
     return registrymod.Registry(registrymod.load_docker_config())
 
@@ -38,7 +38,7 @@ def pin(c: Context, deployment: str | None = None, repin: bool = False, yes: boo
     """Pin image tags, source trees and model branches (secondary models too) in rigsmith.lock.
 
     Each floating reference is resolved to a digest or a commit; --repin shows the lock diff and asks."""
-    from rigsmith.resolving import repin as repinmod
+    from rigsmith.resolving.lock import repin as repinmod
 
     proj = project(c)
     if not repin:
@@ -69,8 +69,8 @@ def build(
     push: str | None = None,
 ) -> None:
     """Render the Dockerfile, build it, record image ID (and pushed digest) in rigsmith.lock."""
-    from rigsmith.resolving import build as buildmod
-    from rigsmith.resolving import engine as enginemod
+    from rigsmith.resolving.image import build as buildmod
+    from rigsmith.resolving.image import engine as enginemod
 
     if engine is not None and engine not in enginemod.ENGINES:
         raise RigsmithError(f"--engine {engine!r} is not supported", hint="use --engine podman or docker")

@@ -1,4 +1,4 @@
-"""invoke fetch-model (and the model half of `invoke pin`, via rigsmith.resolving.modelfetch.pin_model)."""
+"""invoke fetch-model (and the model half of `invoke pin`, via resolving.model.modelfetch.pin_model)."""
 
 # rigsmith's areas load inside the tasks: importing them here costs every command ~1 s (cli/__init__.py).
 
@@ -13,7 +13,7 @@ from invoke.tasks import task
 from rigsmith.cli.flags import DEPLOYMENT, helps
 from rigsmith.cli.wiring import confirm, echo, project, user_errors
 
-#: rigsmith.resolving.modelfetch.WORKERS, spelled out so that importing the CLI does not load modelfetch
+#: rigsmith.resolving.model.modelfetch.WORKERS, spelled out so that importing the CLI does not load modelfetch
 #: (tests/test_startup.py checks the two agree).
 WORKERS = 8
 
@@ -49,8 +49,8 @@ def fetch_model(
     A local checkpoint (``model.repo: null``) is not downloaded or verified: the task reports what
     model.local_dir holds (or fails when it is missing) and applies the config patches, keeping the original.
     """
-    from rigsmith.resolving import download, secondaryfetch
-    from rigsmith.resolving.modelfiles import parse_workers
+    from rigsmith.resolving.model import download, secondaryfetch
+    from rigsmith.resolving.model.modelfiles import parse_workers
 
     n = parse_workers(workers)
     proj = project(c)

@@ -278,7 +278,7 @@ def wait(
     )
     if res.kv_seen is not None:  # the engine's own number, for `invoke fit` to show beside its estimate
         from rigsmith.operating.fit import observed
-        from rigsmith.resolving import lock
+        from rigsmith.resolving.lock import lock
 
         observed.record(ops.project.root, spec, lock.read(ops.project.lock_path), res.kv_seen)
 

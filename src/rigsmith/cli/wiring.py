@@ -159,7 +159,7 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        from rigsmith.resolving import lockhistory  # stdlib + the writer: nothing heavy
+        from rigsmith.resolving.lock import lockhistory  # stdlib + the writer: nothing heavy
 
         try:
             with lockhistory.because(command_line(fn, dict(kwargs))):

@@ -8,7 +8,7 @@ directory from ``TREE``, and the placeholders the tree provides (``<repo>`` is t
 image, ``<vllm tree>`` its vLLM directory). The notes are untrusted text: every value taken from them is
 matched against a narrow pattern, and what does not match is left for the user to fill.
 
-The URL checks here are shared with ``resolving.image`` (which validates image.yaml), as importing comes
+The URL checks here are shared with ``resolving.image.image`` (which validates image.yaml), as importing comes
 first in the flow.
 """
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rigsmith.digits import ascii_digits
-from rigsmith.resolving.fitverdict import Verdict as Verdict  # one verdict word set: doctor's and fit's
+from rigsmith.resolving.fit.fitverdict import Verdict as Verdict  # one verdict word set: doctor's and fit's
 
 if TYPE_CHECKING:
     from rigsmith.operating.probes import HostFacts

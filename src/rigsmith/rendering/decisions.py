@@ -18,7 +18,7 @@ from rigsmith import secondary, userhome
 from rigsmith import spec as specmod
 from rigsmith.errors import LockError
 from rigsmith.rendering import optins
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 
 #: vLLM's flag naming the model's served names (argparse takes the underscore spelling too).
 SERVED_FLAGS = ("--served-model-name", "--served_model_name")

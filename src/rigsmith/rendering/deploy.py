@@ -16,8 +16,9 @@ from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
 from rigsmith.rendering.nextsteps import next_steps
 from rigsmith.rendering.targets import LxcOptions, RenderContext, find
-from rigsmith.resolving import engineroute, lockhistory
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.image import engineroute
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.lock import lockhistory
 from rigsmith.spec import Deployment
 
 

@@ -24,7 +24,7 @@ from rigsmith.render import breaks_line
 from rigsmith.rendering import decisions, optins
 from rigsmith.rendering.envpaths import EnvPath, env_paths, unprovided
 from rigsmith.rendering.pathmounts import filled_paths
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 
 #: What rigsmith.lock pins for the deployment (``RunPlan.lock_sha256``, first 16 hex digits) and the history
 #: entry it came in with: every container rigsmith starts carries both, so ``status`` (and a user with

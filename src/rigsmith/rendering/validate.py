@@ -13,7 +13,7 @@ from rigsmith.errors import RigsmithError, SpecError
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.targets import RenderContext, find
 from rigsmith.rendering.targets.refusals import problems as target_problems
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 
 
 def problems(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 from tests.support import services
 from tests.support.bundle import MODEL_REPO, NAME, Source, invoke, model_files, must
 from tests.support.common import prepare_host_dirs, require, write_project

@@ -19,10 +19,10 @@ from rigsmith.operating.bundle import unbundle as unbundlemod
 from rigsmith.operating.bundle.manifest import MANIFEST, Io, Manifest
 from rigsmith.operating.doctor import drift
 from rigsmith.project import Project
-from rigsmith.resolving import build as buildmod
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import sources as sourcesmod
-from rigsmith.resolving.secondaryfetch import fetch_models, pin_models
+from rigsmith.resolving.image import build as buildmod
+from rigsmith.resolving.image import sources as sourcesmod
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.secondaryfetch import fetch_models, pin_models
 from tests.support.bundle import Source, built_project, invoke, must, offline_project
 from tests.support.models import tiny_files
 from tests.support.ops import OPS_IMAGE

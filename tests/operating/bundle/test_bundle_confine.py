@@ -280,7 +280,7 @@ def test_a_lock_source_entry_that_is_a_path_or_refspec_is_refused_before_anythin
 
 @pytest.mark.parametrize("bad", ["sha256:../../victim", "../victim", "sha256:" + "B" * 64, ""])
 def test_the_asset_cache_refuses_a_hash_that_is_a_path_and_removes_nothing(tmp_path: Path, bad: str) -> None:
-    from rigsmith.resolving.sources import Sources
+    from rigsmith.resolving.image.sources import Sources
 
     (tmp_path / "cache").mkdir()
     victim = tmp_path / "victim"
@@ -316,7 +316,7 @@ def test_a_bundled_spec_whose_engine_build_is_a_path_is_refused_before_anything(
 def test_a_tree_bundle_with_extra_refs_adds_only_the_locked_commit_s_ref_to_the_cache(tmp_path: Path) -> None:
     """A crafted ``sources/BUILD/COMMIT.bundle`` carrying branches, tags and a HEAD of its own: the cache
     gains the locked commit under rigsmith's one ref and nothing else (no branch, tag, hook or config)."""
-    from rigsmith.resolving.sources import Sources
+    from rigsmith.resolving.image.sources import Sources
     from tests.support.sources import git
 
     work = tmp_path / "work"

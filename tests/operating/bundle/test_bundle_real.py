@@ -19,8 +19,8 @@ from rigsmith.operating.bundle.manifest import IMAGE_MEMBER, MANIFEST, Manifest
 from rigsmith.operating.doctor import doctor
 from rigsmith.operating.host import LocalHost
 from rigsmith.project import Project
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import STATE_DIR
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.modelfiles import STATE_DIR
 from rigsmith.spec import load
 from tests.support.bundle import (
     BIG,

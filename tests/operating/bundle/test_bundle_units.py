@@ -23,7 +23,7 @@ from rigsmith.operating.bundle.manifest import (
     read_manifest,
 )
 from rigsmith.operating.bundle.unbundle import check_against_lock
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 from rigsmith.spec import Deployment, from_data, load, to_data
 
 REPO = Path(__file__).resolve().parents[3]

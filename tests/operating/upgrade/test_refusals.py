@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import lockhistory
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.lock import lockhistory
 from tests.support.bundle import invoke, must
 from tests.support.common import prepare_host_dirs, write_project
 from tests.support.hubserver import HubServer, random_bytes

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import lockhistory
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.lock import lockhistory
 from tests.support.hubserver import HubServer
 from tests.support.podman import Podman
 from tests.support.upgrade import BENCH, Rig, make_rig, snapshot

@@ -25,8 +25,8 @@ from filelock import FileLock
 from rigsmith import spec as specmod
 from rigsmith.errors import AdapterError, RigsmithError
 from rigsmith.rendering.plan import local_url
-from rigsmith.resolving.fit import engine_inputs
-from rigsmith.resolving.layout import of_params
+from rigsmith.resolving.fit.fit import engine_inputs
+from rigsmith.resolving.fit.layout import of_params
 from rigsmith.writer import write_one
 
 #: A prompt of plain words (the stand-in counts words as tokens; a real tokenizer gives ~1.3× as many).
@@ -229,7 +229,7 @@ def record(
 
 
 def layout_record(spec: specmod.Deployment) -> dict[str, Any] | None:
-    """The layout the spec ran with (TP, PP, DP, EP, partition, KV dtype: ``resolving.layout.Layout``), so
+    """The layout the spec ran with (TP, PP, DP, EP, partition, KV dtype: ``resolving.fit.layout.Layout``), so
     ``fit --propose`` can say which layout was measured faster; None where fit cannot read the flags."""
     try:
         return asdict(of_params(engine_inputs(spec)))

@@ -17,7 +17,7 @@ from rigsmith.operating.host import Host
 from rigsmith.operating.lifecycle.verify import SPEC_LABEL, inspect_argv, parse_inspect
 from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 
 #: Tokens generated per request when the recipe's published numbers are compared (bench's default).
 PUBLISHED_MAX_TOKENS = 256

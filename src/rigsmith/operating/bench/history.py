@@ -30,7 +30,7 @@ from rigsmith import confine
 from rigsmith.digits import ascii_digits
 from rigsmith.errors import ConsentError, RigsmithError, shown
 from rigsmith.operating.bench import bench as benchmod
-from rigsmith.resolving import lockhistory
+from rigsmith.resolving.lock import lockhistory
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 

@@ -25,9 +25,9 @@ from rigsmith.operating.bundle import ociarchive
 from rigsmith.progress import bars
 from rigsmith.project import Project
 from rigsmith.rendering import deploy as deploymod
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import Want, gib, hash_file, hash_stream
-from rigsmith.resolving.sources import Sources, cache_root
+from rigsmith.resolving.image.sources import Sources, cache_root
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.modelfiles import Want, gib, hash_file, hash_stream
 from rigsmith.writer import write_one
 
 

@@ -24,9 +24,9 @@ from rigsmith.errors import LockError, PreflightError, RigsmithError
 from rigsmith.operating.bundle import ociarchive
 from rigsmith.operating.host import LocalHost
 from rigsmith.progress import bars
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import verified as vf
-from rigsmith.resolving.modelfiles import (
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model import verified as vf
+from rigsmith.resolving.model.modelfiles import (
     HASH_CHUNK,
     Hasher,
     HashKind,
@@ -202,7 +202,7 @@ def contents(spec: Deployment, lock: lockmod.Lock) -> Contents:
 
 
 class Record:
-    """The verified-file record (:mod:`rigsmith.resolving.verified`) of a model dir or a bundle dir: the
+    """The verified-file record (:mod:`rigsmith.resolving.model.verified`) of a model dir or a bundle dir: the
     same file, the same rule; written after every change, so a killed run keeps what it verified."""
 
     def __init__(self, root: Path) -> None:

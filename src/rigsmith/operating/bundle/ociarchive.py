@@ -22,7 +22,7 @@ from typing import Any
 from rigsmith.errors import AdapterError, CommandError, LockError, RigsmithError
 from rigsmith.imageref import DOCKER_LIST, OCI_INDEX, parse_ref
 from rigsmith.operating.probes import CmdResult
-from rigsmith.resolving.lock import Lock
+from rigsmith.resolving.lock.lock import Lock
 from rigsmith.spec import Deployment
 
 #: Runs argv to the end, capturing its output (``LocalHost.run``).

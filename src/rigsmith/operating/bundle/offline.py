@@ -36,9 +36,9 @@ from rigsmith.operating.lifecycle import lifecycle
 from rigsmith.operating.lifecycle import wait as waitmod
 from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import sources
-from rigsmith.resolving.modelfiles import expand_dir
+from rigsmith.resolving.image import sources
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.modelfiles import expand_dir
 from rigsmith.spec import Deployment
 
 Memlock = Literal["unlimited", "host"] | int | None

@@ -26,15 +26,15 @@ from rigsmith.operating.bundle import ociarchive
 from rigsmith.progress import bars
 from rigsmith.project import Project
 from rigsmith.rendering import deploy as deploymod
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import modelfetch
-from rigsmith.resolving.modelfiles import HASH_CHUNK, STATE_DIR, Want, expand_dir, gib, hash_stream
-from rigsmith.resolving.secondaryfetch import fetch_models
-from rigsmith.resolving.sources import Sources, cache_root
+from rigsmith.resolving.image.sources import Sources, cache_root
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model import modelfetch
+from rigsmith.resolving.model.modelfiles import HASH_CHUNK, STATE_DIR, Want, expand_dir, gib, hash_stream
+from rigsmith.resolving.model.secondaryfetch import fetch_models
 from rigsmith.spec import Deployment
 
 if TYPE_CHECKING:
-    from rigsmith.resolving.hub import Hub
+    from rigsmith.resolving.model.hub import Hub
 
 
 @dataclass

@@ -25,9 +25,9 @@ from rigsmith.rendering import cluster as clustermod
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
 from rigsmith.rendering.targets import RenderContext
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import expand_dir
-from rigsmith.resolving.verified import STATE_DIR, STATE_FILE
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.modelfiles import expand_dir
+from rigsmith.resolving.model.verified import STATE_DIR, STATE_FILE
 from rigsmith.spec import ClusterNode, Deployment
 
 #: Clocks further apart than this fail the clocks row (logs, Ray's timeouts and tokens compare times).

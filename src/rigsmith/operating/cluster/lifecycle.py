@@ -44,7 +44,7 @@ from rigsmith.operating.probes import CmdResult
 from rigsmith.rendering.cluster import POLL_SECONDS, NodePlan
 from rigsmith.rendering.plan import LOCK_LABEL
 from rigsmith.rendering.targets.timing import health_argv
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 from rigsmith.spec import DEFAULT_NODE_DIR, Deployment
 
 #: Asked inside the head: the live Ray nodes' addresses and their GPUs, as JSON (vLLM's images carry Ray).

@@ -21,7 +21,7 @@ from rigsmith.operating.probes import CmdResult
 from rigsmith.spec import ClusterNode, Deployment
 
 if TYPE_CHECKING:
-    from rigsmith.resolving.verified import Seen
+    from rigsmith.resolving.model.verified import Seen
 
 #: ssh never prompts (a missing key is an error, not a hang) and gives up on a dead host.
 SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
@@ -103,7 +103,7 @@ class RemoteHost:
 
     def files(self, path: str) -> dict[str, Seen]:
         """Every file under ``path``: relative path → (size, mtime ns, ctime ns, inode, device), as
-        :func:`~rigsmith.resolving.verified.seen` has it here; empty when there is none."""
+        :func:`~rigsmith.resolving.model.verified.seen` has it here; empty when there is none."""
         start = path if path.startswith("/") else f"./{path}"  # find has no '--': '-delete' is an action
         res = self.run(["find", start, "-type", "f", "-printf", r"%P\t%s\t%T@\t%C@\t%i\t%D\n"])
         out: dict[str, Seen] = {}

@@ -34,9 +34,9 @@ from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering import validate
 from rigsmith.rendering.targets import RenderContext
-from rigsmith.resolving import engineroute
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import expand_dir
+from rigsmith.resolving.image import engineroute
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.modelfiles import expand_dir
 from rigsmith.spec import Deployment
 
 GiB = 1024**3
@@ -416,7 +416,8 @@ def evaluate(
     image_fix: str | None = None,
 ) -> list[Check]:
     """Every check, in table order. Pure. ``fit``: the memory-fit row (operating.fit.report), when given;
-    ``image_fix``: what to do about a missing image (resolving.engineroute), when not the generic hint."""
+    ``image_fix``: what to do about a missing image (resolving.image.engineroute), when not the generic
+    hint."""
     want = requested_gpus(spec, facts)
     optional = [
         _check_filled(spec),

@@ -3,7 +3,7 @@
 ``doctor`` shows the answers as rows; ``up`` refuses to start on any difference (``--ignore-drift``
 starts anyway). The fast model check trusts the verified-file record ``fetch-model`` keeps in
 ``<local_dir>/.rigsmith/state.json`` only where it vouches for the file as it is now (same size, mtime,
-ctime, inode and device as when it was hashed: :func:`~rigsmith.resolving.verified.vouches`); ``verify``
+ctime, inode and device as when it was hashed: :func:`~rigsmith.resolving.model.verified.vouches`); ``verify``
 hashes every file, as ``fetch-model --verify`` does, without downloading anything.
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 
 from rigsmith.errors import LockDriftError
 from rigsmith.operating.probes import ImageFacts, ModelFacts
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.modelfiles import expand_dir, hash_file, patches_by_file, select, wants
-from rigsmith.resolving.verified import (
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model.modelfiles import expand_dir, hash_file, patches_by_file, select, wants
+from rigsmith.resolving.model.verified import (
     STATE_DIR,
     STATE_FILE,
     DirState,
@@ -32,7 +32,7 @@ from rigsmith.spec import Deployment, ModelSpec
 SHOWN = 8
 
 
-#: How a file of the model dir looks (:data:`~rigsmith.resolving.verified.Seen`) by its path relative to
+#: How a file of the model dir looks (:data:`~rigsmith.resolving.model.verified.Seen`) by its path relative to
 #: the dir; None when missing.
 Stat = Callable[[str], "Seen | None"]
 

@@ -1,5 +1,5 @@
-"""``invoke fit`` against a real (or described) rig: the pure estimate of ``resolving.fit`` held against
-each GPU's total and used memory, and the layouts ``resolving.propose`` ranks shown and applied.
+"""``invoke fit`` against a real (or described) rig: the pure estimate of ``resolving.fit.fit`` held against
+each GPU's total and used memory, and the layouts ``resolving.fit.propose`` ranks shown and applied.
 
 Entry points: ``report.fit_gpus`` / ``report.render`` / ``report.overall`` (per-GPU need, has, headroom,
 verdict; ``report.fit_check`` is doctor's fit row), ``layoutmenu.propose`` / ``layoutmenu.render`` /

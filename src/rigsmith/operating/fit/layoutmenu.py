@@ -1,5 +1,5 @@
 """``invoke fit --propose``: this rig as the layout search sees it, and the recipe's layout beside the top
-proposals. Pure: doctor's HostFacts and the spec in, a ``Rig`` and text out (``resolving.propose`` ranks).
+proposals. Pure: doctor's HostFacts and the spec in, a ``Rig`` and text out (``resolving.fit.propose`` ranks).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from rigsmith.operating.fit.pastruns import Measured, calibrate, faster, measure
 from rigsmith.operating.fit.report import facts_cards, host_cards, host_kv_offload, planned_for
 from rigsmith.operating.fit.rigsource import Planned
 from rigsmith.operating.probes import P2P_LINKS, HostFacts
-from rigsmith.resolving.applylayout import with_gpus, with_layout, with_readiness
-from rigsmith.resolving.fit import WARN_HEADROOM, GiB, MiB, ModelShape, engine_inputs
-from rigsmith.resolving.fitparams import EngineParams
-from rigsmith.resolving.layout import Summary, of_params, summary_keys
-from rigsmith.resolving.prescribe import prescribe
-from rigsmith.resolving.propose import (
+from rigsmith.resolving.fit.applylayout import with_gpus, with_layout, with_readiness
+from rigsmith.resolving.fit.fit import WARN_HEADROOM, GiB, MiB, ModelShape, engine_inputs
+from rigsmith.resolving.fit.fitparams import EngineParams
+from rigsmith.resolving.fit.layout import Summary, of_params, summary_keys
+from rigsmith.resolving.fit.prescribe import prescribe
+from rigsmith.resolving.fit.propose import (
     PINS,
     Card,
     Proposal,
@@ -35,7 +35,7 @@ from rigsmith.resolving.propose import (
     recipe_row,
     search,
 )
-from rigsmith.resolving.proposewhy import reasons
+from rigsmith.resolving.fit.proposewhy import reasons
 from rigsmith.spec import Deployment
 
 #: P2P statuses of ``nvidia-smi topo -p2p r`` under which a pair really talks peer to peer.

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rigsmith.resolving.lock import Lock
+from rigsmith.resolving.lock.lock import Lock
 from rigsmith.spec import Deployment
 
 RECORD = Path(".rigsmith") / "observed.jsonl"

@@ -2,7 +2,7 @@
 and ``bench`` runs under more than one layout say which was measured faster. Pure: records in, lines out.
 
 Calibration: ``observed.last`` is the newest "GPU KV cache size" the engine logged for the spec's exact
-inputs (the recipe's layout); ``resolving.calibrate`` turns it into bytes per GPU the allowances were off,
+inputs (the recipe's layout); ``resolving.fit.calibrate`` turns it into bytes per GPU the allowances were off,
 and every layout the search sizes carries that correction.
 
 Bench: each ``.rigsmith/bench.jsonl`` row carries the layout the spec ran with (``bench.layout_record``;
@@ -20,12 +20,12 @@ from filelock import FileLock
 
 from rigsmith.operating.bench.history import Point, point
 from rigsmith.operating.fit.observed import Observed
-from rigsmith.resolving import lockhistory
-from rigsmith.resolving.calibrate import allowance_delta
-from rigsmith.resolving.fit import GiB
-from rigsmith.resolving.fitparams import EngineParams
-from rigsmith.resolving.layout import Layout, Summary
-from rigsmith.resolving.propose import Proposal, Rig, on_cards
+from rigsmith.resolving.fit.calibrate import allowance_delta
+from rigsmith.resolving.fit.fit import GiB
+from rigsmith.resolving.fit.fitparams import EngineParams
+from rigsmith.resolving.fit.layout import Layout, Summary
+from rigsmith.resolving.fit.propose import Proposal, Rig, on_cards
+from rigsmith.resolving.lock import lockhistory
 
 
 def calibrate(summary: Summary, base: EngineParams, rig: Rig, seen: Observed | None) -> str | None:

@@ -1,8 +1,8 @@
 """The fit estimate against real GPUs: per-GPU needs, has, headroom and verdict; published numbers compared.
 
-Pure: an ``Estimate`` (resolving.fit), the spec and doctor's HostFacts in; rows, a rich table and one doctor
-row out. A squatter (a compute process on the GPU that is not this deployment) is named on the GPU whose
-headroom it eats.
+Pure: an ``Estimate`` (resolving.fit.fit), the spec and doctor's HostFacts in; rows, a rich table and one
+doctor row out. A squatter (a compute process on the GPU that is not this deployment) is named on the GPU
+whose headroom it eats.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from rigsmith.operating.checkrow import Check, Verdict, requested_gpus
 from rigsmith.operating.fit import rigsource
 from rigsmith.operating.fit.rigsource import Planned
 from rigsmith.operating.probes import HostFacts
-from rigsmith.resolving.fit import Estimate, GiB, MiB, RankNeed
-from rigsmith.resolving.fitverdict import rank_verdict
-from rigsmith.resolving.lock import Lock
-from rigsmith.resolving.propose import Card
+from rigsmith.resolving.fit.fit import Estimate, GiB, MiB, RankNeed
+from rigsmith.resolving.fit.fitverdict import rank_verdict
+from rigsmith.resolving.fit.propose import Card
+from rigsmith.resolving.lock.lock import Lock
 from rigsmith.spec import Deployment
 
 
@@ -307,7 +307,7 @@ def render(est: Estimate, fits: list[GpuFit], comps: list[Comparison], title: st
         "(vLLM wants it free at start) and the rank's peak: weights + memory outside PyTorch + the larger of "
         "the profile's activations and KV + graphs",
         "est. = estimate: profile-run activation peak, CUDA graphs, memory outside PyTorch (other), CUDA "
-        f"context + NCCL; vLLM's rules for {est.era.name} engines (resolving/fitengine.py, docs/fit.md)",
+        f"context + NCCL; vLLM's rules for {est.era.name} engines (resolving/fit/fitengine.py, docs/fit.md)",
     ]
     lines += [f"{c.what}: estimate {c.estimate:,.2f} {c.unit}, published {c.published:,.2f} {c.unit}, "
               f"ratio {c.ratio:.3f}" for c in comps]  # fmt: skip
@@ -373,7 +373,7 @@ def fit_check(spec: Deployment, lock: Lock, facts: HostFacts, env: Mapping[str, 
     an estimate that cannot be made is a warn."""
     # Here, not at the top: checkpoint loads huggingface_hub (~330 ms measured), and doctor, up and down
     # import this module; only doctor's fit row reads a checkpoint.
-    from rigsmith.resolving.checkpoint import estimate_for, open_checkpoint
+    from rigsmith.resolving.fit.checkpoint import estimate_for, open_checkpoint
 
     try:
         est = estimate_for(spec, open_checkpoint(spec, lock, env, local_only=True))

@@ -25,8 +25,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rigsmith.errors import RigsmithError, shown
-from rigsmith.resolving.fit import GiB
-from rigsmith.resolving.propose import Card
+from rigsmith.resolving.fit.fit import GiB
+from rigsmith.resolving.fit.propose import Card
 from rigsmith.yamldoc import load_yaml, yaml_problem
 
 #: The most cards a planned rig may list (the layout search visits every subset of them).

@@ -50,7 +50,7 @@ from rigsmith.project import Project
 from rigsmith.rendering import deploy as deploymod
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.cluster import node_plans
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 
 OPS_TARGETS = ("podman", "quadlet")
 #: Where systemd's quadlet generator reads rootful units (podman-systemd.unit(5)).

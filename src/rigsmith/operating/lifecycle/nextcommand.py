@@ -20,8 +20,8 @@ from rigsmith.operating.lifecycle.verify import SPEC_LABEL, inspect_argv, parse_
 from rigsmith.project import Project
 from rigsmith.rendering import deploy as deploymod
 from rigsmith.rendering import plan as planmod
-from rigsmith.resolving import engineroute
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.image import engineroute
+from rigsmith.resolving.lock import lock as lockmod
 from rigsmith.spec import Deployment
 
 STAGES = ("imported", "pinned", "fetched", "built", "deployed", "up", "qualified")

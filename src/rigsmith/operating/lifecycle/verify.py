@@ -19,7 +19,7 @@ from rigsmith.operating.host import Host, LocalHost, cdi_specs
 from rigsmith.project import Project
 from rigsmith.rendering import plan as planmod
 from rigsmith.rendering.plan import RunPlan
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.lock import lock as lockmod
 
 SPEC_LABEL = "io.rigsmith.spec-sha256"
 #: fully qualified CDI device → (device nodes, "K=V" env) its spec injects

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rigsmith.operating.host import Host
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.lockdiff import human_size
-from rigsmith.resolving.modelfiles import ORIGINAL_DIR, STATE_DIR, expand_dir, select
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.lock.lockdiff import human_size
+from rigsmith.resolving.model.modelfiles import ORIGINAL_DIR, STATE_DIR, expand_dir, select
 from rigsmith.secondary import placements, view
 from rigsmith.spec import Deployment, ModelSpec
 

@@ -20,8 +20,9 @@ from rigsmith.operating.host import image_facts
 from rigsmith.operating.lifecycle import lifecycle
 from rigsmith.operating.upgrade import lastgood
 from rigsmith.rendering import plan as planmod
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import lockdiff, lockhistory, secondaryfetch
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.lock import lockdiff, lockhistory
+from rigsmith.resolving.model import secondaryfetch
 from rigsmith.spec import Deployment
 
 Memlock = Literal["unlimited", "host"] | int | None

@@ -24,12 +24,13 @@ from rigsmith.operating.bench import history as benchhistory
 from rigsmith.operating.lifecycle import lifecycle
 from rigsmith.operating.lifecycle import wait as waitmod
 from rigsmith.operating.upgrade import lastgood, rollback
-from rigsmith.resolving import build as buildmod
-from rigsmith.resolving import engine as enginemod
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import lockdiff, lockhistory, repin, secondaryfetch
-from rigsmith.resolving.lockdiff import human_size
-from rigsmith.resolving.modelfetch import free_bytes
+from rigsmith.resolving.image import build as buildmod
+from rigsmith.resolving.image import engine as enginemod
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.lock import lockdiff, lockhistory, repin
+from rigsmith.resolving.lock.lockdiff import human_size
+from rigsmith.resolving.model import secondaryfetch
+from rigsmith.resolving.model.modelfetch import free_bytes
 from rigsmith.spec import Deployment
 
 DEFAULT_THRESHOLD = 0.10

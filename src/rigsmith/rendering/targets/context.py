@@ -51,7 +51,7 @@ class RenderContext:
     read: Callable[[Path], str | None] = _no_file
     #: Tells the user something a render found and did not change (a CT's memory below the need).
     warn: Callable[[str], None] = lambda _msg: None
-    #: run.sh's hint when the image is not in local storage (resolving.engineroute's routes to it, for a
+    #: run.sh's hint when the image is not in local storage (resolving.image.engineroute's routes to it, for a
     #: deployment with a proposed build); None: the generic hint.
     image_hint: str | None = None
     #: run.sh's hint for a missing mounted directory (by its container path) that a mkdir would

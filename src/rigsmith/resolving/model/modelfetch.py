@@ -2,7 +2,7 @@
 
 :func:`pin_model` resolves the spec's branch/tag once into ``rigsmith.lock``. :func:`fetch_model` sorts the
 wanted files into *verified earlier* (the verified-file record vouches for them: no hashing, no network),
-*to check* (hashed on disk) and *to download* (:mod:`~rigsmith.resolving.download`), then applies config
+*to check* (hashed on disk) and *to download* (:mod:`~rigsmith.resolving.model.download`), then applies config
 patches to a copy: the Hub's bytes stay in ``.rigsmith/original/<file>`` and the lock records both sha256s.
 A local checkpoint (``model.repo: null``) is neither pinned nor downloaded; its patches are applied the
 same way but not locked (the lock records Hub facts only).
@@ -24,10 +24,10 @@ from rigsmith import userhome
 from rigsmith.errors import ConsentError, RigsmithError, SpecError
 from rigsmith.modeldir import check_model_dir
 from rigsmith.project import Project
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.download import FetchContext, check_file, download_all, run_all
-from rigsmith.resolving.lock import LockedModel, LockedPatch
-from rigsmith.resolving.modelfiles import (
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.lock.lock import LockedModel, LockedPatch
+from rigsmith.resolving.model.download import FetchContext, check_file, download_all, run_all
+from rigsmith.resolving.model.modelfiles import (
     HF_DOWNLOAD_DIR,
     ORIGINAL_DIR,
     PARTIAL_DIR,
@@ -45,12 +45,12 @@ from rigsmith.resolving.modelfiles import (
     stale_partials,
     wants,
 )
-from rigsmith.resolving.verified import STATE_DIR, STATE_FILE, read_state, seen_at, vouches
+from rigsmith.resolving.model.verified import STATE_DIR, STATE_FILE, read_state, seen_at, vouches
 from rigsmith.spec import ConfigPatch, Deployment, ModelSpec
 from rigsmith.writer import write_one
 
 if TYPE_CHECKING:
-    from rigsmith.resolving.hub import Hub
+    from rigsmith.resolving.model.hub import Hub
 
 Echo = Callable[[str], None]
 HubFactory = Callable[[], "Hub"]
@@ -72,7 +72,7 @@ def _lazy(hub: Hub | HubFactory | None) -> Callable[[], Hub]:
     @cache
     def get() -> Hub:
         if hub is None:
-            from rigsmith.resolving.hub import (
+            from rigsmith.resolving.model.hub import (
                 HfHub,  # huggingface_hub: 212 ms (-X importtime) a warm run skips
             )
 

@@ -3,7 +3,7 @@
 
 Pure: the checkpoint's config.json (a dict), its safetensors headers (tensor name + byte size, one file at a
 time), the recipe's argv and env, and doctor's HostFacts go in; per-rank numbers and per-GPU verdicts come
-out. Reading headers is ``rigsmith.resolving.checkpoint``'s job.
+out. Reading headers is ``rigsmith.resolving.fit.checkpoint``'s job.
 
 What is exact and what is an estimate:
 
@@ -19,7 +19,7 @@ What is exact and what is an estimate:
 - **KV cache**: ``--kv-cache-memory`` when given (vLLM then ignores the utilisation for the KV pool),
   else what ``--gpu-memory-utilization`` × PyTorch's total leaves after weights, the profile's activations,
   memory outside PyTorch and (engines from v0.21) CUDA graphs, by the rules of the engine's version
-  (``rigsmith.resolving.fitengine``, docs/fit.md, held against published boot logs).
+  (``rigsmith.resolving.fit.fitengine``, docs/fit.md, held against published boot logs).
   Tokens = whole blocks of ``--block-size`` over the attention layers of the rank, min over ranks, as
   vLLM reports "GPU KV cache size". Linear-attention / Mamba state is not modelled.
 - **Estimates**, named in the table: the activation peak of vLLM's profile run, CUDA-graph memory, memory
@@ -38,14 +38,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from rigsmith.resolving import fitengine
-from rigsmith.resolving.fitparams import DEFAULTS as DEFAULTS
-from rigsmith.resolving.fitparams import EngineParams as EngineParams
-from rigsmith.resolving.fitparams import FitError as FitError
-from rigsmith.resolving.fitparams import engine_params as engine_params
-from rigsmith.resolving.fitparams import expert_owner as expert_owner
-from rigsmith.resolving.fitparams import parse_bytes as parse_bytes
-from rigsmith.resolving.fitparams import pp_partition as pp_partition
+from rigsmith.resolving.fit import fitengine
+from rigsmith.resolving.fit.fitparams import DEFAULTS as DEFAULTS
+from rigsmith.resolving.fit.fitparams import EngineParams as EngineParams
+from rigsmith.resolving.fit.fitparams import FitError as FitError
+from rigsmith.resolving.fit.fitparams import engine_params as engine_params
+from rigsmith.resolving.fit.fitparams import expert_owner as expert_owner
+from rigsmith.resolving.fit.fitparams import parse_bytes as parse_bytes
+from rigsmith.resolving.fit.fitparams import pp_partition as pp_partition
 from rigsmith.spec import Deployment
 
 GiB = 1024**3
@@ -250,7 +250,7 @@ class Placement:
             self._owner = expert_owner(s.num_experts, p.tp)
 
     def stage_of(self, layer: int) -> int:
-        # a binary search: the layout search places with one stage per layer (resolving/layout.py)
+        # a binary search: the layout search places with one stage per layer (resolving/fit/layout.py)
         i = bisect.bisect_right(self._stages, layer, key=lambda st: st[0]) - 1
         return i if 0 <= i < len(self._stages) and layer < self._stages[i][1] else self.params.pp - 1
 
@@ -567,7 +567,7 @@ class Placed:
 
 def from_placed(shape: ModelShape, params: EngineParams, placed: Placed) -> Estimate:
     """The per-rank estimate of placed weights: the named allowances added rank by rank. ``estimate`` and
-    the layout search (``resolving.layout``) both end here, so their per-rank figures are one count."""
+    the layout search (``resolving.fit.layout``) both end here, so their per-rank figures are one count."""
     if placed.tensors == 0:
         raise FitError(
             "the checkpoint has no safetensors tensors", hint="fit reads .safetensors headers only"

@@ -4,7 +4,7 @@ Per deployment: the model commit and its files added / removed / changed (with s
 each secondary model the same way; per image reference its digest; per build its image ID, pushed digest,
 base and patches; per source tree its commit and assets. Lines are plain text, one fact each, in a stable
 order, so a test (or a user) can read them. ``diff``/``summary`` are pure; ``history_lines``/``diff_lines``
-read the recorded locks (``rigsmith.resolving.lockhistory``).
+read the recorded locks (``rigsmith.resolving.lock.lockhistory``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from rigsmith.errors import shown
-from rigsmith.resolving import lockhistory
-from rigsmith.resolving.lock import Lock, LockedBuild, LockedModel, LockedSource, file_changes, parse, read
+from rigsmith.resolving.lock import lockhistory
+from rigsmith.resolving.lock.lock import (
+    Lock,
+    LockedBuild,
+    LockedModel,
+    LockedSource,
+    file_changes,
+    parse,
+    read,
+)
 
 
 def human_size(n: int) -> str:

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 from rigsmith.errors import AdapterError, CommandError, RigsmithError, SpecError
 from rigsmith.importing.proposal import check_asset_url, check_git_url
 from rigsmith.project import Project
-from rigsmith.resolving import archive, engineroute, imagedef
-from rigsmith.resolving import image as imagemod
-from rigsmith.resolving import lock as lockmod
+from rigsmith.resolving.image import archive, engineroute, imagedef
+from rigsmith.resolving.image import image as imagemod
+from rigsmith.resolving.lock import lock as lockmod
 
 if TYPE_CHECKING:
     import httpx

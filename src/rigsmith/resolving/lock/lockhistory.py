@@ -17,7 +17,7 @@ Every file here is read through the confinement rule (``rigsmith.confine``): a r
 history directory, never through a link, never a FIFO (opened non-blocking); a missing or damaged entry is
 a LockError naming it, never an empty lock.
 
-Text only: this module knows nothing of the lock's fields (``rigsmith.resolving.lockdiff`` compares two).
+Text only: this module knows nothing of the lock's fields (``rigsmith.resolving.lock.lockdiff`` compares two).
 """
 
 from __future__ import annotations

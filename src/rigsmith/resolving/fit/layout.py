@@ -22,9 +22,9 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from rigsmith.resolving import fitengine
-from rigsmith.resolving.calibrate import calibrated
-from rigsmith.resolving.fit import (
+from rigsmith.resolving.fit import fitengine
+from rigsmith.resolving.fit.calibrate import calibrated
+from rigsmith.resolving.fit.fit import (
     CATEGORIES,
     SKIP_MTP,
     SKIP_VISION,

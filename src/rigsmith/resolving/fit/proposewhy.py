@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rigsmith.resolving.fit import KV_DTYPE_BYTES, GiB, MiB
-from rigsmith.resolving.fitparams import pp_partition
-from rigsmith.resolving.layout import Layout, Summary
-from rigsmith.resolving.propose import Card, Proposal
+from rigsmith.resolving.fit.fit import KV_DTYPE_BYTES, GiB, MiB
+from rigsmith.resolving.fit.fitparams import pp_partition
+from rigsmith.resolving.fit.layout import Layout, Summary
+from rigsmith.resolving.fit.propose import Card, Proposal
 
 
 def kv_bytes(dtype: str, s: Summary) -> int:

@@ -1,4 +1,4 @@
-"""How fetch-model's files reach the disk and are checked there (:mod:`~rigsmith.resolving.modelfetch`
+"""How fetch-model's files reach the disk and are checked there (:mod:`~rigsmith.resolving.model.modelfetch`
 decides what to fetch). A file on disk is hashed against the lock (:func:`check_file`); a missing one is
 moved by huggingface_hub (hf_xet where the Hub says Xet, ``http_get`` from where the partial ends otherwise)
 into a partial file, hashed as the bytes arrive, and takes its real path only once that hash matches the
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from rigsmith.errors import AdapterError, RigsmithError
-from rigsmith.resolving.lock import LockedModel
-from rigsmith.resolving.modelfiles import (
+from rigsmith.resolving.lock.lock import LockedModel
+from rigsmith.resolving.model.modelfiles import (
     ORIGINAL_DIR,
     PARTIAL_DIR,
     FetchReport,
@@ -32,13 +32,21 @@ from rigsmith.resolving.modelfiles import (
     hash_file,
     hash_stream,
 )
-from rigsmith.resolving.verified import STATE_DIR, STATE_FILE, DirState, HashKind, dump_state, seen, verified
+from rigsmith.resolving.model.verified import (
+    STATE_DIR,
+    STATE_FILE,
+    DirState,
+    HashKind,
+    dump_state,
+    seen,
+    verified,
+)
 from rigsmith.writer import write_one
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from rigsmith.resolving.hub import Hub
+    from rigsmith.resolving.model.hub import Hub
 
 #: A file that hashes wrong after download is fetched once more before it is refused.
 MISMATCH_ATTEMPTS = 2

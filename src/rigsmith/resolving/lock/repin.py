@@ -14,12 +14,13 @@ from pathlib import Path
 
 from rigsmith.errors import ConsentError, RigsmithError
 from rigsmith.project import Project
-from rigsmith.resolving import build as buildmod
-from rigsmith.resolving import engineroute, lockdiff, lockhistory
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import registry as registrymod
-from rigsmith.resolving import sources as sourcesmod
-from rigsmith.resolving.secondaryfetch import pin_models
+from rigsmith.resolving.image import build as buildmod
+from rigsmith.resolving.image import engineroute
+from rigsmith.resolving.image import registry as registrymod
+from rigsmith.resolving.image import sources as sourcesmod
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.lock import lockdiff, lockhistory
+from rigsmith.resolving.model.secondaryfetch import pin_models
 from rigsmith.spec import Deployment
 from rigsmith.writer import write_one
 

@@ -1,7 +1,7 @@
 """Image definitions: the ``images/<name>/image.yaml`` schema (base, patches, files, pip pins, the source
 tree and its assets) and :func:`load`, which reads and validates that one file and nothing else (so
 ``pin`` works while patch files are still missing). The build context made from a definition is
-:mod:`rigsmith.resolving.image`.
+:mod:`rigsmith.resolving.image.image`.
 """
 
 from __future__ import annotations

@@ -20,14 +20,14 @@ from rigsmith import writer
 from rigsmith.errors import AdapterError, LockError, RigsmithError, SpecError
 from rigsmith.imageref import parse_ref
 from rigsmith.project import Project
-from rigsmith.resolving import engineroute, imagedef
-from rigsmith.resolving import image as imagemod
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.engine import Engine
-from rigsmith.resolving.sources import Sources, cache_root, tree_files
+from rigsmith.resolving.image import engineroute, imagedef
+from rigsmith.resolving.image import image as imagemod
+from rigsmith.resolving.image.engine import Engine
+from rigsmith.resolving.image.sources import Sources, cache_root, tree_files
+from rigsmith.resolving.lock import lock as lockmod
 
 if TYPE_CHECKING:
-    from rigsmith.resolving.registry import Resolver  # httpx: loaded only where a registry is asked
+    from rigsmith.resolving.image.registry import Resolver  # httpx: loaded only where a registry is asked
 
 Echo = Callable[[str], None]
 

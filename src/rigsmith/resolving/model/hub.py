@@ -46,8 +46,8 @@ from tenacity import (
 )
 
 from rigsmith.errors import AdapterError
-from rigsmith.resolving.lock import LockedFile
-from rigsmith.resolving.modelfiles import Stopped, read_text_or_none, remote_files, token_from
+from rigsmith.resolving.lock.lock import LockedFile
+from rigsmith.resolving.model.modelfiles import Stopped, read_text_or_none, remote_files, token_from
 from rigsmith.resolving.netfail import unreachable
 from rigsmith.spec import SHA1_RE
 

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 
 from rigsmith import confine
 from rigsmith.errors import RigsmithError
-from rigsmith.resolving.image import ContextFile
+from rigsmith.resolving.image.image import ContextFile
 
 
 class ArchiveError(RigsmithError):

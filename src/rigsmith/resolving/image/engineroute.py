@@ -22,7 +22,7 @@ from pathlib import PurePosixPath
 from rigsmith.errors import SpecError
 from rigsmith.imageref import parse_ref
 from rigsmith.project import Project
-from rigsmith.resolving import imagedef
+from rigsmith.resolving.image import imagedef
 from rigsmith.spec import Deployment, Mount, from_data, to_data
 
 

@@ -19,9 +19,9 @@ from typing import Any, BinaryIO
 from rigsmith import confine, userhome
 from rigsmith.digits import ascii_digits
 from rigsmith.errors import AdapterError, PreflightError, RigsmithError, SpecError
-from rigsmith.resolving.lock import LockedFile, LockedModel, file_changes
-from rigsmith.resolving.verified import STATE_DIR as STATE_DIR
-from rigsmith.resolving.verified import HashKind as HashKind
+from rigsmith.resolving.lock.lock import LockedFile, LockedModel, file_changes
+from rigsmith.resolving.model.verified import STATE_DIR as STATE_DIR
+from rigsmith.resolving.model.verified import HashKind as HashKind
 from rigsmith.spec import ConfigPatch
 
 #: rigsmith's book-keeping inside a model dir (STATE_DIR): the verified-file record, partial downloads,

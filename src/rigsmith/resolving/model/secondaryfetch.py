@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rigsmith.project import Project
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving import modelfetch
-from rigsmith.resolving.modelfiles import FetchReport
+from rigsmith.resolving.lock import lock as lockmod
+from rigsmith.resolving.model import modelfetch
+from rigsmith.resolving.model.modelfiles import FetchReport
 from rigsmith.secondary import placements, view
 from rigsmith.spec import Deployment
 
 if TYPE_CHECKING:
-    from rigsmith.resolving.hub import Hub
+    from rigsmith.resolving.model.hub import Hub
 
 
 def _drop_unused(project: Project, spec: Deployment, echo: modelfetch.Echo) -> None:

@@ -1,5 +1,5 @@
 """The cheapest fix when the recipe's own layout does not run on this rig: evict the squatter, lower the
-context or the KV dtype, add a stage, else the best proposal. Pure (``resolving.propose`` sizes each step).
+context or the KV dtype, add a stage, else the best proposal. Pure (``propose`` sizes each step).
 """
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from rigsmith.resolving.fitparams import EngineParams
-from rigsmith.resolving.layout import Summary
-from rigsmith.resolving.propose import Proposal, Rig, kv_dtypes, recipe_row
-from rigsmith.resolving.proposewhy import kv_bytes
+from rigsmith.resolving.fit.fitparams import EngineParams
+from rigsmith.resolving.fit.layout import Summary
+from rigsmith.resolving.fit.propose import Proposal, Rig, kv_dtypes, recipe_row
+from rigsmith.resolving.fit.proposewhy import kv_bytes
 
 
 def _without_squatters(rig: Rig) -> Rig:

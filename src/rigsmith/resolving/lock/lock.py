@@ -2,7 +2,7 @@
 
 JSON with sorted keys (diff-friendly), updated under a file lock so concurrent steps do not lose each
 other's entries: ``with locked(path) as lock: lock.images[ref] = ...`` reads, lets you change, writes, and
-keeps the new text in the lock's history (``rigsmith.resolving.lockhistory``) when it changed.
+keeps the new text in the lock's history (``rigsmith.resolving.lock.lockhistory``) when it changed.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from rigsmith import confine
 from rigsmith.errors import LockError
-from rigsmith.resolving import lockhistory
+from rigsmith.resolving.lock import lockhistory
 from rigsmith.writer import write_one
 
 #: Version 2 added ``secondary`` (secondary Hub models); a lock without them is still written as version 1,

@@ -1,4 +1,4 @@
-"""The recipe's parallel layout and memory flags, as ``rigsmith.resolving.fit`` reads them: the vLLM argv
+"""The recipe's parallel layout and memory flags, as ``rigsmith.resolving.fit.fit`` reads them: the vLLM argv
 and env that decide memory (TP, PP, EP, utilisation, KV cache, CUDA graphs), the pipeline stage split and
 the expert owner map. Pure.
 """

@@ -27,10 +27,10 @@ from huggingface_hub.utils import SafetensorsFileMetadata
 
 from rigsmith import confine
 from rigsmith.errors import AdapterError
-from rigsmith.resolving.fit import Estimate, FitError, ModelShape, engine_inputs, estimate
-from rigsmith.resolving.hub import DEFAULT_ENDPOINT, HfHub, RetryPolicy
-from rigsmith.resolving.lock import Lock
-from rigsmith.resolving.modelfiles import read_text_or_none, token_from
+from rigsmith.resolving.fit.fit import Estimate, FitError, ModelShape, engine_inputs, estimate
+from rigsmith.resolving.lock.lock import Lock
+from rigsmith.resolving.model.hub import DEFAULT_ENDPOINT, HfHub, RetryPolicy
+from rigsmith.resolving.model.modelfiles import read_text_or_none, token_from
 from rigsmith.spec import Deployment
 
 CONFIG = "config.json"

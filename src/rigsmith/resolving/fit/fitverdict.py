@@ -1,6 +1,6 @@
 """One rank's verdict on its card: the one computation that plain ``invoke fit`` shows per GPU
-(``operating.fit.report``) and that ``fit --propose`` ranks layouts by (``resolving.propose``), so a proposal
-that "fits" is a layout plain fit says GO on, and ``--apply`` then ``fit`` agree. Pure.
+(``operating.fit.report``) and that ``fit --propose`` ranks layouts by (``resolving.fit.propose``), so a
+proposal that "fits" is a layout plain fit says GO on, and ``--apply`` then ``fit`` agree. Pure.
 
 go: the rank keeps ``margin`` free (fit's warn margin, 512 MiB, unless a proposal was asked for another) and
 its pool holds one request of the served context; warn: it runs closer than the margin, or its pool is
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rigsmith.resolving.fit import WARN_HEADROOM, Estimate, GiB, MiB, RankNeed
-from rigsmith.resolving.fitengine import torch_total
+from rigsmith.resolving.fit.fit import WARN_HEADROOM, Estimate, GiB, MiB, RankNeed
+from rigsmith.resolving.fit.fitengine import torch_total
 
 Verdict = Literal["go", "warn", "no-go"]
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from rigsmith.resolving.fitparams import EngineParams, engine_params
-from rigsmith.resolving.layout import Layout
+from rigsmith.resolving.fit.fitparams import EngineParams, engine_params
+from rigsmith.resolving.fit.layout import Layout
 from rigsmith.spec import Deployment, EnvVar
 
 PARTITION_ENV = "VLLM_PP_LAYER_PARTITION"

@@ -1,4 +1,4 @@
-"""The pure build-context render of an image definition (:mod:`rigsmith.resolving.imagedef`).
+"""The pure build-context render of an image definition (:mod:`rigsmith.resolving.image.imagedef`).
 
 Three steps, kept apart: :func:`imagedef.load` validates the YAML (no other file is read, so ``pin``
 works while patch files are still missing); :func:`gather` reads the patch and extra files and refuses a
@@ -21,8 +21,8 @@ from typing import Any
 from rigsmith import render
 from rigsmith.errors import LockError, SpecError
 from rigsmith.imageref import parse_ref
-from rigsmith.resolving import lock as lockmod
-from rigsmith.resolving.imagedef import TREE_CONTEXT_DIR, ImageDef, Patch
+from rigsmith.resolving.image.imagedef import TREE_CONTEXT_DIR, ImageDef, Patch
+from rigsmith.resolving.lock import lock as lockmod
 
 #: Where rigsmith's helper and the patches live inside the image (also the build-context directory name).
 IMAGE_DIR = "/opt/rigsmith"

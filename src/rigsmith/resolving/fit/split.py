@@ -1,6 +1,6 @@
 """The pipeline stage split weighted by each card's free memory (vLLM's ``VLLM_PP_LAYER_PARTITION``): as
 many decoder layers on each stage as its tightest card holds. Pure: a ``layout.Summary`` and the cards in,
-layer counts out; ``resolving.propose`` evaluates the split with fit's own count beside the others it tries.
+layer counts out; ``propose`` evaluates the split with fit's own count beside the others it tries.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from rigsmith.resolving.fitengine import torch_total
-from rigsmith.resolving.fitparams import EngineParams
-from rigsmith.resolving.layout import Layout, Summary
+from rigsmith.resolving.fit.fitengine import torch_total
+from rigsmith.resolving.fit.fitparams import EngineParams
+from rigsmith.resolving.fit.layout import Layout, Summary
 
 
 class Room(Protocol):

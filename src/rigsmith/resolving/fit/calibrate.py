@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from rigsmith.resolving.fit import Estimate
+from rigsmith.resolving.fit.fit import Estimate
 
 
 def allowance_delta(est: Estimate, totals: Sequence[int], observed_tokens: int) -> int | None:

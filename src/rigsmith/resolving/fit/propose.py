@@ -1,11 +1,11 @@
-"""Propose the layout for this rig: every layout vLLM accepts (resolving.layout), sized against each GPU's
+"""Propose the layout for this rig: every layout vLLM accepts (resolving.fit.layout), sized against each GPU's
 free memory and ranked by one written objective. Pure: a ``Summary`` of the checkpoint, the recipe's engine
 flags and a ``Rig`` (cards, what other processes hold on them, which pairs talk P2P) in; ranked
 ``Proposal``s out.
 
 Where. Every choice of the rig's cards (``_subsets``: alike cards count once), TP only inside a group of
 equal cards, each stage split as vLLM splits it, within a few layers of that, and weighted by free memory
-(``resolving.split``).
+(``resolving.fit.split``).
 
 Sizing keeps the recipe's pins (``sizing``; ``--allow NAME`` frees one): its ``--max-model-len`` (or the
 model's own context) must fit in the pool; its ``--kv-cache-memory`` is a fixed pool on every rank, the
@@ -18,7 +18,7 @@ proposal counted.
 
 The objective, in order (``Proposal.key``; larger is better):
 
-1. it fits: plain ``invoke fit`` says GO on every rank (``resolving.fitverdict``, the one computation
+1. it fits: plain ``invoke fit`` says GO on every rank (``resolving.fit.fitverdict``, the one computation
    both use): each keeps the headroom asked for (by default fit's own warn margin, 512 MiB) and its pool
    holds one request of the served context (a recipe's host KV offload is not modelled: not a GO);
 2. the longest context: the recipe's (pinned), or where allowed the smaller of the cap (the user's, else
@@ -39,12 +39,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rigsmith.resolving.fit import KV_DTYPE_BYTES, Estimate, RankNeed
-from rigsmith.resolving.fitengine import torch_total
-from rigsmith.resolving.fitparams import EngineParams
-from rigsmith.resolving.fitverdict import Verdict, rank_verdict
-from rigsmith.resolving.layout import Layout, Summary, layouts, of_params
-from rigsmith.resolving.split import weighted_split
+from rigsmith.resolving.fit.fit import KV_DTYPE_BYTES, Estimate, RankNeed
+from rigsmith.resolving.fit.fitengine import torch_total
+from rigsmith.resolving.fit.fitparams import EngineParams
+from rigsmith.resolving.fit.fitverdict import Verdict, rank_verdict
+from rigsmith.resolving.fit.layout import Layout, Summary, layouts, of_params
+from rigsmith.resolving.fit.split import weighted_split
 
 #: Compute capability by GPU name (nvidia-smi's ``name``), first match wins.
 GPU_ARCH: tuple[tuple[str, tuple[int, int]], ...] = (
@@ -128,7 +128,7 @@ class RankFit:
     kv: int
     needs: int
     headroom: int
-    verdict: Verdict = "go"  # plain fit's verdict on this rank (resolving.fitverdict), at the asked margin
+    verdict: Verdict = "go"  # plain fit's verdict on this rank (fitverdict), at the asked margin
     why: str = ""
 
 
@@ -144,7 +144,7 @@ class Proposal:
     sequences: int
     tp_cross: int
     pp_cross: int
-    fits: bool  # plain fit's GO on every rank (resolving.fitverdict), with the asked headroom
+    fits: bool  # plain fit's GO on every rank (resolving.fit.fitverdict), with the asked headroom
     changes: int
     runs: bool = True  # fit's own line: no rank short of memory, a pool of at least one sequence
 
