@@ -100,6 +100,18 @@ def test_special_files_are_refused_without_blocking(tmp_path: Path) -> None:
         confine.open_regular(Path("/dev"), "null", "test")
 
 
+def test_open_file_refuses_a_link_and_names_a_missing_file(tmp_path: Path) -> None:
+    (tmp_path / "real").write_bytes(b"x")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(confine.PathRefused) as err:
+        confine.open_file(tmp_path / "link", "test")
+    assert f"test: {tmp_path / 'link'} cannot be opened as a plain file (" in str(err.value)
+    with pytest.raises(confine.PathRefused, match="does not exist"):
+        confine.open_file(tmp_path / "gone", "test")
+    with confine.open_file(tmp_path / "real", "test") as fh:
+        assert fh.read() == b"x"
+
+
 @SETTINGS
 @given(name=NAMES)
 def test_the_hub_listing_refuses_or_stays_inside(name: str) -> None:

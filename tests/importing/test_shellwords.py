@@ -127,3 +127,13 @@ def test_a_backslash_then_space_then_crlf_is_a_problem_as_with_lf() -> None:
     for end in ("\n", "\r\n"):
         problems = shellwords.scan(f"vllm serve m \\ {end}  --port 1{end}").problems
         assert len(problems) == 1 and "followed by a space (then the end of the line)" in problems[0], end
+
+
+def test_split_takes_exactly_one_command() -> None:
+    assert shellwords.split("vllm serve a/b --port 8000") == ["vllm", "serve", "a/b", "--port", "8000"]
+    with pytest.raises(ValueError, match="chains another command"):
+        shellwords.split("vllm serve a/b; vllm serve c/d")
+
+
+def test_a_comment_is_kept_whole_without_its_hash() -> None:
+    assert shellwords.scan("#tp2 on the 3090s\nvllm serve a/b\n").comments == [(1, "tp2 on the 3090s")]
